@@ -1,0 +1,220 @@
+"""RocketMQ ``.properties`` files -> frozen attrs configs with RocketMQ's key names and defaults.
+
+A config class is an ``@attrs.frozen`` class whose fields are declared with ``setting(key, default)``;
+the key is RocketMQ's own name (``listenPort``, ``brokerIP1``, ``flushDiskType``). ``load_config``
+parses each value by the field's type (str, int, float, bool, an Enum by member name), rejects a bad
+value naming its key, and hands back the keys it did not know so the caller can report them.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A value that does not parse, or a file that cannot be read; names the key or the file."""
+
+
+def setting(key: str, default: Any) -> Any:
+    """Declare a config field read from the properties key ``key``."""
+    return attrs.field(default=default, kw_only=True, metadata={"key": key})
+
+
+# --------------------------------------------------------------------------- .properties text
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and i + 6 <= len(text):
+                try:
+                    out.append(chr(int(text[i + 2 : i + 6], 16)))
+                    i += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if pending == "" and (not line or line[0] in "#!"):
+            continue
+        # an odd number of trailing backslashes continues the line
+        stripped = line.rstrip("\\")
+        if (len(line) - len(stripped)) % 2 == 1:
+            pending += line[:-1]
+            continue
+        lines.append(pending + line)
+        pending = ""
+    if pending:
+        lines.append(pending)
+    return lines
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text: ``k=v``, ``k: v`` or ``k v``; ``#``/``!`` comments;
+    backslash continuations and escapes. Later keys win, as in ``Properties.load``."""
+    result: dict[str, str] = {}
+    for line in _logical_lines(text):
+        i = 0
+        while i < len(line):
+            ch = line[i]
+            if ch == "\\":
+                i += 2
+                continue
+            if ch in "=: \t\f":
+                break
+            i += 1
+        key = line[:i]
+        rest = line[i:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        result[_unescape(key)] = _unescape(rest).rstrip() if rest else ""
+    return result
+
+
+def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return parse_properties(text)
+
+
+def format_properties(values: Mapping[str, str]) -> str:
+    """Render ``key=value`` lines, escaping what ``parse_properties`` would read differently."""
+    lines = []
+    for key, value in values.items():
+        k = key.replace("\\", "\\\\").replace("=", "\\=").replace(":", "\\:").replace(" ", "\\ ")
+        v = value.replace("\\", "\\\\").replace("\n", "\\n")
+        if v.startswith(" "):
+            v = "\\" + v
+        lines.append(f"{k}={v}")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- typed configs
+
+
+@attrs.frozen
+class Loaded(Generic[T]):
+    """A loaded config and the keys of the source that no field claimed."""
+
+    config: T
+    unknown: Mapping[str, str]
+
+
+def _field_type(cls: type, field: attrs.Attribute) -> Any:  # type: ignore[type-arg]
+    hints = typing.get_type_hints(cls)
+    tp = hints.get(field.name, field.type)
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def parse_value(key: str, tp: Any, raw: str) -> Any:
+    """Parse one properties value as ``tp``; a bad value raises ``ConfigError`` naming ``key``."""
+    text = raw.strip()
+    if tp is bool:
+        low = text.lower()
+        if low == "true":
+            return True
+        if low == "false":
+            return False
+        raise ConfigError(f"{key}: expected true or false, got {raw!r}")
+    if tp is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{key}: expected an integer, got {raw!r}") from None
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp[text]
+        except KeyError:
+            names = ", ".join(m.name for m in tp)
+            raise ConfigError(f"{key}: expected one of {names}, got {raw!r}") from None
+    return raw if tp is str else text
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return value.name
+    return str(value)
+
+
+def config_keys(cls: type) -> dict[str, str]:
+    """Field name -> properties key, for a config class."""
+    return {f.name: f.metadata["key"] for f in attrs.fields(cls) if "key" in f.metadata}
+
+
+def load_config(cls: type[T], values: Mapping[str, str], **overrides: Any) -> Loaded[T]:
+    """Build ``cls`` from properties ``values``; ``overrides`` (by field name) win over them."""
+    kwargs: dict[str, Any] = {}
+    claimed: set[str] = set()
+    for field in attrs.fields(cls):  # type: ignore[arg-type]
+        key = field.metadata.get("key")
+        if key is None:
+            continue
+        claimed.add(key)
+        if key in values:
+            kwargs[field.name] = parse_value(key, _field_type(cls, field), values[key])
+    kwargs.update(overrides)
+    try:
+        config = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+    unknown = {k: v for k, v in values.items() if k not in claimed}
+    return Loaded(config=config, unknown=unknown)
+
+
+def load_config_file(
+    cls: type[T], path: str | os.PathLike[str], **overrides: Any
+) -> Loaded[T]:
+    return load_config(cls, read_properties(path), **overrides)
+
+
+def to_properties(config: Any) -> dict[str, str]:
+    """A config back to its properties keys and string values (for rendering files)."""
+    out: dict[str, str] = {}
+    for field in attrs.fields(type(config)):
+        key = field.metadata.get("key")
+        if key is not None:
+            value = getattr(config, field.name)
+            if value is not None:
+                out[key] = format_value(value)
+    return out

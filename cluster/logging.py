@@ -1,0 +1,58 @@
+"""structlog setup: a console renderer on a TTY, JSON lines otherwise.
+
+Processes call ``configure_logging`` once at their entry point; library code only calls
+``get_logger(**context)`` and binds ``node``, ``role`` and ``remote`` where it knows them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import IO, Any
+
+import orjson
+import structlog
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+
+def _json_serializer(obj: Any, **_kw: Any) -> str:
+    return orjson.dumps(obj, default=str).decode()
+
+
+def configure_logging(
+    level: str = "info", *, stream: IO[str] | None = None, json: bool | None = None
+) -> None:
+    """Route structlog to ``stream`` (stderr by default); JSON unless ``stream`` is a TTY."""
+    out = stream if stream is not None else sys.stderr
+    if level.lower() not in _LEVELS:
+        raise ValueError(f"unknown log level {level!r}; use one of {', '.join(_LEVELS)}")
+    use_json = (not out.isatty()) if json is None else json
+    renderer: Any = (
+        structlog.processors.JSONRenderer(serializer=_json_serializer)
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=out.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(**context: Any) -> Any:
+    """A logger with ``context`` bound (e.g. ``node="broker-a"``)."""
+    return structlog.get_logger().bind(**context)

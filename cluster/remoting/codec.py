@@ -1,0 +1,382 @@
+"""Sans-IO codec for RocketMQ 4.x remoting frames (shared/reference/remoting-protocol.md §1).
+
+Frame (big-endian)::
+
+    int32 length            = 4 + headerLen + bodyLen (excludes itself)
+    int32 type|headerLen    high byte: 0 JSON, 1 ROCKETMQ binary; low 24 bits: header length
+    header                  JSON object, or the binary layout of §1.6
+    body                    raw bytes
+
+No I/O and no trio here: ``FrameDecoder.feed(bytes)`` returns every complete command, and
+``encode(command)`` returns the bytes of one frame.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+import orjson
+
+from cluster.remoting.codes import (
+    CURRENT_VERSION,
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
+    LanguageCode,
+)
+
+#: RocketMQ's ``com.rocketmq.remoting.frameMaxLength``: the largest frame, length word included.
+MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+#: Header length is a 24-bit field.
+MAX_HEADER_BYTES: Final = 0xFFFFFF
+_INT32_MIN: Final = -(2**31)
+_INT32_MAX: Final = 2**31 - 1
+
+_FRAME_PREFIX = struct.Struct(">II")
+_UINT32 = struct.Struct(">I")
+_BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_BIN_INT32 = struct.Struct(">i")
+_BIN_INT16 = struct.Struct(">h")
+
+_LANGUAGE_BY_ORDINAL: Final = {lang.value: lang.name for lang in LanguageCode}
+_LANGUAGE_NAMES: Final = frozenset(_LANGUAGE_BY_ORDINAL.values())
+
+
+class ProtocolError(Exception):
+    """A frame that is malformed or too large; the connection that sent it must be closed."""
+
+
+def _ext_fields_converter(value: Mapping[str, Any] | None) -> dict[str, str]:
+    if not value:
+        return {}
+    return {str(k): ext_value_to_str(v) for k, v in value.items() if v is not None}
+
+
+@attrs.frozen(slots=True)
+class RemotingCommand:
+    """One request or response. ``ext_fields`` always maps strings to strings."""
+
+    code: int
+    language: str = "JAVA"
+    version: int = CURRENT_VERSION
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, str] = attrs.field(factory=dict, converter=_ext_fields_converter)
+    body: bytes | bytearray | memoryview = b""
+    serialize_type: int = SERIALIZE_JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    @classmethod
+    def request(
+        cls,
+        code: int,
+        ext_fields: Mapping[str, Any] | None = None,
+        body: bytes | bytearray | memoryview = b"",
+        *,
+        oneway: bool = False,
+        language: str = "JAVA",
+        version: int = CURRENT_VERSION,
+    ) -> RemotingCommand:
+        return cls(
+            code=int(code),
+            language=language,
+            version=version,
+            flag=FLAG_ONEWAY if oneway else 0,
+            ext_fields=ext_fields,  # type: ignore[arg-type]  # the converter takes a Mapping
+            body=body,
+        )
+
+    def response(
+        self,
+        code: int = 0,
+        remark: str | None = None,
+        ext_fields: Mapping[str, Any] | None = None,
+        body: bytes | bytearray | memoryview = b"",
+    ) -> RemotingCommand:
+        """The response to this request: same opaque and serialize type, response bit set."""
+        return RemotingCommand(
+            code=int(code),
+            language="JAVA",
+            version=CURRENT_VERSION,
+            opaque=self.opaque,
+            flag=FLAG_RESPONSE,
+            remark=remark,
+            ext_fields=ext_fields,  # type: ignore[arg-type]
+            body=body,
+            serialize_type=self.serialize_type,
+        )
+
+
+def ext_value_to_str(value: Any) -> str:
+    """Coerce one extFields value the way a Java ``toString()`` would print it."""
+    if isinstance(value, str):
+        return value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int | float):
+        return str(value)
+    raise ProtocolError(f"extFields value must be a string, number or boolean, got {type(value).__name__}")
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def encode_header_json(cmd: RemotingCommand, opaque: int) -> bytes:
+    header: dict[str, Any] = {
+        "code": cmd.code,
+        "flag": cmd.flag,
+        "language": cmd.language,
+        "opaque": opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": cmd.version,
+    }
+    if cmd.ext_fields:
+        header["extFields"] = cmd.ext_fields
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    return orjson.dumps(header, option=orjson.OPT_SORT_KEYS)
+
+
+def encode_header_binary(cmd: RemotingCommand, opaque: int) -> bytes:
+    try:
+        language = LanguageCode[cmd.language].value
+    except KeyError:
+        language = LanguageCode.OTHER.value
+    parts = [_BIN_FIXED.pack(cmd.code, language, cmd.version, opaque, cmd.flag)]
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts.append(_BIN_INT32.pack(len(remark)))
+    parts.append(remark)
+    ext = bytearray()
+    for key, value in cmd.ext_fields.items():
+        kb = key.encode()
+        vb = value.encode()
+        ext += _BIN_INT16.pack(len(kb))
+        ext += kb
+        ext += _BIN_INT32.pack(len(vb))
+        ext += vb
+    parts.append(_BIN_INT32.pack(len(ext)))
+    parts.append(bytes(ext))
+    return b"".join(parts)
+
+
+def encode(cmd: RemotingCommand, opaque: int | None = None) -> bytes:
+    """One frame for ``cmd``; ``opaque`` overrides the command's own (requests get theirs at send)."""
+    out = bytearray()
+    encode_into(out, cmd, opaque)
+    return bytes(out)
+
+
+def encode_into(out: bytearray, cmd: RemotingCommand, opaque: int | None = None) -> None:
+    """Append one frame for ``cmd`` to ``out`` (lets a writer coalesce many frames in one send)."""
+    op = cmd.opaque if opaque is None else opaque
+    if not _INT32_MIN <= op <= _INT32_MAX:
+        raise ProtocolError(f"opaque {op} does not fit in int32")
+    if cmd.serialize_type == SERIALIZE_ROCKETMQ:
+        if not (-32768 <= cmd.code <= 32767 and -32768 <= cmd.version <= 32767):
+            raise ProtocolError("code and version must fit in int16 for the ROCKETMQ header")
+        header = encode_header_binary(cmd, op)
+    else:
+        header = encode_header_json(cmd, op)
+    body = cmd.body
+    length = 4 + len(header) + len(body)
+    if length + 4 > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {length + 4} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    out += _FRAME_PREFIX.pack(length, (cmd.serialize_type << 24) | len(header))
+    out += header
+    if body:
+        out += body
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _as_int(value: Any, name: str, lo: int = -(2**63), hi: int = 2**63 - 1) -> int:
+    if isinstance(value, bool):
+        raise ProtocolError(f"header field {name!r} must be an integer")
+    if isinstance(value, int):
+        result = value
+    elif isinstance(value, str):
+        try:
+            result = int(value.strip())
+        except ValueError:
+            raise ProtocolError(f"header field {name!r} is not an integer: {value!r}") from None
+    else:
+        raise ProtocolError(f"header field {name!r} must be an integer")
+    if not lo <= result <= hi:
+        raise ProtocolError(f"header field {name!r} out of range: {result}")
+    return result
+
+
+def _language_name(value: Any) -> str:
+    if isinstance(value, str):
+        return value if value in _LANGUAGE_NAMES else value.upper()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _LANGUAGE_BY_ORDINAL.get(value, "OTHER")
+    if value is None:
+        return "OTHER"
+    raise ProtocolError("header field 'language' must be a string or an ordinal")
+
+
+def decode_header_json(data: bytes | memoryview, body: bytes) -> RemotingCommand:
+    try:
+        header = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"header is not valid JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("header is not a JSON object")
+    if "code" not in header:
+        raise ProtocolError("header has no 'code'")
+    ext = header.get("extFields")
+    if ext is None:
+        ext_fields: dict[str, str] = {}
+    elif isinstance(ext, dict):
+        ext_fields = {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
+    else:
+        raise ProtocolError("header field 'extFields' must be an object")
+    remark = header.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        raise ProtocolError("header field 'remark' must be a string")
+    return RemotingCommand(
+        code=_as_int(header["code"], "code", _INT32_MIN, _INT32_MAX),
+        language=_language_name(header.get("language")),
+        version=_as_int(header.get("version", 0), "version", _INT32_MIN, _INT32_MAX),
+        opaque=_as_int(header.get("opaque", 0), "opaque", _INT32_MIN, _INT32_MAX),
+        flag=_as_int(header.get("flag", 0), "flag", _INT32_MIN, _INT32_MAX),
+        remark=remark,
+        ext_fields=ext_fields,
+        body=body,
+        serialize_type=SERIALIZE_JSON,
+    )
+
+
+def _utf8(data: bytes | memoryview, what: str) -> str:
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError(f"{what} is not valid UTF-8") from None
+
+
+def decode_header_binary(data: bytes | memoryview, body: bytes) -> RemotingCommand:
+    mv = memoryview(data)
+    n = len(mv)
+    if n < _BIN_FIXED.size + 8:
+        raise ProtocolError(f"binary header of {n} bytes is shorter than the fixed part")
+    code, language, version, opaque, flag = _BIN_FIXED.unpack_from(mv, 0)
+    pos = _BIN_FIXED.size
+    (remark_len,) = _BIN_INT32.unpack_from(mv, pos)
+    pos += 4
+    if remark_len < 0 or pos + remark_len + 4 > n:
+        raise ProtocolError(f"binary header remark length {remark_len} overruns the header")
+    remark = _utf8(mv[pos : pos + remark_len], "remark") if remark_len else None
+    pos += remark_len
+    (ext_len,) = _BIN_INT32.unpack_from(mv, pos)
+    pos += 4
+    if ext_len < 0 or pos + ext_len != n:
+        raise ProtocolError(f"binary header extFields length {ext_len} does not match the header")
+    ext_fields: dict[str, str] = {}
+    while pos < n:
+        if pos + 2 > n:
+            raise ProtocolError("binary extFields key length truncated")
+        (klen,) = _BIN_INT16.unpack_from(mv, pos)
+        pos += 2
+        if klen < 0 or pos + klen + 4 > n:
+            raise ProtocolError("binary extFields key overruns the header")
+        key = _utf8(mv[pos : pos + klen], "extFields key")
+        pos += klen
+        (vlen,) = _BIN_INT32.unpack_from(mv, pos)
+        pos += 4
+        if vlen < 0 or pos + vlen > n:
+            raise ProtocolError("binary extFields value overruns the header")
+        ext_fields[key] = _utf8(mv[pos : pos + vlen], "extFields value")
+        pos += vlen
+    return RemotingCommand(
+        code=code,
+        language=_LANGUAGE_BY_ORDINAL.get(language, "OTHER"),
+        version=version,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext_fields,
+        body=body,
+        serialize_type=SERIALIZE_ROCKETMQ,
+    )
+
+
+def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
+    """Decode one frame without its leading length word (what Netty hands RocketMQ's decoder)."""
+    mv = memoryview(frame)
+    if len(mv) < 4:
+        raise ProtocolError(f"frame of {len(mv)} bytes has no header-length word")
+    (word,) = _UINT32.unpack_from(mv, 0)
+    stype = word >> 24
+    header_len = word & 0xFFFFFF
+    if header_len > len(mv) - 4:
+        raise ProtocolError(f"header length {header_len} exceeds the frame ({len(mv) - 4} bytes)")
+    header = mv[4 : 4 + header_len]
+    body = bytes(mv[4 + header_len :])
+    if stype == SERIALIZE_JSON:
+        return decode_header_json(header, body)
+    if stype == SERIALIZE_ROCKETMQ:
+        return decode_header_binary(header, body)
+    raise ProtocolError(f"unknown serialize type {stype}")
+
+
+class FrameDecoder:
+    """Incremental decoder: feed it whatever the socket gave, get every complete command back.
+
+    After a ``ProtocolError`` the stream is out of sync; the decoder refuses further input.
+    """
+
+    __slots__ = ("_broken", "_buf", "max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self._buf = bytearray()
+        self._broken: str | None = None
+        self.max_frame_bytes = max_frame_bytes
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        if self._broken is not None:
+            raise ProtocolError(f"decoder already failed: {self._broken}")
+        buf = self._buf
+        buf += data
+        out: list[RemotingCommand] = []
+        pos = 0
+        end = len(buf)
+        try:
+            with memoryview(buf) as mv:
+                while end - pos >= 4:
+                    (length,) = _UINT32.unpack_from(mv, pos)
+                    if length < 4:
+                        raise ProtocolError(f"frame length {length} is shorter than its header word")
+                    if length + 4 > self.max_frame_bytes:
+                        raise ProtocolError(
+                            f"frame of {length + 4} bytes exceeds the {self.max_frame_bytes}-byte limit"
+                        )
+                    if end - pos - 4 < length:
+                        break
+                    out.append(decode_frame(mv[pos + 4 : pos + 4 + length]))
+                    pos += 4 + length
+        except ProtocolError as exc:
+            self._broken = str(exc)
+            raise
+        if pos:
+            del buf[:pos]
+        return out

@@ -1,0 +1,467 @@
+"""Typed views of ``extFields`` (RocketMQ's ``CommandCustomHeader`` classes).
+
+Each header is a frozen attrs class whose fields carry their wire name, their kind and whether
+they are required (Java's ``@CFNotNull``). ``from_ext_fields`` validates and names the bad field;
+``to_ext_fields`` writes every non-None value as a string, as Java's reflection does.
+
+Booleans: Java parses only "true" (any case) as true, but the C++ client 2.0 sends "0"/"1"
+(shared/reference/remoting-protocol.md §10, pitfalls). We accept "1" as true and "0" as false so a
+C++ batch send (``m="1"``) is stored as a batch, not as one message holding the batch blob.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any, Literal, Self
+
+import attrs
+
+from cluster.remoting.codec import ext_value_to_str
+
+Kind = Literal["str", "int", "long", "bool"]
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+_TRUE = frozenset({"true", "1"})
+_FALSE = frozenset({"false", "0"})
+
+
+class HeaderError(ValueError):
+    """A required field is missing or a field does not parse; ``field`` names it (wire name)."""
+
+    def __init__(self, header: str, field: str, problem: str) -> None:
+        super().__init__(f"{header}: field {field!r} {problem}")
+        self.header = header
+        self.field = field
+        self.problem = problem
+
+
+def hfield(wire: str, kind: Kind = "str", *, required: bool = False, default: Any = None) -> Any:
+    """Declare a header field: its wire name, its kind, and whether the peer must send it."""
+    meta = {"wire": wire, "kind": kind, "required": required}
+    return attrs.field(default=default, kw_only=True, metadata=meta)
+
+
+@functools.cache
+def _spec(cls: type) -> tuple[tuple[str, str, str, bool, Any], ...]:
+    return tuple(
+        (f.name, f.metadata["wire"], f.metadata["kind"], f.metadata["required"], f.default)
+        for f in attrs.fields(cls)
+    )
+
+
+def _parse(header: str, wire: str, kind: str, raw: str) -> Any:
+    if kind == "str":
+        return raw
+    if kind == "bool":
+        low = raw.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE or low == "":
+            return False
+        raise HeaderError(header, wire, f"is not a boolean: {raw!r}")
+    lo, hi = _INT32 if kind == "int" else _INT64
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise HeaderError(header, wire, f"is not an integer: {raw!r}") from None
+    if not lo <= value <= hi:
+        raise HeaderError(header, wire, f"is out of range for {kind}: {value}")
+    return value
+
+
+class CommandHeader:
+    """Base of every typed header; subclasses are ``@attrs.frozen`` and use ``hfield``."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_ext_fields(cls, ext: Mapping[str, Any]) -> Self:
+        kwargs: dict[str, Any] = {}
+        for name, wire, kind, required, _default in _spec(cls):
+            raw = ext.get(wire)
+            if raw is None or (raw == "" and kind != "str"):
+                if required:
+                    raise HeaderError(cls.__name__, wire, "is required")
+                continue
+            kwargs[name] = _parse(cls.__name__, wire, kind, ext_value_to_str(raw))
+        return cls(**kwargs)
+
+    def to_ext_fields(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, wire, _kind, _required, _default in _spec(type(self)):
+            value = getattr(self, name)
+            if value is not None:
+                out[wire] = ext_value_to_str(value)
+        return out
+
+
+# =========================================================================== NameServer
+
+
+@attrs.frozen
+class KVConfigHeader(CommandHeader):
+    """PUT_KV_CONFIG / GET_KV_CONFIG / DELETE_KV_CONFIG (value only for PUT)."""
+
+    namespace: str = hfield("namespace", required=True)
+    key: str = hfield("key", required=True)
+    value: str | None = hfield("value")
+
+
+@attrs.frozen
+class GetKVConfigResponseHeader(CommandHeader):
+    value: str | None = hfield("value")
+
+
+@attrs.frozen
+class GetKVListByNamespaceHeader(CommandHeader):
+    namespace: str = hfield("namespace", required=True)
+
+
+@attrs.frozen
+class RegisterBrokerRequestHeader(CommandHeader):
+    broker_name: str = hfield("brokerName", required=True)
+    broker_addr: str = hfield("brokerAddr", required=True)
+    cluster_name: str = hfield("clusterName", required=True)
+    ha_server_addr: str = hfield("haServerAddr", required=True)
+    broker_id: int = hfield("brokerId", "long", required=True)
+    compressed: bool = hfield("compressed", "bool", default=False)
+    body_crc32: int = hfield("bodyCrc32", "int", default=0)
+
+
+@attrs.frozen
+class RegisterBrokerResponseHeader(CommandHeader):
+    ha_server_addr: str | None = hfield("haServerAddr")
+    master_addr: str | None = hfield("masterAddr")
+
+
+@attrs.frozen
+class UnregisterBrokerRequestHeader(CommandHeader):
+    broker_name: str = hfield("brokerName", required=True)
+    broker_addr: str = hfield("brokerAddr", required=True)
+    cluster_name: str = hfield("clusterName", required=True)
+    broker_id: int = hfield("brokerId", "long", required=True)
+
+
+@attrs.frozen
+class QueryDataVersionRequestHeader(CommandHeader):
+    broker_name: str = hfield("brokerName", required=True)
+    broker_addr: str = hfield("brokerAddr", required=True)
+    cluster_name: str = hfield("clusterName", required=True)
+    broker_id: int = hfield("brokerId", "long", required=True)
+
+
+@attrs.frozen
+class QueryDataVersionResponseHeader(CommandHeader):
+    changed: bool = hfield("changed", "bool", required=True)
+
+
+@attrs.frozen
+class GetRouteInfoRequestHeader(CommandHeader):
+    topic: str = hfield("topic", required=True)
+    accept_standard_json_only: bool | None = hfield("acceptStandardJsonOnly", "bool")
+
+
+@attrs.frozen
+class WipeWritePermOfBrokerRequestHeader(CommandHeader):
+    broker_name: str = hfield("brokerName", required=True)
+
+
+@attrs.frozen
+class WipeWritePermOfBrokerResponseHeader(CommandHeader):
+    wipe_topic_count: int = hfield("wipeTopicCount", "int", required=True)
+
+
+@attrs.frozen
+class AddWritePermOfBrokerRequestHeader(CommandHeader):
+    broker_name: str = hfield("brokerName", required=True)
+
+
+@attrs.frozen
+class AddWritePermOfBrokerResponseHeader(CommandHeader):
+    add_topic_count: int = hfield("addTopicCount", "int", required=True)
+
+
+@attrs.frozen
+class DeleteTopicFromNamesrvRequestHeader(CommandHeader):
+    topic: str = hfield("topic", required=True)
+    cluster_name: str | None = hfield("clusterName")
+
+
+@attrs.frozen
+class GetTopicsByClusterRequestHeader(CommandHeader):
+    cluster: str = hfield("cluster", required=True)
+
+
+# =========================================================================== producer
+
+
+@attrs.frozen
+class SendMessageRequestHeader(CommandHeader):
+    """SEND_MESSAGE (10) with long names; SEND_MESSAGE_V2/SEND_BATCH_MESSAGE use the letters."""
+
+    producer_group: str = hfield("producerGroup", required=True)
+    topic: str = hfield("topic", required=True)
+    default_topic: str = hfield("defaultTopic", required=True)
+    default_topic_queue_nums: int = hfield("defaultTopicQueueNums", "int", required=True)
+    queue_id: int = hfield("queueId", "int", required=True)
+    sys_flag: int = hfield("sysFlag", "int", required=True)
+    born_timestamp: int = hfield("bornTimestamp", "long", required=True)
+    flag: int = hfield("flag", "int", required=True)
+    properties: str | None = hfield("properties")
+    reconsume_times: int | None = hfield("reconsumeTimes", "int")
+    unit_mode: bool | None = hfield("unitMode", "bool")
+    max_reconsume_times: int | None = hfield("maxReconsumeTimes", "int")
+    batch: bool | None = hfield("batch", "bool")
+    broker_name: str | None = hfield("brokerName")
+
+    def to_v2(self) -> SendMessageRequestHeaderV2:
+        return SendMessageRequestHeaderV2(**attrs.asdict(self, recurse=False))
+
+
+@attrs.frozen
+class SendMessageRequestHeaderV2(CommandHeader):
+    """The same fields under SEND_MESSAGE_V2's one-letter names a..n (``bname`` is 4.9.5+ Java)."""
+
+    producer_group: str = hfield("a", required=True)
+    topic: str = hfield("b", required=True)
+    default_topic: str = hfield("c", required=True)
+    default_topic_queue_nums: int = hfield("d", "int", required=True)
+    queue_id: int = hfield("e", "int", required=True)
+    sys_flag: int = hfield("f", "int", required=True)
+    born_timestamp: int = hfield("g", "long", required=True)
+    flag: int = hfield("h", "int", required=True)
+    properties: str | None = hfield("i")
+    reconsume_times: int | None = hfield("j", "int")
+    unit_mode: bool | None = hfield("k", "bool")
+    max_reconsume_times: int | None = hfield("l", "int")
+    batch: bool | None = hfield("m", "bool")
+    broker_name: str | None = hfield("n")
+
+    def to_v1(self) -> SendMessageRequestHeader:
+        return SendMessageRequestHeader(**attrs.asdict(self, recurse=False))
+
+
+def parse_send_header(code: int, ext: Mapping[str, Any]) -> SendMessageRequestHeader:
+    """Read a send request's header whichever way it came (10 long names; 310/320/325 letters)."""
+    from cluster.remoting.codes import RequestCode
+
+    if code in (
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.SEND_BATCH_MESSAGE,
+        RequestCode.SEND_REPLY_MESSAGE_V2,
+    ):
+        return SendMessageRequestHeaderV2.from_ext_fields(ext).to_v1()
+    return SendMessageRequestHeader.from_ext_fields(ext)
+
+
+@attrs.frozen
+class SendMessageResponseHeader(CommandHeader):
+    msg_id: str = hfield("msgId", required=True)
+    queue_id: int = hfield("queueId", "int", required=True)
+    queue_offset: int = hfield("queueOffset", "long", required=True)
+    transaction_id: str | None = hfield("transactionId")
+    batch_uniq_id: str | None = hfield("batchUniqId")
+
+
+@attrs.frozen
+class EndTransactionRequestHeader(CommandHeader):
+    producer_group: str = hfield("producerGroup", required=True)
+    tran_state_table_offset: int = hfield("tranStateTableOffset", "long", required=True)
+    commit_log_offset: int = hfield("commitLogOffset", "long", required=True)
+    commit_or_rollback: int = hfield("commitOrRollback", "int", required=True)
+    from_transaction_check: bool = hfield("fromTransactionCheck", "bool", default=False)
+    msg_id: str = hfield("msgId", required=True)
+    transaction_id: str | None = hfield("transactionId")
+
+
+# =========================================================================== consumer
+
+
+@attrs.frozen
+class PullMessageRequestHeader(CommandHeader):
+    consumer_group: str = hfield("consumerGroup", required=True)
+    topic: str = hfield("topic", required=True)
+    queue_id: int = hfield("queueId", "int", required=True)
+    queue_offset: int = hfield("queueOffset", "long", required=True)
+    max_msg_nums: int = hfield("maxMsgNums", "int", required=True)
+    sys_flag: int = hfield("sysFlag", "int", required=True)
+    commit_offset: int = hfield("commitOffset", "long", required=True)
+    suspend_timeout_millis: int = hfield("suspendTimeoutMillis", "long", required=True)
+    subscription: str | None = hfield("subscription")
+    sub_version: int = hfield("subVersion", "long", required=True)
+    expression_type: str | None = hfield("expressionType")
+    bname: str | None = hfield("bname")
+
+
+@attrs.frozen
+class PullMessageResponseHeader(CommandHeader):
+    suggest_which_broker_id: int = hfield("suggestWhichBrokerId", "long", required=True)
+    next_begin_offset: int = hfield("nextBeginOffset", "long", required=True)
+    min_offset: int = hfield("minOffset", "long", required=True)
+    max_offset: int = hfield("maxOffset", "long", required=True)
+
+
+@attrs.frozen
+class QueryConsumerOffsetRequestHeader(CommandHeader):
+    consumer_group: str = hfield("consumerGroup", required=True)
+    topic: str = hfield("topic", required=True)
+    queue_id: int = hfield("queueId", "int", required=True)
+
+
+@attrs.frozen
+class UpdateConsumerOffsetRequestHeader(CommandHeader):
+    consumer_group: str = hfield("consumerGroup", required=True)
+    topic: str = hfield("topic", required=True)
+    queue_id: int = hfield("queueId", "int", required=True)
+    commit_offset: int = hfield("commitOffset", "long", required=True)
+
+
+@attrs.frozen
+class OffsetResponseHeader(CommandHeader):
+    """QUERY_CONSUMER_OFFSET, GET_MAX_OFFSET, GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP answers."""
+
+    offset: int = hfield("offset", "long", required=True)
+
+
+@attrs.frozen
+class TopicQueueRequestHeader(CommandHeader):
+    """GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME."""
+
+    topic: str = hfield("topic", required=True)
+    queue_id: int = hfield("queueId", "int", required=True)
+
+
+@attrs.frozen
+class SearchOffsetRequestHeader(CommandHeader):
+    topic: str = hfield("topic", required=True)
+    queue_id: int = hfield("queueId", "int", required=True)
+    timestamp: int = hfield("timestamp", "long", required=True)
+
+
+@attrs.frozen
+class GetEarliestMsgStoretimeResponseHeader(CommandHeader):
+    timestamp: int = hfield("timestamp", "long", required=True)
+
+
+@attrs.frozen
+class ConsumerSendMsgBackRequestHeader(CommandHeader):
+    offset: int = hfield("offset", "long", required=True)
+    group: str = hfield("group", required=True)
+    delay_level: int = hfield("delayLevel", "int", required=True)
+    origin_msg_id: str | None = hfield("originMsgId")
+    origin_topic: str | None = hfield("originTopic")
+    unit_mode: bool = hfield("unitMode", "bool", default=False)
+    max_reconsume_times: int | None = hfield("maxReconsumeTimes", "int")
+
+
+@attrs.frozen
+class UnregisterClientRequestHeader(CommandHeader):
+    client_id: str = hfield("clientID", required=True)
+    producer_group: str | None = hfield("producerGroup")
+    consumer_group: str | None = hfield("consumerGroup")
+
+
+@attrs.frozen
+class GetConsumerListByGroupRequestHeader(CommandHeader):
+    consumer_group: str = hfield("consumerGroup", required=True)
+
+
+@attrs.frozen
+class QueryMessageRequestHeader(CommandHeader):
+    topic: str = hfield("topic", required=True)
+    key: str = hfield("key", required=True)
+    max_num: int = hfield("maxNum", "int", required=True)
+    begin_timestamp: int = hfield("beginTimestamp", "long", required=True)
+    end_timestamp: int = hfield("endTimestamp", "long", required=True)
+
+
+@attrs.frozen
+class QueryMessageResponseHeader(CommandHeader):
+    index_last_update_timestamp: int = hfield("indexLastUpdateTimestamp", "long", required=True)
+    index_last_update_phyoffset: int = hfield("indexLastUpdatePhyoffset", "long", required=True)
+
+
+@attrs.frozen
+class ViewMessageRequestHeader(CommandHeader):
+    offset: int = hfield("offset", "long", required=True)
+
+
+# =========================================================================== broker -> client
+
+
+@attrs.frozen
+class NotifyConsumerIdsChangedRequestHeader(CommandHeader):
+    consumer_group: str = hfield("consumerGroup", required=True)
+
+
+@attrs.frozen
+class CheckTransactionStateRequestHeader(CommandHeader):
+    tran_state_table_offset: int = hfield("tranStateTableOffset", "long", required=True)
+    commit_log_offset: int = hfield("commitLogOffset", "long", required=True)
+    msg_id: str | None = hfield("msgId")
+    transaction_id: str | None = hfield("transactionId")
+    offset_msg_id: str | None = hfield("offsetMsgId")
+
+
+@attrs.frozen
+class ResetOffsetRequestHeader(CommandHeader):
+    topic: str = hfield("topic", required=True)
+    group: str = hfield("group", required=True)
+    timestamp: int = hfield("timestamp", "long", required=True)
+    is_force: bool = hfield("isForce", "bool", required=True)
+
+
+@attrs.frozen
+class GetConsumerRunningInfoRequestHeader(CommandHeader):
+    consumer_group: str = hfield("consumerGroup", required=True)
+    client_id: str = hfield("clientId", required=True)
+    jstack_enable: bool = hfield("jstackEnable", "bool", default=False)
+
+
+@attrs.frozen
+class ConsumeMessageDirectlyResultRequestHeader(CommandHeader):
+    consumer_group: str = hfield("consumerGroup", required=True)
+    client_id: str | None = hfield("clientId")
+    msg_id: str | None = hfield("msgId")
+    broker_name: str | None = hfield("brokerName")
+
+
+# =========================================================================== admin
+
+
+@attrs.frozen
+class CreateTopicRequestHeader(CommandHeader):
+    topic: str = hfield("topic", required=True)
+    default_topic: str = hfield("defaultTopic", required=True)
+    read_queue_nums: int = hfield("readQueueNums", "int", required=True)
+    write_queue_nums: int = hfield("writeQueueNums", "int", required=True)
+    perm: int = hfield("perm", "int", required=True)
+    topic_filter_type: str = hfield("topicFilterType", required=True)
+    topic_sys_flag: int | None = hfield("topicSysFlag", "int")
+    order: bool = hfield("order", "bool", default=False)
+
+
+@attrs.frozen
+class DeleteTopicRequestHeader(CommandHeader):
+    topic: str = hfield("topic", required=True)
+
+
+@attrs.frozen
+class GetConsumerConnectionListRequestHeader(CommandHeader):
+    consumer_group: str = hfield("consumerGroup", required=True)
+
+
+@attrs.frozen
+class GetConsumeStatsRequestHeader(CommandHeader):
+    consumer_group: str = hfield("consumerGroup", required=True)
+    topic: str | None = hfield("topic")
+
+
+#: Every header class, for tests and tooling that want to walk them.
+ALL_HEADERS: tuple[type[CommandHeader], ...] = tuple(
+    obj
+    for obj in list(globals().values())
+    if isinstance(obj, type) and issubclass(obj, CommandHeader) and obj is not CommandHeader
+)

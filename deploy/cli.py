@@ -1,0 +1,43 @@
+"""``rmq-cluster``: the command line of the cluster in a box."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import metadata
+
+
+def _version() -> str:
+    try:
+        return metadata.version("rmq-cluster")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rmq-cluster",
+        description=(
+            "A RocketMQ 4.x-compatible cluster in a box: NameServers and Brokers as local "
+            "processes that speak RocketMQ's remoting protocol and write its store layout."
+        ),
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"rmq-cluster {_version()} (RocketMQ 4.9.7 protocol)"
+    )
+    parser.add_subparsers(dest="command", metavar="COMMAND")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    parser.error(f"unknown command {args.command!r}")  # exits 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
