@@ -1,6 +1,6 @@
 """RocketMQ ``.properties`` files -> frozen attrs configs with RocketMQ's key names and defaults.
 
-A config class is an ``@attrs.frozen`` class whose fields are declared with ``setting(key, default)``;
+A config class is an ``@attrs.frozen`` class with fields declared by ``setting(key, default)``;
 the key is RocketMQ's own name (``listenPort``, ``brokerIP1``, ``flushDiskType``). ``load_config``
 parses each value by the field's type (str, int, float, bool, an Enum by member name), rejects a bad
 value naming its key, and hands back the keys it did not know so the caller can report them.
@@ -129,7 +129,7 @@ class Loaded(Generic[T]):
     unknown: Mapping[str, str]
 
 
-def _field_type(cls: type, field: attrs.Attribute) -> Any:  # type: ignore[type-arg]
+def _field_type(cls: type, field: attrs.Attribute) -> Any:
     hints = typing.get_type_hints(cls)
     tp = hints.get(field.name, field.type)
     origin = typing.get_origin(tp)
@@ -202,9 +202,7 @@ def load_config(cls: type[T], values: Mapping[str, str], **overrides: Any) -> Lo
     return Loaded(config=config, unknown=unknown)
 
 
-def load_config_file(
-    cls: type[T], path: str | os.PathLike[str], **overrides: Any
-) -> Loaded[T]:
+def load_config_file(cls: type[T], path: str | os.PathLike[str], **overrides: Any) -> Loaded[T]:
     return load_config(cls, read_properties(path), **overrides)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import IO, Any
+from typing import Any, TextIO
 
 import orjson
 import structlog
@@ -27,7 +27,7 @@ def _json_serializer(obj: Any, **_kw: Any) -> str:
 
 
 def configure_logging(
-    level: str = "info", *, stream: IO[str] | None = None, json: bool | None = None
+    level: str = "info", *, stream: TextIO | None = None, json: bool | None = None
 ) -> None:
     """Route structlog to ``stream`` (stderr by default); JSON unless ``stream`` is a TTY."""
     out = stream if stream is not None else sys.stderr

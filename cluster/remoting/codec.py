@@ -53,6 +53,12 @@ class ProtocolError(Exception):
 def _ext_fields_converter(value: Mapping[str, Any] | None) -> dict[str, str]:
     if not value:
         return {}
+    if type(value) is dict:
+        for v in value.values():
+            if type(v) is not str:
+                break
+        else:
+            return value  # already str -> str (the decoder's output): keep it as it is
     return {str(k): ext_value_to_str(v) for k, v in value.items() if v is not None}
 
 
@@ -94,7 +100,7 @@ class RemotingCommand:
             language=language,
             version=version,
             flag=FLAG_ONEWAY if oneway else 0,
-            ext_fields=ext_fields,  # type: ignore[arg-type]  # the converter takes a Mapping
+            ext_fields=ext_fields,
             body=body,
         )
 
@@ -113,7 +119,7 @@ class RemotingCommand:
             opaque=self.opaque,
             flag=FLAG_RESPONSE,
             remark=remark,
-            ext_fields=ext_fields,  # type: ignore[arg-type]
+            ext_fields=ext_fields,
             body=body,
             serialize_type=self.serialize_type,
         )
@@ -129,7 +135,9 @@ def ext_value_to_str(value: Any) -> str:
         return "false"
     if isinstance(value, int | float):
         return str(value)
-    raise ProtocolError(f"extFields value must be a string, number or boolean, got {type(value).__name__}")
+    raise ProtocolError(
+        f"extFields value must be a string, number or boolean, got {type(value).__name__}"
+    )
 
 
 # --------------------------------------------------------------------------- encoding
@@ -174,7 +182,7 @@ def encode_header_binary(cmd: RemotingCommand, opaque: int) -> bytes:
 
 
 def encode(cmd: RemotingCommand, opaque: int | None = None) -> bytes:
-    """One frame for ``cmd``; ``opaque`` overrides the command's own (requests get theirs at send)."""
+    """One frame for ``cmd``; ``opaque`` overrides its own (requests get theirs when sent)."""
     out = bytearray()
     encode_into(out, cmd, opaque)
     return bytes(out)
@@ -204,7 +212,9 @@ def encode_into(out: bytearray, cmd: RemotingCommand, opaque: int | None = None)
 # --------------------------------------------------------------------------- decoding
 
 
-def _as_int(value: Any, name: str, lo: int = -(2**63), hi: int = 2**63 - 1) -> int:
+def _as_int(value: Any, name: str, lo: int = _INT32_MIN, hi: int = _INT32_MAX) -> int:
+    if type(value) is int and lo <= value <= hi:
+        return value
     if isinstance(value, bool):
         raise ProtocolError(f"header field {name!r} must be an integer")
     if isinstance(value, int):
@@ -243,19 +253,26 @@ def decode_header_json(data: bytes | memoryview, body: bytes) -> RemotingCommand
     ext = header.get("extFields")
     if ext is None:
         ext_fields: dict[str, str] = {}
-    elif isinstance(ext, dict):
-        ext_fields = {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
+    elif type(ext) is dict:
+        ext_fields = ext
+        for v in ext.values():
+            if type(v) is not str:  # C++ sends numbers; Java's fastjson may send booleans
+                ext_fields = {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
+                break
     else:
         raise ProtocolError("header field 'extFields' must be an object")
     remark = header.get("remark")
-    if remark is not None and not isinstance(remark, str):
+    if remark is not None and type(remark) is not str:
         raise ProtocolError("header field 'remark' must be a string")
+    language = header.get("language")
     return RemotingCommand(
-        code=_as_int(header["code"], "code", _INT32_MIN, _INT32_MAX),
-        language=_language_name(header.get("language")),
-        version=_as_int(header.get("version", 0), "version", _INT32_MIN, _INT32_MAX),
-        opaque=_as_int(header.get("opaque", 0), "opaque", _INT32_MIN, _INT32_MAX),
-        flag=_as_int(header.get("flag", 0), "flag", _INT32_MIN, _INT32_MAX),
+        code=_as_int(header["code"], "code"),
+        language=language
+        if type(language) is str and language in _LANGUAGE_NAMES
+        else _language_name(language),
+        version=_as_int(header.get("version", 0), "version"),
+        opaque=_as_int(header.get("opaque", 0), "opaque"),
+        flag=_as_int(header.get("flag", 0), "flag"),
         remark=remark,
         ext_fields=ext_fields,
         body=body,
@@ -365,10 +382,13 @@ class FrameDecoder:
                 while end - pos >= 4:
                     (length,) = _UINT32.unpack_from(mv, pos)
                     if length < 4:
-                        raise ProtocolError(f"frame length {length} is shorter than its header word")
+                        raise ProtocolError(
+                            f"frame length {length} is shorter than its header word"
+                        )
                     if length + 4 > self.max_frame_bytes:
                         raise ProtocolError(
-                            f"frame of {length + 4} bytes exceeds the {self.max_frame_bytes}-byte limit"
+                            f"frame of {length + 4} bytes exceeds the "
+                            f"{self.max_frame_bytes}-byte limit"
                         )
                     if end - pos - 4 < length:
                         break

@@ -176,7 +176,7 @@ class Version(enum.IntEnum):
     V5_0_0 = 413
 
 
-#: What our nodes and client put in ``version``: RocketMQ 4.9.7, so Java clients enable every 4.x feature.
+#: Our nodes' and client's ``version``: RocketMQ 4.9.7, so Java clients enable every 4.x feature.
 CURRENT_VERSION = int(Version.V4_9_7)
 
 #: Flag bits of the remoting header.

@@ -11,7 +11,6 @@ C++ batch send (``m="1"``) is stored as a batch, not as one message holding the 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any, Literal, Self
 
@@ -43,12 +42,16 @@ def hfield(wire: str, kind: Kind = "str", *, required: bool = False, default: An
     return attrs.field(default=default, kw_only=True, metadata=meta)
 
 
-@functools.cache
 def _spec(cls: type) -> tuple[tuple[str, str, str, bool, Any], ...]:
-    return tuple(
-        (f.name, f.metadata["wire"], f.metadata["kind"], f.metadata["required"], f.default)
-        for f in attrs.fields(cls)
-    )
+    """(attribute, wire name, kind, required, default) per field, computed once per class."""
+    spec = cls.__dict__.get("_wire_spec")
+    if spec is None:
+        spec = tuple(
+            (f.name, f.metadata["wire"], f.metadata["kind"], f.metadata["required"], f.default)
+            for f in attrs.fields(cls)
+        )
+        type.__setattr__(cls, "_wire_spec", spec)
+    return spec
 
 
 def _parse(header: str, wire: str, kind: str, raw: str) -> Any:

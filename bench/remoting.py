@@ -1,0 +1,277 @@
+"""Remoting benchmark: echo requests/s and latency, beside a plain Trio baseline in the same run.
+
+    python3 bench/remoting.py [--seconds 3] [--body 1024] [--inflight 256]
+
+Servers run in a child process (so client and server each get a core, as in a real deployment):
+  * ours: ``RemotingServer`` with an echo processor, driven by ``open_remoting_client``;
+  * baseline: a plain Trio length-prefixed echo (read big, answer every frame in one send).
+Both are measured (a) with one request in flight and (b) with N in flight on one connection.
+Prints one JSON object. Targets (issue "Foundation"): (a) >= 0.7x the baseline, (b) >= 40 000 req/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cluster.logging import configure_logging
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.net import (
+    Connection,
+    Dispatcher,
+    RemotingServer,
+    open_remoting_client,
+)
+
+ECHO_CODE = 1
+_LEN = struct.Struct(">I")
+
+
+# ----------------------------------------------------------------------------- servers
+
+
+async def _echo(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    return request.response(0, body=request.body)
+
+
+async def _serve_ours() -> None:
+    server = RemotingServer(Dispatcher({ECHO_CODE: _echo}), node="bench")
+    async with trio.open_nursery() as nursery:
+        _host, port = await nursery.start(server.serve, "127.0.0.1", 0)
+        print(port, flush=True)
+
+
+async def _baseline_conn(stream: trio.SocketStream) -> None:
+    buf = bytearray()
+    while True:
+        data = await stream.receive_some(256 * 1024)
+        if not data:
+            return
+        buf += data
+        out = bytearray()
+        pos = 0
+        while len(buf) - pos >= 4:
+            (n,) = _LEN.unpack_from(buf, pos)
+            if len(buf) - pos - 4 < n:
+                break
+            out += buf[pos : pos + 4 + n]
+            pos += 4 + n
+        del buf[:pos]
+        if out:
+            await stream.send_all(out)
+
+
+async def _serve_baseline() -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    print(listeners[0].socket.getsockname()[1], flush=True)
+    await trio.serve_listeners(_baseline_conn, listeners)
+
+
+# ----------------------------------------------------------------------------- clients
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.count = 0
+
+    def summary(self, seconds: float) -> dict[str, float]:
+        lat = sorted(self.latencies)
+
+        def pct(p: float) -> float:
+            return round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1e6, 1) if lat else 0.0
+
+        return {
+            "requests": self.count,
+            "req_per_s": round(self.count / seconds),
+            "p50_us": pct(0.50),
+            "p99_us": pct(0.99),
+        }
+
+
+async def _drive(
+    call: Callable[[], Awaitable[None]], inflight: int, seconds: float, warmup: float
+) -> dict[str, float]:
+    stats = _Stats()
+    measuring = False
+    stop_at = trio.current_time() + warmup + seconds
+
+    async def worker() -> None:
+        clock = time.perf_counter
+        while trio.current_time() < stop_at:
+            t0 = clock()
+            await call()
+            if measuring:
+                stats.latencies.append(clock() - t0)
+                stats.count += 1
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(inflight):
+            nursery.start_soon(worker)
+        await trio.sleep(warmup)  # fixed warm-up period of the benchmark, not a wait on a condition
+        measuring = True
+        started = time.perf_counter()
+    elapsed = time.perf_counter() - started
+    return stats.summary(elapsed)
+
+
+async def _bench_ours(port: int, body: bytes, inflight: int, seconds: float) -> dict[str, object]:
+    async with open_remoting_client(node="bench-client") as client:
+        conn = await client.connection(f"127.0.0.1:{port}")
+        request = RemotingCommand.request(ECHO_CODE, {"topic": "BenchTopic", "queueId": "0"}, body)
+
+        async def call() -> None:
+            response = await conn.invoke(request, timeout=30)
+            if len(response.body) != len(body):
+                raise RuntimeError("echo mismatch")
+
+        one = await _drive(call, 1, seconds, 0.3)
+        many = await _drive(call, inflight, seconds, 0.5)
+    return {"one_in_flight": one, f"{inflight}_in_flight": many}
+
+
+async def _bench_baseline(
+    port: int, body: bytes, inflight: int, seconds: float
+) -> dict[str, object]:
+    """Plain Trio length-prefixed echo with the same correlation needs (a waiter per frame)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    frame = _LEN.pack(len(body)) + body
+    waiters: list[trio.Event] = []
+    out = bytearray()
+    sending = False
+
+    async def reader() -> None:
+        buf = bytearray()
+        while True:
+            data = await stream.receive_some(256 * 1024)
+            if not data:
+                return
+            buf += data
+            pos = 0
+            while len(buf) - pos >= 4:
+                (n,) = _LEN.unpack_from(buf, pos)
+                if len(buf) - pos - 4 < n:
+                    break
+                pos += 4 + n
+                waiters.pop(0).set()
+            del buf[:pos]
+
+    async def call() -> None:
+        nonlocal out, sending
+        done = trio.Event()
+        waiters.append(done)
+        out += frame
+        if not sending:
+            sending = True
+            try:
+                while out:
+                    chunk, out = out, bytearray()
+                    await stream.send_all(chunk)
+            finally:
+                sending = False
+        await done.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        one = await _drive(call, 1, seconds, 0.3)
+        many = await _drive(call, inflight, seconds, 0.5)
+        nursery.cancel_scope.cancel()
+    await stream.aclose()
+    return {"one_in_flight": one, f"{inflight}_in_flight": many}
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def _start_server(mode: str) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.strip().isdigit():
+        proc.kill()
+        raise RuntimeError(f"{mode} server did not start: {line!r}")
+    return proc, int(line)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--body", type=int, default=1024, help="body bytes per request")
+    parser.add_argument("--inflight", type=int, default=256)
+    parser.add_argument("--serve", choices=["ours", "baseline"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    configure_logging("warning")
+    if args.serve == "ours":
+        trio.run(_serve_ours)
+        return
+    if args.serve == "baseline":
+        trio.run(_serve_baseline)
+        return
+
+    body = os.urandom(args.body)
+    results: dict[str, object] = {}
+    for name, bench in (("baseline", _bench_baseline), ("ours", _bench_ours)):
+        proc, port = _start_server("baseline" if name == "baseline" else "ours")
+        try:
+            results[name] = trio.run(bench, port, body, args.inflight, args.seconds)
+        finally:
+            _stop(proc)
+
+    many = f"{args.inflight}_in_flight"
+    ours: dict[str, dict[str, float]] = results["ours"]  # type: ignore[assignment]
+    base: dict[str, dict[str, float]] = results["baseline"]  # type: ignore[assignment]
+    ratio_one = ours["one_in_flight"]["req_per_s"] / max(1, base["one_in_flight"]["req_per_s"])
+    report = {
+        "benchmark": "remoting echo",
+        "body_bytes": args.body,
+        "seconds_per_case": args.seconds,
+        "python": sys.version.split()[0],
+        "trio": trio.__version__,
+        "cpus": os.cpu_count(),
+        "ours": ours,
+        "baseline_plain_trio": base,
+        "ratio_vs_baseline": {
+            "one_in_flight": round(ratio_one, 3),
+            many: round(ours[many]["req_per_s"] / max(1, base[many]["req_per_s"]), 3),
+        },
+        "targets": {
+            "one_in_flight_ratio_min": 0.7,
+            f"{many}_req_per_s_min": 40_000,
+        },
+        "meets_targets": {
+            "one_in_flight": ratio_one >= 0.7,
+            many: ours[many]["req_per_s"] >= 40_000,
+        },
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

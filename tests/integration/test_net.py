@@ -1,0 +1,335 @@
+"""The Trio remoting shell over real loopback sockets."""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
+from cluster.remoting.codes import ResponseCode
+from cluster.remoting.net import (
+    Connection,
+    Dispatcher,
+    RemotingClosedError,
+    RemotingConnectError,
+    RemotingServer,
+    RemotingTimeoutError,
+    format_address,
+    open_remoting_client,
+)
+
+ECHO, HOLD, BOOM, ONEWAY_SINK, NOTHING, JITTER, CALL_BACK = 1, 2, 3, 4, 5, 6, 7
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.release_hold = trio.Event()
+        self.oneway_seen: list[RemotingCommand] = []
+        self.oneway_event = trio.Event()
+        self.client_conns: list[Connection] = []
+        self.closed_conns: list[Connection] = []
+        self.connected = trio.Event()
+        self.closed = trio.Event()
+
+    def on_connect(self, conn: Connection) -> None:
+        self.client_conns.append(conn)
+        self.connected.set()
+
+    def on_close(self, conn: Connection) -> None:
+        self.closed_conns.append(conn)
+        self.closed.set()
+
+    async def echo(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.response(0, ext_fields=req.ext_fields, body=req.body)
+
+    async def hold(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        await self.release_hold.wait()
+        return req.response(0, remark="released")
+
+    async def boom(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        raise ValueError("processor blew up")
+
+    async def sink(self, conn: Connection, req: RemotingCommand) -> None:
+        self.oneway_seen.append(req)
+        self.oneway_event.set()
+
+    async def nothing(self, conn: Connection, req: RemotingCommand) -> None:
+        return None
+
+    async def jitter(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        # answer out of order: later requests may overtake earlier ones
+        for _ in range(int(req.ext_fields["n"]) % 7):
+            await trio.lowlevel.checkpoint()
+        return req.response(0, ext_fields={"n": req.ext_fields["n"]})
+
+    async def call_back(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        # the server calls the connected client, then answers
+        answer = await conn.invoke(RemotingCommand.request(40, {"consumerGroup": "G"}), timeout=5)
+        return req.response(0, remark=f"client said {answer.remark}")
+
+    def dispatcher(self) -> Dispatcher:
+        return Dispatcher(
+            {
+                ECHO: self.echo,
+                HOLD: self.hold,
+                BOOM: self.boom,
+                ONEWAY_SINK: self.sink,
+                NOTHING: self.nothing,
+                JITTER: self.jitter,
+                CALL_BACK: self.call_back,
+            }
+        )
+
+
+@pytest.fixture
+async def server(nursery: trio.Nursery) -> AsyncIterator[tuple[str, Harness, RemotingServer]]:
+    harness = Harness()
+    srv = RemotingServer(
+        harness.dispatcher(),
+        node="test-server",
+        on_connect=harness.on_connect,
+        on_close=harness.on_close,
+    )
+    host, port = await nursery.start(srv.serve, "127.0.0.1", 0)
+    assert host == "127.0.0.1" and port > 0
+    yield format_address(host, port), harness, srv
+
+
+async def test_echo_and_error_responses(server: tuple[str, Harness, RemotingServer]) -> None:
+    addr, _, _ = server
+    async with open_remoting_client() as client:
+        r = await client.invoke(addr, RemotingCommand.request(ECHO, {"k": 1}, b"payload"))
+        assert (r.code, r.ext_fields, r.body, r.is_response) == (0, {"k": "1"}, b"payload", True)
+
+        r = await client.invoke(addr, RemotingCommand.request(999))
+        assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        assert r.remark == " request type 999 not supported"
+
+        r = await client.invoke(addr, RemotingCommand.request(BOOM))
+        assert r.code == ResponseCode.SYSTEM_ERROR
+        assert r.remark == "ValueError: processor blew up"
+
+        r = await client.invoke(addr, RemotingCommand.request(NOTHING))
+        assert r.code == ResponseCode.SYSTEM_ERROR  # a non-oneway request always gets an answer
+
+
+async def test_ten_thousand_concurrent_requests_out_of_order_all_matched(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, harness, _ = server
+    results: dict[int, str] = {}
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+
+        async def call(n: int) -> None:
+            r = await conn.invoke(RemotingCommand.request(JITTER, {"n": n}), timeout=60)
+            results[n] = r.ext_fields["n"]
+
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for n in range(10_000):
+                    nursery.start_soon(call, n)
+    assert results == {n: str(n) for n in range(10_000)}
+    assert len(harness.client_conns) == 1  # all of it went over one connection
+
+
+async def test_held_request_does_not_delay_others(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, harness, _ = server
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        held: list[RemotingCommand] = []
+
+        async def hold() -> None:
+            held.append(await conn.invoke(RemotingCommand.request(HOLD), timeout=30))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold)
+            with trio.fail_after(5):
+                for i in range(50):
+                    r = await conn.invoke(RemotingCommand.request(ECHO, {"i": i}))
+                    assert r.ext_fields == {"i": str(i)}
+            assert held == []  # still parked while 50 others were answered
+            harness.release_hold.set()
+        assert held[0].remark == "released"
+
+
+async def test_garbage_on_one_connection_leaves_others_served(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, harness, srv = server
+    host, port = addr.rsplit(":", 1)
+    async with open_remoting_client() as client:
+        await client.invoke(addr, RemotingCommand.request(ECHO))
+        raw = await trio.open_tcp_stream(host, int(port))
+        try:
+            # a frame whose header is not JSON, then more bytes
+            await raw.send_all(struct.pack(">II", 12, 8) + b"not json" + b"tail")
+            with trio.fail_after(5):
+                while await raw.receive_some(1024):
+                    pass  # the server must close this connection
+        finally:
+            await raw.aclose()
+        with trio.fail_after(5):
+            await harness.closed.wait()
+        assert "malformed frame" in (harness.closed_conns[0].close_reason or "")
+        r = await client.invoke(addr, RemotingCommand.request(ECHO, {"still": "here"}))
+        assert r.ext_fields == {"still": "here"}
+        assert len(srv.connections) == 1
+
+
+async def test_oversized_frame_closes_only_that_connection(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, _, _ = server
+    host, port = addr.rsplit(":", 1)
+    raw = await trio.open_tcp_stream(host, int(port))
+    try:
+        await raw.send_all(struct.pack(">I", 64 * 1024 * 1024))
+        with trio.fail_after(5):
+            assert await raw.receive_some(10) == b""
+    finally:
+        await raw.aclose()
+    async with open_remoting_client() as client:
+        assert (await client.invoke(addr, RemotingCommand.request(ECHO))).code == 0
+
+
+async def test_client_timeout_then_connection_still_usable(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, harness, _ = server
+    async with open_remoting_client() as client:
+        with pytest.raises(RemotingTimeoutError, match="no response to request code 2"):
+            await client.invoke(addr, RemotingCommand.request(HOLD), timeout=0.2)
+        r = await client.invoke(addr, RemotingCommand.request(ECHO, {"after": "timeout"}))
+        assert r.ext_fields == {"after": "timeout"}
+        harness.release_hold.set()  # the late answer is dropped, not mismatched
+        r = await client.invoke(addr, RemotingCommand.request(ECHO, {"x": "y"}))
+        assert r.ext_fields == {"x": "y"}
+
+
+async def test_oneway_gets_no_response(server: tuple[str, Harness, RemotingServer]) -> None:
+    addr, harness, _ = server
+    host, port = addr.rsplit(":", 1)
+    raw = await trio.open_tcp_stream(host, int(port))
+    try:
+        # oneway to a processor, oneway to an unknown code, oneway that raises: no bytes back
+        for code in (ONEWAY_SINK, 999, BOOM):
+            await raw.send_all(encode(RemotingCommand.request(code, {"c": code}, oneway=True), 1))
+        await raw.send_all(encode(RemotingCommand.request(ECHO, {"marker": "1"}), opaque=2))
+        decoder = FrameDecoder()
+        got: list[RemotingCommand] = []
+        with trio.fail_after(5):
+            while not got:
+                got += decoder.feed(await raw.receive_some(65536))
+        assert [(c.opaque, c.ext_fields) for c in got] == [(2, {"marker": "1"})]
+    finally:
+        await raw.aclose()
+    assert [c.ext_fields for c in harness.oneway_seen] == [{"c": str(ONEWAY_SINK)}]
+
+
+async def test_server_calls_the_client(server: tuple[str, Harness, RemotingServer]) -> None:
+    addr, _, _ = server
+
+    async def notify(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.response(0, remark=f"rebalanced {req.ext_fields['consumerGroup']}")
+
+    async with open_remoting_client({40: notify}) as client:
+        r = await client.invoke(addr, RemotingCommand.request(CALL_BACK), timeout=10)
+        assert r.remark == "client said rebalanced G"
+
+
+async def test_reconnect_on_next_call_after_drop(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, _harness, srv = server
+    async with open_remoting_client() as client:
+        first = await client.connection(addr)
+        await client.invoke(addr, RemotingCommand.request(ECHO))
+        for conn in srv.connections:  # the server drops us
+            await conn.aclose()
+        with trio.fail_after(5):
+            await first.closed.wait()
+        r = await client.invoke(addr, RemotingCommand.request(ECHO, {"again": 1}))
+        assert r.ext_fields == {"again": "1"}
+        assert (await client.connection(addr)) is not first
+
+
+async def test_pending_calls_fail_when_the_connection_drops(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, harness, srv = server
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+
+        async def drop_soon() -> None:
+            with trio.fail_after(5):
+                await harness.connected.wait()
+            for c in srv.connections:
+                await c.aclose()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drop_soon)
+            with pytest.raises(RemotingClosedError):
+                await conn.invoke(RemotingCommand.request(HOLD), timeout=30)
+
+
+async def test_connect_refused_is_a_clear_error() -> None:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    await listener.aclose()  # nothing listens there now
+    async with open_remoting_client() as client:
+        with pytest.raises(RemotingConnectError, match=f"127.0.0.1:{port}"):
+            await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(ECHO))
+
+
+async def test_idle_server_connection_is_closed(nursery: trio.Nursery) -> None:
+    harness = Harness()
+    srv = RemotingServer(harness.dispatcher(), idle_timeout=0.2, on_close=harness.on_close)
+    host, port = await nursery.start(srv.serve)
+    async with open_remoting_client() as client:
+        conn = await client.connection(format_address(host, port))
+        with trio.fail_after(5):
+            await conn.closed.wait()
+    assert "idle" in (harness.closed_conns[0].close_reason or "")
+
+
+async def test_binary_header_request_is_answered_in_kind(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, _, _ = server
+    host, port = addr.rsplit(":", 1)
+    raw = await trio.open_tcp_stream(host, int(port))
+    try:
+        req = RemotingCommand(code=ECHO, ext_fields={"k": "v"}, body=b"b", serialize_type=1)
+        await raw.send_all(encode(req, opaque=77))
+        decoder = FrameDecoder()
+        got: list[RemotingCommand] = []
+        with trio.fail_after(5):
+            while not got:
+                got += decoder.feed(await raw.receive_some(65536))
+        assert got[0].serialize_type == 1
+        assert (got[0].opaque, got[0].ext_fields, got[0].body) == (77, {"k": "v"}, b"b")
+    finally:
+        await raw.aclose()
+
+
+async def test_many_connections_in_parallel(server: tuple[str, Harness, RemotingServer]) -> None:
+    addr, _, _ = server
+
+    async def one_client(i: int) -> None:
+        async with open_remoting_client() as client:
+            for j in range(20):
+                body = random.randbytes(random.randint(0, 3000))
+                r = await client.invoke(addr, RemotingCommand.request(ECHO, {"i": i, "j": j}, body))
+                assert (r.ext_fields, r.body) == ({"i": str(i), "j": str(j)}, body)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+                nursery.start_soon(one_client, i)
