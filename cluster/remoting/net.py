@@ -320,31 +320,31 @@ class Connection:
     async def _flush(self) -> None:
         self._sending = True
         try:
-            sent = self._sock.try_send(self._out)
-            if sent == len(self._out):
-                self._out.clear()
-                return
-            del self._out[:sent]
-            # Shielded: a caller's cancellation must not cut a frame in half. A peer that stops
-            # reading is caught by the write deadline, and then the connection closes.
-            with trio.CancelScope(
-                shield=True, deadline=trio.current_time() + WRITE_TIMEOUT_S
-            ) as wscope:
-                while self._out:
-                    await self._sock.wait_writable()
-                    sent = self._sock.try_send(self._out)
-                    del self._out[:sent]
-                    if self._drained is not None and len(self._out) <= MAX_OUTBOUND_BUFFER_BYTES:
-                        self._drained.set()
-                        self._drained = None
-            if wscope.cancelled_caught:
-                await self._abort(f"send stalled for {WRITE_TIMEOUT_S:g}s")
-                raise RemotingClosedError(f"send to {self.peer} stalled")
+            while self._out:
+                chunk, self._out = self._out, bytearray()  # new frames queue behind this chunk
+                view = memoryview(chunk)[self._sock.try_send(chunk) :]
+                if view:
+                    await self._send_rest(view)
+                if self._drained is not None and len(self._out) <= MAX_OUTBOUND_BUFFER_BYTES:
+                    self._drained.set()
+                    self._drained = None
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             await self._abort(f"send failed: {exc}")
             raise RemotingClosedError(f"connection to {self.peer} broke while sending") from exc
         finally:
             self._sending = False
+
+    async def _send_rest(self, view: memoryview) -> None:
+        # Shielded: a caller's cancellation must not cut a frame in half. A peer that takes
+        # nothing for WRITE_TIMEOUT_S is stuck, and then the connection closes.
+        with trio.CancelScope(shield=True) as scope:
+            while view:
+                scope.deadline = trio.current_time() + WRITE_TIMEOUT_S
+                await self._sock.wait_writable()
+                view = view[self._sock.try_send(view) :]
+        if scope.cancelled_caught:
+            await self._abort(f"peer took nothing for {WRITE_TIMEOUT_S:g}s")
+            raise RemotingClosedError(f"send to {self.peer} stalled")
 
     # ---------------------------------------------------------------- reading and serving
 
@@ -579,11 +579,16 @@ class RemotingServer:
             if self._on_connect is not None:
                 self._on_connect(conn)
             await conn.run(idle_timeout=self.idle_timeout)
+        except Exception:  # a bug in one connection must not take the server down
+            conn.log.exception("connection failed")
         finally:
             self._connections.discard(conn)
             conn.log.debug("connection closed", reason=conn.close_reason)
             if self._on_close is not None:
-                self._on_close(conn)
+                try:
+                    self._on_close(conn)
+                except Exception:
+                    conn.log.exception("on_close callback failed")
 
 
 # =========================================================================== client
@@ -653,6 +658,8 @@ class RemotingClient:
     async def _run_connection(self, addr: str, conn: Connection) -> None:
         try:
             await conn.run()
+        except Exception:  # contained: the next call to addr reconnects
+            conn.log.exception("connection failed")
         finally:
             if self._connections.get(addr) is conn:
                 del self._connections[addr]

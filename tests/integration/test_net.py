@@ -333,3 +333,45 @@ async def test_many_connections_in_parallel(server: tuple[str, Harness, Remoting
         async with trio.open_nursery() as nursery:
             for i in range(20):
                 nursery.start_soon(one_client, i)
+
+
+async def test_a_failing_close_callback_does_not_stop_the_server(nursery: trio.Nursery) -> None:
+    harness = Harness()
+
+    def bad_on_close(conn: Connection) -> None:
+        raise RuntimeError("callback bug")
+
+    srv = RemotingServer(harness.dispatcher(), on_close=bad_on_close)
+    host, port = await nursery.start(srv.serve)
+    addr = format_address(host, port)
+    for _ in range(3):
+        async with open_remoting_client() as client:
+            assert (await client.invoke(addr, RemotingCommand.request(ECHO))).code == 0
+
+
+async def test_busy_port_is_a_clear_error(server: tuple[str, Harness, RemotingServer]) -> None:
+    addr, harness, _ = server
+    host, port = addr.rsplit(":", 1)
+    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}"):
+        await RemotingServer(harness.dispatcher()).serve(host, int(port))
+
+
+async def test_large_bodies_cross_partial_sends(server: tuple[str, Harness, RemotingServer]) -> None:
+    addr, _, _ = server
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        big = random.randbytes(12 * 1024 * 1024)
+        r = await conn.invoke(RemotingCommand.request(ECHO, body=big), timeout=30)
+        assert r.body == big
+
+        bodies = [random.randbytes(512 * 1024) for _ in range(24)]
+        got: dict[int, bytes] = {}
+
+        async def call(i: int) -> None:
+            resp = await conn.invoke(RemotingCommand.request(ECHO, {"i": i}, bodies[i]), timeout=30)
+            got[int(resp.ext_fields["i"])] = bytes(resp.body)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(len(bodies)):
+                nursery.start_soon(call, i)
+        assert got == dict(enumerate(bodies))
