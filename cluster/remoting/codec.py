@@ -241,35 +241,59 @@ def _language_name(value: Any) -> str:
     raise ProtocolError("header field 'language' must be a string or an ordinal")
 
 
-def decode_header_json(data: bytes | memoryview, body: bytes) -> RemotingCommand:
+def decode_header_json(data: bytes | bytearray | memoryview, body: bytes) -> RemotingCommand:
     try:
         header = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"header is not valid JSON: {exc}") from None
-    if not isinstance(header, dict):
+    if type(header) is not dict:
         raise ProtocolError("header is not a JSON object")
+    get = header.get
+    code = get("code")
+    version = get("version", 0)
+    opaque = get("opaque", 0)
+    flag = get("flag", 0)
+    language = get("language")
+    remark = get("remark")
+    ext = get("extFields")
+    # Fast path: what Java, C++ and Go clients send (ints, a known language name, string values).
+    if (
+        type(code) is int
+        and type(version) is int
+        and type(opaque) is int
+        and type(flag) is int
+        and _INT32_MIN <= code <= _INT32_MAX
+        and _INT32_MIN <= version <= _INT32_MAX
+        and _INT32_MIN <= opaque <= _INT32_MAX
+        and _INT32_MIN <= flag <= _INT32_MAX
+        and type(language) is str
+        and language in _LANGUAGE_NAMES
+        and (remark is None or type(remark) is str)
+        and (ext is None or type(ext) is dict)
+    ):  # (the ext_fields converter turns C++'s numbers into strings and rejects anything else)
+        return RemotingCommand(
+            code, language, version, opaque, flag, remark, ext or {}, body, SERIALIZE_JSON
+        )
+    return _decode_header_json_lenient(header, body)
+
+
+def _decode_header_json_lenient(header: dict[str, Any], body: bytes) -> RemotingCommand:
+    """Numbers as strings, extFields numbers/booleans, language ordinals: coerce or reject."""
     if "code" not in header:
         raise ProtocolError("header has no 'code'")
     ext = header.get("extFields")
     if ext is None:
         ext_fields: dict[str, str] = {}
     elif type(ext) is dict:
-        ext_fields = ext
-        for v in ext.values():
-            if type(v) is not str:  # C++ sends numbers; Java's fastjson may send booleans
-                ext_fields = {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
-                break
+        ext_fields = {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
     else:
         raise ProtocolError("header field 'extFields' must be an object")
     remark = header.get("remark")
     if remark is not None and type(remark) is not str:
         raise ProtocolError("header field 'remark' must be a string")
-    language = header.get("language")
     return RemotingCommand(
         code=_as_int(header["code"], "code"),
-        language=language
-        if type(language) is str and language in _LANGUAGE_NAMES
-        else _language_name(language),
+        language=_language_name(header.get("language")),
         version=_as_int(header.get("version", 0), "version"),
         opaque=_as_int(header.get("opaque", 0), "opaque"),
         flag=_as_int(header.get("flag", 0), "flag"),
@@ -287,7 +311,7 @@ def _utf8(data: bytes | memoryview, what: str) -> str:
         raise ProtocolError(f"{what} is not valid UTF-8") from None
 
 
-def decode_header_binary(data: bytes | memoryview, body: bytes) -> RemotingCommand:
+def decode_header_binary(data: bytes | bytearray | memoryview, body: bytes) -> RemotingCommand:
     mv = memoryview(data)
     n = len(mv)
     if n < _BIN_FIXED.size + 8:
@@ -377,23 +401,36 @@ class FrameDecoder:
         out: list[RemotingCommand] = []
         pos = 0
         end = len(buf)
+        unpack = _UINT32.unpack_from
         try:
-            with memoryview(buf) as mv:
-                while end - pos >= 4:
-                    (length,) = _UINT32.unpack_from(mv, pos)
-                    if length < 4:
-                        raise ProtocolError(
-                            f"frame length {length} is shorter than its header word"
-                        )
-                    if length + 4 > self.max_frame_bytes:
-                        raise ProtocolError(
-                            f"frame of {length + 4} bytes exceeds the "
-                            f"{self.max_frame_bytes}-byte limit"
-                        )
-                    if end - pos - 4 < length:
-                        break
-                    out.append(decode_frame(mv[pos + 4 : pos + 4 + length]))
-                    pos += 4 + length
+            while end - pos >= 4:
+                (length,) = unpack(buf, pos)
+                if length < 4:
+                    raise ProtocolError(f"frame length {length} is shorter than its header word")
+                if length + 4 > self.max_frame_bytes:
+                    raise ProtocolError(
+                        f"frame of {length + 4} bytes exceeds the {self.max_frame_bytes}-byte limit"
+                    )
+                frame_end = pos + 4 + length
+                if frame_end > end:
+                    break
+                (word,) = unpack(buf, pos + 4)
+                header_len = word & 0xFFFFFF
+                body_start = pos + 8 + header_len
+                if body_start > frame_end:
+                    raise ProtocolError(
+                        f"header length {header_len} exceeds the frame ({length - 4} bytes)"
+                    )
+                header = buf[pos + 8 : body_start]
+                body = bytes(buf[body_start:frame_end]) if body_start < frame_end else b""
+                stype = word >> 24
+                if stype == SERIALIZE_JSON:
+                    out.append(decode_header_json(header, body))
+                elif stype == SERIALIZE_ROCKETMQ:
+                    out.append(decode_header_binary(header, body))
+                else:
+                    raise ProtocolError(f"unknown serialize type {stype}")
+                pos = frame_end
         except ProtocolError as exc:
             self._broken = str(exc)
             raise

@@ -18,11 +18,12 @@ NOTIFY_CONSUMER_IDS_CHANGED or CHECK_TRANSACTION_STATE exactly as the client cal
 from __future__ import annotations
 
 import errno
+import inspect
 import math
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import attrs
 import trio
@@ -51,7 +52,12 @@ ACCEPT_BACKOFF_S: Final = 0.1
 #: Encoded frames waiting for the socket; past this, writers wait for the peer to read.
 MAX_OUTBOUND_BUFFER_BYTES: Final = 32 * 1024 * 1024
 
-Processor = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+#: A request processor. ``async def`` processors run in a task of their own (they may wait: long
+#: polling, a flush, a call back to the peer); plain ``def`` processors must not block and run
+#: inline in the connection's reader, their responses batched into one send per read.
+AsyncProcessor = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+SyncProcessor = Callable[["Connection", RemotingCommand], RemotingCommand | None]
+Processor = AsyncProcessor | SyncProcessor
 
 
 class RemotingError(Exception):
@@ -101,12 +107,9 @@ class _Socket:
         self._buf = bytearray(READ_CHUNK_BYTES)
         self._view = memoryview(self._buf)
 
-    async def receive(self) -> memoryview:
-        """The next bytes received (a view valid until the next call); empty at EOF.
-
-        Always passes through the scheduler once: waiting for data when there is none, or a
-        checkpoint when there was some at once (so a busy connection cannot starve the others).
-        """
+    async def receive(self) -> tuple[memoryview, bool]:
+        """The next bytes received (a view valid until the next call; empty at EOF), and whether
+        it had to wait for them."""
         waited = False
         while True:
             try:
@@ -117,9 +120,7 @@ class _Socket:
                 continue
             except OSError as exc:
                 raise trio.BrokenResourceError(str(exc)) from exc
-            if not waited:
-                await trio.lowlevel.checkpoint()
-            return self._view[:n]
+            return self._view[:n], waited
 
     def try_send(self, data: bytes | bytearray | memoryview) -> int:
         """Send what the kernel takes now; the number of bytes taken (0 if it would block)."""
@@ -169,9 +170,25 @@ class Dispatcher:
 
     processors: Mapping[int, Processor] = attrs.field(factory=dict)
     default: Processor | None = None
+    _is_async: Mapping[int, bool] = attrs.field(init=False, repr=False, eq=False)
 
-    def lookup(self, code: int) -> Processor | None:
-        return self.processors.get(code, self.default)
+    def __attrs_post_init__(self) -> None:
+        flags = {code: _is_async(p) for code, p in self.processors.items()}
+        object.__setattr__(self, "_is_async", flags)
+
+    def lookup(self, code: int) -> tuple[Processor | None, bool]:
+        """The processor for ``code`` and whether it is ``async`` (needs a task of its own)."""
+        processor = self.processors.get(code)
+        if processor is not None:
+            return processor, self._is_async[code]
+        if self.default is not None:
+            return self.default, _is_async(self.default)
+        return None, False
+
+
+def _is_async(processor: Processor) -> bool:
+    target = getattr(processor, "__call__", processor)  # noqa: B004 - callables with async __call__
+    return inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(target)
 
 
 class _Pending:
@@ -187,8 +204,10 @@ class _Pending:
 class Connection:
     """One TCP connection speaking remoting frames, usable from either end.
 
-    Call timeouts are kept by one timer task per connection that wakes at the earliest pending
-    deadline (not by a cancel scope per call): a call is a dict entry and an Event.
+    Writing never blocks a caller: frames are encoded into an outbound buffer and sent at once
+    when the kernel takes them; what it does not take is sent by a flusher task. Call timeouts
+    are kept by one timer task that wakes at the earliest pending deadline (not by a cancel scope
+    per call): a call costs a dict entry and an Event.
     """
 
     def __init__(
@@ -214,9 +233,11 @@ class Connection:
         self._opaque = 0
         self._timer_deadline = math.inf
         self._timer_scope: trio.CancelScope | None = None
+        self._last_read = trio.current_time()
+        self._nursery: trio.Nursery | None = None
         self._out = bytearray()
-        self._sending = False
-        self._flush_soon = False
+        self._flushing = False  # a flusher task owns the socket's send side
+        self._flush_soon = False  # a writer is gathering this batch's frames
         self._drained: trio.Event | None = None
         self._slots = trio.Semaphore(max_in_flight, max_value=max_in_flight)
         self._closed = False
@@ -269,8 +290,6 @@ class Connection:
 
     async def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send ``request`` with the oneway bit; nothing comes back."""
-        if self._closed:
-            raise RemotingClosedError(f"connection to {self.peer} is closed")
         if not request.is_oneway:
             request = attrs.evolve(request, flag=request.flag | FLAG_ONEWAY)
         await self._write(request, self._next_opaque())
@@ -295,102 +314,125 @@ class Connection:
     # ---------------------------------------------------------------- writing
 
     async def _write(self, cmd: RemotingCommand, opaque: int, gather: bool = False) -> None:
-        """Queue one frame and see it sent. ``gather``: more frames are likely to become ready in
-        this scheduling batch, so wait for them (one checkpoint) and send all in one go."""
+        """Queue one frame and see it on its way.
+
+        ``gather``: more frames are likely to become ready in this scheduling batch (other calls
+        or responses in flight), so let them queue up first (one checkpoint) and send them in one
+        go. Waits only when the outbound buffer is over its limit (the peer reads too slowly).
+        """
         if self._closed:
             raise RemotingClosedError(f"connection to {self.peer} is closed")
         encode_into(self._out, cmd, opaque)
-        if self._sending or self._flush_soon:
-            # a send is under way, or a flush is already scheduled: it takes this frame along
-            if len(self._out) > MAX_OUTBOUND_BUFFER_BYTES:
-                if self._drained is None:
-                    self._drained = trio.Event()
-                await self._drained.wait()  # backpressure: the peer reads slower than we write
-            return
-        if gather:
+        if gather and not self._flush_soon and not self._flushing:
             self._flush_soon = True
-            try:  # not cancellable: the frame is queued and this task owes it a flush
+            try:  # not cancellable: the frame is queued and this task owes it a send
                 await trio.lowlevel.cancel_shielded_checkpoint()
             finally:
                 self._flush_soon = False
-            if not self._out or self._sending:
-                return
-        await self._flush()
+        if not self._flush_soon:
+            self._send_queued()
+        if len(self._out) > MAX_OUTBOUND_BUFFER_BYTES and not self._closed:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
 
-    async def _flush(self) -> None:
-        self._sending = True
+    def _send_queued(self) -> None:
+        """Send what is queued as far as the kernel takes it now; a flusher task does the rest."""
+        if self._flushing or not self._out or self._closed:
+            return
+        chunk, self._out = self._out, bytearray()
         try:
-            while self._out:
-                chunk, self._out = self._out, bytearray()  # new frames queue behind this chunk
-                view = memoryview(chunk)[self._sock.try_send(chunk) :]
-                if view:
-                    await self._send_rest(view)
+            sent = self._sock.try_send(chunk)
+        except trio.BrokenResourceError as exc:
+            self._fail_soon(f"send failed: {exc}")
+            return
+        if sent < len(chunk):
+            if self._nursery is None:
+                raise RuntimeError("connection is not running")
+            self._flushing = True
+            self._nursery.start_soon(self._flusher, memoryview(chunk)[sent:])
+
+    async def _flusher(self, view: memoryview) -> None:
+        """Send ``view`` and whatever queues behind it, as the peer makes room."""
+        try:
+            while True:
+                while view:
+                    with trio.move_on_after(WRITE_TIMEOUT_S) as scope:
+                        await self._sock.wait_writable()
+                    if scope.cancelled_caught:
+                        self.close_reason = f"peer took nothing for {WRITE_TIMEOUT_S:g}s"
+                        await self._abort(self.close_reason)
+                        return
+                    view = view[self._sock.try_send(view) :]
                 if self._drained is not None and len(self._out) <= MAX_OUTBOUND_BUFFER_BYTES:
                     self._drained.set()
                     self._drained = None
+                if not self._out:
+                    return
+                chunk, self._out = self._out, bytearray()
+                view = memoryview(chunk)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             await self._abort(f"send failed: {exc}")
-            raise RemotingClosedError(f"connection to {self.peer} broke while sending") from exc
         finally:
-            self._sending = False
+            self._flushing = False
 
-    async def _send_rest(self, view: memoryview) -> None:
-        # Shielded: a caller's cancellation must not cut a frame in half. A peer that takes
-        # nothing for WRITE_TIMEOUT_S is stuck, and then the connection closes.
-        with trio.CancelScope(shield=True) as scope:
-            while view:
-                scope.deadline = trio.current_time() + WRITE_TIMEOUT_S
-                await self._sock.wait_writable()
-                view = view[self._sock.try_send(view) :]
-        if scope.cancelled_caught:
-            await self._abort(f"peer took nothing for {WRITE_TIMEOUT_S:g}s")
-            raise RemotingClosedError(f"send to {self.peer} stalled")
+    def _fail_soon(self, reason: str) -> None:
+        self.close_reason = self.close_reason or reason
+        if self._nursery is not None:
+            self._nursery.start_soon(self._abort, reason)
 
     # ---------------------------------------------------------------- reading and serving
 
-    async def run(self, *, idle_timeout: float | None = None) -> None:
+    async def run(
+        self,
+        *,
+        idle_timeout: float | None = None,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         """Read and dispatch until the peer closes, a frame is malformed, or it idles."""
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 nursery.start_soon(self._expire_calls)
+                if idle_timeout is not None:
+                    nursery.start_soon(self._close_when_idle, idle_timeout)
+                task_status.started()
                 try:
-                    await self._read_loop(nursery, idle_timeout)
+                    await self._read_frames(nursery)
                 finally:
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 await self._abort(self.close_reason or "closed")
 
-    async def _read_loop(self, nursery: trio.Nursery, idle_timeout: float | None) -> None:
-        if idle_timeout is None:
-            await self._read_frames(nursery, None)
-            return
+    async def _close_when_idle(self, idle_timeout: float) -> None:
+        """Close once nothing was read for ``idle_timeout`` and nothing is in flight.
+
+        The reader only stamps ``_last_read``; this task sleeps until that stamp plus the timeout.
+        """
         while True:
-            # one scope per idle period (its deadline moves on with every read), not per read
-            with trio.CancelScope() as idle_scope:
-                await self._read_frames(nursery, (idle_scope, idle_timeout))
-                return
-            if not self._pending and self._slots.value == self._slots.max_value:
+            await trio.sleep_until(self._last_read + idle_timeout)
+            quiet = trio.current_time() - self._last_read >= idle_timeout
+            if quiet and not self._pending and self._slots.value == self._slots.max_value:
                 self.close_reason = f"idle for {idle_timeout:g}s"
                 self.log.info("closing idle connection", idle_s=idle_timeout)
+                await self._abort(self.close_reason)
                 return
+            if quiet:  # busy with requests: look again a full period from now
+                self._last_read = trio.current_time()
 
-    async def _read_frames(
-        self, nursery: trio.Nursery, idle: tuple[trio.CancelScope, float] | None
-    ) -> None:
+    async def _read_frames(self, nursery: trio.Nursery) -> None:
         sock = self._sock
         decoder = self._decoder
         slots = self._slots
+        lookup = self._dispatcher.lookup
         while True:
-            if idle is not None:
-                idle[0].deadline = trio.current_time() + idle[1]
             try:
-                data = await sock.receive()
+                data, waited = await sock.receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self.close_reason = self.close_reason or f"read failed: {exc}"
                 return
-            if idle is not None:
-                idle[0].deadline = math.inf
+            self._last_read = trio.current_time()
             if not data:
                 self.close_reason = self.close_reason or "peer closed"
                 return
@@ -400,15 +442,30 @@ class Connection:
                 self.close_reason = f"malformed frame: {exc}"
                 self.log.warning("malformed frame, closing connection", reason=str(exc))
                 return
+            spawned = False
             for cmd in commands:
                 if cmd.flag & FLAG_RESPONSE:
                     self._complete(cmd)
+                    continue
+                processor, is_async = lookup(cmd.code)
+                if processor is not None and not is_async:
+                    self._answer_inline(cast(SyncProcessor, processor), cmd)
                     continue
                 try:
                     slots.acquire_nowait()
                 except trio.WouldBlock:
                     await slots.acquire()
-                nursery.start_soon(self._serve_request, cmd, len(commands) > 1)
+                nursery.start_soon(self._serve_request, processor, cmd, len(commands) > 1)
+                spawned = True
+            self._send_queued()  # every inline answer of this read in one send
+            if len(self._out) > MAX_OUTBOUND_BUFFER_BYTES and not self._closed:
+                if self._drained is None:
+                    self._drained = trio.Event()
+                await self._drained.wait()  # stop reading until the peer reads its answers
+            if spawned or commands or not waited:
+                # Let the tasks just spawned or woken run (and answer) before this task tries
+                # the socket again; also keeps a busy connection from starving the others.
+                await trio.lowlevel.checkpoint()
 
     def _complete(self, response: RemotingCommand) -> None:
         slot = self._pending.pop(response.opaque, None)
@@ -420,9 +477,35 @@ class Connection:
         slot.response = response
         slot.event.set()
 
-    async def _serve_request(self, request: RemotingCommand, gather: bool) -> None:
+    def _answer_inline(self, processor: SyncProcessor, request: RemotingCommand) -> None:
         try:
-            processor = self._dispatcher.lookup(request.code)
+            response = processor(self, request)
+        except Exception as exc:
+            self.log.warning("processor failed", code=request.code, error=repr(exc), exc_info=True)
+            response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
+        if not request.flag & FLAG_ONEWAY and not self._closed:
+            self._queue_response(request, response)
+
+    def _queue_response(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        if response is None:
+            response = request.response(
+                ResponseCode.SYSTEM_ERROR, f"no response for request code {request.code}"
+            )
+        elif not response.flag & FLAG_RESPONSE:
+            response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
+        try:
+            encode_into(self._out, response, request.opaque)
+        except ProtocolError as exc:  # e.g. a body over the frame limit: say so instead
+            encode_into(
+                self._out,
+                request.response(ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"),
+                request.opaque,
+            )
+
+    async def _serve_request(
+        self, processor: Processor | None, request: RemotingCommand, gather: bool
+    ) -> None:
+        try:
             response: RemotingCommand | None
             if processor is None:
                 response = request.response(
@@ -431,29 +514,23 @@ class Connection:
                 )
             else:
                 try:
-                    response = await processor(self, request)
+                    response = await cast(AsyncProcessor, processor)(self, request)
                 except Exception as exc:
                     self.log.warning(
                         "processor failed", code=request.code, error=repr(exc), exc_info=True
                     )
                     response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
-            if request.flag & FLAG_ONEWAY:
+            if request.flag & FLAG_ONEWAY or self._closed:
                 return
-            if response is None:
-                response = request.response(
-                    ResponseCode.SYSTEM_ERROR, f"no response for request code {request.code}"
-                )
-            elif not response.flag & FLAG_RESPONSE:
-                response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
-            try:
-                await self._write(response, request.opaque, gather)
-            except ProtocolError as exc:  # e.g. a body over the frame limit: say so instead
-                await self._write(
-                    request.response(ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"),
-                    request.opaque,
-                )
-        except RemotingClosedError:
-            pass
+            self._queue_response(request, response)
+            if gather and not self._flush_soon and not self._flushing:
+                self._flush_soon = True
+                try:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                finally:
+                    self._flush_soon = False
+            if not self._flush_soon:
+                self._send_queued()
         finally:
             self._slots.release()
 
@@ -649,15 +726,20 @@ class RemotingClient:
                 sock.close()
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
             self._connections[addr] = conn
-            self._nursery.start_soon(self._run_connection, addr, conn)
+            await self._nursery.start(self._run_connection, addr, conn)
             return conn
         finally:
             del self._connecting[addr]
             done.set()
 
-    async def _run_connection(self, addr: str, conn: Connection) -> None:
+    async def _run_connection(
+        self,
+        addr: str,
+        conn: Connection,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         try:
-            await conn.run()
+            await conn.run(task_status=task_status)
         except Exception:  # contained: the next call to addr reconnects
             conn.log.exception("connection failed")
         finally:

@@ -23,6 +23,7 @@ from cluster.remoting.net import (
 )
 
 ECHO, HOLD, BOOM, ONEWAY_SINK, NOTHING, JITTER, CALL_BACK = 1, 2, 3, 4, 5, 6, 7
+SYNC_ECHO, SYNC_BOOM, SYNC_NOTHING, SYNC_SINK = 11, 12, 13, 14
 
 
 class Harness:
@@ -81,8 +82,25 @@ class Harness:
                 NOTHING: self.nothing,
                 JITTER: self.jitter,
                 CALL_BACK: self.call_back,
+                SYNC_ECHO: self.sync_echo,
+                SYNC_BOOM: self.sync_boom,
+                SYNC_NOTHING: self.sync_nothing,
+                SYNC_SINK: self.sync_sink,
             }
         )
+
+    # plain ``def`` processors run inline in the reader
+    def sync_echo(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.response(0, ext_fields=req.ext_fields, body=req.body)
+
+    def sync_boom(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        raise KeyError("inline bug")
+
+    def sync_nothing(self, conn: Connection, req: RemotingCommand) -> None:
+        return None
+
+    def sync_sink(self, conn: Connection, req: RemotingCommand) -> None:
+        self.oneway_seen.append(req)
 
 
 @pytest.fixture
@@ -356,7 +374,9 @@ async def test_busy_port_is_a_clear_error(server: tuple[str, Harness, RemotingSe
         await RemotingServer(harness.dispatcher()).serve(host, int(port))
 
 
-async def test_large_bodies_cross_partial_sends(server: tuple[str, Harness, RemotingServer]) -> None:
+async def test_large_bodies_cross_partial_sends(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
     addr, _, _ = server
     async with open_remoting_client() as client:
         conn = await client.connection(addr)
@@ -375,3 +395,53 @@ async def test_large_bodies_cross_partial_sends(server: tuple[str, Harness, Remo
             for i in range(len(bodies)):
                 nursery.start_soon(call, i)
         assert got == dict(enumerate(bodies))
+
+
+async def test_sync_processors_answer_inline_with_the_same_rules(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, harness, _ = server
+    async with open_remoting_client() as client:
+        r = await client.invoke(addr, RemotingCommand.request(SYNC_ECHO, {"k": "v"}, b"b"))
+        assert (r.code, r.ext_fields, r.body) == (0, {"k": "v"}, b"b")
+        r = await client.invoke(addr, RemotingCommand.request(SYNC_BOOM))
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "KeyError: 'inline bug'")
+        r = await client.invoke(addr, RemotingCommand.request(SYNC_NOTHING))
+        assert r.code == ResponseCode.SYSTEM_ERROR
+        await client.invoke_oneway(addr, RemotingCommand.request(SYNC_SINK, {"o": 1}))
+        await client.invoke_oneway(addr, RemotingCommand.request(SYNC_BOOM))
+        r = await client.invoke(addr, RemotingCommand.request(SYNC_ECHO, {"after": "oneway"}))
+        assert r.ext_fields == {"after": "oneway"}  # nothing came back for the oneways
+    assert [c.ext_fields for c in harness.oneway_seen] == [{"o": "1"}]
+
+
+async def test_inline_and_task_processors_interleave_on_one_connection(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, harness, _ = server
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        got: dict[tuple[int, int], str] = {}
+        all_answered = trio.Event()
+
+        async def call(code: int, i: int) -> None:
+            r = await conn.invoke(RemotingCommand.request(code, {"n": i}), timeout=30)
+            got[code, i] = r.ext_fields["n"]
+            if len(got) == 2000:
+                all_answered.set()
+
+        held: list[RemotingCommand] = []
+
+        async def hold() -> None:
+            held.append(await conn.invoke(RemotingCommand.request(HOLD), timeout=30))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold)
+            for i in range(2000):
+                nursery.start_soon(call, SYNC_ECHO if i % 2 else JITTER, i)
+            with trio.fail_after(30):
+                await all_answered.wait()  # every call answered while HOLD is still parked
+            assert held == []
+            harness.release_hold.set()
+        assert got == {(SYNC_ECHO if i % 2 else JITTER, i): str(i) for i in range(2000)}
+        assert held[0].remark == "released"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-
 from collections.abc import Iterator
 
 import pytest
