@@ -26,10 +26,25 @@ def _json_serializer(obj: Any, **_kw: Any) -> str:
     return orjson.dumps(obj, default=str).decode()
 
 
+class _StderrLogger:
+    """Writes each line to whatever ``sys.stderr`` is at the time (test capture swaps it)."""
+
+    def msg(self, message: str) -> None:
+        stream = sys.stderr
+        stream.write(message + "\n")
+        stream.flush()
+
+    log = debug = info = warning = warn = error = critical = exception = fatal = msg
+
+
+def _stderr_logger_factory(*_args: Any) -> _StderrLogger:
+    return _StderrLogger()
+
+
 def configure_logging(
     level: str = "info", *, stream: TextIO | None = None, json: bool | None = None
 ) -> None:
-    """Route structlog to ``stream`` (stderr by default); JSON unless ``stream`` is a TTY."""
+    """Route structlog to ``stream`` (the current stderr by default); JSON unless on a TTY."""
     out = stream if stream is not None else sys.stderr
     if level.lower() not in _LEVELS:
         raise ValueError(f"unknown log level {level!r}; use one of {', '.join(_LEVELS)}")
@@ -48,7 +63,9 @@ def configure_logging(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        logger_factory=(
+            structlog.PrintLoggerFactory(file=stream) if stream is not None else _stderr_logger_factory
+        ),
         cache_logger_on_first_use=False,
     )
 

@@ -1,0 +1,230 @@
+"""The NameServer node: the Trio shell around ``namesrv.processor`` and ``namesrv.route_info``.
+
+``serve(config)`` listens (``bindAddress:listenPort``; port 0 = ephemeral), answers every 4.x
+NameServer request, removes silent brokers every ``scanNotActiveBrokerInterval`` and removes a
+broker at once when the connection it registered over closes. KV config changes are written to
+``kvConfigPath`` (atomically, in a worker thread) before the request is answered.
+
+NameServers are independent: nothing is shared or synchronised between nodes; brokers register
+with each one.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import trio
+
+from cluster.logging import get_logger
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.net import (
+    Connection,
+    Dispatcher,
+    Processor,
+    RemotingServer,
+    format_address,
+)
+from namesrv.config import NamesrvConfig
+from namesrv.kv_config import load_file, write_atomically
+from namesrv.processor import (
+    NAMESRV_REQUEST_CODES,
+    NamesrvState,
+    Reply,
+    RequestContext,
+    process,
+)
+from namesrv.route_info import RemovedBroker
+
+#: Requests whose answer waits for kvConfig.json to be written.
+_PERSISTING_CODES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG})
+#: Requests that can change broker liveness without changing what routes look like.
+_LIVENESS_CODES = frozenset(
+    {RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION}
+)
+
+
+class NamesrvServer:
+    """One NameServer node. ``serve`` runs it; ``state`` and ``address`` are set once it started."""
+
+    def __init__(self, config: NamesrvConfig, *, node: str = "namesrv") -> None:
+        self.config = config
+        self.node = node
+        self.log = get_logger(node=node, role="namesrv")
+        self.state: NamesrvState | None = None
+        self.address: tuple[str, int] | None = None
+        self._changed = trio.Event()
+        self._kv_lock = trio.Lock()
+        #: Our id for each open connection (the route tables know connections by this id).
+        self._conn_ids: dict[Connection, int] = {}
+        self._connections: dict[int, Connection] = {}
+        self._next_conn_id = itertools.count(1)
+
+    # ------------------------------------------------------------------ running
+
+    async def serve(
+        self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        config = self.config
+        kv = await trio.to_thread.run_sync(load_file, config.kv_config_path)
+        self.state = NamesrvState.create(config, kv)
+        self._notify()
+        # Only KV writes wait (for the file); every other request is answered inline by the
+        # connection's reader, its response batched with the others of the same read.
+        processors: dict[int, Processor] = {
+            code: self._handle if code in _PERSISTING_CODES else self._handle_inline
+            for code in NAMESRV_REQUEST_CODES
+        }
+        dispatcher = Dispatcher(processors, None)
+        server = RemotingServer(
+            dispatcher,
+            node=self.node,
+            idle_timeout=float(config.server_channel_max_idle_time_seconds),
+            on_connect=self._on_connect,
+            on_close=self._on_close,
+        )
+        async with trio.open_nursery() as nursery:
+            bound: tuple[str, int] = await nursery.start(
+                server.serve, config.bind_address, config.listen_port
+            )
+            self.address = bound
+            nursery.start_soon(self._scan_loop)
+            self.log.info(
+                "name server started",
+                address=format_address(*bound),
+                kv_config_path=config.kv_config_path,
+                broker_expired_s=config.broker_expired_s,
+                scan_interval_s=config.scan_interval_s,
+            )
+            task_status.started(bound)
+
+    @property
+    def _state(self) -> NamesrvState:
+        if self.state is None:
+            raise RuntimeError("the name server is not serving")
+        return self.state
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await trio.sleep(self._state.config.scan_interval_s)
+            removed = self._state.routes.scan_not_active(trio.current_time())
+            for broker in removed:
+                self.log.warning(
+                    "broker channel expired",
+                    broker_addr=broker.broker_addr,
+                    broker_name=broker.broker_name,
+                    broker_id=broker.broker_id,
+                    expired_s=self._state.config.broker_expired_s,
+                )
+                conn = self._connections.get(broker.conn_id) if broker.conn_id else None
+                if conn is not None:
+                    await conn.aclose()
+            if removed:
+                self._notify()
+
+    # ------------------------------------------------------------------ requests
+
+    def _process(self, conn: Connection, request: RemotingCommand) -> Reply:
+        state = self._state
+        generation = state.routes.generation
+        registering = (
+            request.ext_fields.get("brokerAddr")
+            if request.code == RequestCode.REGISTER_BROKER
+            else None
+        )
+        was_live = registering in state.routes.live_brokers
+        reply = process(
+            state,
+            request,
+            RequestContext(
+                now=trio.current_time(), conn_id=self._conn_ids.get(conn), remote=conn.peer
+            ),
+        )
+        if registering and not was_live and registering in state.routes.live_brokers:
+            self.log.info(
+                "new broker registered",
+                broker_addr=registering,
+                broker_name=request.ext_fields.get("brokerName"),
+                broker_id=request.ext_fields.get("brokerId"),
+                ha_server_addr=request.ext_fields.get("haServerAddr"),
+                remote=conn.peer,
+            )
+        if reply.config_changed:
+            self.config = state.config
+            self.log.info("config updated", remote=conn.peer)
+        if state.routes.generation != generation or request.code in _LIVENESS_CODES:
+            self._notify()
+        return reply
+
+    def _handle_inline(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return self._process(conn, request).response
+
+    async def _handle(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        reply = self._process(conn, request)
+        if reply.kv_changed:
+            error = await self._persist_kv()
+            if error is not None:
+                return request.response(ResponseCode.SYSTEM_ERROR, error)
+        return reply.response
+
+    async def _persist_kv(self) -> str | None:
+        state = self._state
+        async with self._kv_lock:
+            data = state.kv.encode()  # the latest table, so writes never go back in time
+            path = state.config.kv_config_path
+            try:
+                await trio.to_thread.run_sync(write_atomically, path, data)
+            except OSError as exc:
+                self.log.error("persist kvConfig failed", path=path, error=repr(exc))
+                return f"persist kvConfig failed: {exc}"
+        return None
+
+    # ------------------------------------------------------------------ connections
+
+    def _on_connect(self, conn: Connection) -> None:
+        conn_id = next(self._next_conn_id)
+        self._conn_ids[conn] = conn_id
+        self._connections[conn_id] = conn
+
+    def _on_close(self, conn: Connection) -> None:
+        conn_id = self._conn_ids.pop(conn, None)
+        if conn_id is None:
+            return
+        self._connections.pop(conn_id, None)
+        if self.state is None:
+            return
+        removed: list[RemovedBroker] = self.state.routes.on_connection_closed(conn_id)
+        for broker in removed:
+            self.log.info(
+                "broker channel destroyed, removed at once",
+                broker_addr=broker.broker_addr,
+                broker_name=broker.broker_name,
+                broker_id=broker.broker_id,
+                reason=conn.close_reason,
+            )
+        if removed:
+            self._notify()
+
+    # ------------------------------------------------------------------ observing
+
+    def _notify(self) -> None:
+        event, self._changed = self._changed, trio.Event()
+        event.set()
+
+    async def wait_until(self, predicate: Callable[[NamesrvState], bool]) -> None:
+        """Return once ``predicate(state)`` holds; re-checked after every change of the tables.
+
+        Bound it with ``trio.fail_after``.
+        """
+        while self.state is None or not predicate(self.state):
+            await self._changed.wait()
+
+
+async def serve(
+    config: NamesrvConfig,
+    *,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a NameServer until cancelled; ``task_status.started((host, port))`` once listening."""
+    await NamesrvServer(config).serve(task_status=task_status)
