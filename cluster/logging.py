@@ -64,7 +64,9 @@ def configure_logging(
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
         logger_factory=(
-            structlog.PrintLoggerFactory(file=stream) if stream is not None else _stderr_logger_factory
+            structlog.PrintLoggerFactory(file=stream)
+            if stream is not None
+            else _stderr_logger_factory
         ),
         cache_logger_on_first_use=False,
     )

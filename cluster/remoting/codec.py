@@ -47,19 +47,28 @@ _LANGUAGE_NAMES: Final = frozenset(_LANGUAGE_BY_ORDINAL.values())
 
 
 class ProtocolError(Exception):
-    """A frame that is malformed or too large; the connection that sent it must be closed."""
+    """A frame that is malformed or too large; the connection that sent it must be closed.
+
+    Raised by ``FrameDecoder.feed``, ``commands`` holds the complete frames that came before the
+    bad one in the same feed (a Java peer would have had them processed too).
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.commands: list[RemotingCommand] = []
 
 
 def _ext_fields_converter(value: Mapping[str, Any] | None) -> dict[str, str]:
+    """A private str -> str copy (a command must not change when the caller's dict does)."""
     if not value:
         return {}
-    if type(value) is dict:
-        for v in value.values():
-            if type(v) is not str:
-                break
-        else:
-            return value  # already str -> str (the decoder's output): keep it as it is
-    return {str(k): ext_value_to_str(v) for k, v in value.items() if v is not None}
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if type(k) is not str:
+            raise ProtocolError(f"extFields key must be a string, got {type(k).__name__}")
+        if v is not None:
+            out[k] = v if type(v) is str else ext_value_to_str(v)
+    return out
 
 
 @attrs.frozen(slots=True)
@@ -188,28 +197,79 @@ def encode(cmd: RemotingCommand, opaque: int | None = None) -> bytes:
     return bytes(out)
 
 
+def _body_view(body: Any) -> bytes | bytearray | memoryview:
+    if type(body) is bytes or type(body) is bytearray:
+        return body
+    try:
+        view = memoryview(body)
+    except TypeError:
+        raise ProtocolError(f"body must be bytes-like, got {type(body).__name__}") from None
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
 def encode_into(out: bytearray, cmd: RemotingCommand, opaque: int | None = None) -> None:
-    """Append one frame for ``cmd`` to ``out`` (lets a writer coalesce many frames in one send)."""
+    """Append one frame for ``cmd`` to ``out`` (lets a writer coalesce many frames in one send).
+
+    Everything is checked before the first byte is appended: on error ``out`` is unchanged.
+    """
     op = cmd.opaque if opaque is None else opaque
     if not _INT32_MIN <= op <= _INT32_MAX:
         raise ProtocolError(f"opaque {op} does not fit in int32")
-    if cmd.serialize_type == SERIALIZE_ROCKETMQ:
-        if not (-32768 <= cmd.code <= 32767 and -32768 <= cmd.version <= 32767):
-            raise ProtocolError("code and version must fit in int16 for the ROCKETMQ header")
-        header = encode_header_binary(cmd, op)
-    else:
-        header = encode_header_json(cmd, op)
-    body = cmd.body
-    length = 4 + len(header) + len(body)
+    if not (_INT32_MIN <= cmd.code <= _INT32_MAX and _INT32_MIN <= cmd.flag <= _INT32_MAX):
+        raise ProtocolError("code and flag must fit in int32")
+    if cmd.remark is not None and type(cmd.remark) is not str:
+        raise ProtocolError(f"remark must be a string, got {type(cmd.remark).__name__}")
+    try:
+        if cmd.serialize_type == SERIALIZE_ROCKETMQ:
+            if not (-32768 <= cmd.code <= 32767 and -32768 <= cmd.version <= 32767):
+                raise ProtocolError("code and version must fit in int16 for the ROCKETMQ header")
+            header = encode_header_binary(cmd, op)
+        else:
+            if not _INT32_MIN <= cmd.version <= _INT32_MAX:
+                raise ProtocolError("version must fit in int32")
+            header = encode_header_json(cmd, op)
+    except (TypeError, ValueError, UnicodeError) as exc:  # orjson.JSONEncodeError is a TypeError
+        raise ProtocolError(f"header not encodable: {exc}") from None
+    body = _body_view(cmd.body)
+    body_len = len(body)
+    length = 4 + len(header) + body_len
     if length + 4 > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {length + 4} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
     out += _FRAME_PREFIX.pack(length, (cmd.serialize_type << 24) | len(header))
     out += header
-    if body:
+    if body_len:
         out += body
 
 
 # --------------------------------------------------------------------------- decoding
+
+_new_command = object.__new__
+_set = object.__setattr__
+
+
+def _wire_command(
+    code: int,
+    language: str,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext_fields: dict[str, str],
+    body: bytes,
+    serialize_type: int,
+) -> RemotingCommand:
+    """A command from values the decoder already checked (skips the ext_fields copy)."""
+    cmd = _new_command(RemotingCommand)
+    _set(cmd, "code", code)
+    _set(cmd, "language", language)
+    _set(cmd, "version", version)
+    _set(cmd, "opaque", opaque)
+    _set(cmd, "flag", flag)
+    _set(cmd, "remark", remark)
+    _set(cmd, "ext_fields", ext_fields)
+    _set(cmd, "body", body)
+    _set(cmd, "serialize_type", serialize_type)
+    return cmd
 
 
 def _as_int(value: Any, name: str, lo: int = _INT32_MIN, hi: int = _INT32_MAX) -> int:
@@ -270,9 +330,16 @@ def decode_header_json(data: bytes | bytearray | memoryview, body: bytes) -> Rem
         and language in _LANGUAGE_NAMES
         and (remark is None or type(remark) is str)
         and (ext is None or type(ext) is dict)
-    ):  # (the ext_fields converter turns C++'s numbers into strings and rejects anything else)
-        return RemotingCommand(
-            code, language, version, opaque, flag, remark, ext or {}, body, SERIALIZE_JSON
+    ):
+        if ext is None:
+            ext = {}
+        else:
+            for v in ext.values():
+                if type(v) is not str:  # C++ sends numbers, fastjson may send booleans
+                    ext = {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
+                    break
+        return _wire_command(
+            code, language, version, opaque, flag, remark, ext, body, SERIALIZE_JSON
         )
     return _decode_header_json_lenient(header, body)
 
@@ -433,6 +500,7 @@ class FrameDecoder:
                 pos = frame_end
         except ProtocolError as exc:
             self._broken = str(exc)
+            exc.commands = out  # the good frames before the bad one, to serve before closing
             raise
         if pos:
             del buf[:pos]

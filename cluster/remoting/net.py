@@ -346,16 +346,20 @@ class Connection:
         except trio.BrokenResourceError as exc:
             self._fail_soon(f"send failed: {exc}")
             return
-        if sent < len(chunk):
-            if self._nursery is None:
-                raise RuntimeError("connection is not running")
-            self._flushing = True
-            self._nursery.start_soon(self._flusher, memoryview(chunk)[sent:])
+        if sent == len(chunk):
+            if self._drained is not None:
+                self._drained.set()
+                self._drained = None
+            return
+        if self._nursery is None:
+            raise RuntimeError("connection is not running")
+        self._flushing = True
+        self._nursery.start_soon(self._flusher, memoryview(chunk)[sent:])
 
     async def _flusher(self, view: memoryview) -> None:
         """Send ``view`` and whatever queues behind it, as the peer makes room."""
         try:
-            while True:
+            while not self._closed:
                 while view:
                     with trio.move_on_after(WRITE_TIMEOUT_S) as scope:
                         await self._sock.wait_writable()
@@ -371,7 +375,8 @@ class Connection:
                     return
                 chunk, self._out = self._out, bytearray()
                 view = memoryview(chunk)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError) as exc:
+            # ValueError: the socket was closed (fd -1) between scheduling and running
             await self._abort(f"send failed: {exc}")
         finally:
             self._flushing = False
@@ -413,7 +418,8 @@ class Connection:
         while True:
             await trio.sleep_until(self._last_read + idle_timeout)
             quiet = trio.current_time() - self._last_read >= idle_timeout
-            if quiet and not self._pending and self._slots.value == self._slots.max_value:
+            busy = self._pending or self._flushing or self._slots.value != self._slots.max_value
+            if quiet and not busy:
                 self.close_reason = f"idle for {idle_timeout:g}s"
                 self.log.info("closing idle connection", idle_s=idle_timeout)
                 await self._abort(self.close_reason)
@@ -441,6 +447,14 @@ class Connection:
             except ProtocolError as exc:
                 self.close_reason = f"malformed frame: {exc}"
                 self.log.warning("malformed frame, closing connection", reason=str(exc))
+                for cmd in exc.commands:  # frames before the bad one: answer what can be at once
+                    if cmd.flag & FLAG_RESPONSE:
+                        self._complete(cmd)
+                        continue
+                    processor, is_async = lookup(cmd.code)
+                    if processor is not None and not is_async:
+                        self._answer_inline(cast(SyncProcessor, processor), cmd)
+                self._send_queued()
                 return
             spawned = False
             for cmd in commands:
@@ -482,23 +496,32 @@ class Connection:
             response = processor(self, request)
         except Exception as exc:
             self.log.warning("processor failed", code=request.code, error=repr(exc), exc_info=True)
-            response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
+            response = _error_response(request, ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
         if not request.flag & FLAG_ONEWAY and not self._closed:
             self._queue_response(request, response)
 
     def _queue_response(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None:
-            response = request.response(
-                ResponseCode.SYSTEM_ERROR, f"no response for request code {request.code}"
+            response = _error_response(
+                request, ResponseCode.SYSTEM_ERROR, f"no response for request code {request.code}"
+            )
+        elif not isinstance(response, RemotingCommand):
+            response = _error_response(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"processor for code {request.code} returned {type(response).__name__}",
             )
         elif not response.flag & FLAG_RESPONSE:
             response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
         try:
             encode_into(self._out, response, request.opaque)
-        except ProtocolError as exc:  # e.g. a body over the frame limit: say so instead
+        except Exception as exc:  # e.g. a body over the frame limit: say so instead
+            self.log.warning("response not sendable", code=request.code, error=repr(exc))
             encode_into(
                 self._out,
-                request.response(ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"),
+                _error_response(
+                    request, ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"
+                ),
                 request.opaque,
             )
 
@@ -508,7 +531,8 @@ class Connection:
         try:
             response: RemotingCommand | None
             if processor is None:
-                response = request.response(
+                response = _error_response(
+                    request,
                     ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                     f" request type {request.code} not supported",
                 )
@@ -519,7 +543,9 @@ class Connection:
                     self.log.warning(
                         "processor failed", code=request.code, error=repr(exc), exc_info=True
                     )
-                    response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
+                    response = _error_response(
+                        request, ResponseCode.SYSTEM_ERROR, _exception_remark(exc)
+                    )
             if request.flag & FLAG_ONEWAY or self._closed:
                 return
             self._queue_response(request, response)
@@ -557,6 +583,11 @@ class Connection:
         """Close from this end; the reader stops and every pending call fails."""
         self.close_reason = self.close_reason or "closed locally"
         await self._abort(self.close_reason)
+
+
+def _error_response(request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+    """Generic error answers are JSON whatever the request's serialize type (as RocketMQ does)."""
+    return RemotingCommand(code=int(code), opaque=request.opaque, flag=FLAG_RESPONSE, remark=remark)
 
 
 def _exception_remark(exc: BaseException) -> str:
@@ -639,9 +670,11 @@ class RemotingServer:
                         self.log.error("accept failed, backing off", error=str(exc))
                         await trio.sleep(ACCEPT_BACKOFF_S)  # a pause, not a wait on a condition
                         break
-                    if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
-                        continue
-                    raise
+                    if exc.errno in (errno.EBADF, errno.EINVAL, errno.ENOTSOCK):
+                        raise  # the listening socket itself is gone
+                    # errors pending on that one new connection (reset, timed out, ...)
+                    self.log.debug("accept skipped a failed connection", error=str(exc))
+                    continue
                 nursery.start_soon(self._handle_socket, sock)
 
     async def _handle_socket(self, sock: socket.socket) -> None:
@@ -659,6 +692,8 @@ class RemotingServer:
         except Exception:  # a bug in one connection must not take the server down
             conn.log.exception("connection failed")
         finally:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()  # a no-op after run(); closes it if run() never started
             self._connections.discard(conn)
             conn.log.debug("connection closed", reason=conn.close_reason)
             if self._on_close is not None:
@@ -720,13 +755,21 @@ class RemotingClient:
                 raise RemotingConnectError(
                     f"cannot connect to {addr}: no answer in {self.connect_timeout:g}s"
                 )
+            if self._closed:
+                sock.close()
+                raise RemotingClosedError("client is closed")
             try:
                 conn = Connection(sock, self.dispatcher, node=self.node)
             except OSError as exc:
                 sock.close()
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
             self._connections[addr] = conn
-            await self._nursery.start(self._run_connection, addr, conn)
+            try:
+                await self._nursery.start(self._run_connection, addr, conn)
+            except BaseException:
+                self._connections.pop(addr, None)
+                await conn.aclose()
+                raise
             return conn
         finally:
             del self._connecting[addr]

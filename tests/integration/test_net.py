@@ -445,3 +445,88 @@ async def test_inline_and_task_processors_interleave_on_one_connection(
             harness.release_hold.set()
         assert got == {(SYNC_ECHO if i % 2 else JITTER, i): str(i) for i in range(2000)}
         assert held[0].remark == "released"
+
+
+async def test_a_failing_on_connect_closes_that_connection(nursery: trio.Nursery) -> None:
+    harness = Harness()
+
+    def bad_on_connect(conn: Connection) -> None:
+        raise RuntimeError("on_connect bug")
+
+    srv = RemotingServer(harness.dispatcher(), on_connect=bad_on_connect)
+    host, port = await nursery.start(srv.serve)
+    raw = await trio.open_tcp_stream(host, port)
+    try:
+        with trio.fail_after(5):
+            assert await raw.receive_some(10) == b""  # closed, not left hanging
+    finally:
+        await raw.aclose()
+
+
+async def test_unencodable_response_fails_that_call_only(nursery: trio.Nursery) -> None:
+    harness = Harness()
+
+    def bad_remark(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.response(0, remark=ValueError("not a str"))  # type: ignore[arg-type]
+
+    srv = RemotingServer(Dispatcher({**harness.dispatcher().processors, 99: bad_remark}))
+    host, port = await nursery.start(srv.serve)
+    addr = format_address(host, port)
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        held: list[RemotingCommand] = []
+
+        async def hold() -> None:
+            held.append(await conn.invoke(RemotingCommand.request(HOLD), timeout=30))
+
+        async with trio.open_nursery() as inner:
+            inner.start_soon(hold)
+            r = await conn.invoke(RemotingCommand.request(99))
+            assert r.code == ResponseCode.SYSTEM_ERROR
+            assert "not sendable" in (r.remark or "")
+            harness.release_hold.set()
+        assert held[0].remark == "released"  # the connection survived
+
+
+async def test_good_frame_before_garbage_is_still_answered(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    addr, _, _ = server
+    host, port = addr.rsplit(":", 1)
+    raw = await trio.open_tcp_stream(host, int(port))
+    try:
+        good = encode(RemotingCommand.request(SYNC_ECHO, {"first": "1"}), opaque=41)
+        await raw.send_all(good + struct.pack(">II", 12, 8) + b"not json" + b"tail")
+        decoder = FrameDecoder()
+        got: list[RemotingCommand] = []
+        with trio.fail_after(5):
+            while data := await raw.receive_some(65536):
+                got += decoder.feed(data)
+        assert [(c.opaque, c.ext_fields) for c in got] == [(41, {"first": "1"})]
+    finally:
+        await raw.aclose()
+
+
+async def test_outbound_limit_applies_backpressure_without_hanging(
+    server: tuple[str, Harness, RemotingServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cluster.remoting import net
+
+    monkeypatch.setattr(net, "MAX_OUTBOUND_BUFFER_BYTES", 8 * 1024)
+    addr, _, _ = server
+    body = random.randbytes(64 * 1024)
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        done = 0
+
+        async def call(i: int) -> None:
+            nonlocal done
+            r = await conn.invoke(RemotingCommand.request(ECHO, {"i": i}, body), timeout=30)
+            assert r.body == body
+            done += 1
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as inner:
+                for i in range(60):
+                    inner.start_soon(call, i)
+        assert done == 60

@@ -18,6 +18,7 @@ from cluster.remoting.codec import (
     RemotingCommand,
     decode_frame,
     encode,
+    encode_into,
 )
 from cluster.remoting.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ, LanguageCode
 
@@ -259,3 +260,43 @@ def test_malformed_frames_name_the_problem(frame: bytes, reason: str) -> None:
 def test_decode_frame_without_length_word() -> None:
     frame = encode(RemotingCommand(code=7, opaque=3, remark="r"))
     assert decode_frame(frame[4:]).remark == "r"
+
+
+def test_frames_before_a_bad_one_are_handed_back_with_the_error() -> None:
+    good = encode(RemotingCommand(code=5, opaque=1))
+    with pytest.raises(ProtocolError) as info:
+        FrameDecoder().feed(good + _frame(b"not json"))
+    assert [c.code for c in info.value.commands] == [5]
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        RemotingCommand(code=1, body="text"),  # type: ignore[arg-type]
+        RemotingCommand(code=1, remark=ValueError("x")),  # type: ignore[arg-type]
+        RemotingCommand(code=2**40),
+        RemotingCommand(code=1, ext_fields={"k": "\ud800"}),
+    ],
+)
+def test_unencodable_commands_raise_and_write_nothing(cmd: RemotingCommand) -> None:
+    out = bytearray(b"prefix")
+    with pytest.raises(ProtocolError):
+        encode_into(out, cmd)
+    assert out == b"prefix"
+
+
+def test_wide_memoryview_body_is_sent_as_bytes() -> None:
+    import array
+
+    body = memoryview(array.array("i", [1, 2, 3]))
+    (cmd,) = FrameDecoder().feed(encode(RemotingCommand(code=1, body=body)))
+    assert cmd.body == body.tobytes()
+
+
+def test_command_does_not_alias_the_callers_dict() -> None:
+    ext = {"k": "v"}
+    cmd = RemotingCommand.request(1, ext)
+    ext["k"] = "changed"
+    assert cmd.ext_fields == {"k": "v"}
+    with pytest.raises(ProtocolError, match="key must be a string"):
+        RemotingCommand.request(1, {1: "v"})  # type: ignore[dict-item]
