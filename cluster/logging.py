@@ -73,5 +73,9 @@ def configure_logging(
 
 
 def get_logger(**context: Any) -> Any:
-    """A logger with ``context`` bound (e.g. ``node="broker-a"``)."""
-    return structlog.get_logger().bind(**context)
+    """A logger with ``context`` bound (e.g. ``node="broker-a"``).
+
+    Lazy: it takes the configuration in force when it logs, so module-level loggers made before
+    ``configure_logging`` still follow it.
+    """
+    return structlog.get_logger(**context)

@@ -1,0 +1,469 @@
+"""Messages as RocketMQ 4.x stores and ships them (pure; no I/O, no trio).
+
+* ``Message``: what a producer sends (topic, body, flag, properties, sysFlag, hosts, ...).
+* Properties text: ``key 0x01 value 0x02 ...``; Java omits the final 0x02, C++ appends it, and the
+  parser skips empty entries (shared/reference/remoting-protocol.md §5.3).
+* The stored record, v1 magic with IPv4 hosts (remoting-protocol.md §5.1,
+  store-and-replication.md §1.3): ``encode_record`` / ``decode_record`` and the header struct
+  the CommitLog packs straight into its mmap.
+* Batch bodies of SEND_BATCH_MESSAGE (§5.5), offset msgIds (§5.4) and the tagsCode rule
+  (Java ``String.hashCode`` of TAGS, widened to int64).
+
+Every integer is big-endian.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import socket
+import struct
+import sys
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Final
+
+import attrs
+
+# --------------------------------------------------------------------------- constants
+
+MAGIC_V1: Final = 0xDAA320A7  # -626843481 as a Java int
+MAGIC_V2: Final = 0xDAA320AB
+BLANK_MAGIC: Final = 0xCBD43194  # end-of-file filler, -875286124 as a Java int
+END_FILE_MIN_BLANK_LENGTH: Final = 8
+
+MAX_TOPIC_LENGTH_BYTES: Final = 127  # v1 records hold the topic length in one signed byte
+MAX_PROPERTIES_LENGTH_BYTES: Final = 32767  # a signed short
+MAX_MESSAGE_SIZE_BYTES: Final = 4 * 1024 * 1024  # RocketMQ maxMessageSize default
+
+# MessageSysFlag
+SYSFLAG_COMPRESSED: Final = 0x1
+SYSFLAG_MULTI_TAGS: Final = 0x2
+SYSFLAG_TRANSACTION_NOT_TYPE: Final = 0x0
+SYSFLAG_TRANSACTION_PREPARED_TYPE: Final = 0x4
+SYSFLAG_TRANSACTION_COMMIT_TYPE: Final = 0x8
+SYSFLAG_TRANSACTION_ROLLBACK_TYPE: Final = 0xC
+SYSFLAG_TRANSACTION_MASK: Final = 0xC
+SYSFLAG_BORNHOST_V6: Final = 0x10
+SYSFLAG_STOREHOST_V6: Final = 0x20
+
+PROPERTY_SEPARATOR: Final = "\x02"
+NAME_VALUE_SEPARATOR: Final = "\x01"
+KEY_SEPARATOR: Final = " "
+
+
+class MessageConst:
+    """Property keys (RocketMQ ``MessageConst``)."""
+
+    PROPERTY_KEYS: Final = "KEYS"
+    PROPERTY_TAGS: Final = "TAGS"
+    PROPERTY_WAIT_STORE_MSG_OK: Final = "WAIT"
+    PROPERTY_DELAY_TIME_LEVEL: Final = "DELAY"
+    PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
+    PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
+    PROPERTY_REAL_QUEUE_ID: Final = "REAL_QID"
+    PROPERTY_TRANSACTION_PREPARED: Final = "TRAN_MSG"
+    PROPERTY_PRODUCER_GROUP: Final = "PGROUP"
+    PROPERTY_MIN_OFFSET: Final = "MIN_OFFSET"
+    PROPERTY_MAX_OFFSET: Final = "MAX_OFFSET"
+    PROPERTY_BUYER_ID: Final = "BUYER_ID"
+    PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
+    PROPERTY_TRANSFER_FLAG: Final = "TRANSFER_FLAG"
+    PROPERTY_CORRECTION_FLAG: Final = "CORRECTION_FLAG"
+    PROPERTY_MQ2_FLAG: Final = "MQ2_FLAG"
+    PROPERTY_RECONSUME_TIME: Final = "RECONSUME_TIME"
+    PROPERTY_MSG_REGION: Final = "MSG_REGION"
+    PROPERTY_TRACE_SWITCH: Final = "TRACE_ON"
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: Final = "UNIQ_KEY"
+    PROPERTY_MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
+    PROPERTY_CONSUME_START_TIMESTAMP: Final = "CONSUME_START_TIME"
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: Final = "TRAN_PREPARED_QUEUE_OFFSET"
+    PROPERTY_TRANSACTION_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+    PROPERTY_INSTANCE_ID: Final = "INSTANCE_ID"
+    PROPERTY_CORRELATION_ID: Final = "CORRELATION_ID"
+    PROPERTY_MESSAGE_REPLY_TO_CLIENT: Final = "REPLY_TO_CLIENT"
+    PROPERTY_MESSAGE_TTL: Final = "TTL"
+    PROPERTY_REPLY_MESSAGE_ARRIVE_TIME: Final = "ARRIVE_TIME"
+    PROPERTY_PUSH_REPLY_TIME: Final = "PUSH_REPLY_TIME"
+    PROPERTY_CLUSTER: Final = "CLUSTER"
+    PROPERTY_MESSAGE_TYPE: Final = "MSG_TYPE"
+    PROPERTY_INNER_MULTI_DISPATCH: Final = "INNER_MULTI_DISPATCH"
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET: Final = "INNER_MULTI_QUEUE_OFFSET"
+
+
+HostAddr = tuple[str, int]
+ZERO_HOST: Final[HostAddr] = ("0.0.0.0", 0)
+
+
+# --------------------------------------------------------------------------- values
+
+
+@attrs.frozen(slots=True)
+class Message:
+    """A message to store. ``properties`` is never mutated after construction."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: Mapping[str, str] = attrs.field(factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: HostAddr = ZERO_HOST
+    store_host: HostAddr = ZERO_HOST
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(MessageConst.PROPERTY_KEYS)
+
+
+@attrs.frozen(slots=True)
+class StoredMessage:
+    """A decoded CommitLog record (RocketMQ ``MessageExt``)."""
+
+    store_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commitlog_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: HostAddr
+    store_timestamp: int
+    store_host: HostAddr
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties: dict[str, str]
+
+    @property
+    def msg_id(self) -> str:
+        return encode_offset_msg_id(self.store_host, self.commitlog_offset)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.PROPERTY_TAGS)
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def encode_properties(props: Mapping[str, str]) -> bytes:
+    """Java form: separators between entries, none after the last."""
+    if not props:
+        return b""
+    return "\x02".join(map("\x01".join, props.items())).encode()
+
+
+def decode_properties(data: bytes | memoryview | str) -> dict[str, str]:
+    """Parse either form (trailing 0x02 or not); empty entries, keys or values are skipped."""
+    if isinstance(data, str):
+        text = data
+    else:
+        text = (data if isinstance(data, bytes) else bytes(data)).decode("utf-8", "replace")
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for entry in text.split("\x02"):
+        key, sep, value = entry.partition("\x01")
+        if sep and key and value:
+            out[key] = value
+    return out
+
+
+# --------------------------------------------------------------------------- hashes
+
+
+_HASH_MASK: Final = 0xFFFFFFFF
+_POW31_MAX_UNITS: Final = 4096
+# 31**(k-1), ..., 31**1, 31**0 (mod 2**32): the last n entries weight a string of n units
+_POW31_DESC: Final = [pow(31, k, 1 << 32) for k in range(_POW31_MAX_UNITS - 1, -1, -1)]
+_UTF16_NATIVE: Final = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
+@functools.lru_cache(maxsize=4096)
+def java_string_hash(text: str) -> int:
+    """Java ``String.hashCode()`` (over UTF-16 code units) as a signed int32:
+    sum(unit[i] * 31**(n-1-i)) mod 2**32, computed with C-level map/sum."""
+    units: bytes | memoryview = (
+        text.encode() if text.isascii() else memoryview(text.encode(_UTF16_NATIVE)).cast("H")
+    )
+    n = len(units)
+    if n <= _POW31_MAX_UNITS:
+        h = sum(map(operator.mul, units, _POW31_DESC[_POW31_MAX_UNITS - n :])) & _HASH_MASK
+    else:
+        h = 0
+        for c in units:
+            h = (31 * h + c) & _HASH_MASK
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """ConsumeQueue tagsCode: 0 without tags, else hashCode of the whole TAGS value (also for
+    MULTI_TAGS messages; RocketMQ 4.x ignores the filter type here)."""
+    if not tags:
+        return 0
+    return java_string_hash(tags)
+
+
+def index_key_hash(key: str) -> int:
+    """IndexFile key hash: abs(hashCode), Integer.MIN_VALUE mapped to 0."""
+    h = java_string_hash(key)
+    if h == -0x80000000:
+        return 0
+    return -h if h < 0 else h
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# --------------------------------------------------------------------------- hosts and msgId
+
+_HOST = struct.Struct(">4si")
+
+
+@functools.lru_cache(maxsize=1024)
+def encode_host(host: HostAddr) -> bytes:
+    """IPv4 address + int32 port, 8 bytes."""
+    return _HOST.pack(socket.inet_aton(host[0]), host[1])
+
+
+def decode_host(data: bytes | memoryview) -> HostAddr:
+    ip, port = _HOST.unpack(data)
+    return (socket.inet_ntoa(ip), port)
+
+
+_OFFSET = struct.Struct(">q")
+
+
+def encode_offset_msg_id(store_host: HostAddr, phys_offset: int) -> str:
+    return (encode_host(store_host) + _OFFSET.pack(phys_offset)).hex().upper()
+
+
+def encode_offset_msg_id_raw(store_host_bytes: bytes, phys_offset: int) -> str:
+    return (store_host_bytes + _OFFSET.pack(phys_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[HostAddr, int]:
+    """-> (store host, physical offset); raises ValueError unless 32 hex characters."""
+    if len(msg_id) != 32:
+        raise ValueError(f"offset msgId must be 32 hex characters, got {len(msg_id)}")
+    raw = bytes.fromhex(msg_id)
+    return decode_host(raw[:8]), _OFFSET.unpack(raw[8:])[0]
+
+
+# --------------------------------------------------------------------------- stored record
+
+# TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP,
+# BORNHOST(ip+port), STORETIMESTAMP, STOREHOST(ip+port), RECONSUMETIMES, PREPAREDTXOFFSET, BODYLEN
+RECORD_HEADER: Final = struct.Struct(">iIiiiqqiq8sq8siqi")
+RECORD_HEADER_SIZE: Final = RECORD_HEADER.size  # 88; the body starts here
+RECORD_FIXED_SIZE: Final = RECORD_HEADER_SIZE + 1 + 2  # 91 + body + topic + properties
+BLANK: Final = struct.Struct(">iI")
+
+# Field offsets inside a v1/IPv4 record
+OFF_TOTALSIZE: Final = 0
+OFF_MAGIC: Final = 4
+OFF_BODYCRC: Final = 8
+OFF_QUEUEID: Final = 12
+OFF_FLAG: Final = 16
+OFF_QUEUEOFFSET: Final = 20
+OFF_PHYSICALOFFSET: Final = 28
+OFF_SYSFLAG: Final = 36
+OFF_BORNTIMESTAMP: Final = 40
+OFF_STORETIMESTAMP: Final = 56
+OFF_BODYLEN: Final = 84
+
+SIZE_MAGIC: Final = struct.Struct(">iI")
+I32: Final = struct.Struct(">i")
+I16: Final = struct.Struct(">h")
+I64: Final = struct.Struct(">q")
+
+
+def record_size(body_len: int, topic_len: int, props_len: int) -> int:
+    return RECORD_FIXED_SIZE + body_len + topic_len + props_len
+
+
+def encode_record(
+    msg: Message,
+    *,
+    queue_offset: int,
+    phys_offset: int,
+    store_timestamp: int,
+    properties: bytes | None = None,
+) -> bytes:
+    """One complete v1/IPv4 record (the CommitLog writes the same bytes in place)."""
+    props = encode_properties(msg.properties) if properties is None else properties
+    topic = msg.topic.encode()
+    body = msg.body
+    total = record_size(len(body), len(topic), len(props))
+    header = RECORD_HEADER.pack(
+        total,
+        MAGIC_V1,
+        body_crc(body),
+        msg.queue_id,
+        msg.flag,
+        queue_offset,
+        phys_offset,
+        msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6),
+        msg.born_timestamp,
+        encode_host(msg.born_host),
+        store_timestamp,
+        encode_host(msg.store_host),
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        len(body),
+    )
+    return b"".join((header, body, bytes((len(topic),)), topic, I16.pack(len(props)), props))
+
+
+class RecordError(ValueError):
+    """Bytes that are not a valid v1/IPv4 record."""
+
+
+def decode_record(
+    data: bytes | memoryview, offset: int = 0, *, check_crc: bool = True
+) -> StoredMessage:
+    """Decode the record at ``offset``; raises RecordError on a bad magic, size or CRC."""
+    view = memoryview(data)
+    if len(view) - offset < RECORD_HEADER_SIZE:
+        raise RecordError("truncated header")
+    (
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        body_len,
+    ) = RECORD_HEADER.unpack_from(view, offset)
+    if magic != MAGIC_V1:
+        raise RecordError(f"bad magic {magic:#x}")
+    if sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
+        raise RecordError("IPv6 hosts are not supported")
+    if total < RECORD_FIXED_SIZE or len(view) - offset < total or body_len < 0:
+        raise RecordError("truncated record")
+    pos = offset + RECORD_HEADER_SIZE
+    if body_len > total - RECORD_FIXED_SIZE:
+        raise RecordError("body length beyond record")
+    body = bytes(view[pos : pos + body_len])
+    pos += body_len
+    topic_len = view[pos]
+    pos += 1
+    topic = bytes(view[pos : pos + topic_len]).decode("utf-8", "replace")
+    pos += topic_len
+    if pos + 2 > offset + total:
+        raise RecordError("topic length beyond record")
+    (props_len,) = I16.unpack_from(view, pos)
+    pos += 2
+    if props_len < 0 or pos + props_len != offset + total:
+        raise RecordError("size mismatch")
+    props = decode_properties(view[pos : pos + props_len])
+    if check_crc and body_crc(body) != crc:
+        raise RecordError("body CRC mismatch")
+    return StoredMessage(
+        store_size=total,
+        magic=magic,
+        body_crc=crc,
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        commitlog_offset=phys,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=decode_host(born_host),
+        store_timestamp=store_ts,
+        store_host=decode_host(store_host),
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body=body,
+        topic=topic,
+        properties=props,
+    )
+
+
+def iter_records(data: bytes | memoryview, *, check_crc: bool = True) -> Iterator[StoredMessage]:
+    """Decode a concatenation of records (a PULL / QUERY body)."""
+    pos = 0
+    while pos < len(data):
+        msg = decode_record(data, pos, check_crc=check_crc)
+        pos += msg.store_size
+        yield msg
+
+
+# --------------------------------------------------------------------------- batch body
+
+BATCH_ITEM_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN
+BATCH_ITEM_FIXED_SIZE: Final = BATCH_ITEM_HEAD.size + 2
+
+
+@attrs.frozen(slots=True)
+class BatchItem:
+    flag: int
+    body: bytes
+    properties: bytes  # raw properties text, as sent
+
+
+def encode_batch(items: Iterable[tuple[int, bytes, Mapping[str, str]]]) -> bytes:
+    """(flag, body, properties) per message -> SEND_BATCH_MESSAGE body (§5.5)."""
+    parts: list[bytes] = []
+    for flag, body, props in items:
+        p = encode_properties(props)
+        total = BATCH_ITEM_FIXED_SIZE + len(body) + len(p)
+        parts += (BATCH_ITEM_HEAD.pack(total, 0, 0, flag, len(body)), body, I16.pack(len(p)), p)
+    return b"".join(parts)
+
+
+def decode_batch(data: bytes | memoryview) -> list[BatchItem]:
+    """SEND_BATCH_MESSAGE body -> items; raises RecordError on a malformed body."""
+    view = memoryview(data)
+    out: list[BatchItem] = []
+    pos = 0
+    end = len(view)
+    while pos < end:
+        if end - pos < BATCH_ITEM_FIXED_SIZE:
+            raise RecordError("truncated batch item")
+        total, _magic, _crc, flag, body_len = BATCH_ITEM_HEAD.unpack_from(view, pos)
+        if total < BATCH_ITEM_FIXED_SIZE or pos + total > end or body_len < 0:
+            raise RecordError("bad batch item size")
+        b0 = pos + BATCH_ITEM_HEAD.size
+        if b0 + body_len + 2 > pos + total:
+            raise RecordError("batch body length beyond item")
+        body = bytes(view[b0 : b0 + body_len])
+        (props_len,) = I16.unpack_from(view, b0 + body_len)
+        p0 = b0 + body_len + 2
+        if props_len < 0 or p0 + props_len != pos + total:
+            raise RecordError("batch item size mismatch")
+        out.append(BatchItem(flag, body, bytes(view[p0 : p0 + props_len])))
+        pos += total
+    return out
+
+
+def join_properties(own: bytes, extra: bytes) -> bytes:
+    """Append header properties to a batch item's properties (adding 0x02 when needed)."""
+    if not extra:
+        return own
+    if not own:
+        return extra
+    if own.endswith(b"\x02"):
+        return own + extra
+    return own + b"\x02" + extra

@@ -1,0 +1,563 @@
+"""The CommitLog: every message of every topic, appended as v1/IPv4 records (pure; no trio).
+
+The Trio event loop is the only writer, so an append runs start to end without yielding: that is
+RocketMQ's put lock. Records are packed straight into the mmap (one ``pack_into`` for the 88-byte
+header, one slice copy for the body, two small copies for topic and properties).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import struct
+import time
+from collections.abc import Callable
+from typing import Final, NamedTuple
+
+import structlog
+
+from cluster.protocol.message import (
+    BATCH_ITEM_FIXED_SIZE,
+    BATCH_ITEM_HEAD,
+    BLANK,
+    BLANK_MAGIC,
+    END_FILE_MIN_BLANK_LENGTH,
+    I16,
+    MAGIC_V1,
+    MAX_TOPIC_LENGTH_BYTES,
+    RECORD_FIXED_SIZE,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    SIZE_MAGIC,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    SYSFLAG_TRANSACTION_COMMIT_TYPE,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_NOT_TYPE,
+    SYSFLAG_TRANSACTION_PREPARED_TYPE,
+    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
+    HostAddr,
+    Message,
+    MessageConst,
+    decode_properties,
+    encode_host,
+    encode_offset_msg_id_raw,
+    encode_properties,
+    join_properties,
+    tags_code,
+)
+from store.config import (
+    DELAY_LEVELS_MS,
+    MAX_PROPERTIES_LENGTH_BYTES,
+    RECORD_OVERHEAD_ALLOWANCE_BYTES,
+    SCHEDULE_TOPIC,
+    MessageStoreConfig,
+)
+from store.mapped_file import MappedFile, MappedFileQueue
+
+log = structlog.get_logger(component="commitlog")
+
+_crc32: Final = __import__("zlib").crc32
+_NO_ADVANCE_TXN: Final = (SYSFLAG_TRANSACTION_PREPARED_TYPE, SYSFLAG_TRANSACTION_ROLLBACK_TYPE)
+_HOST_V6_FLAGS: Final = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+_PROPS_LEN: Final = tuple(I16.pack(n) for n in range(256))  # short properties: no pack call
+HOST_CACHE_MAX_ENTRIES: Final = 65536
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+    @property
+    def stored(self) -> bool:
+        return self in _STORED
+
+
+_STORED: Final = frozenset(
+    {
+        PutMessageStatus.PUT_OK,
+        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+        PutMessageStatus.SLAVE_NOT_AVAILABLE,
+    }
+)
+
+
+class AppendMessageResult(NamedTuple):
+    """Where an append landed (an immutable tuple: cheap on the per-message path)."""
+
+    wrote_offset: int  # physical offset of the (first) record
+    wrote_bytes: int
+    store_timestamp: int
+    logics_offset: int  # queue offset of the (first) record
+    msg_num: int
+    store_host_bytes: bytes
+    offsets: tuple[int, ...] = ()  # every record's physical offset, batches only
+
+    @property
+    def end_offset(self) -> int:
+        return self.wrote_offset + self.wrote_bytes
+
+    @property
+    def msg_id(self) -> str:
+        """Offset msgId; comma-separated for a batch, as RocketMQ answers a batch send."""
+        if self.offsets:
+            host = self.store_host_bytes
+            return ",".join(encode_offset_msg_id_raw(host, o) for o in self.offsets)
+        return encode_offset_msg_id_raw(self.store_host_bytes, self.wrote_offset)
+
+
+class PutMessageResult(NamedTuple):
+    status: PutMessageStatus
+    result: AppendMessageResult | None = None
+    remark: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+class DispatchRequest(NamedTuple):
+    topic: str
+    queue_id: int
+    commitlog_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    keys: str
+    uniq_key: str
+    sys_flag: int
+
+
+# check_record outcomes besides a positive record size
+REC_EMPTY: Final = 0  # zero bytes: nothing was written here
+REC_BLANK: Final = -1  # end-of-file blank: go to the next file
+REC_INCOMPLETE: Final = -2  # the bytes available end inside this record
+REC_CORRUPT: Final = -3
+
+
+def _illegal(remark: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEGAL) -> (
+    PutMessageResult
+):
+    return PutMessageResult(status, None, remark)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CommitLog:
+    def __init__(self, config: MessageStoreConfig, *, clock_ms: Callable[[], int] = _now_ms):
+        self.config = config
+        self.clock_ms = clock_ms
+        self.queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log)
+        self.file_size = config.mapped_file_size_commit_log
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.max_body = config.max_message_size
+        self.max_record = min(
+            config.max_message_size + RECORD_OVERHEAD_ALLOWANCE_BYTES,
+            self.file_size - END_FILE_MIN_BLANK_LENGTH,
+        )
+        self.last_store_timestamp = 0  # of the newest appended record
+        self._topic_cache: dict[str, bytes] = {}
+        self.check_crc_on_recover = config.check_crc_on_recover
+        self._host_cache: dict[HostAddr, bytes] = {}
+
+    # ------------------------------------------------------------------ positions
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.queue.flushed_where
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    # ------------------------------------------------------------------ append
+
+    def _topic_bytes(self, topic: str) -> bytes | None:
+        tb = self._topic_cache.get(topic)
+        if tb is None:
+            raw = topic.encode()
+            if not raw or len(raw) > MAX_TOPIC_LENGTH_BYTES:
+                return None
+            tb = bytes((len(raw),)) + raw
+            if len(self._topic_cache) < 100_000:
+                self._topic_cache[topic] = tb
+        return tb
+
+    def _file_with_room(self, size: int) -> MappedFile:
+        """The last file if ``size`` fits before its blank-length reserve, else seal it with a
+        blank and return a new file. Raises OSError when a file cannot be created."""
+        mf = self.queue.last_file_for_write()
+        if size + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+            # only 8 bytes are written; the write position jumps to the end of the file
+            BLANK.pack_into(mf.mm, mf.wrote, mf.remaining, BLANK_MAGIC)
+            mf.wrote = mf.file_size
+            mf = self.queue.create_file(mf.file_end)
+        return mf
+
+    def append(self, msg: Message) -> PutMessageResult:
+        props_map = msg.properties
+        topic = msg.topic
+        queue_id = msg.queue_id
+        sys_flag = msg.sys_flag & ~_HOST_V6_FLAGS
+        txn = sys_flag & SYSFLAG_TRANSACTION_MASK
+        if (
+            MessageConst.PROPERTY_DELAY_TIME_LEVEL in props_map
+            and txn in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE)
+        ):
+            try:
+                level = int(props_map[MessageConst.PROPERTY_DELAY_TIME_LEVEL])
+            except ValueError:
+                level = 0
+            if level > 0:
+                level = min(level, len(DELAY_LEVELS_MS))
+                props_map = dict(props_map)
+                props_map[MessageConst.PROPERTY_REAL_TOPIC] = topic
+                props_map[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+                topic, queue_id = SCHEDULE_TOPIC, level - 1
+        props = "\x02".join(map("\x01".join, props_map.items())).encode() if props_map else b""
+        body = msg.body
+        topic_b = self._topic_cache.get(topic) or self._topic_bytes(topic)
+        if topic_b is None:
+            return _illegal(f"topic length must be 1..{MAX_TOPIC_LENGTH_BYTES} bytes")
+        body_len = len(body)
+        props_len = len(props)
+        if body_len > self.max_body:
+            return _illegal(f"message body {body_len} > maxMessageSize {self.max_body}")
+        if props_len > MAX_PROPERTIES_LENGTH_BYTES:
+            return _illegal(
+                f"properties {props_len} > {MAX_PROPERTIES_LENGTH_BYTES}",
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+            )
+        total = RECORD_FIXED_SIZE - 1 + body_len + len(topic_b) + props_len
+        if total > self.max_record:
+            return _illegal(f"record {total} bytes exceeds the limit {self.max_record}")
+        hosts = self._host_cache
+        try:
+            store_host = hosts.get(msg.store_host) or self._host_bytes(msg.store_host)
+            born_host = hosts.get(msg.born_host) or self._host_bytes(msg.born_host)
+        except (OSError, TypeError, struct.error) as exc:
+            return _illegal(f"only IPv4 host:port is supported: {exc}")
+        files = self.queue.files
+        mf = files[-1] if files else None
+        if mf is None or total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote:
+            try:
+                mf = self._file_with_room(total)
+            except OSError as exc:
+                log.error("create_mapped_file_failed", error=str(exc))
+                return _illegal(str(exc), PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+        key = (topic, queue_id)
+        table = self.topic_queue_table
+        if txn in _NO_ADVANCE_TXN:
+            qo = 0
+        else:
+            qo = table.get(key, 0)
+            table[key] = qo + 1
+        pos = mf.wrote
+        phys = mf.file_from + pos
+        now = self.clock_ms()
+        mm = mf.mm
+        RECORD_HEADER.pack_into(
+            mm, pos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, qo, phys,
+            sys_flag, msg.born_timestamp, born_host, now, store_host, msg.reconsume_times,
+            msg.prepared_transaction_offset, body_len,
+        )
+        p = pos + RECORD_HEADER_SIZE
+        mm[p : p + body_len] = body
+        p += body_len
+        q = p + len(topic_b)
+        mm[p:q] = topic_b
+        mm[q : q + 2 + props_len] = _PROPS_LEN[props_len] + props if props_len < 256 else (
+            I16.pack(props_len) + props
+        )
+        mf.wrote = pos + total
+        self.last_store_timestamp = now
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            AppendMessageResult(phys, total, now, qo, 1, store_host),
+        )
+
+    def _host_bytes(self, host: HostAddr) -> bytes:
+        raw = encode_host(host)
+        if len(self._host_cache) > HOST_CACHE_MAX_ENTRIES:
+            self._host_cache.clear()
+        self._host_cache[host] = raw
+        return raw
+
+    def append_batch(self, batch: Message) -> PutMessageResult:
+        """``batch.body`` is a SEND_BATCH_MESSAGE body (§5.5); header fields apply to all items
+        and ``batch.properties`` are appended to each item's properties. One pass over the item
+        headers sizes the batch, a second writes every record straight into the mmap."""
+        topic_b = self._topic_bytes(batch.topic)
+        if topic_b is None:
+            return _illegal(f"topic length must be 1..{MAX_TOPIC_LENGTH_BYTES} bytes")
+        sys_flag = batch.sys_flag & ~_HOST_V6_FLAGS
+        if sys_flag & SYSFLAG_TRANSACTION_MASK:
+            return _illegal("batch messages cannot be transactional")
+        if MessageConst.PROPERTY_DELAY_TIME_LEVEL in batch.properties:
+            return _illegal("batch messages cannot be delayed")
+        extra = encode_properties(batch.properties)
+        src = memoryview(batch.body)
+        end = len(src)
+        # (body start, body len, props start, props len, record size) per item
+        items: list[tuple[int, int, int, int, int, int]] = []
+        fixed = RECORD_FIXED_SIZE - 1 + len(topic_b)
+        pos = 0
+        while pos < end:
+            if end - pos < BATCH_ITEM_FIXED_SIZE:
+                return _illegal("bad batch body: truncated item")
+            total, _magic, _crc, flag, body_len = BATCH_ITEM_HEAD.unpack_from(src, pos)
+            b0 = pos + BATCH_ITEM_HEAD.size
+            if (
+                total < BATCH_ITEM_FIXED_SIZE or pos + total > end or body_len < 0
+                or b0 + body_len + 2 > pos + total
+            ):
+                return _illegal("bad batch body: bad item size")
+            (props_len,) = I16.unpack_from(src, b0 + body_len)
+            p0 = b0 + body_len + 2
+            if props_len < 0 or p0 + props_len != pos + total:
+                return _illegal("bad batch body: item size mismatch")
+            if body_len > self.max_body:
+                return _illegal(f"message body {body_len} > maxMessageSize {self.max_body}")
+            joined = props_len + len(extra)
+            if extra and props_len and src[p0 + props_len - 1] != 2:
+                joined += 1  # join_properties adds a 0x02 separator
+            if joined > MAX_PROPERTIES_LENGTH_BYTES:
+                return _illegal(
+                    f"properties {joined} > {MAX_PROPERTIES_LENGTH_BYTES}",
+                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                )
+            items.append((flag, b0, body_len, p0, props_len, fixed + body_len + joined))
+            pos += total
+        if not items:
+            return _illegal("empty batch")
+        try:
+            store_host = encode_host(batch.store_host)
+            born_host = encode_host(batch.born_host)
+        except (OSError, TypeError, struct.error) as exc:
+            return _illegal(f"only IPv4 host:port is supported: {exc}")
+        batch_size = sum(it[5] for it in items)
+        if batch_size > self.file_size - END_FILE_MIN_BLANK_LENGTH:
+            return _illegal(f"batch of {batch_size} bytes does not fit in one CommitLog file")
+        try:
+            mf = self._file_with_room(batch_size)
+        except OSError as exc:
+            log.error("create_mapped_file_failed", error=str(exc))
+            return _illegal(str(exc), PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+        key = (batch.topic, batch.queue_id)
+        first_qo = qo = self.topic_queue_table.get(key, 0)
+        wpos = mf.wrote
+        base = mf.file_from
+        first_phys = base + wpos
+        now = self.clock_ms()
+        born_ts = batch.born_timestamp
+        reconsume = batch.reconsume_times
+        queue_id = batch.queue_id
+        mm = mf.mm
+        tlen = len(topic_b)
+        pack_into = RECORD_HEADER.pack_into
+        for flag, b0, body_len, p0, props_len, total in items:
+            body = src[b0 : b0 + body_len]
+            pack_into(
+                mm, wpos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, qo,
+                base + wpos, sys_flag, born_ts, born_host, now, store_host, reconsume, 0,
+                body_len,
+            )
+            p = wpos + RECORD_HEADER_SIZE
+            mm[p : p + body_len] = body
+            p += body_len
+            mm[p : p + tlen] = topic_b
+            p += tlen
+            if extra:
+                props = join_properties(bytes(src[p0 : p0 + props_len]), extra)
+                I16.pack_into(mm, p, len(props))
+                mm[p + 2 : p + 2 + len(props)] = props
+            else:
+                # the item already holds PROPLEN right before its properties: copy both
+                mm[p : p + 2 + props_len] = src[p0 - 2 : p0 + props_len]
+            wpos += total
+            qo += 1
+        mf.wrote = wpos
+        self.topic_queue_table[key] = qo
+        self.last_store_timestamp = now
+        offsets = tuple(itertools.accumulate((it[5] for it in items[:-1]), initial=first_phys))
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            AppendMessageResult(
+                first_phys, batch_size, now, first_qo, len(items), store_host, offsets
+            ),
+        )
+
+    # ------------------------------------------------------------------ replication
+
+    def append_raw(self, phys_offset: int, data: bytes | memoryview) -> None:
+        """Write raw CommitLog bytes (from a master) at ``phys_offset``, which must be our end
+        (or, for an empty log, a file boundary). Raises ValueError otherwise."""
+        if self.queue.files:
+            if phys_offset != self.max_offset:
+                raise ValueError(
+                    f"append_raw at {phys_offset}, but the log ends at {self.max_offset}"
+                )
+        elif phys_offset % self.file_size:
+            raise ValueError(f"an empty log must start at a file boundary, not {phys_offset}")
+        view = memoryview(data)
+        start_if_empty = phys_offset
+        while len(view):
+            mf = self.queue.last_file_for_write(start_if_empty)
+            n = mf.append(view)
+            view = view[n:]
+
+    def read_raw(self, phys_offset: int, max_bytes: int) -> memoryview | None:
+        """Up to ``max_bytes`` written bytes from ``phys_offset``, never crossing a file."""
+        mf = self.queue.find(phys_offset)
+        if mf is None:
+            return None
+        pos = phys_offset - mf.file_from
+        end = min(mf.wrote, pos + max_bytes)
+        if end < pos:
+            return None
+        return mf.view[pos:end]
+
+    # ------------------------------------------------------------------ reads
+
+    def get_message(self, phys_offset: int, size: int) -> memoryview | None:
+        return self.queue.read(phys_offset, size)
+
+    def pickup_store_timestamp(self, phys_offset: int, size: int) -> int:
+        view = self.queue.read(phys_offset, min(size, RECORD_HEADER_SIZE))
+        if view is None or len(view) < 64:
+            return -1
+        return int.from_bytes(view[56:64], "big", signed=True)
+
+    # ------------------------------------------------------------------ record checks
+
+    def check_record(
+        self,
+        buf: memoryview,
+        pos: int,
+        base: int,
+        *,
+        check_crc: bool,
+        strict: bool,
+        want_request: bool = True,
+    ) -> tuple[int, DispatchRequest | None]:
+        """Validate the record at ``pos`` of ``buf`` (a file view; ``base`` = its file offset).
+        Returns (size, request) or (REC_EMPTY/REC_BLANK/REC_INCOMPLETE/REC_CORRUPT, None)."""
+        avail = len(buf) - pos
+        if avail < 8:
+            return (REC_EMPTY if avail <= 0 or not any(buf[pos:]) else REC_INCOMPLETE), None
+        total, magic = SIZE_MAGIC.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC:
+            return REC_BLANK, None
+        if magic != MAGIC_V1:
+            if total == 0 and magic == 0:
+                return REC_EMPTY, None
+            return REC_CORRUPT, None
+        if total < RECORD_FIXED_SIZE or total > self.max_record:
+            return REC_CORRUPT, None
+        if total > avail:
+            return REC_INCOMPLETE, None
+        (
+            _t, _m, crc, queue_id, _flag, queue_offset, phys, sys_flag, _born, _bh, store_ts,
+            _sh, _rc, _pt, body_len,
+        ) = RECORD_HEADER.unpack_from(buf, pos)
+        if body_len < 0 or body_len > total - RECORD_FIXED_SIZE:
+            return REC_CORRUPT, None
+        bp = pos + RECORD_HEADER_SIZE
+        tp = bp + body_len
+        topic_len = buf[tp]
+        pp = tp + 1 + topic_len
+        if pp + 2 > pos + total:
+            return REC_CORRUPT, None
+        (props_len,) = I16.unpack_from(buf, pp)
+        if props_len < 0 or pp + 2 + props_len != pos + total or topic_len == 0:
+            return REC_CORRUPT, None
+        topic_raw = bytes(buf[tp + 1 : pp])
+        props_raw = bytes(buf[pp + 2 : pp + 2 + props_len])
+        if strict and (phys != base + pos or b"\0" in topic_raw or b"\0" in props_raw):
+            # a torn write leaves zeros; topic and properties text never contain NUL
+            return REC_CORRUPT, None
+        if check_crc and (_crc32(buf[bp:tp]) & 0x7FFFFFFF) != crc:
+            return REC_CORRUPT, None
+        try:
+            topic = topic_raw.decode()
+        except UnicodeDecodeError:
+            return REC_CORRUPT, None
+        if not want_request:
+            return total, None
+        props = decode_properties(props_raw) if props_len else {}
+        tags = props.get(MessageConst.PROPERTY_TAGS)
+        if topic == SCHEDULE_TOPIC and MessageConst.PROPERTY_DELAY_TIME_LEVEL in props:
+            try:
+                level = min(max(int(props[MessageConst.PROPERTY_DELAY_TIME_LEVEL]), 1), 18)
+            except ValueError:
+                level = 1
+            code = store_ts + DELAY_LEVELS_MS[level - 1]
+        else:
+            code = tags_code(tags)
+        return total, DispatchRequest(
+            topic, queue_id, phys, total, code, store_ts, queue_offset,
+            props.get(MessageConst.PROPERTY_KEYS, ""),
+            props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, ""),
+            sys_flag,
+        )
+
+    def scan_valid_end(self, start_index: int, *, check_crc: bool) -> int:
+        """Scan files from ``files[start_index]``; the offset just past the last valid record
+        (a blank moves to the next file; the first bad record ends the scan)."""
+        files = self.queue.files
+        if not files:
+            return 0
+        start_index = max(0, min(start_index, len(files) - 1))
+        process = files[start_index].file_from
+        for mf in files[start_index:]:
+            buf = mf.view
+            pos = 0
+            while True:
+                size, _req = self.check_record(
+                    buf, pos, mf.file_from, check_crc=check_crc, strict=True, want_request=False
+                )
+                if size > 0:
+                    pos += size
+                    process = mf.file_from + pos
+                    continue
+                if size == REC_BLANK:
+                    process = mf.file_end
+                    break
+                return process
+        return process
+
+    def first_store_timestamp(self, mf: MappedFile) -> int:
+        size, req = self.check_record(mf.view, 0, mf.file_from, check_crc=False, strict=True)
+        if size > 0 and req is not None:
+            return req.store_timestamp
+        return -1
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+def is_dispatchable(sys_flag: int) -> bool:
+    """ConsumeQueue entries exist for plain and committed-transaction records only."""
+    return (sys_flag & SYSFLAG_TRANSACTION_MASK) in (
+        SYSFLAG_TRANSACTION_NOT_TYPE,
+        SYSFLAG_TRANSACTION_COMMIT_TYPE,
+    )

@@ -1,0 +1,133 @@
+"""The store's Trio shell: flush, reput, file-allocation and clean services as tasks, plus
+``Watermark``.
+
+A broker runs ``from store import flush`` then ``await nursery.start(flush.run, store)`` next
+to its servers, and cancels that scope before ``store.close()``. Every blocking disk call
+(msync, file creation) goes to ``trio.to_thread.run_sync``; the event loop never waits on the
+disk (except a rollover that finds no preallocated file, which creates one inline).
+
+``Watermark`` is the group-commit primitive: one ``trio.Event`` per advance wakes every waiter
+whose target the new value reaches (SYNC_FLUSH here; SYNC_MASTER replication later).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+import trio
+
+from store.config import OS_PAGE_SIZE_BYTES, FlushDiskType
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
+
+log = structlog.get_logger(component="store_services")
+
+
+class Watermark:
+    """A monotonically rising offset that tasks can wait on."""
+
+    __slots__ = ("_event", "value")
+
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+        self._event = trio.Event()
+
+    def advance(self, value: int) -> None:
+        if value > self.value:
+            self.value = value
+            event, self._event = self._event, trio.Event()
+            event.set()
+
+    async def wait_for(self, target: int) -> None:
+        while self.value < target:
+            await self._event.wait()
+
+
+async def commitlog_flush_service(store: MessageStore) -> None:
+    cfg = store.config
+    interval_s = cfg.flush_interval_commit_log_ms / 1000
+    least_bytes = cfg.flush_commit_log_least_pages * OS_PAGE_SIZE_BYTES
+    thorough_s = cfg.flush_commit_log_thorough_interval_ms / 1000
+    last_thorough = trio.current_time()
+    sync = cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    while True:
+        if sync:
+            # group commit: every put that arrives while an fsync runs shares the next one
+            with trio.move_on_after(interval_s):
+                await store.flush_requested.wait()
+            store.flush_requested = trio.Event()
+            if store.commitlog.max_offset > store.commitlog.flushed_offset:
+                await store.flush_commitlog()
+            continue
+        await trio.sleep(interval_s)
+        dirty = store.commitlog.max_offset - store.commitlog.flushed_offset
+        now = trio.current_time()
+        thorough = now - last_thorough >= thorough_s
+        if dirty >= least_bytes or (thorough and dirty > 0):
+            await store.flush_commitlog()
+        if thorough:
+            last_thorough = now
+
+
+async def reput_service(store: MessageStore) -> None:
+    """Dispatch promptly: woken by appends, yields between MAX_DISPATCH_BYTES_PER_ROUND rounds."""
+    while True:
+        count = store.dispatch()
+        if count and store.dispatch_behind_bytes > 0:
+            await trio.lowlevel.checkpoint()
+            continue
+        # caught up (or stopped before an incomplete record): wait for bytes beyond the end
+        await store.wait_appended_beyond(store.max_phys_offset)
+
+
+async def allocate_service(store: MessageStore) -> None:
+    """Create the next CommitLog file in a worker thread whenever a new file comes into use,
+    so a rollover on the event loop only has to take it (RocketMQ AllocateMappedFileService)."""
+    queue = store.commitlog.queue
+    while True:
+        store.file_created = trio.Event()
+        start = queue.next_file_start()
+        if start is not None:
+            try:
+                await trio.to_thread.run_sync(queue.preallocate, start)
+                store.preallocated.advance(start)
+            except OSError as exc:  # the put path will retry and report CREATE_MAPEDFILE_FAILED
+                log.warning("preallocate_failed", start=start, error=str(exc))
+        await store.file_created.wait()
+
+
+async def logics_flush_service(store: MessageStore) -> None:
+    interval_s = store.config.flush_interval_consume_queue_ms / 1000
+    while True:
+        await trio.sleep(interval_s)
+        await store.flush_logics()
+
+
+async def clean_service(store: MessageStore) -> None:
+    interval_s = store.config.clean_resource_interval_ms / 1000
+    while True:
+        await trio.sleep(interval_s)
+        try:
+            store.clean_once()
+        except OSError as exc:
+            log.error("clean_failed", error=str(exc))
+
+
+async def run(
+    store: MessageStore, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run every store service until cancelled; the owner calls ``store.close()`` after."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(commitlog_flush_service, store)
+        nursery.start_soon(reput_service, store)
+        nursery.start_soon(logics_flush_service, store)
+        nursery.start_soon(allocate_service, store)
+        nursery.start_soon(clean_service, store)
+        store.services_running = True
+        task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            store.services_running = False

@@ -1,0 +1,396 @@
+"""Fixed-size mmap'd segment files named by their 20-digit start offset (pure; no trio).
+
+A ``MappedFile`` tracks three positions: ``wrote`` (bytes appended), and ``flushed`` (bytes
+msync'ed); there is no transient store pool, so committed == wrote. Reads are memoryview slices
+of the mapping: zero-copy until the caller copies them into a response.
+
+Files are created at full size with ``posix_fallocate`` so that a full disk fails the creation
+(CREATE_MAPEDFILE_FAILED) instead of raising SIGBUS on a later page write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+import threading
+from collections.abc import Callable
+from typing import Final
+
+import structlog
+
+FILE_NAME_DIGITS: Final = 20
+PAGE_SIZE: Final = mmap.PAGESIZE
+ZERO_CHUNK_BYTES: Final = 1 << 20
+
+log = structlog.get_logger(component="mapped_file")
+
+
+def fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def offset_to_file_name(offset: int) -> str:
+    return f"{offset:0{FILE_NAME_DIGITS}d}"
+
+
+FlushPlan = list[tuple["MappedFile", int, int]]
+
+
+class MappedFile:
+    __slots__ = ("file_from", "file_size", "flushed", "mm", "path", "view", "wrote")
+
+    def __init__(self, path: str, file_from: int, file_size: int, *, create: bool) -> None:
+        self.path = path
+        self.file_from = file_from
+        self.file_size = file_size
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+        try:
+            if create:
+                try:
+                    os.posix_fallocate(fd, 0, file_size)
+                except OSError as exc:
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        os.close(fd)
+                        with contextlib.suppress(OSError):
+                            os.unlink(path)
+                        raise
+                    os.ftruncate(fd, file_size)
+            else:
+                actual = os.fstat(fd).st_size
+                if actual < file_size:
+                    # a crash during creation can leave a short file: extend it with zeros
+                    os.ftruncate(fd, file_size)
+                elif actual > file_size:
+                    raise OSError(errno.EINVAL, f"{path}: size {actual} != {file_size}")
+            self.mm = mmap.mmap(fd, file_size)
+            if create:
+                fsync_dir(os.path.dirname(path) or ".")  # the new name survives a power loss
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.view = memoryview(self.mm)
+        self.wrote = 0
+        self.flushed = 0
+
+    @property
+    def file_end(self) -> int:
+        return self.file_from + self.file_size
+
+    @property
+    def committed(self) -> int:
+        """Bytes visible to readers, dispatch and HA: everything written (no transient pool)."""
+        return self.wrote
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote
+
+    def is_full(self) -> bool:
+        return self.wrote >= self.file_size
+
+    def set_positions(self, pos: int) -> None:
+        self.wrote = pos
+        self.flushed = pos
+
+    def append(self, data: bytes | memoryview) -> int:
+        """Copy ``data`` at the write position; returns the bytes written (may be short)."""
+        n = min(len(data), self.file_size - self.wrote)
+        self.mm[self.wrote : self.wrote + n] = data[:n] if n < len(data) else data
+        self.wrote += n
+        return n
+
+    def read(self, pos: int, size: int) -> memoryview | None:
+        """A view of ``size`` bytes at file position ``pos`` if they have been written."""
+        if pos < 0 or size < 0 or pos + size > self.wrote:
+            return None
+        return self.view[pos : pos + size]
+
+    def read_to_end(self, pos: int) -> memoryview | None:
+        if pos < 0 or pos > self.wrote:
+            return None
+        return self.view[pos : self.wrote]
+
+    def flush_range(self, start: int, end: int) -> None:
+        """msync file bytes [start, end); safe to call from a worker thread."""
+        if end <= start:
+            return
+        aligned = start - start % PAGE_SIZE
+        self.mm.flush(aligned, end - aligned)
+
+    def zero_from(self, pos: int) -> None:
+        """Erase bytes [pos, end) so a later scan cannot mistake old bytes for records. Bytes
+        are written sequentially into a zero-filled file, so erasing stops at the first
+        chunk that is already all zeros (no need to touch the untouched rest of the file)."""
+        end = self.file_size
+        chunk = ZERO_CHUNK_BYTES
+        zeros = bytes(chunk)
+        while pos < end:
+            n = min(chunk, end - pos)
+            if self.mm[pos : pos + n] == zeros[:n]:
+                break
+            self.mm[pos : pos + n] = zeros[:n]
+            pos += n
+
+    def last_modified(self) -> float:
+        try:
+            return os.path.getmtime(self.path)
+        except OSError:
+            return 0.0
+
+    def close(self) -> bool:
+        """Unmap; False when views are still exported (the caller retries later)."""
+        try:
+            self.view.release()
+        except BufferError:
+            return False
+        try:
+            self.mm.close()
+        except BufferError:
+            self.view = memoryview(self.mm)
+            return False
+        return True
+
+    def destroy(self) -> bool:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        return self.close()
+
+
+class MappedFileQueue:
+    """The ordered segments of one log (CommitLog, one ConsumeQueue)."""
+
+    def __init__(
+        self,
+        directory: str,
+        file_size: int,
+        *,
+        on_create: Callable[[MappedFile], None] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+        self.flushed_where = 0
+        self.on_create = on_create
+        self._doomed: list[MappedFile] = []  # deleted but still referenced by views
+        self._prealloc_lock = threading.Lock()
+        self._prepared: MappedFile | None = None  # the next file, made ahead of need
+        self._closed = False
+
+    # ------------------------------------------------------------------ load / create
+
+    def load(self) -> None:
+        """Map every segment on disk; names must be 20-digit offsets spaced by file_size."""
+        if not os.path.isdir(self.directory):
+            return
+        names = sorted(
+            n for n in os.listdir(self.directory) if len(n) == FILE_NAME_DIGITS and n.isdigit()
+        )
+        for name in names:
+            start = int(name)
+            if self.files and start != self.files[-1].file_end:
+                raise OSError(
+                    errno.EINVAL,
+                    f"{self.directory}: segment {name} does not follow {self.files[-1].path}",
+                )
+            if start % self.file_size:
+                raise OSError(errno.EINVAL, f"{self.directory}: {name} is not file-aligned")
+            path = os.path.join(self.directory, name)
+            size = os.path.getsize(path)
+            if size > self.file_size or (size < self.file_size and name != names[-1]):
+                raise OSError(
+                    errno.EINVAL, f"{path}: size {size}, expected {self.file_size} (config?)"
+                )
+            mf = MappedFile(path, start, self.file_size, create=False)
+            mf.set_positions(self.file_size)
+            self.files.append(mf)
+
+    def create_file(self, start: int) -> MappedFile:
+        """Map the file starting at ``start``, taking it from ``preallocate`` when ready."""
+        with self._prealloc_lock:
+            mf = self._prepared
+            self._prepared = None
+            if mf is not None and mf.file_from != start:
+                mf.destroy()
+                mf = None
+            if mf is None:
+                os.makedirs(self.directory, exist_ok=True)
+                path = os.path.join(self.directory, offset_to_file_name(start))
+                mf = MappedFile(path, start, self.file_size, create=True)
+        self.files.append(mf)
+        if self.on_create is not None:
+            self.on_create(mf)
+        return mf
+
+    def next_file_start(self) -> int | None:
+        """Start of the file after the last one, if none is prepared for it yet."""
+        if not self.files:
+            return None
+        start = self.files[-1].file_end
+        prepared = self._prepared
+        return None if prepared is not None and prepared.file_from == start else start
+
+    def preallocate(self, start: int) -> None:
+        """Create (fallocate + mmap) the file at ``start`` ahead of need. Blocking: run it in
+        a worker thread; ``create_file`` on the event loop takes the result, waiting for an
+        allocation in progress instead of racing it."""
+        with self._prealloc_lock:
+            if self._prepared is not None or self._closed:
+                return
+            if self.files and self.files[-1].file_end != start:
+                return
+            os.makedirs(self.directory, exist_ok=True)
+            path = os.path.join(self.directory, offset_to_file_name(start))
+            if os.path.exists(path):
+                return
+            self._prepared = MappedFile(path, start, self.file_size, create=True)
+
+    def _drop_prepared(self) -> None:
+        with self._prealloc_lock:
+            if self._prepared is not None:
+                self._prepared.destroy()
+                self._prepared = None
+
+    def last_file_for_write(self, start_if_empty: int = 0) -> MappedFile:
+        """The file to append to, creating the first or next one when needed."""
+        if not self.files:
+            return self.create_file(start_if_empty - start_if_empty % self.file_size)
+        last = self.files[-1]
+        if last.is_full():
+            return self.create_file(last.file_end)
+        return last
+
+    # ------------------------------------------------------------------ positions
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """End of the written bytes (== committed: there is no transient pool)."""
+        if not self.files:
+            return 0
+        last = self.files[-1]
+        return last.file_from + last.wrote
+
+    def find(self, offset: int) -> MappedFile | None:
+        files = self.files
+        if not files:
+            return None
+        idx = (offset - files[0].file_from) // self.file_size
+        if 0 <= idx < len(files):
+            mf = files[idx]
+            if mf.file_from <= offset < mf.file_end:
+                return mf
+        return None
+
+    def read(self, offset: int, size: int) -> memoryview | None:
+        mf = self.find(offset)
+        if mf is None:
+            return None
+        return mf.read(offset - mf.file_from, size)
+
+    # ------------------------------------------------------------------ flush
+
+    def flush_plan(self, upto: int | None = None) -> FlushPlan:
+        """Snapshot of (file, start, end) file ranges to msync to reach ``upto`` (default: all
+        written bytes). Computed on the caller's thread; run with ``run_flush_plan`` anywhere."""
+        target = self.max_offset if upto is None else min(upto, self.max_offset)
+        plan: FlushPlan = []
+        for mf in self.files:
+            if mf.file_end <= self.flushed_where or mf.file_from >= target:
+                continue
+            start = max(self.flushed_where, mf.file_from) - mf.file_from
+            end = min(target, mf.file_from + mf.wrote) - mf.file_from
+            if end > start:
+                plan.append((mf, start, end))
+        return plan
+
+    def mark_flushed(self, plan: FlushPlan, upto: int) -> None:
+        for mf, _start, end in plan:
+            mf.flushed = max(mf.flushed, end)
+        self.flushed_where = max(self.flushed_where, upto)
+
+    def flush(self, upto: int | None = None) -> int:
+        target = self.max_offset if upto is None else min(upto, self.max_offset)
+        plan = self.flush_plan(target)
+        run_flush_plan(plan)
+        self.mark_flushed(plan, target)
+        return self.flushed_where
+
+    # ------------------------------------------------------------------ truncate / delete
+
+    def truncate_dirty(self, offset: int) -> None:
+        """Drop every byte at or after ``offset``: trim the file holding it, delete later files."""
+        self._drop_prepared()
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            if mf.file_end <= offset:
+                keep.append(mf)
+            elif mf.file_from <= offset:
+                pos = offset - mf.file_from
+                mf.zero_from(pos)
+                mf.set_positions(pos)
+                keep.append(mf)
+            else:
+                self._destroy(mf)
+        self.files = keep
+        self.flushed_where = min(self.flushed_where, offset)
+
+    def set_positions(self, offset: int) -> None:
+        """After a recovery scan: files before ``offset`` are full, the one holding it ends
+        there."""
+        for mf in self.files:
+            if mf.file_end <= offset:
+                mf.set_positions(mf.file_size)
+            elif mf.file_from <= offset:
+                mf.set_positions(offset - mf.file_from)
+        self.flushed_where = offset
+
+    def delete_first_files(self, count: int) -> list[MappedFile]:
+        """Delete the ``count`` oldest files (never the last one)."""
+        count = min(count, len(self.files) - 1)
+        if count <= 0:
+            return []
+        gone, self.files = self.files[:count], self.files[count:]
+        for mf in gone:
+            self._destroy(mf)
+        return gone
+
+    def reset_empty(self, start: int) -> None:
+        """Delete everything; the next file will start at the file holding ``start``."""
+        self._drop_prepared()
+        for mf in self.files:
+            self._destroy(mf)
+        self.files = []
+        self.flushed_where = start
+
+    def _destroy(self, mf: MappedFile) -> None:
+        if not mf.destroy():
+            self._doomed.append(mf)
+
+    def retry_destroy(self) -> None:
+        self._doomed = [mf for mf in self._doomed if not mf.close()]
+
+    def close(self) -> None:
+        self._drop_prepared()
+        self._closed = True
+        for mf in self.files:
+            if not mf.close():
+                log.warning("mapped_file_views_outstanding", path=mf.path)
+        self.files = []
+        self.retry_destroy()
+
+
+def run_flush_plan(plan: FlushPlan) -> None:
+    for mf, start, end in plan:
+        try:
+            mf.flush_range(start, end)
+        except ValueError:  # unmapped meanwhile (deleted by retention): nothing to flush
+            continue

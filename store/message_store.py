@@ -1,0 +1,675 @@
+"""MessageStore: the facade the Broker, HA and DLedger use.
+
+    from store import flush as store_services
+    store = MessageStore.open(config)            # lock, load, recover, dispatch, write `abort`
+    async with trio.open_nursery() as n:
+        await n.start(store_services.run, store)  # flush / reput / allocate / clean tasks
+        result = await store.put_message(msg)     # PutMessageResult
+        n.cancel_scope.cancel()                   # stop the services before closing
+    store.close()                                 # flush everything, delete `abort`, unlock
+
+A put appends synchronously (the event loop is the put lock), then awaits the flush watermark
+under SYNC_FLUSH (group commit) and, when set, ``replica_waiter(end_offset)`` — the hook the HA
+issue uses for SYNC_MASTER. Reads return memoryviews of the mmap; copy them once into the
+response and drop them (a view keeps its file mapped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import os
+import time
+from collections.abc import Awaitable, Callable
+
+import attrs
+import structlog
+import trio
+
+from cluster.protocol.message import (
+    Message,
+    MessageConst,
+    RecordError,
+    StoredMessage,
+    decode_offset_msg_id,
+    decode_record,
+)
+from store.checkpoint import StoreCheckpoint
+from store.commitlog import (
+    CommitLog,
+    PutMessageResult,
+    PutMessageStatus,
+)
+from store.config import (
+    MAX_DISPATCH_BYTES_PER_ROUND,
+    BrokerRole,
+    FlushDiskType,
+    MessageStoreConfig,
+)
+from store.consume_queue import CQ_UNIT, FILLER_SIZE, UNIT, ConsumeQueue
+from store.dispatcher import ArrivalListener, ConsumeQueueTable, Dispatcher
+from store.flush import Watermark
+from store.index_file import IndexService
+from store.mapped_file import FlushPlan, run_flush_plan
+from store.recovery import RecoveryResult, rebuild_topic_queue_table, recover
+from store.retention import CleanResult, DiskUsageProbe, Retention, default_disk_usage
+
+log = structlog.get_logger(component="message_store")
+
+MAX_FILTER_MESSAGE_COUNT = 16000  # CQ units examined per pull
+DEFAULT_PULL_MAX_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
+MAX_QUERY_RESULTS = 64
+LOCK_FILE_CONTENT = b"lock"
+
+
+class StoreLockedError(RuntimeError):
+    """Another process holds this store's ``lock`` file."""
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@attrs.define
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[memoryview] = attrs.field(factory=list)
+    buffer_total_size: int = 0
+    queue_offsets: list[int] = attrs.field(factory=list)
+    suggest_pulling_from_slave: bool = False
+
+    @property
+    def message_count(self) -> int:
+        return len(self.buffers)
+
+    def copy_body(self) -> bytes:
+        """One copy of every record into a response body; releases the views."""
+        body = b"".join(self.buffers)
+        self.release()
+        return body
+
+    def release(self) -> None:
+        for b in self.buffers:
+            b.release()
+        self.buffers = []
+
+
+@attrs.define
+class QueryMessageResult:
+    buffers: list[memoryview]
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+    def copy_body(self) -> bytes:
+        body = b"".join(self.buffers)
+        for b in self.buffers:
+            b.release()
+        self.buffers = []
+        return body
+
+
+MessageFilter = Callable[[int], bool]  # tagsCode -> match
+ReplicaWaiter = Callable[[int], Awaitable[PutMessageStatus]]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore:
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        *,
+        clock_ms: Callable[[], int] = _now_ms,
+        disk_usage: DiskUsageProbe = default_disk_usage,
+        on_arrival: ArrivalListener | None = None,
+    ) -> None:
+        self.config = config
+        self.clock_ms = clock_ms
+        self.commitlog = CommitLog(config, clock_ms=clock_ms)
+        self.cqs = ConsumeQueueTable(config)
+        self.index: IndexService | None = (
+            IndexService(
+                config.index_dir, config.max_hash_slot_num, config.max_index_num,
+                clock_ms=clock_ms,
+            )
+            if config.message_index_enable
+            else None
+        )
+        self.dispatcher = Dispatcher(self.commitlog, self.cqs, self.index, on_arrival=on_arrival)
+        self.checkpoint: StoreCheckpoint | None = None
+        self.retention = Retention(
+            config, self.commitlog, self.cqs, self.index, disk_usage=disk_usage,
+            safe_offset=lambda: min(self.commitlog.flushed_offset, self.dispatcher.reput_from),
+        )
+        self.role = config.broker_role
+        self.sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self.sync_flush_timeout_s = config.sync_flush_timeout_ms / 1000
+        self.flush_watermark = Watermark(0)
+        self.flush_requested = trio.Event()
+        self._appended: trio.Event | None = None  # exists only while someone waits
+        self.file_created = trio.Event()
+        self.preallocated = Watermark(-1)  # start offset of the newest preallocated file
+        self.commitlog.queue.on_create = lambda _mf: self.file_created.set()
+        self.replica_waiter: ReplicaWaiter | None = None
+        self.services_running = False
+        self.recovery: RecoveryResult | None = None
+        self.shutdown = True
+        self._lock_fd: int | None = None
+
+    # ================================================================== lifecycle
+
+    @classmethod
+    def open(
+        cls,
+        config: MessageStoreConfig,
+        *,
+        clock_ms: Callable[[], int] = _now_ms,
+        disk_usage: DiskUsageProbe = default_disk_usage,
+        on_arrival: ArrivalListener | None = None,
+    ) -> MessageStore:
+        """Lock, load and recover the store at ``config.store_path_root_dir``. Blocking: call
+        it via ``trio.to_thread.run_sync`` when a loop is already serving others."""
+        store = cls(config, clock_ms=clock_ms, disk_usage=disk_usage, on_arrival=on_arrival)
+        store._open()
+        return store
+
+    def _open(self) -> None:
+        cfg = self.config
+        os.makedirs(cfg.store_path_root_dir, exist_ok=True)
+        os.makedirs(cfg.commit_log_dir, exist_ok=True)
+        self._take_lock()
+        try:
+            last_exit_ok = not os.path.exists(cfg.abort_path)
+            self.commitlog.queue.load()
+            self.cqs.load()
+            self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
+            if self.index is not None:
+                self.index.load()
+            self.recovery = recover(
+                cfg, self.commitlog, self.cqs, self.index, self.checkpoint,
+                last_exit_ok=last_exit_ok,
+            )
+            self.dispatcher.reput_from = self.recovery.reput_from
+            while self.dispatch() > 0:
+                pass
+            rebuild_topic_queue_table(self.commitlog, self.cqs)
+            for cq in self.cqs.queues.values():
+                cq.correct_min_offset(self.commitlog.min_offset)
+            self.flush_watermark = Watermark(self.commitlog.flushed_offset)
+            with open(cfg.abort_path, "wb") as f:
+                os.fsync(f.fileno())
+            self.shutdown = False
+            self.retention.check_disk()
+        except BaseException:
+            self._close_files()
+            self._release_lock()
+            raise
+
+    def _take_lock(self) -> None:
+        path = self.config.lock_path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreLockedError(
+                f"store {self.config.store_path_root_dir} is in use by another process "
+                f"(lock on {path})"
+            ) from None
+        os.pwrite(fd, LOCK_FILE_CONTENT, 0)
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def close(self) -> None:
+        """Dispatch the backlog, flush everything, delete ``abort`` (clean exit) and unlock."""
+        if self.shutdown and self._lock_fd is None:
+            return
+        self.shutdown = True
+        try:
+            while self.dispatch() > 0:
+                pass
+            clean = self.dispatcher.behind == 0
+            self.commitlog.queue.flush()
+            self.flush_logics_sync()
+            if self.checkpoint is not None:
+                self.checkpoint.physic_msg_timestamp = max(
+                    self.checkpoint.physic_msg_timestamp, self.commitlog.last_store_timestamp
+                )
+                self.checkpoint.flush()
+            if clean:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.config.abort_path)
+        finally:
+            self._close_files()
+            self._release_lock()
+
+    def _close_files(self) -> None:
+        self.commitlog.close()
+        self.cqs.close()
+        if self.index is not None:
+            self.index.close()
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+            self.checkpoint = None
+
+    # ================================================================== writes
+
+    def _check_writable(self) -> PutMessageResult | None:
+        if self.shutdown:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "store is shut down"
+            )
+        if self.role is BrokerRole.SLAVE:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "the broker role is SLAVE"
+            )
+        if self.retention.disk_full:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "the broker's disk is full"
+            )
+        return None
+
+    def append_message(self, msg: Message) -> PutMessageResult:
+        """Append without waiting for flush or replication (the synchronous half of a put)."""
+        if self.shutdown or self.role is BrokerRole.SLAVE or self.retention.disk_full:
+            refused = self._check_writable()
+            assert refused is not None
+            return refused
+        result = self.commitlog.append(msg)
+        if result.result is not None and self._appended is not None:
+            self._notify_appended()
+        return result
+
+    def append_messages(self, batch: Message) -> PutMessageResult:
+        refused = self._check_writable()
+        if refused is not None:
+            return refused
+        result = self.commitlog.append_batch(batch)
+        if result.result is not None and self._appended is not None:
+            self._notify_appended()
+        return result
+
+    async def put_message(self, msg: Message) -> PutMessageResult:
+        result = self.append_message(msg)
+        if result.result is None or (not self.sync_flush and self.replica_waiter is None):
+            return result
+        wait = msg.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        return await self._wait_stored(result, wait)
+
+    async def put_messages(self, batch: Message) -> PutMessageResult:
+        result = self.append_messages(batch)
+        if result.result is None or (not self.sync_flush and self.replica_waiter is None):
+            return result
+        wait = batch.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        return await self._wait_stored(result, wait)
+
+    def _notify_appended(self) -> None:
+        event, self._appended = self._appended, None
+        if event is not None:
+            event.set()
+
+    async def wait_appended_beyond(self, offset: int) -> None:
+        """Return once the CommitLog's end passes ``offset`` (the reput service waits here;
+        so can an HA writer). A put costs nothing extra while nobody waits."""
+        while self.commitlog.max_offset <= offset:
+            if self._appended is None:
+                self._appended = trio.Event()
+            await self._appended.wait()
+
+    async def _wait_stored(self, result: PutMessageResult, wait: bool) -> PutMessageResult:
+        assert result.result is not None
+        end = result.result.end_offset
+        status = PutMessageStatus.PUT_OK
+        if self.sync_flush and wait:
+            status = await self.wait_flushed(end)
+        if self.replica_waiter is not None and wait:
+            replica = await self.replica_waiter(end)
+            if replica is not PutMessageStatus.PUT_OK:
+                status = replica
+        if status is PutMessageStatus.PUT_OK:
+            return result
+        return PutMessageResult(status, result.result, result.remark)
+
+    async def wait_flushed(self, end_offset: int) -> PutMessageStatus:
+        """Group commit: wait (up to syncFlushTimeout) until the flushed watermark reaches
+        ``end_offset``; FLUSH_DISK_TIMEOUT otherwise."""
+        if self.flush_watermark.value >= end_offset:
+            return PutMessageStatus.PUT_OK
+        self.flush_requested.set()
+        with trio.move_on_after(self.sync_flush_timeout_s):
+            await self.flush_watermark.wait_for(end_offset)
+            return PutMessageStatus.PUT_OK
+        return PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+    async def flush_commitlog(self) -> int:
+        """msync every written byte off the event loop, then advance the flush watermark."""
+        cl = self.commitlog
+        target = cl.max_offset
+        ts = cl.last_store_timestamp
+        plan = cl.queue.flush_plan(target)
+        if plan:
+            await trio.to_thread.run_sync(run_flush_plan, plan)
+        cl.queue.mark_flushed(plan, target)
+        if self.checkpoint is not None and self.role is not BrokerRole.SLAVE and ts:
+            self.checkpoint.physic_msg_timestamp = ts
+        self.flush_watermark.advance(cl.flushed_offset)
+        return cl.flushed_offset
+
+    def flush_commitlog_sync(self) -> int:
+        self.commitlog.queue.flush()
+        if self.checkpoint is not None and self.commitlog.last_store_timestamp:
+            self.checkpoint.physic_msg_timestamp = self.commitlog.last_store_timestamp
+        self.flush_watermark.advance(self.commitlog.flushed_offset)
+        return self.commitlog.flushed_offset
+
+    def _logics_flush_plan(self) -> tuple[list[tuple[ConsumeQueue, FlushPlan, int]], int]:
+        plans: list[tuple[ConsumeQueue, FlushPlan, int]] = []
+        for cq in list(self.cqs.queues.values()):
+            plan = cq.queue.flush_plan()
+            if plan:
+                plans.append((cq, plan, cq.queue.max_offset))
+        return plans, self.dispatcher.last_store_timestamp
+
+    async def flush_logics(self) -> None:
+        """Flush ConsumeQueues, the index and the checkpoint (off the event loop)."""
+        plans, ts = self._logics_flush_plan()
+        index_files = list(self.index.files[-2:]) if self.index is not None else []
+        index_ts = self.index.files[-1].end_ts if index_files and self.index else 0
+        checkpoint = self.checkpoint
+
+        def work() -> None:
+            for _cq, plan, _upto in plans:
+                run_flush_plan(plan)
+            for f in index_files:
+                with contextlib.suppress(ValueError, OSError):
+                    f.flush()
+
+        await trio.to_thread.run_sync(work)
+        for cq, plan, upto in plans:
+            cq.queue.mark_flushed(plan, upto)
+        if checkpoint is not None and checkpoint is self.checkpoint:
+            if ts:
+                checkpoint.logics_msg_timestamp = ts
+                if self.role is BrokerRole.SLAVE:
+                    checkpoint.physic_msg_timestamp = ts
+            if index_ts:
+                checkpoint.index_msg_timestamp = index_ts
+            await trio.to_thread.run_sync(checkpoint.flush)
+
+    def flush_all_sync(self) -> None:
+        """Dispatch the backlog and flush CommitLog, ConsumeQueues, index and checkpoint
+        (blocking: tests, tools and shutdown paths)."""
+        self.dispatch_all()
+        self.flush_commitlog_sync()
+        self.flush_logics_sync()
+        if self.checkpoint is not None:
+            self.checkpoint.flush()
+
+    def flush_logics_sync(self) -> None:
+        plans, ts = self._logics_flush_plan()
+        for cq, plan, upto in plans:
+            run_flush_plan(plan)
+            cq.queue.mark_flushed(plan, upto)
+        if self.index is not None:
+            self.index.flush()
+        if self.checkpoint is not None:
+            if ts:
+                self.checkpoint.logics_msg_timestamp = ts
+            if self.index is not None and self.index.files:
+                self.checkpoint.index_msg_timestamp = self.index.files[-1].end_ts
+
+    # ================================================================== replication (slave side)
+
+    def append_raw(self, phys_offset: int, data: bytes | memoryview) -> None:
+        """Append raw CommitLog bytes from a master at ``phys_offset`` (our max offset, or a file
+        boundary when empty). The CommitLog stays a byte-identical prefix of the master's;
+        dispatch builds ConsumeQueue and Index from it. Raises ValueError on a mismatch."""
+        if self.shutdown:
+            raise ValueError("store is shut down")
+        self.commitlog.append_raw(phys_offset, data)
+        if self._appended is not None:
+            self._notify_appended()
+
+    def read_raw(self, phys_offset: int, max_bytes: int) -> memoryview | None:
+        """Up to ``max_bytes`` readable CommitLog bytes at ``phys_offset`` (one file at most)."""
+        return self.commitlog.read_raw(phys_offset, max_bytes)
+
+    def rebuild_queue_offsets(self) -> None:
+        """After a role change to master: queue offsets continue from the ConsumeQueues."""
+        self.dispatch_all()
+        rebuild_topic_queue_table(self.commitlog, self.cqs)
+
+    @property
+    def max_phys_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    @property
+    def min_phys_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.commitlog.flushed_offset
+
+    @property
+    def confirm_offset(self) -> int:
+        """Offset readers may trust; without DLedger, everything written."""
+        return self.commitlog.max_offset
+
+    # ================================================================== dispatch
+
+    def dispatch(self, max_bytes: int = MAX_DISPATCH_BYTES_PER_ROUND) -> int:
+        """One reput round (about ``max_bytes``); returns the records dispatched."""
+        return self.dispatcher.dispatch(max_bytes)
+
+    def dispatch_all(self) -> int:
+        """Dispatch until caught up (or stopped before an incomplete/corrupt record)."""
+        total = 0
+        while (count := self.dispatcher.dispatch()) > 0:
+            total += count
+        return total
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return self.dispatcher.behind
+
+    # ================================================================== reads
+
+    def get_message(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        *,
+        max_bytes: int = DEFAULT_PULL_MAX_BYTES,
+        message_filter: MessageFilter | None = None,
+    ) -> GetMessageResult:
+        """Messages of one queue from ``offset`` (RocketMQ DefaultMessageStore.getMessage)."""
+        cq = self.cqs.find(topic, queue_id)
+        s = GetMessageStatus
+        if cq is None:
+            return GetMessageResult(s.NO_MATCHED_LOGIC_QUEUE, self._correct(offset, 0), 0, 0)
+        min_off = cq.min_offset_in_queue
+        max_off = cq.max_offset_in_queue
+        if max_off == 0:
+            status, nxt = s.NO_MESSAGE_IN_QUEUE, self._correct(offset, 0)
+        elif offset < min_off:
+            status, nxt = s.OFFSET_TOO_SMALL, self._correct(offset, min_off)
+        elif offset == max_off:
+            status, nxt = s.OFFSET_OVERFLOW_ONE, self._correct(offset, offset)
+        elif offset > max_off:
+            status = s.OFFSET_OVERFLOW_BADLY
+            nxt = self._correct(offset, min_off if min_off == 0 else max_off)
+        else:
+            status, nxt = s.FOUND, offset
+        if status is not s.FOUND:
+            return GetMessageResult(status, nxt, min_off, max_off)
+        buf = cq.get_index_buffer(offset)
+        if buf is None:
+            return GetMessageResult(
+                GetMessageStatus.OFFSET_FOUND_NULL,
+                self._correct(offset, cq.roll_next_file(offset)), min_off, max_off,
+            )
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
+        buffers = result.buffers
+        qoffs = result.queue_offsets
+        total = 0
+        next_file_start = -1
+        limit = min(len(buf), max(MAX_FILTER_MESSAGE_COUNT, max_count * UNIT) // UNIT * UNIT)
+        cl_queue = self.commitlog.queue
+        i = 0
+        while i < limit:
+            phys, size, code = CQ_UNIT.unpack_from(buf, i)
+            i += UNIT
+            if size == FILLER_SIZE:
+                continue
+            if next_file_start >= 0 and phys < next_file_start:
+                continue
+            if buffers and (len(buffers) >= max_count or total + size > max_bytes):
+                i -= UNIT
+                break
+            if message_filter is not None and not message_filter(code):
+                continue
+            view = cl_queue.read(phys, size)
+            if view is None:
+                if not buffers:
+                    result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_file_start = self.commitlog.roll_next_file(phys)
+                continue
+            buffers.append(view)
+            qoffs.append(offset + (i - UNIT) // UNIT)
+            total += size
+            result.status = GetMessageStatus.FOUND
+            next_file_start = -1
+        buf.release()
+        result.buffer_total_size = total
+        result.next_begin_offset = offset + i // UNIT
+        return result
+
+    def _correct(self, old: int, new: int) -> int:
+        return old if self.role is BrokerRole.SLAVE else new
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.cqs.find(topic, queue_id)
+        return cq.min_offset_in_queue if cq is not None else 0
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.cqs.find(topic, queue_id)
+        return cq.max_offset_in_queue if cq is not None else 0
+
+    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.cqs.find(topic, queue_id)
+        unit = cq.get_unit(offset) if cq is not None else None
+        return unit[0] if unit is not None else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        cq = self.cqs.find(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(timestamp, self.commitlog.pickup_store_timestamp)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.cqs.find(topic, queue_id)
+        unit = cq.get_unit(offset) if cq is not None else None
+        if unit is None:
+            return -1
+        return self.commitlog.pickup_store_timestamp(unit[0], unit[1])
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
+        """Store time of a queue's first message, or of the CommitLog's first record."""
+        if topic is not None:
+            cq = self.cqs.find(topic, queue_id)
+            if cq is None:
+                return -1
+            return self.get_message_store_timestamp(topic, queue_id, cq.min_offset_in_queue)
+        files = self.commitlog.queue.files
+        return self.commitlog.first_store_timestamp(files[0]) if files else -1
+
+    def read_record(self, phys_offset: int) -> memoryview | None:
+        """The raw record at ``phys_offset`` (a view), or None."""
+        head = self.commitlog.get_message(phys_offset, 8)
+        if head is None:
+            return None
+        size = int.from_bytes(head[:4], "big", signed=True)
+        head.release()
+        if size <= 0:
+            return None
+        return self.commitlog.get_message(phys_offset, size)
+
+    def lookup_message_by_offset(self, phys_offset: int) -> StoredMessage | None:
+        view = self.read_record(phys_offset)
+        if view is None:
+            return None
+        try:
+            return decode_record(view, check_crc=False)
+        except RecordError:
+            return None
+        finally:
+            view.release()
+
+    def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
+        try:
+            _host, phys = decode_offset_msg_id(msg_id)
+        except ValueError:
+            return None
+        return self.lookup_message_by_offset(phys)
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
+    ) -> QueryMessageResult:
+        """Records indexed under ``topic#key`` stored within [begin_ts, end_ts] (newest index
+        files first); the key is checked against each record."""
+        out = QueryMessageResult([], 0, 0)
+        if self.index is None:
+            return out
+        if self.index.files:
+            out.index_last_update_timestamp = self.index.files[-1].end_ts
+            out.index_last_update_phyoffset = self.index.files[-1].end_phy
+        for phys in self.index.query(topic, key, min(max_num, MAX_QUERY_RESULTS), begin_ts, end_ts):
+            view = self.read_record(phys)
+            if view is None:
+                continue
+            try:
+                msg = decode_record(view, check_crc=False)
+            except RecordError:
+                view.release()
+                continue
+            keys = (msg.properties.get(MessageConst.PROPERTY_KEYS) or "").split(" ")
+            uniq = msg.properties.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if msg.topic == topic and (key in keys or key == uniq):
+                out.buffers.append(view)
+            else:
+                view.release()
+        return out
+
+    # ================================================================== maintenance
+
+    def check_disk_space(self) -> float:
+        return self.retention.check_disk()
+
+    def clean_once(self, now_ms: int | None = None) -> CleanResult:
+        return self.retention.clean_once(now_ms)
+
+    def is_writable(self) -> bool:
+        return self._check_writable() is None
