@@ -1,0 +1,17 @@
+"""The Broker node (RocketMQ 4.x ``BrokerController``): store, processors, clients, registration.
+
+Embedding::
+
+    from broker.config import load_broker_config
+    from broker.server import serve
+    settings = load_broker_config({"brokerName": "broker-a", "listenPort": "0", ...}).settings
+    host, port = await nursery.start(serve, settings)
+
+Process: ``python -m broker -c broker-a.properties -n "127.0.0.1:9876;127.0.0.1:9877"``.
+
+Layout: ``config.py`` (BrokerConfig + MessageStoreConfig from one broker.conf), pure managers
+(``topic_config.py``, ``offsets.py``, ``clients.py``, ``schedule.py``, ``transaction.py``),
+``processors/`` (send, pull, consumer/client management and queries, admin, end transaction),
+``long_polling.py`` (parked pulls), ``controller.py`` (the Trio shell composing everything),
+``server.py`` / ``__main__.py`` (entry points).
+"""

@@ -1,0 +1,382 @@
+"""Broker benchmark: send and pull rates through a real broker process, beside the Trio
+ping-pong baseline measured in the same run.
+
+    python3 bench/produce.py [--seconds 3] [--body 1024] [--inflight 256] [--batch 32]
+
+The broker runs as ``python -m broker`` in a child process (ASYNC_FLUSH, a temp store, no
+NameServer), so client and broker each get a core. Cases, all over one connection:
+  * sync send, 1 in flight (SEND_MESSAGE_V2, ``--body`` bytes): rate, p50/p99;
+  * pipelined send, ``--inflight`` in flight;
+  * batch send: SEND_BATCH_MESSAGE of ``--batch`` x ``--body`` bytes, ``--batch-inflight``
+    requests in flight;
+  * pull: PULL_MESSAGE of 32 messages, one request per queue in flight, over the sent messages;
+  * baseline: bench/remoting.py's plain Trio length-prefixed echo, ping-pong (1 in flight).
+Prints one JSON object. Targets (issue 5): 1-in-flight send >= 0.6x ping-pong, batch >= 100 000
+msgs/s, pipelined >= 40 000 msgs/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import remoting as remoting_bench  # noqa: E402  (bench/remoting.py: the Trio baseline)
+
+from cluster.logging import configure_logging  # noqa: E402
+from cluster.protocol.message import encode_batch, encode_properties  # noqa: E402
+from cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
+from cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
+from cluster.remoting.net import open_remoting_client  # noqa: E402
+
+TOPIC = "BenchProduce"
+BATCH_TOPIC = "BenchBatch"
+QUEUES = 4
+BOOT_TIMEOUT_S = 30.0
+PULL_BATCH = 32
+_U32 = struct.Struct(">I")
+
+
+def _free_port_pair() -> int:
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        try:
+            with socket.socket() as s2:
+                s2.bind(("127.0.0.1", port - 2))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+def _start_broker(store: str, extra: str = "") -> tuple[subprocess.Popen[str], int]:
+    port = _free_port_pair()
+    conf = Path(store) / "broker.properties"
+    conf.write_text(
+        "brokerClusterName=BenchCluster\nbrokerName=bench\nbrokerIP1=127.0.0.1\n"
+        f"bindAddress=127.0.0.1\nlistenPort={port}\nstorePathRootDir={store}/data\n"
+        "flushDiskType=ASYNC_FLUSH\nmappedFileSizeCommitLog=1073741824\n"
+        f"defaultTopicQueueNums={QUEUES}\n" + extra
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker", "-c", str(conf), "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=str(ROOT),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "boot success" in line:
+            return proc, port
+    proc.kill()
+    raise RuntimeError("broker did not start")
+
+
+def _send_ext(topic: str, queue_id: int, batch: bool = False) -> dict[str, str]:
+    props = encode_properties({"TAGS": "TagA", "WAIT": "true"}).decode()
+    return {
+        "a": "BenchPG",
+        "b": topic,
+        "c": "TBW102",
+        "d": str(QUEUES),
+        "e": str(queue_id),
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": props,
+        "j": "0",
+        "k": "false",
+        "m": "true" if batch else "false",
+    }
+
+
+async def _bench_broker(port: int, args: argparse.Namespace) -> dict[str, Any]:
+    body = os.urandom(args.body)
+    out: dict[str, Any] = {}
+    async with open_remoting_client(node="bench-client") as client:
+        conn = await client.connection(f"127.0.0.1:{port}")
+        queue_cycle = itertools.cycle(range(QUEUES))
+        requests = [
+            RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, _send_ext(TOPIC, q), body)
+            for q in range(QUEUES)
+        ]
+        # create the topic (auto-create from TBW102) before measuring
+        first = await conn.invoke(requests[0], timeout=10)
+        if first.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"send failed: {first.code} {first.remark}")
+
+        async def send() -> None:
+            response = await conn.invoke(requests[next(queue_cycle)], timeout=30)
+            if response.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"send failed: {response.code} {response.remark}")
+
+        # raw frames: the broker's own rates
+        frames = _frames(RequestCode.SEND_MESSAGE_V2, TOPIC, body)
+        one = await _raw_case(port, frames, 1, args.seconds, 0.3)
+        many = await _raw_case(port, frames, args.inflight, args.seconds, 0.5)
+        # the same through our Python client API (open_remoting_client + invoke)
+        api_one = await remoting_bench._drive(send, 1, args.seconds, 0.3)
+        api_many = await remoting_bench._drive(send, args.inflight, args.seconds, 0.5)
+        for key, raw, api in (
+            ("send_1_in_flight", one, api_one),
+            (f"send_{args.inflight}_in_flight", many, api_many),
+        ):
+            out[key] = {
+                "msgs_per_s": raw["req_per_s"],
+                "p50_us": raw["p50_us"],
+                "p99_us": raw["p99_us"],
+                "via_client_api": {
+                    "msgs_per_s": api["req_per_s"],
+                    "p50_us": api["p50_us"],
+                    "p99_us": api["p99_us"],
+                },
+            }
+
+        items = [(0, body, {"UNIQ_KEY": f"{i:032X}", "TAGS": "TagA"}) for i in range(args.batch)]
+        batch_body = encode_batch(items)
+        batch_requests = [
+            RemotingCommand.request(
+                RequestCode.SEND_BATCH_MESSAGE, _send_ext(BATCH_TOPIC, q, batch=True), batch_body
+            )
+            for q in range(QUEUES)
+        ]
+        first = await conn.invoke(batch_requests[0], timeout=10)
+        if first.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"batch send failed: {first.code} {first.remark}")
+
+        batch_frames = [encode(r, 1 + i) for i, r in enumerate(batch_requests)]
+        batch = await _raw_case(port, batch_frames, args.batch_inflight, args.seconds, 0.3)
+        out["batch_send"] = {
+            "messages_per_request": args.batch,
+            "in_flight": args.batch_inflight,
+            "requests_per_s": batch["req_per_s"],
+            "msgs_per_s": batch["req_per_s"] * args.batch,
+            "p50_us": batch["p50_us"],
+            "p99_us": batch["p99_us"],
+        }
+
+        # pull: one request per queue in flight, walking each queue from 0
+        next_offset = dict.fromkeys(range(QUEUES), 0)
+        pulled = 0
+        pull_queues = itertools.cycle(range(QUEUES))
+
+        async def pull() -> None:
+            nonlocal pulled
+            q = next(pull_queues)
+            ext = {
+                "consumerGroup": "BenchCG",
+                "topic": TOPIC,
+                "queueId": str(q),
+                "queueOffset": str(next_offset[q]),
+                "maxMsgNums": str(PULL_BATCH),
+                "sysFlag": "4",
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "0",
+                "subscription": "*",
+                "subVersion": "0",
+            }
+            response = await conn.invoke(
+                RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), timeout=30
+            )
+            if response.code == ResponseCode.SUCCESS:
+                next_offset[q] = int(response.ext_fields["nextBeginOffset"])
+                pulled += _count_records(response.body)
+            else:
+                next_offset[q] = 0  # walked off the end: start the queue again
+
+        started = time.perf_counter()
+        stats = await remoting_bench._drive(pull, QUEUES, args.seconds, 0.0)
+        elapsed = time.perf_counter() - started
+        out["pull"] = {
+            "messages_per_request": PULL_BATCH,
+            "in_flight": QUEUES,
+            "requests_per_s": stats["req_per_s"],
+            "msgs_per_s": round(pulled / elapsed),
+            "p50_us": stats["p50_us"],
+            "p99_us": stats["p99_us"],
+        }
+    return out
+
+
+class _RawDriver:
+    """A lean load generator: pre-encoded request frames written straight to a socket, responses
+    matched in order (the broker answers inline requests of one connection in order), so the
+    numbers measure the broker and not the Python client API."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buf = bytearray()
+
+    async def read_responses(self, n: int) -> list[int]:
+        """Read ``n`` response frames; their codes."""
+        codes = []
+        while len(codes) < n:
+            while len(self.buf) >= 8:
+                (length,) = _U32.unpack_from(self.buf, 0)
+                if len(self.buf) < 4 + length:
+                    break
+                header_len = _U32.unpack_from(self.buf, 4)[0] & 0xFFFFFF
+                header = orjson.loads(bytes(self.buf[8 : 8 + header_len]))
+                codes.append(header["code"])
+                del self.buf[: 4 + length]
+                if len(codes) == n:
+                    return codes
+            data = await self.stream.receive_some(256 * 1024)
+            if not data:
+                raise RuntimeError("broker closed the connection")
+            self.buf += data
+        return codes
+
+
+async def _raw_case(
+    port: int, frames: list[bytes], inflight: int, seconds: float, warmup: float
+) -> dict[str, float]:
+    """Keep ``inflight`` requests outstanding for ``seconds``; rate and latency percentiles."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    driver = _RawDriver(stream)
+    sent_at: list[float] = []
+    latencies: list[float] = []
+    done = 0
+    cycle = itertools.cycle(frames)
+    clock = time.perf_counter
+    try:
+        start = clock()
+        measure_from = start + warmup
+        stop_at = measure_from + seconds
+        first = [next(cycle) for _ in range(inflight)]
+        sent_at.extend([clock()] * inflight)
+        await stream.send_all(b"".join(first))
+        head = 0
+        measured_start = None
+        while True:
+            now = clock()
+            codes = await driver.read_responses(1)
+            if codes[0] != ResponseCode.SUCCESS:
+                raise RuntimeError(f"request failed with code {codes[0]}")
+            now = clock()
+            if now >= measure_from:
+                if measured_start is None:
+                    measured_start = now
+                latencies.append(now - sent_at[head])
+                done += 1
+            head += 1
+            if now >= stop_at:
+                break
+            # top up: everything answered so far is replaced in one write
+            ready = len(driver.buf) >= 4
+            if not ready or inflight == 1:
+                batch = (len(sent_at) - head) < inflight
+                if batch:
+                    n = inflight - (len(sent_at) - head)
+                    sent_at.extend([clock()] * n)
+                    await stream.send_all(b"".join(next(cycle) for _ in range(n)))
+        elapsed = clock() - (measured_start or start)
+    finally:
+        await stream.aclose()
+    lat = sorted(latencies)
+
+    def pct(p: float) -> float:
+        return round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1e6, 1) if lat else 0.0
+
+    return {
+        "requests": done,
+        "req_per_s": round(done / elapsed),
+        "p50_us": pct(0.5),
+        "p99_us": pct(0.99),
+    }
+
+
+def _frames(code: int, topic: str, body: bytes, batch: bool = False) -> list[bytes]:
+    return [
+        encode(RemotingCommand.request(code, _send_ext(topic, q, batch), body), 1 + q)
+        for q in range(QUEUES)
+    ]
+
+
+def _count_records(body: bytes | bytearray | memoryview) -> int:
+    view = memoryview(body)
+    n = pos = 0
+    while pos + 4 <= len(view):
+        pos += int.from_bytes(view[pos : pos + 4], "big")
+        n += 1
+    return n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--body", type=int, default=1024)
+    parser.add_argument("--inflight", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--batch-inflight", type=int, default=8)
+    args = parser.parse_args()
+    configure_logging("warning")
+
+    proc, port = remoting_bench._start_server("baseline")
+    try:
+        body = os.urandom(args.body)
+        baseline = trio.run(remoting_bench._bench_baseline, port, body, 1, args.seconds)
+    finally:
+        remoting_bench._stop(proc)
+    ping_pong = baseline["one_in_flight"]
+
+    with tempfile.TemporaryDirectory(prefix="bench-produce-") as store:
+        broker, bport = _start_broker(store, os.environ.get("BENCH_BROKER_EXTRA", ""))
+        try:
+            results = trio.run(_bench_broker, bport, args)
+        finally:
+            broker.terminate()
+            try:
+                broker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                broker.kill()
+                broker.wait()
+
+    one = results["send_1_in_flight"]["msgs_per_s"]
+    many = results[f"send_{args.inflight}_in_flight"]["msgs_per_s"]
+    batch = results["batch_send"]["msgs_per_s"]
+    report = {
+        "benchmark": "broker produce/pull",
+        "body_bytes": args.body,
+        "seconds_per_case": args.seconds,
+        "python": sys.version.split()[0],
+        "trio": trio.__version__,
+        "cpus": os.cpu_count(),
+        "baseline_ping_pong": ping_pong,
+        **results,
+        "ratios": {"send_1_in_flight_vs_ping_pong": round(one / max(1, ping_pong["req_per_s"]), 3)},
+        "targets": {
+            "send_1_in_flight_ge_0.6x_ping_pong": one >= 0.6 * ping_pong["req_per_s"],
+            "batch_ge_100000_msgs_per_s": batch >= 100_000,
+            "pipelined_ge_40000_msgs_per_s": many >= 40_000,
+        },
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,585 @@
+"""BrokerController: one broker node composed in one nursery (RocketMQ ``BrokerController``).
+
+    controller = BrokerController(settings)
+    async with trio.open_nursery() as n:
+        host, port = await n.start(controller.run)
+
+``run`` loads the config files (topics, consumer offsets, subscription groups, delay offsets),
+opens the store (recovering it), then runs, side by side: the store's services, the remoting
+server on the listen port and the fast port (listenPort - 2), registration with every NameServer
+(at start, every registerNameServerPeriod, and whenever topics change), client housekeeping
+(idle clients dropped, NOTIFY_CONSUMER_IDS_CHANGED on membership changes), the delay-level
+service, the transaction check service and persistence of the config files. On cancellation it
+unregisters from every NameServer, writes the config files and closes the store cleanly.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any, Final
+
+import trio
+
+from broker.clients import ClientManager, RebalanceLockManager
+from broker.config import BrokerSettings
+from broker.long_polling import PullRequestHoldService
+from broker.offsets import ConsumerOffsetManager, SubscriptionGroupManager
+from broker.persist import (
+    CONSUMER_OFFSET_FILE,
+    DELAY_OFFSET_FILE,
+    SUBSCRIPTION_GROUP_FILE,
+    TOPICS_FILE,
+    config_dir,
+    read_file,
+    write_atomically,
+)
+from broker.processors.admin import MoreAdminProcessors
+from broker.processors.consumer import ConsumerProcessors
+from broker.processors.end_transaction import EndTransactionProcessor
+from broker.processors.pull import PullProcessor
+from broker.processors.send import SendBackProcessor, SendProcessor
+from broker.schedule import ScheduleMessageService
+from broker.topic_config import SCHEDULE_TOPIC, TopicConfigManager
+from broker.transaction import HALF_TOPIC, OP_HALF_TOPIC, TransactionState
+from cluster.logging import get_logger
+from cluster.protocol.route import PermName, RegisterBrokerBody
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    NotifyConsumerIdsChangedRequestHeader,
+    RegisterBrokerRequestHeader,
+    UnregisterBrokerRequestHeader,
+)
+from cluster.remoting.net import (
+    Connection,
+    Dispatcher,
+    Processor,
+    RemotingClient,
+    RemotingError,
+    RemotingServer,
+    format_address,
+    open_remoting_client,
+)
+from store import flush as store_services
+from store.config import BrokerRole, FlushDiskType
+from store.message_store import MessageStore
+
+#: How long shutdown waits for UNREGISTER_BROKER answers.
+UNREGISTER_TIMEOUT_S: Final = 3.0
+#: Window of the put/get TPS figures in GET_BROKER_RUNTIME_INFO.
+TPS_WINDOW_S: Final = 10.0
+#: Pause after an unexpected error in a background loop before it runs again.
+LOOP_ERROR_BACKOFF_S: Final = 1.0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class BrokerStats:
+    """Counters for GET_BROKER_RUNTIME_INFO (msgPutTotalTodayNow, putTps, ...)."""
+
+    def __init__(self) -> None:
+        self.put_total = 0
+        self.get_total = 0
+        self._mark = time.monotonic()
+        self._put_mark = 0
+        self._get_mark = 0
+        self._put_tps = 0.0
+        self._get_tps = 0.0
+
+    def put(self, topic: str, count: int, size: int) -> None:
+        self.put_total += count
+
+    def get(self, topic: str, count: int) -> None:
+        self.get_total += count
+
+    def _roll(self) -> None:
+        now = time.monotonic()
+        elapsed = now - self._mark
+        if elapsed >= TPS_WINDOW_S:
+            self._put_tps = (self.put_total - self._put_mark) / elapsed
+            self._get_tps = (self.get_total - self._get_mark) / elapsed
+            self._mark, self._put_mark, self._get_mark = now, self.put_total, self.get_total
+
+    def put_tps(self) -> float:
+        self._roll()
+        return self._put_tps
+
+    def get_tps(self) -> float:
+        self._roll()
+        return self._get_tps
+
+
+class BrokerController:
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        *,
+        node: str | None = None,
+        clock_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.settings = settings
+        self.bcfg = settings.broker
+        self.node = node or self.bcfg.broker_name
+        self.now_ms = clock_ms
+        self.log = get_logger(node=self.node, role="broker")
+        self.is_slave = settings.is_slave
+        self.topics = TopicConfigManager(self.bcfg, clock_ms=clock_ms)
+        self.offsets = ConsumerOffsetManager()
+        self.groups = SubscriptionGroupManager(
+            auto_create=self.bcfg.auto_create_subscription_group, clock_ms=clock_ms
+        )
+        self.clients = ClientManager(channel_expired_ms=self.bcfg.client_channel_expired_ms)
+        self.locks = RebalanceLockManager()
+        self.hold = PullRequestHoldService(on_change=self.state_changed)
+        self.stats = BrokerStats()
+        self.transactions = TransactionState()
+        self.boot_timestamp_ms = clock_ms()
+        self._store: MessageStore | None = None
+        self._schedule: ScheduleMessageService | None = None
+        self._nursery: trio.Nursery | None = None
+        self._ns_client: RemotingClient | None = None
+        self._register_now = trio.Event()
+        self._persist_now = trio.Event()
+        self._schedule_wake = trio.Event()
+        self._changed = trio.Event()
+        self.address: tuple[str, int] | None = None
+        self.fast_address: tuple[str, int] | None = None
+        self.broker_addr = ""
+        self.store_host: tuple[str, int] = (self.bcfg.broker_ip1, self.bcfg.listen_port)
+        self.server: RemotingServer | None = None
+        self.register_count = 0
+
+    # ------------------------------------------------------------------ accessors
+
+    @property
+    def store(self) -> MessageStore:
+        if self._store is None:
+            raise RuntimeError("the broker is not running")
+        return self._store
+
+    @property
+    def schedule(self) -> ScheduleMessageService:
+        if self._schedule is None:
+            raise RuntimeError("the broker is not running")
+        return self._schedule
+
+    def _spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, *args)
+
+    # ------------------------------------------------------------------ hooks for processors
+
+    def topic_created(self, topic: str) -> None:
+        """A topic was created, changed or deleted: persist topics.json and re-register."""
+        self._register_now.set()
+        self._persist_now.set()
+
+    def mark_dirty(self) -> None:
+        self._persist_now.set()
+
+    def ensure_transaction_topics(self) -> None:
+        for topic in (HALF_TOPIC, OP_HALF_TOPIC):
+            _tc, created = self.topics.create_in_send_message_back(topic, 1, PermName.PERM_RW)
+            if created:
+                self.topic_created(topic)
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        for channel in self.clients.consumer_channels(group):
+            if isinstance(channel, Connection):
+                self._spawn(self._notify_one, channel, group)
+
+    async def _notify_one(self, conn: Connection, group: str) -> None:
+        header = NotifyConsumerIdsChangedRequestHeader(consumer_group=group)
+        request = RemotingCommand.request(
+            RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, header.to_ext_fields(), oneway=True
+        )
+        try:
+            await conn.invoke_oneway(request)
+        except RemotingError as exc:
+            self.log.debug("notify consumer ids changed failed", group=group, error=str(exc))
+
+    def _on_arrival(
+        self, topic: str, queue_id: int, next_offset: int, tags_code: int, store_ts: int
+    ) -> None:
+        self.hold.notify_message_arriving(topic, queue_id, next_offset, tags_code, store_ts)
+        if topic == SCHEDULE_TOPIC:
+            self._schedule_wake.set()
+
+    # ------------------------------------------------------------------ processors
+
+    def processors(self) -> dict[int, Processor]:
+        send = SendProcessor(self)
+        store_cfg = self.settings.store
+        # Sends are answered inline unless they may wait: SYNC_FLUSH (group commit) or
+        # SYNC_MASTER (the HA replica watermark, via store.replica_waiter).
+        inline_send = (
+            store_cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+            and store_cfg.broker_role is not BrokerRole.SYNC_MASTER
+        )
+        send_fn: Processor = send.process if inline_send else send.process_async
+        pull = PullProcessor(self)
+        cons = ConsumerProcessors(self)
+        admin = MoreAdminProcessors(self)
+        back = SendBackProcessor(self)
+        end_tx = EndTransactionProcessor(self)
+        rc = RequestCode
+        return {
+            rc.SEND_MESSAGE: send_fn,
+            rc.SEND_MESSAGE_V2: send_fn,
+            rc.SEND_BATCH_MESSAGE: send_fn,
+            rc.PULL_MESSAGE: pull.process,
+            rc.CONSUMER_SEND_MSG_BACK: back.process,
+            rc.END_TRANSACTION: end_tx.process,
+            rc.HEART_BEAT: cons.heart_beat,
+            rc.UNREGISTER_CLIENT: cons.unregister_client,
+            rc.CHECK_CLIENT_CONFIG: cons.check_client_config,
+            rc.GET_CONSUMER_LIST_BY_GROUP: cons.get_consumer_list_by_group,
+            rc.UPDATE_CONSUMER_OFFSET: cons.update_consumer_offset,
+            rc.QUERY_CONSUMER_OFFSET: cons.query_consumer_offset,
+            rc.GET_MAX_OFFSET: cons.get_max_offset,
+            rc.GET_MIN_OFFSET: cons.get_min_offset,
+            rc.SEARCH_OFFSET_BY_TIMESTAMP: cons.search_offset_by_timestamp,
+            rc.GET_EARLIEST_MSG_STORETIME: cons.get_earliest_msg_storetime,
+            rc.LOCK_BATCH_MQ: cons.lock_batch_mq,
+            rc.UNLOCK_BATCH_MQ: cons.unlock_batch_mq,
+            rc.QUERY_MESSAGE: cons.query_message,
+            rc.VIEW_MESSAGE_BY_ID: cons.view_message_by_id,
+            rc.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+            rc.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
+            rc.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            rc.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
+            rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group,
+            rc.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
+            rc.GET_ALL_DELAY_OFFSET: admin.get_all_delay_offset,
+            rc.GET_BROKER_CONFIG: admin.get_broker_config,
+            rc.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+            rc.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
+            rc.GET_CONSUME_STATS: admin.get_consume_stats,
+            rc.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
+            rc.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
+            rc.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
+            rc.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
+            rc.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: admin.get_system_topic_list,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _load_configs(self) -> None:
+        """Blocking: read the config files (run in a worker thread)."""
+        root = config_dir(self.settings.store.store_path_root_dir)
+        self.topics.load(read_file(f"{root}/{TOPICS_FILE}"))
+        self.offsets.load(read_file(f"{root}/{CONSUMER_OFFSET_FILE}"))
+        self.groups.load(read_file(f"{root}/{SUBSCRIPTION_GROUP_FILE}"))
+
+    async def persist(self, *, everything: bool = False) -> None:
+        """Write the config files whose tables changed (all of them with ``everything``)."""
+        root = config_dir(self.settings.store.store_path_root_dir)
+        jobs: list[tuple[str, bytes]] = []
+        if everything or self.topics.changed:
+            self.topics.changed = False
+            jobs.append((f"{root}/{TOPICS_FILE}", self.topics.encode()))
+        if everything or self.groups.changed:
+            self.groups.changed = False
+            jobs.append((f"{root}/{SUBSCRIPTION_GROUP_FILE}", self.groups.encode()))
+        if everything or self.offsets.changed:
+            self.offsets.changed = False
+            jobs.append((f"{root}/{CONSUMER_OFFSET_FILE}", self.offsets.encode()))
+        if self._schedule is not None and (everything or self._schedule.offsets.changed):
+            self._schedule.offsets.changed = False
+            jobs.append((f"{root}/{DELAY_OFFSET_FILE}", self._schedule.offsets.encode()))
+        for path, data in jobs:
+            try:
+                await trio.to_thread.run_sync(write_atomically, path, data)
+            except OSError as exc:
+                self.log.error("persist failed", path=path, error=str(exc))
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        bcfg = self.bcfg
+        scfg = self.settings.store
+        await trio.to_thread.run_sync(self._load_configs)
+        store = await trio.to_thread.run_sync(
+            lambda: MessageStore.open(scfg, on_arrival=self._on_arrival)
+        )
+        self._store = store
+        try:
+            async with trio.open_nursery() as outer:
+                self._ns_client = await outer.start(self._ns_client_task)
+                try:
+                    await self._serve(store, task_status)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await self._unregister_all()
+                        self._ns_client_done.set()
+        finally:
+            with trio.CancelScope(shield=True):
+                self.hold.wake_all()
+                await self.persist(everything=True)
+                await trio.to_thread.run_sync(store.close)
+                self.log.info("broker stopped", broker_name=bcfg.broker_name)
+
+    async def _ns_client_task(
+        self, task_status: trio.TaskStatus[RemotingClient] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        # Shielded: the NameServer client outlives the broker's cancellation long enough to
+        # send UNREGISTER_BROKER; it ends when _ns_client_done is set.
+        self._ns_client_done = trio.Event()
+        with trio.CancelScope(shield=True):
+            async with open_remoting_client(node=f"{self.node}-ns") as client:
+                task_status.started(client)
+                await self._ns_client_done.wait()
+
+    async def _serve(
+        self, store: MessageStore, task_status: trio.TaskStatus[tuple[str, int]]
+    ) -> None:
+        bcfg = self.bcfg
+        scfg = self.settings.store
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(store_services.run, store)
+            server = RemotingServer(
+                Dispatcher(self.processors(), None),
+                node=self.node,
+                idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
+                on_close=self._on_close,
+            )
+            self.server = server
+            self.address = await nursery.start(server.serve, bcfg.bind_address, bcfg.listen_port)
+            self.fast_address = await nursery.start(server.serve, bcfg.bind_address, bcfg.fast_port)
+            port = self.address[1]
+            self.broker_addr = format_address(bcfg.broker_ip1, port)
+            self.store_host = (bcfg.broker_ip1, port)
+            schedule = ScheduleMessageService(store, scfg.message_delay_level, self.store_host)
+            root = config_dir(scfg.store_path_root_dir)
+            schedule.offsets.load(
+                await trio.to_thread.run_sync(read_file, f"{root}/{DELAY_OFFSET_FILE}")
+            )
+            self._schedule = schedule
+            await self.register_all()
+            nursery.start_soon(self._register_loop)
+            nursery.start_soon(self._housekeeping_loop)
+            nursery.start_soon(self._persist_loop)
+            if not self.is_slave:  # a slave's store refuses writes; the master delivers
+                nursery.start_soon(self._schedule_loop)
+                nursery.start_soon(self._transaction_check_loop)
+            self.log.info(
+                "broker started",
+                broker_addr=self.broker_addr,
+                fast_port=self.fast_address[1],
+                cluster=bcfg.broker_cluster_name,
+                broker_name=bcfg.broker_name,
+                broker_id=bcfg.broker_id,
+                role=scfg.broker_role.value,
+                flush=scfg.flush_disk_type.value,
+                namesrv=bcfg.namesrv_addr,
+                store=scfg.store_path_root_dir,
+            )
+            task_status.started(self.address)
+
+    # ------------------------------------------------------------------ registration
+
+    def _register_request(self) -> RemotingCommand:
+        bcfg = self.bcfg
+        body = RegisterBrokerBody(self.topics.wrapper()).encode()
+        ha_ip = bcfg.broker_ip2 or bcfg.broker_ip1
+        ha_port = bcfg.ha_port if self.address is None or bcfg.listen_port else self.address[1] + 1
+        header = RegisterBrokerRequestHeader(
+            broker_name=bcfg.broker_name,
+            broker_addr=self.broker_addr,
+            cluster_name=bcfg.broker_cluster_name,
+            ha_server_addr=format_address(ha_ip, ha_port),
+            broker_id=bcfg.broker_id,
+            compressed=False,
+            body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
+        )
+        return RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), body)
+
+    async def register_all(self) -> None:
+        """REGISTER_BROKER to every NameServer at once; failures are logged."""
+        client = self._ns_client
+        addrs = self.bcfg.namesrv_addrs
+        if client is None or not addrs:
+            return
+        request = self._register_request()
+        timeout = self.bcfg.register_broker_timeout_mills / 1000.0
+
+        async def one(addr: str) -> None:
+            try:
+                response = await client.invoke(addr, request, timeout)
+            except (RemotingError, OSError) as exc:
+                self.log.warning("register broker failed", namesrv=addr, error=str(exc))
+                return
+            if response.code != ResponseCode.SUCCESS:
+                self.log.warning(
+                    "register broker refused",
+                    namesrv=addr,
+                    code=response.code,
+                    remark=response.remark,
+                )
+                return
+            self.register_count += 1
+            self.log.debug("registered", namesrv=addr)
+
+        async with trio.open_nursery() as nursery:
+            for addr in addrs:
+                nursery.start_soon(one, addr)
+
+    async def _unregister_all(self) -> None:
+        client = self._ns_client
+        addrs = self.bcfg.namesrv_addrs
+        if client is None or not addrs or not self.broker_addr:
+            return
+        bcfg = self.bcfg
+        header = UnregisterBrokerRequestHeader(
+            broker_name=bcfg.broker_name,
+            broker_addr=self.broker_addr,
+            cluster_name=bcfg.broker_cluster_name,
+            broker_id=bcfg.broker_id,
+        )
+        request = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header.to_ext_fields())
+
+        async def one(addr: str) -> None:
+            try:
+                await client.invoke(addr, request, UNREGISTER_TIMEOUT_S)
+                self.log.info("unregistered", namesrv=addr)
+            except (RemotingError, OSError) as exc:
+                self.log.warning("unregister broker failed", namesrv=addr, error=str(exc))
+
+        with trio.move_on_after(UNREGISTER_TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+                for addr in addrs:
+                    nursery.start_soon(one, addr)
+
+    async def _register_loop(self) -> None:
+        period = self.bcfg.register_period_s
+        while True:
+            with trio.move_on_after(period):
+                await self._register_now.wait()
+            self._register_now = trio.Event()
+            await self.register_all()
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def _on_close(self, conn: Connection) -> None:
+        groups = self.clients.channel_closed(conn)
+        self.state_changed()
+        for group in groups:
+            self.log.info("consumer channel closed", group=group, remote=conn.peer)
+            self.notify_consumer_ids_changed(group)
+
+    async def _housekeeping_loop(self) -> None:
+        interval = self.bcfg.client_housekeeping_interval_ms / 1000.0
+        while True:
+            await trio.sleep(interval)
+            expired, groups = self.clients.scan_not_active(self.now_ms())
+            for channel in expired:
+                self.log.warning("client channel expired", remote=getattr(channel, "peer", "?"))
+                if isinstance(channel, Connection):
+                    await channel.aclose()
+            for group in groups:
+                self.notify_consumer_ids_changed(group)
+            if expired:
+                self.state_changed()
+            self.locks_gc()
+
+    def locks_gc(self) -> None:
+        now = self.now_ms()
+        for group, locks in list(self.locks.table.items()):
+            for mq, lock in list(locks.items()):
+                if now - lock.last_update_ms > self.locks.max_live_ms:
+                    del locks[mq]
+            if not locks:
+                del self.locks.table[group]
+
+    async def _persist_loop(self) -> None:
+        interval = self.bcfg.flush_consumer_offset_interval_ms / 1000.0
+        while True:
+            with trio.move_on_after(interval):
+                await self._persist_now.wait()
+            self._persist_now = trio.Event()
+            await self.persist()
+
+    # ------------------------------------------------------------------ delay levels
+
+    async def _schedule_loop(self) -> None:
+        schedule = self.schedule
+        while True:
+            self._schedule_wake = trio.Event()
+            next_due: int | None = None
+            now = self.now_ms()
+            for level in range(1, schedule.max_level + 1):
+                try:
+                    _moved, due = schedule.deliver_due(level, now)
+                except Exception as exc:  # a bad record must not stop delivery for good
+                    self.log.error("schedule delivery failed", level=level, error=repr(exc))
+                    due = now + int(LOOP_ERROR_BACKOFF_S * 1000)
+                if due is not None and (next_due is None or due < next_due):
+                    next_due = due
+            if next_due is None:
+                await self._schedule_wake.wait()
+                continue
+            delay_s = max(0.0, (next_due - self.now_ms()) / 1000.0)
+            with trio.move_on_after(delay_s):
+                await self._schedule_wake.wait()
+
+    # ------------------------------------------------------------------ transactions
+
+    async def _transaction_check_loop(self) -> None:
+        bcfg = self.bcfg
+        interval = bcfg.transaction_check_interval_ms / 1000.0
+        while True:
+            await trio.sleep(interval)
+            if self.topics.select(HALF_TOPIC) is None:
+                continue
+            try:
+                checks = self.transactions.due_checks(
+                    self.store,
+                    self.now_ms(),
+                    bcfg.transaction_timeout_ms,
+                    bcfg.transaction_check_max,
+                )
+            except Exception as exc:
+                self.log.error("transaction check failed", error=repr(exc))
+                continue
+            for check in checks:
+                channels = self.clients.producer_channels(check.group)
+                conn = next((c for c in channels if isinstance(c, Connection)), None)
+                if conn is None:
+                    self.log.info("no producer online for check", group=check.group)
+                    continue
+                header = CheckTransactionStateRequestHeader(
+                    tran_state_table_offset=check.queue_offset,
+                    commit_log_offset=check.commitlog_offset,
+                    msg_id=check.msg_id,
+                    transaction_id=check.transaction_id,
+                    offset_msg_id=check.offset_msg_id,
+                )
+                request = RemotingCommand.request(
+                    RequestCode.CHECK_TRANSACTION_STATE,
+                    header.to_ext_fields(),
+                    check.body,
+                    oneway=True,
+                )
+                try:
+                    await conn.invoke_oneway(request)
+                except RemotingError as exc:
+                    self.log.info("transaction check send failed", error=str(exc))
+
+    # ------------------------------------------------------------------ observing
+
+    def state_changed(self) -> None:
+        """Client tables or parked pulls changed: wake ``wait_until`` callers."""
+        event, self._changed = self._changed, trio.Event()
+        event.set()
+
+    async def wait_until(self, predicate: Callable[[BrokerController], bool]) -> None:
+        """Return once ``predicate(self)`` holds, re-checked whenever clients join or leave or
+        a pull parks. Bound it with ``trio.fail_after``."""
+        while not predicate(self):
+            await self._changed.wait()

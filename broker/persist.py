@@ -1,0 +1,50 @@
+"""Config files of a broker (``<storePathRootDir>/config/*.json``): read, and write atomically.
+
+Blocking; the shell calls these through ``trio.to_thread.run_sync``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Final
+
+TOPICS_FILE: Final = "topics.json"
+CONSUMER_OFFSET_FILE: Final = "consumerOffset.json"
+SUBSCRIPTION_GROUP_FILE: Final = "subscriptionGroup.json"
+DELAY_OFFSET_FILE: Final = "delayOffset.json"
+
+
+def config_dir(store_root: str) -> str:
+    return os.path.join(store_root, "config")
+
+
+def read_file(path: str) -> bytes:
+    """The file's bytes; b"" if absent. Falls back to ``<path>.bak`` when the file is missing."""
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            continue
+    return b""
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """temp file + fsync + rename + fsync of the directory; keeps the previous file as .bak."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if os.path.exists(path):
+        with contextlib.suppress(OSError):
+            os.replace(path, path + ".bak")
+    os.replace(tmp, path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

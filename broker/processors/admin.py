@@ -1,0 +1,297 @@
+"""Admin requests (RocketMQ ``AdminBrokerProcessor``, the selection mqadmin and slaves use)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from broker.offsets import SubscriptionGroupConfig
+from broker.processors.common import header_errors
+from broker.topic_config import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    validate_topic,
+)
+from cluster.config import format_properties, to_properties
+from cluster.protocol import fastjson
+from cluster.protocol.route import TOPIC_FILTER_TYPES, KVTable, TopicConfig
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import CURRENT_VERSION, ResponseCode
+from cluster.remoting.headers import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
+)
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+BROKER_VERSION_DESC = "V4_9_7"
+
+
+def _mq(topic: str, broker_name: str, queue_id: int) -> dict[str, Any]:
+    return {"brokerName": broker_name, "queueId": queue_id, "topic": topic}
+
+
+class AdminProcessors:
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+
+    def _refuse_on_slave(self, request: RemotingCommand) -> RemotingCommand | None:
+        if self.ctrl.is_slave:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, "the broker is a slave: admin writes are refused"
+            )
+        return None
+
+    @header_errors
+    def update_and_create_topic(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        refused = self._refuse_on_slave(request)
+        if refused is not None:
+            return refused
+        h = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
+        bad = validate_topic(h.topic)
+        if bad is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, bad)
+        if h.topic == AUTO_CREATE_TOPIC_KEY_TOPIC or h.topic in NOT_ALLOWED_SEND_TOPICS:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The topic[{h.topic}] is conflict with system topic.",
+            )
+        if h.topic_filter_type not in TOPIC_FILTER_TYPES:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"bad topicFilterType {h.topic_filter_type!r}"
+            )
+        tc = TopicConfig(
+            h.topic,
+            h.read_queue_nums,
+            h.write_queue_nums,
+            h.perm,
+            h.topic_filter_type,
+            h.topic_sys_flag or 0,
+            h.order,
+        )
+        self.ctrl.topics.update(tc)
+        self.ctrl.topic_created(h.topic)
+        return request.response(ResponseCode.SUCCESS)
+
+    @header_errors
+    def delete_topic(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        refused = self._refuse_on_slave(request)
+        if refused is not None:
+            return refused
+        h = DeleteTopicRequestHeader.from_ext_fields(request.ext_fields)
+        if self.ctrl.topics.delete(h.topic):
+            self.ctrl.topic_created(h.topic)
+        return request.response(ResponseCode.SUCCESS)
+
+    def get_all_topic_config(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.response(
+            ResponseCode.SUCCESS, None, None, self.ctrl.topics.wrapper().encode()
+        )
+
+    def update_and_create_subscription_group(
+        self, conn: Any, request: RemotingCommand
+    ) -> RemotingCommand:
+        refused = self._refuse_on_slave(request)
+        if refused is not None:
+            return refused
+        try:
+            sgc = SubscriptionGroupConfig.from_json_obj(fastjson.loads(bytes(request.body)))
+        except (ValueError, TypeError) as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad body: {exc}")
+        self.ctrl.groups.update(sgc)
+        self.ctrl.mark_dirty()
+        return request.response(ResponseCode.SUCCESS)
+
+    def get_all_subscription_group(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.response(ResponseCode.SUCCESS, None, None, self.ctrl.groups.encode())
+
+    def get_all_consumer_offset(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.response(ResponseCode.SUCCESS, None, None, self.ctrl.offsets.encode())
+
+    def get_all_delay_offset(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.response(
+            ResponseCode.SUCCESS, None, None, self.ctrl.schedule.offsets.encode()
+        )
+
+    def get_broker_config(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        settings = self.ctrl.settings
+        props = {**to_properties(settings.store), **to_properties(settings.broker)}
+        body = format_properties(dict(sorted(props.items()))).encode()
+        version = self.ctrl.topics.data_version.to_json_obj()
+        return request.response(
+            ResponseCode.SUCCESS, None, {"version": fastjson.dumps(version).decode()}, body
+        )
+
+    def get_broker_runtime_info(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        ctrl = self.ctrl
+        store = ctrl.store
+        stats = ctrl.stats
+        table = {
+            "brokerVersionDesc": BROKER_VERSION_DESC,
+            "brokerVersion": str(CURRENT_VERSION),
+            "msgPutTotalTodayNow": str(stats.put_total),
+            "msgGetTotalTodayNow": str(stats.get_total),
+            "msgPutTotalYesterdayMorning": "0",
+            "msgPutTotalTodayMorning": "0",
+            "msgGetTotalYesterdayMorning": "0",
+            "msgGetTotalTodayMorning": "0",
+            "putTps": f"{stats.put_tps():.2f} 0.0 0.0",
+            "getTransferedTps": f"{stats.get_tps():.2f} 0.0 0.0",
+            "commitLogMinOffset": str(store.min_phys_offset),
+            "commitLogMaxOffset": str(store.max_phys_offset),
+            "dispatchBehindBytes": str(store.dispatch_behind_bytes),
+            "pullThreadPoolQueueSize": str(ctrl.hold.parked),
+            "bootTimestamp": str(ctrl.boot_timestamp_ms),
+            "brokerActive": "true",
+            "runtime": f"[ {(ctrl.now_ms() - ctrl.boot_timestamp_ms) // 1000} s ]",
+            "scheduleMessageOffset": " ".join(
+                f"{lvl},{off}" for lvl, off in sorted(ctrl.schedule.offsets.table.items())
+            ),
+        }
+        return request.response(ResponseCode.SUCCESS, None, None, KVTable(table).encode())
+
+    @header_errors
+    def get_topic_stats_info(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        topic = request.ext_fields.get("topic", "")
+        ctrl = self.ctrl
+        tc = ctrl.topics.select(topic)
+        if tc is None:
+            return request.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        store = ctrl.store
+        table = []
+        for qid in range(tc.write_queue_nums):
+            mx = store.get_max_offset_in_queue(topic, qid)
+            mn = store.get_min_offset_in_queue(topic, qid)
+            last = store.get_message_store_timestamp(topic, qid, mx - 1) if mx > 0 else 0
+            table.append(
+                (
+                    _mq(topic, ctrl.bcfg.broker_name, qid),
+                    {
+                        "lastUpdateTimestamp": max(0, last),
+                        "maxOffset": mx,
+                        "minOffset": mn,
+                    },
+                )
+            )
+        body = _offset_table_json(table)
+        return request.response(ResponseCode.SUCCESS, None, None, body)
+
+    @header_errors
+    def get_consume_stats(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        h = GetConsumeStatsRequestHeader.from_ext_fields(request.ext_fields)
+        ctrl = self.ctrl
+        topics = [h.topic] if h.topic else sorted(ctrl.offsets.topics_of_group(h.consumer_group))
+        store = ctrl.store
+        table = []
+        for topic in topics:
+            tc = ctrl.topics.select(topic)
+            if tc is None:
+                continue
+            for qid in range(tc.write_queue_nums):
+                broker_offset = store.get_max_offset_in_queue(topic, qid)
+                consumer_offset = max(0, ctrl.offsets.query(h.consumer_group, topic, qid))
+                last = (
+                    store.get_message_store_timestamp(topic, qid, consumer_offset - 1)
+                    if consumer_offset > 0
+                    else 0
+                )
+                table.append(
+                    (
+                        _mq(topic, ctrl.bcfg.broker_name, qid),
+                        {
+                            "brokerOffset": broker_offset,
+                            "consumerOffset": consumer_offset,
+                            "lastTimestamp": max(0, last),
+                        },
+                    )
+                )
+        inner = _offset_table_json(table)[1:-1].decode()  # "offsetTable":{...}
+        body = ('{"consumeTps":0.0,' + inner + "}").encode()
+        return request.response(ResponseCode.SUCCESS, None, None, body)
+
+    @header_errors
+    def get_consumer_connection_list(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        h = GetConsumerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
+        info = self.ctrl.clients.consumer_group(h.consumer_group)
+        if info is None or not info.channels:
+            return request.response(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"the consumer group[{h.consumer_group}] not online",
+            )
+        body = {
+            "connectionSet": [
+                {
+                    "clientAddr": ci.addr,
+                    "clientId": ci.client_id,
+                    "language": ci.language,
+                    "version": ci.version,
+                }
+                for ci in info.channels.values()
+            ],
+            "consumeFromWhere": info.consume_from_where,
+            "consumeType": info.consume_type,
+            "messageModel": info.message_model,
+            "subscriptionTable": {t: s.to_json_obj() for t, s in info.subscriptions.items()},
+        }
+        return request.response(ResponseCode.SUCCESS, None, None, fastjson.dumps(body))
+
+
+class MoreAdminProcessors(AdminProcessors):
+    """DELETE_SUBSCRIPTIONGROUP, GET_PRODUCER_CONNECTION_LIST, QUERY_TOPIC_CONSUME_BY_WHO,
+    GET_SYSTEM_TOPIC_LIST_FROM_BROKER."""
+
+    def delete_subscription_group(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        refused = self._refuse_on_slave(request)
+        if refused is not None:
+            return refused
+        group = request.ext_fields.get("groupName")
+        if not group:
+            return request.response(ResponseCode.SYSTEM_ERROR, "groupName is required")
+        if self.ctrl.groups.delete(group):
+            self.ctrl.mark_dirty()
+        return request.response(ResponseCode.SUCCESS)
+
+    def get_producer_connection_list(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        group = request.ext_fields.get("producerGroup", "")
+        channels = self.ctrl.clients.producers.get(group)
+        if not channels:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist"
+            )
+        body = {
+            "connectionSet": [
+                {
+                    "clientAddr": ci.addr,
+                    "clientId": ci.client_id,
+                    "language": ci.language,
+                    "version": ci.version,
+                }
+                for ci in channels.values()
+            ]
+        }
+        return request.response(ResponseCode.SUCCESS, None, None, fastjson.dumps(body))
+
+    def query_topic_consume_by_who(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        topic = request.ext_fields.get("topic", "")
+        groups = set(self.ctrl.clients.groups_subscribing(topic))
+        groups |= self.ctrl.offsets.groups_of_topic(topic)
+        return request.response(
+            ResponseCode.SUCCESS, None, None, fastjson.dumps({"groupList": sorted(groups)})
+        )
+
+    def get_system_topic_list(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        topics = [t.topic_name for t in self.ctrl.topics.system_topics()]
+        return request.response(
+            ResponseCode.SUCCESS, None, None, fastjson.dumps({"topicList": sorted(topics)})
+        )
+
+
+def _offset_table_json(entries: list[tuple[dict[str, Any], dict[str, Any]]]) -> bytes:
+    """``{"offsetTable":{{"brokerName":..}:{..},..}}``: fastjson's object-keyed map."""
+    parts = [
+        fastjson.dumps(key).decode() + ":" + fastjson.dumps(value).decode()
+        for key, value in entries
+    ]
+    return ('{"offsetTable":{' + ",".join(parts) + "}}").encode()

@@ -1,0 +1,189 @@
+"""PULL_MESSAGE (11) with long polling (RocketMQ 4.9 ``PullMessageProcessor``).
+
+``decide`` is the synchronous core: checks, subscription, the store read, the response, and
+whether the pull may be parked. ``process`` parks it in ``PullRequestHoldService`` until a
+matching message arrives or ``suspendTimeoutMillis`` passes, then answers with a second,
+non-suspending read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from broker.clients import SubscriptionData, build_subscription
+from broker.processors.common import FAQ_URL
+from cluster.protocol.route import PermName
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import ResponseCode
+from cluster.remoting.headers import HeaderError, PullMessageRequestHeader
+from store.message_store import GetMessageStatus
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+FLAG_COMMIT_OFFSET: Final = 0x1
+FLAG_SUSPEND: Final = 0x2
+FLAG_SUBSCRIPTION: Final = 0x4
+FLAG_CLASS_FILTER: Final = 0x8
+#: Messages one pull returns at most (Java maxTransferCountOnMessageInMemory).
+MAX_PULL_MSG_NUMS: Final = 32
+
+_S = GetMessageStatus
+
+
+class Park:
+    """A pull to hold: its queue, offset and filter."""
+
+    __slots__ = ("offset", "queue_id", "sub", "timeout_s", "topic")
+
+    def __init__(
+        self, topic: str, queue_id: int, offset: int, timeout_s: float, sub: SubscriptionData
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.offset = offset
+        self.timeout_s = timeout_s
+        self.sub = sub
+
+
+class PullProcessor:
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+
+    async def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        response, park = self.decide(conn, request, allow_suspend=True)
+        if park is None:
+            return response
+        sub = park.sub
+        tags_filter = None if sub.matches_all else sub.is_matched_by_tags_code
+        await self.ctrl.hold.hold(
+            park.topic, park.queue_id, park.offset, park.timeout_s, tags_filter
+        )
+        response, _ = self.decide(conn, request, allow_suspend=False)
+        return response
+
+    def decide(
+        self, conn: Any, request: RemotingCommand, *, allow_suspend: bool
+    ) -> tuple[RemotingCommand, Park | None]:
+        ctrl = self.ctrl
+        try:
+            h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+        except HeaderError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}"), None
+        if not PermName.is_readable(ctrl.bcfg.broker_permission):
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{ctrl.bcfg.broker_ip1}] pulling message is forbidden",
+            ), None
+        sgc = ctrl.groups.find(h.consumer_group)
+        if sgc is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{h.consumer_group}] does not exist, {FAQ_URL}",
+            ), None
+        if not sgc.consume_enable:
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}"
+            ), None
+        tc = ctrl.topics.select(h.topic)
+        if tc is None:
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{h.topic}] not exist, apply first please! {FAQ_URL}",
+            ), None
+        if not PermName.is_readable(tc.perm):
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden"
+            ), None
+        if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
+                f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{conn.peer}]",
+            ), None
+        sys_flag = h.sys_flag
+        if sys_flag & FLAG_SUBSCRIPTION:
+            try:
+                sub = build_subscription(h.topic, h.subscription, h.sub_version, h.expression_type)
+            except ValueError as exc:
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                    f"parse the consumer's subscription failed: {exc}",
+                ), None
+        else:
+            group = ctrl.clients.consumer_group(h.consumer_group)
+            if group is None:
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's group info not exist {FAQ_URL}",
+                ), None
+            if group.message_model == "BROADCASTING" and not sgc.consume_broadcast_enable:
+                return request.response(
+                    ResponseCode.NO_PERMISSION,
+                    f"the consumer group[{h.consumer_group}] can not consume by broadcast way",
+                ), None
+            found = group.find_subscription(h.topic)
+            if found is None:
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's subscription not exist {FAQ_URL}",
+                ), None
+            if found.sub_version < h.sub_version:
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                    "the consumer's subscription not latest",
+                ), None
+            sub = found
+        store = ctrl.store
+        if store.dispatch_behind_bytes > 0:
+            store.dispatch()  # a pull right after a send sees it
+        max_nums = max(1, min(h.max_msg_nums, MAX_PULL_MSG_NUMS))
+        result = store.get_message(
+            h.topic,
+            h.queue_id,
+            h.queue_offset,
+            max_nums,
+            message_filter=None if sub.matches_all else sub.is_matched_by_tags_code,
+        )
+        status = result.status
+        body: bytes = b""
+        if status is _S.FOUND:
+            code = ResponseCode.SUCCESS
+            body = result.copy_body()
+            ctrl.stats.get(h.topic, (result.queue_offsets and len(result.queue_offsets)) or 0)
+        else:
+            result.release()
+            if status in (_S.MESSAGE_WAS_REMOVING, _S.NO_MATCHED_MESSAGE):
+                code = ResponseCode.PULL_RETRY_IMMEDIATELY
+            elif status in (_S.NO_MATCHED_LOGIC_QUEUE, _S.NO_MESSAGE_IN_QUEUE):
+                code = (
+                    ResponseCode.PULL_OFFSET_MOVED
+                    if h.queue_offset != 0
+                    else ResponseCode.PULL_NOT_FOUND
+                )
+            elif status in (_S.OFFSET_FOUND_NULL, _S.OFFSET_OVERFLOW_ONE):
+                code = ResponseCode.PULL_NOT_FOUND
+            else:  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+                code = ResponseCode.PULL_OFFSET_MOVED
+        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not ctrl.is_slave:
+            ctrl.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND:
+            bcfg = ctrl.bcfg
+            timeout_ms = (
+                h.suspend_timeout_millis
+                if bcfg.long_polling_enable
+                else bcfg.short_polling_time_mills
+            )
+            if timeout_ms > 0:
+                return request.response(code), Park(
+                    h.topic, h.queue_id, h.queue_offset, timeout_ms / 1000.0, sub
+                )
+        ext = {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
+        if result.suggest_pulling_from_slave and status is _S.FOUND:
+            ext["suggestWhichBrokerId"] = str(sgc.which_broker_when_consume_slowly)
+        return request.response(code, status.value, ext, body), None

@@ -1,0 +1,425 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36).
+
+The checks and answers of RocketMQ 4.9's ``SendMessageProcessor`` (remoting-protocol.md §3.2):
+topic validation, auto-create from TBW102, queue id range, retry topics past maxReconsumeTimes
+to ``%DLQ%<group>``, transactional half messages, and responses that always carry ``msgId``,
+``queueId``, ``queueOffset``, ``MSG_REGION`` and ``TRACE_ON``.
+
+Each entry point has a plain ``def`` form (answered inline; the store append does not wait) and
+an ``async`` form for SYNC_FLUSH / replication waits.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from broker.processors.common import (
+    FAQ_URL,
+    MSG_REGION_DEFAULT,
+    TRACE_ON_DEFAULT,
+    put_status_code,
+)
+from broker.topic_config import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    dlq_topic,
+    is_not_allowed_send_topic,
+    retry_topic,
+    validate_topic,
+)
+from broker.transaction import HALF_TOPIC, TRANSACTION_ID_PROPERTY, prepare_half_message
+from cluster.protocol.message import (
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED_TYPE,
+    HostAddr,
+    Message,
+    MessageConst,
+    decode_properties,
+)
+from cluster.protocol.route import PermName
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode, Version
+from cluster.remoting.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    HeaderError,
+    parse_send_header,
+)
+from cluster.remoting.net import parse_address
+from store.commitlog import PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+DLQ_NUMS_PER_GROUP: Final = 1
+#: Client addresses whose parsed form is remembered (bornHost of sends).
+PEER_HOST_CACHE_SIZE: Final = 4096
+#: Validated topic names remembered by a send processor.
+MAX_VALID_TOPIC_CACHE: Final = 100_000
+_WAIT: Final = MessageConst.PROPERTY_WAIT_STORE_MSG_OK
+_CLUSTER: Final = MessageConst.PROPERTY_CLUSTER
+_TRAN: Final = MessageConst.PROPERTY_TRANSACTION_PREPARED
+
+
+@functools.lru_cache(maxsize=PEER_HOST_CACHE_SIZE)
+def peer_host(peer: str) -> HostAddr:
+    """``"ip:port"`` of a connection -> (ip, port) for bornHost (IPv4 only; else 0.0.0.0)."""
+    try:
+        host, port = parse_address(peer)
+    except ValueError:
+        return ("0.0.0.0", 0)
+    if ":" in host:
+        return ("0.0.0.0", 0)
+    return (host, port)
+
+
+_TRUE: Final = frozenset({"true", "1", "TRUE", "True"})
+
+
+class SendHeader(NamedTuple):
+    """The send header fields the processor uses (a tuple: cheap on the hot path)."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str | None
+    reconsume_times: int | None
+    max_reconsume_times: int | None
+    batch: bool
+
+
+def _fast_v2(request: RemotingCommand) -> SendHeader | None:
+    """SEND_MESSAGE_V2's one-letter header read straight from extFields (the hot path); None
+    when anything is missing or odd, so the generic parser can name the problem."""
+    ext = request.ext_fields
+    try:
+        j = ext.get("j")
+        l_ = ext.get("l")
+        return SendHeader(
+            ext["a"],
+            ext["b"],
+            ext["c"],
+            int(ext["d"]),
+            int(ext["e"]),
+            int(ext["f"]),
+            int(ext["g"]),
+            int(ext["h"]),
+            ext.get("i"),
+            int(j) if j else None,
+            int(l_) if l_ else None,
+            ext.get("m") in _TRUE,
+        )
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _slow(code: int, ext: Any) -> SendHeader:
+    h = parse_send_header(code, ext)
+    return SendHeader(
+        h.producer_group,
+        h.topic,
+        h.default_topic,
+        h.default_topic_queue_nums,
+        h.queue_id,
+        h.sys_flag,
+        h.born_timestamp,
+        h.flag,
+        h.properties,
+        h.reconsume_times,
+        h.max_reconsume_times,
+        bool(h.batch),
+    )
+
+
+class SendProcessor:
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+        self._writable = not ctrl.is_slave and PermName.is_writeable(ctrl.bcfg.broker_permission)
+        #: topic names already validated (legal and not a system topic)
+        self._valid_topics: set[str] = set()
+        self._max_size = ctrl.settings.store.max_message_size
+
+    # ------------------------------------------------------------------ entry points
+
+    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        """Inline form: append and answer at once (ASYNC_FLUSH without replica waits)."""
+        prepared = self._prepare(conn, request)
+        if isinstance(prepared, RemotingCommand):
+            return prepared
+        msg, batch, _wait = prepared
+        store = self.ctrl.store
+        result = store.append_messages(msg) if batch else store.append_message(msg)
+        return self._answer(request, msg, result)
+
+    async def process_async(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        """Waiting form: SYNC_FLUSH and SYNC_MASTER wait for the flush/replica watermark."""
+        prepared = self._prepare(conn, request)
+        if isinstance(prepared, RemotingCommand):
+            return prepared
+        msg, batch, wait = prepared
+        store = self.ctrl.store
+        if not wait:
+            result = store.append_messages(msg) if batch else store.append_message(msg)
+        elif batch:
+            result = await store.put_messages(msg)
+        else:
+            result = await store.put_message(msg)
+        return self._answer(request, msg, result)
+
+    # ------------------------------------------------------------------ checks
+
+    def _prepare(
+        self, conn: Any, request: RemotingCommand
+    ) -> RemotingCommand | tuple[Message, bool, bool]:
+        ctrl = self.ctrl
+        header = _fast_v2(request) if request.code != RequestCode.SEND_MESSAGE else None
+        if header is None:
+            try:
+                header = _slow(request.code, request.ext_fields)
+            except HeaderError as exc:
+                return request.response(ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
+        if not self._writable:
+            if ctrl.is_slave:
+                return request.response(
+                    ResponseCode.SERVICE_NOT_AVAILABLE,
+                    f"the broker[{ctrl.bcfg.broker_ip1}] is a slave, sending message is forbidden",
+                )
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{ctrl.bcfg.broker_ip1}] sending message is forbidden",
+            )
+        topic = header.topic
+        if topic not in self._valid_topics:
+            bad = validate_topic(topic)
+            if bad is not None:
+                return request.response(ResponseCode.SYSTEM_ERROR, bad)
+            if is_not_allowed_send_topic(topic):
+                return request.response(
+                    ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+                )
+            if len(self._valid_topics) < MAX_VALID_TOPIC_CACHE:
+                self._valid_topics.add(topic)
+        tc = ctrl.topics.select(topic)
+        if tc is None:
+            tc, created, _why = ctrl.topics.create_in_send_message(
+                topic, header.default_topic, header.default_topic_queue_nums
+            )
+            if tc is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc, created = ctrl.topics.create_in_send_message_back(topic, 1, PermName.PERM_RW)
+            if tc is None:
+                return request.response(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please! {FAQ_URL}",
+                )
+            if created:
+                ctrl.topic_created(topic)
+        queue_id = header.queue_id
+        id_valid = max(tc.write_queue_nums, tc.read_queue_nums)
+        if queue_id >= id_valid:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, {tc} Producer: {conn.peer}",
+            )
+        if not PermName.is_writeable(tc.perm):
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+            )
+        if queue_id < 0:
+            queue_id = random.randrange(max(1, tc.write_queue_nums))
+        body = request.body
+        if not isinstance(body, bytes):
+            body = bytes(body)
+        max_size = self._max_size
+        batch = bool(header.batch) and request.code == RequestCode.SEND_BATCH_MESSAGE
+        if not batch and len(body) > max_size:
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size over max value, MAX: {max_size}, got {len(body)}",
+            )
+        props = decode_properties(header.properties) if header.properties else {}
+        wait = props.pop(_WAIT, "true") != "false"
+        props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
+        reconsume = header.reconsume_times or 0
+        sys_flag = header.sys_flag
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            if batch:
+                return request.response(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"batch request does not support retry group {topic}",
+                )
+            redirected = self._retry_or_dlq(request, header, reconsume)
+            if isinstance(redirected, RemotingCommand):
+                return redirected
+            if redirected is not None:
+                topic, queue_id = redirected
+        msg = Message(
+            topic=topic,
+            body=body,
+            queue_id=queue_id,
+            flag=header.flag,
+            properties=props,
+            sys_flag=sys_flag,
+            born_timestamp=header.born_timestamp,
+            born_host=peer_host(conn.peer),
+            store_host=ctrl.store_host,
+            reconsume_times=reconsume,
+        )
+        if not batch and props.get(_TRAN, "").lower() == "true":
+            if ctrl.bcfg.reject_transaction_message:
+                return request.response(
+                    ResponseCode.NO_PERMISSION,
+                    f"the broker[{ctrl.bcfg.broker_ip1}] sending transaction message is forbidden",
+                )
+            msg = prepare_half_message(ctrl, msg)
+        elif sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED_TYPE:
+            msg = prepare_half_message(ctrl, msg)
+        return msg, batch, wait
+
+    def _retry_or_dlq(
+        self, request: RemotingCommand, header: SendHeader, reconsume: int
+    ) -> RemotingCommand | tuple[str, int] | None:
+        ctrl = self.ctrl
+        group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        sgc = ctrl.groups.find(group)
+        if sgc is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group} {FAQ_URL}",
+            )
+        max_times = sgc.retry_max_times
+        if request.version >= Version.V3_4_9 and header.max_reconsume_times is not None:
+            max_times = header.max_reconsume_times
+        if reconsume < max_times:
+            return None
+        dlq = dlq_topic(group)
+        _tc, created = ctrl.topics.create_in_send_message_back(
+            dlq, DLQ_NUMS_PER_GROUP, PermName.PERM_RW
+        )
+        if created:
+            ctrl.topic_created(dlq)
+        return dlq, random.randrange(DLQ_NUMS_PER_GROUP)
+
+    # ------------------------------------------------------------------ answers
+
+    def _answer(
+        self, request: RemotingCommand, msg: Message, result: PutMessageResult
+    ) -> RemotingCommand:
+        status = result.status
+        appended = result.result
+        if appended is None or not status.stored:
+            code, remark = put_status_code(status, result.remark)
+            return request.response(code, remark)
+        self.ctrl.stats.put_total += appended.msg_num
+        ext = {
+            "msgId": appended.msg_id,
+            "queueId": str(msg.queue_id),
+            "queueOffset": str(appended.logics_offset),
+            "MSG_REGION": MSG_REGION_DEFAULT,
+            "TRACE_ON": TRACE_ON_DEFAULT,
+        }
+        if msg.topic == HALF_TOPIC:
+            props = msg.properties
+            tid = props.get(TRANSACTION_ID_PROPERTY) or props.get(
+                MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+            )
+            if tid:
+                ext["transactionId"] = tid
+        if status is PutMessageStatus.PUT_OK:
+            return request.response(ResponseCode.SUCCESS, None, ext)
+        code, remark = put_status_code(status)
+        return request.response(code, remark, ext)
+
+
+class SendBackProcessor:
+    """CONSUMER_SEND_MSG_BACK: a consumer gives a message back for later redelivery."""
+
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+
+    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        ctrl = self.ctrl
+        try:
+            header = ConsumerSendMsgBackRequestHeader.from_ext_fields(request.ext_fields)
+        except HeaderError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
+        group = header.group
+        sgc = ctrl.groups.find(group)
+        if sgc is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group} {FAQ_URL}",
+            )
+        if ctrl.is_slave or not PermName.is_writeable(ctrl.bcfg.broker_permission):
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{ctrl.bcfg.broker_ip1}] sending message is forbidden",
+            )
+        if sgc.retry_queue_nums <= 0:
+            return request.response(ResponseCode.SUCCESS)
+        new_topic = retry_topic(group)
+        queue_id = random.randrange(sgc.retry_queue_nums)
+        tc, created = ctrl.topics.create_in_send_message_back(
+            new_topic, sgc.retry_queue_nums, PermName.PERM_RW
+        )
+        if created:
+            ctrl.topic_created(new_topic)
+        if not PermName.is_writeable(tc.perm):
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
+            )
+        ext = ctrl.store.lookup_message_by_offset(header.offset)
+        if ext is None:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}"
+            )
+        props = dict(ext.properties)
+        props.setdefault(MessageConst.PROPERTY_RETRY_TOPIC, ext.topic)
+        props.pop(_WAIT, None)
+        delay_level = header.delay_level
+        max_times = sgc.retry_max_times
+        if request.version >= Version.V3_4_9 and header.max_reconsume_times is not None:
+            max_times = header.max_reconsume_times
+        if ext.reconsume_times >= max_times or delay_level < 0:
+            new_topic = dlq_topic(group)
+            queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
+            _tc, created = ctrl.topics.create_in_send_message_back(
+                new_topic, DLQ_NUMS_PER_GROUP, PermName.PERM_RW
+            )
+            if created:
+                ctrl.topic_created(new_topic)
+            props.pop(MessageConst.PROPERTY_DELAY_TIME_LEVEL, None)
+        else:
+            if delay_level == 0:
+                delay_level = 3 + ext.reconsume_times
+            props[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+        origin = props.get(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID) or ext.msg_id
+        props[MessageConst.PROPERTY_ORIGIN_MESSAGE_ID] = origin
+        # a record read back from SCHEDULE_TOPIC_XXXX carries its last real topic; the store
+        # sets them again if the message is delayed once more
+        props.pop(MessageConst.PROPERTY_REAL_TOPIC, None)
+        props.pop(MessageConst.PROPERTY_REAL_QUEUE_ID, None)
+        msg = Message(
+            topic=new_topic,
+            body=ext.body,
+            queue_id=queue_id,
+            flag=ext.flag,
+            properties=props,
+            sys_flag=ext.sys_flag,
+            born_timestamp=ext.born_timestamp,
+            born_host=ext.born_host,
+            store_host=ctrl.store_host,
+            reconsume_times=ext.reconsume_times + 1,
+        )
+        result = ctrl.store.append_message(msg)
+        if result.result is not None and result.status.stored:
+            return request.response(ResponseCode.SUCCESS)
+        code, remark = put_status_code(result.status, result.remark)
+        return request.response(
+            ResponseCode.SYSTEM_ERROR if code == ResponseCode.SUCCESS else code,
+            remark or result.status.value,
+        )

@@ -1,0 +1,218 @@
+"""Transactional messages (RocketMQ 4.x ``TransactionalMessageBridge``), the pure parts.
+
+* A half message is stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with its real topic and
+  queue in ``REAL_TOPIC`` / ``REAL_QID`` and its transaction type cleared (so it is dispatched to
+  the half queue and invisible to consumers).
+* END_TRANSACTION commit re-puts it to the real topic; commit or rollback writes an op record to
+  ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` whose body is the half message's queue offset and tag ``d``.
+* The check service walks half messages without an op record, older than transactionTimeOut,
+  and asks the producer group (CHECK_TRANSACTION_STATE) up to transactionCheckMax times.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from cluster.protocol.message import (
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_NOT_TYPE,
+    Message,
+    MessageConst,
+    RecordError,
+    StoredMessage,
+    decode_record,
+    encode_record,
+)
+from store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+REMOVETAG: Final = "d"
+TRANSACTION_ID_PROPERTY: Final = "__transactionId__"
+#: Half / op records read per store call.
+READ_BATCH: Final = 32
+#: Check-backs sent per round of the check service at most.
+MAX_CHECKS_PER_ROUND: Final = 256
+
+
+def prepare_half_message(ctrl: BrokerController, msg: Message) -> Message:
+    ctrl.ensure_transaction_topics()
+    props = dict(msg.properties)
+    props[MessageConst.PROPERTY_REAL_TOPIC] = msg.topic
+    props[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+    uniq = props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    if uniq:
+        props[TRANSACTION_ID_PROPERTY] = uniq
+    return attrs.evolve(
+        msg,
+        topic=HALF_TOPIC,
+        queue_id=0,
+        properties=props,
+        sys_flag=(msg.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_NOT_TYPE,
+    )
+
+
+def end_message(half: StoredMessage, commit_sys_flag: int, store_host: tuple[str, int]) -> Message:
+    """The message a commit stores in the real topic."""
+    props = dict(half.properties)
+    topic = props.pop(MessageConst.PROPERTY_REAL_TOPIC, half.topic)
+    queue_id = int(props.pop(MessageConst.PROPERTY_REAL_QUEUE_ID, "0") or 0)
+    props.pop(MessageConst.PROPERTY_TRANSACTION_PREPARED, None)
+    props.pop(TRANSACTION_ID_PROPERTY, None)
+    props.pop(MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES, None)
+    return Message(
+        topic=topic,
+        body=half.body,
+        queue_id=queue_id,
+        flag=half.flag,
+        properties=props,
+        sys_flag=(half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | commit_sys_flag,
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host,
+        store_host=store_host,
+        reconsume_times=half.reconsume_times,
+        prepared_transaction_offset=half.commitlog_offset,
+    )
+
+
+def op_message(half_queue_offset: int, store_host: tuple[str, int], now_ms: int) -> Message:
+    return Message(
+        topic=OP_HALF_TOPIC,
+        body=str(half_queue_offset).encode(),
+        queue_id=0,
+        properties={MessageConst.PROPERTY_TAGS: REMOVETAG},
+        born_timestamp=now_ms,
+        store_host=store_host,
+    )
+
+
+@attrs.define
+class HalfCheck:
+    """One half message to ask its producer group about."""
+
+    group: str
+    queue_offset: int
+    commitlog_offset: int
+    body: bytes
+    msg_id: str | None
+    transaction_id: str | None
+    offset_msg_id: str
+
+
+class TransactionState:
+    """Which half messages are resolved (op records seen) and how often each was checked."""
+
+    def __init__(self) -> None:
+        self.removed: set[int] = set()
+        self.op_offset = 0  # next op-topic queue offset to read
+        self.half_offset = 0  # every half message below this is resolved or given up
+        self.check_times: dict[int, int] = {}
+
+    def is_resolved(self, half_queue_offset: int) -> bool:
+        return half_queue_offset in self.removed or half_queue_offset < self.half_offset
+
+    def resolved(self, half_queue_offset: int) -> None:
+        self.removed.add(half_queue_offset)
+        self.check_times.pop(half_queue_offset, None)
+
+    def read_ops(self, store: MessageStore) -> None:
+        """Fold op records written since the last call into ``removed``."""
+        while True:
+            result = store.get_message(OP_HALF_TOPIC, 0, self.op_offset, READ_BATCH)
+            if not result.buffers:
+                result.release()
+                if result.next_begin_offset > self.op_offset and result.status.name in (
+                    "OFFSET_TOO_SMALL",
+                ):
+                    self.op_offset = result.next_begin_offset
+                    continue
+                return
+            for view in result.buffers:
+                try:
+                    rec = decode_record(view, check_crc=False)
+                    self.removed.add(int(rec.body.decode() or -1))
+                except (RecordError, ValueError):
+                    pass
+            self.op_offset = result.next_begin_offset
+            result.release()
+
+    def due_checks(
+        self,
+        store: MessageStore,
+        now_ms: int,
+        timeout_ms: int,
+        check_max: int,
+        limit: int = MAX_CHECKS_PER_ROUND,
+    ) -> list[HalfCheck]:
+        """Half messages older than ``timeout_ms`` still unresolved and checked fewer than
+        ``check_max`` times; advances ``half_offset`` past resolved or abandoned ones."""
+        if store.dispatch_behind_bytes > 0:
+            store.dispatch()
+        self.read_ops(store)
+        out: list[HalfCheck] = []
+        offset = self.half_offset
+        contiguous = True
+        max_off = store.get_max_offset_in_queue(HALF_TOPIC, 0)
+        offset = max(offset, store.get_min_offset_in_queue(HALF_TOPIC, 0))
+        while offset < max_off and len(out) < limit:
+            result = store.get_message(HALF_TOPIC, 0, offset, READ_BATCH)
+            if not result.buffers:
+                result.release()
+                break
+            stop = False
+            for view, qo in zip(result.buffers, result.queue_offsets, strict=True):
+                try:
+                    rec = decode_record(view, check_crc=False)
+                except RecordError:
+                    continue
+                done = qo in self.removed or self.check_times.get(qo, 0) >= check_max
+                if done:
+                    if contiguous:
+                        self.half_offset = qo + 1
+                    continue
+                contiguous = False
+                if now_ms - rec.store_timestamp < timeout_ms:
+                    stop = True
+                    break
+                self.check_times[qo] = self.check_times.get(qo, 0) + 1
+                props = dict(rec.properties)
+                real = Message(
+                    topic=props.get(MessageConst.PROPERTY_REAL_TOPIC, rec.topic),
+                    body=rec.body,
+                    queue_id=int(props.get(MessageConst.PROPERTY_REAL_QUEUE_ID, "0") or 0),
+                    flag=rec.flag,
+                    properties=props,
+                    sys_flag=rec.sys_flag,
+                    born_timestamp=rec.born_timestamp,
+                    born_host=rec.born_host,
+                    store_host=rec.store_host,
+                    reconsume_times=rec.reconsume_times,
+                )
+                body = encode_record(
+                    real,
+                    queue_offset=qo,
+                    phys_offset=rec.commitlog_offset,
+                    store_timestamp=rec.store_timestamp,
+                )
+                uniq = props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                out.append(
+                    HalfCheck(
+                        group=props.get(MessageConst.PROPERTY_PRODUCER_GROUP, ""),
+                        queue_offset=qo,
+                        commitlog_offset=rec.commitlog_offset,
+                        body=body,
+                        msg_id=uniq,
+                        transaction_id=props.get(TRANSACTION_ID_PROPERTY, uniq),
+                        offset_msg_id=rec.msg_id,
+                    )
+                )
+            offset = result.next_begin_offset
+            result.release()
+            if stop:
+                break
+        return out

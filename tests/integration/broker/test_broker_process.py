@@ -1,0 +1,190 @@
+"""Real processes: ``python -m namesrv`` and ``python -m broker -c ... -n ...``, a round trip, and a
+clean SIGTERM stop that unregisters the broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO
+
+import trio
+
+from cluster.protocol.route import ClusterInfo
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.net import open_remoting_client
+
+from .conftest import messages
+
+REPO = Path(__file__).resolve().parents[3]
+BOOT_WAIT_S = 30.0
+
+
+def _free_port(*, with_fast_port: bool = False) -> int:
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if not with_fast_port:
+            return port
+        try:
+            with socket.socket() as s2:
+                s2.bind(("127.0.0.1", port - 2))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+def _open_log(path: Path) -> IO[bytes]:
+    return open(path, "wb")
+
+
+async def _start(args: list[str], log: Path, boot: bytes) -> trio.Process:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with _open_log(log) as err:
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, *args], stdout=subprocess.PIPE, stderr=err, cwd=str(REPO), env=env
+        )
+    assert proc.stdout is not None
+    seen = b""
+    try:
+        with trio.fail_after(BOOT_WAIT_S):
+            while boot not in seen:
+                chunk = await proc.stdout.receive_some(4096)
+                if not chunk:
+                    text = await trio.Path(log).read_text()
+                    raise AssertionError(f"{args} exited early: {seen!r} {text[-2000:]}")
+                seen += chunk
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
+async def _stop(proc: trio.Process | None) -> None:
+    if proc is not None and proc.returncode is None:
+        proc.kill()
+        with trio.move_on_after(5):
+            await proc.wait()
+
+
+async def _cluster_info(client, ns_addr: str) -> ClusterInfo:  # type: ignore[no-untyped-def]
+    resp = await client.invoke(
+        ns_addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+    )
+    assert resp.code == ResponseCode.SUCCESS
+    return ClusterInfo.decode(resp.body)
+
+
+async def test_real_processes_round_trip_and_clean_stop(tmp_path: Path) -> None:
+    ns_port = _free_port()
+    broker_port = _free_port(with_fast_port=True)
+    ns_addr = f"127.0.0.1:{ns_port}"
+    ns_conf = tmp_path / "namesrv.properties"
+    ns_conf.write_text(
+        f"listenPort={ns_port}\nbindAddress=127.0.0.1\nkvConfigPath={tmp_path}/kvConfig.json\n"
+    )
+    conf = tmp_path / "broker-a.properties"
+    conf.write_text(
+        "brokerClusterName=ProcCluster\nbrokerName=broker-a\nbrokerId=0\n"
+        "brokerRole=ASYNC_MASTER\nflushDiskType=ASYNC_FLUSH\n"
+        f"listenPort={broker_port}\nbindAddress=127.0.0.1\nbrokerIP1=127.0.0.1\n"
+        f"storePathRootDir={tmp_path}/store\nmappedFileSizeCommitLog=16777216\n"
+        "autoCreateTopicEnable=true\ndefaultTopicQueueNums=4\n"
+    )
+    ns_proc = broker_proc = None
+    try:
+        ns_proc = await _start(
+            ["-m", "namesrv", "-c", str(ns_conf)],
+            tmp_path / "ns.log",
+            b"The Name Server boot success",
+        )
+        broker_proc = await _start(
+            ["-m", "broker", "-c", str(conf), "-n", ns_addr],
+            tmp_path / "broker.log",
+            b"boot success. serializeType=JSON and name server is " + ns_addr.encode(),
+        )
+        addr = f"127.0.0.1:{broker_port}"
+        fast = f"127.0.0.1:{broker_port - 2}"
+        async with open_remoting_client() as client:
+            info = await _cluster_info(client, ns_addr)
+            assert info.broker_addr_table["broker-a"].broker_addrs == {0: addr}
+            ext = {
+                "a": "PG",
+                "b": "ProcTopic",
+                "c": "TBW102",
+                "d": "4",
+                "e": "0",
+                "f": "0",
+                "g": "0",
+                "h": "0",
+            }
+            sent = await client.invoke(
+                fast,
+                RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, b"over the fast port"),
+            )
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            pull = {
+                "consumerGroup": "CG",
+                "topic": "ProcTopic",
+                "queueId": "0",
+                "queueOffset": "0",
+                "maxMsgNums": "32",
+                "sysFlag": "4",
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "0",
+                "subscription": "*",
+                "subVersion": "0",
+            }
+            got = await client.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, pull))
+            assert got.code == ResponseCode.SUCCESS
+            assert [m.body for m in messages(got)] == [b"over the fast port"]
+            broker_proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(15):
+                assert await broker_proc.wait() == 0
+            info = await _cluster_info(client, ns_addr)
+            assert "broker-a" not in info.broker_addr_table
+        assert "unregistered" in await trio.Path(tmp_path / "broker.log").read_text()
+        assert not await trio.Path(tmp_path / "store" / "abort").exists()  # a clean shutdown
+        ns_proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            assert await ns_proc.wait() == 0
+    finally:
+        await _stop(broker_proc)
+        await _stop(ns_proc)
+
+
+async def test_second_broker_on_the_same_store_refuses_to_start(tmp_path: Path) -> None:
+    port = _free_port(with_fast_port=True)
+    conf = tmp_path / "b.properties"
+    conf.write_text(
+        f"brokerName=broker-a\nlistenPort={port}\nbindAddress=127.0.0.1\nbrokerIP1=127.0.0.1\n"
+        f"storePathRootDir={tmp_path}/store\nmappedFileSizeCommitLog=1048576\n"
+    )
+    first = None
+    try:
+        first = await _start(["-m", "broker", "-c", str(conf)], tmp_path / "1.log", b"boot success")
+        other = _free_port(with_fast_port=True)
+        conf2 = tmp_path / "b2.properties"
+        conf2.write_text(conf.read_text().replace(f"listenPort={port}", f"listenPort={other}"))
+        with trio.fail_after(BOOT_WAIT_S):
+            done = await trio.run_process(
+                [sys.executable, "-m", "broker", "-c", str(conf2)],
+                cwd=str(REPO),
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+        assert done.returncode == 1
+        assert b"cannot start" in done.stderr and b"in use by another process" in done.stderr
+        first.send_signal(signal.SIGTERM)
+        with trio.fail_after(15):
+            assert await first.wait() == 0
+    finally:
+        await _stop(first)

@@ -1,0 +1,76 @@
+"""Transactional messages: half messages, END_TRANSACTION commit/rollback, check-backs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import trio
+
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.net import Connection, open_remoting_client
+
+from .conftest import WAIT_S, messages, ok, running_cluster
+
+PREPARED = 0x4
+
+
+def _end(resp: RemotingCommand, kind: int, *, from_check: bool = False) -> dict[str, str]:
+    msg_id = resp.ext_fields["msgId"]
+    return {
+        "producerGroup": "TXG",
+        "tranStateTableOffset": resp.ext_fields["queueOffset"],
+        "commitLogOffset": str(int(msg_id[16:], 16)),
+        "commitOrRollback": str(kind),
+        "fromTransactionCheck": "true" if from_check else "false",
+        "msgId": msg_id,
+    }
+
+
+async def test_commit_rollback_and_check_back(tmp_path: Path) -> None:
+    checks: list[RemotingCommand] = []
+    checked = trio.Event()
+
+    def on_check(conn: Connection, request: RemotingCommand) -> None:
+        checks.append(request)
+        checked.set()
+
+    async with (
+        running_cluster(tmp_path, transactionCheckInterval="100", transactionTimeOut="50") as c,
+        open_remoting_client({RequestCode.CHECK_TRANSACTION_STATE: on_check}) as producer,
+    ):
+        hb = orjson.dumps({"clientID": "p1", "producerDataSet": [{"groupName": "TXG"}]})
+        ok(
+            await producer.invoke(
+                c.addr, RemotingCommand.request(RequestCode.HEART_BEAT, None, hb), WAIT_S
+            )
+        )
+        props = {"TRAN_MSG": "true", "PGROUP": "TXG", "UNIQ_KEY": "A" * 32}
+        half = ok(await c.send("TxTopic", b"committed", props=props, extra={"f": str(PREPARED)}))
+        assert half.ext_fields.get("transactionId") == "A" * 32
+        # invisible until committed
+        assert (await c.pull("TxTopic")).code == ResponseCode.PULL_NOT_FOUND
+        ok(await c.call(RequestCode.END_TRANSACTION, _end(half, 8)))
+        got = ok(await c.pull("TxTopic"))
+        (msg,) = messages(got)
+        assert msg.body == b"committed" and msg.topic == "TxTopic"
+        # a second half is left open: the broker asks the producer about it
+        props2 = {"TRAN_MSG": "true", "PGROUP": "TXG", "UNIQ_KEY": "B" * 32}
+        half2 = ok(
+            await c.send("TxTopic", b"rolled back", props=props2, extra={"f": str(PREPARED)})
+        )
+        with trio.fail_after(WAIT_S):
+            await checked.wait()
+        check = checks[0]
+        assert check.ext_fields["tranStateTableOffset"] == half2.ext_fields["queueOffset"]
+        assert check.ext_fields["msgId"] == "B" * 32
+        (checked_msg,) = messages(check)
+        assert checked_msg.topic == "TxTopic" and checked_msg.body == b"rolled back"
+        ok(await c.call(RequestCode.END_TRANSACTION, _end(half2, 12, from_check=True)))
+        assert (await c.pull("TxTopic", 1)).code == ResponseCode.PULL_NOT_FOUND
+        assert c.broker.transactions.is_resolved(int(half2.ext_fields["queueOffset"]))
+        wrong = await c.call(
+            RequestCode.END_TRANSACTION, {**_end(half2, 8), "producerGroup": "OTHER"}
+        )
+        assert wrong.code == ResponseCode.SYSTEM_ERROR
