@@ -22,8 +22,6 @@ Kind = Literal["str", "int", "long", "bool"]
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
-_TRUE = frozenset({"true", "1"})
-_FALSE = frozenset({"false", "0"})
 
 
 class HeaderError(ValueError):
@@ -42,6 +40,9 @@ def hfield(wire: str, kind: Kind = "str", *, required: bool = False, default: An
     return attrs.field(default=default, kw_only=True, metadata=meta)
 
 
+_BOOLS = {"true": True, "false": False, "1": True, "0": False}
+
+
 def _spec(cls: type) -> tuple[tuple[str, str, str, bool, Any], ...]:
     """(attribute, wire name, kind, required, default) per field, computed once per class."""
     spec = cls.__dict__.get("_wire_spec")
@@ -54,24 +55,92 @@ def _spec(cls: type) -> tuple[tuple[str, str, str, bool, Any], ...]:
     return spec
 
 
-def _parse(header: str, wire: str, kind: str, raw: str) -> Any:
+def _parse_slow(header: str, wire: str, kind: str, raw: Any) -> Any:
+    """The careful path: coercion from JSON numbers/booleans, odd spellings, named errors."""
+    text = ext_value_to_str(raw)
     if kind == "str":
-        return raw
+        return text
     if kind == "bool":
-        low = raw.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE or low == "":
+        low = text.strip().lower()
+        if low in _BOOLS:
+            return _BOOLS[low]
+        if low == "":
             return False
-        raise HeaderError(header, wire, f"is not a boolean: {raw!r}")
+        raise HeaderError(header, wire, f"is not a boolean: {text!r}")
     lo, hi = _INT32 if kind == "int" else _INT64
     try:
-        value = int(raw.strip())
+        value = int(text.strip())
     except ValueError:
-        raise HeaderError(header, wire, f"is not an integer: {raw!r}") from None
+        raise HeaderError(header, wire, f"is not an integer: {text!r}") from None
     if not lo <= value <= hi:
         raise HeaderError(header, wire, f"is out of range for {kind}: {value}")
     return value
+
+
+def _compile_parser(cls: type, wires: tuple[str, ...] | None = None) -> Any:
+    """Generate ``parse(ext) -> cls`` for one header class (what attrs does for ``__init__``):
+    one straight-line function per class instead of a loop over field specs. ``wires`` reads the
+    same fields under other wire names (SEND_MESSAGE_V2's letters into the long-name class)."""
+    spec = _spec(cls)
+    names = wires or tuple(wire for _n, wire, _k, _r, _d in spec)
+    lines = ["def parse(ext):", "    get = ext.get", "    self = _new(cls)"]
+    env: dict[str, Any] = {
+        "_new": object.__new__,
+        "_set": object.__setattr__,
+        "cls": cls,
+        "_slow": _parse_slow,
+        "_missing": HeaderError,
+        "_BOOLS": _BOOLS,
+    }
+    for i, ((name, _wire, kind, required, default), wire) in enumerate(
+        zip(spec, names, strict=True)
+    ):
+        env[f"_d{i}"] = default
+        lines.append(f"    v = get({wire!r})")
+        absent = "v is None" if kind == "str" else "v is None or v == ''"
+        lines.append(f"    if {absent}:")
+        if required:
+            lines.append(f"        raise _missing(cls.__name__, {wire!r}, 'is required')")
+        else:
+            lines.append(f"        _set(self, {name!r}, _d{i})")
+        lines.append("    else:")
+        if kind == "str":
+            slow = f"_slow(cls.__name__, {wire!r}, 'str', v)"
+            lines.append(f"        _set(self, {name!r}, v if type(v) is str else {slow})")
+        elif kind == "bool":
+            lines.append("        b = _BOOLS.get(v) if type(v) is str else None")
+            slow = f"_slow(cls.__name__, {wire!r}, 'bool', v)"
+            lines.append(f"        _set(self, {name!r}, b if b is not None else {slow})")
+        else:
+            lo, hi = _INT32 if kind == "int" else _INT64
+            lines.append("        try:")
+            lines.append("            x = int(v) if type(v) is str and v.isascii() else None")
+            lines.append("        except ValueError:")
+            lines.append("            x = None")
+            lines.append(f"        if x is None or not {lo} <= x <= {hi}:")
+            lines.append(f"            x = _slow(cls.__name__, {wire!r}, {kind!r}, v)")
+            lines.append(f"        _set(self, {name!r}, x)")
+    lines.append("    return self")
+    exec("\n".join(lines), env)  # code generated from the class's own field specs
+    return env["parse"]
+
+
+def _compile_dumper(cls: type) -> Any:
+    """Generate ``dump(self) -> dict[str, str]`` for one header class."""
+    lines = ["def dump(self):", "    out = {}"]
+    for name, wire, kind, _required, _default in _spec(cls):
+        lines.append(f"    v = self.{name}")
+        lines.append("    if v is not None:")
+        if kind == "str":
+            lines.append(f"        out[{wire!r}] = v if type(v) is str else str(v)")
+        elif kind == "bool":
+            lines.append(f"        out[{wire!r}] = 'true' if v else 'false'")
+        else:
+            lines.append(f"        out[{wire!r}] = str(v)")
+    lines.append("    return out")
+    env: dict[str, Any] = {}
+    exec("\n".join(lines), env)  # code generated from the class's own field specs
+    return env["dump"]
 
 
 class CommandHeader:
@@ -81,23 +150,19 @@ class CommandHeader:
 
     @classmethod
     def from_ext_fields(cls, ext: Mapping[str, Any]) -> Self:
-        kwargs: dict[str, Any] = {}
-        for name, wire, kind, required, _default in _spec(cls):
-            raw = ext.get(wire)
-            if raw is None or (raw == "" and kind != "str"):
-                if required:
-                    raise HeaderError(cls.__name__, wire, "is required")
-                continue
-            kwargs[name] = _parse(cls.__name__, wire, kind, ext_value_to_str(raw))
-        return cls(**kwargs)
+        parse = cls.__dict__.get("_wire_parse")
+        if parse is None:
+            parse = _compile_parser(cls)
+            type.__setattr__(cls, "_wire_parse", parse)
+        return parse(ext)
 
     def to_ext_fields(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for name, wire, _kind, _required, _default in _spec(type(self)):
-            value = getattr(self, name)
-            if value is not None:
-                out[wire] = ext_value_to_str(value)
-        return out
+        cls = type(self)
+        dump = cls.__dict__.get("_wire_dump")
+        if dump is None:
+            dump = _compile_dumper(cls)
+            type.__setattr__(cls, "_wire_dump", dump)
+        return dump(self)
 
 
 # =========================================================================== NameServer
@@ -255,7 +320,12 @@ def parse_send_header(code: int, ext: Mapping[str, Any]) -> SendMessageRequestHe
         RequestCode.SEND_BATCH_MESSAGE,
         RequestCode.SEND_REPLY_MESSAGE_V2,
     ):
-        return SendMessageRequestHeaderV2.from_ext_fields(ext).to_v1()
+        parse = SendMessageRequestHeader.__dict__.get("_wire_parse_v2")
+        if parse is None:
+            letters = tuple(f.metadata["wire"] for f in attrs.fields(SendMessageRequestHeaderV2))
+            parse = _compile_parser(SendMessageRequestHeader, letters)
+            type.__setattr__(SendMessageRequestHeader, "_wire_parse_v2", parse)
+        return parse(ext)
     return SendMessageRequestHeader.from_ext_fields(ext)
 
 
