@@ -54,9 +54,14 @@ MAX_OUTBOUND_BUFFER_BYTES: Final = 32 * 1024 * 1024
 
 #: A request processor. ``async def`` processors run in a task of their own (they may wait: long
 #: polling, a flush, a call back to the peer); plain ``def`` processors must not block and run
-#: inline in the connection's reader, their responses batched into one send per read.
+#: inline in the connection's reader, their responses batched into one send per read. A plain
+#: ``def`` processor may also return an awaitable (a coroutine) when it finds it must wait after
+#: all: the answer is then awaited in a task of its own (a pull with nothing to return yet).
 AsyncProcessor = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
-SyncProcessor = Callable[["Connection", RemotingCommand], RemotingCommand | None]
+SyncProcessor = Callable[
+    ["Connection", RemotingCommand],
+    RemotingCommand | Awaitable[RemotingCommand | None] | None,
+]
 Processor = AsyncProcessor | SyncProcessor
 
 
@@ -453,7 +458,7 @@ class Connection:
                         continue
                     processor, is_async = lookup(cmd.code)
                     if processor is not None and not is_async:
-                        self._answer_inline(cast(SyncProcessor, processor), cmd)
+                        self._answer_inline(processor, cmd)
                 self._send_queued()
                 return
             spawned = False
@@ -462,14 +467,16 @@ class Connection:
                     self._complete(cmd)
                     continue
                 processor, is_async = lookup(cmd.code)
+                deferred = None
                 if processor is not None and not is_async:
-                    self._answer_inline(cast(SyncProcessor, processor), cmd)
-                    continue
+                    deferred = self._answer_inline(processor, cmd)
+                    if deferred is None:
+                        continue
                 try:
                     slots.acquire_nowait()
                 except trio.WouldBlock:
                     await slots.acquire()
-                nursery.start_soon(self._serve_request, processor, cmd, len(commands) > 1)
+                nursery.start_soon(self._serve_request, processor, cmd, len(commands) > 1, deferred)
                 spawned = True
             self._send_queued()  # every inline answer of this read in one send
             if len(self._out) > MAX_OUTBOUND_BUFFER_BYTES and not self._closed:
@@ -491,14 +498,26 @@ class Connection:
         slot.response = response
         slot.event.set()
 
-    def _answer_inline(self, processor: SyncProcessor, request: RemotingCommand) -> None:
+    def _answer_inline(
+        self, processor: SyncProcessor, request: RemotingCommand
+    ) -> Awaitable[RemotingCommand | None] | None:
+        """Run a plain ``def`` processor now. If it hands back an awaitable instead of an answer
+        (it must wait: e.g. a pull with nothing to return yet), that is returned to be awaited in
+        a task of its own."""
         try:
             response = processor(self, request)
         except Exception as exc:
             self.log.warning("processor failed", code=request.code, error=repr(exc), exc_info=True)
             response = _error_response(request, ResponseCode.SYSTEM_ERROR, _exception_remark(exc))
+        if (
+            response is not None
+            and type(response) is not RemotingCommand
+            and inspect.isawaitable(response)
+        ):
+            return response
         if not request.flag & FLAG_ONEWAY and not self._closed:
             self._queue_response(request, response)
+        return None
 
     def _queue_response(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None:
@@ -526,11 +545,25 @@ class Connection:
             )
 
     async def _serve_request(
-        self, processor: Processor | None, request: RemotingCommand, gather: bool
+        self,
+        processor: Processor | None,
+        request: RemotingCommand,
+        gather: bool,
+        deferred: Awaitable[RemotingCommand | None] | None = None,
     ) -> None:
         try:
             response: RemotingCommand | None
-            if processor is None:
+            if deferred is not None:
+                try:
+                    response = await deferred
+                except Exception as exc:
+                    self.log.warning(
+                        "processor failed", code=request.code, error=repr(exc), exc_info=True
+                    )
+                    response = _error_response(
+                        request, ResponseCode.SYSTEM_ERROR, _exception_remark(exc)
+                    )
+            elif processor is None:
                 response = _error_response(
                     request,
                     ResponseCode.REQUEST_CODE_NOT_SUPPORTED,

@@ -530,3 +530,43 @@ async def test_outbound_limit_applies_backpressure_without_hanging(
                 for i in range(60):
                     inner.start_soon(call, i)
         assert done == 60
+
+
+async def test_a_plain_processor_may_defer_its_answer(nursery: trio.Nursery) -> None:
+    ready = trio.Event()
+
+    def maybe_wait(conn: Connection, req: RemotingCommand) -> object:
+        if req.ext_fields.get("now") == "1":
+            return req.response(0, remark="at once")
+
+        async def later() -> RemotingCommand:
+            await ready.wait()
+            return req.response(0, remark="later")
+
+        return later()
+
+    def boom_later(conn: Connection, req: RemotingCommand) -> object:
+        async def later() -> RemotingCommand:
+            raise OSError("deferred failure")
+
+        return later()
+
+    srv = RemotingServer(Dispatcher({1: maybe_wait, 2: boom_later}))  # type: ignore[dict-item]
+    host, port = await nursery.start(srv.serve)
+    addr = format_address(host, port)
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        got: list[str | None] = []
+
+        async def deferred_call() -> None:
+            got.append((await conn.invoke(RemotingCommand.request(1), timeout=10)).remark)
+
+        async with trio.open_nursery() as inner:
+            inner.start_soon(deferred_call)
+            r = await conn.invoke(RemotingCommand.request(1, {"now": "1"}))
+            assert r.remark == "at once"  # not held up by the deferred one
+            assert got == []
+            ready.set()
+        assert got == ["later"]
+        r = await conn.invoke(RemotingCommand.request(2))
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "OSError: deferred failure")
