@@ -1,0 +1,410 @@
+"""The master side of classic HA (Trio shell): ``HAService`` listens on haListenPort and runs one
+``HAConnection`` per slave, each with a read side (offset reports = acks, liveness,
+housekeeping timeout) and a write side (stream the CommitLog from the slave's offset in
+<= haTransferBatchSize frames, coalesced into big sends, heartbeat when idle).
+
+SYNC_MASTER: ``HAService.replica_waiter`` is the store's ``replica_waiter`` hook. A put decides
+with the pure ``AckTable`` (SLAVE_NOT_AVAILABLE / already acked / wait); a waiting put joins the
+open ``WaitGroup`` of the pure ``GroupTransfer``; a write side seals the group when it ships the
+bytes, and each ack advance sets one event per group it covers, waking all of its puts at once
+(group transfer). One sweeper task times groups out (no cancel scope per put).
+
+    ha = HAService(store, HAConfig(ha_listen_port=listen_port + 1, ...))
+    port = await nursery.start(ha.run)      # installs store.replica_waiter on a SYNC_MASTER
+    ha.update_master_address(addr)          # a SLAVE: REGISTER_BROKER's haServerAddr
+    ha.status()                             # per slave: address, ack, diff, in-sync, speed
+
+Like RocketMQ's HAService, it listens on every broker; on a SLAVE store it also runs the
+``HAClient`` that replicates from the master.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import trio
+
+from cluster.logging import get_logger
+from ha import net
+from ha.client import (
+    HA_RECONNECT_MAX_BACKOFF_S,
+    HA_RECONNECT_MIN_BACKOFF_S,
+    HAClient,
+    HAClientStatus,
+)
+from ha.config import HAConfig
+from ha.master import (
+    AckTable,
+    GroupTransfer,
+    ReportOutcome,
+    SlaveStatus,
+    SyncDecision,
+    transfer_start_offset,
+)
+from ha.net import CONNECTION_ERRORS
+from ha.protocol import OffsetReportDecoder, append_frame, encode_heartbeat
+from store.commitlog import PutMessageStatus
+from store.config import BrokerRole
+from store.flush import Watermark
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
+
+#: Frames gathered into one send by a write side (8 x 32 KiB frames).
+HA_MAX_SEND_BYTES: Final = 256 * 1024
+#: Pause after accept fails for lack of file descriptors or memory.
+HA_ACCEPT_BACKOFF_S: Final = 0.1
+
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@attrs.frozen
+class HAStatus:
+    """The master's replication view (RocketMQ HARuntimeInfo's content)."""
+
+    listen_port: int | None
+    master_max_offset: int
+    push_to_slave_max_offset: int
+    slaves: tuple[SlaveStatus, ...]
+    client: HAClientStatus | None = None  # a SLAVE's replication from its master
+
+    @property
+    def in_sync_slave_count(self) -> int:
+        return sum(1 for s in self.slaves if s.in_sync)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "master": self.client is None,
+            "haClientRuntimeInfo": self.client.to_json() if self.client is not None else None,
+            "masterCommitLogMaxOffset": self.master_max_offset,
+            "push2SlaveMaxOffset": self.push_to_slave_max_offset,
+            "inSyncSlaveNums": self.in_sync_slave_count,
+            "haConnectionInfo": [
+                {
+                    "addr": s.address,
+                    "slaveAckOffset": s.ack_offset,
+                    "diff": s.diff_bytes,
+                    "inSync": s.in_sync,
+                    "transferredByteInSecond": int(s.transfer_bytes_per_s),
+                }
+                for s in self.slaves
+            ],
+        }
+
+
+class HAService:
+    def __init__(
+        self,
+        store: MessageStore,
+        config: HAConfig,
+        *,
+        host: str = "0.0.0.0",
+        master_address: str | None = None,
+        clock_ms: Callable[[], int] = _now_ms,
+        client_reconnect_min_backoff_s: float = HA_RECONNECT_MIN_BACKOFF_S,
+        client_reconnect_max_backoff_s: float = HA_RECONNECT_MAX_BACKOFF_S,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.host = host
+        self.clock_ms = clock_ms
+        self.table = AckTable(config.ha_slave_fallbehind_max)
+        self.groups = GroupTransfer(trio.Event)
+        self._groups_changed = trio.Event()
+        #: push2SlaveMaxOffset as a Watermark (for observers and tests; puts use ``groups``).
+        self.ack_watermark = Watermark(0)
+        self.ack_advances = 0  # how often push2SlaveMaxOffset rose (= group-transfer wakeups)
+        self.port: int | None = None
+        self.connections: dict[int, HAConnection] = {}
+        self._next_conn_id = 0
+        self._slaves_changed = trio.Event()
+        self.log = get_logger(component="ha_service", role=store.role.value)
+        #: The slave side, on a SLAVE store only.
+        self.client: HAClient | None = (
+            HAClient(
+                store, master_address, config, clock_ms=clock_ms,
+                reconnect_min_backoff_s=client_reconnect_min_backoff_s,
+                reconnect_max_backoff_s=client_reconnect_max_backoff_s,
+            )
+            if store.role is BrokerRole.SLAVE
+            else None
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve haListenPort until cancelled; ``task_status.started(port)``. On a SYNC_MASTER
+        store whose ``replica_waiter`` is unset, installs ``self.replica_waiter`` (it stays:
+        once this service stops, SYNC puts answer SLAVE_NOT_AVAILABLE)."""
+        listener = net.listen(self.host, self.config.ha_listen_port)
+        self.port = listener.getsockname()[1]
+        if self.store.role is BrokerRole.SYNC_MASTER and self.store.replica_waiter is None:
+            self.store.replica_waiter = self.replica_waiter
+        self.log.info("ha_listening", host=self.host, port=self.port)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._sweep_timeouts)
+                if self.client is not None:
+                    await nursery.start(self.client.run)
+                task_status.started(self.port)
+                while True:
+                    try:
+                        sock = await net.accept(listener)
+                    except OSError as exc:
+                        self.log.warning("ha_accept_failed", error=str(exc))
+                        await trio.sleep(HA_ACCEPT_BACKOFF_S)
+                        continue
+                    self._next_conn_id += 1
+                    conn = HAConnection(self, net.HASocket(sock), self._next_conn_id)
+                    nursery.start_soon(conn.serve)
+        finally:
+            for group in self.groups.drain():
+                group.token.set()
+            if listener.fileno() >= 0:
+                trio.lowlevel.notify_closing(listener)
+                listener.close()
+            self.log.info("ha_stopped", port=self.port)
+
+    # ------------------------------------------------------------------ slave side
+
+    def update_master_address(self, addr: str | None) -> None:
+        """REGISTER_BROKER's ``haServerAddr`` on a SLAVE (ignored on a master, and when
+        haMasterAddress is configured: RocketMQ then keeps the configured one)."""
+        if self.client is None or self.config.configured_master_address is not None:
+            return
+        self.client.set_master_address(addr)
+
+    # ------------------------------------------------------------------ SYNC_MASTER
+
+    async def replica_waiter(self, end_offset: int) -> PutMessageStatus:
+        """The store's SYNC_MASTER hook: PUT_OK once a slave acked ``end_offset``;
+        SLAVE_NOT_AVAILABLE at once without a usable slave; FLUSH_SLAVE_TIMEOUT after
+        syncFlushTimeout."""
+        status = self.sync_status_nowait(end_offset)
+        if status is not None:
+            return status
+        return await self.wait_replicated(end_offset)
+
+    def sync_status_nowait(self, end_offset: int) -> PutMessageStatus | None:
+        """The SYNC_MASTER answer if it is already decided (SLAVE_NOT_AVAILABLE, or PUT_OK
+        when a slave acked past ``end_offset``), else None: then ``await
+        wait_replicated(end_offset)``. Lets a plain ``def`` send processor answer inline and
+        defer only the puts that must wait."""
+        decision = self.table.sync_decision(end_offset)
+        if decision is SyncDecision.SLAVE_NOT_AVAILABLE:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        if decision is SyncDecision.ACKED:
+            return PutMessageStatus.PUT_OK
+        return None
+
+    async def wait_replicated(self, end_offset: int) -> PutMessageStatus:
+        """Join the open wait group; PUT_OK once a slave acked ``end_offset``, else
+        FLUSH_SLAVE_TIMEOUT (syncFlushTimeout passed, or this service stopped)."""
+        first = len(self.groups) == 0
+        group = self.groups.join(end_offset, trio.current_time() + self.config.sync_timeout_s)
+        if first:
+            self._groups_changed.set()
+        await group.token.wait()
+        if self.table.push_to_slave_max_offset >= end_offset:
+            return PutMessageStatus.PUT_OK
+        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+    def seal_group(self) -> None:
+        """A write side shipped everything appended so far: close the open wait group."""
+        self.groups.seal()
+
+    async def _sweep_timeouts(self) -> None:
+        while True:
+            deadline = self.groups.next_deadline()
+            if deadline is None:
+                self._groups_changed = trio.Event()
+                await self._groups_changed.wait()
+                continue
+            await trio.sleep_until(deadline)
+            for group in self.groups.expire(trio.current_time()):
+                group.token.set()
+
+    def on_report(self, conn_id: int, offset: int) -> ReportOutcome:
+        """A slave's ack; releases every SYNC waiter the new push2SlaveMaxOffset covers."""
+        before = self.table.push_to_slave_max_offset
+        outcome = self.table.on_report(
+            conn_id, offset, self.store.max_phys_offset, self.clock_ms()
+        )
+        after = self.table.push_to_slave_max_offset
+        if after > before:
+            self.ack_advances += 1
+            for group in self.groups.release_upto(after):
+                group.token.set()
+            self.ack_watermark.advance(after)
+        return outcome
+
+    def _notify_slaves_changed(self) -> None:
+        event, self._slaves_changed = self._slaves_changed, trio.Event()
+        event.set()
+
+    @property
+    def streaming_slave_count(self) -> int:
+        """Connections whose slave has reported and whose transfer has started."""
+        return sum(1 for c in self.connections.values() if c.next_transfer_from >= 0)
+
+    async def wait_for_slaves(self, count: int) -> None:
+        """Until at least ``count`` slaves are streaming (tests, readiness checks)."""
+        while self.streaming_slave_count < count:
+            await self._slaves_changed.wait()
+
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        return self.table.is_slave_ok(master_put_where)
+
+    # ------------------------------------------------------------------ views
+
+    def status(self) -> HAStatus:
+        master_max = self.store.max_phys_offset
+        return HAStatus(
+            listen_port=self.port,
+            master_max_offset=master_max,
+            push_to_slave_max_offset=self.table.push_to_slave_max_offset,
+            slaves=self.table.status(master_max),
+            client=self.client.status() if self.client is not None else None,
+        )
+
+    def runtime_info(self) -> dict[str, str]:
+        """String entries for GET_BROKER_RUNTIME_INFO's KVTable (our own keys; RocketMQ 4.x
+        only logs slaveFallBehindMuch)."""
+        st = self.status()
+        info = {
+            "haListenPort": str(st.listen_port if st.listen_port is not None else -1),
+            "haConnectionCount": str(len(st.slaves)),
+            "haInSyncSlaveNums": str(st.in_sync_slave_count),
+            "haPush2SlaveMaxOffset": str(st.push_to_slave_max_offset),
+        }
+        if st.slaves:
+            info["slaveFallBehindMuch"] = str(self.slave_fall_behind_bytes)
+        if st.client is not None:
+            info["haMasterAddress"] = st.client.master_address or ""
+            info["haClientConnected"] = str(st.client.connected).lower()
+            info["haClientLastReadTimestamp"] = str(st.client.last_read_ms)
+        return info
+
+    @property
+    def slave_fall_behind_bytes(self) -> int:
+        """Master max offset - push2SlaveMaxOffset (RocketMQ slaveFallBehindMuch)."""
+        return self.store.max_phys_offset - self.table.push_to_slave_max_offset
+
+
+class HAConnection:
+    """One slave: a read side and a write side; either ending closes the connection."""
+
+    def __init__(self, service: HAService, sock: net.HASocket, conn_id: int) -> None:
+        self.service = service
+        self.sock = sock
+        self.conn_id = conn_id
+        self.requested_offset = -1  # the slave's first report
+        self._requested = trio.Event()
+        self.next_transfer_from = -1
+        self.log = service.log.bind(remote=sock.peer, conn=conn_id)
+
+    async def serve(self) -> None:
+        svc = self.service
+        svc.table.add(self.conn_id, self.sock.peer, svc.clock_ms())
+        svc.connections[self.conn_id] = self
+        self.log.info("ha_slave_connected")
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._side, self._read_side, nursery.cancel_scope)
+                nursery.start_soon(self._side, self._write_side, nursery.cancel_scope)
+        finally:
+            svc.table.remove(self.conn_id)
+            svc.connections.pop(self.conn_id, None)
+            svc._notify_slaves_changed()
+            self.sock.close()
+            self.log.info("ha_slave_disconnected")
+
+    async def _side(self, fn: Callable[[], Any], scope: trio.CancelScope) -> None:
+        try:
+            await fn()
+        except CONNECTION_ERRORS as exc:
+            self.log.warning("ha_connection_error", side=fn.__name__, error=repr(exc))
+        finally:
+            scope.cancel()
+
+    async def _read_side(self) -> None:
+        svc = self.service
+        decoder = OffsetReportDecoder()
+        housekeeping_s = svc.config.housekeeping_interval_s
+        while True:
+            with trio.move_on_after(housekeeping_s) as cs:
+                data = await self.sock.receive()
+            if cs.cancelled_caught:
+                self.log.warning("ha_slave_housekeeping_timeout", seconds=housekeeping_s)
+                return
+            if not data:
+                return
+            offset = decoder.feed(data)
+            if offset is None:
+                continue
+            if self.requested_offset < 0:
+                self.requested_offset = offset
+                self._requested.set()
+            outcome = svc.on_report(self.conn_id, offset)
+            if outcome is ReportOutcome.BEYOND_MASTER:
+                self.log.error(
+                    "ha_slave_ahead_of_master", slave_offset=offset,
+                    master_offset=svc.store.max_phys_offset,
+                )
+                return
+
+    async def _write_side(self) -> None:
+        svc = self.service
+        store = svc.store
+        sock = self.sock
+        await self._requested.wait()
+        nxt = transfer_start_offset(
+            self.requested_offset, store.max_phys_offset,
+            store.config.mapped_file_size_commit_log,
+        )
+        self.next_transfer_from = nxt
+        svc._notify_slaves_changed()
+        self.log.info("ha_transfer_start", offset=nxt, requested=self.requested_offset)
+        batch = svc.config.ha_transfer_batch_size
+        heartbeat_s = svc.config.heartbeat_interval_s
+        last_write = trio.current_time()
+        while True:
+            max_off = store.max_phys_offset
+            if nxt < max_off:
+                # ship everything appended so far (<= HA_MAX_SEND_BYTES per send), then yield
+                svc.seal_group()
+                while nxt < max_off:
+                    out = bytearray()
+                    while nxt < max_off and len(out) < HA_MAX_SEND_BYTES:
+                        view = store.read_raw(nxt, batch)
+                        if view is None or not len(view):
+                            if view is not None:
+                                view.release()
+                            break
+                        append_frame(out, nxt, view)
+                        nxt += len(view)
+                        view.release()
+                    if not out:
+                        self.log.error(
+                            "ha_transfer_unreadable", offset=nxt,
+                            min_offset=store.min_phys_offset, max_offset=max_off,
+                        )
+                        return
+                    await sock.send_all(out)
+                    self.next_transfer_from = nxt
+                last_write = trio.current_time()
+                await trio.lowlevel.checkpoint()
+                continue
+            remaining = heartbeat_s - (trio.current_time() - last_write)
+            if remaining <= 0:
+                await sock.send_all(encode_heartbeat(nxt))
+                last_write = trio.current_time()
+                continue
+            with trio.move_on_after(remaining):
+                await store.wait_appended_beyond(nxt)

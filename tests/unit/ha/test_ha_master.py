@@ -1,0 +1,147 @@
+"""ha.master: the ack table, in-sync judgement and SYNC_MASTER decisions (pure)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ha.master import (
+    AckTable,
+    GroupTransfer,
+    ReportOutcome,
+    SyncDecision,
+    WaitGroup,
+    transfer_start_offset,
+)
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+def test_start_offset_new_slave_starts_at_last_file() -> None:
+    assert transfer_start_offset(0, 0, GiB) == 0
+    assert transfer_start_offset(0, 3 * GiB + 17, GiB) == 3 * GiB
+    assert transfer_start_offset(0, 3 * GiB, GiB) == 3 * GiB
+    assert transfer_start_offset(12345, 3 * GiB, GiB) == 12345
+
+
+def test_no_slave_is_not_available() -> None:
+    t = AckTable(256 * MiB)
+    assert t.sync_decision(100) is SyncDecision.SLAVE_NOT_AVAILABLE
+    assert not t.is_slave_ok(100)
+
+
+def test_wait_then_acked() -> None:
+    t = AckTable(256 * MiB)
+    t.add(1, "a", 0)
+    assert t.sync_decision(100) is SyncDecision.WAIT
+    assert t.on_report(1, 100, 200, 5) is ReportOutcome.ACCEPTED
+    assert t.push_to_slave_max_offset == 100
+    assert t.sync_decision(100) is SyncDecision.ACKED
+    assert t.sync_decision(101) is SyncDecision.WAIT
+
+
+def test_too_far_behind_is_not_available() -> None:
+    t = AckTable(1000)
+    t.add(1, "a", 0)
+    t.on_report(1, 0, 5000, 0)
+    assert t.sync_decision(999) is SyncDecision.WAIT
+    assert t.sync_decision(1000) is SyncDecision.SLAVE_NOT_AVAILABLE
+    assert not t.in_sync(1, 5000)
+    t.on_report(1, 4500, 5000, 1)
+    assert t.in_sync(1, 5000)
+
+
+def test_max_over_slaves_and_monotonic() -> None:
+    t = AckTable(256 * MiB)
+    t.add(1, "a", 0)
+    t.add(2, "b", 0)
+    t.on_report(1, 500, 1000, 0)
+    t.on_report(2, 300, 1000, 0)
+    assert t.push_to_slave_max_offset == 500
+    t.remove(1)
+    assert t.push_to_slave_max_offset == 500  # never decreases (RocketMQ push2SlaveMaxOffset)
+    assert t.connection_count == 1
+    assert t.ack_of(2) == 300 and t.ack_of(1) == -1
+
+
+def test_report_beyond_master_and_unknown() -> None:
+    t = AckTable(256 * MiB)
+    t.add(1, "a", 0)
+    assert t.on_report(1, 1001, 1000, 0) is ReportOutcome.BEYOND_MASTER
+    assert t.push_to_slave_max_offset == 0
+    assert t.on_report(9, 10, 1000, 0) is ReportOutcome.UNKNOWN_SLAVE
+
+
+def test_status_and_speed() -> None:
+    t = AckTable(256 * MiB)
+    t.add(1, "10.0.0.2:1234", 0)
+    (s,) = t.status(1000)
+    assert s.ack_offset == -1 and not s.in_sync and s.diff_bytes == 1000
+    t.on_report(1, 0, 1000, 0)
+    t.on_report(1, 500, 3000, 500)
+    t.on_report(1, 2000, 3000, 1000)  # 2000 bytes in 1 s
+    (s,) = t.status(3000)
+    assert s.address == "10.0.0.2:1234"
+    assert s.ack_offset == 2000 and s.diff_bytes == 1000 and s.in_sync
+    assert s.transfer_bytes_per_s == 2000.0
+
+
+class Token:
+    def __init__(self) -> None:
+        self.set_count = 0
+
+
+def test_group_transfer_one_token_per_group() -> None:
+    gt = GroupTransfer(Token)
+    a = gt.join(100, 5.0)
+    b = gt.join(200, 5.1)
+    assert a is b and a.members == 2 and a.target == 200 and a.deadline == 5.1
+    gt.seal()
+    c = gt.join(300, 5.2)
+    assert c is not a and len(gt) == 2 and gt.waiting_puts == 3
+    assert gt.release_upto(150) == []  # the group waits for its highest target
+    assert gt.release_upto(250) == [a]
+    assert gt.next_deadline() == 5.2
+    assert gt.release_upto(300) == [c]  # the open group too, once covered
+    assert len(gt) == 0 and gt.next_deadline() is None
+
+
+def test_group_transfer_expiry_and_drain() -> None:
+    gt = GroupTransfer(Token)
+    a = gt.join(100, 1.0)
+    gt.seal()
+    b = gt.join(200, 2.0)
+    assert gt.expire(0.5) == []
+    assert gt.expire(1.0) == [a] and a.timed_out and not b.timed_out
+    assert gt.expire(3.0) == [b] and b.timed_out
+    c = gt.join(300, 9.0)
+    assert gt.drain() == [c] and c.timed_out and len(gt) == 0
+
+
+@given(st.lists(st.tuples(st.sampled_from(["join", "seal", "ack"]), st.integers(1, 50)),
+                max_size=60))
+def test_group_transfer_never_releases_early_and_never_loses(ops: list[tuple[str, int]]) -> None:
+    gt = GroupTransfer(Token)
+    end = 0  # appends are sequential: end offsets rise
+    acked = 0
+    joined: dict[int, WaitGroup] = {}  # put end offset -> its group
+    released: set[int] = set()  # ids of released groups
+    for op, n in ops:
+        if op == "join":
+            end += n
+            if acked >= end:
+                continue  # the SYNC decision answers ACKED without waiting
+            joined[end] = gt.join(end, 0.0)
+        elif op == "seal":
+            gt.seal()
+        else:
+            acked = min(end, acked + n)
+            for g in gt.release_upto(acked):
+                assert g.target <= acked  # nobody wakes before its bytes are acked
+                assert id(g) not in released
+                released.add(id(g))
+    for g in gt.release_upto(end):  # a final ack covering everything releases every waiter
+        released.add(id(g))
+    assert all(id(g) in released for g in joined.values())
+    assert len(gt) == 0
