@@ -1,0 +1,511 @@
+"""DLedger log storage: one interface, an in-memory twin and an mmap file store.
+
+The core (``dledger/core.py``) writes through :class:`LogStorage` (``append``,
+``truncate_suffix``) and reads back (``term_at``, ``entries``).  Writes land in memory or in the
+mmap'd page cache; they become durable only when the driver calls :meth:`LogStorage.sync`
+(and :meth:`LogStorage.save_hard_state` for term/vote), which it must do before sending the
+messages of the same Ready.  Pure in the design.md sense: no trio, no clocks, no threads; file
+I/O and fsync happen only inside methods the driver calls.
+
+File store layout (DLedger's ``DLedgerMmapFileStore``): ``<dir>/data/<20-digit offset>`` data files
+holding entries back to back, ``<dir>/index/<20-digit offset>`` index files with one 32-byte record
+per entry at ``index * 32``, and ``<dir>/currterm`` (properties: ``currTerm``, ``voteLeader``).
+
+Entry (big-endian, :data:`ENTRY_HEADER`)::
+
+    0 magic i32 (=1) | 4 size i32 (=48+n) | 8 index i64 | 16 term i64 | 24 pos i64 |
+    32 channel i32 (0) | 36 chainCrc u32 | 40 bodyCrc u32 | 44 bodyLen i32 | 48 body
+
+DLedger 0.3.x leaves both CRCs at 0; we fill them so recovery can find a torn tail:
+``bodyCrc = crc32(body)`` and
+``chainCrc = crc32(index i64|term i64|pos i64|channel i32|bodyCrc u32, previous chainCrc)``
+(seed 0), so every byte of an entry is checked by recovery.  A reader that ignores CRCs
+(DLedger) reads our files unchanged; an entry with both CRCs 0 (written by DLedger) gets the
+structural checks only (magic, size, index, term, pos, channel 0).  A data file ends with a
+blank when the next entry would not fit: ``i32 -1 | i32 bytes remaining``.
+Index record (:data:`INDEX_RECORD`): ``magic i32 | pos i64 | size i32 | index i64 | term i64``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import attrs
+
+from dledger.messages import Entry
+
+ENTRY_MAGIC = 1
+BLANK_MAGIC = -1
+BLANK_MIN_BYTES = 8
+ENTRY_HEADER = struct.Struct(">iiqqqiIIi")
+BODY_OFFSET = 48
+HEADER_SIZE = 44  # DLedger's name for the fixed part before bodyLen
+POS_OFFSET = 24
+INDEX_RECORD = struct.Struct(">iqiqq")
+INDEX_UNIT_BYTES = 32
+DEFAULT_DATA_FILE_BYTES = 1024 * 1024 * 1024
+DEFAULT_INDEX_FILE_BYTES = INDEX_UNIT_BYTES * 5_000_000
+CHAIN_STRUCT = struct.Struct(">qqqiI")
+CURRTERM_FILE = "currterm"
+KEY_CURR_TERM = "currTerm"
+KEY_VOTE_LEADER = "voteLeader"
+FILE_NAME_DIGITS = 20
+ZERO_CHUNK_BYTES = 1024 * 1024
+
+assert ENTRY_HEADER.size == BODY_OFFSET
+assert INDEX_RECORD.size == INDEX_UNIT_BYTES
+
+
+class StorageError(Exception):
+    """A request that would break the log (non-contiguous append, bad truncation)."""
+
+
+@attrs.frozen(slots=True)
+class HardState:
+    """What must survive a crash besides the log: DLedger's ``currterm`` file."""
+
+    term: int = 0
+    vote: str = ""
+
+
+class LogStorage(Protocol):
+    """What the core needs from a log.  Indexes are 0-based; an empty log has
+    ``last_index() == -1`` and ``last_term() == 0``; ``term_at(-1) == 0``."""
+
+    def last_index(self) -> int: ...
+
+    def last_term(self) -> int: ...
+
+    def term_at(self, index: int) -> int: ...
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        """Entries ``lo <= index < hi``; at least one if any, then up to ``max_bytes`` of bodies."""
+        ...
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append at ``last_index() + 1`` (not durable until :meth:`sync`)."""
+        ...
+
+    def truncate_suffix(self, from_index: int) -> None:
+        """Drop every entry with ``index >= from_index``."""
+        ...
+
+    def sync(self) -> None:
+        """Make every append/truncation so far durable."""
+        ...
+
+    def load_hard_state(self) -> HardState: ...
+
+    def save_hard_state(self, hs: HardState) -> None:
+        """Atomically and durably replace term/vote."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _check_append(last: int, entries: Sequence[Entry]) -> None:
+    expect = last + 1
+    for e in entries:
+        if e.index != expect:
+            raise StorageError(f"append index {e.index}, expected {expect}")
+        expect += 1
+
+
+def _slice_bytes(entries: list[Entry], max_bytes: int | None) -> list[Entry]:
+    if max_bytes is None or len(entries) <= 1:
+        return entries
+    total = 0
+    for i, e in enumerate(entries):
+        total += len(e.body)
+        if total > max_bytes and i > 0:
+            return entries[:i]
+    return entries
+
+
+class MemoryLogStorage:
+    """In-memory twin.  Tracks what is durable so a simulated crash (:meth:`crash`) loses
+    exactly the unsynced appends/truncations and the unsaved hard state."""
+
+    def __init__(self) -> None:
+        self._log: list[Entry] = []
+        self._durable: list[Entry] = []
+        self._dirty_from = 0  # first list position changed since the last sync
+        self._hs = HardState()
+
+    def last_index(self) -> int:
+        return len(self._log) - 1
+
+    def last_term(self) -> int:
+        return self._log[-1].term if self._log else 0
+
+    def term_at(self, index: int) -> int:
+        if index == -1:
+            return 0
+        if not 0 <= index < len(self._log):
+            raise IndexError(index)
+        return self._log[index].term
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        return _slice_bytes(self._log[max(lo, 0) : max(hi, 0)], max_bytes)
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        _check_append(len(self._log) - 1, entries)
+        self._log.extend(entries)
+
+    def truncate_suffix(self, from_index: int) -> None:
+        if from_index < 0:
+            raise StorageError(f"truncate at {from_index}")
+        if from_index < len(self._log):
+            del self._log[from_index:]
+            self._dirty_from = min(self._dirty_from, from_index)
+
+    def sync(self) -> None:
+        del self._durable[self._dirty_from :]
+        self._durable.extend(self._log[self._dirty_from :])
+        self._dirty_from = len(self._log)
+
+    def load_hard_state(self) -> HardState:
+        return self._hs
+
+    def save_hard_state(self, hs: HardState) -> None:
+        self._hs = hs
+
+    def close(self) -> None:
+        pass
+
+    def crash(self) -> None:
+        """Forget everything not synced (the process died before ``sync``)."""
+        self._log = list(self._durable)
+        self._dirty_from = len(self._log)
+
+    def all_entries(self) -> list[Entry]:
+        return list(self._log)
+
+
+def _file_name(offset: int) -> str:
+    return f"{offset:0{FILE_NAME_DIGITS}d}"
+
+
+class _MmapFileList:
+    """Fixed-size files named by their start offset, mapped on demand (DLedger's MmapFileList)."""
+
+    def __init__(self, directory: Path, file_bytes: int) -> None:
+        self.dir = directory
+        self.file_bytes = file_bytes
+        directory.mkdir(parents=True, exist_ok=True)
+        self.maps: dict[int, mmap.mmap] = {}
+        self.dirty: set[int] = set()
+        for name in sorted(os.listdir(directory)):
+            if name.isdigit() and len(name) == FILE_NAME_DIGITS:
+                start = int(name)
+                path = directory / name
+                if path.stat().st_size != file_bytes:
+                    with open(path, "r+b") as f:
+                        f.truncate(file_bytes)
+                self._map(start)
+
+    def _map(self, start: int) -> mmap.mmap:
+        m = self.maps.get(start)
+        if m is None:
+            path = self.dir / _file_name(start)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size != self.file_bytes:
+                    os.ftruncate(fd, self.file_bytes)
+                m = mmap.mmap(fd, self.file_bytes)
+            finally:
+                os.close(fd)
+            self.maps[start] = m
+        return m
+
+    def file_of(self, pos: int) -> tuple[int, mmap.mmap]:
+        start = pos - pos % self.file_bytes
+        return start, self._map(start)
+
+    def write(self, pos: int, data: bytes) -> None:
+        start, m = self.file_of(pos)
+        off = pos - start
+        m[off : off + len(data)] = data
+        self.dirty.add(start)
+
+    def read(self, pos: int, n: int) -> bytes:
+        start, m = self.file_of(pos)
+        off = pos - start
+        return m[off : off + n]
+
+    def starts(self) -> list[int]:
+        return sorted(self.maps)
+
+    def truncate(self, pos: int, end: int | None = None) -> None:
+        """Zero ``[pos, end)`` (``end`` None: to the end of pos's file) and delete the files
+        after the one holding ``pos``."""
+        containing = pos - pos % self.file_bytes
+        for start in self.starts():
+            if start > containing:
+                self.maps.pop(start).close()
+                self.dirty.discard(start)
+                (self.dir / _file_name(start)).unlink()
+        m = self.maps.get(containing)
+        if m is None:
+            return
+        stop = self.file_bytes if end is None else min(end - containing, self.file_bytes)
+        off = pos - containing
+        while off < stop:
+            n = min(ZERO_CHUNK_BYTES, stop - off)
+            if m[off : off + n].count(0) != n:
+                m[off : off + n] = bytes(n)
+                self.dirty.add(containing)
+            off += n
+
+    def flush(self, fsync: bool = True) -> None:
+        if not fsync:
+            self.dirty.clear()
+            return
+        for start in sorted(self.dirty):
+            m = self.maps.get(start)
+            if m is not None:
+                m.flush()
+        self.dirty.clear()
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        for m in self.maps.values():
+            m.close()
+        self.maps.clear()
+
+
+def write_hard_state(path: Path, hs: HardState, *, fsync: bool = True) -> None:
+    """temp + fsync + rename + fsync(dir): the file is either the old or the new state."""
+    tmp = path.with_name(path.name + ".tmp")
+    text = f"{KEY_CURR_TERM}={hs.term}\n{KEY_VOTE_LEADER}={hs.vote}\n".encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if not fsync:
+        return
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def read_hard_state(path: Path) -> HardState:
+    if not path.exists():
+        return HardState()
+    props: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.lstrip().startswith("#"):
+            props[key.strip()] = value.strip()
+    return HardState(int(props.get(KEY_CURR_TERM, "0") or 0), props.get(KEY_VOTE_LEADER, ""))
+
+
+def encode_entry(
+    index: int, term: int, pos: int, body: bytes, prev_chain: int
+) -> tuple[bytes, int]:
+    """One entry's bytes and its chain CRC."""
+    body_crc = zlib.crc32(body)
+    chain = zlib.crc32(CHAIN_STRUCT.pack(index, term, pos, 0, body_crc), prev_chain)
+    head = ENTRY_HEADER.pack(
+        ENTRY_MAGIC, BODY_OFFSET + len(body), index, term, pos, 0, chain, body_crc, len(body)
+    )
+    return head + body, chain
+
+
+class FileLogStorage:
+    """The mmap file store.  ``recover()`` runs in the constructor and drops a torn tail."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        data_file_bytes: int = DEFAULT_DATA_FILE_BYTES,
+        index_file_bytes: int = DEFAULT_INDEX_FILE_BYTES,
+        fsync: bool = True,
+    ) -> None:
+        """``fsync=False`` keeps the write order and atomic renames but skips msync/fsync
+        (survives a process crash, not a power loss): for simulations and benchmarks of the
+        protocol rather than the disk."""
+        if index_file_bytes % INDEX_UNIT_BYTES:
+            raise ValueError("index file size must be a multiple of 32")
+        self.dir = Path(directory)
+        self.fsync = fsync
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.data = _MmapFileList(self.dir / "data", data_file_bytes)
+        self.index = _MmapFileList(self.dir / "index", index_file_bytes)
+        self._terms = array("q")
+        self._pos = array("q")
+        self._sizes = array("q")
+        self._chains = array("q")
+        self._write_pos = 0
+        self._synced_pos = 0
+        self._hs = read_hard_state(self.dir / CURRTERM_FILE)
+        self._recover()
+
+    # -- recovery -----------------------------------------------------------------------
+    def _recover(self) -> None:
+        pos = 0
+        prev_chain = 0
+        prev_term = 0
+        fb = self.data.file_bytes
+        starts = self.data.starts()
+        end_of_files = (starts[-1] + fb) if starts else 0
+        while pos < end_of_files:
+            start, m = self.data.file_of(pos)
+            off = pos - start
+            if fb - off < BLANK_MIN_BYTES:
+                break
+            magic, size = struct.unpack_from(">ii", m, off)
+            if magic == BLANK_MAGIC and size == fb - off:
+                pos = start + fb
+                continue
+            if magic != ENTRY_MAGIC or size < BODY_OFFSET or off + size > fb:
+                break
+            _, _, idx, term, epos, _ch, chain, bcrc, blen = ENTRY_HEADER.unpack_from(m, off)
+            if blen + BODY_OFFSET != size or epos != pos or idx != len(self._terms):
+                break
+            if term < prev_term or term < 1:
+                break
+            if chain == 0 and bcrc == 0:
+                # written by DLedger itself (0.3.x leaves both CRCs at 0): structural checks only
+                if _ch != 0:
+                    break
+            else:
+                body = m[off + BODY_OFFSET : off + size]
+                if zlib.crc32(body) != bcrc:
+                    break
+                if zlib.crc32(CHAIN_STRUCT.pack(idx, term, pos, _ch, bcrc), prev_chain) != chain:
+                    break
+            self._terms.append(term)
+            self._pos.append(pos)
+            self._sizes.append(size)
+            self._chains.append(chain)
+            prev_chain, prev_term = chain, term
+            pos += size
+        self._write_pos = pos
+        self.data.truncate(pos)
+        # rewrite the index from the data (it may disagree or be torn)
+        for i in range(len(self._terms)):
+            rec = INDEX_RECORD.pack(
+                ENTRY_MAGIC, self._pos[i], self._sizes[i], i, self._terms[i]
+            )
+            ipos = i * INDEX_UNIT_BYTES
+            if self.index.read(ipos, INDEX_UNIT_BYTES) != rec:
+                self.index.write(ipos, rec)
+        self.index.truncate(len(self._terms) * INDEX_UNIT_BYTES)
+        self.sync()
+
+    # -- LogStorage -------------------------------------------------------------------------
+    def last_index(self) -> int:
+        return len(self._terms) - 1
+
+    def last_term(self) -> int:
+        return self._terms[-1] if self._terms else 0
+
+    def term_at(self, index: int) -> int:
+        if index == -1:
+            return 0
+        if not 0 <= index < len(self._terms):
+            raise IndexError(index)
+        return self._terms[index]
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        lo = max(lo, 0)
+        hi = min(hi, len(self._terms))
+        out: list[Entry] = []
+        total = 0
+        for i in range(lo, hi):
+            size = self._sizes[i]
+            raw = self.data.read(self._pos[i] + BODY_OFFSET, size - BODY_OFFSET)
+            total += len(raw)
+            if max_bytes is not None and out and total > max_bytes:
+                break
+            out.append(Entry(i, self._terms[i], raw))
+        return out
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        _check_append(len(self._terms) - 1, entries)
+        fb = self.data.file_bytes
+        for e in entries:
+            size = BODY_OFFSET + len(e.body)
+            if size + BLANK_MIN_BYTES > fb:
+                raise StorageError(f"entry of {size} bytes does not fit a {fb}-byte data file")
+            pos = self._write_pos
+            remaining = fb - pos % fb
+            if size + BLANK_MIN_BYTES > remaining:
+                self.data.write(pos, struct.pack(">ii", BLANK_MAGIC, remaining))
+                pos += remaining
+            prev_chain = self._chains[-1] if self._chains else 0
+            raw, chain = encode_entry(e.index, e.term, pos, e.body, prev_chain & 0xFFFFFFFF)
+            self.data.write(pos, raw)
+            self.index.write(
+                e.index * INDEX_UNIT_BYTES,
+                INDEX_RECORD.pack(ENTRY_MAGIC, pos, size, e.index, e.term),
+            )
+            self._terms.append(e.term)
+            self._pos.append(pos)
+            self._sizes.append(size)
+            self._chains.append(chain)
+            self._write_pos = pos + size
+
+    def truncate_suffix(self, from_index: int) -> None:
+        if from_index < 0:
+            raise StorageError(f"truncate at {from_index}")
+        if from_index >= len(self._terms):
+            return
+        # a blank just before this entry (file roll) goes too: cut at the end of the previous one
+        pos = self._pos[from_index - 1] + self._sizes[from_index - 1] if from_index > 0 else 0
+        self.data.truncate(pos, self._write_pos)
+        self.index.truncate(from_index * INDEX_UNIT_BYTES, len(self._terms) * INDEX_UNIT_BYTES)
+        del self._terms[from_index:]
+        del self._pos[from_index:]
+        del self._sizes[from_index:]
+        del self._chains[from_index:]
+        self._write_pos = pos
+        self._synced_pos = min(self._synced_pos, pos)
+
+    def sync(self) -> None:
+        self._synced_pos = self._write_pos
+        self.data.flush(self.fsync)
+        self.index.flush(self.fsync)
+
+    def load_hard_state(self) -> HardState:
+        return self._hs
+
+    def save_hard_state(self, hs: HardState) -> None:
+        write_hard_state(self.dir / CURRTERM_FILE, hs, fsync=self.fsync)
+        self._hs = hs
+
+    def close(self) -> None:
+        self.data.close()
+        self.index.close()
+
+    @property
+    def write_pos(self) -> int:
+        return self._write_pos
+
+    @property
+    def synced_pos(self) -> int:
+        """Data bytes below this are durable and unchanged since the last :meth:`sync`."""
+        return self._synced_pos
+
+    def entry_pos(self, index: int) -> int:
+        """Absolute data position of an entry (the CommitLog adapter adds 48)."""
+        return self._pos[index]

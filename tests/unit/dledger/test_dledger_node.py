@@ -1,0 +1,133 @@
+"""node.py: three Trio drivers over an in-memory transport (virtual time, no sockets)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from dledger.core import CoreConfig, Role
+from dledger.log_storage import FileLogStorage, MemoryLogStorage
+from dledger.messages import Entry, ResponseCode
+from dledger.node import DLedgerNode
+
+PEERS = ("n0", "n1", "n2")
+
+
+class MemTransport:
+    def __init__(self, me: str, net: MemNet) -> None:
+        self.me = me
+        self.net = net
+
+    def send(self, peer: str, data: bytes) -> None:
+        if (self.me, peer) not in self.net.cut and peer in self.net.nodes:
+            self.net.nodes[peer].deliver(data)
+
+
+class MemNet:
+    def __init__(self) -> None:
+        self.nodes: dict[str, DLedgerNode] = {}
+        self.applied: dict[str, list[Entry]] = {p: [] for p in PEERS}
+        self.cut: set[tuple[str, str]] = set()
+
+    def isolate(self, nid: str) -> None:
+        for p in PEERS:
+            if p != nid:
+                self.cut |= {(nid, p), (p, nid)}
+
+
+def make_group(net: MemNet) -> None:
+    for i, p in enumerate(PEERS):
+        net.nodes[p] = DLedgerNode(
+            CoreConfig("g", p, PEERS),
+            MemoryLogStorage(),
+            MemTransport(p, net),
+            rng=random.Random(i),
+            on_apply=net.applied[p].append,
+            offload_io=False,
+        )
+
+
+async def leader_of(net: MemNet, among: tuple[str, ...] = PEERS) -> DLedgerNode:
+    with trio.fail_after(60):
+        while True:
+            for p in among:
+                node = net.nodes[p]
+                if node.role is Role.LEADER:
+                    return node
+            await trio.sleep(0.1)
+
+
+async def test_group_elects_commits_and_fails_over(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    net = MemNet()
+    make_group(net)
+    async with trio.open_nursery() as nursery:
+        for node in net.nodes.values():
+            await nursery.start(node.run)
+        leader = await leader_of(net)
+        results: list[ResponseCode] = []
+
+        async def one(i: int) -> None:
+            results.append((await leader.append(f"m{i}".encode())).code)
+
+        async with trio.open_nursery() as inner:
+            for i in range(20):
+                inner.start_soon(one, i)
+        assert results == [ResponseCode.SUCCESS] * 20
+        follower = next(n for p, n in net.nodes.items() if n is not leader)
+        assert (await follower.append(b"x")).code is ResponseCode.NOT_LEADER
+
+        # cut the leader off: the other two elect a new one; the old one cannot commit
+        old = leader
+        old_id = next(p for p, n in net.nodes.items() if n is old)
+        net.isolate(old_id)
+        res = await old.append(b"lost")
+        assert res.code in (ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TERM_CHANGED,
+                            ResponseCode.NOT_LEADER)
+        leader = await leader_of(net, tuple(p for p in PEERS if p != old_id))
+        assert (await leader.append(b"after")).code is ResponseCode.SUCCESS
+        net.cut.clear()
+        await old.wait_for(lambda n: n.role is Role.FOLLOWER and n.term == leader.term)
+        assert (await leader.append(b"healed")).code is ResponseCode.SUCCESS
+        with trio.fail_after(30):
+            await old.wait_for(
+                lambda _: len(net.applied[old_id]) >= len(net.applied[leader.core.id])
+            )
+        nursery.cancel_scope.cancel()
+    bodies = [[e.body for e in net.applied[q] if e.body] for q in PEERS]
+    assert bodies[0] == bodies[1] == bodies[2]
+    assert b"lost" not in bodies[0] and bodies[0][-2:] == [b"after", b"healed"]
+
+
+async def test_file_store_group_real_time(tmp_path: Path) -> None:
+    """The production path: mmap stores, fsync in worker threads, a 10 ms tick."""
+    net = MemNet()
+    for i, p in enumerate(PEERS):
+        net.nodes[p] = DLedgerNode(
+            CoreConfig("g", p, PEERS, heartbeat_interval=2, election_timeout=10,
+                       vote_jitter_min=0, vote_jitter_max=10),
+            FileLogStorage(tmp_path / p, data_file_bytes=1 << 20),
+            MemTransport(p, net),
+            rng=random.Random(i),
+            tick_ms=10,
+            on_apply=net.applied[p].append,
+        )
+    async with trio.open_nursery() as nursery:
+        for node in net.nodes.values():
+            await nursery.start(node.run)
+        leader = await leader_of(net)
+        for i in range(5):
+            assert (await leader.append(b"f%d" % i)).code is ResponseCode.SUCCESS
+        nursery.cancel_scope.cancel()
+    for node in net.nodes.values():
+        node.storage.close()
+    reopened = FileLogStorage(tmp_path / leader.core.id, data_file_bytes=1 << 20)
+    assert [e.body for e in reopened.entries(0, 100) if e.body][-5:] == [
+        b"f%d" % i for i in range(5)
+    ]
+    assert reopened.load_hard_state().term == leader.term
+    reopened.close()
