@@ -25,7 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"rmq-cluster {_version()} (RocketMQ 4.9.7 protocol)"
     )
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from cluster.client.cli import add_commands
+
+    add_commands(sub)
     return parser
 
 
@@ -35,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    func = getattr(args, "func", None)
+    if func is not None:
+        return int(func(args))
     parser.error(f"unknown command {args.command!r}")  # exits 2
     return 2
 

@@ -1,0 +1,80 @@
+"""The pure-Python RocketMQ 4.x client: route discovery, producers, push/pull consumers,
+rebalance, offset stores and admin calls; Trio-native, with a blocking facade in
+``cluster.client.sync``.
+
+    from cluster.client import Producer, PushConsumer, Message, ConsumeResult
+
+    async with Producer("PG", namesrv_addr="127.0.0.1:9876") as p:
+        await p.send(Message("T", b"hello", tags="A"))
+"""
+
+from cluster.client.admin import Admin
+from cluster.client.allocate import allocate_averagely, allocate_by_circle
+from cluster.client.config import ClientConfig
+from cluster.client.consumer import PullConsumer, PushConfig, PushConsumer
+from cluster.client.errors import (
+    ClientStateError,
+    MQBrokerError,
+    MQClientError,
+    MQRemotingError,
+    MQTimeoutError,
+    NoRouteError,
+    TransactionError,
+)
+from cluster.client.instance import ClientInstance
+from cluster.client.model import (
+    ConsumeFromWhere,
+    ConsumeResult,
+    Message,
+    MessageModel,
+    MessageQueue,
+    OrderlyResult,
+    PullResult,
+    PullStatus,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    TransactionState,
+)
+from cluster.client.producer import (
+    Producer,
+    ProducerConfig,
+    SendHandle,
+    TransactionProducer,
+    select_by_hash,
+)
+
+__all__ = [
+    "Admin",
+    "ClientConfig",
+    "ClientInstance",
+    "ClientStateError",
+    "ConsumeFromWhere",
+    "ConsumeResult",
+    "MQBrokerError",
+    "MQClientError",
+    "MQRemotingError",
+    "MQTimeoutError",
+    "Message",
+    "MessageModel",
+    "MessageQueue",
+    "NoRouteError",
+    "OrderlyResult",
+    "Producer",
+    "ProducerConfig",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "PushConfig",
+    "PushConsumer",
+    "ReceivedMessage",
+    "SendHandle",
+    "SendResult",
+    "SendStatus",
+    "TransactionError",
+    "TransactionProducer",
+    "TransactionState",
+    "allocate_averagely",
+    "allocate_by_circle",
+    "select_by_hash",
+]

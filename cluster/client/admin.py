@@ -1,0 +1,236 @@
+"""Admin calls with mqadmin's names (Java ``DefaultMQAdminExt``)::
+
+    async with Admin(namesrv_addr=ns) as admin:
+        info = await admin.cluster_list()
+        await admin.update_topic("T", cluster="DefaultCluster", read_queue_nums=8)
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from cluster.client import frames
+from cluster.client.config import ClientConfig
+from cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
+from cluster.client.instance import ClientInstance
+from cluster.client.model import MessageQueue, ReceivedMessage, retry_topic
+from cluster.protocol.message import decode_offset_msg_id, iter_records
+from cluster.protocol.route import ClusterInfo, KVTable, TopicList, TopicRouteData
+from cluster.remoting.codes import RequestCode, ResponseCode
+
+RC = RequestCode
+#: Java queryMessage: maxNum default for mqadmin queryMsgByKey.
+QUERY_MAX_NUM = 64
+
+_STATS_ROW = re.compile(
+    r'\{"brokerName":"(?P<b>[^"]*)","queueId":(?P<q>-?\d+),"topic":"(?P<t>[^"]*)"\}:'
+    r"(?P<v>\{[^{}]*\})"
+)
+
+
+@attrs.frozen
+class QueueProgress:
+    queue: MessageQueue
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def diff(self) -> int:
+        return max(0, self.broker_offset - self.consumer_offset)
+
+
+def parse_consume_stats(body: bytes) -> tuple[list[QueueProgress], float]:
+    text = bytes(body).decode("utf-8", "replace")
+    rows = []
+    for m in _STATS_ROW.finditer(text):
+        v = orjson.loads(m["v"])
+        rows.append(QueueProgress(
+            MessageQueue(m["t"], m["b"], int(m["q"])),
+            int(v.get("brokerOffset", 0)), int(v.get("consumerOffset", 0)),
+            int(v.get("lastTimestamp", 0)),
+        ))
+    tps = re.search(r'"consumeTps":([0-9.eE+-]+)', text)
+    return sorted(rows, key=lambda r: r.queue), float(tps.group(1)) if tps else 0.0
+
+
+class Admin:
+    def __init__(self, *, namesrv_addr: str | None = None,
+                 instance: ClientInstance | None = None,
+                 client_config: ClientConfig | None = None) -> None:
+        self._own_instance = instance is None
+        if instance is None:
+            cc = client_config or ClientConfig()
+            if namesrv_addr:
+                cc = attrs.evolve(cc, namesrv_addr=namesrv_addr)
+            instance = ClientInstance(cc)
+        self.instance = instance
+
+    async def __aenter__(self) -> Admin:
+        if self._own_instance:
+            await self.instance.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._own_instance:
+            await self.instance.__aexit__(*exc)
+
+    async def _ns(self, code: int, ext: dict[str, Any] | None = None) -> bytes:
+        resp = await self.instance.invoke_namesrv(frames.request(code, ext))
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark, "namesrv")
+        return bytes(resp.body)
+
+    async def _broker(self, addr: str, code: int, ext: dict[str, Any] | None = None,
+                      body: bytes = b"") -> bytes:
+        resp = await self.instance.invoke_ok(addr, frames.request(code, ext, body))
+        return bytes(resp.body)
+
+    # ------------------------------------------------------------------ mqadmin commands
+
+    async def cluster_list(self) -> ClusterInfo:
+        return ClusterInfo.decode(await self._ns(RC.GET_BROKER_CLUSTER_INFO))
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        return await self.instance.fetch_route(topic)
+
+    async def topic_list(self) -> list[str]:
+        return sorted(TopicList.decode(await self._ns(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+                      .topic_list)
+
+    async def broker_status(self, broker_addr: str) -> dict[str, str]:
+        return dict(KVTable.decode(await self._broker(broker_addr, RC.GET_BROKER_RUNTIME_INFO))
+                    .table)
+
+    async def master_addrs(self, cluster: str | None = None) -> list[str]:
+        info = await self.cluster_list()
+        names = (info.cluster_addr_table.get(cluster, frozenset()) if cluster
+                 else set(info.broker_addr_table))
+        if cluster and not names:
+            raise MQClientError(f"cluster {cluster!r} not found")
+        out = []
+        for name in sorted(names):
+            bd = info.broker_addr_table.get(name)
+            if bd is not None and bd.master_addr:
+                out.append(bd.master_addr)
+        return out
+
+    async def update_topic(
+        self, topic: str, *, cluster: str | None = None, broker_addr: str | None = None,
+        read_queue_nums: int = 8, write_queue_nums: int = 8, perm: int = 6, order: bool = False,
+    ) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC on one broker (``broker_addr``) or every master of
+        ``cluster``; the addresses updated."""
+        if broker_addr:
+            addrs = [broker_addr]
+        elif cluster:
+            addrs = await self.master_addrs(cluster)
+        else:
+            raise MQClientError("updateTopic needs a broker address (-b) or a cluster (-c)")
+        ext = {
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queue_nums,
+            "writeQueueNums": write_queue_nums, "perm": perm, "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0, "order": order,
+        }
+        for addr in addrs:
+            await self._broker(addr, RC.UPDATE_AND_CREATE_TOPIC, ext)
+        return addrs
+
+    async def consumer_progress(self, group: str) -> tuple[list[QueueProgress], float]:
+        """Per-queue broker vs consumer offsets of ``group`` (GET_CONSUME_STATS on each
+        broker of ``%RETRY%group``'s route, as mqadmin does)."""
+        try:
+            route = await self.instance.fetch_route(retry_topic(group))
+        except NoRouteError:
+            route = None
+        addrs = []
+        if route is not None:
+            addrs = [a for a in (b.select_broker_addr() for b in route.broker_datas) if a]
+        else:
+            addrs = await self.master_addrs()
+        rows: list[QueueProgress] = []
+        tps = 0.0
+        for addr in addrs:
+            try:
+                body = await self._broker(addr, RC.GET_CONSUME_STATS, {"consumerGroup": group})
+            except MQBrokerError as exc:
+                if exc.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                    continue
+                raise
+            r, t = parse_consume_stats(body)
+            rows += r
+            tps += t
+        return sorted(rows, key=lambda r: r.queue), tps
+
+    async def query_msg_by_id(self, msg_id: str, topic: str | None = None
+                              ) -> list[ReceivedMessage]:
+        """An offset msgId (broker's) via VIEW_MESSAGE_BY_ID; otherwise, with ``topic``, the
+        client UNIQ_KEY via QUERY_MESSAGE (``_UNIQUE_KEY_QUERY``)."""
+        try:
+            host, offset = decode_offset_msg_id(msg_id)
+        except ValueError:
+            host = None
+            offset = -1
+        if host is not None and not (0 < host[1] < 65536 and offset >= 0):
+            host = None  # not an offset msgId (a client UNIQ_KEY is 32 hex characters too)
+        if host is not None:
+            addr = f"{host[0]}:{host[1]}"
+            name = self._broker_name_of(addr)
+            try:
+                body = await self._broker(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": offset})
+                msgs = [ReceivedMessage.from_stored(r, name) for r in iter_records(body)]
+                if msgs and (msgs[0].offset_msg_id == msg_id.upper() or topic is None):
+                    return msgs
+            except MQClientError:
+                if topic is None:
+                    raise
+        if topic is None:
+            raise MQClientError(f"{msg_id} is not a broker msgId; pass the topic to look up "
+                                "a client (UNIQ_KEY) id")
+        msgs = await self._query(topic, msg_id, unique=True, max_num=32)
+        return [m for m in msgs if m.msg_id == msg_id][:1] or msgs[:1]
+
+    async def query_msg_by_key(self, topic: str, key: str, max_num: int = QUERY_MAX_NUM
+                               ) -> list[ReceivedMessage]:
+        msgs = await self._query(topic, key, unique=False, max_num=max_num)
+        return [m for m in msgs if key in (m.keys or "").split(" ")]
+
+    def _broker_name_of(self, addr: str) -> str:
+        for name, addrs in self.instance.broker_addrs.items():
+            if addr in addrs.values():
+                return name
+        return ""
+
+    async def _query(self, topic: str, key: str, *, unique: bool, max_num: int
+                     ) -> list[ReceivedMessage]:
+        route = await self.instance.update_route(topic)
+        if route is None:
+            raise NoRouteError(f"no route for topic {topic!r}")
+        ext: dict[str, Any] = {
+            "topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": 0,
+            "endTimestamp": int(time.time() * 1000) + 60_000,
+        }
+        if unique:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        out: list[ReceivedMessage] = []
+
+        async def one(name: str, addr: str) -> None:
+            resp = await self.instance.invoke(addr, frames.request(RC.QUERY_MESSAGE, ext))
+            if resp.code == ResponseCode.SUCCESS:
+                out.extend(ReceivedMessage.from_stored(r, name)
+                           for r in iter_records(bytes(resp.body), check_crc=False))
+            elif resp.code != ResponseCode.QUERY_NOT_FOUND:
+                raise MQBrokerError(resp.code, resp.remark, addr)
+
+        async with trio.open_nursery() as n:
+            for bd in route.broker_datas:
+                addr = bd.select_broker_addr()
+                if addr:
+                    n.start_soon(one, bd.broker_name, addr)
+        return sorted(out, key=lambda m: (m.store_timestamp, m.commitlog_offset))

@@ -1,0 +1,636 @@
+"""The client instance (Java ``MQClientInstance``): one per client id, shared by the producers
+and consumers given it. It owns the remoting connections (one per broker address), the route
+cache and broker address table, the periodic tasks (route refresh, heartbeats, offset persist,
+rebalance) and answers the broker's calls to the client.
+
+Trio shell: this module spawns tasks and sleeps (its timers are periodic, not waits for a
+condition); the request shapes live in ``frames`` and the pure logic in the other modules.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack
+from typing import Any, Protocol
+
+import orjson
+import trio
+
+from cluster.client import frames
+from cluster.client.config import (
+    AUTO_CREATE_TOPIC_KEY,
+    CLIENT_INNER_PRODUCER_GROUP,
+    DEFAULT_TOPIC_QUEUE_NUMS,
+    ClientConfig,
+)
+from cluster.client.errors import (
+    ClientStateError,
+    MQBrokerError,
+    MQClientError,
+    MQRemotingError,
+    MQTimeoutError,
+    NoRouteError,
+)
+from cluster.client.ids import build_client_id, default_instance_name, local_ip
+from cluster.client.model import MessageQueue
+from cluster.client.subscription import ConsumerData, heartbeat_body
+from cluster.logging import get_logger
+from cluster.protocol import fastjson
+from cluster.protocol.route import PermName, TopicRouteData
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    ConsumeMessageDirectlyResultRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
+    NotifyConsumerIdsChangedRequestHeader,
+    ResetOffsetRequestHeader,
+)
+from cluster.remoting.net import (
+    Connection,
+    RemotingClient,
+    RemotingError,
+    RemotingTimeoutError,
+    open_remoting_client,
+)
+
+MASTER_ID = 0
+#: A failing periodic task waits this long before its next round (it is logged, not fatal).
+LOOP_ERROR_BACKOFF_S = 1.0
+
+
+class ProducerHook(Protocol):
+    group: str
+
+    def publish_topics(self) -> Iterable[str]: ...
+
+    def on_route(self, topic: str, route: TopicRouteData) -> None: ...
+
+    async def check_transaction(
+        self, conn: Connection, header: CheckTransactionStateRequestHeader, body: bytes
+    ) -> None: ...
+
+
+class ConsumerHook(Protocol):
+    group: str
+
+    def consumer_data(self) -> ConsumerData: ...
+
+    def subscribed_topics(self) -> Iterable[str]: ...
+
+    def on_route(self, topic: str, route: TopicRouteData) -> None: ...
+
+    async def do_rebalance(self) -> None: ...
+
+    async def persist_offsets(self) -> None: ...
+
+    def running_info(self) -> bytes: ...
+
+    async def consume_directly(self, body: bytes, broker_name: str | None) -> bytes: ...
+
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None: ...
+
+
+def publish_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
+    """Writable queues of brokers with a master (Java ``topicRouteData2TopicPublishInfo``)."""
+    out: list[MessageQueue] = []
+    if route.order_topic_conf:
+        for part in route.order_topic_conf.split(";"):
+            name, _, nums = part.partition(":")
+            if name and nums.strip().isdigit():
+                out += [MessageQueue(topic, name, i) for i in range(int(nums))]
+        return out
+    masters = {b.broker_name for b in route.broker_datas if MASTER_ID in b.broker_addrs}
+    for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        if PermName.is_writeable(qd.perm) and qd.broker_name in masters:
+            out += [MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums)]
+    return out
+
+
+def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
+    """Readable queues (Java ``topicRouteData2TopicSubscribeInfo``)."""
+    out: list[MessageQueue] = []
+    for qd in route.queue_datas:
+        if PermName.is_readable(qd.perm):
+            out += [MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums)]
+    return sorted(out)
+
+
+_MQ_KEY = re.compile(
+    r'\{"brokerName":"(?P<b>[^"]*)","queueId":(?P<q>-?\d+),"topic":"(?P<t>[^"]*)"\}:(?P<o>-?\d+)'
+)
+
+
+def parse_offset_table(body: bytes) -> dict[MessageQueue, int]:
+    """``{"offsetTable":{{mq}:offset,...}}`` (Java, MessageQueue object keys) or the C++ form
+    ``{"offsetTable":[{"brokerName","offset","queueId","topic"}]}``."""
+    text = bytes(body).decode("utf-8", "replace")
+    out = {
+        MessageQueue(m["t"], m["b"], int(m["q"])): int(m["o"]) for m in _MQ_KEY.finditer(text)
+    }
+    if out:
+        return out
+    try:
+        obj = fastjson.loads(text)
+    except ValueError:
+        return {}
+    table = obj.get("offsetTable") if isinstance(obj, dict) else None
+    if isinstance(table, list):
+        for item in table:
+            mq = MessageQueue(str(item["topic"]), str(item["brokerName"]), int(item["queueId"]))
+            out[mq] = int(item["offset"])
+    return out
+
+
+def object_key_map(pairs: Iterable[tuple[Any, Any]]) -> bytes:
+    """A fastjson map whose keys are objects (``{{"brokerName":..}:value}``)."""
+    parts = [fastjson.dumps(k).decode() + ":" + fastjson.dumps(v).decode() for k, v in pairs]
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+class ClientInstance:
+    """Use as ``async with ClientInstance(ClientConfig(namesrv_addr=...)) as inst``, then pass
+    ``instance=inst`` to producers/consumers to share it; without one each makes its own."""
+
+    def __init__(self, config: ClientConfig | None = None, **overrides: Any) -> None:
+        self.config = config if config is not None else ClientConfig(**overrides)
+        self.namesrv_addrs = self.config.namesrv_list()
+        if not self.namesrv_addrs:
+            raise MQClientError("no NameServer address: pass namesrv_addr or set NAMESRV_ADDR")
+        self.client_ip = self.config.client_ip or local_ip()
+        name = self.config.instance_name
+        if name == "DEFAULT":
+            name = default_instance_name()
+        self.instance_name = name
+        self.client_id = build_client_id(self.client_ip, name, self.config.unit_name)
+        self.log = get_logger(node=self.client_id, role="client")
+        self.routes: dict[str, TopicRouteData] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.broker_versions: dict[str, int] = {}
+        self.producers: dict[str, ProducerHook] = {}
+        self.consumers: dict[str, ConsumerHook] = {}
+        self._ns_index = random.randrange(len(self.namesrv_addrs))
+        self._remoting: RemotingClient | None = None
+        self._conns: dict[str, Connection] = {}
+        self._nursery: trio.Nursery | None = None
+        self._stack: AsyncExitStack | None = None
+        self._route_locks: dict[str, trio.Lock] = {}
+        self._rebalance_now = trio.Event()
+        self._heartbeat_now = trio.Event()
+        self._heartbeat_lock = trio.Lock()
+        self.running = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> ClientInstance:
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            self._remoting = await stack.enter_async_context(
+                open_remoting_client(self._processors(), node=self.client_id)
+            )
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            stack.callback(nursery.cancel_scope.cancel)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        self._nursery = nursery
+        self.running = True
+        nursery.start_soon(self._periodic, "route", self._route_interval, self.update_all_routes)
+        nursery.start_soon(self._periodic_evented, "heartbeat", self._heartbeat_interval,
+                           "_heartbeat_now", self.send_heartbeat_to_all)
+        nursery.start_soon(self._periodic, "persist", self._persist_interval,
+                           self._persist_all)
+        nursery.start_soon(self._periodic_evented, "rebalance", self._rebalance_interval,
+                           "_rebalance_now", self.rebalance_all)
+        self.log.debug("client instance started", namesrv=";".join(self.namesrv_addrs))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.running = False
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()  # not shielded here: the nursery must exit in its own scope
+        self._remoting = None
+        self._nursery = None
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        if self._nursery is None:
+            raise ClientStateError("client instance is not running")
+        return self._nursery
+
+    def _route_interval(self) -> float:
+        return self.config.poll_namesrv_interval_s
+
+    def _heartbeat_interval(self) -> float:
+        return self.config.heartbeat_interval_s
+
+    def _persist_interval(self) -> float:
+        return self.config.persist_offset_interval_s
+
+    def _rebalance_interval(self) -> float:
+        return self.config.rebalance_interval_s
+
+    async def _periodic(
+        self, name: str, interval: Callable[[], float], fn: Callable[[], Awaitable[None]]
+    ) -> None:
+        while True:
+            await trio.sleep(interval())  # a timer, not a wait for a condition
+            await self._guarded(name, fn)
+
+    async def _periodic_evented(
+        self, name: str, interval: Callable[[], float], event_attr: str,
+        fn: Callable[[], Awaitable[None]],
+    ) -> None:
+        while True:
+            with trio.move_on_after(interval()):
+                await getattr(self, event_attr).wait()
+            setattr(self, event_attr, trio.Event())
+            await self._guarded(name, fn)
+
+    async def _guarded(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await fn()
+        except (MQClientError, RemotingError, OSError) as exc:
+            self.log.info("periodic task failed", task=name, error=str(exc))
+        except Exception:
+            self.log.exception("periodic task crashed", task=name)
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``fn`` in the instance's nursery; an exception is logged, never propagated (a
+        crash there would cancel the task that entered the instance)."""
+        self.nursery.start_soon(_logged, self.log, fn, *args)
+
+    def rebalance_soon(self) -> None:
+        self._rebalance_now.set()
+
+    def heartbeat_soon(self) -> None:
+        self._heartbeat_now.set()
+
+    # ------------------------------------------------------------------ registration
+
+    def register_producer(self, producer: ProducerHook) -> None:
+        if producer.group in self.producers:
+            raise MQClientError(f"producer group {producer.group!r} already runs in this instance")
+        self.producers[producer.group] = producer
+
+    def unregister_producer(self, group: str) -> None:
+        self.producers.pop(group, None)
+
+    def register_consumer(self, consumer: ConsumerHook) -> None:
+        if consumer.group in self.consumers:
+            raise MQClientError(f"consumer group {consumer.group!r} already runs in this instance")
+        self.consumers[consumer.group] = consumer
+
+    def unregister_consumer(self, group: str) -> None:
+        self.consumers.pop(group, None)
+
+    async def unregister_client(self, producer_group: str | None, consumer_group: str | None
+                                ) -> None:
+        """Tell every broker this client left the group (Java unregisterClientWithLock)."""
+        cmd = frames.unregister_client(self.client_id, producer_group, consumer_group)
+
+        async def one(addr: str) -> None:
+            try:
+                await self.invoke(addr, cmd, self.config.call_timeout_s)
+            except MQClientError as exc:
+                self.log.debug("unregister failed", addr=addr, error=str(exc))
+
+        async with trio.open_nursery() as n:
+            for addrs in list(self.broker_addrs.values()):
+                for addr in set(addrs.values()):
+                    n.start_soon(one, addr)
+
+    # ------------------------------------------------------------------ calls
+
+    @property
+    def remoting(self) -> RemotingClient:
+        if self._remoting is None:
+            raise ClientStateError("client instance is not running")
+        return self._remoting
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None
+                     ) -> RemotingCommand:
+        """One call; remoting failures become ``MQRemotingError`` (``MQTimeoutError``)."""
+        t = self.config.call_timeout_s if timeout is None else timeout
+        try:
+            conn = self._conns.get(addr)
+            if conn is None or conn.is_closed:  # (re)connect; the fast path skips the pool
+                start = trio.current_time()
+                with trio.move_on_after(t):
+                    conn = await self.remoting.connection(addr)
+                if conn is None or conn.is_closed:
+                    raise MQTimeoutError(f"connecting to {addr} took longer than {t:g}s",
+                                         addr=addr)
+                self._conns[addr] = conn
+                t = max(0.0, t - (trio.current_time() - start))
+            return await conn.invoke(cmd, t)
+        except RemotingTimeoutError as exc:
+            raise MQTimeoutError(str(exc), addr=addr) from exc
+        except RemotingError as exc:
+            raise MQRemotingError(str(exc), addr=addr) from exc
+        except ValueError as exc:  # a malformed address
+            raise MQRemotingError(str(exc), addr=addr) from exc
+
+    async def invoke_ok(self, addr: str, cmd: RemotingCommand, timeout: float | None = None,
+                        ok: Iterable[int] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        resp = await self.invoke(addr, cmd, timeout)
+        if resp.code not in ok:
+            raise MQBrokerError(resp.code, resp.remark, addr)
+        return resp
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        try:
+            await self.remoting.invoke_oneway(addr, cmd)
+        except RemotingError as exc:
+            raise MQRemotingError(str(exc), addr=addr) from exc
+
+    async def invoke_namesrv(self, cmd: RemotingCommand, timeout: float | None = None
+                             ) -> RemotingCommand:
+        """Call the current NameServer; on a remoting failure move on to the next one."""
+        last: MQRemotingError | None = None
+        n = len(self.namesrv_addrs)
+        for i in range(n):
+            addr = self.namesrv_addrs[(self._ns_index + i) % n]
+            try:
+                resp = await self.invoke(addr, cmd, timeout)
+            except MQRemotingError as exc:
+                last = exc
+                self.log.info("namesrv call failed, trying the next", addr=addr, error=str(exc))
+                continue
+            self._ns_index = (self._ns_index + i) % n
+            return resp
+        assert last is not None
+        raise last
+
+    # ------------------------------------------------------------------ routes
+
+    async def fetch_route(self, topic: str) -> TopicRouteData:
+        """GET_ROUTEINFO_BY_TOPIC; NoRouteError (code 17) when the NameServer has none."""
+        resp = await self.invoke_namesrv(frames.get_route(topic))
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise NoRouteError(f"no route for topic {topic!r}", code=resp.code, remark=resp.remark)
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark, "namesrv")
+        return TopicRouteData.decode(bytes(resp.body))
+
+    async def update_route(self, topic: str, *, use_default: bool = False) -> TopicRouteData | None:
+        """Refresh one topic's route and tell the producers/consumers using it. ``use_default``:
+        a topic unknown to the NameServer takes TBW102's route (auto-create on first send)."""
+        lock = self._route_locks.setdefault(topic, trio.Lock())
+        async with lock:
+            try:
+                route = await self.fetch_route(topic)
+            except NoRouteError:
+                if not use_default:
+                    return None
+                try:
+                    tmpl = await self.fetch_route(AUTO_CREATE_TOPIC_KEY)
+                except NoRouteError:
+                    return None
+                route = _default_route(tmpl)
+            old = self.routes.get(topic)
+            if old != route:
+                self._apply_route(topic, route)
+            return route
+
+    def _apply_route(self, topic: str, route: TopicRouteData) -> None:
+        self.routes[topic] = route
+        new_addr = False
+        for bd in route.broker_datas:
+            known = self.broker_addrs.get(bd.broker_name)
+            if known != dict(bd.broker_addrs):
+                new_addr = new_addr or not known or bool(
+                    set(bd.broker_addrs.values()) - set(known.values())
+                )
+                self.broker_addrs[bd.broker_name] = dict(bd.broker_addrs)
+        for p in list(self.producers.values()):
+            if topic in set(p.publish_topics()):
+                p.on_route(topic, route)
+        for c in list(self.consumers.values()):
+            if topic in set(c.subscribed_topics()):
+                c.on_route(topic, route)
+        if new_addr:
+            self.heartbeat_soon()
+
+    async def update_all_routes(self) -> None:
+        topics: set[str] = set()
+        for p in list(self.producers.values()):
+            topics.update(p.publish_topics())
+        for c in list(self.consumers.values()):
+            topics.update(c.subscribed_topics())
+        async with trio.open_nursery() as n:
+            for topic in topics:
+                n.start_soon(self._update_quietly, topic)
+        self._clean_offline_brokers()
+
+    async def _update_quietly(self, topic: str) -> None:
+        try:
+            await self.update_route(topic, use_default=any(
+                topic in set(p.publish_topics()) for p in self.producers.values()))
+        except MQClientError as exc:
+            self.log.info("route update failed", topic=topic, error=str(exc))
+
+    def _clean_offline_brokers(self) -> None:
+        live: dict[str, set[str]] = {}
+        for route in self.routes.values():
+            for bd in route.broker_datas:
+                live.setdefault(bd.broker_name, set()).update(bd.broker_addrs.values())
+        for name in list(self.broker_addrs):
+            if name not in live:
+                del self.broker_addrs[name]
+
+    def find_broker_addr(
+        self, broker_name: str, broker_id: int = MASTER_ID, *, only_this: bool = False
+    ) -> tuple[str, bool] | None:
+        """(address, is_slave): the given id, else (unless ``only_this``) any broker of the
+        group (Java ``findBrokerAddressInSubscribe``)."""
+        addrs = self.broker_addrs.get(broker_name)
+        if not addrs:
+            return None
+        addr = addrs.get(broker_id)
+        if addr is not None:
+            return addr, broker_id != MASTER_ID
+        if only_this:
+            return None
+        bid = min(addrs)
+        return addrs[bid], bid != MASTER_ID
+
+    def master_addr(self, broker_name: str) -> str | None:
+        return self.broker_addrs.get(broker_name, {}).get(MASTER_ID)
+
+    async def broker_addr_for_topic(self, topic: str) -> str:
+        """Any broker address serving ``topic`` (Java ``findBrokerAddrByTopic``)."""
+        route = self.routes.get(topic) or await self.update_route(topic)
+        if route is None or not route.broker_datas:
+            raise NoRouteError(f"no route for topic {topic!r}")
+        for bd in route.broker_datas:
+            addr = bd.select_broker_addr()
+            if addr:
+                return addr
+        raise NoRouteError(f"no broker address for topic {topic!r}")
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def heartbeat_data(self) -> tuple[bytes, bool] | None:
+        consumers = [c.consumer_data() for c in self.consumers.values()]
+        groups = [*self.producers]
+        if not consumers and not groups:
+            return None
+        groups.append(CLIENT_INNER_PRODUCER_GROUP)
+        return heartbeat_body(self.client_id, groups, consumers), bool(consumers)
+
+    async def send_heartbeat_to_all(self) -> None:
+        """HEART_BEAT to every broker (producer-only instances: masters only)."""
+        async with self._heartbeat_lock:
+            data = self.heartbeat_data()
+            if data is None:
+                return
+            body, has_consumers = data
+
+            async def one(addr: str) -> None:
+                try:
+                    resp = await self.invoke(addr, frames.heartbeat(body))
+                    self.broker_versions[addr] = resp.version
+                    if resp.code != ResponseCode.SUCCESS:
+                        self.log.info("heartbeat refused", addr=addr, code=resp.code,
+                                      remark=resp.remark)
+                except MQClientError as exc:
+                    self.log.info("heartbeat failed", addr=addr, error=str(exc))
+
+            async with trio.open_nursery() as n:
+                for addrs in list(self.broker_addrs.values()):
+                    for bid, addr in addrs.items():
+                        if bid != MASTER_ID and not has_consumers:
+                            continue
+                        n.start_soon(one, addr)
+
+    # ------------------------------------------------------------------ consumers
+
+    async def rebalance_all(self) -> None:
+        for c in list(self.consumers.values()):
+            try:
+                await c.do_rebalance()
+            except MQClientError as exc:
+                self.log.info("rebalance failed", group=c.group, error=str(exc))
+
+    async def _persist_all(self) -> None:
+        for c in list(self.consumers.values()):
+            await c.persist_offsets()
+
+    async def consumer_id_list(self, topic: str, group: str) -> list[str]:
+        addr = await self.broker_addr_for_topic(topic)
+        resp = await self.invoke_ok(addr, frames.get_consumer_list(group))
+        obj = fastjson.loads(bytes(resp.body)) if resp.body else {}
+        return [str(x) for x in (obj.get("consumerIdList") or [])]
+
+    # ------------------------------------------------------------------ broker -> client
+
+    def _processors(self) -> dict[int, Any]:
+        rc = RequestCode
+        return {
+            rc.NOTIFY_CONSUMER_IDS_CHANGED: self._on_notify_ids_changed,
+            rc.CHECK_TRANSACTION_STATE: self._on_check_transaction,
+            rc.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
+            rc.CONSUME_MESSAGE_DIRECTLY: self._on_consume_directly,
+            rc.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+        }
+
+    def _on_notify_ids_changed(self, conn: Connection, req: RemotingCommand
+                               ) -> RemotingCommand | None:
+        try:
+            group = NotifyConsumerIdsChangedRequestHeader.from_ext_fields(
+                req.ext_fields).consumer_group
+        except ValueError:
+            group = "?"
+        self.log.debug("consumer ids changed", group=group, broker=conn.peer)
+        self.rebalance_soon()
+        return None
+
+    async def _on_check_transaction(self, conn: Connection, req: RemotingCommand
+                                    ) -> RemotingCommand | None:
+        try:
+            header = CheckTransactionStateRequestHeader.from_ext_fields(req.ext_fields)
+        except ValueError as exc:
+            self.log.warning("bad transaction check", error=str(exc))
+            return None
+        from cluster.protocol.message import MessageConst, iter_records
+
+        group = None
+        try:
+            for rec in iter_records(bytes(req.body), check_crc=False):
+                group = rec.properties.get(MessageConst.PROPERTY_PRODUCER_GROUP)
+                break
+        except ValueError:
+            group = None
+        producer = self.producers.get(group or "")
+        if producer is None:
+            self.log.info("transaction check for an unknown group", group=group)
+            return None
+        self.spawn(producer.check_transaction, conn, header, bytes(req.body))
+        return None
+
+    def _on_running_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        header = GetConsumerRunningInfoRequestHeader.from_ext_fields(req.ext_fields)
+        consumer = self.consumers.get(header.consumer_group)
+        if consumer is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, _no_group(header.consumer_group))
+        return req.response(ResponseCode.SUCCESS, body=consumer.running_info())
+
+    async def _on_consume_directly(self, conn: Connection, req: RemotingCommand
+                                   ) -> RemotingCommand:
+        header = ConsumeMessageDirectlyResultRequestHeader.from_ext_fields(req.ext_fields)
+        consumer = self.consumers.get(header.consumer_group)
+        if consumer is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, _no_group(header.consumer_group))
+        body = await consumer.consume_directly(bytes(req.body), header.broker_name)
+        return req.response(ResponseCode.SUCCESS, body=body)
+
+    async def _on_reset_offset(self, conn: Connection, req: RemotingCommand
+                               ) -> RemotingCommand | None:
+        header = ResetOffsetRequestHeader.from_ext_fields(req.ext_fields)
+        consumer = self.consumers.get(header.group)
+        if consumer is None:
+            return None
+        offsets = parse_offset_table(bytes(req.body))
+        await consumer.reset_offsets(header.topic, offsets)
+        return None
+
+
+def _no_group(group: str) -> str:
+    return f"The Consumer Group <{group}> not exist in this consumer"
+
+
+async def _logged(log: Any, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    try:
+        await fn(*args)
+    except Exception:
+        log.exception("background task failed", task=getattr(fn, "__qualname__", repr(fn)))
+
+
+def _default_route(tmpl: TopicRouteData) -> TopicRouteData:
+    """TBW102's route with each broker's queues capped at defaultTopicQueueNums (Java)."""
+    import attrs
+
+    qds = tuple(
+        attrs.evolve(
+            q,
+            read_queue_nums=min(DEFAULT_TOPIC_QUEUE_NUMS, q.read_queue_nums),
+            write_queue_nums=min(DEFAULT_TOPIC_QUEUE_NUMS, q.read_queue_nums),
+        )
+        for q in tmpl.queue_datas
+    )
+    return attrs.evolve(tmpl, queue_datas=qds)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def json_body(obj: Any) -> bytes:
+    return orjson.dumps(obj)

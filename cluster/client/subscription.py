@@ -1,0 +1,134 @@
+"""Subscriptions (Java ``SubscriptionData`` / ``FilterAPI.buildSubscriptionData``) and the
+heartbeat body (``HeartbeatData``) exactly as a Java 4.9 client's fastjson writes it. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from cluster.protocol import fastjson
+from cluster.protocol.message import java_string_hash
+
+SUB_ALL = "*"
+EXPRESSION_TAG = "TAG"
+
+
+def java_hashset_order(items: Iterable[Any], hash_of: Any) -> list[Any]:
+    """Iteration order of a Java ``HashSet`` built by adding ``items`` in order: buckets by
+    ``(h ^ (h >>> 16)) & (capacity - 1)`` (capacity 16, doubling past 0.75 load), insertion
+    order within a bucket. fastjson writes sets in this order."""
+    unique: list[Any] = []
+    seen: set[Any] = set()
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            unique.append(item)
+    capacity = 16
+    while len(unique) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(item: Any) -> int:
+        h = hash_of(item) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return sorted(unique, key=bucket)  # stable: insertion order within a bucket
+
+
+_MAP_ORDER_CACHE: dict[tuple[str, ...], tuple[str, ...]] = {}
+_MAP_ORDER_CACHE_MAX = 1024
+
+
+def java_hashmap_order(props: dict[str, str]) -> dict[str, str]:
+    """``props`` re-ordered as a Java ``HashMap<String,String>`` filled in this order iterates
+    (Java writes message properties by iterating the map). Cached per key sequence."""
+    keys = tuple(props)
+    order = _MAP_ORDER_CACHE.get(keys)
+    if order is None:
+        order = tuple(java_hashset_order(keys, java_string_hash))
+        if len(_MAP_ORDER_CACHE) >= _MAP_ORDER_CACHE_MAX:
+            _MAP_ORDER_CACHE.clear()
+        _MAP_ORDER_CACHE[keys] = order
+    return {k: props[k] for k in order}
+
+
+def _int_hash(value: int) -> int:
+    return value
+
+
+@attrs.frozen
+class SubscriptionData:
+    topic: str
+    sub_string: str
+    tags_set: tuple[str, ...] = ()
+    code_set: tuple[int, ...] = ()
+    sub_version: int = 0
+    expression_type: str = EXPRESSION_TAG
+    class_filter_mode: bool = False
+
+    @property
+    def is_all(self) -> bool:
+        return self.sub_string == SUB_ALL
+
+    def matches(self, tags: str | None) -> bool:
+        """Client-side re-filter of pulled messages (the broker filters by tag hash only)."""
+        if self.is_all or self.expression_type != EXPRESSION_TAG:
+            return True
+        return tags is not None and tags in self.tags_set
+
+    def to_json_obj(self) -> dict[str, Any]:
+        return {
+            "classFilterMode": self.class_filter_mode,
+            "codeSet": list(self.code_set),
+            "expressionType": self.expression_type,
+            "subString": self.sub_string,
+            "subVersion": self.sub_version,
+            "tagsSet": list(self.tags_set),
+            "topic": self.topic,
+        }
+
+
+def build_subscription(topic: str, expression: str | None, sub_version: int) -> SubscriptionData:
+    """``"*"``/empty -> all; else ``"TagA || TagB"`` split on ``||``, trimmed, empties dropped."""
+    text = (expression or "").strip()
+    if not text or text == SUB_ALL:
+        return SubscriptionData(topic, SUB_ALL, sub_version=sub_version)
+    tags = [t.strip() for t in text.split("||") if t.strip()]
+    if not tags:
+        return SubscriptionData(topic, SUB_ALL, sub_version=sub_version)
+    tags_set = java_hashset_order(tags, java_string_hash)
+    codes = java_hashset_order([java_string_hash(t) for t in tags], _int_hash)
+    return SubscriptionData(topic, text, tuple(tags_set), tuple(codes), sub_version)
+
+
+@attrs.frozen
+class ConsumerData:
+    group_name: str
+    consume_type: str  # CONSUME_ACTIVELY / CONSUME_PASSIVELY
+    message_model: str  # CLUSTERING / BROADCASTING
+    consume_from_where: str
+    subscriptions: tuple[SubscriptionData, ...] = ()
+    unit_mode: bool = False
+
+    def to_json_obj(self) -> dict[str, Any]:
+        return {
+            "consumeFromWhere": self.consume_from_where,
+            "consumeType": self.consume_type,
+            "groupName": self.group_name,
+            "messageModel": self.message_model,
+            "subscriptionDataSet": [s.to_json_obj() for s in self.subscriptions],
+            "unitMode": self.unit_mode,
+        }
+
+
+def heartbeat_body(
+    client_id: str, producer_groups: Sequence[str], consumers: Sequence[ConsumerData]
+) -> bytes:
+    """HeartbeatData JSON: compact, keys sorted (fastjson's output)."""
+    data = {
+        "clientID": client_id,
+        "consumerDataSet": [c.to_json_obj() for c in consumers],
+        "producerDataSet": [{"groupName": g} for g in producer_groups],
+    }
+    return fastjson.dumps(data)
