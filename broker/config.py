@@ -24,6 +24,7 @@ from typing import Final
 import attrs
 
 from cluster.config import ConfigError, load_config, setting
+from ha.config import HAConfig
 from store.config import BrokerRole, MessageStoreConfig
 
 DEFAULT_LISTEN_PORT: Final = 10911
@@ -131,6 +132,8 @@ class BrokerConfig:
     def ha_port(self) -> int:
         if self.ha_listen_port >= 0:
             return self.ha_listen_port
+        if self.listen_port == 0:
+            return 0  # ephemeral, like the listen port
         return self.listen_port + HA_PORT_OFFSET
 
     @property
@@ -146,6 +149,7 @@ class BrokerSettings:
 
     broker: BrokerConfig
     store: MessageStoreConfig
+    ha: HAConfig = attrs.field(factory=HAConfig)
 
     @property
     def is_slave(self) -> bool:
@@ -166,7 +170,10 @@ def load_broker_config(
         values = {**values, "namesrvAddr": namesrv_addr}
     broker = load_config(BrokerConfig, values)
     store = load_config(MessageStoreConfig, values)
-    unknown = {k: v for k, v in broker.unknown.items() if k in store.unknown}
+    ha = load_config(HAConfig, values, ha_listen_port=broker.config.ha_port)
+    unknown = {
+        k: v for k, v in broker.unknown.items() if k in store.unknown and k in ha.unknown
+    }
     if broker.config.broker_id < 0:
         raise ConfigError(f"brokerId: {broker.config.broker_id} must be >= 0")
-    return LoadedSettings(BrokerSettings(broker.config, store.config), unknown)
+    return LoadedSettings(BrokerSettings(broker.config, store.config, ha.config), unknown)

@@ -51,6 +51,7 @@ from cluster.remoting.headers import (
     CheckTransactionStateRequestHeader,
     NotifyConsumerIdsChangedRequestHeader,
     RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
     UnregisterBrokerRequestHeader,
 )
 from cluster.remoting.net import (
@@ -63,12 +64,15 @@ from cluster.remoting.net import (
     format_address,
     open_remoting_client,
 )
+from ha.connection import HAService
 from store import flush as store_services
 from store.config import BrokerRole, FlushDiskType
 from store.message_store import MessageStore
 
 #: How long shutdown waits for UNREGISTER_BROKER answers.
 UNREGISTER_TIMEOUT_S: Final = 3.0
+#: How often a slave copies its master's configs and offsets (RocketMQ: 10 s).
+SLAVE_SYNC_INTERVAL_S: Final = 10.0
 #: Window of the put/get TPS figures in GET_BROKER_RUNTIME_INFO.
 TPS_WINDOW_S: Final = 10.0
 #: Pause after an unexpected error in a background loop before it runs again.
@@ -152,6 +156,12 @@ class BrokerController:
         self.broker_addr = ""
         self.store_host: tuple[str, int] = (self.bcfg.broker_ip1, self.bcfg.listen_port)
         self.server: RemotingServer | None = None
+        self.ha: HAService | None = None
+        self.ha_port: int | None = None
+        #: A slave's master (from REGISTER_BROKER's answer), synced every SLAVE_SYNC_INTERVAL_S.
+        self.master_addr: str | None = None
+        self._slave_sync_now = trio.Event()
+        self.slave_sync_count = 0
         self.register_count = 0
 
     # ------------------------------------------------------------------ accessors
@@ -343,6 +353,11 @@ class BrokerController:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(store_services.run, store)
+            # Master/slave replication: every broker listens on haListenPort (a master serves
+            # its slaves there); a SLAVE also runs the HA client toward its master, which it
+            # learns from REGISTER_BROKER's answer. A SYNC_MASTER's puts wait for slave acks.
+            self.ha = HAService(store, self.settings.ha, host=bcfg.bind_address)
+            self.ha_port = await nursery.start(self.ha.run)
             server = RemotingServer(
                 Dispatcher(self.processors(), None),
                 node=self.node,
@@ -368,6 +383,8 @@ class BrokerController:
             if not self.is_slave:  # a slave's store refuses writes; the master delivers
                 nursery.start_soon(self._schedule_loop)
                 nursery.start_soon(self._transaction_check_loop)
+            else:
+                nursery.start_soon(self._slave_sync_loop)
             self.log.info(
                 "broker started",
                 broker_addr=self.broker_addr,
@@ -388,7 +405,7 @@ class BrokerController:
         bcfg = self.bcfg
         body = RegisterBrokerBody(self.topics.wrapper()).encode()
         ha_ip = bcfg.broker_ip2 or bcfg.broker_ip1
-        ha_port = bcfg.ha_port if self.address is None or bcfg.listen_port else self.address[1] + 1
+        ha_port = self.ha_port if self.ha_port is not None else bcfg.ha_port
         header = RegisterBrokerRequestHeader(
             broker_name=bcfg.broker_name,
             broker_addr=self.broker_addr,
@@ -425,6 +442,13 @@ class BrokerController:
                 return
             self.register_count += 1
             self.log.debug("registered", namesrv=addr)
+            if self.is_slave:
+                result = RegisterBrokerResponseHeader.from_ext_fields(response.ext_fields)
+                if self.ha is not None:
+                    self.ha.update_master_address(result.ha_server_addr or None)
+                if result.master_addr and result.master_addr != self.master_addr:
+                    self.master_addr = result.master_addr
+                    self._slave_sync_now.set()
 
         async with trio.open_nursery() as nursery:
             for addr in addrs:
@@ -463,6 +487,62 @@ class BrokerController:
                 await self._register_now.wait()
             self._register_now = trio.Event()
             await self.register_all()
+
+    # ------------------------------------------------------------------ slave synchronize
+
+    async def _slave_sync_loop(self) -> None:
+        """A slave copies its master's topic configs, consumer offsets, delay offsets and
+        subscription groups (RocketMQ's SlaveSynchronize: codes 21, 43, 45, 201), at once when
+        it learns its master and every SLAVE_SYNC_INTERVAL_S after."""
+        while True:
+            with trio.move_on_after(SLAVE_SYNC_INTERVAL_S):
+                await self._slave_sync_now.wait()
+            self._slave_sync_now = trio.Event()
+            if self.master_addr is not None:
+                await self.slave_sync_once(self.master_addr)
+
+    async def slave_sync_once(self, master_addr: str) -> None:
+        client = self._ns_client
+        if client is None:
+            return
+        timeout = self.bcfg.register_broker_timeout_mills / 1000.0
+        bodies: dict[int, bytes] = {}
+        for code in (
+            RequestCode.GET_ALL_TOPIC_CONFIG,
+            RequestCode.GET_ALL_CONSUMER_OFFSET,
+            RequestCode.GET_ALL_DELAY_OFFSET,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        ):
+            try:
+                response = await client.invoke(master_addr, RemotingCommand.request(code), timeout)
+            except (RemotingError, OSError) as exc:
+                self.log.warning("slave sync failed", master=master_addr, code=code, error=str(exc))
+                return
+            if response.code != ResponseCode.SUCCESS:
+                self.log.warning(
+                    "slave sync refused", master=master_addr, code=code, remark=response.remark
+                )
+                return
+            bodies[code] = bytes(response.body)
+        try:
+            topics = bodies[RequestCode.GET_ALL_TOPIC_CONFIG]
+            if topics.strip():
+                self.topics.table.clear()  # the master's table replaces ours, as in 4.x
+                self.topics.load(topics)
+                self.topics.changed = True
+            self.offsets.load(bodies[RequestCode.GET_ALL_CONSUMER_OFFSET])
+            self.offsets.changed = True
+            if self._schedule is not None:
+                self._schedule.offsets.load(bodies[RequestCode.GET_ALL_DELAY_OFFSET])
+                self._schedule.offsets.changed = True
+            self.groups.load(bodies[RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG])
+            self.groups.changed = True
+        except ValueError as exc:  # a body we cannot read: keep what we have
+            self.log.warning("slave sync body unreadable", master=master_addr, error=str(exc))
+            return
+        self.slave_sync_count += 1
+        self._persist_now.set()
+        self.state_changed()
 
     # ------------------------------------------------------------------ housekeeping
 

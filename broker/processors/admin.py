@@ -150,6 +150,8 @@ class AdminProcessors:
                 f"{lvl},{off}" for lvl, off in sorted(ctrl.schedule.offsets.table.items())
             ),
         }
+        if ctrl.ha is not None:
+            table.update(ctrl.ha.runtime_info())  # replication state (per-slave ack, diff)
         return request.response(ResponseCode.SUCCESS, None, None, KVTable(table).encode())
 
     @header_errors

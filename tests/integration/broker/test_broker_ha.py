@@ -1,0 +1,143 @@
+"""Master/slave brokers wired with HA: a slave learns its master from the NameServer, replicates
+the CommitLog byte for byte, serves pulls, refuses sends; SYNC_MASTER answers after the slave."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from broker.config import BrokerSettings
+from broker.controller import BrokerController
+from cluster.protocol.message import StoredMessage, iter_records
+from cluster.protocol.route import KVTable
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from tests.integration.broker.conftest import (
+    WAIT_S,
+    Cluster,
+    _run_broker,
+    broker_settings,
+    ok,
+    running_cluster,
+)
+
+
+async def _start_slave(cluster: Cluster, store_dir: Path) -> tuple[BrokerController, str]:
+    settings: BrokerSettings = broker_settings(
+        store_dir, cluster.ns_addr, brokerId="1", brokerRole="SLAVE", haListenPort="0"
+    )
+    slave = BrokerController(settings)
+    host, port = await cluster.nursery.start(_run_broker, slave, trio.CancelScope(), trio.Event())
+    return slave, f"{host}:{port}"
+
+
+def _commitlog_bytes(root: Path) -> bytes:
+    files = sorted((root / "commitlog").iterdir())
+    return b"".join(f.read_bytes() for f in files)
+
+
+async def test_sync_master_replicates_to_a_slave_that_serves_pulls(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path, brokerRole="SYNC_MASTER", haListenPort="0") as cluster:
+        master = cluster.broker
+        assert master.ha is not None
+        # no slave yet: stored, but the producer hears SLAVE_NOT_AVAILABLE
+        resp = await cluster.send("HaTopic", b"before-slave")
+        assert resp.code == ResponseCode.SLAVE_NOT_AVAILABLE, (resp.code, resp.remark)
+        assert resp.ext_fields["msgId"]
+
+        slave, slave_addr = await _start_slave(cluster, tmp_path / "slave")
+        with trio.fail_after(WAIT_S):
+            await master.ha.wait_for_slaves(1)
+
+        with trio.fail_after(WAIT_S):  # it copied the master's topics (SlaveSynchronize)
+            await slave.wait_until(lambda b: b.slave_sync_count >= 1)
+        assert slave.topics.select("HaTopic") is not None
+
+        for i in range(20):
+            resp = ok(await cluster.send("HaTopic", f"m{i}".encode()))
+            # SYNC_MASTER: the answer came after a slave acked past this message
+            assert master.ha.status().push_to_slave_max_offset >= master.store.max_phys_offset
+
+        # the slave has every message and serves it to consumers
+        pull = RemotingCommand.request(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": "CG",
+                "topic": "HaTopic",
+                "queueId": "0",
+                "queueOffset": "0",
+                "maxMsgNums": "64",
+                "sysFlag": "6",
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "3000",
+                "subscription": "*",
+                "subVersion": "0",
+            },
+        )
+        bodies: list[bytes] = []
+        with trio.fail_after(WAIT_S):
+            while len(bodies) < 21:  # long polls: each waits for the slave's next arrival
+                pull = RemotingCommand.request(
+                    RequestCode.PULL_MESSAGE, {**pull.ext_fields, "queueOffset": str(len(bodies))}
+                )
+                resp = await cluster.client.invoke(slave_addr, pull, WAIT_S)
+                assert resp.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), resp
+                if resp.code == ResponseCode.SUCCESS:
+                    msgs: list[StoredMessage] = list(iter_records(bytes(resp.body)))
+                    bodies += [bytes(m.body) for m in msgs]
+        assert bodies == [b"before-slave"] + [f"m{i}".encode() for i in range(20)]
+
+        # a slave refuses sends with a clear code
+        refused = await cluster.client.invoke(
+            slave_addr,
+            RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2,
+                {
+                    "a": "PG",
+                    "b": "HaTopic",
+                    "c": "TBW102",
+                    "d": "4",
+                    "e": "0",
+                    "f": "0",
+                    "g": "1700000000000",
+                    "h": "0",
+                },
+                b"x",
+            ),
+            WAIT_S,
+        )
+        assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+
+        # replication state is visible in the runtime info of both
+        info = KVTable.decode(ok(await cluster.call(RequestCode.GET_BROKER_RUNTIME_INFO)).body)
+        assert info.table["haConnectionCount"] == "1"
+        slave_info = KVTable.decode(
+            ok(
+                await cluster.client.invoke(
+                    slave_addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), WAIT_S
+                )
+            ).body
+        )
+        assert slave_info.table["haClientConnected"] == "true"
+
+        # byte-identical CommitLog prefix
+        master.store.flush_all_sync()
+        slave.store.flush_all_sync()
+        end = master.store.max_phys_offset
+        assert slave.store.max_phys_offset == end
+        master_bytes = _commitlog_bytes(tmp_path / "store")[:end]
+        assert _commitlog_bytes(tmp_path / "slave")[:end] == master_bytes
+
+
+async def test_async_master_answers_at_once_and_slave_catches_up(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path, brokerRole="ASYNC_MASTER", haListenPort="0") as cluster:
+        master = cluster.broker
+        assert master.ha is not None
+        for i in range(10):
+            ok(await cluster.send("AsyncTopic", f"a{i}".encode()))  # no slave: still SUCCESS
+        slave, _ = await _start_slave(cluster, tmp_path / "slave")
+        end = master.store.max_phys_offset
+        with trio.fail_after(WAIT_S):
+            await slave.store.wait_appended_beyond(end - 1)
+        assert slave.store.max_phys_offset == end
