@@ -98,6 +98,11 @@ class BrokerConfig:
     client_housekeeping_interval_ms: int = setting(
         "clientHousekeepingInterval", DEFAULT_HOUSEKEEPING_INTERVAL_MS
     )
+    #: Pull responses may send a lagging consumer to a slave (whichBrokerWhenConsumeSlowly).
+    slave_read_enable: bool = setting("slaveReadEnable", False)
+    #: Percent of RAM: a consumer further behind the CommitLog's end than this is "on disk"
+    #: (RocketMQ keeps it in MessageStoreConfig; a slave uses 10 points less).
+    access_message_in_memory_max_ratio: float = setting("accessMessageInMemoryMaxRatio", 40.0)
     # NettyServerConfig
     bind_address: str = setting("bindAddress", "0.0.0.0")
     listen_port: int = setting("listenPort", DEFAULT_LISTEN_PORT)

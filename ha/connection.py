@@ -285,6 +285,13 @@ class HAService:
         }
         if st.slaves:
             info["slaveFallBehindMuch"] = str(self.slave_fall_behind_bytes)
+        for n, slave in enumerate(sorted(st.slaves, key=lambda x: x.conn_id)):
+            # haStatus-like, one line per slave (RocketMQ 5 HARuntimeInfo's per-connection data)
+            info[f"haSlave{n}"] = (
+                f"addr={slave.address} ackOffset={slave.ack_offset} diff={slave.diff_bytes} "
+                f"inSync={str(slave.in_sync).lower()} "
+                f"transferBytesPerS={slave.transfer_bytes_per_s:.0f}"
+            )
         if st.client is not None:
             info["haMasterAddress"] = st.client.master_address or ""
             info["haClientConnected"] = str(st.client.connected).lower()

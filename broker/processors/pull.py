@@ -8,10 +8,12 @@ non-suspending read.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any, Final
 
 from broker.clients import SubscriptionData, build_subscription
 from broker.processors.common import FAQ_URL
+from broker.processors.consumer import TOTAL_MEMORY_BYTES as _RAM_BYTES
 from cluster.protocol.route import PermName
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import ResponseCode
@@ -20,6 +22,7 @@ from store.message_store import GetMessageStatus
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
+    from broker.offsets import SubscriptionGroupConfig
 
 FLAG_COMMIT_OFFSET: Final = 0x1
 FLAG_SUSPEND: Final = 0x2
@@ -27,6 +30,14 @@ FLAG_SUBSCRIPTION: Final = 0x4
 FLAG_CLASS_FILTER: Final = 0x8
 #: Messages one pull returns at most (Java maxTransferCountOnMessageInMemory).
 MAX_PULL_MSG_NUMS: Final = 32
+MASTER_ID: Final = 0
+#: A slave judges "on disk" with accessMessageInMemoryMaxRatio minus this many points.
+SLAVE_RATIO_DISCOUNT: Final = 10.0
+#: A stored record's PHYSICALOFFSET: big-endian long at byte 28.
+_PHYS_OFFSET: Final = struct.Struct(">q")
+_PHYS_OFFSET_AT: Final = 28
+#: RAM the in-memory ratio applies to (tests may patch it).
+TOTAL_MEMORY_BYTES: int = _RAM_BYTES
 
 _S = GetMessageStatus
 
@@ -147,8 +158,10 @@ class PullProcessor:
         )
         status = result.status
         body: bytes = b""
+        lag = 0
         if status is _S.FOUND:
             code = ResponseCode.SUCCESS
+            lag = store.max_phys_offset - _last_phys_offset(result.buffers)  # before the copy
             body = result.copy_body()
             ctrl.stats.get(h.topic, (result.queue_offsets and len(result.queue_offsets)) or 0)
         else:
@@ -178,12 +191,39 @@ class PullProcessor:
                 return request.response(code), Park(
                     h.topic, h.queue_id, h.queue_offset, timeout_ms / 1000.0, sub
                 )
+        suggest = suggest_broker_id(ctrl, sgc, lag)
+        if code == ResponseCode.PULL_OFFSET_MOVED and ctrl.is_slave:
+            # 4.x without offsetCheckInSlave: a slave never moves a consumer's offset (it may
+            # just be behind its master); retry, at the group's broker
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+            suggest = sgc.broker_id
         ext = {
-            "suggestWhichBrokerId": "0",
+            "suggestWhichBrokerId": str(suggest),
             "nextBeginOffset": str(result.next_begin_offset),
             "minOffset": str(result.min_offset),
             "maxOffset": str(result.max_offset),
         }
-        if result.suggest_pulling_from_slave and status is _S.FOUND:
-            ext["suggestWhichBrokerId"] = str(sgc.which_broker_when_consume_slowly)
         return request.response(code, status.value, ext, body), None
+
+
+def _last_phys_offset(buffers: list[memoryview]) -> int:
+    """CommitLog offset of the last record pulled (its PHYSICALOFFSET field)."""
+    if not buffers:
+        return 0
+    return int(_PHYS_OFFSET.unpack_from(buffers[-1], _PHYS_OFFSET_AT)[0])
+
+
+def suggest_broker_id(ctrl: BrokerController, sgc: SubscriptionGroupConfig, lag: int) -> int:
+    """``suggestWhichBrokerId`` (RocketMQ 4.9 PullMessageProcessor + DefaultMessageStore):
+    without slaveReadEnable always the master; with it, the group's whichBrokerWhenConsumeSlowly
+    when the consumer is more than accessMessageInMemoryMaxRatio % of RAM behind the CommitLog's
+    end (a slave: 10 points less), else the group's brokerId (0: back to the master). A slave
+    without slaveReadEnable still serves the pull (4.x overwrites its PULL_RETRY_IMMEDIATELY with
+    the store status' code), so consumers read there when the master is gone."""
+    bcfg = ctrl.bcfg
+    if not bcfg.slave_read_enable:
+        return MASTER_ID
+    ratio = bcfg.access_message_in_memory_max_ratio - (SLAVE_RATIO_DISCOUNT if ctrl.is_slave else 0)
+    if lag > TOTAL_MEMORY_BYTES * (ratio / 100.0):
+        return sgc.which_broker_when_consume_slowly
+    return sgc.broker_id

@@ -52,7 +52,7 @@ async def test_commit_rollback_and_check_back(tmp_path: Path) -> None:
         # invisible until committed
         assert (await c.pull("TxTopic")).code == ResponseCode.PULL_NOT_FOUND
         ok(await c.call(RequestCode.END_TRANSACTION, _end(half, 8)))
-        got = ok(await c.pull("TxTopic"))
+        got = ok(await c.pull("TxTopic", suspend_ms=3000))  # waits for the dispatch of the commit
         (msg,) = messages(got)
         assert msg.body == b"committed" and msg.topic == "TxTopic"
         # a second half is left open: the broker asks the producer about it
