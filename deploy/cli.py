@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action="version", version=f"rmq-cluster {_version()} (RocketMQ 4.9.7 protocol)"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from deploy.commands import add_commands as add_cluster_commands
+
+    add_cluster_commands(sub)
     from cluster.client.cli import add_commands
 
     add_commands(sub)

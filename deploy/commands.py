@@ -1,0 +1,512 @@
+"""``rmq-cluster up | down | status | nodes | kill | pause | resume | restart | promote | logs |
+render | demo``: the cluster-in-a-box commands.
+
+``deploy/cli.py`` only wires these into its parser (``add_commands``); every parser gets
+``func(args) -> exit code``. Every command takes ``--dir`` (default ``./.rmq-cluster/<name>``),
+``--name`` (default ``default``) and ``--json``; an error is one line on stderr and exit status 1
+(``up`` adds the failed node's log tail below that line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from cluster.logging import configure_logging
+from deploy import supervisor
+from deploy.supervisor import ClusterState, SupervisorError
+from deploy.topology import BUILTIN_PROFILES, ProfileError, build_topology, resolve_profile
+
+PROG = "rmq-cluster"
+DEFAULT_LOG_LINES = 20
+#: ``--foreground``: how often the attached supervisor looks for nodes that died.
+FOREGROUND_CHECK_INTERVAL_S = 1.0
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.stderr.flush()
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def _say(line: str) -> None:
+    """A progress line; a closed stdout (``| head``) must not abort what is being done."""
+    with contextlib.suppress(BrokenPipeError):
+        print(line, flush=True)
+
+
+def _dir(args: argparse.Namespace) -> Path:
+    if args.dir:
+        return Path(args.dir)
+    return supervisor.default_dir(args.name)
+
+
+def _state(args: argparse.Namespace) -> ClusterState:
+    return supervisor.load_state(_dir(args).resolve())
+
+
+def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        # the client and probes log connection chatter at debug/info: keep the terminal for
+        # what the command says (RMQ_CLUSTER_LOG_LEVEL=debug to see it)
+        configure_logging(os.environ.get("RMQ_CLUSTER_LOG_LEVEL", "warning"))
+        try:
+            return fn(args)
+        except (SupervisorError, ProfileError) as exc:
+            _err(str(exc))
+            return 1
+        except KeyboardInterrupt:
+            return 130
+        except BrokenPipeError:
+            # stdout closed by the reader (``| head``): the work is done, say nothing more
+            with contextlib.suppress(OSError):
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - interpreter exit flushes it
+            return 0
+
+    return run
+
+
+# =========================================================================== tables
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def format_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
+    header = [title for _key, title in columns]
+    body = [[_cell(r.get(key)) for key, _title in columns] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=False)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+             for line in [header, *body]]
+    return "\n".join(lines)
+
+
+NODE_COLUMNS = [
+    ("name", "NAME"),
+    ("kind", "KIND"),
+    ("group", "GROUP"),
+    ("role", "ROLE"),
+    ("broker_id", "ID"),
+    ("addr", "ADDR"),
+    ("pid", "PID"),
+    ("state", "STATE"),
+]
+STATUS_COLUMNS = [*NODE_COLUMNS, ("commitlog_max_offset", "MAXOFFSET"), ("diff_bytes", "DIFF")]
+
+
+def _node_rows(state: ClusterState) -> list[dict[str, Any]]:
+    rows = []
+    for rec in state.records():
+        st = rec.state()
+        rows.append(
+            {
+                "name": rec.name,
+                "kind": rec.spec.kind,
+                "group": rec.spec.group,
+                "role": rec.spec.role,
+                "broker_id": rec.spec.broker_id,
+                "addr": rec.spec.addr,
+                "pid": rec.pid if st != "dead" else None,
+                "alive": st != "dead",
+                "state": st,
+                "log": rec.log,
+            }
+        )
+    return rows
+
+
+# =========================================================================== up / down
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    spec = resolve_profile(args.profile, groups=args.groups)
+    directory = _dir(args)
+    say = (lambda line: None) if args.json else _say
+    result = supervisor.up(
+        spec,
+        directory=directory,
+        name=args.name,
+        base_port=args.base_port,
+        timeout=args.timeout,
+        progress=say,
+    )
+    state = result.state
+    rows = _node_rows(state)
+    if args.json:
+        _print_json(
+            {
+                "name": state.name,
+                "profile": state.profile,
+                "dir": str(state.dir),
+                "namesrv_addr": state.topology.namesrv_addr,
+                "already_running": result.already_running,
+                "ready_s": round(result.ready_s, 3),
+                "nodes": rows,
+            }
+        )
+    else:
+        if result.already_running:
+            alive = sum(1 for r in rows if r["alive"])
+            dead = [r["name"] for r in rows if not r["alive"]]
+            note = f"; not running: {', '.join(dead)} (rmq-cluster restart NODE)" if dead else ""
+            print(
+                f"cluster {state.name} ({state.profile}) is already running in {state.dir}: "
+                f"{alive}/{len(rows)} nodes alive{note}; nothing to do"
+            )
+        else:
+            print(
+                f"cluster {state.name} ({state.profile}) ready in {result.ready_s:.2f} s; "
+                f"data in {state.dir}"
+            )
+        print(format_table(rows, NODE_COLUMNS))
+        print(f"NAMESRV_ADDR={state.topology.namesrv_addr}")
+    if args.foreground:
+        return _foreground(state, quiet=args.json)
+    return 0
+
+
+def _foreground(state: ClusterState, *, quiet: bool) -> int:
+    """Stay attached until Ctrl-C/SIGTERM, then stop every node. Restarts nothing."""
+
+    async def watch() -> None:
+        reported: set[str] = set()
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            if not quiet:
+                print("attached: Ctrl-C stops the cluster", flush=True)
+            while True:
+                with trio.move_on_after(FOREGROUND_CHECK_INTERVAL_S):
+                    async for signum in signals:
+                        if not quiet:
+                            print(f"{signal.Signals(signum).name}: stopping", flush=True)
+                        return
+                for rec in state.records():
+                    if rec.name not in reported and not rec.alive:
+                        reported.add(rec.name)
+                        if not quiet:
+                            print(f"node {rec.name} is not running (not restarted)", flush=True)
+
+    try:
+        trio.run(watch)
+    finally:
+        result = supervisor.down(state)
+        if not quiet:
+            print(f"stopped {', '.join(result['stopped']) or 'nothing'}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    directory = _dir(args).resolve()
+    if not (directory / supervisor.STATE_FILE).exists():
+        if args.purge and directory.exists():
+            raise SupervisorError(
+                f"refusing to purge {directory}: no {supervisor.STATE_FILE} in it"
+            )
+        raise SupervisorError(f"no cluster in {directory}")
+    with supervisor.locked(directory):
+        state = supervisor.load_state(directory)
+        result = supervisor.down(state, purge=args.purge)
+    if args.json:
+        _print_json(result)
+    else:
+        stopped = ", ".join(result["stopped"]) or "nothing was running"
+        print(f"cluster {state.name}: stopped {stopped}")
+        if result["killed"]:
+            print(f"needed SIGKILL: {', '.join(result['killed'])}")
+        if result["strays"]:
+            print(f"also stopped pids {result['strays']} running this cluster's nodes "
+                  "(not in its state file)")
+        if result["purged"]:
+            print(f"deleted {directory}")
+    return 0
+
+
+# =========================================================================== status
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state = _state(args)
+    report = supervisor.status(state)
+    if args.json:
+        _print_json(report)
+        return 0
+    nodes = report["nodes"]
+    alive = sum(1 for n in nodes if n["alive"])
+    print(
+        f"cluster {report['name']} ({report['profile']}): {alive}/{len(nodes)} nodes alive; "
+        f"NAMESRV_ADDR={report['namesrv_addr']}"
+    )
+    print(format_table(nodes, STATUS_COLUMNS))
+    return 0
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    state = _state(args)
+    if args.json:
+        _print_json([r.name for r in state.records()])
+    else:
+        for rec in state.records():
+            print(rec.name)
+    return 0
+
+
+# =========================================================================== one node
+
+
+def _signal_node(args: argparse.Namespace, signum: int, verb: str) -> int:
+    state = _state(args)
+    rec = state.node(args.node)
+    if not rec.signal(signum):
+        raise SupervisorError(f"{rec.name} is not running")
+    if args.json:
+        _print_json({"node": rec.name, "pid": rec.pid, "signal": signal.Signals(signum).name})
+    else:
+        print(f"{verb} {rec.name} (pid {rec.pid}, {signal.Signals(signum).name})")
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    signum = signal.SIGKILL if args.signal == "KILL" else signal.SIGTERM
+    if not args.wait:
+        return _signal_node(args, signum, "killed")
+    state = _state(args)
+    rec = state.node(args.node)
+    pid = rec.pid
+    if not rec.signal(signum):
+        raise SupervisorError(f"{rec.name} is not running")
+    if signum == signal.SIGTERM:
+        rec.signal(signal.SIGCONT)
+    deadline = time.monotonic() + supervisor.STOP_TIMEOUT_S
+    while rec.alive and time.monotonic() < deadline:
+        time.sleep(supervisor.EXIT_POLL_INTERVAL_S)
+    if rec.alive:
+        raise SupervisorError(f"{rec.name} (pid {pid}) is still running after {args.signal}")
+    if args.json:
+        _print_json({"node": rec.name, "pid": pid, "signal": args.signal, "alive": False})
+    else:
+        print(f"killed {rec.name} (pid {pid}, SIG{args.signal}); it is gone")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    return _signal_node(args, signal.SIGSTOP, "paused")
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    return _signal_node(args, signal.SIGCONT, "resumed")
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    state = _state(args)
+    with supervisor.locked(state.dir):
+        state = supervisor.load_state(state.dir)
+        rec = state.node(args.node)
+        took = supervisor.restart_node(state, rec, timeout=args.timeout)
+    if args.json:
+        _print_json({"node": rec.name, "pid": rec.pid, "ready_s": round(took, 3)})
+    else:
+        print(f"restarted {rec.name} (pid {rec.pid}), ready in {took:.2f} s")
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    state = _state(args)
+    with supervisor.locked(state.dir):
+        state = supervisor.load_state(state.dir)
+        rec = state.node(args.node)
+        took = supervisor.promote_node(state, rec)
+    if args.json:
+        _print_json({"node": rec.name, "role": rec.spec.role, "broker_id": rec.spec.broker_id,
+                     "ready_s": round(took, 3)})
+    else:
+        print(f"promoted {rec.name} to {rec.spec.role} (brokerId 0), ready in {took:.2f} s")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    state = _state(args)
+    rec = state.node(args.node)
+    for line in supervisor.log_tail(rec.log, args.lines):
+        print(line)
+    sys.stdout.flush()
+    if not args.follow:
+        return 0
+    try:
+        with open(rec.log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            while True:
+                chunk = f.read()
+                if chunk:
+                    sys.stdout.write(chunk.decode("utf-8", "replace"))
+                    sys.stdout.flush()
+                else:
+                    time.sleep(supervisor.FOLLOW_POLL_INTERVAL_S)
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        raise SupervisorError(f"cannot read {rec.log}: {exc.strerror}") from exc
+
+
+# =========================================================================== render / demo
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from deploy import render
+
+    spec = resolve_profile(args.profile, groups=args.groups)
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
+    topo = build_topology(
+        spec, base_port=args.base_port if args.base_port is not None else 9876, hosts=hosts
+    )
+    files = render.host_files(topo, data_root=args.data_root)
+    out = Path(args.out)
+    written = []
+    for rel, text in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if path.name.endswith(".sh"):
+            path.chmod(0o755)
+        written.append(str(path))
+    if args.json:
+        _print_json({"profile": spec.name, "namesrv_addr": topo.namesrv_addr,
+                     "nodes": [n.to_json() for n in topo.nodes], "files": written})
+    else:
+        for host in dict.fromkeys(n.host for n in topo.nodes):
+            names = ", ".join(n.name for n in topo.nodes if n.host == host)
+            print(f"{host}: {names} -> {out / host}/start.sh")
+        print(f"NAMESRV_ADDR={topo.namesrv_addr}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from deploy import demo
+
+    state = _state(args)
+    down_nodes = [r.name for r in state.records() if not r.alive]
+    if down_nodes and len(down_nodes) == len(state.nodes):
+        raise SupervisorError(f"cluster {state.name} is not running (rmq-cluster up first)")
+    report = demo.run_demo(
+        state.topology.namesrv_addr, count=args.count, topic=args.topic,
+        say=None if args.json else (lambda line: print(line, flush=True)),
+    )
+    if args.json:
+        _print_json(report)
+    if not report["ok"]:
+        _err(report["error"] or "demo failed")
+        return 1
+    return 0
+
+
+# =========================================================================== wiring
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", help="cluster directory (default ./.rmq-cluster/<name>)")
+    p.add_argument("--name", default=supervisor.DEFAULT_NAME, help="cluster name (default default)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _node_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("node", help="node name (rmq-cluster nodes lists them)")
+
+
+def add_commands(sub: Any) -> None:
+    """Add the cluster commands to ``sub`` (argparse subparsers)."""
+    profiles = ", ".join(BUILTIN_PROFILES)
+
+    p = sub.add_parser("up", help="start a cluster and wait until it is ready",
+                       description=f"Profiles: {profiles}, or a .toml profile file.")
+    p.add_argument("profile", help=f"{profiles} or a .toml file")
+    _common(p)
+    p.add_argument("--base-port", type=int, default=None,
+                   help="shift the port plan (NameServers at P, P+1; brokers at P+1035, +10 ...)")
+    p.add_argument("--groups", type=int, default=None, help="broker groups (DLedger groups)")
+    p.add_argument("--foreground", action="store_true",
+                   help="stay attached; Ctrl-C or SIGTERM stops every node")
+    p.add_argument("--timeout", type=float, default=supervisor.READY_TIMEOUT_S,
+                   help="seconds to wait for readiness")
+    p.set_defaults(func=_guarded(cmd_up))
+
+    p = sub.add_parser("down", help="stop every node (--purge: and delete the data)")
+    _common(p)
+    p.add_argument("--purge", action="store_true", help="delete the cluster directory")
+    p.set_defaults(func=_guarded(cmd_down))
+
+    p = sub.add_parser("status", help="nodes, pids, liveness, roles and CommitLog offsets")
+    _common(p)
+    p.set_defaults(func=_guarded(cmd_status))
+
+    p = sub.add_parser("nodes", help="list node names")
+    _common(p)
+    p.set_defaults(func=_guarded(cmd_nodes))
+
+    p = sub.add_parser("kill", help="signal a node (default SIGKILL)")
+    _node_arg(p)
+    _common(p)
+    p.add_argument("--signal", choices=("KILL", "TERM"), default="KILL")
+    p.add_argument("--wait", action="store_true", help="wait until the process is gone")
+    p.set_defaults(func=_guarded(cmd_kill))
+
+    p = sub.add_parser("pause", help="SIGSTOP a node")
+    _node_arg(p)
+    _common(p)
+    p.set_defaults(func=_guarded(cmd_pause))
+
+    p = sub.add_parser("resume", help="SIGCONT a paused node")
+    _node_arg(p)
+    _common(p)
+    p.set_defaults(func=_guarded(cmd_resume))
+
+    p = sub.add_parser("restart", help="stop a node if it runs, start it, wait until ready")
+    _node_arg(p)
+    _common(p)
+    p.add_argument("--timeout", type=float, default=supervisor.READY_TIMEOUT_S)
+    p.set_defaults(func=_guarded(cmd_restart))
+
+    p = sub.add_parser("promote", help="make a slave its group's master (4.x manual switch)")
+    _node_arg(p)
+    _common(p)
+    p.set_defaults(func=_guarded(cmd_promote))
+
+    p = sub.add_parser("logs", help="a node's log")
+    _node_arg(p)
+    _common(p)
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("-n", "--lines", type=int, default=DEFAULT_LOG_LINES)
+    p.set_defaults(func=_guarded(cmd_logs))
+
+    p = sub.add_parser("render", help="per-host configs and start scripts for a deployment")
+    p.add_argument("profile", help=f"{profiles} or a .toml file")
+    p.add_argument("--hosts", help="h1,h2,...: nodes are spread over these (brokerIP1 = host)")
+    p.add_argument("--out", required=True, help="output directory (one subdirectory per host)")
+    p.add_argument("--base-port", type=int, default=None)
+    p.add_argument("--groups", type=int, default=None)
+    p.add_argument("--data-root", default="data",
+                   help="each node's data parent directory (relative: under the host directory)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_guarded(cmd_render))
+
+    p = sub.add_parser("demo", help="send a few messages to the running cluster and read them back")
+    _common(p)
+    p.add_argument("--count", type=int, default=5)
+    p.add_argument("--topic", default="RmqClusterDemo")
+    p.set_defaults(func=_guarded(cmd_demo))

@@ -1,0 +1,961 @@
+"""The shell that runs a cluster: processes, pid files, ``cluster.json``, readiness over the wire.
+
+A cluster directory (default ``./.rmq-cluster/<name>``) holds::
+
+    cluster.json            topology, ports, per node: conf, log, command, pid, start time
+    conf/<node>.properties  RocketMQ properties (deploy.render)
+    store/<node>/           a broker's store root / a NameServer's kvConfig.json
+    logs/<node>.log         the node's stdout and stderr
+    run/<node>.pid          the node's pid
+
+Every node runs in a session of its own (a Ctrl-C in the shell that ran ``up`` does not reach
+it). A pid is signalled only when it is still the process we started: ``/proc/<pid>/stat``'s
+start time equals the one recorded at spawn and its command line names the node's conf file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import trio
+
+from cluster.protocol.route import ClusterInfo, KVTable, TopicRouteData
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.net import RemotingClient, open_remoting_client
+from deploy import capabilities, render
+from deploy.topology import (
+    KIND_BROKER,
+    KIND_NAMESRV,
+    MODE_HA,
+    ROLE_ASYNC_MASTER,
+    ROLE_DLEDGER,
+    ROLE_SLAVE,
+    ROLE_SYNC_MASTER,
+    NodeSpec,
+    ProfileSpec,
+    Topology,
+    build_topology,
+    plan_span,
+)
+
+STATE_FILE: Final = "cluster.json"
+#: Held (flock) by a command that changes the cluster: up, down, restart, promote.
+LOCK_FILE: Final = ".lock"
+STATE_VERSION: Final = 1
+DEFAULT_ROOT: Final = ".rmq-cluster"
+DEFAULT_NAME: Final = "default"
+#: ``up``/``restart``: every node must be ready within this.
+READY_TIMEOUT_S: Final = 30.0
+#: Readiness probes are repeated this often until the deadline.
+READY_POLL_INTERVAL_S: Final = 0.05
+#: One readiness or status call may take this long.
+PROBE_TIMEOUT_S: Final = 1.0
+#: ``down``/``restart``: SIGTERM, then SIGKILL after this.
+STOP_TIMEOUT_S: Final = 10.0
+KILL_WAIT_S: Final = 5.0
+EXIT_POLL_INTERVAL_S: Final = 0.02
+LOG_TAIL_LINES: Final = 20
+FOLLOW_POLL_INTERVAL_S: Final = 0.2
+#: ``mqnamesrv``/``mqbroker`` (and ours) print this once serving and registered.
+BOOT_MARKER: Final = b"boot success"
+
+
+class SupervisorError(Exception):
+    """A one-line reason a command failed (printed on stderr, exit status 1)."""
+
+
+def default_dir(name: str = DEFAULT_NAME) -> Path:
+    return Path(DEFAULT_ROOT) / name
+
+
+# =========================================================================== processes
+
+
+def _read_stat(pid: int) -> tuple[str, int] | None:
+    """``(state letter, start time in clock ticks)`` of ``pid``, None when there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    # comm may hold spaces and parentheses: the fields after it start after the last ')'
+    rest = raw[raw.rfind(")") + 2 :].split()
+    try:
+        return rest[0], int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def memory_bytes(pid: int) -> dict[str, int]:
+    """VmRSS and its RssAnon / RssFile parts of ``pid`` from /proc/<pid>/status (bytes)."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                    out[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
+def rss_bytes(pid: int) -> int | None:
+    """VmRSS of ``pid`` from /proc/<pid>/status."""
+    return memory_bytes(pid).get("VmRSS")
+
+
+def _reap(pid: int) -> None:
+    """Collect ``pid``'s exit status if it is our child (a no-op otherwise)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+# =========================================================================== state
+
+
+@attrs.define
+class NodeRecord:
+    spec: NodeSpec
+    conf: str
+    log: str
+    pid_file: str
+    cmd: list[str]
+    pid: int | None = None
+    #: /proc/<pid>/stat start time (clock ticks since boot) recorded at spawn.
+    start_time: int | None = None
+    #: Size of the log when this process was started (its own output follows).
+    log_offset: int = 0
+
+    def booted(self) -> bool:
+        """The process printed RocketMQ's boot line (``... boot success ...``) since spawn."""
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self.log_offset)
+                return BOOT_MARKER in f.read()
+        except OSError:
+            return False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def is_ours(self) -> bool:
+        """``pid`` is still the process we started (not a reused pid)."""
+        if self.pid is None:
+            return False
+        stat = _read_stat(self.pid)
+        if stat is None:
+            return False
+        if self.start_time is not None and stat[1] != self.start_time:
+            return False
+        cmdline = _cmdline(self.pid)
+        if not cmdline and self.start_time is not None:
+            # exec is still setting up the new image (Popen returns once the close-on-exec
+            # pipe closes, a moment before the argument pages are in place): the start time
+            # already proves it is the process we spawned
+            return True
+        return self.conf in cmdline
+
+    def state(self) -> str:
+        """``running``, ``paused`` (SIGSTOP) or ``dead`` (gone, a zombie, or not ours)."""
+        if self.pid is None:
+            return "dead"
+        _reap(self.pid)
+        stat = _read_stat(self.pid)
+        if stat is None or stat[0] in ("Z", "X", "x") or not self.is_ours():
+            return "dead"
+        if stat[0] in ("T", "t"):
+            return "paused"
+        return "running"
+
+    @property
+    def alive(self) -> bool:
+        return self.state() != "dead"
+
+    def signal(self, signum: int) -> bool:
+        """Send ``signum`` if the process is still ours and not a zombie; True when sent."""
+        if self.pid is None or not self.alive:
+            return False
+        try:
+            os.kill(self.pid, signum)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.spec.name,
+            "conf": self.conf,
+            "log": self.log,
+            "pid_file": self.pid_file,
+            "cmd": self.cmd,
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "log_offset": self.log_offset,
+        }
+
+
+@attrs.define
+class ClusterState:
+    name: str
+    dir: Path
+    topology: Topology
+    nodes: dict[str, NodeRecord]
+    created_ms: int = attrs.field(factory=lambda: int(time.time() * 1000))
+
+    @property
+    def profile(self) -> str:
+        return self.topology.profile
+
+    @property
+    def path(self) -> Path:
+        return self.dir / STATE_FILE
+
+    def node(self, name: str) -> NodeRecord:
+        rec = self.nodes.get(name)
+        if rec is None:
+            known = ", ".join(self.nodes)
+            raise SupervisorError(f"no node {name!r} in cluster {self.name} (nodes: {known})")
+        return rec
+
+    def records(self, kind: str | None = None) -> list[NodeRecord]:
+        return [r for r in self.nodes.values() if kind is None or r.spec.kind == kind]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "name": self.name,
+            "dir": str(self.dir),
+            "created_ms": self.created_ms,
+            "profile": self.profile,
+            "namesrv_addr": self.topology.namesrv_addr,
+            "topology": self.topology.to_json(),
+            "nodes": [r.to_json() for r in self.nodes.values()],
+        }
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        os.replace(tmp, self.path)
+
+    @classmethod
+    def load(cls, directory: Path) -> ClusterState:
+        path = directory / STATE_FILE
+        try:
+            obj = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise SupervisorError(
+                f"no cluster in {directory} (no {STATE_FILE}); start one with rmq-cluster up"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise SupervisorError(f"cannot read {path}: {exc}") from exc
+        try:
+            topo = Topology.from_json(obj["topology"])
+            specs = {n.name: n for n in topo.nodes}
+            nodes = {}
+            for n in obj["nodes"]:
+                nodes[n["name"]] = NodeRecord(
+                    spec=specs[n["name"]],
+                    conf=n["conf"],
+                    log=n["log"],
+                    pid_file=n["pid_file"],
+                    cmd=list(n["cmd"]),
+                    pid=n.get("pid"),
+                    start_time=n.get("start_time"),
+                    log_offset=int(n.get("log_offset", 0)),
+                )
+            return cls(
+                name=obj["name"],
+                dir=directory,
+                topology=topo,
+                nodes=nodes,
+                created_ms=int(obj.get("created_ms", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SupervisorError(f"{path} is not a cluster state file: {exc!r}") from exc
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """Hold the cluster directory's lock, or fail at once naming it (two ``up``s racing on one
+    directory would each spawn nodes and overwrite the other's pids)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SupervisorError(
+                f"another rmq-cluster command is changing the cluster in {directory}; "
+                "try again when it is done"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def load_state(directory: Path) -> ClusterState:
+    return ClusterState.load(directory)
+
+
+def new_state(name: str, directory: Path, topo: Topology, python: str) -> ClusterState:
+    directory = directory.resolve()
+    nodes = {}
+    for spec in topo.nodes:
+        conf = str(directory / "conf" / f"{spec.name}.properties")
+        nodes[spec.name] = NodeRecord(
+            spec=spec,
+            conf=conf,
+            log=str(directory / "logs" / f"{spec.name}.log"),
+            pid_file=str(directory / "run" / f"{spec.name}.pid"),
+            cmd=render.python_command(spec, topo, conf, python),
+        )
+    return ClusterState(name=name, dir=directory, topology=topo, nodes=nodes)
+
+
+def write_files(state: ClusterState) -> None:
+    d = state.dir
+    for sub in ("conf", "logs", "run", "store"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    for spec in state.topology.nodes:
+        (d / "store" / spec.name).mkdir(parents=True, exist_ok=True)
+    for rel, text in render.local_files(state.topology, str(d)).items():
+        path = d / rel
+        path.write_text(text)
+    state.save()
+
+
+# =========================================================================== ports
+
+
+def busy_ports(topo: Topology, host: str = "127.0.0.1") -> list[tuple[int, str]]:
+    """``(port, "node portName")`` of every planned port something else is bound to."""
+    busy = []
+    for port, what in topo.ports():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # the nodes set SO_REUSEADDR too: a port in TIME_WAIT is not busy for them
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError as exc:
+                if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                    busy.append((port, what))
+                else:
+                    raise
+    return busy
+
+
+def check_ports(topo: Topology) -> None:
+    busy = busy_ports(topo)
+    if busy:
+        port, what = busy[0]
+        more = f" (and {len(busy) - 1} more)" if len(busy) > 1 else ""
+        raise SupervisorError(
+            f"port {port} ({what}) is already in use{more}; "
+            "stop what holds it or pick another --base-port"
+        )
+
+
+#: Where test clusters are planned when the kernel's ephemeral range cannot be read.
+TEST_PORT_LOW: Final = 11000
+TEST_PORT_HIGH: Final = 32000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_base_port(
+    spec: ProfileSpec, *, low: int = TEST_PORT_LOW, high: int = TEST_PORT_HIGH
+) -> int:
+    """A random base port whose whole plan is free right now and lies outside the kernel's
+    ephemeral port range (so an outgoing connection cannot take a planned port before the
+    node binds it). For tests and benchmarks."""
+    import random
+
+    span = plan_span(spec)
+    eph_lo, eph_hi = _ephemeral_range()
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(low, high - span)
+        if base <= eph_hi and base + span >= eph_lo:
+            continue
+        topo = build_topology(spec, base_port=base)
+        if not busy_ports(topo):
+            return base
+    raise SupervisorError("no free port range found for a test cluster")
+
+
+# =========================================================================== spawning
+
+
+def _child_env() -> dict[str, str]:
+    """The environment of a node: this checkout importable first, unbuffered output."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ)
+    parts = [root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+#: Popen objects of nodes this process started (kept so they are reaped, never collected early).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def spawn(state: ClusterState, rec: NodeRecord) -> None:
+    """Start ``rec``'s process in its own session, output appended to its log; record its pid."""
+    Path(rec.log).parent.mkdir(parents=True, exist_ok=True)
+    with open(rec.log, "ab") as log:
+        rec.log_offset = log.tell()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        banner = f"--- rmq-cluster: starting {rec.name} at {stamp}: {' '.join(rec.cmd)}\n"
+        log.write(banner.encode())
+        log.flush()
+        proc = subprocess.Popen(
+            rec.cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(state.dir),
+            env=_child_env(),
+            start_new_session=True,
+            close_fds=True,
+        )
+    _CHILDREN[proc.pid] = proc
+    rec.pid = proc.pid
+    stat = _read_stat(proc.pid)
+    rec.start_time = stat[1] if stat else None
+    Path(rec.pid_file).parent.mkdir(parents=True, exist_ok=True)
+    Path(rec.pid_file).write_text(f"{proc.pid}\n")
+    state.save()
+
+
+def _forget(state: ClusterState, rec: NodeRecord) -> None:
+    if rec.pid is not None:
+        proc = _CHILDREN.pop(rec.pid, None)
+        if proc is not None:
+            proc.poll()
+    rec.pid = None
+    rec.start_time = None
+    with contextlib.suppress(FileNotFoundError):
+        Path(rec.pid_file).unlink()
+
+
+def stop_nodes(
+    state: ClusterState,
+    records: Iterable[NodeRecord],
+    *,
+    timeout: float = STOP_TIMEOUT_S,
+    signum: int = signal.SIGTERM,
+) -> list[str]:
+    """SIGTERM (and SIGCONT, for paused ones) ``records``, SIGKILL what is left after
+    ``timeout``; forget their pids. Returns the names that needed SIGKILL."""
+    records = list(records)
+    for rec in records:
+        if rec.signal(signum):
+            rec.signal(signal.SIGCONT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(r.alive for r in records):
+        time.sleep(EXIT_POLL_INTERVAL_S)
+    killed = []
+    for rec in records:
+        if rec.signal(signal.SIGKILL):
+            killed.append(rec.name)
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline and any(r.alive for r in records):
+        time.sleep(EXIT_POLL_INTERVAL_S)
+    for rec in records:
+        if not rec.alive:
+            _forget(state, rec)
+    state.save()
+    return killed
+
+
+def stray_pids(state: ClusterState) -> list[int]:
+    """Live processes running one of this cluster's conf files whose pid the state does not
+    hold (an ``up`` killed between spawning a node and saving its pid, say)."""
+    confs = {r.conf for r in state.records()}
+    known = {r.pid for r in state.records() if r.pid is not None}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in known or int(entry) == os.getpid():
+            continue
+        args = _cmdline(int(entry))
+        stat = _read_stat(int(entry))
+        if args and confs.intersection(args) and stat is not None and stat[0] not in "ZXx":
+            found.append(int(entry))
+    return found
+
+
+def stop_strays(state: ClusterState, *, timeout: float = STOP_TIMEOUT_S) -> list[int]:
+    """SIGTERM, then SIGKILL after ``timeout``, every stray of this cluster; their pids."""
+    strays = stray_pids(state)
+    for pid in strays:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + timeout
+    while strays and time.monotonic() < deadline and stray_pids(state):
+        time.sleep(EXIT_POLL_INTERVAL_S)
+    for pid in stray_pids(state):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return strays
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
+
+
+# =========================================================================== readiness
+
+
+class NodeFailed(Exception):
+    def __init__(self, node: str, reason: str) -> None:
+        super().__init__(f"{node}: {reason}")
+        self.node = node
+        self.reason = reason
+
+
+async def _call(
+    client: RemotingClient, addr: str, code: int, ext: dict[str, str] | None = None
+) -> RemotingCommand | None:
+    try:
+        return await client.invoke(addr, RemotingCommand.request(code, ext or {}), PROBE_TIMEOUT_S)
+    except Exception:  # not listening yet, reset, timeout: all mean "not ready"
+        return None
+
+
+async def namesrv_ready(client: RemotingClient, rec: NodeRecord) -> bool:
+    resp = await _call(client, rec.spec.addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+    return resp is not None and resp.code == ResponseCode.SUCCESS
+
+
+async def broker_registered(client: RemotingClient, topo: Topology, spec: NodeSpec) -> bool:
+    """The broker answers, every NameServer lists it in its cluster and routes its brokerName
+    topic to it (a restarted broker answering means it registered again at boot)."""
+    group = spec.group or spec.name
+    own = await _call(client, spec.addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+    if own is None or own.code != ResponseCode.SUCCESS:
+        return False
+    for ns in topo.namesrvs:
+        resp = await _call(client, ns.addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+        if resp is None or resp.code != ResponseCode.SUCCESS:
+            return False
+        info = ClusterInfo.decode(resp.body)
+        data = info.broker_addr_table.get(group)
+        if data is None or spec.addr not in data.broker_addrs.values():
+            return False
+        route = await _call(client, ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": group})
+        if route is None or route.code != ResponseCode.SUCCESS:
+            return False
+        routed = TopicRouteData.decode(route.body)
+        if not any(spec.addr in b.broker_addrs.values() for b in routed.broker_datas):
+            return False
+    if spec.role == ROLE_SLAVE:
+        # a slave is ready once its HA client is connected to the master (a SYNC_MASTER's
+        # sends wait for it); brokers that do not report HA state are not held back
+        kv = _kv(own)
+        if kv is not None and kv.get("haClientConnected", "true") != "true":
+            return False
+    return True
+
+
+def _kv(resp: RemotingCommand) -> dict[str, str] | None:
+    try:
+        return dict(KVTable.decode(resp.body).table)
+    except Exception:
+        return None
+
+
+async def wait_ready(
+    state: ClusterState, records: Sequence[NodeRecord], *, timeout: float = READY_TIMEOUT_S
+) -> None:
+    """Poll until every record is ready; raise NodeFailed naming the first one that died or
+    is still not ready at the deadline."""
+    pending = list(records)
+    # a DLedger group is ready when it has elected a leader (registered as brokerId 0)
+    leaderless = sorted(
+        {r.spec.group for r in records if r.spec.role == ROLE_DLEDGER and r.spec.group}
+    )
+    deadline = trio.current_time() + timeout
+    async with open_remoting_client(node="rmq-cluster") as client:
+        while pending or leaderless:
+            for rec in list(pending):
+                if not rec.alive:
+                    raise NodeFailed(rec.name, "exited during startup")
+                if not rec.booted():
+                    continue
+                if rec.spec.kind == KIND_NAMESRV:
+                    ok = await namesrv_ready(client, rec)
+                else:
+                    ok = await broker_registered(client, state.topology, rec.spec)
+                if ok:
+                    pending.remove(rec)
+            if not pending:
+                for group in list(leaderless):
+                    if await group_has_leader(client, state.topology, group):
+                        leaderless.remove(group)
+            if not pending and not leaderless:
+                return
+            if trio.current_time() >= deadline:
+                if pending:
+                    rec = pending[0]
+                    what = (
+                        "answer" if rec.spec.kind == KIND_NAMESRV else "register and be routable"
+                    )
+                    raise NodeFailed(rec.name, f"did not {what} within {timeout:g} s")
+                first = state.topology.group_members(leaderless[0])[0].name
+                raise NodeFailed(
+                    first, f"group {leaderless[0]} elected no leader within {timeout:g} s"
+                )
+            await trio.sleep(READY_POLL_INTERVAL_S)
+
+
+async def group_has_leader(client: RemotingClient, topo: Topology, group: str) -> bool:
+    """Every NameServer lists a master (brokerId 0) for ``group``."""
+    for ns in topo.namesrvs:
+        resp = await _call(client, ns.addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+        if resp is None or resp.code != ResponseCode.SUCCESS:
+            return False
+        data = ClusterInfo.decode(resp.body).broker_addr_table.get(group)
+        if data is None or 0 not in data.broker_addrs:
+            return False
+    return True
+
+
+# =========================================================================== status
+
+
+async def _runtime_info(client: RemotingClient, addr: str) -> dict[str, str] | None:
+    resp = await _call(client, addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+    if resp is None or resp.code != ResponseCode.SUCCESS:
+        return None
+    return _kv(resp)
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+async def gather_status(state: ClusterState) -> dict[str, Any]:
+    """The ``status --json`` object (one call per running broker, concurrently)."""
+    topo = state.topology
+    states = {r.name: r.state() for r in state.records()}
+    infos: dict[str, dict[str, str] | None] = {}
+
+    async def one(client: RemotingClient, rec: NodeRecord) -> None:
+        infos[rec.name] = await _runtime_info(client, rec.spec.addr)
+
+    async with open_remoting_client(node="rmq-cluster-status") as client, trio.open_nursery() as n:
+        for rec in state.records(KIND_BROKER):
+            if states[rec.name] == "running":
+                n.start_soon(one, client, rec)
+
+    nodes = []
+    for rec in state.records():
+        spec = rec.spec
+        alive = states[rec.name] != "dead"
+        info = infos.get(rec.name)
+        node: dict[str, Any] = {
+            "name": spec.name,
+            "kind": spec.kind,
+            "group": spec.group,
+            "role": spec.role,
+            "broker_id": spec.broker_id,
+            "addr": spec.addr,
+            "pid": rec.pid if alive else None,
+            "alive": alive,
+            "state": states[rec.name],
+            "rss_bytes": rss_bytes(rec.pid) if alive and rec.pid else None,
+        }
+        if spec.kind == KIND_BROKER:
+            max_offset = _int_or_none((info or {}).get("commitLogMaxOffset"))
+            node["commitlog_max_offset"] = max_offset
+            if spec.role == ROLE_SLAVE:
+                master = topo.master_of(spec)
+                master_info = infos.get(master.name) if master else None
+                master_max = _int_or_none((master_info or {}).get("commitLogMaxOffset"))
+                node["ack_offset"] = max_offset
+                node["diff_bytes"] = (
+                    max(0, master_max - max_offset)
+                    if master_max is not None and max_offset is not None
+                    else None
+                )
+                connected = (info or {}).get("haClientConnected")
+                node["ha_connected"] = None if connected is None else connected == "true"
+                node["master_addr"] = (info or {}).get("haMasterAddress") or None
+            elif spec.role in (ROLE_ASYNC_MASTER, ROLE_SYNC_MASTER) and info is not None:
+                node["ha_slaves"] = _int_or_none(info.get("haConnectionCount"))
+                node["ha_in_sync_slaves"] = _int_or_none(info.get("haInSyncSlaveNums"))
+            if spec.role == ROLE_DLEDGER:
+                live_role = (info or {}).get("brokerRole") or (info or {}).get("dLegerRole")
+                node["role"] = live_role
+                node["term"] = _int_or_none((info or {}).get("dLegerTerm"))
+                node["leader"] = (info or {}).get("dLegerLeaderId")
+                node["commit_index"] = _int_or_none((info or {}).get("dLegerCommitIndex"))
+        nodes.append(node)
+    return {
+        "name": state.name,
+        "profile": state.profile,
+        "dir": str(state.dir),
+        "namesrv_addr": topo.namesrv_addr,
+        "nodes": nodes,
+    }
+
+
+def status(state: ClusterState) -> dict[str, Any]:
+    return trio.run(gather_status, state)
+
+
+# =========================================================================== up / down
+
+
+@attrs.frozen
+class UpResult:
+    state: ClusterState
+    already_running: bool
+    ready_s: float
+
+
+Printer = Callable[[str], None]
+
+
+def _fail_message(state: ClusterState, failed: NodeFailed) -> str:
+    rec = state.nodes.get(failed.node)
+    lines = [f"node {failed.node} failed: {failed.reason}"]
+    if rec is not None:
+        tail = log_tail(rec.log)
+        if tail:
+            lines.append(f"--- last {len(tail)} lines of {rec.log}:")
+            lines.extend(tail)
+    return "\n".join(lines)
+
+
+def up(
+    spec: ProfileSpec,
+    *,
+    directory: Path,
+    name: str,
+    base_port: int | None,
+    python: str | None = None,
+    timeout: float = READY_TIMEOUT_S,
+    progress: Printer | None = None,
+) -> UpResult:
+    """Start the cluster (or find it running); raise SupervisorError when it cannot be ready."""
+    why_not = capabilities.refusal(spec)
+    if why_not is not None:
+        raise SupervisorError(why_not)
+    directory = directory.resolve()
+    existed = directory.exists()
+    try:
+        with locked(directory):
+            return _up_locked(
+                spec, directory=directory, name=name, base_port=base_port, python=python,
+                timeout=timeout, say=progress or (lambda _line: None),
+            )
+    except BaseException:
+        if not existed and not (directory / STATE_FILE).exists():
+            # nothing was started or written (a busy port, say): leave no directory behind
+            shutil.rmtree(directory, ignore_errors=True)
+            if directory.parent.name == DEFAULT_ROOT:
+                with contextlib.suppress(OSError):
+                    directory.parent.rmdir()
+        raise
+
+
+def _up_locked(
+    spec: ProfileSpec,
+    *,
+    directory: Path,
+    name: str,
+    base_port: int | None,
+    python: str | None,
+    timeout: float,
+    say: Printer,
+) -> UpResult:
+    if (directory / STATE_FILE).exists():
+        state = load_state(directory)
+        if state.profile != spec.name:
+            raise SupervisorError(
+                f"{directory} holds cluster {state.name} with profile {state.profile}, "
+                f"not {spec.name}; use its profile, another --dir/--name, or down --purge it"
+            )
+        if base_port is not None and base_port != state.topology.base_port:
+            raise SupervisorError(
+                f"{directory} holds cluster {state.name} on base port "
+                f"{state.topology.base_port}, not {base_port}; down --purge it to move it"
+            )
+        alive = [r.name for r in state.records() if r.alive]
+        if alive:
+            return UpResult(state, already_running=True, ready_s=0.0)
+        # a stopped cluster starts again on its data with its own plan
+        state.name = name if name != DEFAULT_NAME else state.name
+    else:
+        topo = build_topology(spec, base_port=base_port if base_port is not None else 9876)
+        state = new_state(name, directory, topo, python or sys.executable)
+    check_ports(state.topology)
+    write_files(state)
+    started = time.monotonic()
+    try:
+        for batch in start_batches(state):
+            for rec in batch:
+                spawn(state, rec)
+            say(f"started {', '.join(r.name for r in batch)}; waiting until ready")
+            trio.run(_wait, state, batch, timeout)
+    except NodeFailed as failed:
+        message = _fail_message(state, failed)
+        stop_nodes(state, state.records(), timeout=2.0)
+        stop_strays(state, timeout=2.0)
+        raise SupervisorError(message) from None
+    except BaseException:
+        stop_nodes(state, state.records(), timeout=2.0)
+        stop_strays(state, timeout=2.0)
+        raise
+    return UpResult(state, already_running=False, ready_s=time.monotonic() - started)
+
+
+def start_batches(state: ClusterState) -> list[list[NodeRecord]]:
+    """NameServers, then masters (and DLedger nodes), then slaves; each batch is started
+    together once the one before is ready. A slave learns its master's HA address from the
+    answer to its REGISTER_BROKER, so it must register after its master (or wait for its next
+    registration, 30 s later)."""
+    namesrvs = state.records(KIND_NAMESRV)
+    brokers = state.records(KIND_BROKER)
+    masters = [r for r in brokers if r.spec.role != ROLE_SLAVE]
+    slaves = [r for r in brokers if r.spec.role == ROLE_SLAVE]
+    return [batch for batch in (namesrvs, masters, slaves) if batch]
+
+
+async def _wait(state: ClusterState, records: Sequence[NodeRecord], timeout: float) -> None:
+    await wait_ready(state, records, timeout=timeout)
+
+
+def down(state: ClusterState, *, purge: bool = False) -> dict[str, Any]:
+    """Stop every node (brokers first, so they unregister); ``purge`` deletes the directory."""
+    was_alive = [r.name for r in state.records() if r.alive]
+    killed = stop_nodes(state, state.records(KIND_BROKER))
+    killed += stop_nodes(state, state.records(KIND_NAMESRV))
+    strays = stop_strays(state)
+    left = [r.name for r in state.records() if r.alive]
+    if left:
+        raise SupervisorError(f"could not stop {', '.join(left)}")
+    if stray_pids(state):
+        raise SupervisorError(f"could not stop pids {stray_pids(state)} running this cluster")
+    purged = False
+    if purge:
+        if not (state.dir / STATE_FILE).exists():
+            raise SupervisorError(f"refusing to purge {state.dir}: no {STATE_FILE} in it")
+        shutil.rmtree(state.dir)
+        purged = True
+        parent = state.dir.parent
+        if parent.name == DEFAULT_ROOT:  # ./.rmq-cluster/ holding no other cluster goes too
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+    return {
+        "name": state.name,
+        "stopped": was_alive,
+        "killed": killed,
+        "strays": strays,
+        "purged": purged,
+    }
+
+
+# =========================================================================== single nodes
+
+
+def restart_node(
+    state: ClusterState, rec: NodeRecord, *, timeout: float = READY_TIMEOUT_S
+) -> float:
+    """Stop ``rec`` if it runs, start it again, wait until it is ready; seconds it took."""
+    if rec.alive:
+        stop_nodes(state, [rec])
+    ports = [(p, f"{rec.name} {k}") for k, p in rec.spec.ports().items()]
+    single = attrs.evolve(state.topology, nodes=(rec.spec,))
+    busy = [b for b in busy_ports(single) if b in ports]
+    if busy:
+        port, what = busy[0]
+        raise SupervisorError(f"port {port} ({what}) is already in use")
+    started = time.monotonic()
+    spawn(state, rec)
+    try:
+        trio.run(_wait, state, [rec], timeout)
+    except NodeFailed as failed:
+        message = _fail_message(state, failed)
+        stop_nodes(state, [rec], timeout=2.0)
+        raise SupervisorError(message) from None
+    return time.monotonic() - started
+
+
+def promote_node(state: ClusterState, rec: NodeRecord) -> float:
+    """RocketMQ 4.x's manual switch: a slave becomes its group's master (brokerId 0).
+
+    The group's master must be down. Rewrites the node's properties (brokerId=0,
+    brokerRole=ASYNC_MASTER) and restarts it.
+    """
+    if rec.spec.role != ROLE_SLAVE:
+        raise SupervisorError(f"{rec.name} is not a slave (role {rec.spec.role})")
+    if MODE_HA not in capabilities.supported_modes():
+        raise SupervisorError(
+            "promote needs master/slave replication (issue: HA), which this build does not have yet"
+        )
+    master = state.topology.master_of(rec.spec)
+    if master is not None and state.node(master.name).alive:
+        raise SupervisorError(
+            f"{master.name} (master of {rec.spec.group}) is still running; kill it first"
+        )
+    promoted = attrs.evolve(rec.spec, role=ROLE_ASYNC_MASTER, broker_id=0)
+    demoted = (
+        attrs.evolve(master, role=ROLE_SLAVE, broker_id=rec.spec.broker_id) if master else None
+    )
+    nodes = tuple(
+        promoted if n.name == rec.name else demoted if demoted and n.name == demoted.name else n
+        for n in state.topology.nodes
+    )
+    state.topology = attrs.evolve(state.topology, nodes=nodes)
+    for r in state.records():
+        r.spec = state.topology.node(r.name)
+    write_files(state)
+    return restart_node(state, rec)
