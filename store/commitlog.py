@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import mmap
 import struct
 import time
 from collections.abc import Callable
@@ -43,7 +44,6 @@ from cluster.protocol.message import (
     encode_host,
     encode_offset_msg_id_raw,
     encode_properties,
-    join_properties,
     tags_code,
 )
 from store.config import (
@@ -62,6 +62,8 @@ _NO_ADVANCE_TXN: Final = (SYSFLAG_TRANSACTION_PREPARED_TYPE, SYSFLAG_TRANSACTION
 _HOST_V6_FLAGS: Final = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 _PROPS_LEN: Final = tuple(I16.pack(n) for n in range(256))  # short properties: no pack call
 HOST_CACHE_MAX_ENTRIES: Final = 65536
+_DELAY: Final = MessageConst.PROPERTY_DELAY_TIME_LEVEL
+_SEP: Final = b"\x02"
 
 
 class PutMessageStatus(enum.Enum):
@@ -219,9 +221,8 @@ class CommitLog:
         queue_id = msg.queue_id
         sys_flag = msg.sys_flag & ~_HOST_V6_FLAGS
         txn = sys_flag & SYSFLAG_TRANSACTION_MASK
-        if (
-            MessageConst.PROPERTY_DELAY_TIME_LEVEL in props_map
-            and txn in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE)
+        if _DELAY in props_map and txn in (
+            SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE
         ):
             try:
                 level = int(props_map[MessageConst.PROPERTY_DELAY_TIME_LEVEL])
@@ -281,14 +282,13 @@ class CommitLog:
             msg.prepared_transaction_offset, body_len,
         )
         p = pos + RECORD_HEADER_SIZE
-        mm[p : p + body_len] = body
-        p += body_len
-        q = p + len(topic_b)
-        mm[p:q] = topic_b
-        mm[q : q + 2 + props_len] = _PROPS_LEN[props_len] + props if props_len < 256 else (
-            I16.pack(props_len) + props
-        )
-        mf.wrote = pos + total
+        q = p + body_len
+        mm[p:q] = body
+        # topic and properties (with their lengths) in one copy
+        end = pos + total
+        plen = _PROPS_LEN[props_len] if props_len < 256 else I16.pack(props_len)
+        mm[q:end] = topic_b + plen + props
+        mf.wrote = end
         self.last_store_timestamp = now
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
@@ -381,19 +381,23 @@ class CommitLog:
                 base + wpos, sys_flag, born_ts, born_host, now, store_host, reconsume, 0,
                 body_len,
             )
-            p = wpos + RECORD_HEADER_SIZE
-            mm[p : p + body_len] = body
-            p += body_len
-            mm[p : p + tlen] = topic_b
-            p += tlen
+            p = wpos + RECORD_HEADER_SIZE + body_len
+            mm[p - body_len : p] = body
+            end = wpos + total
             if extra:
-                props = join_properties(bytes(src[p0 : p0 + props_len]), extra)
-                I16.pack_into(mm, p, len(props))
-                mm[p + 2 : p + 2 + len(props)] = props
+                # own properties + (0x02 when needed, as join_properties) + the header's, sized
+                # in the first pass: PROPLEN = what is left of the record after the topic
+                joined = end - p - tlen - 2
+                sep = _SEP if joined - props_len - len(extra) else b""
+                mm[p:end] = b"".join((
+                    topic_b, _PROPS_LEN[joined] if joined < 256 else I16.pack(joined),
+                    src[p0 : p0 + props_len], sep, extra,
+                ))
             else:
                 # the item already holds PROPLEN right before its properties: copy both
-                mm[p : p + 2 + props_len] = src[p0 - 2 : p0 + props_len]
-            wpos += total
+                mm[p : p + tlen] = topic_b
+                mm[p + tlen : end] = src[p0 - 2 : p0 + props_len]
+            wpos = end
             qo += 1
         mf.wrote = wpos
         self.topic_queue_table[key] = qo
@@ -553,6 +557,36 @@ class CommitLog:
 
     def close(self) -> None:
         self.queue.close()
+
+
+# The fields dispatch needs, at their fixed offsets in a v1/IPv4 record: TOTALSIZE, MAGIC,
+# QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN (the rest padded over)
+DISPATCH_HEADER: Final = struct.Struct(">iI4xi4xqqi16xq20xi")
+if DISPATCH_HEADER.size != RECORD_HEADER_SIZE:
+    raise RuntimeError("DISPATCH_HEADER must span the record header")
+
+PROP_TAGS: Final = b"TAGS\x01"
+PROP_KEYS: Final = b"KEYS\x01"
+PROP_UNIQ_KEY: Final = b"UNIQ_KEY\x01"
+PROP_DELAY: Final = b"DELAY\x01"
+
+
+def find_property(buf: bytes | mmap.mmap, key: bytes, start: int, end: int) -> bytes | None:
+    """The raw value ``decode_properties`` would keep for ``key`` (``name + 0x01``) among the
+    properties text at ``buf[start:end]``, found by a bytes search instead of a full decode:
+    the last entry with that name and a non-empty value (a later duplicate wins, as in the dict).
+    An entry starts at ``start`` or right after a 0x02; names never overlap themselves."""
+    i = buf.rfind(key, start, end)
+    while i >= 0:
+        if i == start or buf[i - 1] == 2:
+            v0 = i + len(key)
+            v1 = buf.find(b"\x02", v0, end)
+            if v1 < 0:
+                v1 = end
+            if v1 > v0:
+                return buf[v0:v1]
+        i = buf.rfind(key, start, i)
+    return None
 
 
 def is_dispatchable(sys_flag: int) -> bool:

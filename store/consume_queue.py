@@ -94,6 +94,16 @@ class ConsumeQueue:
         """Write the unit for ``cq_index``; False when it is already present (replay)."""
         if phys + size <= self.max_physic_offset:
             return False
+        files = self.queue.files
+        if files:
+            # the common case: the next unit, with room left in the last segment
+            last = files[-1]
+            wrote = last.wrote
+            if last.file_from + wrote == cq_index * UNIT and wrote < last.file_size:
+                CQ_UNIT.pack_into(last.mm, wrote, phys, size, tags_code)
+                last.wrote = wrote + UNIT
+                self.max_physic_offset = phys + size
+                return True
         expected = cq_index * UNIT
         q = self.queue
         cur = q.max_offset

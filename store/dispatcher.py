@@ -4,7 +4,14 @@
 CRC checks, stops before an incomplete record (a slave may hold half a record from a master
 frame), follows blanks to the next file, and calls ``on_arrival(topic, queue_id, next_offset,
 tags_code, store_timestamp)`` per dispatched message for long polling. The Trio shell
-(``store/flush.py``) calls it whenever new bytes arrive.
+(``store/flush.py``) calls it whenever new bytes arrive; ``MessageStore.append_message`` calls
+it inline for a single put when the reput is caught up.
+
+Only what dispatch needs is read from a record (fixed offsets via one struct, TAGS / KEYS /
+UNIQ_KEY by a bytes search of the properties), and IndexFile headers are written once per
+``dispatch()`` call. A crash between an index entry and its header leaves a header whose count
+is behind: readers ignore slot heads at or past it and the entries are rewritten, and abnormal
+recovery re-dispatches from the checkpoint anyway.
 """
 
 from __future__ import annotations
@@ -14,20 +21,43 @@ from collections.abc import Callable
 
 import structlog
 
+from cluster.protocol.message import (
+    BLANK_MAGIC,
+    I16,
+    MAGIC_V1,
+    RECORD_FIXED_SIZE,
+    RECORD_HEADER_SIZE,
+    SIZE_MAGIC,
+    SYSFLAG_TRANSACTION_COMMIT_TYPE,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
+    tags_code,
+)
 from store.commitlog import (
-    REC_BLANK,
-    REC_CORRUPT,
+    DISPATCH_HEADER,
+    PROP_DELAY,
+    PROP_KEYS,
+    PROP_TAGS,
+    PROP_UNIQ_KEY,
     CommitLog,
     DispatchRequest,
+    find_property,
     is_dispatchable,
 )
-from store.config import MAX_DISPATCH_BYTES_PER_ROUND, MessageStoreConfig
+from store.config import (
+    DELAY_LEVELS_MS,
+    MAX_DISPATCH_BYTES_PER_ROUND,
+    SCHEDULE_TOPIC,
+    MessageStoreConfig,
+)
 from store.consume_queue import ConsumeQueue
 from store.index_file import IndexService
 
 log = structlog.get_logger(component="dispatcher")
 
 ArrivalListener = Callable[[str, int, int, int, int], None]
+TOPIC_CACHE_MAX_ENTRIES = 100_000
+TAGS_CACHE_MAX_ENTRIES = 4096
 
 
 class ConsumeQueueTable:
@@ -87,6 +117,8 @@ class Dispatcher:
         self.reput_from = 0
         self.last_store_timestamp = 0  # of the newest dispatched record (logicsMsgTimestamp)
         self.stuck_at: int | None = None  # offset of a corrupt record the dispatcher stopped at
+        self._topic_cache: dict[bytes, str] = {}
+        self._tags_cache: dict[bytes, int] = {}
 
     @property
     def behind(self) -> int:
@@ -102,7 +134,13 @@ class Dispatcher:
         self.last_store_timestamp = req.store_timestamp
 
     def dispatch(self, max_bytes: int = MAX_DISPATCH_BYTES_PER_ROUND) -> int:
-        """Dispatch up to about ``max_bytes``; returns how many records were dispatched."""
+        """Dispatch up to about ``max_bytes``; returns how many records were dispatched.
+
+        The hot loop reads only what dispatch needs straight from the mmap: the fixed fields
+        through one precompiled struct, the topic through a cache, and TAGS / KEYS / UNIQ_KEY
+        (DELAY for the schedule topic) by a bytes search of the properties text. It makes the
+        same size checks as ``CommitLog.check_record(strict=False, check_crc=False)``; the CRC
+        is checked by recovery only. Index headers are written once per call."""
         cl = self.commitlog
         queue = cl.queue
         if self.reput_from < cl.min_offset:
@@ -111,39 +149,161 @@ class Dispatcher:
         budget = max_bytes
         end = cl.max_offset
         arrival = self.on_arrival
-        while self.reput_from < end and budget > 0:
-            mf = queue.find(self.reput_from)
-            if mf is None:
-                break
-            buf = mf.view[: mf.wrote]
-            pos = self.reput_from - mf.file_from
-            base = mf.file_from
-            while budget > 0:
-                size, req = cl.check_record(buf, pos, base, check_crc=False, strict=False)
-                if size > 0 and req is not None:
-                    self.dispatch_request(req)
-                    if arrival is not None and is_dispatchable(req.sys_flag):
-                        arrival(
-                            req.topic, req.queue_id, req.queue_offset + 1, req.tags_code,
-                            req.store_timestamp,
+        index = self.index
+        cq_table = self.cqs.queues
+        topic_cache = self._topic_cache
+        tags_cache = self._tags_cache
+        max_record = cl.max_record
+        unpack_head = DISPATCH_HEADER.unpack_from
+        unpack_size = SIZE_MAGIC.unpack_from
+        unpack_i16 = I16.unpack_from
+        last_ts = self.last_store_timestamp
+        try:
+            while self.reput_from < end and budget > 0:
+                mf = queue.find(self.reput_from)
+                if mf is None:
+                    break
+                mm = mf.mm
+                wrote = mf.wrote
+                base = mf.file_from
+                pos = self.reput_from - base
+                corrupt = False
+                while budget > 0:
+                    avail = wrote - pos
+                    if avail < RECORD_HEADER_SIZE:
+                        # a blank, the start of a record still being written, or nothing
+                        if avail >= 8:
+                            total, magic = unpack_size(mm, pos)
+                            if magic == BLANK_MAGIC:
+                                pos = mf.file_size
+                            elif magic != MAGIC_V1:
+                                corrupt = bool(total or magic)
+                            elif total < RECORD_FIXED_SIZE or total > max_record:
+                                corrupt = True
+                        break
+                    (
+                        total, magic, queue_id, queue_offset, phys, sys_flag, store_ts, body_len,
+                    ) = unpack_head(mm, pos)
+                    if magic != MAGIC_V1:
+                        if magic == BLANK_MAGIC:
+                            pos = mf.file_size
+                        elif total or magic:
+                            corrupt = True
+                        break
+                    if total < RECORD_FIXED_SIZE or total > max_record:
+                        corrupt = True
+                        break
+                    if total > avail:
+                        break
+                    if body_len < 0 or body_len > total - RECORD_FIXED_SIZE:
+                        corrupt = True
+                        break
+                    tp = pos + RECORD_HEADER_SIZE + body_len
+                    topic_len = mm[tp]
+                    pp = tp + 1 + topic_len
+                    rec_end = pos + total
+                    if pp + 2 > rec_end:
+                        corrupt = True
+                        break
+                    (props_len,) = unpack_i16(mm, pp)
+                    p0 = pp + 2
+                    if props_len < 0 or p0 + props_len != rec_end or topic_len == 0:
+                        corrupt = True
+                        break
+                    topic_raw = mm[tp + 1 : pp]
+                    topic = topic_cache.get(topic_raw)
+                    if topic is None:
+                        try:
+                            topic = topic_raw.decode()
+                        except UnicodeDecodeError:
+                            corrupt = True
+                            break
+                        if len(topic_cache) < TOPIC_CACHE_MAX_ENTRIES:
+                            topic_cache[topic_raw] = topic
+                    # tagsCode: hash of TAGS, or the delivery time for a delayed record
+                    props = mm[p0:rec_end] if props_len else b""
+                    if props_len == 0:
+                        code = 0
+                    elif topic == SCHEDULE_TOPIC and (
+                        dl := find_property(props, PROP_DELAY, 0, props_len)
+                    ) is not None:
+                        try:
+                            level = min(max(int(dl.decode("utf-8", "replace")), 1), 18)
+                        except ValueError:
+                            level = 1
+                        code = store_ts + DELAY_LEVELS_MS[level - 1]
+                    else:
+                        # find_property, inlined for the usual case: the last TAGS entry
+                        # starts an entry and has a value
+                        tags = None
+                        i = props.rfind(PROP_TAGS)
+                        if i >= 0:
+                            v0 = i + 5
+                            j = props.find(b"\x02", v0)
+                            if j < 0:
+                                j = props_len
+                            if j > v0 and (i == 0 or props[i - 1] == 2):
+                                tags = props[v0:j]
+                            else:
+                                tags = find_property(props, PROP_TAGS, 0, props_len)
+                        if tags is None:
+                            code = 0
+                        else:
+                            code = tags_cache.get(tags)  # type: ignore[assignment]
+                            if code is None:
+                                code = tags_code(tags.decode("utf-8", "replace"))
+                                if len(tags_cache) < TAGS_CACHE_MAX_ENTRIES:
+                                    tags_cache[tags] = code
+                    txn = sys_flag & SYSFLAG_TRANSACTION_MASK
+                    dispatchable = txn == 0 or txn == SYSFLAG_TRANSACTION_COMMIT_TYPE
+                    if dispatchable:
+                        key = (topic, queue_id)
+                        cq = cq_table.get(key)
+                        if cq is None:
+                            cq = self.cqs.find_or_create(topic, queue_id)
+                        cq.put(queue_offset, phys, total, code)
+                    if (
+                        index is not None
+                        and props_len
+                        and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE
+                    ):
+                        uniq = None
+                        i = props.rfind(PROP_UNIQ_KEY)
+                        if i >= 0:
+                            v0 = i + 9
+                            j = props.find(b"\x02", v0)
+                            if j < 0:
+                                j = props_len
+                            if j > v0 and (i == 0 or props[i - 1] == 2):
+                                uniq = props[v0:j]
+                            else:
+                                uniq = find_property(props, PROP_UNIQ_KEY, 0, props_len)
+                        keys = (
+                            find_property(props, PROP_KEYS, 0, props_len)
+                            if PROP_KEYS in props
+                            else None
                         )
-                    pos += size
-                    budget -= size
+                        if uniq is not None or keys is not None:
+                            index.index_raw_keys(topic, uniq, keys, phys, store_ts)
+                    last_ts = store_ts
+                    if arrival is not None and dispatchable:
+                        arrival(topic, queue_id, queue_offset + 1, code, store_ts)
+                    pos = rec_end
+                    budget -= total
                     count += 1
-                    continue
-                if size == REC_BLANK:
-                    pos = mf.file_size
-                elif size == REC_CORRUPT:
+                if corrupt:
                     if self.stuck_at != base + pos:
                         log.error("dispatch_corrupt_record", offset=base + pos)
                         self.stuck_at = base + pos
-                    buf.release()
                     self.reput_from = base + pos
                     return count
-                break
-            buf.release()
-            new_from = base + pos
-            if new_from == self.reput_from:
-                break  # incomplete record: wait for more bytes
-            self.reput_from = new_from
-        return count
+                new_from = base + pos
+                if new_from == self.reput_from:
+                    break  # incomplete record: wait for more bytes
+                self.reput_from = new_from
+            return count
+        finally:
+            if count:
+                self.last_store_timestamp = last_ts
+                if index is not None:
+                    index.write_headers()

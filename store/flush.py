@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(component="store_services")
 
+WARM_AHEAD_BYTES = 8 * 1024 * 1024  # CommitLog bytes kept prefaulted past the write position
+WARM_STEP_BYTES = 1024 * 1024
+
 
 class Watermark:
     """A monotonically rising offset that tasks can wait on."""
@@ -79,7 +82,7 @@ async def reput_service(store: MessageStore) -> None:
             await trio.lowlevel.checkpoint()
             continue
         # caught up (or stopped before an incomplete record): wait for bytes beyond the end
-        await store.wait_appended_beyond(store.max_phys_offset)
+        await store.wait_reput_work(store.max_phys_offset)
 
 
 async def allocate_service(store: MessageStore) -> None:
@@ -96,6 +99,33 @@ async def allocate_service(store: MessageStore) -> None:
             except OSError as exc:  # the put path will retry and report CREATE_MAPEDFILE_FAILED
                 log.warning("preallocate_failed", start=start, error=str(exc))
         await store.file_created.wait()
+
+
+async def warm_service(store: MessageStore) -> None:
+    """Keep the CommitLog pages just ahead of the write position prefaulted (in a worker
+    thread), so appends on the event loop copy into resident pages instead of taking a page
+    fault every few records. Woken by an append crossing ``store.warm_at`` (one comparison per
+    append); stops for good where the platform does not support it."""
+    queue = store.commitlog.queue
+    while True:
+        files = queue.files
+        mf = files[-1] if files else None
+        if mf is not None and mf.warmed < mf.file_size:
+            start = max(mf.wrote, mf.warmed)
+            target = min(mf.file_size, mf.wrote + WARM_AHEAD_BYTES)
+            if target - start >= WARM_STEP_BYTES or (target == mf.file_size and target > start):
+                ok = await trio.to_thread.run_sync(mf.populate, start, target)
+                if not ok and not mf.mm.closed:
+                    log.info("commitlog_warmup_unsupported")
+                    return
+                mf.warmed = target
+                continue
+            store.warm_at = mf.file_from + mf.warmed - (WARM_AHEAD_BYTES - WARM_STEP_BYTES)
+        else:
+            store.warm_at = mf.file_end if mf is not None else 0
+        event = trio.Event()
+        store.warm_wake = event
+        await event.wait()
 
 
 async def logics_flush_service(store: MessageStore) -> None:
@@ -124,6 +154,7 @@ async def run(
         nursery.start_soon(reput_service, store)
         nursery.start_soon(logics_flush_service, store)
         nursery.start_soon(allocate_service, store)
+        nursery.start_soon(warm_service, store)
         nursery.start_soon(clean_service, store)
         store.services_running = True
         task_status.started()

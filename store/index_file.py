@@ -8,6 +8,7 @@ prevIndex i32). Files are named by creation time ``yyyyMMddHHmmssSSS`` (local ti
 
 from __future__ import annotations
 
+import operator
 import os
 import struct
 import time
@@ -35,6 +36,51 @@ ENTRY_SIZE: Final = 20
 INVALID_INDEX: Final = 0
 INT_MAX: Final = 0x7FFFFFFF
 MAX_QUERY_RESULTS: Final = 64  # RocketMQ maxMsgsNumBatch
+_HASH_UNITS: Final = 512  # longer index keys take index_key_hash
+TOPIC_PREFIX_CACHE_MAX_ENTRIES: Final = 100_000
+
+
+_MASK32: Final = 0xFFFFFFFF
+_POW31_DESC: Final = [pow(31, k, 1 << 32) for k in range(_HASH_UNITS - 1, -1, -1)]
+_POW31: Final = [pow(31, k, 1 << 32) for k in range(_HASH_UNITS + 1)]  # 31**k mod 2**32
+_TAIL: Final = 8
+_POW31_TAIL: Final = _POW31[_TAIL]
+_POW31_DESC_TAIL: Final = _POW31_DESC[_HASH_UNITS - _TAIL :]
+_HEAD_CACHE_MAX_ENTRIES: Final = 1 << 16
+_head_hashes: dict[bytes, int] = {}
+
+
+def _ascii_hash(raw: bytes) -> int:
+    """Java ``hashCode`` mod 2**32 of ASCII ``raw`` (at most _HASH_UNITS bytes). The hash of
+    all but the last 8 bytes is remembered: keys such as UNIQ_KEY share long heads (client
+    address, pid, time), so usually only the changing 8-byte tail is multiplied out."""
+    n = len(raw)
+    if n <= _TAIL + 4:
+        return sum(map(operator.mul, raw, _POW31_DESC[_HASH_UNITS - n :])) & _MASK32
+    cut = n - _TAIL
+    head = raw[:cut]
+    hh = _head_hashes.get(head)
+    if hh is None:
+        hh = sum(map(operator.mul, head, _POW31_DESC[_HASH_UNITS - cut :])) & _MASK32
+        if len(_head_hashes) >= _HEAD_CACHE_MAX_ENTRIES:
+            _head_hashes.clear()
+        _head_hashes[head] = hh
+    return (hh * _POW31_TAIL + sum(map(operator.mul, raw[cut:], _POW31_DESC_TAIL))) & _MASK32
+
+
+def _abs_hash(h: int) -> int:
+    """Unsigned 32-bit hashCode -> the IndexFile key hash (abs; MIN_VALUE -> 0)."""
+    if h & 0x80000000:
+        h = 0x100000000 - h
+        return 0 if h == 0x80000000 else h
+    return h
+
+
+def _key_hash(key: str) -> int:
+    """``index_key_hash`` without its cache: index keys (UNIQ_KEY above all) rarely repeat."""
+    if len(key) <= _HASH_UNITS and key.isascii():
+        return _abs_hash(_ascii_hash(key.encode()))
+    return index_key_hash(key)
 
 
 def index_file_size(slots: int, entries: int) -> int:
@@ -54,6 +100,7 @@ class IndexFile:
         self.mf = MappedFile(path, 0, index_file_size(slots, entries), create=create)
         self.mf.wrote = self.mf.file_size
         self.mm = self.mf.mm
+        self.entries_base = HEADER_SIZE + slots * SLOT_SIZE
         if create:
             self.begin_ts = self.end_ts = 0
             self.begin_phy = self.end_phy = 0
@@ -78,33 +125,39 @@ class IndexFile:
         return self.index_count >= self.entries
 
     def put_key(self, key: str, phys: int, store_ts: int) -> bool:
-        if self.is_full():
+        """Add one entry; the header is written by ``write_header`` (the dispatcher does it
+        once per round: a crash in between leaves a header whose count is behind, and every
+        reader already ignores slot heads and chains at or past ``index_count``)."""
+        return self.put_hash(_key_hash(key), phys, store_ts)
+
+    def put_hash(self, h: int, phys: int, store_ts: int) -> bool:
+        n = self.index_count
+        if n >= self.entries:
             return False
-        h = index_key_hash(key)
+        mm = self.mm
         slot_pos = HEADER_SIZE + (h % self.slots) * SLOT_SIZE
-        (prev,) = SLOT.unpack_from(self.mm, slot_pos)
-        if prev <= INVALID_INDEX or prev > self.index_count:
+        (prev,) = SLOT.unpack_from(mm, slot_pos)
+        if prev <= INVALID_INDEX or prev > n:
             prev = INVALID_INDEX
-        if self.begin_ts <= 0:
+            self.slot_count += 1
+        begin_ts = self.begin_ts
+        if begin_ts <= 0:
             diff = 0
         else:
-            diff = (store_ts - self.begin_ts) // 1000
+            diff = (store_ts - begin_ts) // 1000
             diff = INT_MAX if diff > INT_MAX else max(diff, 0)
-        n = self.index_count
-        ENTRY.pack_into(
-            self.mm, HEADER_SIZE + self.slots * SLOT_SIZE + n * ENTRY_SIZE, h, phys, diff, prev
-        )
-        SLOT.pack_into(self.mm, slot_pos, n)
+        ENTRY.pack_into(mm, self.entries_base + n * ENTRY_SIZE, h, phys, diff, prev)
+        SLOT.pack_into(mm, slot_pos, n)
         if n <= 1:
             self.begin_phy = phys
             self.begin_ts = store_ts
-        if prev == INVALID_INDEX:
-            self.slot_count += 1
         self.index_count = n + 1
         self.end_phy = phys
         self.end_ts = store_ts
-        self._write_header()
         return True
+
+    def write_header(self) -> None:
+        self._write_header()
 
     def time_matched(self, begin: int, end: int) -> bool:
         return (begin < self.begin_ts and end > self.end_ts) or (
@@ -153,6 +206,7 @@ class IndexService:
         self.clock_ms = clock_ms
         self.files: list[IndexFile] = []
         self.on_file_full: Callable[[IndexFile], None] | None = None
+        self._prefix_hashes: dict[str, int] = {}
 
     def load(self) -> None:
         if not os.path.isdir(self.directory):
@@ -195,6 +249,8 @@ class IndexService:
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_full():
             return last
+        if last is not None:
+            last.write_header()
         os.makedirs(self.directory, exist_ok=True)
         ms = self.clock_ms()
         name = index_file_name(ms)
@@ -216,24 +272,102 @@ class IndexService:
     def build_index(self, req: DispatchRequest) -> None:
         if (req.sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
             return
-        if not req.uniq_key and not req.keys:
-            return
-        f = self._writable()
-        if (f.index_count > 1 or len(self.files) > 1) and req.commitlog_offset <= f.end_phy:
-            return  # already indexed (replayed dispatch)
-        topic = req.topic
-        if req.uniq_key:
-            f = self._put(f, f"{topic}#{req.uniq_key}", req)
-        if req.keys:
-            for k in req.keys.split(" "):
-                if k:
-                    f = self._put(f, f"{topic}#{k}", req)
+        self.index_keys(
+            req.topic, req.uniq_key, req.keys, req.commitlog_offset, req.store_timestamp
+        )
+        self.write_headers()
 
-    def _put(self, f: IndexFile, key: str, req: DispatchRequest) -> IndexFile:
-        if not f.put_key(key, req.commitlog_offset, req.store_timestamp):
+    def index_keys(self, topic: str, uniq_key: str, keys: str, phys: int, store_ts: int) -> None:
+        """Index ``topic#uniq_key`` and ``topic#k`` for each space-separated k of ``keys``
+        (the caller skips rollback records and calls ``write_headers`` after a round)."""
+        if not uniq_key and not keys:
+            return
+        files = self.files
+        f = files[-1] if files else None
+        if f is None or f.index_count >= f.entries:
             f = self._writable()
-            f.put_key(key, req.commitlog_offset, req.store_timestamp)
-        return f
+        if (f.index_count > 1 or len(files) > 1) and phys <= f.end_phy:
+            return  # already indexed (replayed dispatch)
+        ph = self._prefix_hashes.get(topic)
+        if ph is None:
+            ph = self._prefix_hash(topic)
+        if uniq_key:
+            h = self._hash(ph, topic, uniq_key)
+            if not f.put_hash(h, phys, store_ts):
+                f = self._writable()
+                f.put_hash(h, phys, store_ts)
+        if keys:
+            for k in keys.split(" "):
+                if k:
+                    h = self._hash(ph, topic, k)
+                    if not f.put_hash(h, phys, store_ts):
+                        f = self._writable()
+                        f.put_hash(h, phys, store_ts)
+
+    def index_raw_keys(
+        self, topic: str, uniq_key: bytes | None, keys: bytes | None, phys: int, store_ts: int
+    ) -> None:
+        """``index_keys`` for raw property values as read from a record (the dispatcher's
+        path): ASCII keys are hashed straight from the bytes, anything else is decoded first
+        (UTF-8 with replacement, as ``decode_properties`` does)."""
+        ph = self._prefix_hashes.get(topic)
+        if ph is None:
+            ph = self._prefix_hash(topic)
+        if (
+            ph < 0
+            or (uniq_key is not None and (len(uniq_key) > _HASH_UNITS or not uniq_key.isascii()))
+            or (keys is not None and (len(keys) > _HASH_UNITS or not keys.isascii()))
+        ):
+            self.index_keys(
+                topic,
+                uniq_key.decode("utf-8", "replace") if uniq_key is not None else "",
+                keys.decode("utf-8", "replace") if keys is not None else "",
+                phys,
+                store_ts,
+            )
+            return
+        files = self.files
+        f = files[-1] if files else None
+        if f is None or f.index_count >= f.entries:
+            f = self._writable()
+        if (f.index_count > 1 or len(files) > 1) and phys <= f.end_phy:
+            return  # already indexed (replayed dispatch)
+        hashes: list[int] = []
+        if uniq_key:
+            hashes.append((ph * _POW31[len(uniq_key)] + _ascii_hash(uniq_key)) & _MASK32)
+        if keys:
+            for k in keys.split(b" "):
+                if k:
+                    hashes.append((ph * _POW31[len(k)] + _ascii_hash(k)) & _MASK32)
+        for h in hashes:
+            if h & 0x80000000:  # abs of the signed hashCode; MIN_VALUE -> 0
+                h = 0x100000000 - h
+                if h == 0x80000000:
+                    h = 0
+            if not f.put_hash(h, phys, store_ts):
+                f = self._writable()
+                f.put_hash(h, phys, store_ts)
+
+    def _prefix_hash(self, topic: str) -> int:
+        """hashCode of ``topic#`` mod 2**32 (-1 when not ASCII)."""
+        prefix = f"{topic}#"
+        ph = _ascii_hash(prefix.encode()) if prefix.isascii() and len(prefix) <= _HASH_UNITS else -1
+        if len(self._prefix_hashes) >= TOPIC_PREFIX_CACHE_MAX_ENTRIES:
+            self._prefix_hashes.clear()
+        self._prefix_hashes[topic] = ph
+        return ph
+
+    @staticmethod
+    def _hash(ph: int, topic: str, key: str) -> int:
+        """The IndexFile hash of ``topic#key``: hash(topic#) * 31**len(key) + hash(key)."""
+        if ph >= 0 and len(key) <= _HASH_UNITS and key.isascii():
+            return _abs_hash((ph * _POW31[len(key)] + _ascii_hash(key.encode())) & _MASK32)
+        return index_key_hash(f"{topic}#{key}")
+
+    def write_headers(self) -> None:
+        """Write the newest file's header (older files had theirs written when they filled)."""
+        if self.files:
+            self.files[-1].write_header()
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         out: list[int] = []
@@ -255,10 +389,12 @@ class IndexService:
         return count
 
     def flush(self) -> None:
+        self.write_headers()
         for f in self.files[-2:]:
             f.flush()
 
     def close(self) -> None:
+        self.write_headers()
         for f in self.files:
             f.close()
         self.files = []

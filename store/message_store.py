@@ -61,6 +61,10 @@ MAX_FILTER_MESSAGE_COUNT = 16000  # CQ units examined per pull
 DEFAULT_PULL_MAX_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 MAX_QUERY_RESULTS = 64
 LOCK_FILE_CONTENT = b"lock"
+#: Dispatch a single put inline when the reput is caught up (saves the reput task's wake-up:
+#: a scheduler round per send at 1 in flight). Records above the size limit go to the task.
+INLINE_DISPATCH = True
+INLINE_DISPATCH_MAX_BYTES = 64 * 1024
 
 
 class StoreLockedError(RuntimeError):
@@ -161,6 +165,13 @@ class MessageStore:
         self.flush_watermark = Watermark(0)
         self.flush_requested = trio.Event()
         self._appended: trio.Event | None = None  # exists only while someone waits
+        self._reput_wake: trio.Event | None = None  # exists only while the reput task waits
+        #: the warm-up service (store/flush.py) waits on ``warm_wake`` until an append reaches
+        #: ``warm_at``
+        self.warm_wake: trio.Event | None = None
+        self.warm_at = 0
+        #: dispatch a single message right after its append when the reput is caught up
+        self.inline_dispatch = INLINE_DISPATCH
         self.file_created = trio.Event()
         self.preallocated = Watermark(-1)  # start offset of the newest preallocated file
         self.commitlog.queue.on_create = lambda _mf: self.file_created.set()
@@ -296,8 +307,29 @@ class MessageStore:
             assert refused is not None
             return refused
         result = self.commitlog.append(msg)
-        if result.result is not None and self._appended is not None:
-            self._notify_appended()
+        appended = result.result
+        if appended is not None:
+            dispatcher = self.dispatcher
+            if (
+                self.services_running
+                and self.inline_dispatch
+                and dispatcher.reput_from == appended.wrote_offset
+                and appended.wrote_bytes <= INLINE_DISPATCH_MAX_BYTES
+            ):
+                # the reput was caught up: dispatch this record now instead of paying a
+                # scheduler round to wake the reput task (long polling is notified at once)
+                try:
+                    dispatcher.dispatch()
+                except Exception:  # the put stands: leave the failure to the reput service
+                    log.exception("inline_dispatch_failed", offset=appended.wrote_offset)
+                    self.inline_dispatch = False
+                    self._wake_reput()
+            elif self._reput_wake is not None:
+                self._wake_reput()
+            if self._appended is not None:
+                self._notify_appended()
+            if self.warm_wake is not None and appended.wrote_offset >= self.warm_at:
+                self._wake_warm()
         return result
 
     def append_messages(self, batch: Message) -> PutMessageResult:
@@ -305,8 +337,13 @@ class MessageStore:
         if refused is not None:
             return refused
         result = self.commitlog.append_batch(batch)
-        if result.result is not None and self._appended is not None:
-            self._notify_appended()
+        if result.result is not None:
+            if self._reput_wake is not None:
+                self._wake_reput()
+            if self._appended is not None:
+                self._notify_appended()
+            if self.warm_wake is not None and result.result.end_offset >= self.warm_at:
+                self._wake_warm()
         return result
 
     async def put_message(self, msg: Message) -> PutMessageResult:
@@ -328,9 +365,28 @@ class MessageStore:
         if event is not None:
             event.set()
 
+    def _wake_warm(self) -> None:
+        event, self.warm_wake = self.warm_wake, None
+        if event is not None:
+            event.set()
+
+    def _wake_reput(self) -> None:
+        event, self._reput_wake = self._reput_wake, None
+        if event is not None:
+            event.set()
+
+    async def wait_reput_work(self, offset: int) -> None:
+        """The reput service's own wait: return once the CommitLog's end passes ``offset``.
+        Separate from ``wait_appended_beyond`` so that an append dispatched inline does not
+        wake the reput task (others waiting for appended bytes are still woken)."""
+        while self.commitlog.max_offset <= offset:
+            if self._reput_wake is None:
+                self._reput_wake = trio.Event()
+            await self._reput_wake.wait()
+
     async def wait_appended_beyond(self, offset: int) -> None:
-        """Return once the CommitLog's end passes ``offset`` (the reput service waits here;
-        so can an HA writer). A put costs nothing extra while nobody waits."""
+        """Return once the CommitLog's end passes ``offset`` (an HA writer waits here; the
+        reput service has ``wait_reput_work``). A put costs nothing extra while nobody waits."""
         while self.commitlog.max_offset <= offset:
             if self._appended is None:
                 self._appended = trio.Event()
@@ -447,6 +503,10 @@ class MessageStore:
         if self.shutdown:
             raise ValueError("store is shut down")
         self.commitlog.append_raw(phys_offset, data)
+        if self._reput_wake is not None:
+            self._wake_reput()
+        if self.warm_wake is not None and self.commitlog.max_offset >= self.warm_at:
+            self._wake_warm()
         if self._appended is not None:
             self._notify_appended()
 

@@ -36,6 +36,7 @@ from cluster.protocol.message import (
     Message,
     MessageConst,
     decode_properties,
+    new_message,
 )
 from cluster.protocol.route import PermName
 from cluster.remoting.codec import RemotingCommand
@@ -257,17 +258,9 @@ class SendProcessor:
                 return redirected
             if redirected is not None:
                 topic, queue_id = redirected
-        msg = Message(
-            topic=topic,
-            body=body,
-            queue_id=queue_id,
-            flag=header.flag,
-            properties=props,
-            sys_flag=sys_flag,
-            born_timestamp=header.born_timestamp,
-            born_host=peer_host(conn.peer),
-            store_host=ctrl.store_host,
-            reconsume_times=reconsume,
+        msg = new_message(
+            topic, body, queue_id, header.flag, props, sys_flag, header.born_timestamp,
+            peer_host(conn.peer), ctrl.store_host, reconsume,
         )
         if not batch and props.get(_TRAN, "").lower() == "true":
             if ctrl.bcfg.reject_transaction_message:

@@ -124,6 +124,50 @@ class Message:
         return self.properties.get(MessageConst.PROPERTY_KEYS)
 
 
+_MESSAGE_FIELDS: Final = (
+    "topic", "body", "queue_id", "flag", "properties", "sys_flag", "born_timestamp", "born_host",
+    "store_host", "reconsume_times", "prepared_transaction_offset",
+)
+if tuple(f.name for f in attrs.fields(Message)) != _MESSAGE_FIELDS:  # keep new_message in step
+    raise RuntimeError("Message fields changed: update new_message")
+(
+    _set_topic, _set_body, _set_queue_id, _set_flag, _set_properties, _set_sys_flag,
+    _set_born_timestamp, _set_born_host, _set_store_host, _set_reconsume_times,
+    _set_prepared_transaction_offset,
+) = (Message.__dict__[name].__set__ for name in _MESSAGE_FIELDS)  # slot descriptors
+_new_object: Final = object.__new__
+
+
+def new_message(
+    topic: str,
+    body: bytes,
+    queue_id: int,
+    flag: int,
+    properties: Mapping[str, str],
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: HostAddr,
+    store_host: HostAddr,
+    reconsume_times: int,
+    prepared_transaction_offset: int = 0,
+) -> Message:
+    """``Message(...)`` with every field given, for the send hot path: the same frozen object,
+    built through the slot descriptors (about half the cost of the attrs ``__init__``)."""
+    m: Message = _new_object(Message)
+    _set_topic(m, topic)
+    _set_body(m, body)
+    _set_queue_id(m, queue_id)
+    _set_flag(m, flag)
+    _set_properties(m, properties)
+    _set_sys_flag(m, sys_flag)
+    _set_born_timestamp(m, born_timestamp)
+    _set_born_host(m, born_host)
+    _set_store_host(m, store_host)
+    _set_reconsume_times(m, reconsume_times)
+    _set_prepared_transaction_offset(m, prepared_transaction_offset)
+    return m
+
+
 @attrs.frozen(slots=True)
 class StoredMessage:
     """A decoded CommitLog record (RocketMQ ``MessageExt``)."""

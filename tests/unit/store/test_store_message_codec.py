@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,6 +24,7 @@ from cluster.protocol.message import (
     index_key_hash,
     iter_records,
     join_properties,
+    new_message,
     tags_code,
 )
 from tests.unit.store.store_testlib import decode_one, java_hash
@@ -154,3 +156,21 @@ def test_batch_body_round_trip() -> None:
     assert join_properties(b"A\x01b", b"C\x01d") == b"A\x01b\x02C\x01d"
     assert join_properties(b"A\x01b\x02", b"C\x01d") == b"A\x01b\x02C\x01d"
     assert join_properties(b"", b"C\x01d") == b"C\x01d"
+
+
+def test_new_message_is_the_same_frozen_message() -> None:
+    props = {"TAGS": "a"}
+    fast = new_message("T", b"body", 3, 7, props, 8, 1700, ("1.2.3.4", 5), ("5.6.7.8", 9), 2, 11)
+    slow = Message(
+        topic="T", body=b"body", queue_id=3, flag=7, properties=props, sys_flag=8,
+        born_timestamp=1700, born_host=("1.2.3.4", 5), store_host=("5.6.7.8", 9),
+        reconsume_times=2, prepared_transaction_offset=11,
+    )
+    assert type(fast) is Message
+    assert fast == slow and repr(fast) == repr(slow)
+    assert attrs.asdict(fast) == attrs.asdict(slow)
+    assert attrs.evolve(fast, topic="U") == attrs.evolve(slow, topic="U")
+    plain = new_message("T", b"", 0, 0, {}, 0, 0, ("0.0.0.0", 0), ("0.0.0.0", 0), 0)
+    assert plain == Message(topic="T", body=b"")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.topic = "U"  # type: ignore[misc]
