@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     from cluster.client.cli import add_commands
 
     add_commands(sub)
+    from spark_jobs.cli import add_commands as add_spark_commands
+
+    add_spark_commands(sub)
     return parser
 
 

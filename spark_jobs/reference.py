@@ -1,0 +1,119 @@
+"""A small pure-Python reference diff: the same findings as the Spark job, by plain loops over
+whole files (one pass per file, no splits, no joins).  Used by the equivalence tests."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from spark_jobs.decode import A_BAD_CRC, decode_cq, decode_segment_range, list_segments
+from spark_jobs.model import (
+    K_CQ_DANGLING,
+    K_CQ_MISMATCH,
+    K_DIVERGENT,
+    K_EXTRA_TAIL,
+    K_LAG,
+    K_MISSING,
+    K_MISSING_SEGMENT,
+    K_QUEUE_GAP,
+    Replica,
+    check_groups,
+    choose_masters,
+    consumer_offset_findings,
+    plan_cq,
+)
+
+#: (group, node, kind, phy_offset, end_offset, count)
+FindingKey = tuple[str, str, str, int | None, int | None, int]
+_CMP = (1, 2, 3, 4, 5, 11)  # size, body_crc, topic, queue_id, queue_offset, term
+
+
+def _rows(r: Replica, verify_crc: bool) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    for s in list_segments(r.data_dir):
+        with open(s.path, "rb") as f:
+            data = f.read()
+        out.extend(decode_segment_range(r.kind, data, s.start, verify_crc=verify_crc))
+    return out
+
+
+def reference_diff(replicas: list[Replica], *, verify_crc: bool = False) -> list[FindingKey]:
+    check_groups(replicas)
+    out: list[FindingKey] = []
+
+    def add(rid: int, kind: str, lo: int | None, hi: int | None, n: int) -> None:
+        out.append((replicas[rid].group, replicas[rid].node, kind, lo, hi, n))
+
+    good: dict[int, dict[int, tuple[Any, ...]]] = {}
+    seg_lo: dict[int, int] = {}
+    for rid, r in enumerate(replicas):
+        segs = list_segments(r.data_dir)
+        seg_lo[rid] = segs[0].start if segs else 0
+        for a, b in itertools.pairwise(segs):
+            if a.start + a.length < b.start:
+                add(rid, K_MISSING_SEGMENT, a.start + a.length, b.start, 1)
+        good[rid] = {}
+        for row in _rows(r, verify_crc):
+            if row[12] is not None:
+                add(rid, row[12], row[0], row[0] + row[1], 1)
+            if row[12] is None or row[12] == A_BAD_CRC:
+                good[rid][row[0]] = row
+    ends = {rid: max(p + row[1] for p, row in g.items()) for rid, g in good.items() if g}
+    masters = choose_masters(replicas, ends)
+
+    for rid, r in enumerate(replicas):
+        m = masters[r.group]
+        if rid == m:
+            continue
+        M, R = good[m], good[rid]
+        r_lo, m_lo = seg_lo[rid], seg_lo[m]
+        r_end, m_end = ends.get(rid, r_lo), ends.get(m, m_lo)
+        extra = [p for p in R if p not in M and p >= m_end]
+        for p in sorted(R):
+            if p in M:
+                if any(M[p][i] != R[p][i] for i in _CMP):
+                    add(rid, K_DIVERGENT, p, p + R[p][1], 1)
+            elif m_lo <= p < m_end:
+                add(rid, K_DIVERGENT, p, p + R[p][1], 1)
+        if extra:
+            add(rid, K_EXTRA_TAIL, min(extra), max(p + R[p][1] for p in extra), len(extra))
+        lag = [p for p in M if p not in R and p >= r_end]
+        if lag:
+            add(rid, K_LAG, min(lag), max(p + M[p][1] for p in lag), len(lag))
+        island: list[int] = []  # a run of consecutive master records absent on the replica
+        for q in [*sorted(M), None]:
+            if q is not None and q not in R and r_lo <= q < r_end:
+                island.append(q)
+            elif island:
+                add(rid, K_MISSING, island[0], island[-1] + M[island[-1]][1], len(island))
+                island = []
+
+    qmax: dict[tuple[int, str, int], int] = {}
+    for rid, g in good.items():
+        queues: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+        for p, row in g.items():
+            key = (row[3], row[4])
+            qmax[(rid, *key)] = max(qmax.get((rid, *key), 0), row[5] + 1)
+            if (row[7] & 0xC) not in (4, 12):
+                queues.setdefault(key, []).append((row[5], p, row[1]))
+        for items in queues.values():
+            items.sort()
+            for (pq, _, _), (q, p, size) in itertools.pairwise(items):
+                if q != pq + 1:
+                    add(rid, K_QUEUE_GAP, p, p + size, max(q - pq - 1, 0))
+    for t in plan_cq(replicas):
+        with open(t.path, "rb") as fh:
+            data = fh.read()
+        r_lo, r_end = seg_lo[t.rid], ends.get(t.rid, seg_lo[t.rid])
+        for u in decode_cq(data, t.seg_start):
+            if u.phy_offset < r_lo:
+                continue
+            rec = good[t.rid].get(u.phy_offset)
+            if rec is None or (rec[1], rec[3], rec[4], rec[5]) != (
+                u.size, t.topic, t.queue_id, u.cq_index
+            ):
+                kind = K_CQ_DANGLING if u.phy_offset >= r_end else K_CQ_MISMATCH
+                add(t.rid, kind, u.phy_offset, u.phy_offset + u.size, 1)
+    for c in consumer_offset_findings(replicas, masters, qmax):
+        add(c[0], c[1], None, None, c[4])
+    return sorted(out, key=lambda k: (k[0], k[1], k[2], k[3] or -1, k[4] or -1, k[5]))
