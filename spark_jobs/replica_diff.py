@@ -546,7 +546,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     except BadInput as exc:
         print(f"replica-diff: bad input: {exc}", file=sys.stderr)
         return 2
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        print(
+            "replica-diff: needs PySpark: python3 -m pip install -e '.[spark]' (and Java 17)",
+            file=sys.stderr,
+        )
+        return 2
 
     owned = SparkSession.getActiveSession() is None  # in-process callers keep their session
     spark = build_session(args.master, quiet=args.quiet)
