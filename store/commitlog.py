@@ -161,7 +161,11 @@ class CommitLog:
     def __init__(self, config: MessageStoreConfig, *, clock_ms: Callable[[], int] = _now_ms):
         self.config = config
         self.clock_ms = clock_ms
-        self.queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log)
+        self.queue = MappedFileQueue(
+            config.commit_log_dir,
+            config.mapped_file_size_commit_log,
+            preallocate=config.warm_maped_file_enable,
+        )
         self.file_size = config.mapped_file_size_commit_log
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.max_body = config.max_message_size

@@ -71,6 +71,9 @@ class MessageStoreConfig:
     )
     sync_flush_timeout_ms: int = setting("syncFlushTimeout", 1000 * 5)
     max_message_size: int = setting("maxMessageSize", 1024 * 1024 * 4)
+    #: Reserve each new CommitLog segment's blocks at creation (posix_fallocate) instead of a
+    #: sparse file; RocketMQ's key (it pre-touches the pages).
+    warm_maped_file_enable: bool = setting("warmMapedFileEnable", False)
     check_crc_on_recover: bool = setting("checkCRCOnRecover", True)
     file_reserved_time_hours: int = setting("fileReservedTime", 72)
     delete_when: str = setting("deleteWhen", "04")

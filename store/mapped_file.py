@@ -4,8 +4,14 @@ A ``MappedFile`` tracks three positions: ``wrote`` (bytes appended), and ``flush
 msync'ed); there is no transient store pool, so committed == wrote. Reads are memoryview slices
 of the mapping: zero-copy until the caller copies them into a response.
 
-Files are created at full size with ``posix_fallocate`` so that a full disk fails the creation
-(CREATE_MAPEDFILE_FAILED) instead of raising SIGBUS on a later page write.
+Files are created at full size but sparse (``ftruncate``), as RocketMQ does, so a store uses disk
+for what it holds, not for its segment sizes (a 1 GiB CommitLog segment and a 420 MB IndexFile
+per broker would cost gigabytes per cluster in a box). A full disk is kept away from page writes
+by the store's free-space limits (writes refused above the hard ratio) and by the CommitLog's
+page pre-faulting ahead of the writer, which hits ENOSPC in a worker thread, not SIGBUS in a put.
+``preallocate=True`` (``warmMapedFileEnable=true`` for the CommitLog) reserves the whole file
+with ``posix_fallocate`` at creation instead, so a full disk fails the creation
+(CREATE_MAPEDFILE_FAILED).
 """
 
 from __future__ import annotations
@@ -63,13 +69,17 @@ _madvise = _load_madvise() if sys.platform.startswith("linux") else None
 class MappedFile:
     __slots__ = ("file_from", "file_size", "flushed", "mm", "path", "view", "warmed", "wrote")
 
-    def __init__(self, path: str, file_from: int, file_size: int, *, create: bool) -> None:
+    def __init__(
+        self, path: str, file_from: int, file_size: int, *, create: bool, preallocate: bool = False
+    ) -> None:
         self.path = path
         self.file_from = file_from
         self.file_size = file_size
         fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
         try:
-            if create:
+            if create and not preallocate:
+                os.ftruncate(fd, file_size)
+            elif create:
                 try:
                     os.posix_fallocate(fd, 0, file_size)
                 except OSError as exc:
@@ -210,9 +220,11 @@ class MappedFileQueue:
         file_size: int,
         *,
         on_create: Callable[[MappedFile], None] | None = None,
+        preallocate: bool = False,
     ) -> None:
         self.directory = directory
         self.file_size = file_size
+        self.preallocate_files = preallocate
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self.on_create = on_create
@@ -260,7 +272,9 @@ class MappedFileQueue:
             if mf is None:
                 os.makedirs(self.directory, exist_ok=True)
                 path = os.path.join(self.directory, offset_to_file_name(start))
-                mf = MappedFile(path, start, self.file_size, create=True)
+                mf = MappedFile(
+                    path, start, self.file_size, create=True, preallocate=self.preallocate_files
+                )
         self.files.append(mf)
         if self.on_create is not None:
             self.on_create(mf)
@@ -275,7 +289,7 @@ class MappedFileQueue:
         return None if prepared is not None and prepared.file_from == start else start
 
     def preallocate(self, start: int) -> None:
-        """Create (fallocate + mmap) the file at ``start`` ahead of need. Blocking: run it in
+        """Create (and map) the file at ``start`` ahead of need. Blocking: run it in
         a worker thread; ``create_file`` on the event loop takes the result, waiting for an
         allocation in progress instead of racing it."""
         with self._prealloc_lock:
@@ -287,7 +301,9 @@ class MappedFileQueue:
             path = os.path.join(self.directory, offset_to_file_name(start))
             if os.path.exists(path):
                 return
-            self._prepared = MappedFile(path, start, self.file_size, create=True)
+            self._prepared = MappedFile(
+                path, start, self.file_size, create=True, preallocate=self.preallocate_files
+            )
 
     def _drop_prepared(self) -> None:
         with self._prealloc_lock:

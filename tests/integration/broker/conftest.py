@@ -44,6 +44,9 @@ def broker_settings(store_dir: Path, namesrv_addr: str, **props: str) -> BrokerS
         "mappedFileSizeCommitLog": str(32 * 1024 * 1024),
         "mappedFileSizeConsumeQueue": str(20 * 100_000),
         "flushIntervalConsumeQueue": "200",
+        # small IndexFiles: tests (and the Spark tests that copy these stores) stay small on disk
+        "maxHashSlotNum": "4096",
+        "maxIndexNum": "16384",
     }
     values.update(props)
     return load_broker_config(values).settings
