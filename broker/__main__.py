@@ -14,7 +14,6 @@ Prints ``The broker[<name>, <ip:port>] boot success. serializeType=JSON and name
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Sequence
 
@@ -24,6 +23,7 @@ from broker.config import BrokerSettings, load_broker_config
 from broker.controller import BrokerController
 from cluster.config import ConfigError, format_properties, read_properties, to_properties
 from cluster.logging import configure_logging, get_logger
+from cluster.node_main import serve_until_signal
 from store.message_store import StoreLockedError
 
 
@@ -61,16 +61,13 @@ def boot_line(controller: BrokerController) -> str:
 
 
 async def _run(settings: BrokerSettings) -> None:
-    log = get_logger(node=settings.broker.broker_name, role="broker")
     controller = BrokerController(settings)
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(controller.run)
-            print(boot_line(controller), flush=True)
-            async for signum in signals:
-                log.info("shutdown requested", signal=signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+    await serve_until_signal(
+        controller.run,
+        lambda: boot_line(controller),
+        node=settings.broker.broker_name,
+        role="broker",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,6 @@ SIGTERM or SIGINT (exit status 0).
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Sequence
 
@@ -19,6 +18,7 @@ import trio
 
 from cluster.config import ConfigError, load_config, read_properties
 from cluster.logging import configure_logging, get_logger
+from cluster.node_main import serve_until_signal
 from namesrv.config import NamesrvConfig
 from namesrv.processor import format_config
 from namesrv.server import NamesrvServer
@@ -58,15 +58,9 @@ def load(args: argparse.Namespace) -> NamesrvConfig:
 
 
 async def _run(config: NamesrvConfig) -> None:
-    log = get_logger(node="namesrv", role="namesrv")
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(NamesrvServer(config).serve)
-            print(BOOT_LINE, flush=True)
-            async for signum in signals:
-                log.info("shutdown requested", signal=signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+    await serve_until_signal(
+        NamesrvServer(config).serve, lambda: BOOT_LINE, node="namesrv", role="namesrv"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,27 @@
+"""A node's ``python -m`` entry: run it, print its boot line, stop on SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from cluster.logging import get_logger
+
+
+async def serve_until_signal(
+    start: Callable[..., Any], boot_line: Callable[[], str], *, node: str, role: str
+) -> None:
+    """``nursery.start(start)``; once it reports ready, print ``boot_line()`` (what RocketMQ's
+    scripts and our supervisor wait for); on SIGTERM or SIGINT cancel it and return."""
+    log = get_logger(node=node, role=role)
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(start)
+            print(boot_line(), flush=True)
+            async for signum in signals:
+                log.info("shutdown requested", signal=signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
