@@ -232,6 +232,11 @@ class BrokerController:
             and store_cfg.broker_role is not BrokerRole.SYNC_MASTER
         )
         send_fn: Processor = send.process if inline_send else send.process_async
+        if (
+            store_cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+            and store_cfg.broker_role is BrokerRole.SYNC_MASTER
+        ):
+            send_fn = send.process_replicated  # answers through a Deferred on the slave's ack
         pull = PullProcessor(self)
         cons = ConsumerProcessors(self)
         admin = MoreAdminProcessors(self)

@@ -53,6 +53,8 @@ from store.flush import Watermark
 if TYPE_CHECKING:
     from store.message_store import MessageStore
 
+log = get_logger(component="ha_service")
+
 #: Frames gathered into one send by a write side (8 x 32 KiB frames).
 HA_MAX_SEND_BYTES: Final = 256 * 1024
 #: Pause after accept fails for lack of file descriptors or memory.
@@ -62,6 +64,29 @@ HA_ACCEPT_BACKOFF_S: Final = 0.1
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class _GroupToken:
+    """A wait group's wakeup: an event for puts that await it, and callbacks for answers that
+    were deferred without a task (``HAService.on_replicated``). Set once."""
+
+    __slots__ = ("callbacks", "event")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.callbacks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        self.event.set()
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # one failing answer must not keep the others waiting
+                log.exception("ha_group_callback_failed")
+
+    async def wait(self) -> None:
+        await self.event.wait()
 
 
 @attrs.frozen
@@ -115,7 +140,7 @@ class HAService:
         self.host = host
         self.clock_ms = clock_ms
         self.table = AckTable(config.ha_slave_fallbehind_max)
-        self.groups = GroupTransfer(trio.Event)
+        self.groups = GroupTransfer(_GroupToken)
         self._groups_changed = trio.Event()
         #: push2SlaveMaxOffset as a Watermark (for observers and tests; puts use ``groups``).
         self.ack_watermark = Watermark(0)
@@ -214,6 +239,23 @@ class HAService:
         if self.table.push_to_slave_max_offset >= end_offset:
             return PutMessageStatus.PUT_OK
         return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+    def on_replicated(
+        self, end_offset: int, callback: Callable[[PutMessageStatus], None]
+    ) -> None:
+        """``wait_replicated`` without a task: ``callback(status)`` runs once the outcome is
+        known (PUT_OK, or FLUSH_SLAVE_TIMEOUT). Call after ``sync_status_nowait`` said wait."""
+        first = len(self.groups) == 0
+        group = self.groups.join(end_offset, trio.current_time() + self.config.sync_timeout_s)
+        if first:
+            self._groups_changed.set()
+        table = self.table
+
+        def done() -> None:
+            acked = table.push_to_slave_max_offset >= end_offset
+            callback(PutMessageStatus.PUT_OK if acked else PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+
+        group.token.callbacks.append(done)
 
     def seal_group(self) -> None:
         """A write side shipped everything appended so far: close the open wait group."""

@@ -5,14 +5,16 @@ topic validation, auto-create from TBW102, queue id range, retry topics past max
 to ``%DLQ%<group>``, transactional half messages, and responses that always carry ``msgId``,
 ``queueId``, ``queueOffset``, ``MSG_REGION`` and ``TRACE_ON``.
 
-Each entry point has a plain ``def`` form (answered inline; the store append does not wait) and
-an ``async`` form for SYNC_FLUSH / replication waits.
+Each entry point has a plain ``def`` form (answered inline; the store append does not wait), a
+``def`` form for SYNC_MASTER that answers through a ``Deferred`` once a slave acked (no task per
+send), and an ``async`` form for SYNC_FLUSH waits.
 """
 
 from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from broker.processors.common import (
@@ -46,7 +48,7 @@ from cluster.remoting.headers import (
     HeaderError,
     parse_send_header,
 )
-from cluster.remoting.net import parse_address
+from cluster.remoting.net import Deferred, parse_address
 from store.commitlog import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -155,6 +157,58 @@ class SendProcessor:
         msg, batch, _wait = prepared
         store = self.ctrl.store
         result = store.append_messages(msg) if batch else store.append_message(msg)
+        return self._answer(request, msg, result)
+
+    def process_replicated(
+        self, conn: Any, request: RemotingCommand
+    ) -> RemotingCommand | Deferred | Awaitable[RemotingCommand]:
+        """Inline form for SYNC_MASTER with ASYNC_FLUSH: append now and answer at once when the
+        outcome is already known (no slave: SLAVE_NOT_AVAILABLE; already acked: SUCCESS);
+        otherwise hand back a ``Deferred`` that the HA service resolves when a slave acks past
+        the message (one group-transfer wakeup answers many sends; no task per send)."""
+        prepared = self._prepare(conn, request)
+        if isinstance(prepared, RemotingCommand):
+            return prepared
+        msg, batch, wait = prepared
+        store = self.ctrl.store
+        result = store.append_messages(msg) if batch else store.append_message(msg)
+        appended = result.result
+        waiter = store.replica_waiter
+        if not wait or appended is None or waiter is None:
+            return self._answer(request, msg, result)
+        end = appended.end_offset
+        ha = self.ctrl.ha
+        if ha is None or waiter != ha.replica_waiter:
+            return self._answer_after(request, msg, result, waiter(end))
+        status = ha.sync_status_nowait(end)
+        if status is not None:
+            return self._answer_status(request, msg, result, status)
+        deferred = Deferred()
+
+        def replicated(status: PutMessageStatus) -> None:
+            deferred.resolve(self._answer_status(request, msg, result, status))
+
+        ha.on_replicated(end, replicated)
+        return deferred
+
+    async def _answer_after(
+        self,
+        request: RemotingCommand,
+        msg: Message,
+        result: PutMessageResult,
+        wait: Awaitable[PutMessageStatus],
+    ) -> RemotingCommand:
+        return self._answer_status(request, msg, result, await wait)
+
+    def _answer_status(
+        self,
+        request: RemotingCommand,
+        msg: Message,
+        result: PutMessageResult,
+        status: PutMessageStatus,
+    ) -> RemotingCommand:
+        if status is not PutMessageStatus.PUT_OK:
+            result = PutMessageResult(status, result.result, result.remark)
         return self._answer(request, msg, result)
 
     async def process_async(self, conn: Any, request: RemotingCommand) -> RemotingCommand:

@@ -18,6 +18,7 @@ NOTIFY_CONSUMER_IDS_CHANGED or CHECK_TRANSACTION_STATE exactly as the client cal
 from __future__ import annotations
 
 import errno
+import functools
 import inspect
 import math
 import socket
@@ -56,13 +57,48 @@ MAX_OUTBOUND_BUFFER_BYTES: Final = 32 * 1024 * 1024
 #: polling, a flush, a call back to the peer); plain ``def`` processors must not block and run
 #: inline in the connection's reader, their responses batched into one send per read. A plain
 #: ``def`` processor may also return an awaitable (a coroutine) when it finds it must wait after
-#: all: the answer is then awaited in a task of its own (a pull with nothing to return yet).
+#: all: the answer is then awaited in a task of its own (a pull with nothing to return yet), or a
+#: ``Deferred`` that another task resolves later (no task per request: SYNC_MASTER sends).
 AsyncProcessor = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
 SyncProcessor = Callable[
     ["Connection", RemotingCommand],
-    RemotingCommand | Awaitable[RemotingCommand | None] | None,
+    "RemotingCommand | Awaitable[RemotingCommand | None] | Deferred | None",
 ]
 Processor = AsyncProcessor | SyncProcessor
+
+
+class Deferred:
+    """An answer a plain ``def`` processor promises for later, without a task of its own.
+
+    A processor that must wait on something another task will finish (a SYNC_MASTER send
+    waiting for a slave's ack) returns a ``Deferred`` and arranges for ``resolve(response)`` to
+    be called once from any task of the same Trio run; the connection then queues the response
+    and flushes every answer resolved in the same scheduling batch in one send. Costs an object
+    and a callback instead of a task per request.
+    """
+
+    __slots__ = ("_on_done", "done", "response")
+
+    def __init__(self) -> None:
+        self._on_done: Callable[[RemotingCommand | None], None] | None = None
+        self.done = False
+        self.response: RemotingCommand | None = None
+
+    def resolve(self, response: RemotingCommand | None) -> None:
+        """Deliver the answer (later calls are ignored)."""
+        if self.done:
+            return
+        self.done = True
+        self.response = response
+        callback, self._on_done = self._on_done, None
+        if callback is not None:
+            callback(response)
+
+    def _attach(self, callback: Callable[[RemotingCommand | None], None]) -> None:
+        if self.done:
+            callback(self.response)
+        else:
+            self._on_done = callback
 
 
 class RemotingError(Exception):
@@ -243,6 +279,7 @@ class Connection:
         self._out = bytearray()
         self._flushing = False  # a flusher task owns the socket's send side
         self._flush_soon = False  # a writer is gathering this batch's frames
+        self._deferred_flush = False  # a task will send the answers Deferreds resolved
         self._drained: trio.Event | None = None
         self._slots = trio.Semaphore(max_in_flight, max_value=max_in_flight)
         self._closed = False
@@ -476,6 +513,9 @@ class Connection:
                     slots.acquire_nowait()
                 except trio.WouldBlock:
                     await slots.acquire()
+                if isinstance(deferred, Deferred):
+                    deferred._attach(functools.partial(self._deferred_done, cmd))
+                    continue
                 nursery.start_soon(self._serve_request, processor, cmd, len(commands) > 1, deferred)
                 spawned = True
             self._send_queued()  # every inline answer of this read in one send
@@ -487,6 +527,20 @@ class Connection:
                 # Let the tasks just spawned or woken run (and answer) before this task tries
                 # the socket again; also keeps a busy connection from starving the others.
                 await trio.lowlevel.checkpoint()
+
+    def _deferred_done(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """A ``Deferred`` answer arrived: queue it; one task sends all answers of this batch."""
+        self._slots.release()
+        if request.flag & FLAG_ONEWAY or self._closed:
+            return
+        self._queue_response(request, response)
+        if not self._deferred_flush and self._nursery is not None:
+            self._deferred_flush = True
+            self._nursery.start_soon(self._flush_deferred)
+
+    async def _flush_deferred(self) -> None:
+        self._deferred_flush = False
+        self._send_queued()
 
     def _complete(self, response: RemotingCommand) -> None:
         slot = self._pending.pop(response.opaque, None)
@@ -500,10 +554,10 @@ class Connection:
 
     def _answer_inline(
         self, processor: SyncProcessor, request: RemotingCommand
-    ) -> Awaitable[RemotingCommand | None] | None:
+    ) -> Awaitable[RemotingCommand | None] | Deferred | None:
         """Run a plain ``def`` processor now. If it hands back an awaitable instead of an answer
         (it must wait: e.g. a pull with nothing to return yet), that is returned to be awaited in
-        a task of its own."""
+        a task of its own; a ``Deferred`` is returned to be attached (answered when resolved)."""
         try:
             response = processor(self, request)
         except Exception as exc:
@@ -512,7 +566,7 @@ class Connection:
         if (
             response is not None
             and type(response) is not RemotingCommand
-            and inspect.isawaitable(response)
+            and (isinstance(response, Deferred) or inspect.isawaitable(response))
         ):
             return response
         if not request.flag & FLAG_ONEWAY and not self._closed:

@@ -13,6 +13,7 @@ from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from cluster.remoting.codes import ResponseCode
 from cluster.remoting.net import (
     Connection,
+    Deferred,
     Dispatcher,
     RemotingClosedError,
     RemotingConnectError,
@@ -570,3 +571,53 @@ async def test_a_plain_processor_may_defer_its_answer(nursery: trio.Nursery) -> 
         assert got == ["later"]
         r = await conn.invoke(RemotingCommand.request(2))
         assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "OSError: deferred failure")
+
+
+async def test_a_plain_processor_may_answer_through_a_deferred(nursery: trio.Nursery) -> None:
+    """No task per request: answers resolved later by another task, in any order, reach the
+    right callers; an unresolved Deferred holds only its own caller; oneway ones send nothing."""
+    parked: list[tuple[RemotingCommand, Deferred]] = []
+    parked_changed = trio.Event()
+
+    def park(conn: Connection, req: RemotingCommand) -> object:
+        if req.ext_fields.get("now") == "1":
+            d = Deferred()
+            d.resolve(req.response(0, remark="resolved before return"))
+            return d
+        d = Deferred()
+        parked.append((req, d))
+        parked_changed.set()
+        return d
+
+    srv = RemotingServer(Dispatcher({1: park}))  # type: ignore[dict-item]
+    host, port = await nursery.start(srv.serve)
+    async with open_remoting_client() as client:
+        conn = await client.connection(format_address(host, port))
+        got: dict[str, str | None] = {}
+
+        async def call(i: int) -> None:
+            resp = await conn.invoke(RemotingCommand.request(1, {"i": str(i)}), timeout=10)
+            got[str(i)] = resp.remark
+
+        async with trio.open_nursery() as inner:
+            for i in range(50):
+                inner.start_soon(call, i)
+            with trio.fail_after(10):
+                while len(parked) < 50:
+                    await parked_changed.wait()
+                    parked_changed = trio.Event()
+            r = await conn.invoke(RemotingCommand.request(1, {"now": "1"}))
+            assert r.remark == "resolved before return"
+            assert got == {}
+            for req, d in reversed(parked):  # answered in reverse order, by this task
+                d.resolve(req.response(0, remark=f"done {req.ext_fields['i']}"))
+                d.resolve(req.response(0, remark="ignored: second resolve"))
+        assert got == {str(i): f"done {i}" for i in range(50)}
+        # one never resolved: its caller times out, the connection keeps serving
+        with pytest.raises(RemotingTimeoutError):
+            await conn.invoke(RemotingCommand.request(1, {"i": "stuck"}), timeout=0.2)
+        r = await conn.invoke(RemotingCommand.request(1, {"now": "1"}))
+        assert r.remark == "resolved before return"
+        req, d = parked[-1]
+        await conn.aclose()
+    d.resolve(req.response(0, remark="after the peer left"))  # must not raise

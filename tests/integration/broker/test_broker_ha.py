@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from broker.config import BrokerSettings
 from broker.controller import BrokerController
@@ -141,3 +142,84 @@ async def test_async_master_answers_at_once_and_slave_catches_up(tmp_path: Path)
         with trio.fail_after(WAIT_S):
             await slave.store.wait_appended_beyond(end - 1)
         assert slave.store.max_phys_offset == end
+
+
+async def _fake_slave(
+    port: int, acking: trio.Event, stop: trio.Event, task_status: trio.TaskStatus[None]
+) -> None:
+    """A slave speaking the HA protocol by hand: reports offset 0, reads every frame, and acks
+    what it read only once ``acking`` is set (until then the master waits in vain)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all((0).to_bytes(8, "big"))
+        task_status.started()
+        buf = bytearray()
+        received = 0
+        while not stop.is_set():
+            with trio.move_on_after(0.05):
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                buf += data
+            while len(buf) >= 12:
+                offset = int.from_bytes(buf[:8], "big")
+                size = int.from_bytes(buf[8:12], "big")
+                if len(buf) < 12 + size:
+                    break
+                del buf[: 12 + size]
+                received = max(received, offset + size)
+            if acking.is_set() and received:
+                await stream.send_all(received.to_bytes(8, "big"))
+
+
+async def test_sync_master_answers_waiting_sends_on_ack_or_timeout(tmp_path: Path) -> None:
+    """Sends waiting for a slave are answered without holding the connection: other requests
+    are served meanwhile; a slave that never acks yields FLUSH_SLAVE_TIMEOUT (message stored, msgId
+    given); once it acks, every waiting send hears SUCCESS."""
+    async with running_cluster(
+        tmp_path, brokerRole="SYNC_MASTER", haListenPort="0", syncFlushTimeout="600"
+    ) as cluster:
+        master = cluster.broker
+        assert master.ha is not None and master.ha.port is not None
+        ok(await cluster.call(RequestCode.GET_BROKER_RUNTIME_INFO))
+        acking, stop = trio.Event(), trio.Event()
+        await cluster.nursery.start(_fake_slave, master.ha.port, acking, stop)
+        with trio.fail_after(WAIT_S):
+            await master.ha.wait_for_slaves(1)
+
+        async def sends(n: int) -> list[RemotingCommand]:
+            out: list[RemotingCommand] = []
+
+            async def one(i: int) -> None:
+                out.append(await cluster.send("HaWait", f"w{i}".encode()))
+
+            async with trio.open_nursery() as n_:
+                for i in range(n):
+                    n_.start_soon(one, i)
+            return out
+
+        started = trio.current_time()
+        async with trio.open_nursery() as n_:
+            waited: list[RemotingCommand] = []
+
+            async def collect() -> None:
+                waited.extend(await sends(10))
+
+            n_.start_soon(collect)
+            with trio.fail_after(WAIT_S):
+                while master.ha.groups.waiting_puts < 10:
+                    await trio.testing.wait_all_tasks_blocked(0.01)
+            # the same connection still answers at once while the sends wait for the slave
+            ok(await cluster.call(RequestCode.GET_BROKER_RUNTIME_INFO))
+            assert trio.current_time() - started < 0.5
+        assert len(waited) == 10
+        for resp in waited:
+            assert resp.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (resp.code, resp.remark)
+            assert resp.ext_fields["msgId"] and resp.ext_fields["queueOffset"]
+        assert trio.current_time() - started >= 0.6
+
+        acking.set()
+        for resp in await sends(20):
+            assert resp.code == ResponseCode.SUCCESS, (resp.code, resp.remark)
+        assert master.ha.status().push_to_slave_max_offset == master.store.max_phys_offset
+        stop.set()
