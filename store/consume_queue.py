@@ -253,3 +253,10 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.queue.close()
+
+    def destroy(self) -> None:
+        """Delete every segment of this queue (its topic was deleted)."""
+        self.queue.reset_empty(0)
+        self.queue.close()
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0

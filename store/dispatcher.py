@@ -17,6 +17,7 @@ recovery re-dispatches from the checkpoint anyway.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 
 import structlog
@@ -95,6 +96,16 @@ class ConsumeQueueTable:
 
     def max_physic_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)
+
+    def delete_topic(self, topic: str) -> list[int]:
+        """Destroy every ConsumeQueue of ``topic`` (files and directory); the queue ids."""
+        gone = sorted(qid for (t, qid) in self.queues if t == topic)
+        for qid in gone:
+            self.queues.pop((topic, qid)).destroy()
+        tdir = os.path.join(self.root, topic)
+        if os.path.isdir(tdir):
+            shutil.rmtree(tdir, ignore_errors=True)
+        return gone
 
     def close(self) -> None:
         for cq in self.queues.values():

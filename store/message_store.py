@@ -731,6 +731,18 @@ class MessageStore:
     def check_disk_space(self) -> float:
         return self.retention.check_disk()
 
+    def delete_topic(self, topic: str) -> int:
+        """Drop ``topic``'s ConsumeQueues and queue offsets (RocketMQ ``cleanUnusedTopic`` for
+        one deleted topic); its CommitLog records stay until retention removes them. A topic
+        created again with the same name starts at queue offset 0. Returns the queues dropped."""
+        gone = self.cqs.delete_topic(topic)
+        table = self.commitlog.topic_queue_table
+        for key in [k for k in table if k[0] == topic]:
+            del table[key]
+        if gone:
+            log.info("topic_queues_deleted", topic=topic, queues=gone)
+        return len(gone)
+
     def clean_once(self, now_ms: int | None = None) -> CleanResult:
         return self.retention.clean_once(now_ms)
 

@@ -83,6 +83,8 @@ class AdminProcessors:
         h = DeleteTopicRequestHeader.from_ext_fields(request.ext_fields)
         if self.ctrl.topics.delete(h.topic):
             self.ctrl.topic_created(h.topic)
+        # as RocketMQ's cleanUnusedTopic: the deleted topic's ConsumeQueues go with it
+        self.ctrl.store.delete_topic(h.topic)
         return request.response(ResponseCode.SUCCESS)
 
     def get_all_topic_config(self, conn: Any, request: RemotingCommand) -> RemotingCommand:

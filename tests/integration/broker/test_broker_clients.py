@@ -441,3 +441,37 @@ async def test_permissions_and_client_config_check(cluster: Cluster) -> None:
     sql = {**tag, "subscriptionData": {"topic": "T", "subString": "a>1", "expressionType": "SQL92"}}
     refused = await cluster.call(RequestCode.CHECK_CLIENT_CONFIG, None, orjson.dumps(sql))
     assert refused.code == ResponseCode.SYSTEM_ERROR and "SQL92" in (refused.remark or "")
+
+
+async def test_delete_topic_drops_its_consume_queues(cluster: Cluster) -> None:
+    """DELETE_TOPIC_IN_BROKER removes the topic's ConsumeQueue files and queue offsets (as
+    RocketMQ's cleanUnusedTopic); the same name created again starts at offset 0."""
+    for i in range(3):
+        ok(await cluster.send("DelT", f"old{i}".encode()))
+    store = cluster.broker.store
+    store.dispatch_all()
+    cq_dir = cluster.store_dir / "consumequeue" / "DelT"
+    assert (cq_dir / "0").is_dir()
+    max_off = ok(await cluster.call(RequestCode.GET_MAX_OFFSET, {"topic": "DelT", "queueId": "0"}))
+    assert max_off.ext_fields["offset"] == "3"
+
+    ok(await cluster.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "DelT"}))
+    assert cluster.broker.topics.select("DelT") is None
+    assert not cq_dir.exists()
+    max_off = ok(await cluster.call(RequestCode.GET_MAX_OFFSET, {"topic": "DelT", "queueId": "0"}))
+    assert max_off.ext_fields["offset"] == "0"
+
+    resp = ok(await cluster.send("DelT", b"new"))  # auto-created again
+    assert resp.ext_fields["queueOffset"] == "0"
+    store.dispatch_all()
+    pull = ok(
+        await cluster.call(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": "DG", "topic": "DelT", "queueId": "0", "queueOffset": "0",
+                "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
+                "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0",
+            },
+        )
+    )
+    assert [bytes(m.body) for m in messages(pull)] == [b"new"]
