@@ -15,11 +15,13 @@ from typing import Any, Final
 
 import attrs
 
+from cluster.filter.sql92 import Selector, SelectorError, compile_sql92
 from cluster.protocol import fastjson
 from cluster.protocol.message import java_string_hash
 
 SUB_ALL: Final = "*"
 EXPRESSION_TAG: Final = "TAG"
+EXPRESSION_SQL92: Final = "SQL92"
 CONSUME_TYPES: Final = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
 MESSAGE_MODELS: Final = ("BROADCASTING", "CLUSTERING")
 CONSUME_FROM_WHERE: Final = (
@@ -50,10 +52,19 @@ class SubscriptionData:
     sub_version: int = 0
     expression_type: str = EXPRESSION_TAG
     class_filter_mode: bool = False
+    #: SQL92: the compiled selector (None when it did not compile: ``filter_error`` says why)
+    selector: Selector | None = attrs.field(default=None, eq=False, repr=False)
+    filter_error: str | None = attrs.field(default=None, eq=False)
 
     @property
     def matches_all(self) -> bool:
+        if self.expression_type == EXPRESSION_SQL92:
+            return False
         return self.sub_string == SUB_ALL or not self.code_set
+
+    @property
+    def is_tag_type(self) -> bool:
+        return self.expression_type == EXPRESSION_TAG
 
     def is_matched_by_tags_code(self, tags_code: int) -> bool:
         """Java ``ExpressionMessageFilter.isMatchedByConsumeQueue`` for TAG expressions."""
@@ -75,11 +86,24 @@ class SubscriptionData:
         }
 
 
+#: Compiled SQL92 selectors by text, shared by every subscription of this process (a cache:
+#: compiling is pure, so sharing changes nothing but the cost).
+_SELECTOR_CACHE: dict[str, Selector] = {}
+
+
 def build_subscription(
     topic: str, sub_string: str | None, sub_version: int = 0, expression_type: str | None = None
 ) -> SubscriptionData:
-    """Java ``FilterAPI.build``: ``*``/empty = everything, else ``TagA || TagB``."""
+    """Java ``FilterAPI.build``: ``*``/empty = everything, else ``TagA || TagB``; SQL92
+    expressions are compiled (a bad one raises ValueError with the parser's reason)."""
     etype = (expression_type or EXPRESSION_TAG).upper()
+    if etype == EXPRESSION_SQL92:
+        if sub_string is None or not sub_string.strip():
+            raise ValueError(f"Expression can't be null! {etype}")
+        return SubscriptionData(
+            topic, sub_string, sub_version=sub_version, expression_type=EXPRESSION_SQL92,
+            selector=compile_sql92(sub_string, _SELECTOR_CACHE),
+        )
     if etype != EXPRESSION_TAG:
         raise ValueError(f"The broker does not support consumer to filter message by {etype}")
     if sub_string is None or not sub_string.strip() or sub_string.strip() == SUB_ALL:
@@ -157,6 +181,21 @@ def decode_subscription(raw: Any) -> SubscriptionData:
     if not isinstance(topic, str) or not topic:
         raise HeartbeatError("subscriptionData.topic is required")
     sub_string = str(raw.get("subString") or SUB_ALL)
+    etype = str(raw.get("expressionType") or EXPRESSION_TAG).upper()
+    if etype == EXPRESSION_SQL92:
+        # a bad expression does not refuse the heartbeat: pulls for it answer
+        # FILTER_DATA_NOT_EXIST (RocketMQ's ConsumerFilterManager keeps no filter data)
+        try:
+            selector: Selector | None = compile_sql92(str(sub_string), _SELECTOR_CACHE)
+            error = None
+        except SelectorError as exc:
+            selector, error = None, str(exc)
+        return SubscriptionData(
+            topic=topic, sub_string=str(sub_string), sub_version=_int(raw.get("subVersion")),
+            expression_type=EXPRESSION_SQL92,
+            class_filter_mode=bool(raw.get("classFilterMode", False)),
+            selector=selector, filter_error=error,
+        )
     tags = tuple(str(t) for t in _list(raw, "tagsSet"))
     codes = frozenset(_int(c) for c in _list(raw, "codeSet"))
     if not codes and tags and sub_string != SUB_ALL:

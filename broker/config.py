@@ -84,6 +84,8 @@ class BrokerConfig:
     msg_trace_topic_name: str = setting("msgTraceTopicName", "RMQ_SYS_TRACE_TOPIC")
     reject_transaction_message: bool = setting("rejectTransactionMessage", False)
     long_polling_enable: bool = setting("longPollingEnable", True)
+    #: SQL92 subscriptions (MessageSelector.bySql) are served only with this on (RocketMQ).
+    enable_property_filter: bool = setting("enablePropertyFilter", False)
     short_polling_time_mills: int = setting("shortPollingTimeMills", 1000)
     register_name_server_period_ms: int = setting(
         "registerNameServerPeriod", DEFAULT_REGISTER_PERIOD_MS

@@ -567,8 +567,11 @@ class MessageStore:
         *,
         max_bytes: int = DEFAULT_PULL_MAX_BYTES,
         message_filter: MessageFilter | None = None,
+        record_filter: Callable[[memoryview], bool] | None = None,
     ) -> GetMessageResult:
-        """Messages of one queue from ``offset`` (RocketMQ DefaultMessageStore.getMessage)."""
+        """Messages of one queue from ``offset`` (RocketMQ DefaultMessageStore.getMessage).
+        ``message_filter`` sees each ConsumeQueue unit's tags code; ``record_filter`` the
+        CommitLog record itself (SQL92 on its properties: isMatchedByCommitLog)."""
         cq = self.cqs.find(topic, queue_id)
         s = GetMessageStatus
         if cq is None:
@@ -619,6 +622,9 @@ class MessageStore:
                 if not buffers:
                     result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 next_file_start = self.commitlog.roll_next_file(phys)
+                continue
+            if record_filter is not None and not record_filter(view):
+                view.release()
                 continue
             buffers.append(view)
             qoffs.append(offset + (i - UNIT) // UNIT)

@@ -17,6 +17,7 @@ from broker.clients import (
 )
 from broker.processors.common import header_errors
 from broker.topic_config import retry_topic
+from cluster.filter.sql92 import SelectorError, compile_sql92
 from cluster.protocol import fastjson
 from cluster.protocol.route import PermName
 from cluster.remoting.codec import RemotingCommand
@@ -138,11 +139,17 @@ class ConsumerProcessors:
             )
         sub = body.get("subscriptionData") or {}
         etype = str(sub.get("expressionType") or "TAG") if isinstance(sub, dict) else "TAG"
-        if etype.upper() != "TAG":
+        if etype.upper() == "TAG":
+            return request.response(ResponseCode.SUCCESS)
+        if etype.upper() != "SQL92" or not self.ctrl.bcfg.enable_property_filter:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {etype}",
             )
+        try:
+            compile_sql92(str(sub.get("subString") or ""))
+        except SelectorError as exc:
+            return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
         return request.response(ResponseCode.SUCCESS)
 
     @header_errors

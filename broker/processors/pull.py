@@ -8,12 +8,23 @@ non-suspending read.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import TYPE_CHECKING, Any, Final
 
 from broker.clients import SubscriptionData, build_subscription
 from broker.processors.common import FAQ_URL
 from broker.processors.consumer import TOTAL_MEMORY_BYTES as _RAM_BYTES
+from cluster.filter.sql92 import Selector
+from cluster.protocol.message import (
+    OFF_BODYLEN,
+    OFF_SYSFLAG,
+    RECORD_HEADER_SIZE,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    decode_properties,
+    decode_record,
+)
 from cluster.protocol.route import PermName
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import ResponseCode
@@ -36,6 +47,9 @@ SLAVE_RATIO_DISCOUNT: Final = 10.0
 #: A stored record's PHYSICALOFFSET: big-endian long at byte 28.
 _PHYS_OFFSET: Final = struct.Struct(">q")
 _PHYS_OFFSET_AT: Final = 28
+_SYS_FLAG: Final = struct.Struct(">i")
+_BODY_LEN: Final = struct.Struct(">i")
+_PROPS_LEN: Final = struct.Struct(">h")
 #: RAM the in-memory ratio applies to (tests may patch it).
 TOTAL_MEMORY_BYTES: int = _RAM_BYTES
 
@@ -145,6 +159,21 @@ class PullProcessor:
                     "the consumer's subscription not latest",
                 ), None
             sub = found
+        record_filter = None
+        if not sub.is_tag_type:
+            if not ctrl.bcfg.enable_property_filter:
+                return request.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"The broker does not support consumer to filter message by "
+                    f"{sub.expression_type}",
+                ), None
+            if sub.selector is None:
+                return request.response(
+                    ResponseCode.FILTER_DATA_NOT_EXIST,
+                    "The broker's consumer filter data is not exist!Your expression may be "
+                    f"wrong! {sub.filter_error or ''}".rstrip(),
+                ), None
+            record_filter = functools.partial(_sql92_matches, sub.selector)
         store = ctrl.store
         if store.dispatch_behind_bytes > 0:
             store.dispatch()  # a pull right after a send sees it
@@ -155,6 +184,7 @@ class PullProcessor:
             h.queue_offset,
             max_nums,
             message_filter=None if sub.matches_all else sub.is_matched_by_tags_code,
+            record_filter=record_filter,
         )
         status = result.status
         body: bytes = b""
@@ -204,6 +234,30 @@ class PullProcessor:
             "maxOffset": str(result.max_offset),
         }
         return request.response(code, status.value, ext, body), None
+
+
+def record_properties(record: memoryview) -> dict[str, str]:
+    """The properties of one stored record (only what SQL92 needs: no body copy)."""
+    sys_flag = _SYS_FLAG.unpack_from(record, OFF_SYSFLAG)[0]
+    if sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
+        return dict(decode_record(record, check_crc=False).properties)
+    (body_len,) = _BODY_LEN.unpack_from(record, OFF_BODYLEN)
+    tp = RECORD_HEADER_SIZE + body_len
+    pp = tp + 1 + record[tp]
+    (props_len,) = _PROPS_LEN.unpack_from(record, pp)
+    if props_len <= 0:
+        return {}
+    return decode_properties(record[pp + 2 : pp + 2 + props_len])
+
+
+def _sql92_matches(selector: Selector, record: memoryview) -> bool:
+    """RocketMQ ``ExpressionMessageFilter.isMatchedByCommitLog``: evaluate on the record's
+    properties; a record that cannot be read does not match."""
+    try:
+        props = record_properties(record)
+    except (struct.error, IndexError, ValueError):
+        return False
+    return selector.matches(props)
 
 
 def _last_phys_offset(buffers: list[memoryview]) -> int:

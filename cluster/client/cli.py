@@ -91,10 +91,18 @@ async def _produce(args: argparse.Namespace) -> int:
     errors = 0
     start = time.monotonic()
 
+    user_props: list[tuple[str, str]] = []
+    for item in args.prop or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise MQClientError(f"--prop needs KEY=VALUE, got {item!r}")
+        user_props.append((name, value))
+
     def make(i: int) -> Message:
         tags = args.tags.format(i=i) if args.tags else None
         keys = args.keys.format(i=i) if args.keys else None
-        return Message(args.topic, body_base, tags=tags, keys=keys)
+        props = {k: v.format(i=i) for k, v in user_props}
+        return Message(args.topic, body_base, tags=tags, keys=keys, properties=props)
 
     async with Producer(args.group, client_config=_client_config(args)) as p:
         if args.batch and args.batch > 1:
@@ -200,7 +208,10 @@ async def _consume(args: argparse.Namespace) -> int:
     how = {"first": ConsumeFromWhere.FIRST_OFFSET, "last": ConsumeFromWhere.LAST_OFFSET}[args.start]
     consumer = PushConsumer(args.group, client_config=_client_config(args), listener=listener,
                             consume_from=how)
-    consumer.subscribe(args.topic, args.subscription)
+    if args.sql is not None:
+        consumer.subscribe(args.topic, args.sql, expression_type="SQL92")
+    else:
+        consumer.subscribe(args.topic, args.subscription)
     async with consumer:
         while not enough.is_set():
             # stop after --timeout seconds without a new message
@@ -365,6 +376,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--size", type=int, default=128, help="body bytes")
     p.add_argument("--tags", help="tag ({i} is the message index)")
     p.add_argument("--keys", help="keys ({i} is the message index)")
+    p.add_argument("--prop", action="append", metavar="KEY=VALUE",
+                   help="a user property, repeatable ({i} is the message index); "
+                        "consumers select on them with --sql")
     p.add_argument("--batch", type=int, default=0, help="send batches of K messages")
     p.add_argument("--in-flight", type=int, default=DEFAULT_PRODUCE_IN_FLIGHT)
     p.set_defaults(func=_runner(_produce))
@@ -374,6 +388,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-s", "--subscription", default="*", help="tag expression, e.g. 'A || B'")
+    p.add_argument("--sql", default=None, metavar="EXPR",
+                   help="SQL92 selector on message properties instead of tags, e.g. "
+                        "\"a BETWEEN 1 AND 5\" (the broker needs enablePropertyFilter=true)")
     p.add_argument("--count", type=int, default=0, help="stop after N messages (0: no limit)")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="stop after this many seconds without a new message")

@@ -127,6 +127,7 @@ class PullApi:
             suspend_ms=int(suspend_s * 1000),
             subscription=sub.sub_string if sub is not None else None,
             sub_version=sub.sub_version if sub is not None else 0,
+            expression_type=sub.expression_type if sub is not None else "TAG",
         )
         t = timeout if timeout is not None else (
             suspend_s + DEFAULT_PULL_CALL_TIMEOUT_S - DEFAULT_BROKER_SUSPEND_MAX_S
@@ -295,8 +296,11 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ setup
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        sub = build_subscription(topic, expression, _now_ms())
+    def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG"
+                  ) -> None:
+        """``expression``: tags (``"TagA || TagB"``, ``"*"``) or, with
+        ``expression_type="SQL92"``, a selector on message properties (``"a > 5"``)."""
+        sub = build_subscription(topic, expression, _now_ms(), expression_type)
         self.subscriptions[topic] = sub
         if self.config.message_model is MessageModel.CLUSTERING:
             rt = retry_topic(self.group)
@@ -356,10 +360,34 @@ class PushConsumer:
                 await self.instance.update_route(topic)
             except MQClientError as exc:
                 self.log.info("route fetch failed", topic=topic, error=str(exc))
+        await self.check_client_in_broker()
         await self.instance.send_heartbeat_to_all()
         if self.config.orderly:
             self._spawn(self._lock_loop)
         await self.do_rebalance()
+
+    async def check_client_in_broker(self) -> None:
+        """CHECK_CLIENT_CONFIG for every non-TAG (SQL92) subscription, at each master of its
+        topic (Java's ``checkClientInBroker``): a broker without enablePropertyFilter, or an
+        expression it cannot parse, fails the start with the broker's code and remark."""
+        for sub in list(self.subscriptions.values()):
+            if sub.expression_type == "TAG":
+                continue
+            route = self.instance.routes.get(sub.topic)
+            addrs = [b.master_addr for b in route.broker_datas] if route is not None else []
+            body = fastjson.dumps({
+                "clientId": self.instance.client_id,
+                "group": self.group,
+                "subscriptionData": sub.to_json_obj(),
+            })
+            for addr in addrs:
+                if addr is None:
+                    continue
+                resp = await self.instance.invoke(
+                    addr, frames.request(frames.RC.CHECK_CLIENT_CONFIG, None, body)
+                )
+                if resp.code != ResponseCode.SUCCESS:
+                    raise MQBrokerError(resp.code, resp.remark, addr)
 
     async def close(self) -> None:
         if not self.running:
@@ -1049,8 +1077,9 @@ class PullConsumer:
         await self.offsets.persist(list(self.assigned), sync=True)
 
     async def pull(self, mq: MessageQueue, offset: int, *, max_nums: int = DEFAULT_PULL_BATCH_SIZE,
-                   expression: str = "*", suspend_s: float = 0.0) -> PullResult:
-        sub = build_subscription(mq.topic, expression, 0)
+                   expression: str = "*", suspend_s: float = 0.0,
+                   expression_type: str = "TAG") -> PullResult:
+        sub = build_subscription(mq.topic, expression, 0, expression_type)
         return await self.pull_api.pull(mq, offset, sub=sub, max_nums=max_nums,
                                         suspend_s=suspend_s)
 

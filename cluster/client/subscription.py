@@ -13,6 +13,7 @@ from cluster.protocol.message import java_string_hash
 
 SUB_ALL = "*"
 EXPRESSION_TAG = "TAG"
+EXPRESSION_SQL92 = "SQL92"
 
 
 def java_hashset_order(items: Iterable[Any], hash_of: Any) -> list[Any]:
@@ -89,8 +90,20 @@ class SubscriptionData:
         }
 
 
-def build_subscription(topic: str, expression: str | None, sub_version: int) -> SubscriptionData:
-    """``"*"``/empty -> all; else ``"TagA || TagB"`` split on ``||``, trimmed, empties dropped."""
+def build_subscription(
+    topic: str, expression: str | None, sub_version: int, expression_type: str = EXPRESSION_TAG
+) -> SubscriptionData:
+    """``"*"``/empty -> all; else ``"TagA || TagB"`` split on ``||``, trimmed, empties dropped.
+    ``expression_type="SQL92"``: ``expression`` is a SQL92 selector the broker evaluates on
+    message properties (it must run with enablePropertyFilter=true)."""
+    etype = (expression_type or EXPRESSION_TAG).upper()
+    if etype == EXPRESSION_SQL92:
+        text = (expression or "").strip()
+        if not text:
+            raise ValueError("a SQL92 subscription needs an expression")
+        return SubscriptionData(topic, text, sub_version=sub_version, expression_type=etype)
+    if etype != EXPRESSION_TAG:
+        raise ValueError(f"unknown expression type {expression_type!r} (TAG or SQL92)")
     text = (expression or "").strip()
     if not text or text == SUB_ALL:
         return SubscriptionData(topic, SUB_ALL, sub_version=sub_version)

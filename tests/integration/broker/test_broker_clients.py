@@ -142,7 +142,9 @@ async def test_pull_with_heartbeat_subscription(cluster: Cluster) -> None:
         RequestCode.PULL_MESSAGE,
         {**ext, "sysFlag": "4", "subscription": "a > 1", "expressionType": "SQL92"},
     )
-    assert sql.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    # SQL92 needs enablePropertyFilter=true (tests/integration/client/test_sql92.py)
+    assert sql.code == ResponseCode.SYSTEM_ERROR
+    assert "does not support consumer to filter message by SQL92" in (sql.remark or "")
 
 
 async def test_retry_then_dlq_after_16(cluster: Cluster) -> None:

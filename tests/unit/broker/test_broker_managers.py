@@ -141,8 +141,15 @@ def test_subscription_expressions() -> None:
     assert not sub.is_matched_by_tags_code(java_string_hash("TagC"))
     assert build_subscription("T", "*").is_matched_by_tags_code(123)
     assert build_subscription("T", None).matches_all
-    with pytest.raises(ValueError):
-        build_subscription("T", "a > 1", expression_type="SQL92")
+    sql = build_subscription("T", "a > 1", expression_type="SQL92")
+    assert sql.selector is not None and sql.selector.matches({"a": "2"})
+    assert not sql.matches_all and not sql.is_tag_type
+    with pytest.raises(ValueError, match="cannot be compared"):
+        build_subscription("T", "a > 'x'", expression_type="SQL92")
+    with pytest.raises(ValueError, match="can't be null"):
+        build_subscription("T", " ", expression_type="SQL92")
+    with pytest.raises(ValueError, match="does not support"):
+        build_subscription("T", "x", expression_type="CLASS")
 
 
 def test_heartbeat_java_and_cpp_forms() -> None:
