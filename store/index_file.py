@@ -83,6 +83,11 @@ def _key_hash(key: str) -> int:
     return index_key_hash(key)
 
 
+_ENTRY_PACK: Final = ENTRY.pack_into
+_SLOT_PACK: Final = SLOT.pack_into
+_SLOT_UNPACK: Final = SLOT.unpack_from
+
+
 def index_file_size(slots: int, entries: int) -> int:
     return HEADER_SIZE + slots * SLOT_SIZE + entries * ENTRY_SIZE
 
@@ -136,7 +141,7 @@ class IndexFile:
             return False
         mm = self.mm
         slot_pos = HEADER_SIZE + (h % self.slots) * SLOT_SIZE
-        (prev,) = SLOT.unpack_from(mm, slot_pos)
+        (prev,) = _SLOT_UNPACK(mm, slot_pos)
         if prev <= INVALID_INDEX or prev > n:
             prev = INVALID_INDEX
             self.slot_count += 1
@@ -145,9 +150,12 @@ class IndexFile:
             diff = 0
         else:
             diff = (store_ts - begin_ts) // 1000
-            diff = INT_MAX if diff > INT_MAX else max(diff, 0)
-        ENTRY.pack_into(mm, self.entries_base + n * ENTRY_SIZE, h, phys, diff, prev)
-        SLOT.pack_into(mm, slot_pos, n)
+            if diff > INT_MAX:
+                diff = INT_MAX
+            elif diff < 0:
+                diff = 0
+        _ENTRY_PACK(mm, self.entries_base + n * ENTRY_SIZE, h, phys, diff, prev)
+        _SLOT_PACK(mm, slot_pos, n)
         if n <= 1:
             self.begin_phy = phys
             self.begin_ts = store_ts
@@ -313,6 +321,28 @@ class IndexService:
         ph = self._prefix_hashes.get(topic)
         if ph is None:
             ph = self._prefix_hash(topic)
+        if (
+            keys is None
+            and uniq_key
+            and ph >= 0
+            and len(uniq_key) <= _HASH_UNITS
+            and uniq_key.isascii()
+        ):
+            # the usual record: a client-generated UNIQ_KEY and no KEYS
+            files = self.files
+            f = files[-1] if files else None
+            if f is None or f.index_count >= f.entries:
+                f = self._writable()
+            elif phys <= f.end_phy and (f.index_count > 1 or len(files) > 1):
+                return  # already indexed (replayed dispatch)
+            h = (ph * _POW31[len(uniq_key)] + _ascii_hash(uniq_key)) & _MASK32
+            if h & 0x80000000:  # abs of the signed hashCode; MIN_VALUE -> 0
+                h = 0x100000000 - h
+                if h == 0x80000000:
+                    h = 0
+            if not f.put_hash(h, phys, store_ts):
+                self._writable().put_hash(h, phys, store_ts)
+            return
         if (
             ph < 0
             or (uniq_key is not None and (len(uniq_key) > _HASH_UNITS or not uniq_key.isascii()))
