@@ -290,7 +290,10 @@ class SendProcessor:
         if not isinstance(body, bytes):
             body = bytes(body)
         max_size = self._max_size
-        batch = bool(header.batch) and request.code == RequestCode.SEND_BATCH_MESSAGE
+        # the body is a batch whenever the header says so, whatever the request code (320 only
+        # selects the V2 header): the C++ client sends its batches as SEND_MESSAGE (10) with
+        # batch="1"
+        batch = bool(header.batch)
         if not batch and len(body) > max_size:
             return request.response(
                 ResponseCode.MESSAGE_ILLEGAL,

@@ -129,6 +129,26 @@ async def test_batch_send(cluster: Cluster) -> None:
     assert all(m.properties["CLUSTER"] == "TestCluster" for m in messages(pulled))
 
 
+async def test_cpp_style_batch_on_send_message_v1(cluster: Cluster) -> None:
+    """The C++ client sends batches as SEND_MESSAGE (10) with long header names and batch="1":
+    the header's flag, not the request code, makes the body a batch."""
+    items = [(0, f"c{i}".encode(), {"UNIQ_KEY": f"C{i:030d}", "TAGS": "T"}) for i in range(3)]
+    ext = {
+        "producerGroup": "CppPG", "topic": "CppBatch", "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0", "bornTimestamp": "1",
+        "flag": "0", "properties": "WAIT\x01true\x02", "reconsumeTimes": "0", "unitMode": "0",
+        "batch": "1",
+    }
+    resp = ok(await cluster.call(RequestCode.SEND_MESSAGE, ext, encode_batch(items)))
+    assert len(resp.ext_fields["msgId"].split(",")) == 3
+    pulled = ok(await cluster.pull("CppBatch"))
+    assert [m.body for m in messages(pulled)] == [b"c0", b"c1", b"c2"]
+    # batch="0" is one message, whatever the body holds
+    ok(await cluster.call(RequestCode.SEND_MESSAGE, {**ext, "batch": "0"}, b"plain"))
+    pulled = ok(await cluster.pull("CppBatch", offset=3))
+    assert [m.body for m in messages(pulled)] == [b"plain"]
+
+
 async def test_query_consumer_offset_and_commit(cluster: Cluster) -> None:
     ok(await cluster.send("Off", b"a"))
     q = {"consumerGroup": "NewGroup", "topic": "Off", "queueId": "0"}
