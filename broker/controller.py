@@ -35,7 +35,7 @@ from broker.persist import (
     read_file,
     write_atomically,
 )
-from broker.processors.admin import MoreAdminProcessors
+from broker.processors.admin import MoreAdminProcessors, ResetOffsetProcessor
 from broker.processors.consumer import ConsumerProcessors
 from broker.processors.end_transaction import EndTransactionProcessor
 from broker.processors.pull import PullProcessor
@@ -266,6 +266,7 @@ class BrokerController:
             rc.VIEW_MESSAGE_BY_ID: cons.view_message_by_id,
             rc.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
             rc.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
+            rc.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetProcessor(self).reset_offset,
             rc.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
             rc.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_and_create_subscription_group,
             rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group,

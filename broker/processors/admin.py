@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from broker.offsets import SubscriptionGroupConfig
@@ -15,13 +16,15 @@ from cluster.config import format_properties, to_properties
 from cluster.protocol import fastjson
 from cluster.protocol.route import TOPIC_FILTER_TYPES, KVTable, TopicConfig
 from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import CURRENT_VERSION, ResponseCode
+from cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, Version
 from cluster.remoting.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
+    ResetOffsetRequestHeader,
 )
+from cluster.remoting.net import Connection, RemotingError
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -290,6 +293,103 @@ class MoreAdminProcessors(AdminProcessors):
         return request.response(
             ResponseCode.SUCCESS, None, None, fastjson.dumps({"topicList": sorted(topics)})
         )
+
+
+class ResetOffsetProcessor:
+    """INVOKE_BROKER_TO_RESET_OFFSET (222), RocketMQ ``Broker2Client.resetOffset`` (what
+    ``mqadmin resetOffsetByTime`` asks): per write queue of the topic, the offset at
+    ``timestamp`` (-1: the queue's end), kept at the committed offset unless ``isForce`` or
+    earlier; every online consumer of the group gets RESET_CONSUMER_CLIENT_OFFSET (oneway) and
+    moves there. Offline groups answer CONSUMER_NOT_ONLINE (the admin then commits offsets)."""
+
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+
+    @header_errors
+    def reset_offset(
+        self, conn: Any, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        ctrl = self.ctrl
+        h = ResetOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        tc = ctrl.topics.select(h.topic)
+        if tc is None:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"[reset-offset] reset offset failed, no topic in this broker. topic={h.topic}",
+            )
+        store = ctrl.store
+        broker_name = ctrl.bcfg.broker_name
+        table: list[tuple[int, int]] = []
+        committed_offsets = [
+            ctrl.offsets.query(h.group, h.topic, qid) for qid in range(tc.write_queue_nums)
+        ]
+        if all(c == -1 for c in committed_offsets) and ctrl.groups.find(h.group) is None:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"THe consumer group <{h.group}> not exist"
+            )
+        for qid, committed in enumerate(committed_offsets):
+            # a queue the group has not committed yet moves to the target (RocketMQ refuses
+            # the whole reset until every queue has a committed offset)
+            if h.timestamp == -1:
+                target = store.get_max_offset_in_queue(h.topic, qid)
+            else:
+                target = store.get_offset_in_queue_by_time(h.topic, qid, h.timestamp)
+            target = max(target, 0)
+            keep = not h.is_force and committed != -1 and target >= committed
+            table.append((qid, committed if keep else target))
+        body = _reset_body(h.topic, broker_name, table, cpp=request.language == "CPP")
+        info = ctrl.clients.consumer_group(h.group)
+        if info is None or not info.channels:
+            return request.response(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"Consumer not online, so can not reset offset, Group: {h.group} "
+                f"Topic: {h.topic} Timestamp: {h.timestamp}",
+            )
+        for ci in list(info.channels.values()):
+            if ci.version < Version.V3_0_7_SNAPSHOT:
+                return request.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the client does not support this feature. version={ci.version}",
+                )
+        notify = RemotingCommand.request(
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+            ResetOffsetRequestHeader(
+                topic=h.topic, group=h.group, timestamp=h.timestamp, is_force=h.is_force
+            ).to_ext_fields(),
+            body,
+            oneway=True,
+        )
+        channels = [c for c in info.channels if isinstance(c, Connection)]
+        answer = request.response(
+            ResponseCode.SUCCESS, None, None, _reset_body(h.topic, broker_name, table, cpp=False)
+        )
+
+        async def notify_all() -> RemotingCommand:
+            for channel in channels:
+                try:
+                    await channel.invoke_oneway(notify)
+                except RemotingError as exc:
+                    ctrl.log.warning("reset offset notify failed", group=h.group, error=str(exc))
+            ctrl.log.info("consumer offsets reset", group=h.group, topic=h.topic,
+                          timestamp=h.timestamp, offsets=dict(table), clients=len(channels))
+            return answer
+
+        return notify_all()
+
+
+def _reset_body(topic: str, broker_name: str, table: list[tuple[int, int]], *, cpp: bool) -> bytes:
+    """ResetOffsetBody (``{"offsetTable":{{mq}:offset}}``) or, for a C++ caller,
+    ResetOffsetBodyForC (``{"offsetTable":[{"brokerName",..,"offset",..}]}``)."""
+    if cpp:
+        return fastjson.dumps({"offsetTable": [
+            {"brokerName": broker_name, "offset": off, "queueId": qid, "topic": topic}
+            for qid, off in table
+        ]})
+    parts = [
+        fastjson.dumps(_mq(topic, broker_name, qid)).decode() + ":" + str(off)
+        for qid, off in table
+    ]
+    return ('{"offsetTable":{' + ",".join(parts) + "}}").encode()
 
 
 def _offset_table_json(entries: list[tuple[dict[str, Any], dict[str, Any]]]) -> bytes:

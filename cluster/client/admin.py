@@ -18,7 +18,7 @@ import trio
 from cluster.client import frames
 from cluster.client.config import ClientConfig
 from cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
-from cluster.client.instance import ClientInstance
+from cluster.client.instance import ClientInstance, parse_offset_table
 from cluster.client.model import MessageQueue, ReceivedMessage, retry_topic
 from cluster.protocol.message import decode_offset_msg_id, iter_records
 from cluster.protocol.route import ClusterInfo, KVTable, TopicList, TopicRouteData
@@ -234,3 +234,54 @@ class Admin:
                 if addr:
                     n.start_soon(one, bd.broker_name, addr)
         return sorted(out, key=lambda m: (m.store_timestamp, m.commitlog_offset))
+
+    async def reset_offset_by_time(
+        self, group: str, topic: str, timestamp_ms: int, *, force: bool = True
+    ) -> dict[MessageQueue, int]:
+        """``mqadmin resetOffsetByTime``: move ``group``'s offsets on ``topic`` to the first
+        message stored at or after ``timestamp_ms`` (-1: the queues' ends; ``force=False``
+        only moves offsets back). Online consumers are moved by their brokers
+        (INVOKE_BROKER_TO_RESET_OFFSET -> RESET_CONSUMER_CLIENT_OFFSET); for a group that is
+        not online the committed offsets are rewritten instead, as mqadmin falls back to."""
+        route = await self.instance.update_route(topic)
+        if route is None:
+            raise NoRouteError(f"no route for topic {topic!r}")
+        ext = {"topic": topic, "group": group, "timestamp": str(timestamp_ms),
+               "isForce": "true" if force else "false"}
+        moved: dict[MessageQueue, int] = {}
+        for bd in route.broker_datas:
+            addr = bd.master_addr
+            if addr is None:
+                continue
+            resp = await self.instance.invoke(
+                addr, frames.request(RC.INVOKE_BROKER_TO_RESET_OFFSET, ext))
+            if resp.code == ResponseCode.SUCCESS:
+                moved.update(parse_offset_table(bytes(resp.body)))
+                continue
+            if resp.code != ResponseCode.CONSUMER_NOT_ONLINE:
+                raise MQBrokerError(resp.code, resp.remark, addr)
+            queues = next((q.write_queue_nums for q in route.queue_datas
+                           if q.broker_name == bd.broker_name), 0)
+            for qid in range(queues):
+                mq = MessageQueue(topic, bd.broker_name, qid)
+                moved[mq] = await self._commit_offset_at(addr, group, mq, timestamp_ms, force)
+        return moved
+
+    async def _commit_offset_at(self, addr: str, group: str, mq: MessageQueue,
+                                timestamp_ms: int, force: bool) -> int:
+        q = {"topic": mq.topic, "queueId": str(mq.queue_id)}
+        if timestamp_ms == -1:
+            resp = await self.instance.invoke_ok(addr, frames.request(RC.GET_MAX_OFFSET, q))
+        else:
+            resp = await self.instance.invoke_ok(addr, frames.request(
+                RC.SEARCH_OFFSET_BY_TIMESTAMP, {**q, "timestamp": str(timestamp_ms)}))
+        target = max(0, int(resp.ext_fields.get("offset", "0")))
+        if not force:
+            cur = await self.instance.invoke(addr, frames.request(
+                RC.QUERY_CONSUMER_OFFSET, {**q, "consumerGroup": group}))
+            if cur.code == ResponseCode.SUCCESS:
+                target = min(target, int(cur.ext_fields.get("offset", "0")))
+        await self.instance.invoke_ok(addr, frames.request(
+            RC.UPDATE_CONSUMER_OFFSET, {**q, "consumerGroup": group, "commitOffset": str(target)}))
+        return target
+

@@ -8,6 +8,7 @@ summary object); otherwise plain text. A progress line is drawn on a TTY only.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -332,6 +333,36 @@ async def _consumer_progress(admin: Admin, args: argparse.Namespace) -> Any:
     }
 
 
+def parse_timestamp_ms(text: str) -> int:
+    """mqadmin's ``-s``: milliseconds, ``now``, ``-1`` (the end) or a local time as
+    ``yyyy-MM-dd#HH:mm:ss:SSS`` (mqadmin's form) or ISO 8601."""
+    t = text.strip()
+    if t.lower() == "now":
+        return int(time.time() * 1000)
+    if t.lstrip("-").isdigit():
+        return int(t)
+    for fmt in ("%Y-%m-%d#%H:%M:%S:%f", "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S",
+                "%Y-%m-%d %H:%M:%S"):
+        try:
+            return int(datetime.datetime.strptime(t, fmt).timestamp() * 1000)
+        except ValueError:
+            continue
+    try:
+        return int(datetime.datetime.fromisoformat(t).timestamp() * 1000)
+    except ValueError:
+        raise MQClientError(
+            f"bad timestamp {text!r}: use ms, now, -1 or yyyy-MM-dd#HH:mm:ss:SSS"
+        ) from None
+
+
+async def _reset_offset(admin: Admin, args: argparse.Namespace) -> Any:
+    ts = parse_timestamp_ms(args.timestamp)
+    moved = await admin.reset_offset_by_time(args.group, args.topic, ts, force=args.force)
+    return {"group": args.group, "topic": args.topic, "timestamp": ts,
+            "queues": [{"brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off}
+                       for mq, off in sorted(moved.items(), key=lambda kv: kv[0])]}
+
+
 async def _query_by_id(admin: Admin, args: argparse.Namespace) -> Any:
     msgs = await admin.query_msg_by_id(args.msg_id, args.topic)
     return {"messages": [_msg_row(m) | {"properties": dict(m.properties)} for m in msgs]}
@@ -427,5 +458,13 @@ def add_commands(sub: Any) -> None:
     ap = admin_cmd("queryMsgByKey", "messages by key", _query_by_key)
     ap.add_argument("-t", "--topic", required=True)
     ap.add_argument("-k", "--key", required=True)
+    ap = admin_cmd("resetOffsetByTime", "move a group's offsets on a topic to a time",
+                   _reset_offset)
+    ap.add_argument("-g", "--group", required=True)
+    ap.add_argument("-t", "--topic", required=True)
+    ap.add_argument("-s", "--timestamp", required=True,
+                    help="ms, now, -1 (the end) or yyyy-MM-dd#HH:mm:ss:SSS")
+    ap.add_argument("-f", "--force", type=lambda v: v.lower() != "false", default=True,
+                    metavar="true|false", help="also move offsets forward (default true)")
     ap = admin_cmd("brokerStatus", "a broker's runtime info", _broker_status)
     ap.add_argument("-b", "--broker", required=True, help="broker address ip:port")

@@ -164,6 +164,7 @@ class LanguageCode(enum.IntEnum):
 class Version(enum.IntEnum):
     """A few ``MQVersion.Version`` ordinals that change behaviour on the wire."""
 
+    V3_0_7_SNAPSHOT = 28  # clients answer RESET_CONSUMER_CLIENT_OFFSET from here on
     V3_0_11 = 37  # NameServer expects RegisterBrokerBody from here on
     V3_4_9 = 121  # broker honours maxReconsumeTimes on %RETRY% sends from here on
     V4_0_0 = 213
