@@ -536,7 +536,10 @@ class Connection:
         self._queue_response(request, response)
         if not self._deferred_flush and self._nursery is not None:
             self._deferred_flush = True
-            self._nursery.start_soon(self._flush_deferred)
+            try:
+                self._nursery.start_soon(self._flush_deferred)
+            except RuntimeError:  # the connection is shutting down: nothing more goes out
+                self._deferred_flush = False
 
     async def _flush_deferred(self) -> None:
         self._deferred_flush = False
