@@ -25,7 +25,7 @@ from cluster.protocol.message import (
     decode_properties,
     decode_record,
 )
-from cluster.protocol.route import PermName
+from cluster.protocol.route import PermName, TopicConfig
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import ResponseCode
 from cluster.remoting.headers import HeaderError, PullMessageRequestHeader
@@ -111,6 +111,8 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}"
             ), None
         tc = ctrl.topics.select(h.topic)
+        if tc is None and ctrl.is_slave:
+            tc = replicated_topic(ctrl, h.topic, h.queue_id)
         if tc is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -234,6 +236,19 @@ class PullProcessor:
             "maxOffset": str(result.max_offset),
         }
         return request.response(code, status.value, ext, body), None
+
+
+def replicated_topic(ctrl: BrokerController, topic: str, queue_id: int) -> TopicConfig | None:
+    """A slave's stand-in config for a topic whose messages it replicated before it copied the
+    master's topic configs (SlaveSynchronize runs every 10 s; a master dying in between would
+    leave the topic unreadable here, where RocketMQ answers TOPIC_NOT_EXIST). Its ConsumeQueues
+    prove the topic exists: read-only, not stored; the next sync brings the real config."""
+    qids = [qid for (t, qid) in list(ctrl.store.cqs.queues) if t == topic]
+    if not qids:
+        return None
+    nums = max(max(qids), queue_id) + 1
+    return TopicConfig(topic, read_queue_nums=nums, write_queue_nums=nums,
+                       perm=PermName.PERM_READ)
 
 
 def record_properties(record: memoryview) -> dict[str, str]:

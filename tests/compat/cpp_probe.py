@@ -10,6 +10,8 @@ Scenarios:
                    filter (``TagA || TagB``); TagC messages must not arrive
   modes            async, oneway, orderly (same key -> same queue, in order) and batch sends,
                    then every message pulled back by the pull consumer
+  produce          --count sync sends (tag TagA), nothing consumed
+  consume          a push consumer (``*``) until --count messages arrived
 """
 
 from __future__ import annotations
@@ -26,12 +28,35 @@ COUNT = 12
 WAIT_S = 40.0
 
 
+def consume(rmq: Any, args: Any, expression: str, want: int,
+            credentials: Any) -> tuple[dict[str, dict[str, Any]], Any]:
+    """A push consumer until ``want`` distinct messages arrived (or WAIT_S passed); the
+    consumer comes back too (dropping it would run its shutdown: see the module doc)."""
+    got: dict[str, dict[str, Any]] = {}
+    done = threading.Event()
+
+    def on_message(msg: Any) -> None:
+        got[msg.id] = {"body": msg.body.decode(), "queue": msg.queue_id,
+                       "offset": msg.queue_offset}
+        if len(got) >= want:
+            done.set()
+
+    consumer = rmq.PushConsumer("CppProbeCG")
+    consumer.set_namesrv_addr(args.namesrv)
+    credentials(consumer)
+    consumer.subscribe(args.topic, on_message, expression)
+    consumer.start()
+    done.wait(WAIT_S)
+    return dict(got), consumer
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("client_dir")
     ap.add_argument("namesrv")
     ap.add_argument("topic")
-    ap.add_argument("scenario", choices=("produce-consume", "modes"))
+    ap.add_argument("scenario", choices=("produce-consume", "modes", "produce", "consume"))
+    ap.add_argument("--count", type=int, default=COUNT)
     ap.add_argument("--access-key")
     ap.add_argument("--secret-key")
     ap.add_argument("--skip-consumer-shutdown", action="store_true")
@@ -44,6 +69,12 @@ def main() -> int:
     def credentials(obj: Any) -> None:
         if args.access_key:
             obj.set_session_credentials(args.access_key, args.secret_key, "ALIYUN")
+
+    if args.scenario == "consume":
+        received, _consumer = consume(rmq, args, "*", args.count, credentials)
+        out["received"] = received
+        print(json.dumps(out), flush=True)
+        os._exit(0)  # no consumer shutdown: see --skip-consumer-shutdown
 
     producer = rmq.Producer("CppProbePG")
     producer.set_namesrv_addr(args.namesrv)
@@ -60,7 +91,11 @@ def main() -> int:
 
     sent: dict[str, dict[str, Any]] = {}
     try:
-        if args.scenario == "produce-consume":
+        if args.scenario == "produce":
+            for i in range(args.count):
+                r = producer.send_sync(message(i, "TagA"))
+                sent[r.msg_id] = {"body": f"cpp-{i}", "status": r.status.name}
+        elif args.scenario == "produce-consume":
             for i in range(COUNT):
                 tags = "ABC"[i % 3]
                 r = producer.send_sync(message(i, f"Tag{tags}"))
@@ -98,7 +133,9 @@ def main() -> int:
     finally:
         producer.shutdown()
 
-    if args.scenario == "produce-consume":
+    if args.scenario == "produce":
+        out["sent"] = sent
+    elif args.scenario == "produce-consume":
         got: dict[str, dict[str, Any]] = {}
         want = sum(1 for s in sent.values() if s["tags"] in ("TagA", "TagB"))
         done = threading.Event()

@@ -223,3 +223,35 @@ async def test_sync_master_answers_waiting_sends_on_ack_or_timeout(tmp_path: Pat
             assert resp.code == ResponseCode.SUCCESS, (resp.code, resp.remark)
         assert master.ha.status().push_to_slave_max_offset == master.store.max_phys_offset
         stop.set()
+
+
+async def test_slave_serves_a_topic_replicated_before_its_config_sync(tmp_path: Path) -> None:
+    """A topic created on the master after the slave's last SlaveSynchronize: the slave has
+    its messages (ConsumeQueues) but not its config; it still serves pulls (read-only)."""
+    async with running_cluster(tmp_path, brokerRole="ASYNC_MASTER", haListenPort="0") as cluster:
+        master = cluster.broker
+        assert master.ha is not None
+        slave, slave_addr = await _start_slave(cluster, tmp_path / "slave")
+        with trio.fail_after(WAIT_S):
+            await master.ha.wait_for_slaves(1)
+            await slave.wait_until(lambda b: b.slave_sync_count >= 1)
+        ok(await cluster.send("LateTopic", b"late-1"))
+        ok(await cluster.send("LateTopic", b"late-2"))
+        with trio.fail_after(WAIT_S):
+            while slave.store.max_phys_offset < master.store.max_phys_offset:
+                await trio.testing.wait_all_tasks_blocked(0.01)
+        slave.store.dispatch_all()
+        assert slave.topics.select("LateTopic") is None  # not synced yet
+        pull = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "CG", "topic": "LateTopic", "queueId": "0", "queueOffset": "0",
+            "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
+            "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0",
+        })
+        resp = await cluster.client.invoke(slave_addr, pull, WAIT_S)
+        assert resp.code == ResponseCode.SUCCESS, (resp.code, resp.remark)
+        assert [bytes(m.body) for m in iter_records(bytes(resp.body))] == [b"late-1", b"late-2"]
+        # nothing there yet for an unknown topic
+        unknown = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+            **pull.ext_fields, "topic": "NeverSent"})
+        resp = await cluster.client.invoke(slave_addr, unknown, WAIT_S)
+        assert resp.code == ResponseCode.TOPIC_NOT_EXIST
