@@ -1,0 +1,220 @@
+"""The broker's metric families (rocketmq-exporter names where they exist, ``rmq_*`` ours).
+
+Everything is read at scrape time from state the broker keeps anyway, except two instruments
+the broker feeds only while metrics are on: the send latency histogram (a wrapper around the
+send processor, installed by the controller only when ``metricsPort`` >= 0) and the ACL
+denial counter. Pure: no I/O, no trio.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from broker.offsets import TOPIC_GROUP_SEPARATOR
+from cluster.metrics import Histogram, RateTracker, Registry
+from cluster.remoting.codec import RemotingCommand
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+Rows = Iterable[tuple[Mapping[str, object] | None, float]]
+
+PUT_LATENCY_METRIC = "rmq_broker_send_latency_seconds"
+
+
+class BrokerMetrics:
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+        self.registry = Registry()
+        self._rates = RateTracker()
+        reg = self.registry
+        self.send_latency: Histogram = reg.histogram(
+            PUT_LATENCY_METRIC, "Send request handling time (header to stored), seconds"
+        )
+        gauge, counter = "gauge", "counter"
+        reg.collect("rocketmq_broker_tps", gauge, "Messages put per second", self._broker_tps)
+        reg.collect("rocketmq_broker_qps", gauge, "Messages got per second", self._broker_qps)
+        reg.collect("rocketmq_brokeruntime_commitlog_maxoffset", gauge,
+                    "brokerRuntimeCommitLogMaxOffset", self._max_offset)
+        reg.collect("rocketmq_brokeruntime_commitlog_minoffset", gauge,
+                    "brokerRuntimeCommitLogMinOffset", self._min_offset)
+        reg.collect("rocketmq_brokeruntime_dispatch_behind_bytes", gauge,
+                    "brokerRuntimeDispatchBehindBytes", self._dispatch_behind)
+        reg.collect("rocketmq_producer_offset", gauge,
+                    "Sum of the max offsets of a topic's queues", self._producer_offset)
+        reg.collect("rocketmq_producer_tps", gauge, "Messages put per second per topic",
+                    self._producer_tps)
+        reg.collect("rocketmq_consumer_offset", gauge,
+                    "Sum of a group's committed offsets on a topic", self._consumer_offset)
+        reg.collect("rocketmq_consumer_tps", gauge,
+                    "Committed-offset advance per second per topic and group", self._consumer_tps)
+        reg.collect("rocketmq_group_diff", gauge, "Messages a group has not consumed yet",
+                    self._group_diff)
+        reg.collect("rocketmq_broker_commitlog_diff", gauge,
+                    "CommitLog bytes a slave is behind its master", self._commitlog_diff)
+        reg.collect("rmq_broker_put_messages", counter, "Messages stored since start",
+                    lambda: [(self._base(), ctrl.stats.put_total)])
+        reg.collect("rmq_broker_get_messages", counter, "Messages returned by pulls since start",
+                    lambda: [(self._base(), ctrl.stats.get_total)])
+        reg.collect("rmq_broker_long_poll_holds", gauge, "Pull requests parked (long polling)",
+                    lambda: [(self._base(), ctrl.hold.parked)])
+        reg.collect("rmq_broker_replication_lag_bytes", gauge,
+                    "Master max offset minus the offset pushed to slaves", self._replication_lag)
+        reg.collect("rmq_broker_connections", gauge, "Open remoting connections",
+                    lambda: [(self._base(), len(ctrl.server.connections) if ctrl.server else 0)])
+        reg.collect("rmq_acl_denials", counter, "Requests refused by the ACL",
+                    lambda: [(self._base(), ctrl.acl.denials if ctrl.acl else 0)])
+        reg.collect("rmq_dledger_term", gauge, "DLedger term", self._dledger("dLegerTerm"))
+        reg.collect("rmq_dledger_commit_index", gauge, "DLedger committed index",
+                    self._dledger("dLegerCommitIndex"))
+
+    def render(self) -> str:
+        text = self.registry.render()
+        self._rates.end_look()
+        return text
+
+    # ------------------------------------------------------------------ helpers
+
+    def _base(self) -> dict[str, object]:
+        b = self.ctrl.bcfg
+        return {"cluster": b.broker_cluster_name, "broker": b.broker_name,
+                "brokerIP": self.ctrl.broker_addr}
+
+    def _store(self) -> Any:
+        return self.ctrl._store  # None until the store is open
+
+    def _broker_tps(self) -> Rows:
+        return [(self._base(), self.ctrl.stats.put_tps())]
+
+    def _broker_qps(self) -> Rows:
+        return [(self._base(), self.ctrl.stats.get_tps())]
+
+    def _max_offset(self) -> Rows:
+        store = self._store()
+        return [] if store is None else [(self._base(), store.max_phys_offset)]
+
+    def _min_offset(self) -> Rows:
+        store = self._store()
+        return [] if store is None else [(self._base(), store.min_phys_offset)]
+
+    def _dispatch_behind(self) -> Rows:
+        store = self._store()
+        return [] if store is None else [(self._base(), store.dispatch_behind_bytes)]
+
+    def _topic_totals(self) -> dict[str, int]:
+        store = self._store()
+        if store is None:
+            return {}
+        out: dict[str, int] = {}
+        for topic, tc in list(self.ctrl.topics.table.items()):
+            total = 0
+            for q in range(max(tc.read_queue_nums, tc.write_queue_nums)):
+                total += max(0, store.get_max_offset_in_queue(topic, q))
+            if total:
+                out[topic] = total
+        return out
+
+    def _producer_offset(self) -> Rows:
+        b = self._base()
+        return [({**b, "topic": t}, v) for t, v in self._topic_totals().items()]
+
+    def _producer_tps(self) -> Rows:
+        now = time.monotonic()
+        b = self._base()
+        return [({**b, "topic": t}, self._rates.rate(("p", t), v, now))
+                for t, v in self._topic_totals().items()]
+
+    def _group_offsets(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(topic, group) -> (committed total, max total) over the queues with a commit."""
+        store = self._store()
+        out: dict[tuple[str, str], tuple[int, int]] = {}
+        if store is None:
+            return out
+        for key, queues in list(self.ctrl.offsets.table.items()):
+            topic, sep, group = key.partition(TOPIC_GROUP_SEPARATOR)
+            if not sep:
+                continue
+            committed = sum(max(0, o) for o in queues.values())
+            maximum = sum(max(0, store.get_max_offset_in_queue(topic, q)) for q in queues)
+            out[(topic, group)] = (committed, maximum)
+        return out
+
+    def _consumer_offset(self) -> Rows:
+        b = self._base()
+        return [({**b, "topic": t, "group": g}, c)
+                for (t, g), (c, _m) in self._group_offsets().items()]
+
+    def _consumer_tps(self) -> Rows:
+        now = time.monotonic()
+        b = self._base()
+        return [({**b, "topic": t, "group": g}, self._rates.rate(("c", t, g), c, now))
+                for (t, g), (c, _m) in self._group_offsets().items()]
+
+    def _group_diff(self) -> Rows:
+        rows = []
+        consumers = self.ctrl.clients.consumers
+        for (t, g), (c, m) in self._group_offsets().items():
+            info = consumers.get(g)
+            rows.append((
+                {"group": g, "topic": t,
+                 "countOfOnlineConsumers": len(info.channels) if info else 0,
+                 "msgModel": info.message_model if info else "CLUSTERING"},
+                max(0, m - c),
+            ))
+        return rows
+
+    def _commitlog_diff(self) -> Rows:
+        ha = self.ctrl.ha
+        if ha is None:
+            return []
+        b = self._base()
+        return [({**b, "slave": s.address}, s.diff_bytes) for s in ha.status().slaves]
+
+    def _replication_lag(self) -> Rows:
+        ha = self.ctrl.ha
+        if ha is None or self._store() is None or not ha.status().slaves:
+            return []  # no slave: nothing to lag
+        return [(self._base(), ha.slave_fall_behind_bytes)]
+
+    def _dledger(self, key: str) -> Any:
+        """A DLedger figure from the DLedger store's runtime info (``dLegerTerm``,
+        ``dLegerCommitIndex``); nothing for a broker without DLedger."""
+
+        def rows() -> Rows:
+            info_fn = getattr(self._store(), "runtime_info", None)
+            if info_fn is None:
+                return []
+            value = info_fn().get(key)
+            if value is None or not value.lstrip("-").isdigit():
+                return []
+            return [(self._base(), int(value))]
+
+        return rows
+
+
+def timed(processor: Any, histogram: Histogram) -> Any:
+    """``processor`` with its handling time observed in ``histogram`` (plain ``def`` stays
+    plain; an answer that is not ready at once -- a coroutine or Deferred -- is not timed)."""
+    observe = histogram.observe
+    clock = time.perf_counter
+    if inspect.iscoroutinefunction(processor):
+
+        async def timed_async(conn: Any, request: Any) -> Any:
+            t0 = clock()
+            response = await processor(conn, request)
+            observe(clock() - t0)
+            return response
+
+        return timed_async
+
+    def timed_sync(conn: Any, request: Any) -> Any:
+        t0 = clock()
+        response = processor(conn, request)
+        if type(response) is RemotingCommand:
+            observe(clock() - t0)
+        return response
+
+    return timed_sync
