@@ -94,6 +94,7 @@ from dledger.messages import (
     VoteRequest,
     VoteResponse,
     VoteResult,
+    make_entry,
 )
 
 # Defaults for a 100 ms tick, from DLedgerConfig (heartBeatTimeIntervalMs 2000,
@@ -256,8 +257,8 @@ class DLedgerCore:
         last = self.storage.last_index()
         if last - self.commit >= self.cfg.max_pending_requests:
             return ProposeResult(ResponseCode.LEADER_PENDING_FULL)
-        entry = Entry(last + 1, self.term, body)
-        self._append([entry])
+        entry = make_entry(last + 1, self.term, body)
+        self._append((entry,))
         if self.others:
             self._want_send.update(self.others)
         else:

@@ -28,6 +28,7 @@ Index record (:data:`INDEX_RECORD`): ``magic i32 | pos i64 | size i32 | index i6
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import struct
@@ -58,6 +59,9 @@ KEY_CURR_TERM = "currTerm"
 KEY_VOTE_LEADER = "voteLeader"
 FILE_NAME_DIGITS = 20
 ZERO_CHUNK_BYTES = 1024 * 1024
+RECENT_ENTRIES_CACHED = 32_768
+"""FileLogStorage keeps up to twice this many of the newest entries as objects, so pushes to
+followers and the apply of committed entries do not read them back from the mmap."""
 
 assert ENTRY_HEADER.size == BODY_OFFSET
 assert INDEX_RECORD.size == INDEX_UNIT_BYTES
@@ -243,6 +247,20 @@ class _MmapFileList:
     def starts(self) -> list[int]:
         return sorted(self.maps)
 
+    def ranges(self, lo: int, hi: int) -> list[tuple[mmap.mmap, int, int]]:
+        """(map, offset, length) pieces covering ``[lo, hi)``, offsets page-aligned (for
+        ``mmap.flush(offset, length)``)."""
+        out: list[tuple[mmap.mmap, int, int]] = []
+        pos = lo - lo % mmap.PAGESIZE
+        while pos < hi:
+            start = pos - pos % self.file_bytes
+            end = min(hi, start + self.file_bytes)
+            m = self.maps.get(start)
+            if m is not None:
+                out.append((m, pos - start, end - pos))
+            pos = end
+        return out
+
     def truncate(self, pos: int, end: int | None = None) -> None:
         """Zero ``[pos, end)`` (``end`` None: to the end of pos's file) and delete the files
         after the one holding ``pos``."""
@@ -356,6 +374,9 @@ class FileLogStorage:
         self._chains = array("q")
         self._write_pos = 0
         self._synced_pos = 0
+        self._cache: list[Entry] = []
+        self._cache_base = 0  # index of _cache[0]
+        self._cut_data = self._cut_index = 1 << 62  # lowest truncation since flush_ranges()
         self._hs = read_hard_state(self.dir / CURRTERM_FILE)
         self._recover()
 
@@ -429,6 +450,20 @@ class FileLogStorage:
     def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
         lo = max(lo, 0)
         hi = min(hi, len(self._terms))
+        base = self._cache_base
+        if lo >= base and self._cache and lo < hi:
+            cache = self._cache
+            if max_bytes is None:
+                return cache[lo - base : hi - base]
+            picked: list[Entry] = []
+            total = 0
+            for i in range(lo - base, hi - base):
+                e = cache[i]
+                total += len(e.body)
+                if picked and total > max_bytes:
+                    break
+                picked.append(e)
+            return picked
         out: list[Entry] = []
         total = 0
         for i in range(lo, hi):
@@ -441,29 +476,108 @@ class FileLogStorage:
         return out
 
     def append(self, entries: Sequence[Entry]) -> None:
+        """Encode every entry, then write each contiguous run of data (and of index records)
+        with one copy into the mapping."""
+        if len(entries) == 1 and self._append_one(entries[0]):
+            return
         _check_append(len(self._terms) - 1, entries)
         fb = self.data.file_bytes
+        ifb = self.index.file_bytes
+        data_run: list[bytes] = []
+        run_start = self._write_pos
+        index_run: list[bytes] = []
+        index_start = entries[0].index * INDEX_UNIT_BYTES if entries else 0
+        pos = self._write_pos
+        prev_chain = self._chains[-1] if self._chains else 0
+        terms, poss, sizes, chains = self._terms, self._pos, self._sizes, self._chains
+        pack_index = INDEX_RECORD.pack
         for e in entries:
-            size = BODY_OFFSET + len(e.body)
+            body = e.body
+            size = BODY_OFFSET + len(body)
             if size + BLANK_MIN_BYTES > fb:
                 raise StorageError(f"entry of {size} bytes does not fit a {fb}-byte data file")
-            pos = self._write_pos
             remaining = fb - pos % fb
             if size + BLANK_MIN_BYTES > remaining:
-                self.data.write(pos, struct.pack(">ii", BLANK_MAGIC, remaining))
+                data_run.append(struct.pack(">ii", BLANK_MAGIC, remaining))
+                self.data.write(run_start, b"".join(data_run))
+                data_run = []
                 pos += remaining
-            prev_chain = self._chains[-1] if self._chains else 0
-            raw, chain = encode_entry(e.index, e.term, pos, e.body, prev_chain & 0xFFFFFFFF)
-            self.data.write(pos, raw)
-            self.index.write(
-                e.index * INDEX_UNIT_BYTES,
-                INDEX_RECORD.pack(ENTRY_MAGIC, pos, size, e.index, e.term),
-            )
-            self._terms.append(e.term)
-            self._pos.append(pos)
-            self._sizes.append(size)
-            self._chains.append(chain)
-            self._write_pos = pos + size
+                run_start = pos
+            ipos = e.index * INDEX_UNIT_BYTES
+            if ipos % ifb == 0 and index_run:
+                self.index.write(index_start, b"".join(index_run))
+                index_run = []
+                index_start = ipos
+            raw, chain = encode_entry(e.index, e.term, pos, body, prev_chain & 0xFFFFFFFF)
+            data_run.append(raw)
+            index_run.append(pack_index(ENTRY_MAGIC, pos, size, e.index, e.term))
+            terms.append(e.term)
+            poss.append(pos)
+            sizes.append(size)
+            chains.append(chain)
+            prev_chain = chain
+            pos += size
+        if data_run:
+            self.data.write(run_start, b"".join(data_run))
+        if index_run:
+            self.index.write(index_start, b"".join(index_run))
+        self._write_pos = pos
+        cache = self._cache
+        if not cache:
+            self._cache_base = entries[0].index if entries else 0
+        cache.extend(entries)
+        if len(cache) > 2 * RECENT_ENTRIES_CACHED:
+            drop = len(cache) - RECENT_ENTRIES_CACHED
+            del cache[:drop]
+            self._cache_base += drop
+
+    def _append_one(self, e: Entry) -> bool:
+        """The leader's per-message append: one entry that fits in the current data file and
+        index file (False: let the general path handle it)."""
+        terms = self._terms
+        index = e.index
+        if index != len(terms):
+            raise StorageError(f"append index {index}, expected {len(terms)}")
+        body = e.body
+        size = BODY_OFFSET + len(body)
+        data = self.data
+        fb = data.file_bytes
+        pos = self._write_pos
+        start = pos - pos % fb
+        off = pos - start
+        ipos = index * INDEX_UNIT_BYTES
+        ifb = self.index.file_bytes
+        istart = ipos - ipos % ifb
+        if off + size + BLANK_MIN_BYTES > fb or ipos + INDEX_UNIT_BYTES > istart + ifb:
+            return False
+        m = data.maps.get(start) or data._map(start)
+        im = self.index.maps.get(istart) or self.index._map(istart)
+        body_crc = zlib.crc32(body)
+        chain = zlib.crc32(
+            CHAIN_STRUCT.pack(index, e.term, pos, 0, body_crc),
+            (self._chains[-1] & 0xFFFFFFFF) if self._chains else 0,
+        )
+        ENTRY_HEADER.pack_into(
+            m, off, ENTRY_MAGIC, size, index, e.term, pos, 0, chain, body_crc, len(body)
+        )
+        m[off + BODY_OFFSET : off + size] = body
+        INDEX_RECORD.pack_into(im, ipos - istart, ENTRY_MAGIC, pos, size, index, e.term)
+        data.dirty.add(start)
+        self.index.dirty.add(istart)
+        terms.append(e.term)
+        self._pos.append(pos)
+        self._sizes.append(size)
+        self._chains.append(chain)
+        self._write_pos = pos + size
+        cache = self._cache
+        if not cache:
+            self._cache_base = index
+        cache.append(e)
+        if len(cache) > 2 * RECENT_ENTRIES_CACHED:
+            drop = len(cache) - RECENT_ENTRIES_CACHED
+            del cache[:drop]
+            self._cache_base += drop
+        return True
 
     def truncate_suffix(self, from_index: int) -> None:
         if from_index < 0:
@@ -478,6 +592,12 @@ class FileLogStorage:
         del self._pos[from_index:]
         del self._sizes[from_index:]
         del self._chains[from_index:]
+        self._cut_data = min(self._cut_data, pos)
+        self._cut_index = min(self._cut_index, from_index * INDEX_UNIT_BYTES)
+        if from_index <= self._cache_base:
+            self._cache.clear()
+        else:
+            del self._cache[from_index - self._cache_base :]
         self._write_pos = pos
         self._synced_pos = min(self._synced_pos, pos)
 
@@ -509,3 +629,48 @@ class FileLogStorage:
     def entry_pos(self, index: int) -> int:
         """Absolute data position of an entry (the CommitLog adapter adds 48)."""
         return self._pos[index]
+
+    def flush_ranges(
+        self, data_from: int, index_from: int
+    ) -> tuple[list[tuple[mmap.mmap, int, int]], int, int]:
+        """What a background msync must cover to make everything written since ``data_from`` /
+        ``index_from`` (byte positions) durable, and the new positions."""
+        data_to = self._write_pos
+        index_to = len(self._terms) * INDEX_UNIT_BYTES
+        data_from = min(data_from, data_to, self._cut_data)
+        index_from = min(index_from, index_to, self._cut_index)
+        self._cut_data = self._cut_index = 1 << 62
+        plan = self.data.ranges(data_from, data_to) + self.index.ranges(index_from, index_to)
+        return plan, data_to, index_to
+
+    def entry_end(self, index: int) -> int:
+        """Data position just past entry ``index`` (0 for index -1)."""
+        if index < 0:
+            return 0
+        return self._pos[index] + self._sizes[index]
+
+    def next_pos(self, body_len: int) -> int:
+        """Where :meth:`append` will put the next entry with a ``body_len``-byte body (after a
+        blank when it does not fit in the current data file)."""
+        fb = self.data.file_bytes
+        pos = self._write_pos
+        remaining = fb - pos % fb
+        if BODY_OFFSET + body_len + BLANK_MIN_BYTES > remaining:
+            pos += remaining
+        return pos
+
+    def index_at_or_after(self, pos: int) -> int:
+        """The first entry whose position is >= ``pos`` (``last_index() + 1`` if none)."""
+        return bisect.bisect_left(self._pos, pos)
+
+    def view(self, pos: int, size: int) -> memoryview | None:
+        """A view of ``size`` data bytes at ``pos`` (None when that crosses a file end)."""
+        fb = self.data.file_bytes
+        start = pos - pos % fb
+        off = pos - start
+        if off + size > fb or pos < 0 or pos + size > self._write_pos:
+            return None
+        m = self.data.maps.get(start)
+        if m is None:
+            return None
+        return memoryview(m)[off : off + size]

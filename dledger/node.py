@@ -1,39 +1,144 @@
-"""The Trio driver for the pure DLedger core (first cut: no remoting wiring yet).
+"""The Trio driver for the pure DLedger core, and its remoting transport.
 
-One task owns the core and its storage: it takes ticks, received messages and proposals from a
-single memory channel, steps them all into the core, then handles the Ready exactly as
-``dledger/core.py`` prescribes — fsync the log and save term/vote (in a worker thread, since
-nothing else touches the storage meanwhile), then send, then apply, then ``advance``.  Because
-only this task mutates the core, there is no locking and the persist-before-send order holds.
+One task owns the core's Ready loop: it takes ticks and received messages from a single memory
+channel, steps them all into the core, then handles the Ready exactly as ``dledger/core.py``
+prescribes — sync the log and save term/vote, then send, then apply, then ``advance``.  The core
+is the only decision maker; this file moves bytes and time.
 
-The network is a :class:`Transport` (``send(peer, bytes)``, fire-and-forget like DLedger's
-oneway-ish pushes; it may drop).  Whatever receives bytes for this node calls
-:meth:`DLedgerNode.deliver`.  ``node.py`` does not know about remoting frames yet: a later change
-maps DLedger's request codes onto ``cluster/remoting`` and calls ``deliver`` from a processor.
+Proposals: :meth:`DLedgerNode.propose_now` appends synchronously (the event loop is the put lock:
+the CommitLog adapter computes an entry's position and then proposes it with no ``await`` in
+between) and wakes the driver; :meth:`DLedgerNode.wait_committed` waits for the commit, or
+:meth:`DLedgerNode.on_commit` registers a callback (no task per proposal).  Deadlines are checked
+on the tick, oldest first.  Committed entries finish their waiters all at once per Ready (group
+commit), *before* they are applied: the driver yields once in between so the answers leave
+while it applies (the store applies on demand for a read that comes first).  When the
+storage fsyncs in a worker thread (``offload_io``), ``propose_now`` refuses while that sync runs
+(``append`` then queues through the channel instead), so a write never races an msync.
+
+Network (:class:`RemotingTransport`, :func:`serve_peers`): every DLedger message is a **oneway**
+remoting request on the peer's dLegerPeers port, with DLedger's request codes
+(:class:`DLedgerRequestCode`: VOTE 51001, HEART_BEAT 51002, PUSH 51004, LEADERSHIP_TRANSFER 51005);
+the body is ``dledger.messages.encode``.  Answers (vote/push/heartbeat responses) travel the same
+way back, as oneway requests with the same code, because the core is message-driven.  Per peer,
+one sender task drains a bounded queue over one connection of ``cluster/remoting/net.py``
+(pipelined: the connection coalesces every frame queued in a scheduling round into one send);
+the core bounds what is in flight (``max_inflight_pushes``), the queue bound
+(``MAX_OUTBOUND_MESSAGES_PER_PEER``) drops the excess, and a dead peer's queue is dropped and
+the connection retried after ``RECONNECT_BACKOFF_S`` (doubling up to
+``RECONNECT_MAX_BACKOFF_S``) — the core resends what was lost.
+
+Broker mode (:func:`run_store_node`): the node of a ``DLedgerMessageStore`` with its peer server,
+transport, a 1 s msync/checkpoint/ConsumeQueue flush and a prefault task for the data file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import enum
+import functools
+import math
 import random
+from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 import trio
 
+from cluster.logging import get_logger
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.net import (
+    Connection,
+    Dispatcher,
+    RemotingClient,
+    RemotingError,
+    RemotingServer,
+    open_remoting_client,
+)
 from dledger.core import DEFAULT_TICK_MS, CoreConfig, DLedgerCore, Ready, Role
 from dledger.log_storage import LogStorage
-from dledger.messages import DecodeError, Entry, ResponseCode, decode, encode
+from dledger.messages import (
+    DecodeError,
+    Entry,
+    HeartBeatRequest,
+    HeartBeatResponse,
+    LeadershipTransferRequest,
+    Message,
+    PushEntryRequest,
+    PushEntryResponse,
+    ResponseCode,
+    VoteRequest,
+    VoteResponse,
+    decode,
+    encode,
+    encode_entries,
+)
+from store.mapped_file import MADV_POPULATE_WRITE, _madvise
 
-MAX_INBOUND_QUEUE = 10_000
-"""Received messages/proposals waiting for the driver; beyond this, messages are dropped."""
-MAX_WAIT_ACK_S = 2.5
+if TYPE_CHECKING:
+    from dledger.commitlog_adapter import DLedgerMessageStore
+
+_log = get_logger(component="dledger_node")
+
+MAX_INBOUND_QUEUE: Final = 10_000
+"""Received messages waiting for the driver; beyond this, messages are dropped."""
+MAX_WAIT_ACK_S: Final = 2.5
 """DLedger's maxWaitAckTimeMs: an append not committed by then answers WAIT_QUORUM_ACK_TIMEOUT."""
+MAX_OUTBOUND_MESSAGES_PER_PEER: Final = 4096
+"""Messages queued for one peer; past this they are dropped (the core resends)."""
+RECONNECT_BACKOFF_S: Final = 0.1
+"""First pause before reconnecting to a peer whose connection failed; it doubles per quick
+failure (a peer that resets every connection) up to RECONNECT_MAX_BACKOFF_S."""
+RECONNECT_MAX_BACKOFF_S: Final = 1.0
+PEER_CONNECT_TIMEOUT_S: Final = 1.0
+STORE_FLUSH_INTERVAL_S: Final = 1.0
+"""How often a broker's DLedger member msyncs what it wrote, writes its checkpoint and flushes
+ConsumeQueues (DLedger: flushFileInterval 10 ms, checkpoint 3 s; an ack means "in the page cache
+of a majority" either way)."""
+WARM_AHEAD_BYTES: Final = 16 * 1024 * 1024
+"""DLedger data bytes kept prefaulted past the write position."""
+WARM_STEP_BYTES: Final = 4 * 1024 * 1024
+WARM_CHECK_INTERVAL_S: Final = 0.05
+STORE_MAX_INFLIGHT_PUSHES: Final = 64
+"""A broker's pushes in flight per follower (each up to STORE_MAX_BATCH_PUSH_BYTES)."""
+STORE_MAX_BATCH_PUSH_BYTES: Final = 256 * 1024
+"""Entry bytes per push for a broker (DLedger's batch push packs 4 KiB; bigger batches are
+what makes ~30k msgs/s possible in Python)."""
+
+
+class DLedgerRequestCode(enum.IntEnum):
+    """DLedger's ``DLedgerRequestCode`` numbers."""
+
+    METADATA = 50000
+    APPEND = 50001
+    GET = 50002
+    VOTE = 51001
+    HEART_BEAT = 51002
+    PULL = 51003
+    PUSH = 51004
+    LEADERSHIP_TRANSFER = 51005
+
+
+_CODE_OF: Final[dict[type[Any], DLedgerRequestCode]] = {
+    VoteRequest: DLedgerRequestCode.VOTE,
+    VoteResponse: DLedgerRequestCode.VOTE,
+    HeartBeatRequest: DLedgerRequestCode.HEART_BEAT,
+    HeartBeatResponse: DLedgerRequestCode.HEART_BEAT,
+    PushEntryRequest: DLedgerRequestCode.PUSH,
+    PushEntryResponse: DLedgerRequestCode.PUSH,
+    LeadershipTransferRequest: DLedgerRequestCode.LEADERSHIP_TRANSFER,
+}
+
+
+def request_code_of(msg: Message) -> DLedgerRequestCode:
+    return _CODE_OF[type(msg)]
 
 
 class Transport(Protocol):
-    def send(self, peer: str, data: bytes) -> None:
-        """Queue ``data`` for ``peer``; never blocks, may drop."""
+    def send(self, peer: str, data: bytes, code: int) -> None:
+        """Queue ``data`` (a DLedger message of request ``code``) for ``peer``; never blocks,
+        may drop."""
         ...
 
 
@@ -44,22 +149,37 @@ class AppendResult:
     term: int = 0
 
 
-class _Waiter:
-    __slots__ = ("event", "index", "result", "term")
+_COMMITTED: Final = AppendResult(ResponseCode.SUCCESS)
+
+
+class Waiter:
+    """One proposal waiting for its commit: awaited (``wait_committed``) or with a callback
+    (``on_commit``, no task and no Event per proposal)."""
+
+    __slots__ = ("callback", "deadline", "event", "index", "result", "term")
 
     def __init__(self) -> None:
-        self.event = trio.Event()
+        self.event: trio.Event | None = None
+        self.callback: Callable[[AppendResult], None] | None = None
         self.result: AppendResult | None = None
         self.index = -1
         self.term = 0
+        self.deadline = math.inf
 
     def finish(self, result: AppendResult) -> None:
         if self.result is None:
             self.result = result
-            self.event.set()
+            if self.event is not None:
+                self.event.set()
+            if self.callback is not None:
+                try:
+                    self.callback(result)
+                except Exception:  # e.g. the client's connection closed meanwhile
+                    _log.warning("commit callback failed", index=self.index, exc_info=True)
 
 
 _TICK = object()
+_WAKE = object()
 
 
 class DLedgerNode:
@@ -72,24 +192,29 @@ class DLedgerNode:
         rng: random.Random | None = None,
         tick_ms: int = DEFAULT_TICK_MS,
         on_apply: Callable[[Entry], None] | None = None,
+        on_applied: Callable[[], None] | None = None,
         on_role_change: Callable[[Role, int, str], None] | None = None,
         applied: int = -1,
         offload_io: bool = True,
     ) -> None:
         """``offload_io=False`` runs ``sync``/``save_hard_state`` on the event loop: for the
-        memory store (nothing blocks) and for tests under an autojump MockClock, which would
-        otherwise jump time while a worker thread runs."""
+        memory store and a file store without fsync (nothing blocks), and for tests under an
+        autojump MockClock, which would otherwise jump time while a worker thread runs.
+        ``on_applied`` runs once after each Ready whose committed entries went to ``on_apply``."""
         self.storage = storage
         self.offload_io = offload_io
         self.transport = transport
         self.core = DLedgerCore(config, storage, rng or random.Random(), applied=applied)
         self.tick_s = tick_ms / 1000
         self.on_apply = on_apply
+        self.on_applied = on_applied
         self.on_role_change = on_role_change
         self._send_ch, self._recv_ch = trio.open_memory_channel[Any](MAX_INBOUND_QUEUE)
-        self._pending: dict[int, _Waiter] = {}
+        self._pending: dict[int, Waiter] = {}
         self._role = (self.core.role, self.core.term, self.core.leader_id)
         self._changed = trio.Event()
+        self._io_busy = False
+        self._wake_queued = False
         self.dropped_inbound = 0
 
     # -- public
@@ -105,7 +230,7 @@ class DLedgerNode:
     def leader_id(self) -> str:
         return self._role[2]
 
-    def deliver(self, data: bytes) -> None:
+    def deliver(self, data: bytes | bytearray | memoryview) -> None:
         """Bytes received from a peer (drops malformed messages and overflow)."""
         try:
             msg = decode(data)
@@ -117,26 +242,67 @@ class DLedgerNode:
         except trio.WouldBlock:
             self.dropped_inbound += 1
 
+    def propose_now(self, body: bytes) -> tuple[ResponseCode, Waiter | None]:
+        """Append ``body`` now (leader only) and return a waiter for its commit."""
+        if self._io_busy:
+            return ResponseCode.LEADER_NOT_READY, None
+        res = self.core.propose(body)
+        if res.code is not ResponseCode.SUCCESS:
+            return res.code, None
+        waiter = Waiter()
+        waiter.index, waiter.term = res.index, res.term
+        self._pending[res.index] = waiter
+        self._wake()
+        return ResponseCode.SUCCESS, waiter
+
+    async def wait_committed(
+        self, waiter: Waiter, timeout_s: float = MAX_WAIT_ACK_S
+    ) -> AppendResult:
+        """Wait for ``waiter``'s commit; WAIT_QUORUM_ACK_TIMEOUT after ``timeout_s``.  No cancel
+        scope per wait: the driver expires waiters on its tick (pending waiters are in index
+        order, so it looks at the oldest only; the timeout is exact to a tick)."""
+        if waiter.result is None:
+            waiter.deadline = min(waiter.deadline, trio.current_time() + timeout_s)
+            if waiter.event is None:
+                waiter.event = trio.Event()
+            await waiter.event.wait()
+        assert waiter.result is not None
+        return waiter.result
+
+    def on_commit(
+        self, waiter: Waiter, callback: Callable[[AppendResult], None],
+        timeout_s: float = MAX_WAIT_ACK_S,
+    ) -> None:
+        """Call ``callback(result)`` once ``waiter``'s entry commits (or fails / times out)."""
+        if waiter.result is not None:
+            callback(waiter.result)
+            return
+        waiter.deadline = min(waiter.deadline, trio.current_time() + timeout_s)
+        waiter.callback = callback
+
     async def append(self, body: bytes, timeout_s: float = MAX_WAIT_ACK_S) -> AppendResult:
         """Propose ``body``; returns once it is committed (SUCCESS), or why not."""
-        waiter = _Waiter()
+        if not self._io_busy:
+            code, ready_waiter = self.propose_now(body)
+            if ready_waiter is None:
+                return AppendResult(code)
+            return await self.wait_committed(ready_waiter, timeout_s)
+        waiter = Waiter()
         try:
             self._send_ch.send_nowait((body, waiter))
         except trio.WouldBlock:
             return AppendResult(ResponseCode.LEADER_PENDING_FULL)
-        with trio.move_on_after(timeout_s):
-            await waiter.event.wait()
-        if waiter.result is None:
-            waiter.finish(AppendResult(ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, waiter.index,
-                                       waiter.term))
-            self._pending.pop(waiter.index, None)
-        assert waiter.result is not None
-        return waiter.result
+        return await self.wait_committed(waiter, timeout_s)
 
     async def wait_for(self, predicate: Callable[[DLedgerNode], bool]) -> None:
         """Wait until ``predicate(self)`` holds (re-checked after every processed Ready)."""
         while not predicate(self):
             await self._changed.wait()
+
+    def transfer_leadership(self, peer: str) -> ResponseCode:
+        code = self.core.transfer_leadership(peer)
+        self._wake()
+        return code
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -145,6 +311,28 @@ class DLedgerNode:
             await self._drive()
 
     # -- internals
+    def _wake(self) -> None:
+        if not self._wake_queued:
+            try:
+                self._send_ch.send_nowait(_WAKE)
+                self._wake_queued = True
+            except trio.WouldBlock:
+                pass  # the driver has plenty to do and will see the core's Ready anyway
+
+    def _expire_waiters(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        now = trio.current_time()
+        while pending:
+            index, waiter = next(iter(pending.items()))
+            if waiter.deadline > now and waiter.result is None:
+                return
+            del pending[index]
+            waiter.finish(
+                AppendResult(ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, waiter.index, waiter.term)
+            )
+
     async def _ticker(self) -> None:
         while True:
             await trio.sleep(self.tick_s)
@@ -167,6 +355,9 @@ class DLedgerNode:
         core = self.core
         if item is _TICK:
             core.tick()
+            self._expire_waiters()
+        elif item is _WAKE:
+            self._wake_queued = False
         elif isinstance(item, tuple):
             body, waiter = item
             if waiter.result is not None:
@@ -181,26 +372,57 @@ class DLedgerNode:
             core.step(item)
 
     async def _process(self, rd: Ready) -> None:
-        if self.offload_io:
-            if rd.must_sync:
-                await trio.to_thread.run_sync(self.storage.sync)
-            if rd.hard_state is not None:
-                await trio.to_thread.run_sync(self.storage.save_hard_state, rd.hard_state)
+        if self.offload_io and (rd.must_sync or rd.hard_state is not None):
+            self._io_busy = True
+            try:
+                if rd.must_sync:
+                    await trio.to_thread.run_sync(self.storage.sync)
+                if rd.hard_state is not None:
+                    await trio.to_thread.run_sync(self.storage.save_hard_state, rd.hard_state)
+            finally:
+                self._io_busy = False
         else:
             if rd.must_sync:
                 self.storage.sync()
             if rd.hard_state is not None:
                 self.storage.save_hard_state(rd.hard_state)
+        send = self.transport.send
+        blobs: dict[tuple[int, int, int], bytes] = {}
         for msg in rd.messages:
-            self.transport.send(msg.remote_id, encode(msg))
-        for entry in rd.committed_entries:
-            if self.on_apply is not None:
-                self.on_apply(entry)
-            waiter = self._pending.pop(entry.index, None)
-            if waiter is not None:
-                ok = entry.term == waiter.term
-                code = ResponseCode.SUCCESS if ok else ResponseCode.TERM_CHANGED
-                waiter.finish(AppendResult(code, entry.index, entry.term))
+            if type(msg) is PushEntryRequest and msg.entries:
+                # the same entries usually go to every follower: encode them once
+                ents = msg.entries
+                key = (id(ents[0]), id(ents[-1]), len(ents))
+                blob = blobs.get(key)
+                if blob is None:
+                    blob = blobs[key] = encode_entries(ents)
+                send(msg.remote_id, encode(msg, blob), _CODE_OF[PushEntryRequest])
+            else:
+                send(msg.remote_id, encode(msg), _CODE_OF[type(msg)])
+        if rd.committed_entries:
+            pending = self._pending
+            if pending:
+                # answer first: the committed sends' responses leave while we apply
+                for entry in rd.committed_entries:
+                    waiter = pending.pop(entry.index, None)
+                    if waiter is not None:
+                        if entry.term != waiter.term:
+                            waiter.finish(
+                                AppendResult(ResponseCode.TERM_CHANGED, entry.index, entry.term)
+                            )
+                        elif waiter.event is None:
+                            waiter.finish(_COMMITTED)  # a callback: no need for the index
+                        else:
+                            waiter.finish(
+                                AppendResult(ResponseCode.SUCCESS, entry.index, entry.term)
+                            )
+                await trio.lowlevel.checkpoint()
+            on_apply = self.on_apply
+            if on_apply is not None:
+                for entry in rd.committed_entries:
+                    on_apply(entry)
+            if self.on_applied is not None:
+                self.on_applied()
         self.core.advance(rd)
         role = (rd.role, rd.term, rd.leader_id)
         if role != self._role:
@@ -215,3 +437,224 @@ class DLedgerNode:
                 self.on_role_change(*role)
         self._changed.set()
         self._changed = trio.Event()
+
+
+# =============================================================================== remoting
+
+
+class _PeerLink:
+    __slots__ = ("addr", "dropped", "queue", "wake")
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.queue: deque[tuple[bytes, int]] = deque()
+        self.wake = trio.Event()
+        self.dropped = 0
+
+
+class RemotingTransport:
+    """Sends DLedger messages to peers as oneway remoting requests (one sender task per peer).
+
+    Make it, then ``await nursery.start(transport.run)``; ``send`` works before ``run`` (the
+    messages wait in the queue)."""
+
+    def __init__(self, peers: dict[str, str], *, node: str = "dledger") -> None:
+        self.links = {pid: _PeerLink(addr) for pid, addr in peers.items()}
+        self.node = node
+        self.log = get_logger(node=node, role="dledger-transport")
+
+    def send(self, peer: str, data: bytes, code: int) -> None:
+        link = self.links.get(peer)
+        if link is None:
+            return
+        if len(link.queue) >= MAX_OUTBOUND_MESSAGES_PER_PEER:
+            link.dropped += 1
+            return
+        link.queue.append((data, code))
+        link.wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_remoting_client(
+            node=f"{self.node}-dledger", connect_timeout=PEER_CONNECT_TIMEOUT_S
+        ) as client, trio.open_nursery() as nursery:
+            for link in self.links.values():
+                nursery.start_soon(self._sender, client, link)
+            task_status.started()
+
+    async def _sender(self, client: RemotingClient, link: _PeerLink) -> None:
+        conn: Connection | None = None
+        backoff = RECONNECT_BACKOFF_S
+        opened = 0.0
+
+        async def failed() -> None:
+            nonlocal backoff, conn
+            link.dropped += len(link.queue)
+            link.queue.clear()  # the core resends on its next heartbeat/probe
+            conn = None
+            if trio.current_time() - opened > RECONNECT_MAX_BACKOFF_S:
+                backoff = RECONNECT_BACKOFF_S  # it worked for a while: retry soon
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, RECONNECT_MAX_BACKOFF_S)
+
+        while True:
+            if not link.queue:
+                link.wake = trio.Event()
+                await link.wake.wait()
+                continue
+            if conn is None or conn.is_closed:
+                try:
+                    conn = await client.connection(link.addr)
+                    opened = trio.current_time()
+                except (RemotingError, OSError) as exc:
+                    self.log.debug("dledger peer unreachable", peer=link.addr, error=str(exc))
+                    await failed()
+                    continue
+            try:
+                while link.queue:
+                    data, code = link.queue.popleft()
+                    await conn.invoke_oneway(
+                        RemotingCommand.request(code, {}, data, oneway=True)
+                    )
+            except (RemotingError, OSError, trio.BrokenResourceError, RuntimeError) as exc:
+                # RuntimeError: the connection's own tasks already ended (closing under us)
+                self.log.debug("dledger peer send failed", peer=link.addr, error=str(exc))
+                await failed()
+
+
+def peer_dispatcher(node: DLedgerNode) -> Dispatcher:
+    """Processors for DLedger's request codes: every frame's body goes to ``node.deliver``."""
+
+    def on_message(conn: Any, request: RemotingCommand) -> RemotingCommand | None:
+        node.deliver(request.body)
+        return None
+
+    codes = (
+        DLedgerRequestCode.VOTE,
+        DLedgerRequestCode.HEART_BEAT,
+        DLedgerRequestCode.PUSH,
+        DLedgerRequestCode.LEADERSHIP_TRANSFER,
+    )
+    return Dispatcher({int(c): on_message for c in codes}, None)
+
+
+async def serve_peers(
+    node: DLedgerNode,
+    host: str,
+    port: int,
+    *,
+    name: str = "dledger",
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The DLedger server on this node's dLegerPeers port."""
+    server = RemotingServer(peer_dispatcher(node), node=f"{name}-dledger")
+    await server.serve(host, port, task_status=task_status)
+
+
+# =============================================================================== broker store
+
+
+async def run_store_node(
+    store: DLedgerMessageStore,
+    *,
+    host: str = "0.0.0.0",
+    rng: random.Random | None = None,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a broker's DLedger member until cancelled: the peer server on its dLegerPeers port,
+    the transport to the other peers, the core's driver wired to ``store`` (apply -> dispatch,
+    role changes -> the broker), the ConsumeQueue flush and the DLedger flush/checkpoint.
+    ``task_status`` gets the bound peer address.  The owner calls ``store.close()`` after."""
+    dcfg = store.dcfg
+    peers = dcfg.peer_map()
+    others = {pid: addr for pid, addr in peers.items() if pid != dcfg.self_id}
+    tick = dcfg.tick_ms
+    config = CoreConfig(
+        dcfg.group,
+        dcfg.self_id,
+        tuple(peers),
+        preferred_leader_id=dcfg.preferred_leader_id,
+        heartbeat_interval=max(1, dcfg.heartbeat_interval_ms // tick),
+        election_timeout=max(2, dcfg.heartbeat_interval_ms * dcfg.max_heartbeat_leak // tick),
+        vote_jitter_min=dcfg.min_vote_interval_ms // tick,
+        vote_jitter_max=max(dcfg.min_vote_interval_ms // tick + 1,
+                            dcfg.max_vote_interval_ms // tick),
+        max_inflight_pushes=STORE_MAX_INFLIGHT_PUSHES,
+        max_batch_push_bytes=STORE_MAX_BATCH_PUSH_BYTES,
+    )
+    assert store.storage is not None
+    transport = RemotingTransport(others, node=dcfg.self_id)
+    node = DLedgerNode(
+        config,
+        store.storage,
+        transport,
+        rng=rng,
+        tick_ms=tick,
+        on_apply=store.apply_committed,
+        on_applied=store.applied_batch_done,
+        on_role_change=store.node_role_changed,
+        applied=store.applied_index,
+        offload_io=False,  # fsync=False storage: sync() only moves a watermark
+    )
+    store.attach(node)
+    _h, _sep, port = peers[dcfg.self_id].rpartition(":")
+    async with trio.open_nursery() as nursery:
+        bound = await nursery.start(
+            functools.partial(serve_peers, node, host, int(port), name=dcfg.self_id)
+        )
+        await nursery.start(transport.run)
+        await nursery.start(node.run)
+        nursery.start_soon(_store_flush_loop, store, STORE_FLUSH_INTERVAL_S)
+        nursery.start_soon(_warm_loop, store)
+        task_status.started(bound)
+
+
+async def _store_flush_loop(store: DLedgerMessageStore, interval_s: float) -> None:
+    log = get_logger(node=store.dcfg.self_id, role="dledger-flush")
+    while True:
+        await trio.sleep(interval_s)
+        try:
+            plan = store.dledger_flush_plan()
+            if plan:
+                await trio.to_thread.run_sync(_msync_ranges, plan)
+            store.write_dledger_checkpoint()
+            await store.flush_logics()
+        except (OSError, ValueError) as exc:
+            log.error("dledger flush failed", error=str(exc))
+
+
+def _msync_ranges(plan: list[tuple[Any, int, int]]) -> None:
+    for m, offset, length in plan:
+        with contextlib.suppress(ValueError, OSError):  # closed by a truncation meanwhile
+            m.flush(offset, length)
+
+
+async def _warm_loop(store: DLedgerMessageStore) -> None:
+    """Keep the DLedger data pages just past the write position prefaulted (in a worker
+    thread), so appends on the event loop do not page-fault on a fresh sparse file."""
+    storage = store.storage
+    assert storage is not None
+    warmed = storage.write_pos
+    while True:
+        target = storage.write_pos + WARM_AHEAD_BYTES
+        if target - warmed >= WARM_STEP_BYTES:
+            pieces = storage.data.ranges(max(warmed, storage.write_pos), target)
+            ok = await trio.to_thread.run_sync(_populate, pieces)
+            if not ok:
+                return  # not supported here (old kernel): appends fault pages in as before
+            warmed = target
+        await trio.sleep(WARM_CHECK_INTERVAL_S)
+
+
+def _populate(pieces: list[tuple[Any, int, int]]) -> bool:
+    if _madvise is None:
+        return False
+    for m, offset, length in pieces:
+        try:
+            probe = ctypes.c_char.from_buffer(m, offset)
+            address = ctypes.addressof(probe)
+            del probe
+        except (ValueError, TypeError, BufferError):
+            return False
+        if _madvise(address, length, MADV_POPULATE_WRITE) != 0:
+            return False
+    return True

@@ -21,7 +21,7 @@ class MemTransport:
         self.me = me
         self.net = net
 
-    def send(self, peer: str, data: bytes) -> None:
+    def send(self, peer: str, data: bytes, code: int) -> None:
         if (self.me, peer) not in self.net.cut and peer in self.net.nodes:
             self.net.nodes[peer].deliver(data)
 

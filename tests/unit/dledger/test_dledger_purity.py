@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-PURE = ["dledger/core.py", "dledger/log_storage.py", "dledger/messages.py"]
+PURE = [
+    "dledger/core.py", "dledger/log_storage.py", "dledger/messages.py", "dledger/config.py",
+]
 FORBIDDEN_MODULES = {"trio", "time", "threading", "asyncio", "concurrent", "datetime", "socket"}
 
 

@@ -1,0 +1,155 @@
+"""DLedger role changes -> broker roles (RocketMQ ``DLedgerRoleChangeHandler``).
+
+The DLedger store (``dledger/commitlog_adapter.py``) reports every role change and the moment a
+new leader is ready to serve (its no-op committed and dispatched, queue offsets rebuilt).  This
+task turns that into the broker's role:
+
+* **ready leader -> master**: brokerId 0, writes accepted, the delay-level and transaction check
+  services run, registered with every NameServer at once (so routes follow the leader);
+* **follower / candidate / leader not yet ready -> slave**: brokerId = position in dLegerPeers + 1,
+  the store refuses writes (SERVICE_NOT_AVAILABLE naming the leader), SlaveSynchronize copies
+  topics, offsets and subscription groups from the master the NameServer names, registered at
+  once.
+
+A broker in DLedger mode boots as a slave (RocketMQ boots with brokerId -1 and registers once a
+role is known; registering as a slave at once lets ``rmq-cluster up`` see every member).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from cluster.logging import get_logger
+from cluster.protocol.route import PermName
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.net import Deferred, SyncProcessor
+from dledger.commitlog_adapter import DLedgerMessageStore, put_status_of
+from dledger.messages import ResponseCode as DLedgerCode
+from store.commitlog import PutMessageResult
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+    from broker.processors.send import SendProcessor
+    from dledger.node import AppendResult
+
+MASTER_ID = 0
+#: A slave that does not know its master yet (the new leader registers a moment after it won)
+#: registers again this often until the NameServer names one.
+MASTER_LOOKUP_INTERVAL_S = 0.5
+
+
+class DLedgerRoleHandler:
+    def __init__(self, ctrl: BrokerController, store: DLedgerMessageStore) -> None:
+        self.ctrl = ctrl
+        self.store = store
+        self.log = get_logger(node=ctrl.node, role="dledger-role")
+        self._changed = trio.Event()
+        self.is_master = False
+        self.changes = 0
+        store.on_role_change = self.notify
+        # register as a slave until elected; ``is_slave`` itself flips in run(), after the
+        # processors were built (the send processor leaves the refusal to the store, which
+        # names the leader)
+        ctrl.broker_id = ctrl.settings.dledger.slave_broker_id()
+        ctrl.is_slave = False  # brokerRole is ignored in DLedger mode (RocketMQ too)
+
+    def notify(self) -> None:
+        self._changed.set()
+
+    def apply_role(self, *, master: bool) -> None:
+        ctrl = self.ctrl
+        self.is_master = master
+        ctrl.is_slave = not master
+        ctrl.broker_id = MASTER_ID if master else ctrl.settings.dledger.slave_broker_id()
+        ctrl.master_addr = None  # a slave learns the (new) master from REGISTER_BROKER
+        if master:
+            self.adopt_logged_topics()
+
+    def adopt_logged_topics(self) -> list[str]:
+        """A new master serves every topic its committed log holds: topics created on the old
+        leader after this node's last SlaveSynchronize get a config (queues = highest queue id
+        seen + 1), so their messages stay readable and routable."""
+        ctrl = self.ctrl
+        highest: dict[str, int] = {}
+        for topic, queue_id in list(self.store.cqs.queues):
+            highest[topic] = max(highest.get(topic, 0), queue_id + 1)
+        adopted = []
+        for topic, nums in sorted(highest.items()):
+            if ctrl.topics.select(topic) is None:
+                ctrl.topics.create_in_send_message_back(topic, nums, PermName.PERM_RW)
+                adopted.append(topic)
+        if adopted:
+            self.log.info("topics adopted from the log", topics=adopted)
+            ctrl.topic_created(adopted[0])  # persist and re-register
+        return adopted
+
+    async def run(self) -> None:
+        """Follow the store's role until cancelled."""
+        ctrl = self.ctrl
+        while True:
+            self._changed = trio.Event()
+            master = self.store.leader_ready
+            self.apply_role(master=master)
+            self.changes += 1
+            node = self.store.node
+            self.log.info(
+                "broker role follows dledger",
+                broker_role="MASTER" if master else "SLAVE",
+                broker_id=ctrl.broker_id,
+                dledger_role=node.role.value if node is not None else "CANDIDATE",
+                term=node.term if node is not None else 0,
+                leader=node.leader_id if node is not None else "",
+            )
+            await ctrl.register_all()  # routes follow the leader at once
+            ctrl.state_changed()
+            async with trio.open_nursery() as nursery:
+                if master:
+                    nursery.start_soon(ctrl._schedule_loop)
+                    nursery.start_soon(ctrl._transaction_check_loop)
+                else:
+                    nursery.start_soon(ctrl._slave_sync_loop)
+                    nursery.start_soon(self._learn_master)
+                await self._changed.wait()
+                nursery.cancel_scope.cancel()
+
+    async def _learn_master(self) -> None:
+        """Register until the NameServer's answer names the master (which sets ``master_addr``
+        and wakes SlaveSynchronize)."""
+        ctrl = self.ctrl
+        while ctrl.master_addr is None:
+            await trio.sleep(MASTER_LOOKUP_INTERVAL_S)
+            await ctrl.register_all()
+
+
+def dledger_send_processor(send: SendProcessor, ctrl: BrokerController) -> SyncProcessor:
+    """SEND_MESSAGE / V2 / BATCH in DLedger mode: the send processor's checks, the entry
+    appended at once, and the answer sent when it commits through a ``Deferred`` (no task per
+    send: one Ready that commits many entries answers them all in one write per connection).
+    Refusals (not the leader, bad message) are answered inline."""
+    def process(conn: Any, request: RemotingCommand) -> RemotingCommand | Deferred:
+        prepared = send._prepare(conn, request)
+        if isinstance(prepared, RemotingCommand):
+            return prepared
+        msg, batch, _wait = prepared  # DLedger always waits for the quorum (RocketMQ too)
+        store = ctrl.store
+        assert isinstance(store, DLedgerMessageStore)
+        result, waiter = store.propose_message(msg, batch)
+        if waiter is None:
+            return send._answer(request, msg, result)
+        deferred = Deferred()
+
+        def committed(ack: AppendResult) -> None:
+            if ack.code is DLedgerCode.SUCCESS:
+                answer = result
+            else:
+                answer = PutMessageResult(
+                    put_status_of(ack.code), result.result, f"DLedger append: {ack.code.name}"
+                )
+            deferred.resolve(send._answer(request, msg, answer))
+
+        store.on_committed(waiter, committed)
+        return deferred
+
+    return process

@@ -1,0 +1,844 @@
+"""DLedgerCommitLog: the broker's CommitLog on a DLedger (Raft) log (RocketMQ ``DLedgerCommitLog``).
+
+With ``enableDLegerCommitLog=true`` the broker opens a :class:`DLedgerMessageStore` instead of
+a plain ``MessageStore``.  It keeps the ConsumeQueues, the IndexFiles, the checkpoint, the lock
+and the ``abort`` marker of the plain store, but the CommitLog is the DLedger log in
+``<storePathRootDir>/dledger-<selfId>/{data,index}`` (``storePathDLedgerCommitLog`` moves it):
+
+* **One entry per message**; the entry body is a complete v1 CommitLog record, a batch becomes
+  one entry per message.  The **physical offset** of a message is ``entry pos + 48`` (the entry
+  header is 48 bytes); the leader writes it into the record's PHYSICALOFFSET field before the
+  append, so every replica holds identical bytes, and ConsumeQueue units, offset msgIds, pulls,
+  queries and views all point into the DLedger data files.
+* **Visibility**: ConsumeQueue and Index are built only from **committed** entries (the core's
+  ``committed_entries``), so ``max_phys_offset`` is the committed position and a reader never sees
+  an entry a new leader might truncate.  Empty entries (a new leader's no-op) are skipped.
+* **Writes** go through :meth:`DLedgerNode.propose_now` (synchronous: position, queue offset and
+  append happen with no ``await`` between them); ``put_message`` then waits for the commit
+  (group commit: one Ready wakes every send it commits; the broker's send processor answers
+  through a ``Deferred`` instead, see ``broker/dledger_role.py``).  The node answers a commit
+  before it dispatches the entries; a pull or query right after the answer finds
+  ``dispatch_behind_bytes > 0`` and ``dispatch()`` applies the committed entries on the spot.
+  Result mapping (reference §7.7):
+  NOT_LEADER / LEADER_NOT_READY / INCONSISTENT_LEADER / DISK_FULL -> SERVICE_NOT_AVAILABLE;
+  WAIT_QUORUM_ACK_TIMEOUT / LEADER_PENDING_FULL -> OS_PAGECACHE_BUSY (the client gets
+  SYSTEM_ERROR and retries, so a timed-out entry that commits later is a duplicate); others ->
+  UNKNOWN_ERROR.  ``append_message`` (the schedule service, end-transaction, send-back) proposes
+  without waiting, as an async master would.
+* **Leader readiness** (DLedgerRoleChangeHandler): a new leader accepts writes only once its
+  no-op entry committed and every entry up to it was dispatched; then it rebuilds the queue
+  offset table from the ConsumeQueues.  Followers refuse writes with SERVICE_NOT_AVAILABLE and
+  a remark naming the leader.
+* **Recovery**: the DLedger store drops a torn tail; ConsumeQueues are cut to the DLedger
+  written end; entries from the ConsumeQueues' end up to the last known commit index (the
+  ``checkpoint`` file: ``endIndex``, ``committedIndex``) are dispatched again (idempotent).  A
+  follower's divergent tail is never in its ConsumeQueues (only committed entries are), and the
+  core truncates it when the leader's pushes conflict with it.
+* **Durability** is DLedger's: an ack means "in the page cache of a majority" (data is flushed
+  every ``dledger.node.STORE_FLUSH_INTERVAL_S`` and at close), which survives a process crash
+  (``kill -9``).
+
+Not here: retention of DLedger files, upgrade from an existing CommitLog
+(``dividedCommitlogOffset``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import zlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from cluster.logging import get_logger
+from cluster.protocol.message import (
+    I16,
+    MAGIC_V1,
+    RECORD_FIXED_SIZE,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    SYSFLAG_TRANSACTION_COMMIT_TYPE,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_NOT_TYPE,
+    SYSFLAG_TRANSACTION_PREPARED_TYPE,
+    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
+    Message,
+    MessageConst,
+    decode_batch,
+    encode_host,
+    encode_properties,
+    join_properties,
+    record_size,
+    tags_code,
+)
+from dledger.config import DLedgerConfig
+from dledger.core import Role
+from dledger.log_storage import BODY_OFFSET, FileLogStorage
+from dledger.messages import Entry, ResponseCode
+from store.checkpoint import StoreCheckpoint
+from store.commitlog import (
+    DISPATCH_HEADER,
+    PROP_DELAY,
+    PROP_KEYS,
+    PROP_TAGS,
+    PROP_UNIQ_KEY,
+    AppendMessageResult,
+    CommitLog,
+    PutMessageResult,
+    PutMessageStatus,
+    find_property,
+)
+from store.config import DELAY_LEVELS_MS, SCHEDULE_TOPIC, BrokerRole, MessageStoreConfig
+from store.message_store import MessageStore
+from store.recovery import rebuild_topic_queue_table
+
+if TYPE_CHECKING:
+    from dledger.node import AppendResult, DLedgerNode, Waiter
+
+log = get_logger(component="dledger_commitlog")
+
+CHECKPOINT_FILE: Final = "checkpoint"
+KEY_END_INDEX: Final = "endIndex"
+KEY_COMMITTED_INDEX: Final = "committedIndex"
+TOPIC_CACHE_MAX_ENTRIES: Final = 100_000
+TAGS_CACHE_MAX_ENTRIES: Final = 4096
+MAX_TOPIC_BYTES: Final = 127
+MAX_PROPERTIES_BYTES: Final = 32767
+_NO_ADVANCE_TXN: Final = (SYSFLAG_TRANSACTION_PREPARED_TYPE, SYSFLAG_TRANSACTION_ROLLBACK_TYPE)
+_HOST_V6_FLAGS: Final = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+_TOPIC_LEN: Final = tuple(bytes((n,)) for n in range(MAX_TOPIC_BYTES + 1))
+
+_SERVICE_NOT_AVAILABLE_CODES: Final = frozenset({
+    ResponseCode.NOT_LEADER,
+    ResponseCode.LEADER_NOT_READY,
+    ResponseCode.INCONSISTENT_LEADER,
+    ResponseCode.DISK_FULL,
+    ResponseCode.LEADER_TRANSFERRING,
+})
+_BUSY_CODES: Final = frozenset({
+    ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
+    ResponseCode.LEADER_PENDING_FULL,
+})
+
+
+def put_status_of(code: ResponseCode) -> PutMessageStatus:
+    """DLedger's append result -> the store's PutMessageStatus (reference §7.7)."""
+    if code is ResponseCode.SUCCESS:
+        return PutMessageStatus.PUT_OK
+    if code in _SERVICE_NOT_AVAILABLE_CODES:
+        return PutMessageStatus.SERVICE_NOT_AVAILABLE
+    if code in _BUSY_CODES:
+        return PutMessageStatus.OS_PAGECACHE_BUSY
+    return PutMessageStatus.UNKNOWN_ERROR
+
+
+def read_checkpoint(path: str) -> tuple[int, int]:
+    """(endIndex, committedIndex) from DLedger's ``checkpoint`` properties file; (-1, -1)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return -1, -1
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    try:
+        return int(props.get(KEY_END_INDEX, "-1")), int(props.get(KEY_COMMITTED_INDEX, "-1"))
+    except ValueError:
+        return -1, -1
+
+
+def write_checkpoint(path: str, end_index: int, committed_index: int) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(f"{KEY_END_INDEX}={end_index}\n{KEY_COMMITTED_INDEX}={committed_index}\n")
+    os.replace(tmp, path)
+
+
+class DLedgerCommitLogView:
+    """What ``MessageStore``'s read paths need of a CommitLog, served from the DLedger data files
+    and bounded by the committed position."""
+
+    def __init__(self, storage: FileLogStorage, plain: CommitLog) -> None:
+        self.storage = storage
+        self.plain = plain
+        self.file_size = storage.data.file_bytes
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.max_record = plain.max_record
+        self.committed_end = 0
+        self.last_store_timestamp = 0
+
+    # MessageStore reads ``commitlog.queue.read`` and ``commitlog.queue.files``
+    @property
+    def queue(self) -> DLedgerCommitLogView:
+        return self
+
+    @property
+    def files(self) -> list[Any]:
+        return []
+
+    def read(self, phys_offset: int, size: int) -> memoryview | None:
+        if phys_offset + size > self.committed_end:
+            return None
+        return self.storage.view(phys_offset, size)
+
+    def get_message(self, phys_offset: int, size: int) -> memoryview | None:
+        return self.read(phys_offset, size)
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    def pickup_store_timestamp(self, phys_offset: int, size: int) -> int:
+        view = self.read(phys_offset, min(size, RECORD_HEADER_SIZE))
+        if view is None or len(view) < 64:
+            return -1
+        try:
+            return int.from_bytes(view[56:64], "big", signed=True)
+        finally:
+            view.release()
+
+    @property
+    def max_offset(self) -> int:
+        return self.committed_end
+
+    @property
+    def min_offset(self) -> int:
+        return 0
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.committed_end
+
+    def close(self) -> None:
+        pass
+
+
+class DLedgerMessageStore(MessageStore):
+    """A MessageStore whose CommitLog is a DLedger group member (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        dledger: DLedgerConfig,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(config, **kwargs)
+        self.dcfg = dledger
+        self.plain_commitlog: CommitLog = self.commitlog
+        self.storage: FileLogStorage | None = None
+        self.view: DLedgerCommitLogView | None = None
+        self.node: DLedgerNode | None = None
+        self.dledger_dir = dledger.store_dir(config.store_path_root_dir)
+        self.applied_index = -1
+        self.leader_ready = False
+        self._noop_index = -1
+        self.role = BrokerRole.SLAVE
+        self.wait_ack_s = dledger.max_wait_ack_ms / 1000
+        #: called with no arguments whenever the role or the leader's readiness changes
+        self.on_role_change: Callable[[], None] | None = None
+        self._host_cache: dict[tuple[str, int], bytes] = {}
+        self._topics: dict[bytes, str] = {}
+        #: the leader's own entries: what dispatch needs, known when the record was encoded
+        #: (index -> (topic, queue id, queue offset, tagsCode, store time, uniq key, keys,
+        #: dispatchable)), so applying them does not parse the record again
+        self._stash: dict[int, tuple[int, tuple[str, int, int, int, int, str, str, bool]]] = {}
+        self._flushed_data = 0  # DLedger data/index bytes below these were msync'd
+        self._flushed_index = 0
+        self._tags: dict[bytes, int] = {}
+        self._tag_codes: dict[str, int] = {}
+
+    @classmethod
+    def open_dledger(
+        cls, config: MessageStoreConfig, dledger: DLedgerConfig, **kwargs: Any
+    ) -> DLedgerMessageStore:
+        """Lock, load and recover (blocking: call it from a worker thread)."""
+        store = cls(config, dledger, **kwargs)
+        store._open()
+        return store
+
+    # ================================================================== lifecycle
+
+    def _open(self) -> None:
+        cfg = self.config
+        os.makedirs(cfg.store_path_root_dir, exist_ok=True)
+        self._take_lock()
+        try:
+            self.cqs.load()
+            self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
+            if self.index is not None:
+                self.index.load()
+            storage = FileLogStorage(self.dledger_dir, fsync=False)
+            self.storage = storage
+            view = DLedgerCommitLogView(storage, self.plain_commitlog)
+            self.view = view
+            self.commitlog = view  # type: ignore[assignment]
+            # ConsumeQueues never point past what the DLedger store holds
+            written_end = storage.write_pos
+            for cq in self.cqs.queues.values():
+                cq.recover()
+                cq.truncate_dirty(written_end)
+            if self.index is not None:
+                self.index.truncate_beyond(written_end, None)
+            cq_end = max(self.cqs.max_physic_offset(), 0)
+            _end, ckpt_commit = read_checkpoint(self._checkpoint_path)
+            # CQ units exist only for committed entries: everything up to the CQ end committed
+            first_undispatched = storage.index_at_or_after(cq_end)
+            applied = min(max(ckpt_commit, first_undispatched - 1), storage.last_index())
+            if first_undispatched > 0:
+                view.committed_end = storage.entry_end(first_undispatched - 1)
+            for entry in storage.entries(first_undispatched, applied + 1):
+                self._apply_entry(entry)
+            self.applied_index = applied
+            view.committed_end = storage.entry_end(applied)
+            if self.index is not None:
+                self.index.write_headers()
+            rebuild_topic_queue_table(view, self.cqs)  # type: ignore[arg-type]
+            with open(cfg.abort_path, "wb") as f:
+                os.fsync(f.fileno())
+            self.shutdown = False
+            log.info(
+                "dledger store opened", dir=self.dledger_dir, last_index=storage.last_index(),
+                applied=applied, committed_end=view.committed_end,
+            )
+        except BaseException:
+            self._close_dledger_files()
+            self._release_lock()
+            raise
+
+    @property
+    def _checkpoint_path(self) -> str:
+        return os.path.join(self.dledger_dir, CHECKPOINT_FILE)
+
+    def write_dledger_checkpoint(self) -> None:
+        if self.storage is not None:
+            write_checkpoint(self._checkpoint_path, self.storage.last_index(), self.applied_index)
+
+    def dledger_flush_plan(self) -> list[tuple[Any, int, int]]:
+        """(map, offset, length) ranges written since the last call (for a background msync:
+        only those pages, not the whole 1 GiB mapping)."""
+        storage = self.storage
+        if storage is None:
+            return []
+        plan, self._flushed_data, self._flushed_index = storage.flush_ranges(
+            self._flushed_data, self._flushed_index
+        )
+        return plan
+
+    def flush_dledger(self) -> None:
+        """msync the DLedger data/index files and write the checkpoint (blocking)."""
+        storage = self.storage
+        if storage is None:
+            return
+        storage.data.flush(True)
+        storage.index.flush(True)
+        self.write_dledger_checkpoint()
+
+    def close(self) -> None:
+        if self.shutdown and self._lock_fd is None:
+            return
+        self.shutdown = True
+        try:
+            self.flush_logics_sync()
+            if self.checkpoint is not None:
+                self.checkpoint.flush()
+            with contextlib.suppress(OSError, ValueError):
+                self.flush_dledger()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.config.abort_path)
+        finally:
+            self._close_dledger_files()
+            self._release_lock()
+
+    def _close_dledger_files(self) -> None:
+        self.plain_commitlog.close()
+        self.cqs.close()
+        if self.index is not None:
+            self.index.close()
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+            self.checkpoint = None
+        if self.storage is not None:
+            try:
+                self.storage.close()
+            except BufferError:  # a read view still exported: the mapping dies with us
+                log.warning("dledger storage closed with live views")
+            self.storage = None
+
+    # ================================================================== the node's callbacks
+
+    def attach(self, node: DLedgerNode) -> None:
+        self.node = node
+
+    @property
+    def dledger_role(self) -> Role:
+        return self.node.role if self.node is not None else Role.CANDIDATE
+
+    def node_role_changed(self, role: Role, term: int, leader_id: str) -> None:
+        self.leader_ready = False
+        if role is not Role.LEADER:
+            self._stash.clear()  # our uncommitted entries may be replaced by the new leader
+        self.role = BrokerRole.SLAVE
+        if role is Role.LEADER and self.storage is not None:
+            self._noop_index = self.storage.last_index()
+            self._check_leader_ready()
+        log.info("dledger role", role=role.value, term=term, leader=leader_id)
+        if self.on_role_change is not None:
+            self.on_role_change()
+
+    def _check_leader_ready(self) -> None:
+        node = self.node
+        if (
+            self.leader_ready
+            or node is None
+            or node.role is not Role.LEADER
+            or self.applied_index < self._noop_index
+        ):
+            return
+        # every entry up to the no-op is committed and dispatched: queue offsets continue
+        # from the ConsumeQueues (RocketMQ's changeToMaster after the backlog is 0)
+        assert self.view is not None
+        rebuild_topic_queue_table(self.view, self.cqs)  # type: ignore[arg-type]
+        self.leader_ready = True
+        self.role = BrokerRole.SYNC_MASTER
+        log.info("dledger leader ready", term=node.term, applied=self.applied_index)
+        if self.on_role_change is not None:
+            self.on_role_change()
+
+    def apply_committed(self, entry: Entry) -> None:
+        """The node's ``on_apply``: a committed entry goes to ConsumeQueue and Index."""
+        if entry.index <= self.applied_index:
+            return
+        self._apply_entry(entry)
+        self.applied_index = entry.index
+
+    def applied_batch_done(self) -> None:
+        """The node's ``on_applied``: once per Ready that applied entries."""
+        if self.index is not None:
+            self.index.write_headers()
+        if not self.leader_ready:
+            self._check_leader_ready()
+
+    def _apply_entry(self, entry: Entry) -> None:
+        storage = self.storage
+        view = self.view
+        assert storage is not None and view is not None
+        body = entry.body
+        pos = storage.entry_pos(entry.index)
+        view.committed_end = pos + BODY_OFFSET + len(body)
+        if not body:
+            return  # a leader's no-op
+        stash = self._stash.pop(entry.index, None) if self._stash else None
+        if stash is not None and stash[0] == entry.term:
+            self._dispatch_known(stash[1], pos + BODY_OFFSET, len(body))
+            return
+        if not self._dispatch_record(body, pos + BODY_OFFSET):
+            log.error("dledger entry is not a CommitLog record", index=entry.index, pos=pos)
+
+    def _dispatch_known(
+        self, info: tuple[str, int, int, int, int, str, str, bool], phys: int, size: int
+    ) -> None:
+        topic, queue_id, queue_offset, code, store_ts, uniq, keys, dispatchable = info
+        if dispatchable:
+            cq = self.cqs.queues.get((topic, queue_id))
+            if cq is None:
+                cq = self.cqs.find_or_create(topic, queue_id)
+            cq.put(queue_offset, phys, size, code)
+        if self.index is not None and (uniq or keys):
+            self.index.index_keys(topic, uniq, keys, phys, store_ts)
+        self.dispatcher.last_store_timestamp = store_ts
+        assert self.view is not None
+        self.view.last_store_timestamp = store_ts
+        listener = self.dispatcher.on_arrival
+        if listener is not None and dispatchable:
+            listener(topic, queue_id, queue_offset + 1, code, store_ts)
+
+    def _tags_code_of(self, topic: str, pmap: Any, store_ts: int) -> int:
+        if topic == SCHEDULE_TOPIC:
+            level_text = pmap.get(MessageConst.PROPERTY_DELAY_TIME_LEVEL)
+            if level_text is not None:
+                try:
+                    level = min(max(int(level_text), 1), len(DELAY_LEVELS_MS))
+                except ValueError:
+                    level = 1
+                return int(store_ts + DELAY_LEVELS_MS[level - 1])
+        tags = pmap.get(MessageConst.PROPERTY_TAGS)
+        if not tags:
+            return 0
+        code = self._tag_codes.get(tags)
+        if code is None:
+            code = tags_code(tags)
+            if len(self._tag_codes) < TAGS_CACHE_MAX_ENTRIES:
+                self._tag_codes[tags] = code
+        return code
+
+    def _dispatch_record(self, rec: bytes, phys: int) -> bool:
+        """ConsumeQueue unit, index keys and the long-polling wake-up for one committed record:
+        the dispatcher's reads (fixed fields through one struct, TAGS/KEYS/UNIQ_KEY by a bytes
+        search of the properties), without building a dict per message."""
+        size = len(rec)
+        if size < RECORD_FIXED_SIZE:
+            return False
+        (
+            total, magic, queue_id, queue_offset, _phys, sys_flag, store_ts, body_len,
+        ) = DISPATCH_HEADER.unpack_from(rec, 0)
+        if magic != MAGIC_V1 or total != size or body_len < 0 or body_len > size - 91:
+            return False
+        tp = RECORD_HEADER_SIZE + body_len
+        topic_len = rec[tp]
+        pp = tp + 1 + topic_len
+        if pp + 2 > size or topic_len == 0:
+            return False
+        (props_len,) = I16.unpack_from(rec, pp)
+        p0 = pp + 2
+        if props_len < 0 or p0 + props_len != size:
+            return False
+        topic_raw = rec[tp + 1 : pp]
+        topic = self._topics.get(topic_raw)
+        if topic is None:
+            try:
+                topic = topic_raw.decode()
+            except UnicodeDecodeError:
+                return False
+            if len(self._topics) < TOPIC_CACHE_MAX_ENTRIES:
+                self._topics[topic_raw] = topic
+        props = rec[p0:size]
+        code = 0
+        if props_len:
+            if topic == SCHEDULE_TOPIC and (
+                dl := find_property(props, PROP_DELAY, 0, props_len)
+            ) is not None:
+                try:
+                    level = min(max(int(dl.decode("utf-8", "replace")), 1), len(DELAY_LEVELS_MS))
+                except ValueError:
+                    level = 1
+                code = store_ts + DELAY_LEVELS_MS[level - 1]
+            else:
+                tags = find_property(props, PROP_TAGS, 0, props_len)
+                if tags is not None:
+                    cached = self._tags.get(tags)
+                    if cached is None:
+                        cached = tags_code(tags.decode("utf-8", "replace"))
+                        if len(self._tags) < TAGS_CACHE_MAX_ENTRIES:
+                            self._tags[tags] = cached
+                    code = cached
+        txn = sys_flag & SYSFLAG_TRANSACTION_MASK
+        dispatchable = txn in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE)
+        if dispatchable:
+            cq = self.cqs.queues.get((topic, queue_id))
+            if cq is None:
+                cq = self.cqs.find_or_create(topic, queue_id)
+            cq.put(queue_offset, phys, size, code)
+        index = self.index
+        if index is not None and props_len and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+            uniq = find_property(props, PROP_UNIQ_KEY, 0, props_len)
+            keys = find_property(props, PROP_KEYS, 0, props_len) if PROP_KEYS in props else None
+            if uniq is not None or keys is not None:
+                index.index_raw_keys(topic, uniq, keys, phys, store_ts)
+        self.dispatcher.last_store_timestamp = store_ts
+        assert self.view is not None
+        self.view.last_store_timestamp = store_ts
+        listener = self.dispatcher.on_arrival
+        if listener is not None and dispatchable:
+            listener(topic, queue_id, queue_offset + 1, code, store_ts)
+        return True
+
+    # ================================================================== writes
+
+    def _refusal(self) -> PutMessageResult | None:
+        if self.shutdown:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "store is shut down"
+            )
+        if not self.leader_ready or self.node is None:
+            node = self.node
+            role = node.role.value if node is not None else "CANDIDATE"
+            leader = (node.leader_id if node is not None else "") or "unknown"
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None,
+                f"DLedger {role} {self.dcfg.self_id} of group {self.dcfg.group} is not the "
+                f"serving leader (leader: {leader}); writes go to the leader",
+            )
+        if self.retention.disk_full:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "the broker's disk is full"
+            )
+        return None
+
+    def _host(self, host: tuple[str, int]) -> bytes:
+        raw = self._host_cache.get(host)
+        if raw is None:
+            raw = encode_host(host)
+            if len(self._host_cache) < 4096:
+                self._host_cache[host] = raw
+        return raw
+
+    def _propose(
+        self, msg: Message, props: bytes | None = None
+    ) -> tuple[PutMessageResult, Waiter | None]:
+        """Encode ``msg`` at the next entry's position and append it (leader, ready)."""
+        refused = self._refusal()
+        if refused is not None:
+            return refused, None
+        node = self.node
+        storage = self.storage
+        view = self.view
+        assert node is not None and storage is not None and view is not None
+        topic = msg.topic
+        queue_id = msg.queue_id
+        txn = msg.sys_flag & SYSFLAG_TRANSACTION_MASK
+        pmap: Any = None
+        if props is None:
+            pmap = msg.properties
+            level_text = pmap.get(MessageConst.PROPERTY_DELAY_TIME_LEVEL)
+            if level_text is not None and txn in (
+                SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE
+            ):
+                try:
+                    level = int(level_text)
+                except ValueError:
+                    level = 0
+                if level > 0:
+                    level = min(level, len(DELAY_LEVELS_MS))
+                    pmap = dict(pmap)
+                    pmap[MessageConst.PROPERTY_REAL_TOPIC] = topic
+                    pmap[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+                    topic, queue_id = SCHEDULE_TOPIC, level - 1
+            props = encode_properties(pmap)
+        topic_b = topic.encode()
+        if not topic_b or len(topic_b) > MAX_TOPIC_BYTES:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, None,
+                f"topic length must be 1..{MAX_TOPIC_BYTES} bytes",
+            ), None
+        if len(msg.body) > self.config.max_message_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, None,
+                f"message body {len(msg.body)} > maxMessageSize {self.config.max_message_size}",
+            ), None
+        if len(props) > MAX_PROPERTIES_BYTES:
+            return PutMessageResult(
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None,
+                f"properties {len(props)} > {MAX_PROPERTIES_BYTES}",
+            ), None
+        key = (topic, queue_id)
+        table = view.topic_queue_table
+        qo = 0 if txn in _NO_ADVANCE_TXN else table.get(key, 0)
+        body = msg.body
+        record_len = record_size(len(body), len(topic_b), len(props))
+        pos = storage.next_pos(record_len)
+        now = self.clock_ms()
+        try:
+            store_host = self._host(msg.store_host)
+            header = RECORD_HEADER.pack(
+                record_len, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, qo,
+                pos + BODY_OFFSET, msg.sys_flag & ~_HOST_V6_FLAGS, msg.born_timestamp,
+                self._host(msg.born_host), now, store_host, msg.reconsume_times,
+                msg.prepared_transaction_offset, len(body),
+            )
+        except (OSError, TypeError, ValueError, struct.error) as exc:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, None, f"cannot encode the message: {exc}"
+            ), None
+        record = b"".join(
+            (header, body, _TOPIC_LEN[len(topic_b)], topic_b, I16.pack(len(props)), props)
+        )
+        code, waiter = node.propose_now(record)
+        if waiter is None:
+            return PutMessageResult(put_status_of(code), None, f"DLedger append: {code.name}"), None
+        if txn not in _NO_ADVANCE_TXN:
+            table[key] = qo + 1
+        if pmap is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+            self._stash[waiter.index] = (waiter.term, (
+                topic, queue_id, qo, self._tags_code_of(topic, pmap, now), now,
+                pmap.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or "",
+                pmap.get(MessageConst.PROPERTY_KEYS) or "",
+                txn in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE),
+            ))
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            AppendMessageResult(pos + BODY_OFFSET, record_len, now, qo, 1, store_host),
+        ), waiter
+
+    def _propose_batch(self, batch: Message) -> tuple[PutMessageResult, Waiter | None]:
+        refused = self._refusal()
+        if refused is not None:
+            return refused, None
+        if batch.sys_flag & SYSFLAG_TRANSACTION_MASK:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be transactional"
+            ), None
+        if MessageConst.PROPERTY_DELAY_TIME_LEVEL in batch.properties:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be delayed"
+            ), None
+        try:
+            items = decode_batch(batch.body)
+        except ValueError as exc:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, None, f"bad batch body: {exc}"
+            ), None
+        if not items:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch"), None
+        extra = encode_properties(batch.properties)
+        offsets: list[int] = []
+        first: AppendMessageResult | None = None
+        waiter: Waiter | None = None
+        total = 0
+        for item in items:
+            msg = Message(
+                batch.topic, item.body, batch.queue_id, item.flag, {}, batch.sys_flag,
+                batch.born_timestamp, batch.born_host, batch.store_host, batch.reconsume_times,
+            )
+            result, w = self._propose(msg, join_properties(item.properties, extra))
+            if w is None or result.result is None:
+                if first is None:
+                    return result, None
+                break  # the items appended so far stand; the answer covers them
+            waiter = w
+            if first is None:
+                first = result.result
+            offsets.append(result.result.wrote_offset)
+            total += result.result.wrote_bytes
+        assert first is not None
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            AppendMessageResult(
+                first.wrote_offset, total, first.store_timestamp, first.logics_offset,
+                len(offsets), first.store_host_bytes, tuple(offsets),
+            ),
+        ), waiter
+
+    def propose_message(
+        self, msg: Message, batch: bool
+    ) -> tuple[PutMessageResult, Waiter | None]:
+        """Append now; the waiter (None when refused) reports the commit."""
+        return self._propose_batch(msg) if batch else self._propose(msg)
+
+    def on_committed(self, waiter: Waiter, callback: Callable[[AppendResult], None]) -> None:
+        """``callback(result)`` once ``waiter``'s entry committed, failed or timed out (map a
+        failure with :func:`put_status_of`)."""
+        assert self.node is not None
+        self.node.on_commit(waiter, callback, self.wait_ack_s)
+
+    def append_message(self, msg: Message) -> PutMessageResult:
+        """Propose without waiting for the commit (schedule service, end-transaction)."""
+        return self._propose(msg)[0]
+
+    def append_messages(self, batch: Message) -> PutMessageResult:
+        return self._propose_batch(batch)[0]
+
+    async def _committed(
+        self, result: PutMessageResult, waiter: Waiter | None
+    ) -> PutMessageResult:
+        if waiter is None or self.node is None:
+            return result
+        ack = await self.node.wait_committed(waiter, self.wait_ack_s)
+        if ack.code is ResponseCode.SUCCESS:
+            return result
+        return PutMessageResult(
+            put_status_of(ack.code), result.result, f"DLedger append: {ack.code.name}"
+        )
+
+    async def put_message(self, msg: Message) -> PutMessageResult:
+        return await self._committed(*self._propose(msg))
+
+    async def put_messages(self, batch: Message) -> PutMessageResult:
+        return await self._committed(*self._propose_batch(batch))
+
+    def append_raw(self, phys_offset: int, data: bytes | memoryview) -> None:
+        raise ValueError("a DLedger store replicates through DLedger, not HA")
+
+    # ================================================================== reads and status
+
+    @property
+    def max_phys_offset(self) -> int:
+        return self.view.committed_end if self.view is not None else 0
+
+    @property
+    def min_phys_offset(self) -> int:
+        return 0
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.max_phys_offset
+
+    @property
+    def confirm_offset(self) -> int:
+        return self.max_phys_offset
+
+    def dispatch(self, max_bytes: int = 0) -> int:
+        """Apply what is committed but not applied yet, now (the node answers a send before it
+        applies; a pull or query right after the answer calls this to see the message)."""
+        node = self.node
+        storage = self.storage
+        if node is None or storage is None:
+            return 0
+        commit = min(node.core.commit, storage.last_index())
+        if commit <= self.applied_index:
+            return 0
+        entries = storage.entries(self.applied_index + 1, commit + 1)
+        for entry in entries:
+            self.apply_committed(entry)
+        self.applied_batch_done()
+        return len(entries)
+
+    def dispatch_all(self) -> int:
+        return self.dispatch()
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        node = self.node
+        storage = self.storage
+        if node is None or storage is None:
+            return 0
+        commit = min(node.core.commit, storage.last_index())
+        if commit <= self.applied_index:
+            return 0
+        return storage.entry_end(commit) - storage.entry_end(self.applied_index)
+
+    def rebuild_queue_offsets(self) -> None:
+        if self.view is not None:
+            rebuild_topic_queue_table(self.view, self.cqs)  # type: ignore[arg-type]
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
+        if topic is not None:
+            return super().get_earliest_message_time(topic, queue_id)
+        storage = self.storage
+        if storage is None:
+            return -1
+        for entry in storage.entries(0, min(storage.last_index(), self.applied_index) + 1):
+            if entry.body and len(entry.body) >= 64:
+                return int.from_bytes(entry.body[56:64], "big", signed=True)
+        return -1
+
+    def read_raw(self, phys_offset: int, max_bytes: int) -> memoryview | None:
+        return None
+
+    def runtime_info(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO keys of DLedger mode."""
+        node = self.node
+        storage = self.storage
+        info: dict[str, str] = {
+            "brokerRole": self.role.value,
+            "dLegerGroup": self.dcfg.group,
+            "dLegerSelfId": self.dcfg.self_id,
+            "dLegerLeaderReady": "true" if self.leader_ready else "false",
+            "dLegerAppliedIndex": str(self.applied_index),
+        }
+        if storage is not None:
+            info["dLegerEndIndex"] = str(storage.last_index())
+        if node is not None:
+            core = node.core
+            info["dLegerRole"] = core.role.value
+            info["dLegerTerm"] = str(core.term)
+            info["dLegerLeaderId"] = core.leader_id
+            info["dLegerCommitIndex"] = str(core.commit)
+            info["dLegerPeerMatchIndex"] = ";".join(
+                f"{peer}={pr.match}" for peer, pr in sorted(core.progress.items())
+            )
+        return info
