@@ -1,0 +1,152 @@
+"""UPDATE_BROKER_CONFIG (25), the pure part: a properties body applied to a broker's settings,
+and the broker's config file rewritten with the new values.
+
+RocketMQ's ``Configuration.update`` copies every key of the body into whichever config object
+has that field (silently skipping the others) and rewrites the config file with every value.
+Here the update is all or nothing and says what is wrong:
+
+* an unknown key (no BrokerConfig, MessageStoreConfig, HA or DLedger field has it) refuses the
+  whole update, naming it;
+* a key fixed for the life of the process (identity, ports, paths, role, flush type: what
+  the running broker was built from, ``RESTART_ONLY_KEYS``) is refused too — edit the file and
+  restart;
+* a value that does not parse or validate refuses the update with the key named.
+
+The file is edited in place: the keys' lines get their new value (comments, order and other
+keys stay as they are), new keys are appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from broker.config import BrokerConfig, BrokerSettings
+from cluster.config import (
+    ConfigError,
+    config_keys,
+    format_properties,
+    load_config,
+    parse_properties,
+    to_properties,
+)
+from dledger.config import DLedgerConfig
+from ha.config import HAConfig
+from store.config import MessageStoreConfig
+
+#: Keys the running broker was built from: they change only with a restart.
+RESTART_ONLY_KEYS: Final = frozenset({
+    "brokerName", "brokerClusterName", "brokerId", "brokerRole", "flushDiskType",
+    "listenPort", "fastListenPort", "haListenPort", "bindAddress", "brokerIP1", "brokerIP2",
+    "advertisedListenPort", "advertisedHaListenPort", "storePathRootDir", "storePathCommitLog",
+    "mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "rocketmqHome", "aclEnable",
+    "aclFile", "metricsPort", "enableDLegerCommitLog", "dLegerGroup", "dLegerPeers",
+    "dLegerSelfId", "storePathDLedgerCommitLog",
+})
+
+_PARTS: Final[tuple[tuple[str, type], ...]] = (
+    ("broker", BrokerConfig),
+    ("store", MessageStoreConfig),
+    ("ha", HAConfig),
+    ("dledger", DLedgerConfig),
+)
+
+
+class ConfigUpdateError(ValueError):
+    """The update is refused; the message is the response's remark."""
+
+
+def parse_update_body(body: bytes) -> dict[str, str]:
+    """The request body (``key=value`` lines, RocketMQ ``MixAll.properties2String``)."""
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigUpdateError(f"the body is not UTF-8 text: {exc}") from None
+    values = parse_properties(text)
+    if not values:
+        raise ConfigUpdateError("no key=value line in the body")
+    return values
+
+
+def known_keys() -> frozenset[str]:
+    keys: set[str] = set()
+    for _name, cls in _PARTS:
+        keys.update(config_keys(cls).values())
+    return frozenset(keys)
+
+
+def apply_update(settings: BrokerSettings, values: Mapping[str, str]) -> BrokerSettings:
+    """``settings`` with ``values`` applied (ConfigUpdateError names what is refused)."""
+    known = known_keys()
+    unknown = sorted(k for k in values if k not in known)
+    if unknown:
+        raise ConfigUpdateError(f"unknown broker config key(s): {', '.join(unknown)}")
+    fixed = sorted(k for k in values if k in RESTART_ONLY_KEYS)
+    if fixed:
+        raise ConfigUpdateError(
+            f"{', '.join(fixed)} cannot change while the broker runs: "
+            "edit the broker's config file and restart it"
+        )
+    changes: dict[str, Any] = {}
+    for name, cls in _PARTS:
+        mine = set(config_keys(cls).values())
+        subset = {k: v for k, v in values.items() if k in mine}
+        if not subset:
+            continue
+        current = getattr(settings, name)
+        try:
+            changes[name] = load_config(cls, {**to_properties(current), **subset}).config
+        except ConfigError as exc:
+            raise ConfigUpdateError(str(exc)) from None
+    return attrs.evolve(settings, **changes)
+
+
+def current_values(settings: BrokerSettings, keys: list[str]) -> dict[str, str]:
+    """The canonical text of ``keys`` in ``settings`` (what the config file gets)."""
+    props: dict[str, str] = {}
+    for name, _cls in reversed(_PARTS):
+        props.update(to_properties(getattr(settings, name)))
+    return {k: props[k] for k in keys if k in props}
+
+
+def _continues(line: str) -> bool:
+    stripped = line.rstrip("\\")
+    return (len(line) - len(stripped)) % 2 == 1
+
+
+def _entry(key: str, value: str) -> str:
+    return format_properties({key: value}).rstrip("\n")
+
+
+def rewrite_properties(text: str, updates: Mapping[str, str]) -> str:
+    """``text`` (a .properties file) with each key of ``updates`` set: its first entry
+    replaced in place, later duplicates dropped, missing keys appended."""
+    out: list[str] = []
+    done: set[str] = set()
+    continuing = False  # the previous physical line ends in a continuation backslash
+    dropping = False  # ... and belongs to an entry being replaced
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if continuing:
+            continuing = _continues(line)
+            if not dropping:
+                out.append(raw)
+            continue
+        dropping = False
+        if not line or line[0] in "#!":
+            out.append(raw)
+            continue
+        continuing = _continues(line)
+        keys = list(parse_properties(line))
+        key = keys[0] if keys else None
+        if key is not None and key in updates:
+            if key not in done:
+                out.append(_entry(key, updates[key]))
+                done.add(key)
+            dropping = True
+            continue
+        out.append(raw)
+    out.extend(_entry(k, v) for k, v in updates.items() if k not in done)
+    return "\n".join(out) + "\n"

@@ -1,0 +1,110 @@
+"""UPDATE_BROKER_CONFIG (25): ``mqadmin updateBrokerConfig -b ADDR -k KEY -v VALUE``.
+
+The body's keys (``broker/config_update.py`` decides what is accepted) replace the running
+broker's settings at once, so GET_BROKER_CONFIG shows them and the processors that read a flag
+per request (autoCreateTopicEnable, longPollingEnable, rejectTransactionMessage,
+enablePropertyFilter, slaveReadEnable, storeReplyMessageEnable, ...) follow it from the next
+request. As RocketMQ does, a change of ``brokerPermission`` bumps the topic data version and
+registers with every NameServer before answering: with ``brokerPermission=4`` the routes show
+the broker read-only, producers stop picking it and its sends answer NO_PERMISSION (mqadmin's
+graceful decommission); ``6`` makes it writable again. The new values are written into the
+broker's config file (the ``-c`` file) when it has one.
+
+What does not follow at once (logged as such): the periods of background loops read when they
+start (registerNameServerPeriod, clientHousekeepingInterval, transactionCheckInterval, ...) and
+the store/HA/DLedger keys, which the running store keeps until a restart — except
+``maxMessageSize``, checked per send.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.config_update import (
+    ConfigUpdateError,
+    apply_update,
+    current_values,
+    parse_update_body,
+    rewrite_properties,
+)
+from broker.persist import write_atomically
+from cluster.config import config_keys
+from cluster.remoting.codec import RemotingCommand
+from cluster.remoting.codes import ResponseCode
+
+if TYPE_CHECKING:
+    from broker.config import BrokerSettings
+    from broker.controller import BrokerController
+
+#: Keys the running broker follows at once: every BrokerConfig key (read per request from the
+#: installed config; loop periods excepted, see above) and maxMessageSize.
+_LIVE_KEYS: Final = (
+    frozenset(config_keys(BrokerConfig).values()) | {"maxMessageSize"}
+) - {
+    "registerNameServerPeriod", "clientHousekeepingInterval", "clientChannelExpiredTime",
+    "transactionCheckInterval", "flushConsumerOffsetInterval", "flushDelayOffsetInterval",
+    "serverChannelMaxIdleTimeSeconds",
+}
+
+
+def install_settings(ctrl: BrokerController, settings: BrokerSettings) -> None:
+    """Make ``settings`` the running broker's: every holder of a config sees the new one."""
+    ctrl.settings = settings
+    ctrl.bcfg = settings.broker
+    ctrl.topics.config = settings.broker
+    ctrl.groups.auto_create = settings.broker.auto_create_subscription_group
+    for listener in list(ctrl.config_listeners):
+        listener()
+
+
+def _rewrite_file(path: str, updates: dict[str, str]) -> None:
+    """Blocking: the config file with ``updates`` written in (run in a worker thread)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    write_atomically(path, rewrite_properties(text, updates).encode("utf-8"))
+
+
+class BrokerConfigProcessor:
+    def __init__(self, ctrl: BrokerController) -> None:
+        self.ctrl = ctrl
+        self._lock = trio.Lock()  # one update at a time (RocketMQ: synchronized)
+
+    async def update_broker_config(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        ctrl = self.ctrl
+        async with self._lock:
+            try:
+                values = parse_update_body(bytes(request.body))
+                settings = apply_update(ctrl.settings, values)
+            except ConfigUpdateError as exc:
+                return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            perm_changed = settings.broker.broker_permission != ctrl.bcfg.broker_permission
+            install_settings(ctrl, settings)
+            written = current_values(settings, list(values))
+            ctrl.log.info("broker config updated", values=written, client=conn.peer)
+            later = sorted(k for k in values if k not in _LIVE_KEYS)
+            if later:
+                ctrl.log.info("broker config keys apply at restart", keys=later)
+            if "brokerPermission" in values:
+                topics = ctrl.topics
+                topics.data_version = topics.data_version.next_version(ctrl.now_ms())
+                await ctrl.register_all()
+                if perm_changed:
+                    ctrl.log.info("broker permission changed",
+                                  perm=settings.broker.broker_permission)
+            path = ctrl.config_file
+            if path:
+                try:
+                    await trio.to_thread.run_sync(_rewrite_file, path, written)
+                except OSError as exc:
+                    ctrl.log.error("config file not updated", path=path, error=str(exc))
+                    return request.response(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"updated in memory, but {path} could not be written: {exc}",
+                    )
+        return request.response(ResponseCode.SUCCESS)

@@ -1,0 +1,62 @@
+"""UPDATE_BROKER_CONFIG's pure part: what is accepted, and the config file rewritten in place."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from broker.config import load_broker_config
+from broker.config_update import (
+    ConfigUpdateError,
+    apply_update,
+    current_values,
+    parse_update_body,
+    rewrite_properties,
+)
+from cluster.config import parse_properties
+
+
+def _settings():  # type: ignore[no-untyped-def]
+    return load_broker_config({"brokerName": "b", "brokerIP1": "127.0.0.1"}).settings
+
+
+def test_apply_update_changes_broker_and_store_keys() -> None:
+    s = _settings()
+    new = apply_update(s, {"brokerPermission": "4", "maxMessageSize": "1024",
+                           "haSendHeartbeatInterval": "1000"})
+    assert new.broker.broker_permission == 4 and s.broker.broker_permission == 6
+    assert new.store.max_message_size == 1024
+    assert new.broker.broker_name == "b"  # the rest is kept
+    assert current_values(new, ["brokerPermission", "maxMessageSize"]) == {
+        "brokerPermission": "4", "maxMessageSize": "1024"}
+
+
+@pytest.mark.parametrize(("values", "remark"), [
+    ({"fooBar": "1", "brokerPermission": "4"}, "unknown broker config key(s): fooBar"),
+    ({"listenPort": "1"}, "listenPort cannot change while the broker runs"),
+    ({"brokerPermission": "x"}, "brokerPermission"),
+    ({"brokerPermission": "99"}, "brokerPermission: 99 is not a permission"),
+])
+def test_apply_update_refuses(values: dict[str, str], remark: str) -> None:
+    with pytest.raises(ConfigUpdateError, match=re.escape(remark)):
+        apply_update(_settings(), values)
+
+
+def test_parse_update_body() -> None:
+    assert parse_update_body(b"a=1\nb : 2\n") == {"a": "1", "b": "2"}
+    with pytest.raises(ConfigUpdateError):
+        parse_update_body(b"# nothing\n")
+    with pytest.raises(ConfigUpdateError):
+        parse_update_body(b"\xff=1")
+
+
+def test_rewrite_properties_in_place() -> None:
+    text = ("# comment\nbrokerPermission = 6\nkeep=1\nlong=a\\\n  b\\\n  c\n"
+            "brokerPermission=7\n! other comment\n")
+    out = rewrite_properties(text, {"brokerPermission": "4", "long": "z", "new": "v w"})
+    assert out == ("# comment\nbrokerPermission=4\nkeep=1\nlong=z\n! other comment\n"
+                   "new=v w\n")
+    assert parse_properties(out) == {"brokerPermission": "4", "keep": "1", "long": "z",
+                                     "new": "v w"}
+    assert rewrite_properties("", {"a": "1"}) == "a=1\n"
