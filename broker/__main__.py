@@ -60,8 +60,8 @@ def boot_line(controller: BrokerController) -> str:
     )
 
 
-async def _run(settings: BrokerSettings) -> None:
-    controller = BrokerController(settings)
+async def _run(settings: BrokerSettings, config_file: str | None = None) -> None:
+    controller = BrokerController(settings, config_file=config_file)
     await serve_until_signal(
         controller.run,
         lambda: boot_line(controller),
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(format_properties(dict(sorted(props.items()))))
         return 0
     try:
-        trio.run(_run, settings)
+        trio.run(_run, settings, args.configFile)
     except (OSError, StoreLockedError, BaseExceptionGroup) as exc:
         error = _startup_error(exc)
         if error is None:

@@ -8,14 +8,19 @@ Differences from RocketMQ, each for tests and embedding:
 
 * ``listenPort=0`` binds an ephemeral port; the fast port is then ephemeral too
   (RocketMQ: fast port = listenPort - 2; ``fastListenPort`` overrides);
+* ``bindAddress`` defaults to ``127.0.0.1`` (RocketMQ: ``0.0.0.0``): set it to listen on other
+  interfaces; while it is a loopback address, ``brokerIP1`` defaults to it;
 * ``brokerIP1`` defaults to ``127.0.0.1`` when the machine has no better address
   (RocketMQ picks the first non-loopback address);
+* ``advertisedListenPort`` / ``advertisedHaListenPort`` (extension keys, default 0 = the bound
+  ports): the ports registered with the NameServers when the broker is reached through a proxy;
 * housekeeping periods that RocketMQ hard-codes are keys with the same defaults
   (``clientHousekeepingInterval``, ``clientChannelExpiredTime``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import Mapping
@@ -24,10 +29,14 @@ from typing import Final
 import attrs
 
 from cluster.config import ConfigError, load_config, setting
+from dledger.config import DLedgerConfig, DLedgerConfigError
 from ha.config import HAConfig
 from store.config import BrokerRole, MessageStoreConfig
 
 DEFAULT_LISTEN_PORT: Final = 10911
+#: Nodes listen on loopback unless ``bindAddress`` says otherwise (RocketMQ binds 0.0.0.0): a
+#: broker started with no configuration is not reachable from other machines by accident.
+DEFAULT_BIND_ADDRESS: Final = "127.0.0.1"
 #: The fast ("VIP") port is the listen port minus this (RocketMQ 10909 for 10911).
 FAST_PORT_OFFSET: Final = 2
 #: The HA port is the listen port plus this (RocketMQ 10912 for 10911).
@@ -52,6 +61,13 @@ def _local_ip() -> str:
     except OSError:
         pass
     return "127.0.0.1"
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr.strip("[]")).is_loopback
+    except ValueError:
+        return addr == "localhost"
 
 
 def _hostname() -> str:
@@ -83,6 +99,8 @@ class BrokerConfig:
     trace_topic_enable: bool = setting("traceTopicEnable", False)
     msg_trace_topic_name: str = setting("msgTraceTopicName", "RMQ_SYS_TRACE_TOPIC")
     reject_transaction_message: bool = setting("rejectTransactionMessage", False)
+    #: Replies (SEND_REPLY_MESSAGE) are stored in their topic as well as pushed (RocketMQ).
+    store_reply_message_enable: bool = setting("storeReplyMessageEnable", True)
     long_polling_enable: bool = setting("longPollingEnable", True)
     #: SQL92 subscriptions (MessageSelector.bySql) are served only with this on (RocketMQ).
     enable_property_filter: bool = setting("enablePropertyFilter", False)
@@ -106,12 +124,30 @@ class BrokerConfig:
     #: (RocketMQ keeps it in MessageStoreConfig; a slave uses 10 points less).
     access_message_in_memory_max_ratio: float = setting("accessMessageInMemoryMaxRatio", 40.0)
     # NettyServerConfig
-    bind_address: str = setting("bindAddress", "0.0.0.0")
+    #: Loopback unless told otherwise (RocketMQ: 0.0.0.0); see DEFAULT_BIND_ADDRESS.
+    bind_address: str = setting("bindAddress", DEFAULT_BIND_ADDRESS)
     listen_port: int = setting("listenPort", DEFAULT_LISTEN_PORT)
     #: -1: listenPort - 2 (ephemeral when listenPort is 0); 0: ephemeral.
     fast_listen_port: int = setting("fastListenPort", -1)
     ha_listen_port: int = setting("haListenPort", -1)
+    #: Extension keys (not RocketMQ's; 0 = the bound port, RocketMQ's behaviour): the ports
+    #: this broker registers (brokerAddr, haServerAddr, the store host in msgIds) when it is
+    #: reached through something else, e.g. the chaos proxy (chaos/proxy.py).
+    advertised_listen_port: int = setting("advertisedListenPort", 0)
+    advertised_ha_listen_port: int = setting("advertisedHaListenPort", 0)
     server_channel_max_idle_time_seconds: int = setting("serverChannelMaxIdleTimeSeconds", 120)
+    #: Plain ACL (RocketMQ 4.4+): verify every request against the rules in ``aclFile``.
+    acl_enable: bool = setting("aclEnable", False)
+    #: Extension key: the rules file ("" = ``{rocketmqHome}/conf/plain_acl.yml``, RocketMQ's
+    #: default; RocketMQ itself reads ``-Drocketmq.acl.plain.file``).
+    acl_file: str = setting("aclFile", "")
+    #: Extension key: port of the Prometheus ``/metrics`` listener (-1 = off, 0 = ephemeral);
+    #: it binds ``bindAddress``.
+    metrics_port: int = setting("metricsPort", -1)
+    #: Extension keys: credentials this broker signs its own outgoing requests with (NameServer
+    #: registration, a slave's sync from its master) when those peers enforce ACL.
+    acl_access_key: str = setting("aclAccessKey", "")
+    acl_secret_key: str = setting("aclSecretKey", "")
 
     @listen_port.validator
     def _check_port(self, attribute: attrs.Attribute, value: int) -> None:
@@ -157,6 +193,8 @@ class BrokerSettings:
     broker: BrokerConfig
     store: MessageStoreConfig
     ha: HAConfig = attrs.field(factory=HAConfig)
+    #: enableDLegerCommitLog and the other dLeger* keys (dledger/config.py)
+    dledger: DLedgerConfig = attrs.field(factory=DLedgerConfig)
 
     @property
     def is_slave(self) -> bool:
@@ -175,12 +213,26 @@ def load_broker_config(
     """Split broker.conf ``values`` between BrokerConfig and MessageStoreConfig."""
     if namesrv_addr is not None:
         values = {**values, "namesrvAddr": namesrv_addr}
+    bind = values.get("bindAddress", DEFAULT_BIND_ADDRESS).strip()
+    if "brokerIP1" not in values and _is_loopback(bind):
+        values = {**values, "brokerIP1": bind}  # advertise what a loopback listener can serve
     broker = load_config(BrokerConfig, values)
     store = load_config(MessageStoreConfig, values)
     ha = load_config(HAConfig, values, ha_listen_port=broker.config.ha_port)
+    dl = load_config(DLedgerConfig, values)
     unknown = {
-        k: v for k, v in broker.unknown.items() if k in store.unknown and k in ha.unknown
+        k: v
+        for k, v in broker.unknown.items()
+        if k in store.unknown and k in ha.unknown and k in dl.unknown
     }
     if broker.config.broker_id < 0:
         raise ConfigError(f"brokerId: {broker.config.broker_id} must be >= 0")
-    return LoadedSettings(BrokerSettings(broker.config, store.config, ha.config), unknown)
+    if bool(broker.config.acl_access_key) != bool(broker.config.acl_secret_key):
+        raise ConfigError("aclAccessKey and aclSecretKey must be set together")
+    try:
+        dl.config.validate()
+    except DLedgerConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    return LoadedSettings(
+        BrokerSettings(broker.config, store.config, ha.config, dl.config), unknown
+    )

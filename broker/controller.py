@@ -15,6 +15,7 @@ unregisters from every NameServer, writes the config files and closes the store 
 
 from __future__ import annotations
 
+import functools
 import time
 import zlib
 from collections.abc import Callable
@@ -24,7 +25,9 @@ import trio
 
 from broker.clients import ClientManager, RebalanceLockManager
 from broker.config import BrokerSettings
+from broker.dledger_role import DLedgerRoleHandler, dledger_send_processor
 from broker.long_polling import PullRequestHoldService
+from broker.metrics import BrokerMetrics, timed
 from broker.offsets import ConsumerOffsetManager, SubscriptionGroupManager
 from broker.persist import (
     CONSUMER_OFFSET_FILE,
@@ -36,14 +39,20 @@ from broker.persist import (
     write_atomically,
 )
 from broker.processors.admin import MoreAdminProcessors, ResetOffsetProcessor
+from broker.processors.broker_config import BrokerConfigProcessor
 from broker.processors.consumer import ConsumerProcessors
 from broker.processors.end_transaction import EndTransactionProcessor
 from broker.processors.pull import PullProcessor
+from broker.processors.relay import ConsumerRelayProcessors
+from broker.processors.reply import ReplyProcessor
 from broker.processors.send import SendBackProcessor, SendProcessor
 from broker.schedule import ScheduleMessageService
 from broker.topic_config import SCHEDULE_TOPIC, TopicConfigManager
 from broker.transaction import HALF_TOPIC, OP_HALF_TOPIC, TransactionState
+from cluster.acl.guard import AclGuard, default_acl_path
+from cluster.acl.signing import credentials_from
 from cluster.logging import get_logger
+from cluster.metrics_server import serve_metrics
 from cluster.protocol.route import PermName, RegisterBrokerBody
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -64,6 +73,8 @@ from cluster.remoting.net import (
     format_address,
     open_remoting_client,
 )
+from dledger.commitlog_adapter import DLedgerMessageStore
+from dledger.node import run_store_node
 from ha.connection import HAService
 from store import flush as store_services
 from store.config import BrokerRole, FlushDiskType
@@ -125,8 +136,13 @@ class BrokerController:
         *,
         node: str | None = None,
         clock_ms: Callable[[], int] = _now_ms,
+        config_file: str | None = None,
     ) -> None:
         self.settings = settings
+        #: the properties file it was started from (UPDATE_BROKER_CONFIG writes changes there)
+        self.config_file = config_file
+        #: called after UPDATE_BROKER_CONFIG installed new settings (processors caching a flag)
+        self.config_listeners: list[Callable[[], None]] = []
         self.bcfg = settings.broker
         self.node = node or self.bcfg.broker_name
         self.now_ms = clock_ms
@@ -163,6 +179,14 @@ class BrokerController:
         self._slave_sync_now = trio.Event()
         self.slave_sync_count = 0
         self.register_count = 0
+        #: brokerId registered with the NameServers (DLedger mode changes it with the role)
+        self.broker_id = self.bcfg.broker_id
+        #: DLedger mode (enableDLegerCommitLog=true): the role handler, once running
+        self.dledger_role: DLedgerRoleHandler | None = None
+        #: Plain ACL (aclEnable=true) and the /metrics listener (metricsPort >= 0); None when off.
+        self.acl: AclGuard | None = None
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_address: tuple[str, int] | None = None
 
     # ------------------------------------------------------------------ accessors
 
@@ -237,11 +261,15 @@ class BrokerController:
             and store_cfg.broker_role is BrokerRole.SYNC_MASTER
         ):
             send_fn = send.process_replicated  # answers through a Deferred on the slave's ack
+        if self.settings.dledger.enable:
+            send_fn = dledger_send_processor(send, self)  # answered when its entry commits
         pull = PullProcessor(self)
         cons = ConsumerProcessors(self)
         admin = MoreAdminProcessors(self)
         back = SendBackProcessor(self)
         end_tx = EndTransactionProcessor(self)
+        relay = ConsumerRelayProcessors(self)
+        reply = ReplyProcessor(self)
         rc = RequestCode
         return {
             rc.SEND_MESSAGE: send_fn,
@@ -281,6 +309,12 @@ class BrokerController:
             rc.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
             rc.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
             rc.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: admin.get_system_topic_list,
+            rc.SEND_REPLY_MESSAGE: reply.process,
+            rc.SEND_REPLY_MESSAGE_V2: reply.process,
+            rc.GET_CONSUMER_RUNNING_INFO: relay.get_consumer_running_info,
+            rc.CONSUME_MESSAGE_DIRECTLY: relay.consume_message_directly,
+            rc.QUERY_CONSUME_TIME_SPAN: relay.query_consume_time_span,
+            rc.UPDATE_BROKER_CONFIG: BrokerConfigProcessor(self).update_broker_config,
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -320,9 +354,16 @@ class BrokerController:
         bcfg = self.bcfg
         scfg = self.settings.store
         await trio.to_thread.run_sync(self._load_configs)
-        store = await trio.to_thread.run_sync(
-            lambda: MessageStore.open(scfg, on_arrival=self._on_arrival)
-        )
+        dcfg = self.settings.dledger
+        store: MessageStore
+        if dcfg.enable:
+            store = await trio.to_thread.run_sync(
+                lambda: DLedgerMessageStore.open_dledger(scfg, dcfg, on_arrival=self._on_arrival)
+            )
+        else:
+            store = await trio.to_thread.run_sync(
+                lambda: MessageStore.open(scfg, on_arrival=self._on_arrival)
+            )
         self._store = store
         try:
             async with trio.open_nursery() as outer:
@@ -347,7 +388,9 @@ class BrokerController:
         # send UNREGISTER_BROKER; it ends when _ns_client_done is set.
         self._ns_client_done = trio.Event()
         with trio.CancelScope(shield=True):
-            async with open_remoting_client(node=f"{self.node}-ns") as client:
+            creds = credentials_from(self.bcfg.acl_access_key, self.bcfg.acl_secret_key)
+            hook = creds.sign if creds is not None else None
+            async with open_remoting_client(node=f"{self.node}-ns", rpc_hook=hook) as client:
                 task_status.started(client)
                 await self._ns_client_done.wait()
 
@@ -358,14 +401,37 @@ class BrokerController:
         scfg = self.settings.store
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await nursery.start(store_services.run, store)
-            # Master/slave replication: every broker listens on haListenPort (a master serves
-            # its slaves there); a SLAVE also runs the HA client toward its master, which it
-            # learns from REGISTER_BROKER's answer. A SYNC_MASTER's puts wait for slave acks.
-            self.ha = HAService(store, self.settings.ha, host=bcfg.bind_address)
-            self.ha_port = await nursery.start(self.ha.run)
+            if isinstance(store, DLedgerMessageStore):
+                # DLedger mode: the Raft member replaces the store services and HA; the role
+                # handler makes this broker a master or a slave as the group elects
+                self.dledger_role = DLedgerRoleHandler(self, store)
+                await nursery.start(
+                    functools.partial(run_store_node, store, host=bcfg.bind_address)
+                )
+            else:
+                await nursery.start(store_services.run, store)
+                # Master/slave replication: every broker listens on haListenPort (a master
+                # serves its slaves there); a SLAVE also runs the HA client toward its master,
+                # which it learns from REGISTER_BROKER's answer. A SYNC_MASTER's puts wait for
+                # slave acks.
+                self.ha = HAService(store, self.settings.ha, host=bcfg.bind_address)
+                self.ha_port = await nursery.start(self.ha.run)
+            processors = self.processors()
+            if bcfg.metrics_port >= 0:
+                self.metrics = BrokerMetrics(self)
+                for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
+                             RequestCode.SEND_BATCH_MESSAGE):
+                    if code in processors:
+                        processors[code] = timed(processors[code], self.metrics.send_latency)
+            if bcfg.acl_enable:
+                acl_path = bcfg.acl_file or default_acl_path(bcfg.rocketmq_home)
+                acl = AclGuard(acl_path, node=self.node)
+                await trio.to_thread.run_sync(acl.load)
+                self.acl = acl
+                processors = acl.wrap(processors)
+                nursery.start_soon(acl.run)
             server = RemotingServer(
-                Dispatcher(self.processors(), None),
+                Dispatcher(processors, None),
                 node=self.node,
                 idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
                 on_close=self._on_close,
@@ -373,7 +439,14 @@ class BrokerController:
             self.server = server
             self.address = await nursery.start(server.serve, bcfg.bind_address, bcfg.listen_port)
             self.fast_address = await nursery.start(server.serve, bcfg.bind_address, bcfg.fast_port)
-            port = self.address[1]
+            if self.metrics is not None:
+                self.metrics_address = await nursery.start(
+                    functools.partial(
+                        serve_metrics, self.metrics.render, host=bcfg.bind_address,
+                        port=bcfg.metrics_port, node=self.node,
+                    )
+                )
+            port = bcfg.advertised_listen_port or self.address[1]
             self.broker_addr = format_address(bcfg.broker_ip1, port)
             self.store_host = (bcfg.broker_ip1, port)
             schedule = ScheduleMessageService(store, scfg.message_delay_level, self.store_host)
@@ -386,7 +459,9 @@ class BrokerController:
             nursery.start_soon(self._register_loop)
             nursery.start_soon(self._housekeeping_loop)
             nursery.start_soon(self._persist_loop)
-            if not self.is_slave:  # a slave's store refuses writes; the master delivers
+            if self.dledger_role is not None:
+                nursery.start_soon(self.dledger_role.run)  # role-specific services follow
+            elif not self.is_slave:  # a slave's store refuses writes; the master delivers
                 nursery.start_soon(self._schedule_loop)
                 nursery.start_soon(self._transaction_check_loop)
             else:
@@ -412,12 +487,13 @@ class BrokerController:
         body = RegisterBrokerBody(self.topics.wrapper()).encode()
         ha_ip = bcfg.broker_ip2 or bcfg.broker_ip1
         ha_port = self.ha_port if self.ha_port is not None else bcfg.ha_port
+        ha_port = bcfg.advertised_ha_listen_port or ha_port
         header = RegisterBrokerRequestHeader(
             broker_name=bcfg.broker_name,
             broker_addr=self.broker_addr,
             cluster_name=bcfg.broker_cluster_name,
             ha_server_addr=format_address(ha_ip, ha_port),
-            broker_id=bcfg.broker_id,
+            broker_id=self.broker_id,
             compressed=False,
             body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
         )
@@ -470,7 +546,7 @@ class BrokerController:
             broker_name=bcfg.broker_name,
             broker_addr=self.broker_addr,
             cluster_name=bcfg.broker_cluster_name,
-            broker_id=bcfg.broker_id,
+            broker_id=self.broker_id,
         )
         request = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header.to_ext_fields())
 

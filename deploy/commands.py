@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -20,12 +21,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
+from cluster.acl.local import acl_path, generate_admin, local_admin, write_local_acl
+from cluster.acl.signing import Credentials
 from cluster.logging import configure_logging
+from cluster.metrics import ExpositionError, parse_exposition, sample_value
+from cluster.metrics_server import fetch_metrics
 from deploy import supervisor
+from deploy.render import METRICS_PORT_AUTO, metrics_port_of
 from deploy.supervisor import ClusterState, SupervisorError
-from deploy.topology import BUILTIN_PROFILES, ProfileError, build_topology, resolve_profile
+from deploy.topology import (
+    BUILTIN_PROFILES,
+    KIND_BROKER,
+    ProfileError,
+    ProfileSpec,
+    build_topology,
+    resolve_profile,
+)
 
 PROG = "rmq-cluster"
 DEFAULT_LOG_LINES = 20
@@ -111,6 +125,7 @@ NODE_COLUMNS = [
     ("state", "STATE"),
 ]
 STATUS_COLUMNS = [*NODE_COLUMNS, ("commitlog_max_offset", "MAXOFFSET"), ("diff_bytes", "DIFF")]
+DLEDGER_STATUS_COLUMNS = [("term", "TERM"), ("leader", "LEADER"), ("commit_index", "COMMIT")]
 
 
 def _node_rows(state: ClusterState) -> list[dict[str, Any]]:
@@ -137,10 +152,53 @@ def _node_rows(state: ClusterState) -> list[dict[str, Any]]:
 # =========================================================================== up / down
 
 
+def _with_acl(spec: ProfileSpec, directory: Path) -> tuple[ProfileSpec, Credentials | None]:
+    """``up --acl``: brokers verify every request against ``conf/plain_acl.yml`` holding one
+    generated admin account (kept across restarts); the new credentials, or None if reused."""
+    directory = directory.resolve()
+    admin = local_admin(directory)
+    fresh = None
+    if admin is None:
+        admin = fresh = generate_admin()
+        write_local_acl(directory, admin)
+    props = {
+        **spec.broker_properties,
+        "aclEnable": "true",
+        "aclFile": str(acl_path(directory)),
+        "aclAccessKey": admin.access_key,
+        "aclSecretKey": admin.secret_key,
+    }
+    return attrs.evolve(spec, broker_properties=props), fresh
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     spec = resolve_profile(args.profile, groups=args.groups)
     directory = _dir(args)
     say = (lambda line: None) if args.json else _say
+    fresh: Credentials | None = None
+    if getattr(args, "metrics", False):
+        spec = attrs.evolve(
+            spec, broker_properties={**spec.broker_properties, "metricsPort": METRICS_PORT_AUTO}
+        )
+    if getattr(args, "acl", False):
+        created_dir = not directory.exists()
+        spec, fresh = _with_acl(spec, directory)
+        try:
+            return _cmd_up(args, spec, directory, say, fresh)
+        except BaseException:
+            if created_dir and not (directory / supervisor.STATE_FILE).exists():
+                shutil.rmtree(directory, ignore_errors=True)  # nothing started: leave nothing
+            raise
+    return _cmd_up(args, spec, directory, say, fresh)
+
+
+def _cmd_up(
+    args: argparse.Namespace,
+    spec: ProfileSpec,
+    directory: Path,
+    say: Callable[[str], None],
+    fresh: Credentials | None,
+) -> int:
     result = supervisor.up(
         spec,
         directory=directory,
@@ -161,6 +219,11 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "already_running": result.already_running,
                 "ready_s": round(result.ready_s, 3),
                 "nodes": rows,
+                **(
+                    {"acl": {"accessKey": fresh.access_key, "secretKey": fresh.secret_key}}
+                    if fresh is not None and not result.already_running
+                    else {}
+                ),
             }
         )
     else:
@@ -179,6 +242,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
         print(format_table(rows, NODE_COLUMNS))
         print(f"NAMESRV_ADDR={state.topology.namesrv_addr}")
+        if fresh is not None and not result.already_running:
+            # printed once, on its own line (kept in conf/plain_acl.yml, mode 0600)
+            print(f"accessKey={fresh.access_key} secretKey={fresh.secret_key}")
     if args.foreground:
         return _foreground(state, quiet=args.json)
     return 0
@@ -246,6 +312,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     state = _state(args)
     report = supervisor.status(state)
     if args.json:
+        if getattr(args, "metrics", False):
+            report["metrics"] = _metrics_rows(state)
         _print_json(report)
         return 0
     nodes = report["nodes"]
@@ -254,8 +322,54 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"cluster {report['name']} ({report['profile']}): {alive}/{len(nodes)} nodes alive; "
         f"NAMESRV_ADDR={report['namesrv_addr']}"
     )
-    print(format_table(nodes, STATUS_COLUMNS))
+    columns = STATUS_COLUMNS
+    if any("term" in n for n in nodes):  # DLedger groups: who leads, in which term, how far
+        columns = [*STATUS_COLUMNS, *DLEDGER_STATUS_COLUMNS]
+    print(format_table(nodes, columns))
+    if getattr(args, "metrics", False):
+        _print_metrics(state)
     return 0
+
+
+#: ``status --metrics``: the figures shown per broker (sample name, column title).
+METRICS_COLUMNS = [
+    ("rocketmq_broker_tps", "TPS"),
+    ("rocketmq_broker_qps", "QPS"),
+    ("rmq_broker_put_messages_total", "PUT"),
+    ("rmq_broker_get_messages_total", "GET"),
+    ("rmq_broker_long_poll_holds", "HOLDS"),
+    ("rmq_broker_replication_lag_bytes", "REPL_LAG"),
+    ("rmq_acl_denials_total", "ACL_DENIED"),
+]
+
+
+def _metrics_rows(state: ClusterState) -> list[dict[str, Any]] | None:
+    """Scrape each broker's /metrics (``up --metrics``); None when the cluster has none."""
+    if state.topology.spec.broker_properties.get("metricsPort") != METRICS_PORT_AUTO:
+        return None
+    rows = []
+    for rec in state.records(KIND_BROKER):
+        addr = f"{rec.spec.host}:{metrics_port_of(rec.spec)}"
+        row: dict[str, Any] = {"name": rec.name, "metrics": addr}
+        try:
+            fams = parse_exposition(fetch_metrics(addr))
+        except (OSError, ExpositionError) as exc:
+            row["error"] = str(exc)
+            rows.append(row)
+            continue
+        for sample, _title in METRICS_COLUMNS:
+            value = sample_value(fams, sample)
+            row[sample] = None if value is None else round(value, 2)
+        rows.append(row)
+    return rows
+
+
+def _print_metrics(state: ClusterState) -> None:
+    rows = _metrics_rows(state)
+    if rows is None:
+        print("metrics: not enabled for this cluster (rmq-cluster up PROFILE --metrics)")
+        return
+    print(format_table(rows, [("name", "NODE"), ("metrics", "METRICS"), *METRICS_COLUMNS]))
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
@@ -404,9 +518,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     down_nodes = [r.name for r in state.records() if not r.alive]
     if down_nodes and len(down_nodes) == len(state.nodes):
         raise SupervisorError(f"cluster {state.name} is not running (rmq-cluster up first)")
+    access_key, secret_key = args.access_key, args.secret_key
+    if access_key is None and secret_key is None:
+        admin = local_admin(state.dir.resolve())  # a cluster started with --acl
+        if admin is not None:
+            access_key, secret_key = admin.access_key, admin.secret_key
     report = demo.run_demo(
         state.topology.namesrv_addr, count=args.count, topic=args.topic,
         say=None if args.json else (lambda line: print(line, flush=True)),
+        access_key=access_key, secret_key=secret_key,
     )
     if args.json:
         _print_json(report)
@@ -444,6 +564,10 @@ def add_commands(sub: Any) -> None:
                    help="stay attached; Ctrl-C or SIGTERM stops every node")
     p.add_argument("--timeout", type=float, default=supervisor.READY_TIMEOUT_S,
                    help="seconds to wait for readiness")
+    p.add_argument("--acl", action="store_true",
+                   help="brokers enforce plain ACL; prints generated admin credentials once")
+    p.add_argument("--metrics", action="store_true",
+                   help="brokers serve Prometheus /metrics on listenPort + 4")
     p.set_defaults(func=_guarded(cmd_up))
 
     p = sub.add_parser("down", help="stop every node (--purge: and delete the data)")
@@ -453,6 +577,8 @@ def add_commands(sub: Any) -> None:
 
     p = sub.add_parser("status", help="nodes, pids, liveness, roles and CommitLog offsets")
     _common(p)
+    p.add_argument("--metrics", action="store_true",
+                   help="also scrape each broker's /metrics (clusters started with --metrics)")
     p.set_defaults(func=_guarded(cmd_status))
 
     p = sub.add_parser("nodes", help="list node names")
@@ -509,4 +635,12 @@ def add_commands(sub: Any) -> None:
     _common(p)
     p.add_argument("--count", type=int, default=5)
     p.add_argument("--topic", default="RmqClusterDemo")
+    p.add_argument("--access-key", default=os.environ.get("RMQ_ACCESS_KEY"),
+                   help="ACL accessKey (default: $RMQ_ACCESS_KEY, else the --acl cluster's admin)")
+    p.add_argument("--secret-key", default=os.environ.get("RMQ_SECRET_KEY"),
+                   help="ACL secretKey (default: $RMQ_SECRET_KEY)")
     p.set_defaults(func=_guarded(cmd_demo))
+
+    from chaos.cli import add_chaos_command  # rmq-cluster chaos run|check (chaos/cli.py)
+
+    add_chaos_command(sub)

@@ -27,6 +27,8 @@ async def demo(
     count: int = 5,
     topic: str = "RmqClusterDemo",
     say: Callable[[str], None] | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
 ) -> dict[str, Any]:
     from cluster.client import Message, Producer, PullConsumer, PullStatus
 
@@ -36,7 +38,8 @@ async def demo(
     received: list[dict[str, Any]] = []
     started = time.monotonic()
     with trio.fail_after(DEMO_TIMEOUT_S):
-        async with Producer(PRODUCER_GROUP, namesrv_addr=namesrv_addr) as producer:
+        async with Producer(PRODUCER_GROUP, namesrv_addr=namesrv_addr, access_key=access_key,
+                            secret_key=secret_key) as producer:
             for i in range(count):
                 body = f"hello #{i} from rmq-cluster demo {run_id}".encode()
                 msg = Message(topic, body, tags="demo", keys=f"{run_id}-{i}")
@@ -60,7 +63,8 @@ async def demo(
         for s in sent:
             key = (s["broker"], s["queue_id"])
             first[key] = min(first.get(key, s["queue_offset"]), s["queue_offset"])
-        async with PullConsumer(CONSUMER_GROUP, namesrv_addr=namesrv_addr) as consumer:
+        async with PullConsumer(CONSUMER_GROUP, namesrv_addr=namesrv_addr, access_key=access_key,
+                                secret_key=secret_key) as consumer:
             # a broker that created the topic on first send registers it with the NameServers
             # right after; wait (bounded by DEMO_TIMEOUT_S) until the route has every queue
             while True:
@@ -118,10 +122,13 @@ def run_demo(
     count: int = 5,
     topic: str = "RmqClusterDemo",
     say: Callable[[str], None] | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
 ) -> dict[str, Any]:
     """``demo`` in its own Trio run; errors come back as ``{"ok": False, "error": ...}``."""
     try:
-        return trio.run(lambda: demo(namesrv_addr, count=count, topic=topic, say=say))
+        return trio.run(lambda: demo(namesrv_addr, count=count, topic=topic, say=say,
+                                     access_key=access_key, secret_key=secret_key))
     except ImportError as exc:
         return _failed(namesrv_addr, topic, f"the Python client is not available: {exc}")
     except trio.TooSlowError:

@@ -30,6 +30,11 @@ from deploy.topology import (
     Topology,
 )
 
+#: Multi-host nodes listen on every interface (RocketMQ's default; ours is loopback).
+HOSTS_BIND_ADDRESS: Final = "0.0.0.0"
+#: ``metricsPort=auto`` in a profile's broker_properties: each broker gets listenPort + this.
+METRICS_PORT_AUTO: Final = "auto"
+METRICS_PORT_OFFSET: Final = 4
 #: Local clusters keep CommitLog files small (RocketMQ's default is 1 GiB per file).
 LOCAL_COMMITLOG_FILE_BYTES: Final = 64 * 1024 * 1024
 #: RocketMQ's sample broker.conf values.
@@ -102,9 +107,18 @@ def broker_properties(
     if bind_address is not None:
         props["bindAddress"] = bind_address
     props.update(spec.broker_properties)
+    if props.get("metricsPort") == METRICS_PORT_AUTO:
+        props["metricsPort"] = str(metrics_port_of(node))
     if extra:
         props.update(extra)
     return props
+
+
+def metrics_port_of(node: NodeSpec) -> int:
+    """Where a broker of ``up --metrics`` serves /metrics: its listen port + 4 (the port plan
+    leaves listen-2 .. listen+2 to the broker and listen+3 .. +7 to a chaos proxy's shifted
+    binds, of which +4 is unused)."""
+    return node.port + METRICS_PORT_OFFSET
 
 
 def node_properties(
@@ -112,11 +126,37 @@ def node_properties(
 ) -> dict[str, str]:
     """The properties of any node; ``data_dir`` is that node's own data directory."""
     if node.kind == KIND_NAMESRV:
-        return namesrv_properties(node, data_dir=data_dir, bind_address=bind_address)
-    extra = {"mappedFileSizeCommitLog": str(LOCAL_COMMITLOG_FILE_BYTES)} if local else None
-    return broker_properties(
-        node, topo, store_dir=data_dir, bind_address=bind_address, extra=extra
-    )
+        props = namesrv_properties(node, data_dir=data_dir, bind_address=bind_address)
+    else:
+        extra = {"mappedFileSizeCommitLog": str(LOCAL_COMMITLOG_FILE_BYTES)} if local else None
+        props = broker_properties(
+            node, topo, store_dir=data_dir, bind_address=bind_address, extra=extra
+        )
+    if topo.chaos_proxy:
+        props.update(chaos_proxy_properties(node, topo))
+    return props
+
+
+def chaos_proxy_properties(node: NodeSpec, topo: Topology) -> dict[str, str]:
+    """Behind a chaos proxy a node binds shifted ports and advertises the planned ones (the
+    proxy's): ``advertisedListenPort`` / ``advertisedHaListenPort`` are this project's
+    extension keys (broker/config.py). A DLedger node binds its own ``dLegerPeers`` entry,
+    so each node's ``dLegerPeers`` names its own shifted port and the others' planned ones."""
+    bound = topo.bind_ports(node)
+    props = {"listenPort": str(bound["listenPort"])}
+    if node.is_broker:
+        props["fastListenPort"] = str(bound["fastListenPort"])
+        props["haListenPort"] = str(bound["haListenPort"])
+        props["advertisedListenPort"] = str(node.port)
+        props["advertisedHaListenPort"] = str(node.ha_port)
+        if "dLegerPort" in bound and node.group is not None:
+            props["dLegerPeers"] = ";".join(
+                f"{n.dledger_id}-{n.host}:"
+                f"{bound['dLegerPort'] if n.name == node.name else n.dledger_port}"
+                for n in topo.group_members(node.group)
+                if n.dledger_id is not None
+            )
+    return props
 
 
 def render_properties(props: Mapping[str, str], *, header: str = "") -> str:
@@ -229,7 +269,9 @@ def host_files(topo: Topology, *, data_root: str = "data") -> dict[str, str]:
     for host, nodes in by_host.items():
         for node in nodes:
             data_dir = str(PurePosixPath(data_root) / node.name)
-            props = node_properties(node, topo, data_dir=data_dir, bind_address=None, local=False)
+            props = node_properties(
+                node, topo, data_dir=data_dir, bind_address=HOSTS_BIND_ADDRESS, local=False
+            )
             header = f"rmq-cluster {topo.profile}: {node.name} ({node.kind}) on {host}"
             files[f"{host}/conf/{node.name}.properties"] = render_properties(props, header=header)
         files[f"{host}/start.sh"] = host_start_script(topo, host, nodes)

@@ -33,6 +33,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from cluster.acl.local import local_admin
 from cluster.protocol.route import ClusterInfo, KVTable, TopicRouteData
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -556,6 +557,12 @@ class NodeFailed(Exception):
         self.reason = reason
 
 
+def _acl_hook(state: ClusterState) -> Callable[[RemotingCommand], RemotingCommand] | None:
+    """Sign probes with the cluster's admin account when it runs with ACL (``up --acl``)."""
+    creds = local_admin(state.dir)
+    return creds.sign if creds is not None else None
+
+
 async def _call(
     client: RemotingClient, addr: str, code: int, ext: dict[str, str] | None = None
 ) -> RemotingCommand | None:
@@ -618,7 +625,7 @@ async def wait_ready(
         {r.spec.group for r in records if r.spec.role == ROLE_DLEDGER and r.spec.group}
     )
     deadline = trio.current_time() + timeout
-    async with open_remoting_client(node="rmq-cluster") as client:
+    async with open_remoting_client(node="rmq-cluster", rpc_hook=_acl_hook(state)) as client:
         while pending or leaderless:
             for rec in list(pending):
                 if not rec.alive:
@@ -689,7 +696,9 @@ async def gather_status(state: ClusterState) -> dict[str, Any]:
     async def one(client: RemotingClient, rec: NodeRecord) -> None:
         infos[rec.name] = await _runtime_info(client, rec.spec.addr)
 
-    async with open_remoting_client(node="rmq-cluster-status") as client, trio.open_nursery() as n:
+    hook = _acl_hook(state)
+    async with open_remoting_client(node="rmq-cluster-status", rpc_hook=hook) as client, \
+            trio.open_nursery() as n:
         for rec in state.records(KIND_BROKER):
             if states[rec.name] == "running":
                 n.start_soon(one, client, rec)
@@ -783,8 +792,12 @@ def up(
     python: str | None = None,
     timeout: float = READY_TIMEOUT_S,
     progress: Printer | None = None,
+    chaos_proxy: bool = False,
 ) -> UpResult:
-    """Start the cluster (or find it running); raise SupervisorError when it cannot be ready."""
+    """Start the cluster (or find it running); raise SupervisorError when it cannot be ready.
+
+    ``chaos_proxy``: nodes bind shifted ports and advertise the planned ones, where the caller
+    must already run a chaos.proxy.ProxySet (``rmq-cluster chaos run`` does)."""
     why_not = capabilities.refusal(spec)
     if why_not is not None:
         raise SupervisorError(why_not)
@@ -794,7 +807,7 @@ def up(
         with locked(directory):
             return _up_locked(
                 spec, directory=directory, name=name, base_port=base_port, python=python,
-                timeout=timeout, say=progress or (lambda _line: None),
+                timeout=timeout, say=progress or (lambda _line: None), chaos_proxy=chaos_proxy,
             )
     except BaseException:
         if not existed and not (directory / STATE_FILE).exists():
@@ -815,6 +828,7 @@ def _up_locked(
     python: str | None,
     timeout: float,
     say: Printer,
+    chaos_proxy: bool = False,
 ) -> UpResult:
     if (directory / STATE_FILE).exists():
         state = load_state(directory)
@@ -835,6 +849,7 @@ def _up_locked(
         state.name = name if name != DEFAULT_NAME else state.name
     else:
         topo = build_topology(spec, base_port=base_port if base_port is not None else 9876)
+        topo = attrs.evolve(topo, chaos_proxy=chaos_proxy)
         state = new_state(name, directory, topo, python or sys.executable)
     check_ports(state.topology)
     write_files(state)
@@ -912,7 +927,7 @@ def restart_node(
     """Stop ``rec`` if it runs, start it again, wait until it is ready; seconds it took."""
     if rec.alive:
         stop_nodes(state, [rec])
-    ports = [(p, f"{rec.name} {k}") for k, p in rec.spec.ports().items()]
+    ports = [(p, f"{rec.name} {k}") for k, p in state.topology.bind_ports(rec.spec).items()]
     single = attrs.evolve(state.topology, nodes=(rec.spec,))
     busy = [b for b in busy_ports(single) if b in ports]
     if busy:

@@ -50,6 +50,12 @@ MAX_NAMESRVS: Final = 10
 MAX_BROKER_GROUPS: Final = 26
 MAX_GROUP_SIZE: Final = 9
 DEFAULT_CLUSTER_NAME: Final = "DefaultCluster"
+#: Chaos proxy (``Topology.chaos_proxy``): a node binds its planned ports shifted by this and a
+#: fault-injecting proxy (chaos/proxy.py) listens on the planned ones. Broker ports +5 stay
+#: inside the broker's stride of 10 (-2..+2 planned, +3..+7 bound); NameServers move past
+#: the ten NameServer ports, far below the first broker port.
+PROXY_BROKER_PORT_SHIFT: Final = 5
+PROXY_NAMESRV_PORT_SHIFT: Final = 500
 
 #: Modes a profile may need beyond a plain master (``capabilities.py`` says which exist).
 MODE_HA: Final = "ha"
@@ -215,6 +221,24 @@ class Topology:
     spec: ProfileSpec
     base_port: int
     nodes: tuple[NodeSpec, ...]
+    #: Every node binds shifted ports behind a chaos proxy on its planned ones (chaos/proxy.py).
+    chaos_proxy: bool = False
+
+    def bind_ports(self, node: NodeSpec) -> dict[str, int]:
+        """The ports ``node`` itself binds: its planned ones, or shifted behind the proxy."""
+        ports = node.ports()
+        if not self.chaos_proxy:
+            return ports
+        shift = PROXY_BROKER_PORT_SHIFT if node.is_broker else PROXY_NAMESRV_PORT_SHIFT
+        return {key: port + shift for key, port in ports.items()}
+
+    def proxy_routes(self) -> list[tuple[str, str, int, int]]:
+        """``(node, portName, public port, bound port)`` for every port a proxy fronts."""
+        out: list[tuple[str, str, int, int]] = []
+        for n in self.nodes:
+            bound = self.bind_ports(n)
+            out.extend((n.name, key, port, bound[key]) for key, port in n.ports().items())
+        return out
 
     @property
     def profile(self) -> str:
@@ -263,7 +287,7 @@ class Topology:
         """``(port, "node portName")`` for every port of the plan, in node order."""
         out: list[tuple[int, str]] = []
         for n in self.nodes:
-            out.extend((port, f"{n.name} {key}") for key, port in n.ports().items())
+            out.extend((port, f"{n.name} {key}") for key, port in self.bind_ports(n).items())
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -273,6 +297,7 @@ class Topology:
             "base_port": self.base_port,
             "namesrv_addr": self.namesrv_addr,
             "nodes": [n.to_json() for n in self.nodes],
+            "chaos_proxy": self.chaos_proxy,
         }
 
     @classmethod
@@ -281,6 +306,7 @@ class Topology:
             spec=spec_from_mapping(obj["spec"], name=str(obj["profile"])),
             base_port=int(obj["base_port"]),
             nodes=tuple(NodeSpec.from_json(n) for n in obj["nodes"]),
+            chaos_proxy=bool(obj.get("chaos_proxy", False)),
         )
 
 
@@ -368,7 +394,8 @@ def _check_ports(topo: Topology, *, single_host: bool) -> None:
 def plan_span(spec: ProfileSpec) -> int:
     """How many consecutive ports from the base port the plan can touch (for picking a base)."""
     brokers = spec.masters * (spec.group_size if spec.dledger else 1 + spec.slaves_per_master)
-    return BROKER_PORT_OFFSET + BROKER_PORT_STRIDE * max(brokers - 1, 0) + DLEDGER_PORT_OFFSET + 1
+    last = BROKER_PORT_OFFSET + BROKER_PORT_STRIDE * max(brokers - 1, 0) + DLEDGER_PORT_OFFSET
+    return last + PROXY_BROKER_PORT_SHIFT + 1  # room for a chaos proxy's shifted ports too
 
 
 # --------------------------------------------------------------------------- profile files

@@ -2,6 +2,7 @@
 
 Keys and defaults are RocketMQ 4.9's, except:
 
+* ``bindAddress`` defaults to ``127.0.0.1`` (RocketMQ: ``0.0.0.0``): set it to serve other hosts;
 * ``listenPort`` defaults to 9876 (mqnamesrv sets it; NettyServerConfig's own default is 8888);
 * ``scanNotActiveBrokerInterval`` and ``brokerChannelExpiredTime`` (milliseconds) make RocketMQ's
   fixed 10 s scan period and 120 s broker expiry configurable.
@@ -51,11 +52,19 @@ class NamesrvConfig:
         "brokerChannelExpiredTime", DEFAULT_BROKER_EXPIRED_MS
     )
     # NettyServerConfig
-    bind_address: str = setting("bindAddress", "0.0.0.0")
+    #: Loopback unless told otherwise (RocketMQ: 0.0.0.0).
+    bind_address: str = setting("bindAddress", "127.0.0.1")
     listen_port: int = setting("listenPort", DEFAULT_LISTEN_PORT)
     server_channel_max_idle_time_seconds: int = setting(
         "serverChannelMaxIdleTimeSeconds", DEFAULT_CHANNEL_MAX_IDLE_S
     )
+    #: Extension keys: plain ACL on the NameServer's write requests (KV config, broker
+    #: (un)registration, write-permission and topic deletion, config updates) -- admin accounts
+    #: only; ``aclFile`` "" = ``{rocketmqHome}/conf/plain_acl.yml``.
+    acl_enable: bool = setting("aclEnable", False)
+    acl_file: str = setting("aclFile", "")
+    #: Extension key: port of the Prometheus ``/metrics`` listener (-1 = off, 0 = ephemeral).
+    metrics_port: int = setting("metricsPort", -1)
 
     @listen_port.validator
     def _check_port(self, _attr: attrs.Attribute, value: int) -> None:

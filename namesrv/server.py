@@ -11,12 +11,16 @@ with each one.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 
 import trio
 
+from cluster.acl.guard import AclGuard, default_acl_path
 from cluster.logging import get_logger
+from cluster.metrics import Registry
+from cluster.metrics_server import serve_metrics
 from cluster.remoting.codec import RemotingCommand
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.net import (
@@ -39,6 +43,20 @@ from namesrv.route_info import RemovedBroker
 
 #: Requests whose answer waits for kvConfig.json to be written.
 _PERSISTING_CODES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG})
+#: Write requests checked when aclEnable=true (admin accounts only). Broker (un)registration
+#: is among them: brokers then need the NameServer's white list (globalWhiteRemoteAddresses).
+NAMESRV_ACL_CODES = frozenset(
+    {
+        RequestCode.PUT_KV_CONFIG,
+        RequestCode.DELETE_KV_CONFIG,
+        RequestCode.REGISTER_BROKER,
+        RequestCode.UNREGISTER_BROKER,
+        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+        RequestCode.ADD_WRITE_PERM_OF_BROKER,
+        RequestCode.DELETE_TOPIC_IN_NAMESRV,
+        RequestCode.UPDATE_NAMESRV_CONFIG,
+    }
+)
 #: Requests that can change broker liveness without changing what routes look like.
 _LIVENESS_CODES = frozenset(
     {RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.QUERY_DATA_VERSION}
@@ -60,6 +78,10 @@ class NamesrvServer:
         self._conn_ids: dict[Connection, int] = {}
         self._connections: dict[int, Connection] = {}
         self._next_conn_id = itertools.count(1)
+        #: Plain ACL on write requests (aclEnable=true) and /metrics (metricsPort >= 0).
+        self.acl: AclGuard | None = None
+        self.server: RemotingServer | None = None
+        self.metrics_address: tuple[str, int] | None = None
 
     # ------------------------------------------------------------------ running
 
@@ -76,6 +98,16 @@ class NamesrvServer:
             code: self._handle if code in _PERSISTING_CODES else self._handle_inline
             for code in NAMESRV_REQUEST_CODES
         }
+        if config.acl_enable:
+            acl = AclGuard(
+                config.acl_file or default_acl_path(config.rocketmq_home),
+                node=self.node,
+                guarded_codes=NAMESRV_ACL_CODES,
+                admin_codes=NAMESRV_ACL_CODES,
+            )
+            await trio.to_thread.run_sync(acl.load)
+            self.acl = acl
+            processors = acl.wrap(processors)
         dispatcher = Dispatcher(processors, None)
         server = RemotingServer(
             dispatcher,
@@ -89,7 +121,17 @@ class NamesrvServer:
                 server.serve, config.bind_address, config.listen_port
             )
             self.address = bound
+            self.server = server
             nursery.start_soon(self._scan_loop)
+            if self.acl is not None:
+                nursery.start_soon(self.acl.run)
+            if config.metrics_port >= 0:
+                self.metrics_address = await nursery.start(
+                    functools.partial(
+                        serve_metrics, self._metrics_registry().render,
+                        host=config.bind_address, port=config.metrics_port, node=self.node,
+                    )
+                )
             self.log.info(
                 "name server started",
                 address=format_address(*bound),
@@ -98,6 +140,19 @@ class NamesrvServer:
                 scan_interval_s=config.scan_interval_s,
             )
             task_status.started(bound)
+
+    def _metrics_registry(self) -> Registry:
+        reg = Registry({"node": self.node})
+        routes = lambda: self._state.routes  # noqa: E731
+        reg.collect("rmq_namesrv_live_brokers", "gauge", "Brokers registered and alive",
+                    lambda: [(None, len(routes().live_brokers))])
+        reg.collect("rmq_namesrv_topics", "gauge", "Topics with routes",
+                    lambda: [(None, len(routes().topic_queue_table))])
+        reg.collect("rmq_namesrv_connections", "gauge", "Open remoting connections",
+                    lambda: [(None, len(self.server.connections) if self.server else 0)])
+        reg.collect("rmq_acl_denials", "counter", "Requests refused by the ACL",
+                    lambda: [(None, self.acl.denials if self.acl else 0)])
+        return reg
 
     @property
     def _state(self) -> NamesrvState:

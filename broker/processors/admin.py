@@ -157,6 +157,9 @@ class AdminProcessors:
         }
         if ctrl.ha is not None:
             table.update(ctrl.ha.runtime_info())  # replication state (per-slave ack, diff)
+        runtime_info = getattr(store, "runtime_info", None)
+        if runtime_info is not None:
+            table.update(runtime_info())  # DLedger: role, term, leader, commit, match indexes
         return request.response(ResponseCode.SUCCESS, None, None, KVTable(table).encode())
 
     @header_errors

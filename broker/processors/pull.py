@@ -41,6 +41,9 @@ FLAG_SUBSCRIPTION: Final = 0x4
 FLAG_CLASS_FILTER: Final = 0x8
 #: Messages one pull returns at most (Java maxTransferCountOnMessageInMemory).
 MAX_PULL_MSG_NUMS: Final = 32
+#: Longest a pull may be held (long polling) whatever the client asks: the server channel's
+#: idle timeout (a Java client asks 15-20 s and gives up after 30 s).
+MAX_SUSPEND_TIMEOUT_MS: Final = 120_000
 MASTER_ID: Final = 0
 #: A slave judges "on disk" with accessMessageInMemoryMaxRatio minus this many points.
 SLAVE_RATIO_DISCOUNT: Final = 10.0
@@ -215,7 +218,7 @@ class PullProcessor:
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND:
             bcfg = ctrl.bcfg
             timeout_ms = (
-                h.suspend_timeout_millis
+                min(h.suspend_timeout_millis, MAX_SUSPEND_TIMEOUT_MS)
                 if bcfg.long_polling_enable
                 else bcfg.short_polling_time_mills
             )

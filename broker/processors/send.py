@@ -142,9 +142,22 @@ def _slow(code: int, ext: Any) -> SendHeader:
 class SendProcessor:
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
-        self._writable = not ctrl.is_slave and PermName.is_writeable(ctrl.bcfg.broker_permission)
+        # (DLedger mode flips is_slave after this: the store refuses a follower's writes)
+        self._role_writable = not ctrl.is_slave
+        self._writable = self._role_writable and PermName.is_writeable(
+            ctrl.bcfg.broker_permission
+        )
         #: topic names already validated (legal and not a system topic)
         self._valid_topics: set[str] = set()
+        self._max_size = ctrl.settings.store.max_message_size
+        ctrl.config_listeners.append(self.config_changed)
+
+    def config_changed(self) -> None:
+        """UPDATE_BROKER_CONFIG installed new settings: re-read the cached ones."""
+        ctrl = self.ctrl
+        self._writable = self._role_writable and PermName.is_writeable(
+            ctrl.bcfg.broker_permission
+        )
         self._max_size = ctrl.settings.store.max_message_size
 
     # ------------------------------------------------------------------ entry points

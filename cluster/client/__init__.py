@@ -43,6 +43,11 @@ from cluster.client.producer import (
     TransactionProducer,
     select_by_hash,
 )
+from cluster.client.request_reply import (
+    RequestTimeoutError,
+    create_reply_message,
+    reply_listener,
+)
 
 __all__ = [
     "Admin",
@@ -68,6 +73,7 @@ __all__ = [
     "PushConfig",
     "PushConsumer",
     "ReceivedMessage",
+    "RequestTimeoutError",
     "SendHandle",
     "SendResult",
     "SendStatus",
@@ -76,5 +82,7 @@ __all__ = [
     "TransactionState",
     "allocate_averagely",
     "allocate_by_circle",
+    "create_reply_message",
+    "reply_listener",
     "select_by_hash",
 ]

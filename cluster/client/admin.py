@@ -16,10 +16,12 @@ import orjson
 import trio
 
 from cluster.client import frames
-from cluster.client.config import ClientConfig
+from cluster.client.config import ClientConfig, with_credentials
 from cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
 from cluster.client.instance import ClientInstance, parse_offset_table
 from cluster.client.model import MessageQueue, ReceivedMessage, retry_topic
+from cluster.config import format_properties, parse_properties
+from cluster.protocol import fastjson
 from cluster.protocol.message import decode_offset_msg_id, iter_records
 from cluster.protocol.route import ClusterInfo, KVTable, TopicList, TopicRouteData
 from cluster.remoting.codes import RequestCode, ResponseCode
@@ -27,6 +29,31 @@ from cluster.remoting.codes import RequestCode, ResponseCode
 RC = RequestCode
 #: Java queryMessage: maxNum default for mqadmin queryMsgByKey.
 QUERY_MAX_NUM = 64
+#: Calls the broker relays to a client wait this many call timeouts (Java: timeoutMillis * 3).
+RELAY_TIMEOUT_FACTOR = 3
+_MQ_OBJECT_KEY = re.compile(
+    r'\{"brokerName":"(?P<b>[^"]*)","queueId":(?P<q>-?\d+),"topic":"(?P<t>[^"]*)"\}:'
+)
+
+
+def parse_running_info(body: bytes) -> dict[str, Any]:
+    """ConsumerRunningInfo JSON (``mqTable`` keyed by MessageQueue objects, as fastjson
+    writes them) -> a dict whose ``mqTable`` is a list of rows with topic/brokerName/queueId."""
+    text = body.decode("utf-8", "replace")
+    text = _MQ_OBJECT_KEY.sub(
+        lambda m: orjson.dumps(f"{m['t']}\x00{m['b']}\x00{m['q']}").decode() + ":", text)
+    obj = fastjson.loads(text)
+    if not isinstance(obj, dict):
+        raise MQClientError("bad ConsumerRunningInfo body")
+    rows = []
+    for key, value in (obj.get("mqTable") or {}).items():
+        topic, broker, qid = [*str(key).split("\x00"), "", "", "-1"][:3]
+        row = {"topic": topic, "brokerName": broker, "queueId": int(qid)}
+        if isinstance(value, dict):
+            row.update(value)
+        rows.append(row)
+    obj["mqTable"] = sorted(rows, key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
+    return obj
 
 _STATS_ROW = re.compile(
     r'\{"brokerName":"(?P<b>[^"]*)","queueId":(?P<q>-?\d+),"topic":"(?P<t>[^"]*)"\}:'
@@ -63,10 +90,12 @@ def parse_consume_stats(body: bytes) -> tuple[list[QueueProgress], float]:
 class Admin:
     def __init__(self, *, namesrv_addr: str | None = None,
                  instance: ClientInstance | None = None,
-                 client_config: ClientConfig | None = None) -> None:
+                 client_config: ClientConfig | None = None,
+                 access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
         self._own_instance = instance is None
         if instance is None:
-            cc = client_config or ClientConfig()
+            cc = with_credentials(client_config or ClientConfig(), access_key, secret_key)
             if namesrv_addr:
                 cc = attrs.evolve(cc, namesrv_addr=namesrv_addr)
             instance = ClientInstance(cc)
@@ -266,6 +295,100 @@ class Admin:
                 mq = MessageQueue(topic, bd.broker_name, qid)
                 moved[mq] = await self._commit_offset_at(addr, group, mq, timestamp_ms, force)
         return moved
+
+    # ------------------------------------------------------------------ consumers, via brokers
+
+    async def _group_broker_addr(self, group: str) -> str:
+        """A broker serving the group (Java: the ``%RETRY%group`` route's first broker)."""
+        try:
+            return await self.instance.broker_addr_for_topic(retry_topic(group))
+        except NoRouteError:
+            raise MQClientError(f"the consumer group {group!r} has no route (never online?)",
+                                code=ResponseCode.CONSUMER_NOT_ONLINE) from None
+
+    async def consumer_connection(self, group: str) -> dict[str, Any]:
+        """``mqadmin consumerConnection``: the group's online clients (ConsumerConnection)."""
+        addr = await self._group_broker_addr(group)
+        body = await self._broker(addr, RC.GET_CONSUMER_CONNECTION_LIST,
+                                  {"consumerGroup": group})
+        obj = fastjson.loads(body)
+        return obj if isinstance(obj, dict) else {}
+
+    async def consumer_running_info(self, group: str, client_id: str, *,
+                                    jstack: bool = False) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO relayed by a broker to the client (ConsumerRunningInfo);
+        ``mqTable`` comes back as a list of per-queue rows."""
+        addr = await self._group_broker_addr(group)
+        ext = {"consumerGroup": group, "clientId": client_id,
+               "jstackEnable": "true" if jstack else "false"}
+        resp = await self.instance.invoke_ok(
+            addr, frames.request(RC.GET_CONSUMER_RUNNING_INFO, ext),
+            self.instance.config.call_timeout_s * RELAY_TIMEOUT_FACTOR)
+        return parse_running_info(bytes(resp.body))
+
+    async def consumer_status(self, group: str, client_id: str | None = None
+                              ) -> list[dict[str, Any]]:
+        """``mqadmin consumerStatus``: running info of one client, or of every online client
+        of the group (``[{"clientId":..,"runningInfo":{..}}]``)."""
+        if client_id is not None:
+            ids = [client_id]
+        else:
+            conn = await self.consumer_connection(group)
+            ids = sorted(str(c.get("clientId")) for c in conn.get("connectionSet") or [])
+        return [{"clientId": cid, "runningInfo": await self.consumer_running_info(group, cid)}
+                for cid in ids]
+
+    async def consume_message_directly(self, group: str, client_id: str, msg_id: str,
+                                       topic: str | None = None) -> dict[str, Any]:
+        """``mqadmin consumeMessageDirectly``-like: the broker holding the message hands it to
+        ``client_id``'s listener (CONSUME_MESSAGE_DIRECTLY) and relays the outcome
+        (ConsumeMessageDirectlyResult: consumeResult, spentTimeMills, ...). ``msg_id``: an
+        offset msgId, or a client id with ``topic``."""
+        msgs = await self.query_msg_by_id(msg_id, topic)
+        if not msgs:
+            raise MQClientError(f"message {msg_id} not found",
+                                code=ResponseCode.QUERY_NOT_FOUND)
+        msg = msgs[0]
+        addr = f"{msg.store_host[0]}:{msg.store_host[1]}"
+        ext = {"consumerGroup": group, "clientId": client_id, "msgId": msg.offset_msg_id}
+        resp = await self.instance.invoke_ok(
+            addr, frames.request(RC.CONSUME_MESSAGE_DIRECTLY, ext),
+            self.instance.config.call_timeout_s * RELAY_TIMEOUT_FACTOR)
+        obj = fastjson.loads(bytes(resp.body))
+        return obj if isinstance(obj, dict) else {"result": obj}
+
+    async def query_consume_time_span(self, topic: str, group: str) -> list[dict[str, Any]]:
+        """QUERY_CONSUME_TIME_SPAN on every broker of the topic: per queue the first and last
+        store times, the consumed-up-to time and the next message's delay (ms)."""
+        route = await self.instance.update_route(topic)
+        if route is None:
+            raise NoRouteError(f"no route for topic {topic!r}")
+        out: list[dict[str, Any]] = []
+        for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            addr = bd.select_broker_addr()
+            if not addr:
+                continue
+            body = await self._broker(addr, RC.QUERY_CONSUME_TIME_SPAN,
+                                      {"topic": topic, "group": group})
+            obj = fastjson.loads(body)
+            out.extend((obj or {}).get("consumeTimeSpanSet") or [])
+        return out
+
+    # ------------------------------------------------------------------ broker config
+
+    async def get_broker_config(self, broker_addr: str) -> dict[str, str]:
+        """``mqadmin getBrokerConfig -b``: the running broker's config (GET_BROKER_CONFIG)."""
+        return parse_properties(
+            (await self._broker(broker_addr, RC.GET_BROKER_CONFIG)).decode("utf-8"))
+
+    async def update_broker_config(self, broker_addr: str, values: dict[str, str]) -> None:
+        """``mqadmin updateBrokerConfig -b ADDR -k KEY -v VALUE`` (UPDATE_BROKER_CONFIG): the
+        broker applies the keys at once (``brokerPermission=4`` makes it read-only) and
+        writes them into its config file; unknown keys are refused with a remark."""
+        if not values:
+            raise MQClientError("no key to update")
+        await self._broker(broker_addr, RC.UPDATE_BROKER_CONFIG,
+                           body=format_properties(values).encode("utf-8"))
 
     async def _commit_offset_at(self, addr: str, group: str, mq: MessageQueue,
                                 timestamp_ms: int, force: bool) -> int:

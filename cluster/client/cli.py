@@ -67,13 +67,19 @@ class _Progress:
 
 def _client_config(args: argparse.Namespace) -> ClientConfig:
     return ClientConfig(namesrv_addr=args.namesrv or None,
-                        instance_name=f"cli-{os.getpid()}")
+                        instance_name=f"cli-{os.getpid()}",
+                        access_key=getattr(args, "access_key", None) or None,
+                        secret_key=getattr(args, "secret_key", None) or None)
 
 
 def _add_ns(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR"),
                    help="NameServer address(es), ';'-separated (default: $NAMESRV_ADDR)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--access-key", default=os.environ.get("RMQ_ACCESS_KEY"),
+                   help="ACL accessKey: sign requests (default: $RMQ_ACCESS_KEY)")
+    p.add_argument("--secret-key", default=os.environ.get("RMQ_SECRET_KEY"),
+                   help="ACL secretKey (default: $RMQ_SECRET_KEY)")
 
 
 # ====================================================================== produce
@@ -364,6 +370,11 @@ async def _reset_offset(admin: Admin, args: argparse.Namespace) -> Any:
 
 
 async def _query_by_id(admin: Admin, args: argparse.Namespace) -> Any:
+    if args.group or args.client_id:  # mqadmin: -g and -d push the message to that consumer
+        if not (args.group and args.client_id):
+            raise MQClientError("-g GROUP and -d CLIENT_ID go together")
+        return await admin.consume_message_directly(
+            args.group, args.client_id, args.msg_id, args.topic)
     msgs = await admin.query_msg_by_id(args.msg_id, args.topic)
     return {"messages": [_msg_row(m) | {"properties": dict(m.properties)} for m in msgs]}
 
@@ -375,6 +386,29 @@ async def _query_by_key(admin: Admin, args: argparse.Namespace) -> Any:
 
 async def _broker_status(admin: Admin, args: argparse.Namespace) -> Any:
     return dict(sorted((await admin.broker_status(args.broker)).items()))
+
+
+async def _consumer_status(admin: Admin, args: argparse.Namespace) -> Any:
+    return {"group": args.group,
+            "clients": await admin.consumer_status(args.group, args.client_id)}
+
+
+async def _broker_addrs(admin: Admin, args: argparse.Namespace) -> list[str]:
+    return [args.broker] if args.broker else await admin.master_addrs(args.cluster)
+
+
+async def _get_broker_config(admin: Admin, args: argparse.Namespace) -> Any:
+    out = {}
+    for addr in await _broker_addrs(admin, args):
+        out[addr] = dict(sorted((await admin.get_broker_config(addr)).items()))
+    return out[args.broker] if args.broker else out
+
+
+async def _update_broker_config(admin: Admin, args: argparse.Namespace) -> Any:
+    addrs = await _broker_addrs(admin, args)
+    for addr in addrs:
+        await admin.update_broker_config(addr, {args.key: args.value})
+    return {"updated": addrs, "key": args.key, "value": args.value}
 
 
 # ====================================================================== wiring
@@ -455,6 +489,9 @@ def add_commands(sub: Any) -> None:
                    _query_by_id)
     ap.add_argument("-i", "--msg-id", required=True)
     ap.add_argument("-t", "--topic")
+    ap.add_argument("-g", "--group", help="with -d: have that consumer consume the message "
+                    "(CONSUME_MESSAGE_DIRECTLY through its broker)")
+    ap.add_argument("-d", "--client-id", help="the consumer's client id (with -g)")
     ap = admin_cmd("queryMsgByKey", "messages by key", _query_by_key)
     ap.add_argument("-t", "--topic", required=True)
     ap.add_argument("-k", "--key", required=True)
@@ -468,3 +505,19 @@ def add_commands(sub: Any) -> None:
                     metavar="true|false", help="also move offsets forward (default true)")
     ap = admin_cmd("brokerStatus", "a broker's runtime info", _broker_status)
     ap.add_argument("-b", "--broker", required=True, help="broker address ip:port")
+    ap = admin_cmd("consumerStatus", "running info of a group's consumers (asked through "
+                   "their broker)", _consumer_status)
+    ap.add_argument("-g", "--group", required=True)
+    ap.add_argument("-i", "--client-id", help="only this client")
+    for name, help_text, fn in (
+        ("getBrokerConfig", "a running broker's config", _get_broker_config),
+        ("updateBrokerConfig", "change a running broker's config key (persisted to its "
+         "config file)", _update_broker_config),
+    ):
+        ap = admin_cmd(name, help_text, fn)
+        where = ap.add_mutually_exclusive_group(required=True)
+        where.add_argument("-b", "--broker", help="broker address ip:port")
+        where.add_argument("-c", "--cluster", help="every master of this cluster")
+        if fn is _update_broker_config:
+            ap.add_argument("-k", "--key", required=True, help="e.g. brokerPermission")
+            ap.add_argument("-v", "--value", required=True)

@@ -91,7 +91,22 @@ class ClientConfig:
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     language: str = LANGUAGE
     version: int = VERSION
+    #: Plain ACL credentials: when set, every request is signed as RocketMQ's AclClientRPCHook
+    #: signs it (AccessKey, optional SecurityToken, Signature = HmacSHA1 over the sorted
+    #: extFields values and the body).
+    access_key: str | None = None
+    secret_key: str | None = attrs.field(default=None, repr=False)
+    security_token: str | None = attrs.field(default=None, repr=False)
 
     def namesrv_list(self) -> tuple[str, ...]:
         addrs = split_namesrv(self.namesrv_addr or namesrv_from_env())
         return addrs
+
+
+def with_credentials(
+    config: ClientConfig, access_key: str | None, secret_key: str | None
+) -> ClientConfig:
+    """``config`` with ACL credentials set (unchanged when neither is given)."""
+    if access_key is None and secret_key is None:
+        return config
+    return attrs.evolve(config, access_key=access_key, secret_key=secret_key)

@@ -36,6 +36,7 @@ from cluster.client.config import (
     LOCAL_RECONSUME_DELAY_S,
     PULL_ERROR_BACKOFF_S,
     ClientConfig,
+    with_credentials,
 )
 from cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
 from cluster.client.instance import MASTER_ID, ClientInstance, object_key_map, subscribe_queues
@@ -255,6 +256,8 @@ class PushConsumer:
         namesrv_addr: str | None = None,
         instance: ClientInstance | None = None,
         client_config: ClientConfig | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
         config: PushConfig | None = None,
         allocate: AllocateStrategy = allocate_averagely,
         **config_overrides: Any,
@@ -266,7 +269,7 @@ class PushConsumer:
         self.allocate = allocate
         self._own_instance = instance is None
         if instance is None:
-            cc = client_config or ClientConfig()
+            cc = with_credentials(client_config or ClientConfig(), access_key, secret_key)
             if namesrv_addr:
                 cc = attrs.evolve(cc, namesrv_addr=namesrv_addr)
             instance = ClientInstance(cc)
@@ -900,6 +903,8 @@ class PullConsumer:
         namesrv_addr: str | None = None,
         instance: ClientInstance | None = None,
         client_config: ClientConfig | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
         expression: str = "*",
         consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
         pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE,
@@ -911,7 +916,7 @@ class PullConsumer:
         self.group = group
         self._own_instance = instance is None
         if instance is None:
-            cc = client_config or ClientConfig()
+            cc = with_credentials(client_config or ClientConfig(), access_key, secret_key)
             if namesrv_addr:
                 cc = attrs.evolve(cc, namesrv_addr=namesrv_addr)
             instance = ClientInstance(cc)

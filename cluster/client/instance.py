@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import orjson
 import trio
 
+from cluster.acl.signing import credentials_from
 from cluster.client import frames
 from cluster.client.config import (
     AUTO_CREATE_TOPIC_KEY,
@@ -36,6 +37,7 @@ from cluster.client.errors import (
 )
 from cluster.client.ids import build_client_id, default_instance_name, local_ip
 from cluster.client.model import MessageQueue
+from cluster.client.request_reply import RequestFutureTable, reply_from_push
 from cluster.client.subscription import ConsumerData, heartbeat_body
 from cluster.logging import get_logger
 from cluster.protocol import fastjson
@@ -47,6 +49,7 @@ from cluster.remoting.headers import (
     ConsumeMessageDirectlyResultRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     NotifyConsumerIdsChangedRequestHeader,
+    ReplyMessageRequestHeader,
     ResetOffsetRequestHeader,
 )
 from cluster.remoting.net import (
@@ -166,6 +169,12 @@ class ClientInstance:
             name = default_instance_name()
         self.instance_name = name
         self.client_id = build_client_id(self.client_ip, name, self.config.unit_name)
+        try:
+            self._credentials = credentials_from(
+                self.config.access_key, self.config.secret_key, self.config.security_token
+            )
+        except ValueError as exc:
+            raise MQClientError(str(exc)) from None
         self.log = get_logger(node=self.client_id, role="client")
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
@@ -181,6 +190,8 @@ class ClientInstance:
         self._rebalance_now = trio.Event()
         self._heartbeat_now = trio.Event()
         self._heartbeat_lock = trio.Lock()
+        #: Producer.request calls waiting for their replies, by correlation id
+        self.request_futures = RequestFutureTable()
         self.running = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -318,6 +329,8 @@ class ClientInstance:
                      ) -> RemotingCommand:
         """One call; remoting failures become ``MQRemotingError`` (``MQTimeoutError``)."""
         t = self.config.call_timeout_s if timeout is None else timeout
+        if self._credentials is not None:
+            cmd = self._credentials.sign(cmd)
         try:
             conn = self._conns.get(addr)
             if conn is None or conn.is_closed:  # (re)connect; the fast path skips the pool
@@ -344,7 +357,12 @@ class ClientInstance:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return resp
 
+    def sign(self, cmd: RemotingCommand) -> RemotingCommand:
+        """``cmd`` signed with this instance's ACL credentials (as is without any)."""
+        return cmd if self._credentials is None else self._credentials.sign(cmd)
+
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        cmd = self.sign(cmd)
         try:
             await self.remoting.invoke_oneway(addr, cmd)
         except RemotingError as exc:
@@ -539,7 +557,25 @@ class ClientInstance:
             rc.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
             rc.CONSUME_MESSAGE_DIRECTLY: self._on_consume_directly,
             rc.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+            rc.PUSH_REPLY_MESSAGE_TO_CLIENT: self._on_push_reply,
         }
+
+    def _on_push_reply(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """A reply to one of our requests (Java ``receiveReplyMessage``): SUCCESS once read,
+        whether or not a request still waits for it (a late reply is logged)."""
+        try:
+            header = ReplyMessageRequestHeader.from_ext_fields(req.ext_fields)
+            reply = reply_from_push(header, bytes(req.body), now_ms())
+        except ValueError as exc:
+            self.log.warning("bad reply message", error=str(exc))
+            return req.response(ResponseCode.SYSTEM_ERROR, "process reply message fail")
+        if not self.request_futures.deliver(reply):
+            self.log.warning(
+                "receive reply message, but not matched any request",
+                correlation_id=reply.properties.get("CORRELATION_ID"),
+                born_host=header.born_host,
+            )
+        return req.response(ResponseCode.SUCCESS)
 
     def _on_notify_ids_changed(self, conn: Connection, req: RemotingCommand
                                ) -> RemotingCommand | None:

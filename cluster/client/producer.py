@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import time
+import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from cluster.client.config import (
     DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
     DEFAULT_SEND_TIMEOUT_S,
     ClientConfig,
+    with_credentials,
 )
 from cluster.client.errors import (
     MQBrokerError,
@@ -47,6 +49,13 @@ from cluster.client.model import (
     SendStatus,
     TransactionState,
 )
+from cluster.client.request_reply import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    REPLY_MESSAGE_FLAG,
+    REQUEST_TIMEOUT_EXCEPTION,
+    RequestTimeoutError,
+    is_reply,
+)
 from cluster.client.subscription import java_hashmap_order
 from cluster.protocol.message import (
     SYSFLAG_COMPRESSED,
@@ -59,7 +68,7 @@ from cluster.protocol.message import (
     java_string_hash,
 )
 from cluster.protocol.route import TopicRouteData
-from cluster.remoting.codes import ResponseCode
+from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.headers import CheckTransactionStateRequestHeader
 from cluster.remoting.net import Connection, RemotingError
 
@@ -128,6 +137,8 @@ class Producer:
         namesrv_addr: str | None = None,
         instance: ClientInstance | None = None,
         client_config: ClientConfig | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
         config: ProducerConfig | None = None,
         **config_overrides: Any,
     ) -> None:
@@ -135,7 +146,7 @@ class Producer:
         self.config = config or ProducerConfig(**config_overrides)
         self._own_instance = instance is None
         if instance is None:
-            cc = client_config or ClientConfig()
+            cc = with_credentials(client_config or ClientConfig(), access_key, secret_key)
             if namesrv_addr:
                 cc = attrs.evolve(cc, namesrv_addr=namesrv_addr)
             instance = ClientInstance(cc)
@@ -425,6 +436,9 @@ class Producer:
             reconsume_times=reconsume_times,
             max_reconsume_times=max_reconsume,
         )
+        if not batch and props.get(MC.PROPERTY_MESSAGE_TYPE) == REPLY_MESSAGE_FLAG:
+            # a reply goes through the broker's reply processor (Java MQClientAPIImpl)
+            cmd = attrs.evolve(cmd, code=int(RequestCode.SEND_REPLY_MESSAGE_V2))
         if oneway:
             await self.instance.invoke_oneway(addr, attrs.evolve(cmd, flag=cmd.flag | 2))
             return SendResult(SendStatus.SEND_OK, uniq, "", mq, -1)
@@ -448,6 +462,68 @@ class Producer:
             transaction_id=ext.get("transactionId"),
             region_id=ext.get("MSG_REGION"),
         )
+
+    # ------------------------------------------------------------------ request-reply
+
+    async def request(
+        self,
+        msg: Message,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+    ) -> ReceivedMessage:
+        """Send ``msg`` as a request and return the reply a consumer sent with
+        ``send_reply(create_reply_message(request, body))`` (Java ``DefaultMQProducer.request``).
+        Raises ``RequestTimeoutError`` when the request was sent but no reply came within
+        ``timeout`` seconds, another ``MQClientError`` when the request could not be sent."""
+        self._check(msg)
+        start = _clock()
+        correlation_id = str(uuid.uuid4())
+        props = {
+            MC.PROPERTY_CORRELATION_ID: correlation_id,
+            MC.PROPERTY_MESSAGE_REPLY_TO_CLIENT: self.instance.client_id,
+            MC.PROPERTY_MESSAGE_TTL: str(int(timeout * 1000)),
+        }
+        msg = attrs.evolve(msg, properties={**msg.properties, **props})
+        if msg.topic not in self.instance.routes:
+            # the broker finds the requester by its heartbeat: send one before the first
+            # request to a new topic (Java prepareSendRequest)
+            await self.queues_for(msg.topic)
+            await self.instance.send_heartbeat_to_all()
+        futures = self.instance.request_futures
+        fut = futures.register(correlation_id)
+        try:
+            remaining = timeout - (_clock() - start)
+            try:
+                await self.send(msg, queue=queue, selector=selector, arg=arg,
+                                timeout=max(remaining, 0.001))
+            except MQClientError as exc:
+                raise MQClientError(
+                    f"send request message to <{msg.topic}> fail: {exc}",
+                    code=exc.code, remark=exc.remark, addr=exc.addr,
+                ) from exc
+            with trio.move_on_after(max(0.0, timeout - (_clock() - start))):
+                await fut.arrived.wait()
+            if fut.reply is None:
+                raise RequestTimeoutError(
+                    f"send request message to <{msg.topic}> OK, but wait reply message "
+                    f"timeout, {int(timeout * 1000)} ms.",
+                    code=REQUEST_TIMEOUT_EXCEPTION,
+                )
+            return fut.reply
+        finally:
+            futures.remove(correlation_id)
+
+    async def send_reply(self, reply: Message, *, timeout: float | None = None) -> SendResult:
+        """Send a reply built by ``create_reply_message`` (SEND_REPLY_MESSAGE_V2): the broker
+        pushes it to the requester and stores it in ``<cluster>_REPLY_TOPIC``."""
+        if not is_reply(reply):
+            raise MQClientError(
+                "not a reply message: build it with create_reply_message(request, body)"
+            )
+        return await self.send(reply, timeout=timeout)
 
     # ------------------------------------------------------------------ transactions
 
@@ -559,7 +635,7 @@ class TransactionProducer(Producer):
             transaction_id=header.transaction_id,
         )
         try:
-            await conn.invoke_oneway(cmd)
+            await conn.invoke_oneway(self.instance.sign(cmd))
         except RemotingError as exc:
             self.log.info("end transaction after check failed", error=str(exc))
 

@@ -29,6 +29,7 @@ from cluster.client.model import (
     SendResult,
 )
 from cluster.client.producer import Producer
+from cluster.client.request_reply import DEFAULT_REQUEST_TIMEOUT_S
 
 T = TypeVar("T")
 #: How long starting the background loop may take.
@@ -158,6 +159,15 @@ class SyncProducer(_Facade):
 
     def send_batch(self, msgs: Sequence[Message]) -> SendResult:
         return self._loop.run(self.producer.send_batch, msgs)
+
+    def request(self, msg: Message, timeout: float = DEFAULT_REQUEST_TIMEOUT_S
+                ) -> ReceivedMessage:
+        """Send a request and block for its reply (``Producer.request``)."""
+        return self._loop.run(self.producer.request, msg, timeout)
+
+    def send_reply(self, reply: Message) -> SendResult:
+        """Send a ``create_reply_message`` reply; callable from a SyncPushConsumer listener."""
+        return self._loop.run(self.producer.send_reply, reply)
 
     def send_many(self, msgs: Iterable[Message], in_flight: int = 256) -> list[SendResult]:
         """Async sends with ``in_flight`` outstanding; results in input order."""

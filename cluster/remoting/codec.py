@@ -33,6 +33,9 @@ from cluster.remoting.codes import (
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 #: Header length is a 24-bit field.
 MAX_HEADER_BYTES: Final = 0xFFFFFF
+#: extFields entries one request may carry (RocketMQ headers have < 30; C++ adds 3). More is
+#: refused as a malformed frame: each entry costs a dict slot and an ACL signature input.
+MAX_EXT_FIELDS: Final = 1024
 _INT32_MIN: Final = -(2**31)
 _INT32_MAX: Final = 2**31 - 1
 
@@ -334,6 +337,8 @@ def decode_header_json(data: bytes | bytearray | memoryview, body: bytes) -> Rem
         if ext is None:
             ext = {}
         else:
+            if len(ext) > MAX_EXT_FIELDS:
+                raise ProtocolError(f"{len(ext)} extFields exceed the limit of {MAX_EXT_FIELDS}")
             for v in ext.values():
                 if type(v) is not str:  # C++ sends numbers, fastjson may send booleans
                     ext = {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
@@ -352,6 +357,8 @@ def _decode_header_json_lenient(header: dict[str, Any], body: bytes) -> Remoting
     if ext is None:
         ext_fields: dict[str, str] = {}
     elif type(ext) is dict:
+        if len(ext) > MAX_EXT_FIELDS:
+            raise ProtocolError(f"{len(ext)} extFields exceed the limit of {MAX_EXT_FIELDS}")
         ext_fields = {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
     else:
         raise ProtocolError("header field 'extFields' must be an object")
@@ -397,6 +404,8 @@ def decode_header_binary(data: bytes | bytearray | memoryview, body: bytes) -> R
         raise ProtocolError(f"binary header extFields length {ext_len} does not match the header")
     ext_fields: dict[str, str] = {}
     while pos < n:
+        if len(ext_fields) >= MAX_EXT_FIELDS:
+            raise ProtocolError(f"binary extFields exceed the limit of {MAX_EXT_FIELDS}")
         if pos + 2 > n:
             raise ProtocolError("binary extFields key length truncated")
         (klen,) = _BIN_INT16.unpack_from(mv, pos)

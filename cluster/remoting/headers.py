@@ -501,6 +501,27 @@ class ConsumeMessageDirectlyResultRequestHeader(CommandHeader):
     broker_name: str | None = hfield("brokerName")
 
 
+@attrs.frozen
+class ReplyMessageRequestHeader(CommandHeader):
+    """PUSH_REPLY_MESSAGE_TO_CLIENT (326): the reply's send header plus where it came from
+    (``bornHost``/``storeHost`` as Java's ``InetSocketAddress.toString()``, ``/ip:port``)."""
+
+    producer_group: str = hfield("producerGroup", required=True)
+    topic: str = hfield("topic", required=True)
+    default_topic: str = hfield("defaultTopic", required=True)
+    default_topic_queue_nums: int = hfield("defaultTopicQueueNums", "int", required=True)
+    queue_id: int = hfield("queueId", "int", required=True)
+    sys_flag: int = hfield("sysFlag", "int", required=True)
+    born_timestamp: int = hfield("bornTimestamp", "long", required=True)
+    flag: int = hfield("flag", "int", required=True)
+    properties: str | None = hfield("properties")
+    reconsume_times: int | None = hfield("reconsumeTimes", "int")
+    unit_mode: bool | None = hfield("unitMode", "bool")
+    born_host: str = hfield("bornHost", required=True)
+    store_host: str = hfield("storeHost", required=True)
+    store_timestamp: int = hfield("storeTimestamp", "long", required=True)
+
+
 # =========================================================================== admin
 
 
@@ -530,6 +551,12 @@ class GetConsumerConnectionListRequestHeader(CommandHeader):
 class GetConsumeStatsRequestHeader(CommandHeader):
     consumer_group: str = hfield("consumerGroup", required=True)
     topic: str | None = hfield("topic")
+
+
+@attrs.frozen
+class QueryConsumeTimeSpanRequestHeader(CommandHeader):
+    topic: str = hfield("topic", required=True)
+    group: str = hfield("group", required=True)
 
 
 #: Every header class, for tests and tooling that want to walk them.

@@ -37,8 +37,13 @@ from cluster.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 #: enough to batch (~60 1 KiB requests), small enough that both peers work in parallel: with
 #: 256 KiB reads two processes took turns on whole 256-request batches (measured: 36k vs 74k req/s).
 READ_CHUNK_BYTES: Final = 64 * 1024
-#: Requests of one connection being processed at once; past this the reader stops reading.
+#: Requests of one connection being processed at once (waiting ones: long polls, flushes,
+#: replica acks); past this, requests are answered SYSTEM_BUSY (RocketMQ: a rejected executor).
 MAX_IN_FLIGHT_REQUESTS: Final = 65_536
+#: RocketMQ's remark when its request executor rejects a request.
+OVERLOAD_REMARK: Final = "[OVERLOAD]system busy, start flow control for a while"
+#: A busy connection logs its first refusal and then every this many.
+BUSY_LOG_EVERY: Final = 1000
 #: RocketMQ closes server-side connections idle this long (clients heartbeat every 30 s).
 DEFAULT_IDLE_TIMEOUT_S: Final = 120.0
 #: RocketMQ's default client call timeout.
@@ -282,6 +287,8 @@ class Connection:
         self._deferred_flush = False  # a task will send the answers Deferreds resolved
         self._drained: trio.Event | None = None
         self._slots = trio.Semaphore(max_in_flight, max_value=max_in_flight)
+        #: Requests answered SYSTEM_BUSY because max_in_flight were already running.
+        self.busy_refusals = 0
         self._closed = False
         self.closed = trio.Event()
         self.close_reason: str | None = None
@@ -512,7 +519,15 @@ class Connection:
                 try:
                     slots.acquire_nowait()
                 except trio.WouldBlock:
-                    await slots.acquire()
+                    # max_in_flight requests of this peer are still running
+                    if isinstance(deferred, Deferred):
+                        await slots.acquire()  # already under way elsewhere: wait for room
+                    else:
+                        close = getattr(deferred, "close", None)
+                        if close is not None:
+                            close()  # a coroutine that never started
+                        self._refuse_busy(cmd)
+                        continue
                 if isinstance(deferred, Deferred):
                     deferred._attach(functools.partial(self._deferred_done, cmd))
                     continue
@@ -527,6 +542,17 @@ class Connection:
                 # Let the tasks just spawned or woken run (and answer) before this task tries
                 # the socket again; also keeps a busy connection from starving the others.
                 await trio.lowlevel.checkpoint()
+
+    def _refuse_busy(self, request: RemotingCommand) -> None:
+        """Answer SYSTEM_BUSY as RocketMQ does when its request executor rejects a task."""
+        self.busy_refusals += 1
+        if self.busy_refusals == 1 or self.busy_refusals % BUSY_LOG_EVERY == 0:
+            self.log.warning("too many requests in flight, refusing", code=request.code,
+                             refused=self.busy_refusals)
+        if not request.flag & FLAG_ONEWAY and not self._closed:
+            self._queue_response(
+                request, _error_response(request, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+            )
 
     def _deferred_done(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         """A ``Deferred`` answer arrived: queue it; one task sends all answers of this batch."""
@@ -699,10 +725,12 @@ class RemotingServer:
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S,
         on_connect: Callable[[Connection], None] | None = None,
         on_close: Callable[[Connection], None] | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT_REQUESTS,
     ) -> None:
         self.dispatcher = dispatcher
         self.node = node
         self.idle_timeout = idle_timeout
+        self.max_in_flight = max_in_flight
         self._on_connect = on_connect
         self._on_close = on_close
         self._connections: set[Connection] = set()
@@ -769,7 +797,9 @@ class RemotingServer:
 
     async def _handle_socket(self, sock: socket.socket) -> None:
         try:
-            conn = Connection(sock, self.dispatcher, node=self.node)
+            conn = Connection(
+                sock, self.dispatcher, node=self.node, max_in_flight=self.max_in_flight
+            )
         except OSError:  # the peer vanished between accept and getpeername
             sock.close()
             return
@@ -810,11 +840,14 @@ class RemotingClient:
         *,
         node: str = "client",
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        rpc_hook: Callable[[RemotingCommand], RemotingCommand] | None = None,
     ) -> None:
         self._nursery = nursery
         self.dispatcher = dispatcher
         self.node = node
         self.connect_timeout = connect_timeout
+        #: Applied to every request this pool sends (RocketMQ's client RPCHook: ACL signing).
+        self.rpc_hook = rpc_hook
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, trio.Event] = {}
         self._closed = False
@@ -889,10 +922,14 @@ class RemotingClient:
         if scope.cancelled_caught:
             raise RemotingTimeoutError(f"connecting to {addr} took longer than {timeout:g}s")
         remaining = max(0.0, scope.deadline - trio.current_time())
+        if self.rpc_hook is not None:
+            request = self.rpc_hook(request)
         return await conn.invoke(request, remaining)
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         conn = await self.connection(addr)
+        if self.rpc_hook is not None:
+            request = self.rpc_hook(request)
         await conn.invoke_oneway(request)
 
     async def close_connection(self, addr: str) -> None:
@@ -914,6 +951,7 @@ async def open_remoting_client(
     *,
     node: str = "client",
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+    rpc_hook: Callable[[RemotingCommand], RemotingCommand] | None = None,
 ) -> AsyncIterator[RemotingClient]:
     """A ``RemotingClient`` whose connections live as long as this context.
 
@@ -926,6 +964,7 @@ async def open_remoting_client(
                 Dispatcher(dict(processors or {}), default),
                 node=node,
                 connect_timeout=connect_timeout,
+                rpc_hook=rpc_hook,
             )
             try:
                 yield client

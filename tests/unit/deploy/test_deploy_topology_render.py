@@ -188,7 +188,7 @@ def test_render_for_hosts(profile: str) -> None:
         conf = files[f"{node.host}/conf/{node.name}.properties"]
         props = parse_properties(conf)
         assert props["listenPort"] == str(node.port)
-        assert "bindAddress" not in props
+        assert props["bindAddress"] == "0.0.0.0"  # our nodes default to loopback
         if node.kind == "broker":
             assert props["brokerIP1"] == node.host
             assert props["namesrvAddr"] == topo.namesrv_addr

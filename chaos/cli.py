@@ -1,0 +1,179 @@
+"""``rmq-cluster chaos run | check``: the chaos command line.
+
+``run`` brings a fresh cluster up behind the chaos proxies, runs the workload under the
+nemesis, heals, drains, checks, prints a summary table (``--json``: the result object) and
+exits 0 only when the profile's promise held (1 when it did not, 2 on a usage or setup error).
+``check`` re-checks a recorded history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from chaos.checker import MODES, CheckResult, HistoryError, check_file, summary_rows
+from chaos.faults import FAULTS, FaultError
+from chaos.nemesis import DEFAULT_OFF_S, DEFAULT_ON_S
+from chaos.runner import RunOptions, run_chaos
+from cluster.logging import configure_logging
+from deploy.supervisor import SupervisorError
+from deploy.topology import BUILTIN_PROFILES, ProfileError, resolve_profile
+
+PROG = "rmq-cluster chaos"
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(BrokenPipeError):
+        print(line, flush=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    configure_logging(os.environ.get("RMQ_CLUSTER_LOG_LEVEL", "warning"))
+    if args.duration <= 0 or args.rate <= 0 or args.producers < 1:
+        _err("--duration, --rate and --producers must be positive")
+        return 2
+    try:
+        resolve_profile(args.profile)
+    except ProfileError as exc:
+        _err(str(exc))
+        return 2
+    own_tmp = not args.out
+    out = Path(args.out) if args.out else Path(
+        tempfile.mkdtemp(prefix=f"rmq-chaos-{Path(args.profile).stem}-{args.fault}-{args.seed}-")
+    )
+    opts = RunOptions(
+        profile=args.profile, fault=args.fault, duration_s=args.duration, seed=args.seed,
+        out_dir=out, rate=args.rate, base_port=args.base_port, on_s=args.fault_on,
+        off_s=args.fault_off, proxy=not args.no_proxy, restart=not args.no_restart,
+        keep_cluster=args.keep_cluster, producers=args.producers, orderly=not args.no_orderly,
+    )
+    say = (lambda _line: None) if args.json else _say
+    started = time.monotonic()
+    try:
+        result = trio.run(lambda: run_chaos(opts, say=say))
+    except (SupervisorError, ProfileError, FaultError, ValueError) as exc:
+        _err(str(exc).splitlines()[0] if args.json else str(exc))
+        if own_tmp and not (out / "history.jsonl").exists():
+            shutil.rmtree(out, ignore_errors=True)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    if args.json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        print(_table(_rows(result)))
+        print(f"history: {result['history']}\nresult:  {result['result']}")
+    return 0 if result["verdict"] == "PASS" else 1
+
+
+def _rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    head = [
+        ("profile / fault / seed", f"{result['profile']} / {result['fault']} / {result['seed']}"),
+        ("duration (elapsed)", f"{result['duration_s']:g} s ({result.get('elapsed_s', '-')} s)"),
+        ("drained", "yes" if result["drained"] else "NO"),
+    ]
+    rows = [
+        *head,
+        ("mode", result["mode"]),
+        ("verdict", result["verdict"]),
+        ("invoked", str(result["invoked"])),
+        ("acked (SEND_OK)", str(result["acked"])),
+        ("ok, other status", str(result["acked_weak"])),
+        ("failed", str(result["failed"])),
+        ("unknown (received)", f"{result['unknown']} ({result['unknown_received']})"),
+        ("received (unique)", f"{result['received']} ({result['received_unique']})"),
+        ("lost acked", str(result["lost"])),
+        ("  in replication window", str(result["lost_in_window"])),
+        ("duplicated", f"{result['duplicated']} (redelivered {result['redelivered']}, "
+                       f"stored twice {result['stored_twice']})"),
+        ("phantom", str(result["phantom"])),
+        ("order violations", str(result["order_violations"])),
+        ("longest gap without ok", f"{result['unavailable_max_s']} s"),
+        ("send latency p50 / p99", f"{result['latency_p50_ms']} / {result['latency_p99_ms']} ms"),
+    ]
+    for n, f in enumerate(result["faults"], 1):
+        rec = "-" if f["recovery_s"] is None else f"{f['recovery_s']:.2f} s"
+        heal = "-" if f["heal_to_ok_s"] is None else f"{f['heal_to_ok_s']:.2f} s"
+        rows.append((f"fault {n}: {f['fault']} {','.join(f['nodes'])}",
+                     f"at {f['start_s']:.1f} s, group ok again after {rec} "
+                     f"({heal} after heal); p99 {f['latency_p99_ms']} ms"))
+    rows.extend(("broken", r) for r in result["reasons"])
+    return rows
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    try:
+        result: CheckResult = check_file(args.history, mode=args.mode,
+                                         orderly_topics=args.orderly or [])
+    except (OSError, HistoryError) as exc:
+        _err(str(exc))
+        return 2
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        print(_table(summary_rows(result)))
+    return 0 if result.passed else 1
+
+
+def add_chaos_command(sub: Any) -> None:
+    """``chaos`` with its own subcommands, on ``sub`` (the rmq-cluster subparsers)."""
+    chaos = sub.add_parser("chaos", help="fault injection under load, with a history checker")
+    csub = chaos.add_subparsers(dest="chaos_command", metavar="CHAOS_COMMAND")
+    chaos.set_defaults(func=lambda _args: (chaos.print_help(), 2)[1])
+    faults = ", ".join(FAULTS)
+
+    p = csub.add_parser(
+        "run", help="fresh cluster + workload + nemesis, then heal, drain and check",
+        description=f"Faults: {faults}. Exit 0 only when the profile's promise held.",
+    )
+    p.add_argument("--profile", required=True, help=", ".join(BUILTIN_PROFILES))
+    p.add_argument("--fault", required=True, choices=list(FAULTS), metavar="FAULT",
+                   help=faults)
+    p.add_argument("--duration", type=float, required=True, help="nemesis seconds")
+    p.add_argument("--seed", type=int, default=0, help="schedule and target choices")
+    p.add_argument("--rate", type=float, default=50.0, help="sends per second (total)")
+    p.add_argument("--producers", type=int, default=4,
+                   help="producers, one synchronous send in flight each")
+    p.add_argument("--no-orderly", action="store_true",
+                   help="no orderly topic (by default one topic is sent per key in order)")
+    p.add_argument("--base-port", type=int, default=None)
+    p.add_argument("--fault-on", type=float, default=DEFAULT_ON_S, help="seconds per fault")
+    p.add_argument("--fault-off", type=float, default=DEFAULT_OFF_S,
+                   help="quiet seconds before each fault")
+    p.add_argument("--out", help="directory for history.jsonl and result.json (default: a "
+                                 "new temporary directory)")
+    p.add_argument("--no-proxy", action="store_true",
+                   help="no chaos proxy (kill/suspend/restart faults only)")
+    p.add_argument("--no-restart", action="store_true",
+                   help="kill-master: leave the master dead (consumers read the slave)")
+    p.add_argument("--keep-cluster", action="store_true",
+                   help="keep the cluster's data directory after the run")
+    p.add_argument("--json", action="store_true", help="print the result JSON")
+    p.set_defaults(func=cmd_run)
+
+    p = csub.add_parser("check", help="check a recorded history.jsonl again")
+    p.add_argument("history")
+    p.add_argument("--mode", required=True, choices=MODES)
+    p.add_argument("--orderly", action="append", help="an orderly topic (repeatable)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
