@@ -745,6 +745,9 @@ async def gather_status(state: ClusterState) -> dict[str, Any]:
                 node["term"] = _int_or_none((info or {}).get("dLegerTerm"))
                 node["leader"] = (info or {}).get("dLegerLeaderId")
                 node["commit_index"] = _int_or_none((info or {}).get("dLegerCommitIndex"))
+                live_id = _int_or_none((info or {}).get("brokerId"))
+                if live_id is not None:
+                    node["broker_id"] = live_id  # the leader registers as 0
         nodes.append(node)
     return {
         "name": state.name,

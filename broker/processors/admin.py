@@ -160,6 +160,8 @@ class AdminProcessors:
         runtime_info = getattr(store, "runtime_info", None)
         if runtime_info is not None:
             table.update(runtime_info())  # DLedger: role, term, leader, commit, match indexes
+            # our key: the id this broker registers now (0 while it is the group's leader)
+            table["brokerId"] = str(ctrl.broker_id)
         return request.response(ResponseCode.SUCCESS, None, None, KVTable(table).encode())
 
     @header_errors
