@@ -101,12 +101,12 @@ def test_lifecycle(profile: str, victim: str, tmp_path: Path) -> None:
         for n in topo.nodes:
             got = nodes[n.name]
             assert got["alive"] is True and pid_running(got["pid"])
-            assert (got["kind"], got["group"], got["broker_id"], got["addr"]) == (
-                n.kind, n.group, n.broker_id, n.addr
-            )
-            if n.role == "DLEDGER":  # the role it holds now
+            assert (got["kind"], got["group"], got["addr"]) == (n.kind, n.group, n.addr)
+            if n.role == "DLEDGER":  # the role and brokerId it holds now: 0 while leader
                 assert got["role"] in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+                assert (got["broker_id"] == 0) == (got["role"] != "SLAVE")
             else:
+                assert got["broker_id"] == n.broker_id
                 assert got["role"] == n.role
             if n.kind == "broker" and n.role != "DLEDGER":
                 assert got["commitlog_max_offset"] == 0
