@@ -48,8 +48,8 @@ def _say(line: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(os.environ.get("RMQ_CLUSTER_LOG_LEVEL", "warning"))
-    if args.duration <= 0 or args.rate <= 0 or args.producers < 1:
-        _err("--duration, --rate and --producers must be positive")
+    if args.duration <= 0 or args.rate <= 0 or args.producers < 1 or args.keys < 1:
+        _err("--duration, --rate, --producers and --keys must be positive")
         return 2
     try:
         resolve_profile(args.profile)
@@ -65,6 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         out_dir=out, rate=args.rate, base_port=args.base_port, on_s=args.fault_on,
         off_s=args.fault_off, proxy=not args.no_proxy, restart=not args.no_restart,
         keep_cluster=args.keep_cluster, producers=args.producers, orderly=not args.no_orderly,
+        keys=args.keys,
     )
     say = (lambda _line: None) if args.json else _say
     started = time.monotonic()
@@ -154,6 +155,7 @@ def add_chaos_command(sub: Any) -> None:
     p.add_argument("--rate", type=float, default=50.0, help="sends per second (total)")
     p.add_argument("--producers", type=int, default=4,
                    help="producers, one synchronous send in flight each")
+    p.add_argument("--keys", type=int, default=8, help="sharding keys of the orderly topic")
     p.add_argument("--no-orderly", action="store_true",
                    help="no orderly topic (by default one topic is sent per key in order)")
     p.add_argument("--base-port", type=int, default=None)

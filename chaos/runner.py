@@ -62,6 +62,8 @@ class RunOptions:
     warmup_s: float = WARMUP_S
     settle_s: float = SETTLE_S
     producers: int = 4
+    #: Orderly topic: messages of one key go in sequence to the key's queue.
+    keys: int = 8
     orderly: bool = True
     #: kill-master: start the master again at the end of each window (False: it stays dead
     #: and consumers read its slave, as in a 4.x group without a manual switch).
@@ -152,7 +154,7 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None) -> dict[str, An
     out.mkdir(parents=True, exist_ok=True)
     history = History(out / HISTORY_FILE)
     cfg = WorkloadConfig(
-        rate=opts.rate, producers=opts.producers,
+        rate=opts.rate, producers=opts.producers, keys=opts.keys,
         orderly_topic=WorkloadConfig().orderly_topic if opts.orderly else None,
     )
     state = RunState(windows_total=len(schedule.windows))
