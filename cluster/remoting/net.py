@@ -17,6 +17,7 @@ NOTIFY_CONSUMER_IDS_CHANGED or CHECK_TRANSACTION_STATE exactly as the client cal
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import inspect
@@ -433,7 +434,9 @@ class Connection:
     def _fail_soon(self, reason: str) -> None:
         self.close_reason = self.close_reason or reason
         if self._nursery is not None:
-            self._nursery.start_soon(self._abort, reason)
+            # RuntimeError: run() is ending, and it aborts the connection on its way out
+            with contextlib.suppress(RuntimeError):
+                self._nursery.start_soon(self._abort, reason)
 
     # ---------------------------------------------------------------- reading and serving
 
