@@ -71,7 +71,6 @@ from cluster.protocol.message import (
     encode_host,
     encode_properties,
     join_properties,
-    record_size,
     tags_code,
 )
 from dledger.config import DLedgerConfig
@@ -243,10 +242,11 @@ class DLedgerMessageStore(MessageStore):
         self.on_role_change: Callable[[], None] | None = None
         self._host_cache: dict[tuple[str, int], bytes] = {}
         self._topics: dict[bytes, str] = {}
+        self._topic_parts: dict[str, bytes] = {}
         #: the leader's own entries: what dispatch needs, known when the record was encoded
-        #: (index -> (topic, queue id, queue offset, tagsCode, store time, uniq key, keys,
+        #: (index -> (term, topic, queue id, queue offset, tagsCode, store time, uniq key, keys,
         #: dispatchable)), so applying them does not parse the record again
-        self._stash: dict[int, tuple[int, tuple[str, int, int, int, int, str, str, bool]]] = {}
+        self._stash: dict[int, tuple[int, str, int, int, int, int, str, str, bool]] = {}
         self._flushed_data = 0  # DLedger data/index bytes below these were msync'd
         self._flushed_index = 0
         self._tags: dict[bytes, int] = {}
@@ -434,15 +434,15 @@ class DLedgerMessageStore(MessageStore):
             return  # a leader's no-op
         stash = self._stash.pop(entry.index, None) if self._stash else None
         if stash is not None and stash[0] == entry.term:
-            self._dispatch_known(stash[1], pos + BODY_OFFSET, len(body))
+            self._dispatch_known(stash, pos + BODY_OFFSET, len(body))
             return
         if not self._dispatch_record(body, pos + BODY_OFFSET):
             log.error("dledger entry is not a CommitLog record", index=entry.index, pos=pos)
 
     def _dispatch_known(
-        self, info: tuple[str, int, int, int, int, str, str, bool], phys: int, size: int
+        self, info: tuple[int, str, int, int, int, int, str, str, bool], phys: int, size: int
     ) -> None:
-        topic, queue_id, queue_offset, code, store_ts, uniq, keys, dispatchable = info
+        _term, topic, queue_id, queue_offset, code, store_ts, uniq, keys, dispatchable = info
         if dispatchable:
             cq = self.cqs.queues.get((topic, queue_id))
             if cq is None:
@@ -609,56 +609,63 @@ class DLedgerMessageStore(MessageStore):
                     pmap[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
                     topic, queue_id = SCHEDULE_TOPIC, level - 1
             props = encode_properties(pmap)
-        topic_b = topic.encode()
-        if not topic_b or len(topic_b) > MAX_TOPIC_BYTES:
+        # (topic length byte + topic bytes), cached per topic: the record's topic part
+        topic_part = self._topic_parts.get(topic)
+        if topic_part is None:
+            topic_b = topic.encode()
+            if not topic_b or len(topic_b) > MAX_TOPIC_BYTES:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, None,
+                    f"topic length must be 1..{MAX_TOPIC_BYTES} bytes",
+                ), None
+            topic_part = _TOPIC_LEN[len(topic_b)] + topic_b
+            if len(self._topic_parts) < TOPIC_CACHE_MAX_ENTRIES:
+                self._topic_parts[topic] = topic_part
+        body = msg.body
+        body_len = len(body)
+        if body_len > self.config.max_message_size:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, None,
-                f"topic length must be 1..{MAX_TOPIC_BYTES} bytes",
+                f"message body {body_len} > maxMessageSize {self.config.max_message_size}",
             ), None
-        if len(msg.body) > self.config.max_message_size:
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL, None,
-                f"message body {len(msg.body)} > maxMessageSize {self.config.max_message_size}",
-            ), None
-        if len(props) > MAX_PROPERTIES_BYTES:
+        props_len = len(props)
+        if props_len > MAX_PROPERTIES_BYTES:
             return PutMessageResult(
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None,
-                f"properties {len(props)} > {MAX_PROPERTIES_BYTES}",
+                f"properties {props_len} > {MAX_PROPERTIES_BYTES}",
             ), None
         key = (topic, queue_id)
         table = view.topic_queue_table
         qo = 0 if txn in _NO_ADVANCE_TXN else table.get(key, 0)
-        body = msg.body
-        record_len = record_size(len(body), len(topic_b), len(props))
+        record_len = RECORD_FIXED_SIZE - 1 + body_len + len(topic_part) + props_len
         pos = storage.next_pos(record_len)
         now = self.clock_ms()
+        hosts = self._host_cache
         try:
-            store_host = self._host(msg.store_host)
+            store_host = hosts.get(msg.store_host) or self._host(msg.store_host)
             header = RECORD_HEADER.pack(
                 record_len, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, qo,
                 pos + BODY_OFFSET, msg.sys_flag & ~_HOST_V6_FLAGS, msg.born_timestamp,
-                self._host(msg.born_host), now, store_host, msg.reconsume_times,
-                msg.prepared_transaction_offset, len(body),
+                hosts.get(msg.born_host) or self._host(msg.born_host), now, store_host,
+                msg.reconsume_times, msg.prepared_transaction_offset, body_len,
             )
         except (OSError, TypeError, ValueError, struct.error) as exc:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, None, f"cannot encode the message: {exc}"
             ), None
-        record = b"".join(
-            (header, body, _TOPIC_LEN[len(topic_b)], topic_b, I16.pack(len(props)), props)
-        )
+        record = b"".join((header, body, topic_part, I16.pack(props_len), props))
         code, waiter = node.propose_now(record)
         if waiter is None:
             return PutMessageResult(put_status_of(code), None, f"DLedger append: {code.name}"), None
         if txn not in _NO_ADVANCE_TXN:
             table[key] = qo + 1
         if pmap is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
-            self._stash[waiter.index] = (waiter.term, (
-                topic, queue_id, qo, self._tags_code_of(topic, pmap, now), now,
+            self._stash[waiter.index] = (
+                waiter.term, topic, queue_id, qo, self._tags_code_of(topic, pmap, now), now,
                 pmap.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or "",
                 pmap.get(MessageConst.PROPERTY_KEYS) or "",
                 txn in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE),
-            ))
+            )
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             AppendMessageResult(pos + BODY_OFFSET, record_len, now, qo, 1, store_host),

@@ -250,20 +250,30 @@ class DLedgerCore:
     def propose(self, body: bytes) -> ProposeResult:
         """Append ``body`` as a new entry (leader only).  It is committed once an entry with
         this (index, term) appears in ``committed_entries``; another term there = TERM_CHANGED."""
+        index = self.propose_index(body)
+        if index < 0:
+            return ProposeResult(ResponseCode(-index))
+        return ProposeResult(ResponseCode.SUCCESS, index, self.term)
+
+    def propose_index(self, body: bytes) -> int:
+        """:meth:`propose` without a result object (the per-message path): the new entry's
+        index (its term is ``self.term``), or ``-code`` (a :class:`ResponseCode`) if refused."""
         if self.role is not Role.LEADER:
-            return ProposeResult(ResponseCode.NOT_LEADER)
+            return -ResponseCode.NOT_LEADER
         if self.transferee:
-            return ProposeResult(ResponseCode.LEADER_TRANSFERRING)
-        last = self.storage.last_index()
-        if last - self.commit >= self.cfg.max_pending_requests:
-            return ProposeResult(ResponseCode.LEADER_PENDING_FULL)
-        entry = make_entry(last + 1, self.term, body)
-        self._append((entry,))
+            return -ResponseCode.LEADER_TRANSFERRING
+        index = self.storage.last_index() + 1
+        if index - 1 - self.commit >= self.cfg.max_pending_requests:
+            return -ResponseCode.LEADER_PENDING_FULL
+        entry = make_entry(index, self.term, body)
+        self.storage.append((entry,))
+        self._unsynced.append(entry)
+        self._must_sync = True
         if self.others:
             self._want_send.update(self.others)
         else:
             self._maybe_commit()
-        return ProposeResult(ResponseCode.SUCCESS, entry.index, self.term)
+        return index
 
     def campaign(self, *, pre_vote: bool = True, take_leadership: bool = False) -> None:
         """Start an election now (the timer calls this; tests and transfers may too)."""
@@ -339,7 +349,8 @@ class DLedgerCore:
             or self._want_send
             or self._must_sync
             or self.applied < self.commit
-            or self._hard_state() != self._persisted_hs
+            or self.term != self._persisted_hs.term
+            or self.vote != self._persisted_hs.vote
             or self._commit_to_send()
         )
 
@@ -352,9 +363,10 @@ class DLedgerCore:
                 self._send_append(peer)
             self._send_commits()
         self._want_send.clear()
-        hs = self._hard_state()
-        hs_out = hs if hs != self._persisted_hs else None
-        self._persisted_hs = hs
+        hs_out = None
+        persisted = self._persisted_hs
+        if self.term != persisted.term or self.vote != persisted.vote:
+            hs_out = self._persisted_hs = self._hard_state()
         committed: tuple[Entry, ...] = ()
         if self.applied < self.commit:
             hi = min(self.commit, self.applied + self.cfg.max_apply_batch) + 1

@@ -40,7 +40,7 @@ from typing import Protocol
 
 import attrs
 
-from dledger.messages import Entry
+from dledger.messages import Entry, make_entry
 
 ENTRY_MAGIC = 1
 BLANK_MAGIC = -1
@@ -60,7 +60,7 @@ KEY_VOTE_LEADER = "voteLeader"
 FILE_NAME_DIGITS = 20
 ZERO_CHUNK_BYTES = 1024 * 1024
 RECENT_ENTRIES_CACHED = 32_768
-"""FileLogStorage keeps up to twice this many of the newest entries as objects, so pushes to
+"""FileLogStorage keeps up to twice this many of the newest entries' bodies, so pushes to
 followers and the apply of committed entries do not read them back from the mmap."""
 
 assert ENTRY_HEADER.size == BODY_OFFSET
@@ -374,8 +374,14 @@ class FileLogStorage:
         self._chains = array("q")
         self._write_pos = 0
         self._synced_pos = 0
-        self._cache: list[Entry] = []
+        # the newest entries' bodies (bytes: no objects for the garbage collector to walk;
+        # an Entry per cached message made every full collection slower as the cache grew)
+        self._cache: list[bytes] = []
         self._cache_base = 0  # index of _cache[0]
+        # the last list entries() built from the cache (callers do not mutate it): the leader
+        # asks for the same range once per follower; a truncation invalidates it
+        self._last_read: tuple[tuple[int, int, int | None, int], list[Entry]] | None = None
+        self._truncations = 0
         self._cut_data = self._cut_index = 1 << 62  # lowest truncation since flush_ranges()
         self._hs = read_hard_state(self.dir / CURRTERM_FILE)
         self._recover()
@@ -452,17 +458,21 @@ class FileLogStorage:
         hi = min(hi, len(self._terms))
         base = self._cache_base
         if lo >= base and self._cache and lo < hi:
-            cache = self._cache
-            if max_bytes is None:
-                return cache[lo - base : hi - base]
-            picked: list[Entry] = []
-            total = 0
-            for i in range(lo - base, hi - base):
-                e = cache[i]
-                total += len(e.body)
-                if picked and total > max_bytes:
-                    break
-                picked.append(e)
+            key = (lo, hi, max_bytes, self._truncations)
+            last = self._last_read
+            if last is not None and last[0] == key:
+                return last[1]  # the same push for the next follower
+            bodies = self._cache[lo - base : hi - base]
+            if max_bytes is not None:
+                total = 0
+                for n, body in enumerate(bodies):
+                    total += len(body)
+                    if n and total > max_bytes:
+                        del bodies[n:]
+                        break
+            picked = list(map(make_entry, range(lo, lo + len(bodies)),
+                              self._terms[lo : lo + len(bodies)], bodies))
+            self._last_read = (key, picked)
             return picked
         out: list[Entry] = []
         total = 0
@@ -481,6 +491,8 @@ class FileLogStorage:
         if len(entries) == 1 and self._append_one(entries[0]):
             return
         _check_append(len(self._terms) - 1, entries)
+        if entries and self._append_in_place(entries):
+            return
         fb = self.data.file_bytes
         ifb = self.index.file_bytes
         data_run: list[bytes] = []
@@ -525,11 +537,73 @@ class FileLogStorage:
         cache = self._cache
         if not cache:
             self._cache_base = entries[0].index if entries else 0
-        cache.extend(entries)
+        cache.extend([e.body for e in entries])
         if len(cache) > 2 * RECENT_ENTRIES_CACHED:
             drop = len(cache) - RECENT_ENTRIES_CACHED
             del cache[:drop]
             self._cache_base += drop
+
+    def _append_in_place(self, entries: Sequence[Entry]) -> bool:
+        """A follower's batch (indexes already checked): when it fits in the current data file
+        and index file, pack every header straight into the mapping and copy each body once
+        (False: let the general path handle file rolls)."""
+        data = self.data
+        fb = data.file_bytes
+        pos = self._write_pos
+        start = pos - pos % fb
+        total = 0
+        for e in entries:
+            total += BODY_OFFSET + len(e.body)
+        first = entries[0].index
+        ipos = first * INDEX_UNIT_BYTES
+        ifb = self.index.file_bytes
+        istart = ipos - ipos % ifb
+        if pos - start + total + BLANK_MIN_BYTES > fb or (
+            ipos + len(entries) * INDEX_UNIT_BYTES > istart + ifb
+        ):
+            return False
+        m = data.maps.get(start) or data._map(start)
+        im = self.index.maps.get(istart) or self.index._map(istart)
+        off = pos - start
+        ioff = ipos - istart
+        prev_chain = (self._chains[-1] & 0xFFFFFFFF) if self._chains else 0
+        crc32 = zlib.crc32
+        chain_pack = CHAIN_STRUCT.pack
+        head_into = ENTRY_HEADER.pack_into
+        index_into = INDEX_RECORD.pack_into
+        terms, poss, sizes, chains = self._terms, self._pos, self._sizes, self._chains
+        bodies: list[bytes] = []
+        for e in entries:
+            body = e.body
+            blen = len(body)
+            size = BODY_OFFSET + blen
+            index, term = e.index, e.term
+            body_crc = crc32(body)
+            chain = crc32(chain_pack(index, term, pos, 0, body_crc), prev_chain)
+            head_into(m, off, ENTRY_MAGIC, size, index, term, pos, 0, chain, body_crc, blen)
+            m[off + BODY_OFFSET : off + size] = body
+            index_into(im, ioff, ENTRY_MAGIC, pos, size, index, term)
+            terms.append(term)
+            poss.append(pos)
+            sizes.append(size)
+            chains.append(chain)
+            bodies.append(body)
+            prev_chain = chain
+            pos += size
+            off += size
+            ioff += INDEX_UNIT_BYTES
+        data.dirty.add(start)
+        self.index.dirty.add(istart)
+        self._write_pos = pos
+        cache = self._cache
+        if not cache:
+            self._cache_base = first
+        cache.extend(bodies)
+        if len(cache) > 2 * RECENT_ENTRIES_CACHED:
+            drop = len(cache) - RECENT_ENTRIES_CACHED
+            del cache[:drop]
+            self._cache_base += drop
+        return True
 
     def _append_one(self, e: Entry) -> bool:
         """The leader's per-message append: one entry that fits in the current data file and
@@ -572,7 +646,7 @@ class FileLogStorage:
         cache = self._cache
         if not cache:
             self._cache_base = index
-        cache.append(e)
+        cache.append(body)
         if len(cache) > 2 * RECENT_ENTRIES_CACHED:
             drop = len(cache) - RECENT_ENTRIES_CACHED
             del cache[:drop]
@@ -584,6 +658,8 @@ class FileLogStorage:
             raise StorageError(f"truncate at {from_index}")
         if from_index >= len(self._terms):
             return
+        self._truncations += 1
+        self._last_read = None
         # a blank just before this entry (file roll) goes too: cut at the end of the previous one
         pos = self._pos[from_index - 1] + self._sizes[from_index - 1] if from_index > 0 else 0
         self.data.truncate(pos, self._write_pos)

@@ -314,14 +314,20 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
             entries = []
             unpack = _ENTRY_HEAD.unpack_from
             end = len(buf)
+            head = _ENTRY_HEAD.size
+            # slicing bytes copies once; a memoryview slice would need bytes() on top
+            src: Any = data if type(data) is bytes else buf
             for _ in range(count):
-                if pos + _ENTRY_HEAD.size > end:
+                if pos + head > end:
                     raise DecodeError("truncated entry header")
-                index, term, blen = unpack(buf, pos)
-                pos += _ENTRY_HEAD.size
+                index, term, blen = unpack(src, pos)
+                pos += head
                 if pos + blen > end:
                     raise DecodeError("truncated entry body")
-                entries.append(make_entry(index, term, bytes(buf[pos : pos + blen])))
+                body = src[pos : pos + blen]
+                if type(body) is not bytes:
+                    body = bytes(body)
+                entries.append(make_entry(index, term, body))
                 pos += blen
             kwargs["entries"] = tuple(entries)
         msg = cls(**kwargs)

@@ -158,12 +158,12 @@ class Waiter:
 
     __slots__ = ("callback", "deadline", "event", "index", "result", "term")
 
-    def __init__(self) -> None:
+    def __init__(self, index: int = -1, term: int = 0) -> None:
         self.event: trio.Event | None = None
         self.callback: Callable[[AppendResult], None] | None = None
         self.result: AppendResult | None = None
-        self.index = -1
-        self.term = 0
+        self.index = index
+        self.term = term
         self.deadline = math.inf
 
     def finish(self, result: AppendResult) -> None:
@@ -246,13 +246,13 @@ class DLedgerNode:
         """Append ``body`` now (leader only) and return a waiter for its commit."""
         if self._io_busy:
             return ResponseCode.LEADER_NOT_READY, None
-        res = self.core.propose(body)
-        if res.code is not ResponseCode.SUCCESS:
-            return res.code, None
-        waiter = Waiter()
-        waiter.index, waiter.term = res.index, res.term
-        self._pending[res.index] = waiter
-        self._wake()
+        core = self.core
+        index = core.propose_index(body)
+        if index < 0:
+            return ResponseCode(-index), None
+        waiter = self._pending[index] = Waiter(index, core.term)
+        if not self._wake_queued:
+            self._wake()
         return ResponseCode.SUCCESS, waiter
 
     async def wait_committed(
@@ -387,12 +387,13 @@ class DLedgerNode:
             if rd.hard_state is not None:
                 self.storage.save_hard_state(rd.hard_state)
         send = self.transport.send
-        blobs: dict[tuple[int, int, int], bytes] = {}
+        blobs: dict[tuple[int, int], bytes] = {}
         for msg in rd.messages:
             if type(msg) is PushEntryRequest and msg.entries:
-                # the same entries usually go to every follower: encode them once
+                # the same entries usually go to every follower: encode them once (every push
+                # of one Ready was cut from the same log, so first index + count name them)
                 ents = msg.entries
-                key = (id(ents[0]), id(ents[-1]), len(ents))
+                key = (ents[0].index, len(ents))
                 blob = blobs.get(key)
                 if blob is None:
                     blob = blobs[key] = encode_entries(ents)
