@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,10 @@ async def serve_until_signal(
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(start)
+            # everything loaded at boot (configs, tables, caches) lives as long as the process:
+            # keep it out of every later garbage collection (full collections walk it otherwise)
+            gc.collect()
+            gc.freeze()
             print(boot_line(), flush=True)
             async for signum in signals:
                 log.info("shutdown requested", signal=signal.Signals(signum).name)
