@@ -38,7 +38,7 @@ from cluster.client.config import (
     ClientConfig,
     with_credentials,
 )
-from cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
+from cluster.client.errors import MQBrokerError, MQClientError, MQRemotingError, NoRouteError
 from cluster.client.instance import MASTER_ID, ClientInstance, object_key_map, subscribe_queues
 from cluster.client.model import (
     ConsumeFromWhere,
@@ -1030,16 +1030,30 @@ class PullConsumer:
                 continue
             if mq.topic not in self.instance.routes:
                 await self.instance.update_route(mq.topic)
-            offset = await self.offsets.read_from_store(mq)
-            if offset < 0:
-                if self.consume_from is ConsumeFromWhere.FIRST_OFFSET:
-                    offset = await self.pull_api.min_offset(mq)
-                else:
-                    offset = await self.pull_api.max_offset(mq)
+            offset = await self._start_offset(mq)
             st = _Assigned(mq, offset, offset)
             self.assigned[mq] = st
             self._spawn(self._fetch_loop, st)
         await self.instance.send_heartbeat_to_all()
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        """The committed offset, else the consume-from position. A broker that cannot be
+        reached (a master that just died, still in the cached route) gets one retry after a
+        route refresh, which may point at its slave."""
+        for attempt in range(2):
+            try:
+                offset = await self.offsets.read_from_store(mq)
+                if offset < 0:
+                    if self.consume_from is ConsumeFromWhere.FIRST_OFFSET:
+                        offset = await self.pull_api.min_offset(mq)
+                    else:
+                        offset = await self.pull_api.max_offset(mq)
+                return offset
+            except MQRemotingError:
+                if attempt:
+                    raise
+                await self.instance.update_route(mq.topic)
+        raise AssertionError("unreachable")
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
         st = self.assigned.get(mq)

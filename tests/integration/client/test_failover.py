@@ -81,3 +81,29 @@ async def test_namesrv_failover_and_env_fallback(tmp_path: Path, monkeypatch) ->
         monkeypatch.setenv("NAMESRV_ADDR", cluster.ns_addr)
         async with Admin() as admin:
             assert "NS1" in await admin.topic_list()
+
+
+async def test_assign_after_the_master_died_retries_on_a_fresh_route(tmp_path: Path) -> None:
+    """The cached route still names a master that just died: ``assign`` refreshes the route
+    and reads the start offset from the slave instead of failing."""
+    async with running_cluster(tmp_path) as cluster:
+        slave = await cluster.start_broker("broker-a", key="broker-a-s", brokerId="1",
+                                           brokerRole="SLAVE")
+        cc = cluster.client_config()
+        async with Producer("PG", client_config=cc) as p:
+            r = await p.send(Message("S2", b"x"), queue=MessageQueue("S2", "broker-a", 0))
+        async with PullConsumer("SG2", client_config=cc,
+                                consume_from=ConsumeFromWhere.FIRST_OFFSET) as pc:
+            await pc.instance.update_route("S2")
+            assert pc.instance.find_broker_addr("broker-a") == (cluster.addr, False)
+            await cluster.brokers["broker-a"].stop()
+
+            def slave_only(state) -> bool:  # type: ignore[no-untyped-def]
+                bd = state.routes.broker_addr_table.get("broker-a")
+                return bd is not None and 0 not in bd.broker_addrs
+
+            with trio.fail_after(WAIT_S):
+                await cluster.ns.wait_until(slave_only)
+            await pc.assign([r.queue])  # the cached route still says the master
+            assert r.queue in pc.assigned
+            assert pc.instance.find_broker_addr("broker-a") == (slave.addr, True)
