@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -66,6 +67,28 @@ async def _start(args: list[str], log: Path, boot: bytes) -> trio.Process:
     return proc
 
 
+#: Tries when a probed free port was taken by someone else before the broker bound it.
+BOOT_ATTEMPTS = 3
+
+
+async def _start_broker(
+    conf: Path, text_for_port: Callable[[int], str], args: list[str], log: Path, boot: bytes
+) -> tuple[trio.Process, int]:
+    """Write ``text_for_port(port)`` to ``conf`` for a free listen/fast port pair and start the
+    broker; on "Address already in use" (a port taken between the probe and the bind by
+    another process of this shared machine) try again on new ports."""
+    for attempt in range(BOOT_ATTEMPTS):
+        port = _free_port(with_fast_port=True)
+        await trio.Path(conf).write_text(text_for_port(port))
+        try:
+            return await _start(args, log, boot), port
+        except AssertionError as exc:
+            if "Address already in use" in str(exc) and attempt + 1 < BOOT_ATTEMPTS:
+                continue
+            raise
+    raise AssertionError("unreachable")
+
+
 async def _stop(proc: trio.Process | None) -> None:
     if proc is not None and proc.returncode is None:
         proc.kill()
@@ -83,20 +106,21 @@ async def _cluster_info(client, ns_addr: str) -> ClusterInfo:  # type: ignore[no
 
 async def test_real_processes_round_trip_and_clean_stop(tmp_path: Path) -> None:
     ns_port = _free_port()
-    broker_port = _free_port(with_fast_port=True)
     ns_addr = f"127.0.0.1:{ns_port}"
     ns_conf = tmp_path / "namesrv.properties"
     ns_conf.write_text(
         f"listenPort={ns_port}\nbindAddress=127.0.0.1\nkvConfigPath={tmp_path}/kvConfig.json\n"
     )
     conf = tmp_path / "broker-a.properties"
-    conf.write_text(
-        "brokerClusterName=ProcCluster\nbrokerName=broker-a\nbrokerId=0\n"
-        "brokerRole=ASYNC_MASTER\nflushDiskType=ASYNC_FLUSH\n"
-        f"listenPort={broker_port}\nbindAddress=127.0.0.1\nbrokerIP1=127.0.0.1\n"
-        f"storePathRootDir={tmp_path}/store\nmappedFileSizeCommitLog=16777216\n"
-        "autoCreateTopicEnable=true\ndefaultTopicQueueNums=4\n"
-    )
+
+    def broker_conf(port: int) -> str:
+        return (
+            "brokerClusterName=ProcCluster\nbrokerName=broker-a\nbrokerId=0\n"
+            "brokerRole=ASYNC_MASTER\nflushDiskType=ASYNC_FLUSH\n"
+            f"listenPort={port}\nhaListenPort=0\nbindAddress=127.0.0.1\nbrokerIP1=127.0.0.1\n"
+            f"storePathRootDir={tmp_path}/store\nmappedFileSizeCommitLog=16777216\n"
+            "autoCreateTopicEnable=true\ndefaultTopicQueueNums=4\n"
+        )
     ns_proc = broker_proc = None
     try:
         ns_proc = await _start(
@@ -104,7 +128,9 @@ async def test_real_processes_round_trip_and_clean_stop(tmp_path: Path) -> None:
             tmp_path / "ns.log",
             b"The Name Server boot success",
         )
-        broker_proc = await _start(
+        broker_proc, broker_port = await _start_broker(
+            conf,
+            broker_conf,
             ["-m", "broker", "-c", str(conf), "-n", ns_addr],
             tmp_path / "broker.log",
             b"boot success. serializeType=JSON and name server is " + ns_addr.encode(),
@@ -160,15 +186,21 @@ async def test_real_processes_round_trip_and_clean_stop(tmp_path: Path) -> None:
 
 
 async def test_second_broker_on_the_same_store_refuses_to_start(tmp_path: Path) -> None:
-    port = _free_port(with_fast_port=True)
     conf = tmp_path / "b.properties"
-    conf.write_text(
-        f"brokerName=broker-a\nlistenPort={port}\nbindAddress=127.0.0.1\nbrokerIP1=127.0.0.1\n"
-        f"storePathRootDir={tmp_path}/store\nmappedFileSizeCommitLog=1048576\n"
-    )
+
+    def conf_text(port: int) -> str:
+        return (
+            f"brokerName=broker-a\nlistenPort={port}\nhaListenPort=0\nbindAddress=127.0.0.1\n"
+            f"brokerIP1=127.0.0.1\nstorePathRootDir={tmp_path}/store\n"
+            "mappedFileSizeCommitLog=1048576\n"
+        )
+
     first = None
     try:
-        first = await _start(["-m", "broker", "-c", str(conf)], tmp_path / "1.log", b"boot success")
+        first, port = await _start_broker(
+            conf, conf_text, ["-m", "broker", "-c", str(conf)], tmp_path / "1.log",
+            b"boot success",
+        )
         other = _free_port(with_fast_port=True)
         conf2 = tmp_path / "b2.properties"
         conf2.write_text(conf.read_text().replace(f"listenPort={port}", f"listenPort={other}"))
