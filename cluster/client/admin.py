@@ -16,9 +16,9 @@ import orjson
 import trio
 
 from cluster.client import frames
-from cluster.client.config import ClientConfig, with_credentials
+from cluster.client.config import ClientConfig
 from cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
-from cluster.client.instance import ClientInstance, parse_offset_table
+from cluster.client.instance import ClientInstance, own_instance, parse_offset_table
 from cluster.client.model import MessageQueue, ReceivedMessage, retry_topic
 from cluster.config import format_properties, parse_properties
 from cluster.protocol import fastjson
@@ -95,10 +95,7 @@ class Admin:
                  secret_key: str | None = None) -> None:
         self._own_instance = instance is None
         if instance is None:
-            cc = with_credentials(client_config or ClientConfig(), access_key, secret_key)
-            if namesrv_addr:
-                cc = attrs.evolve(cc, namesrv_addr=namesrv_addr)
-            instance = ClientInstance(cc)
+            instance = own_instance(client_config, namesrv_addr, access_key, secret_key)
         self.instance = instance
 
     async def __aenter__(self) -> Admin:

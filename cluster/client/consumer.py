@@ -36,10 +36,15 @@ from cluster.client.config import (
     LOCAL_RECONSUME_DELAY_S,
     PULL_ERROR_BACKOFF_S,
     ClientConfig,
-    with_credentials,
 )
 from cluster.client.errors import MQBrokerError, MQClientError, MQRemotingError, NoRouteError
-from cluster.client.instance import MASTER_ID, ClientInstance, object_key_map, subscribe_queues
+from cluster.client.instance import (
+    MASTER_ID,
+    ClientInstance,
+    object_key_map,
+    own_instance,
+    subscribe_queues,
+)
 from cluster.client.model import (
     ConsumeFromWhere,
     ConsumeResult,
@@ -269,10 +274,7 @@ class PushConsumer:
         self.allocate = allocate
         self._own_instance = instance is None
         if instance is None:
-            cc = with_credentials(client_config or ClientConfig(), access_key, secret_key)
-            if namesrv_addr:
-                cc = attrs.evolve(cc, namesrv_addr=namesrv_addr)
-            instance = ClientInstance(cc)
+            instance = own_instance(client_config, namesrv_addr, access_key, secret_key)
         self.instance = instance
         self.log = instance.log.bind(consumer=group)
         self.subscriptions: dict[str, SubscriptionData] = {}
@@ -916,10 +918,7 @@ class PullConsumer:
         self.group = group
         self._own_instance = instance is None
         if instance is None:
-            cc = with_credentials(client_config or ClientConfig(), access_key, secret_key)
-            if namesrv_addr:
-                cc = attrs.evolve(cc, namesrv_addr=namesrv_addr)
-            instance = ClientInstance(cc)
+            instance = own_instance(client_config, namesrv_addr, access_key, secret_key)
         self.instance = instance
         self.log = instance.log.bind(consumer=group)
         self.expression = expression

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
+import attrs
 import orjson
 import trio
 
@@ -26,6 +27,7 @@ from cluster.client.config import (
     CLIENT_INNER_PRODUCER_GROUP,
     DEFAULT_TOPIC_QUEUE_NUMS,
     ClientConfig,
+    with_credentials,
 )
 from cluster.client.errors import (
     ClientStateError,
@@ -152,6 +154,20 @@ def object_key_map(pairs: Iterable[tuple[Any, Any]]) -> bytes:
     """A fastjson map whose keys are objects (``{{"brokerName":..}:value}``)."""
     parts = [fastjson.dumps(k).decode() + ":" + fastjson.dumps(v).decode() for k, v in pairs]
     return ("{" + ",".join(parts) + "}").encode()
+
+
+def own_instance(
+    client_config: ClientConfig | None,
+    namesrv_addr: str | None,
+    access_key: str | None,
+    secret_key: str | None,
+) -> ClientInstance:
+    """The instance a producer, consumer or admin makes when it is not given one: the client
+    config with the NameServer address and ACL credentials it was given on top."""
+    cc = with_credentials(client_config or ClientConfig(), access_key, secret_key)
+    if namesrv_addr:
+        cc = attrs.evolve(cc, namesrv_addr=namesrv_addr)
+    return ClientInstance(cc)
 
 
 class ClientInstance:

@@ -28,7 +28,6 @@ from cluster.client.config import (
     DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
     DEFAULT_SEND_TIMEOUT_S,
     ClientConfig,
-    with_credentials,
 )
 from cluster.client.errors import (
     MQBrokerError,
@@ -39,7 +38,7 @@ from cluster.client.errors import (
 )
 from cluster.client.fault import LatencyFaultTolerance
 from cluster.client.ids import UniqIdGenerator
-from cluster.client.instance import ClientInstance, publish_queues
+from cluster.client.instance import ClientInstance, own_instance, publish_queues
 from cluster.client.model import (
     RETRY_GROUP_TOPIC_PREFIX,
     Message,
@@ -146,10 +145,7 @@ class Producer:
         self.config = config or ProducerConfig(**config_overrides)
         self._own_instance = instance is None
         if instance is None:
-            cc = with_credentials(client_config or ClientConfig(), access_key, secret_key)
-            if namesrv_addr:
-                cc = attrs.evolve(cc, namesrv_addr=namesrv_addr)
-            instance = ClientInstance(cc)
+            instance = own_instance(client_config, namesrv_addr, access_key, secret_key)
         self.instance = instance
         self.publish_info: dict[str, list[MessageQueue]] = {}
         self._counter = itertools.count(int(time.time() * 1000) % 1000)
