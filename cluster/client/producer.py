@@ -55,14 +55,13 @@ from cluster.client.request_reply import (
     RequestTimeoutError,
     is_reply,
 )
-from cluster.client.subscription import java_hashmap_order
+from cluster.client.subscription import java_hashmap_order, java_properties_string
 from cluster.protocol.message import (
     SYSFLAG_COMPRESSED,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
     MessageConst,
     decode_offset_msg_id,
     encode_batch,
-    encode_properties,
     iter_records,
     java_string_hash,
 )
@@ -425,7 +424,7 @@ class Producer:
             sys_flag=sys_flag,
             born_timestamp=_now_ms(),
             flag=0 if batch else msg.flag,  # type: ignore[union-attr]
-            properties=encode_properties(java_hashmap_order(props)).decode(),
+            properties=java_properties_string(props),
             body=body,
             broker_name=mq.broker_name,
             batch=batch,
@@ -453,7 +452,8 @@ class Producer:
             status=status,
             msg_id=uniq,
             offset_msg_id=ext.get("msgId", ""),
-            queue=MessageQueue(mq.topic, mq.broker_name, queue_id),
+            queue=mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name,
+                                                                  queue_id),
             queue_offset=queue_offset,
             transaction_id=ext.get("transactionId"),
             region_id=ext.get("MSG_REGION"),

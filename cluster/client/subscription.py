@@ -41,9 +41,7 @@ _MAP_ORDER_CACHE: dict[tuple[str, ...], tuple[str, ...]] = {}
 _MAP_ORDER_CACHE_MAX = 1024
 
 
-def java_hashmap_order(props: dict[str, str]) -> dict[str, str]:
-    """``props`` re-ordered as a Java ``HashMap<String,String>`` filled in this order iterates
-    (Java writes message properties by iterating the map). Cached per key sequence."""
+def _map_order(props: dict[str, str]) -> tuple[str, ...]:
     keys = tuple(props)
     order = _MAP_ORDER_CACHE.get(keys)
     if order is None:
@@ -51,7 +49,20 @@ def java_hashmap_order(props: dict[str, str]) -> dict[str, str]:
         if len(_MAP_ORDER_CACHE) >= _MAP_ORDER_CACHE_MAX:
             _MAP_ORDER_CACHE.clear()
         _MAP_ORDER_CACHE[keys] = order
-    return {k: props[k] for k in order}
+    return order
+
+
+def java_hashmap_order(props: dict[str, str]) -> dict[str, str]:
+    """``props`` re-ordered as a Java ``HashMap<String,String>`` filled in this order iterates
+    (Java writes message properties by iterating the map). Cached per key sequence."""
+    return {k: props[k] for k in _map_order(props)}
+
+
+def java_properties_string(props: dict[str, str]) -> str:
+    """The properties header value a Java client sends for ``props``: the entries in Java
+    ``HashMap`` order, ``name 0x01 value`` joined by 0x02 (``encode_properties`` of
+    ``java_hashmap_order(props)``, as text, built in one join: the per-message send path)."""
+    return "\x02".join([k + "\x01" + props[k] for k in _map_order(props)])
 
 
 def _int_hash(value: int) -> int:

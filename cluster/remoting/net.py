@@ -154,10 +154,19 @@ class _Socket:
         self._buf = bytearray(READ_CHUNK_BYTES)
         self._view = memoryview(self._buf)
 
-    async def receive(self) -> tuple[memoryview, bool]:
+    async def receive(self, wait_first: bool = False) -> tuple[memoryview, bool]:
         """The next bytes received (a view valid until the next call; empty at EOF), and whether
-        it had to wait for them."""
+        it had to wait for them. ``wait_first``: the last read drained the socket, so wait for
+        readiness before reading instead of trying a read that would fail (a call answered
+        while one response was expected: saves a failing ``recv`` and a trip through the
+        scheduler per round trip)."""
         waited = False
+        if wait_first:
+            try:
+                await trio.lowlevel.wait_readable(self.sock)
+            except (OSError, ValueError) as exc:  # closed under us (fd -1)
+                raise trio.ClosedResourceError(str(exc)) from exc
+            waited = True
         while True:
             try:
                 n = self.sock.recv_into(self._buf)
@@ -239,13 +248,34 @@ def _is_async(processor: Processor) -> bool:
 
 
 class _Pending:
-    __slots__ = ("deadline", "error", "event", "response")
+    """One call waiting for its response. The caller parks itself and is rescheduled directly
+    by whoever ends the call (response, timeout or close): no Event per call."""
+
+    __slots__ = ("deadline", "done", "error", "response", "task")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
-        self.event = trio.Event()
         self.response: RemotingCommand | None = None
         self.error: RemotingError | None = None
+        self.done = False
+        self.task: trio.lowlevel.Task | None = None  # set while the caller is parked
+
+    def finish(self) -> None:
+        self.done = True
+        task, self.task = self.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        if self.done:
+            return
+        self.task = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self.task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
 
 class Connection:
@@ -327,7 +357,7 @@ class Connection:
                 self._timer_scope.deadline = deadline
         try:
             await self._write(request, opaque, len(self._pending) > 1)
-            await slot.event.wait()
+            await slot.wait()
         finally:
             self._pending.pop(opaque, None)
         if slot.response is not None:
@@ -356,7 +386,7 @@ class Connection:
             for opaque, slot in list(self._pending.items()):
                 if slot.deadline <= now:
                     del self._pending[opaque]
-                    slot.event.set()  # neither response nor error: the caller reports a timeout
+                    slot.finish()  # neither response nor error: the caller reports a timeout
                 elif slot.deadline < earliest:
                     earliest = slot.deadline
             self._timer_deadline = earliest
@@ -484,9 +514,10 @@ class Connection:
         decoder = self._decoder
         slots = self._slots
         lookup = self._dispatcher.lookup
+        drained = False
         while True:
             try:
-                data, waited = await sock.receive()
+                data, waited = await sock.receive(drained)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self.close_reason = self.close_reason or f"read failed: {exc}"
                 return
@@ -508,6 +539,9 @@ class Connection:
                         self._answer_inline(processor, cmd)
                 self._send_queued()
                 return
+            # a read that did not fill the buffer took everything the kernel had: the next
+            # read waits for readiness first (no read that would fail, no extra scheduling)
+            drained = len(data) < READ_CHUNK_BYTES
             spawned = False
             for cmd in commands:
                 if cmd.flag & FLAG_RESPONSE:
@@ -541,9 +575,10 @@ class Connection:
                 if self._drained is None:
                     self._drained = trio.Event()
                 await self._drained.wait()  # stop reading until the peer reads its answers
-            if spawned or commands or not waited:
+            if not drained and (spawned or commands or not waited):
                 # Let the tasks just spawned or woken run (and answer) before this task tries
                 # the socket again; also keeps a busy connection from starving the others.
+                # (A drained socket is waited on next, which lets them run anyway.)
                 await trio.lowlevel.checkpoint()
 
     def _refuse_busy(self, request: RemotingCommand) -> None:
@@ -582,7 +617,7 @@ class Connection:
             )
             return
         slot.response = response
-        slot.event.set()
+        slot.finish()
 
     def _answer_inline(
         self, processor: SyncProcessor, request: RemotingCommand
@@ -690,7 +725,7 @@ class Connection:
             slot.error = RemotingClosedError(
                 f"connection to {self.peer} closed: {self.close_reason}"
             )
-            slot.event.set()
+            slot.finish()
         self._pending.clear()
         if self._drained is not None:
             self._drained.set()

@@ -68,17 +68,35 @@ def test_send_message_v2_frame() -> None:
         '"serializeTypeCurrentRPC":"JSON","version":407}',
         b"hello",
     )
-    from cluster.client.subscription import java_hashmap_order
-    from cluster.protocol.message import encode_properties
+    from cluster.client.subscription import java_properties_string
 
     wire = Message("T", b"hello", tags="TagA", keys=["k1", "k2"]).wire_properties()
     wire["UNIQ_KEY"] = uniq
     cmd = frames.send_message(
         group="PG", topic="T", queue_id=1, sys_flag=0, born_timestamp=1700000000000, flag=0,
-        properties=encode_properties(java_hashmap_order(wire)).decode(), body=b"hello",
+        properties=java_properties_string(wire), body=b"hello",
         broker_name="broker-a",
     )
     assert_same_frame(encode(cmd, 7), java)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_properties_string_is_the_encoded_java_map_order(seed: int) -> None:
+    """The producer's one-join properties string equals encoding the Java-ordered map."""
+    import random
+
+    from cluster.client.subscription import java_hashmap_order, java_properties_string
+    from cluster.protocol.message import encode_properties
+
+    rnd = random.Random(seed)
+    names = ["TAGS", "KEYS", "WAIT", "UNIQ_KEY", "DELAY", "a", "bb", "user-key", "\u00e9t\u00e9"]
+    props = {
+        rnd.choice(names) + str(rnd.randrange(50)): "".join(
+            rnd.choices("abcXYZ 019_\u00fc", k=rnd.randrange(12))
+        )
+        for _ in range(rnd.randrange(10))
+    }
+    assert java_properties_string(props) == encode_properties(java_hashmap_order(props)).decode()
 
 
 def test_send_batch_frame_header() -> None:
