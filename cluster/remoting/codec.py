@@ -123,17 +123,21 @@ class RemotingCommand:
         ext_fields: Mapping[str, Any] | None = None,
         body: bytes | bytearray | memoryview = b"",
     ) -> RemotingCommand:
-        """The response to this request: same opaque and serialize type, response bit set."""
-        return RemotingCommand(
-            code=int(code),
-            language="JAVA",
-            version=CURRENT_VERSION,
-            opaque=self.opaque,
-            flag=FLAG_RESPONSE,
-            remark=remark,
-            ext_fields=ext_fields,
-            body=body,
-            serialize_type=self.serialize_type,
+        """The response to this request: same opaque and serialize type, response bit set.
+        (Built without the attrs constructor: one per request answered. ``ext_fields`` is
+        copied as the constructor's converter would; anything but str -> str goes through it.)"""
+        ext: dict[str, str]
+        if not ext_fields:
+            ext = {}
+        else:
+            ext = dict(ext_fields)
+            for k, v in ext.items():
+                if type(v) is not str or type(k) is not str:
+                    ext = _ext_fields_converter(ext_fields)
+                    break
+        return _wire_command(
+            int(code), "JAVA", CURRENT_VERSION, self.opaque, FLAG_RESPONSE, remark, ext, body,
+            self.serialize_type,
         )
 
 
@@ -258,7 +262,7 @@ def _wire_command(
     flag: int,
     remark: str | None,
     ext_fields: dict[str, str],
-    body: bytes,
+    body: bytes | bytearray | memoryview,
     serialize_type: int,
 ) -> RemotingCommand:
     """A command from values the decoder already checked (skips the ext_fields copy)."""

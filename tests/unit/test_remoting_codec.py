@@ -20,7 +20,7 @@ from cluster.remoting.codec import (
     encode,
     encode_into,
 )
-from cluster.remoting.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ, LanguageCode
+from cluster.remoting.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ, LanguageCode, ResponseCode
 
 INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 INT16 = st.integers(min_value=-(2**15), max_value=2**15 - 1)
@@ -188,6 +188,22 @@ def test_our_response_obeys_the_reference_rules() -> None:
     assert header["extFields"] == {"msgId": "AB", "queueId": "3", "queueOffset": "7"}
     assert list(header["extFields"]) == sorted(header["extFields"])
     assert frame[8 + header_len :] == b""
+
+
+def test_response_equals_the_constructed_command_and_owns_its_fields() -> None:
+    request = RemotingCommand(code=310, opaque=41, ext_fields={"a": "g"}, serialize_type=1)
+    for ext in ({"msgId": "AB", "queueId": "3"}, {"n": 5, "b": True, "gone": None}, None, {}):
+        fields = dict(ext) if ext is not None else None
+        fast = request.response(ResponseCode.SUCCESS, "r", fields, b"x")
+        slow = RemotingCommand(code=0, opaque=41, flag=1, remark="r", ext_fields=ext, body=b"x",
+                               serialize_type=1)
+        assert fast == slow
+        assert type(fast.code) is int
+        if fields:
+            fields["later"] = "change"
+            assert "later" not in fast.ext_fields  # a private copy, as the constructor makes
+    with pytest.raises(ProtocolError):
+        request.response(0, None, {"bad": object()})
 
 
 def test_binary_rocketmq_header_golden() -> None:
