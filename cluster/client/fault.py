@@ -22,6 +22,12 @@ class FaultItem:
     start_ms: int  # available again from this time
 
 
+#: Latencies below this never make a broker unavailable (the first non-zero penalty's bound).
+FIRST_PENALIZED_LATENCY_MS: Final = next(
+    lat for lat, dur in zip(LATENCY_MAX_MS, NOT_AVAILABLE_MS, strict=True) if dur
+)
+
+
 class LatencyFaultTolerance:
     def __init__(self) -> None:
         self.items: dict[str, FaultItem] = {}

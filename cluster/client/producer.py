@@ -36,7 +36,7 @@ from cluster.client.errors import (
     NoRouteError,
     TransactionError,
 )
-from cluster.client.fault import LatencyFaultTolerance
+from cluster.client.fault import FIRST_PENALIZED_LATENCY_MS, LatencyFaultTolerance
 from cluster.client.ids import UniqIdGenerator
 from cluster.client.instance import ClientInstance, own_instance, publish_queues
 from cluster.client.model import (
@@ -377,8 +377,8 @@ class Producer:
     def _fault(self, mq: MessageQueue, start: float, *, isolation: bool) -> None:
         if self.config.send_latency_fault_enable:
             latency = int((_clock() - start) * 1000)
-            if not isolation and mq.broker_name not in self.fault.items and (
-                self.fault.not_available_duration(latency) == 0
+            if not isolation and latency < FIRST_PENALIZED_LATENCY_MS and (
+                mq.broker_name not in self.fault.items
             ):
                 return  # nothing to remember: the broker stays available (the common case)
             self.fault.update(mq.broker_name, latency, isolation, _now_ms())
