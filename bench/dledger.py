@@ -239,11 +239,21 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def _batching(addr: str) -> dict[str, int]:
+    """The DLedger leader's batching counters (GET_BROKER_RUNTIME_INFO)."""
+    async with open_remoting_client(node="bench-info") as client:
+        info = await _runtime_info(client, addr) or {}
+    keys = ("dLegerReadies", "dLegerPushes", "dLegerPushedEntries")
+    return {k: int(info.get(k, "0") or 0) for k in keys}
+
+
 def _throughput(
-    port: int, body: bytes, args: argparse.Namespace, pids: dict[str, int]
+    port: int, body: bytes, args: argparse.Namespace, pids: dict[str, int],
+    dledger: bool = False,
 ) -> dict[str, Any]:
     """The load against ``port``: a warm-up, then ``--seconds`` measured; the CPU each of
-    ``pids`` used in the measured window, as cores and as microseconds per message."""
+    ``pids`` used in the measured window, as cores and as microseconds per message; for a
+    DLedger leader (``dledger``) also how many messages one Ready and one push carried."""
     async def run() -> dict[str, Any]:
         async with open_remoting_client(node="bench-client") as client:
             with trio.fail_after(10):
@@ -253,18 +263,30 @@ def _throughput(
                     await trio.sleep(ROUTE_POLL_S)
         frames = produce_bench._frames(RequestCode.SEND_MESSAGE_V2, TOPIC, body)
         await produce_bench._raw_case(port, frames, args.inflight, WARMUP_S, 0.0)
+        addr = f"127.0.0.1:{port}"
+        counters = await _batching(addr) if dledger else {}
         before = {name: _cpu_s(pid) for name, pid in pids.items()}
         started = time.monotonic()
         stats = await produce_bench._raw_case(port, frames, args.inflight, args.seconds, 0.0)
         elapsed = time.monotonic() - started
         used = {name: _cpu_s(pid) - before[name] for name, pid in pids.items()}
         done = max(1, int(stats["requests"]))
-        return {
+        out: dict[str, Any] = {
             "msgs_per_s": stats["req_per_s"], "p50_us": stats["p50_us"],
             "p99_us": stats["p99_us"], "in_flight": args.inflight,
             "cpu_cores": {name: round(cpu / elapsed, 2) for name, cpu in used.items()},
             "cpu_us_per_msg": {name: round(cpu / done * 1e6, 1) for name, cpu in used.items()},
         }
+        if dledger:
+            after = await _batching(addr)
+            readies = after["dLegerReadies"] - counters["dLegerReadies"]
+            pushes = after["dLegerPushes"] - counters["dLegerPushes"]
+            pushed = after["dLegerPushedEntries"] - counters["dLegerPushedEntries"]
+            out["leader_batching"] = {
+                "msgs_per_ready": round(done / readies, 1) if readies else None,
+                "entries_per_push": round(pushed / pushes, 1) if pushes else None,
+            }
+        return out
 
     return trio.run(run)
 
@@ -308,7 +330,7 @@ def main() -> None:
                 ("leader" if i == leader else f"follower_n{i}"): p.pid
                 for i, p in group.procs.items()
             }
-            out["dledger_3_nodes"] = _throughput(port, body, args, pids)
+            out["dledger_3_nodes"] = _throughput(port, body, args, pids, dledger=True)
             if args.kills > 0:
                 out["failover"] = trio.run(_failovers, group, args.kills, body)
         finally:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from broker.processors.send import SendProcessor
     from dledger.node import AppendResult
 
+log = get_logger(component="dledger_role")
+
 MASTER_ID = 0
 #: A slave that does not know its master yet (the new leader registers a moment after it won)
 #: registers again this often until the NameServer names one.
@@ -123,9 +125,47 @@ class DLedgerRoleHandler:
             await ctrl.register_all()
 
 
-class _CommitAnswer:
-    """One send waiting for its entry's commit: answers its ``Deferred`` (a slotted object and
-    a bound method instead of a closure and its cells per send)."""
+class _CommitAnswer(Deferred):
+    """One send waiting for its entry's commit: the ``Deferred`` the connection answers from
+    *and* the node's waiter for the entry (``DLedgerNode.propose_with``): one object per send,
+    no Waiter, callback or clock read of its own."""
+
+    __slots__ = ("deadline", "event", "index", "msg", "put_result", "request", "result", "send",
+                 "term")
+
+    def __init__(self, send: SendProcessor, request: RemotingCommand, msg: Any) -> None:
+        super().__init__()
+        self.send = send
+        self.request = request
+        self.msg = msg
+        self.put_result: PutMessageResult | None = None
+        # the node's Pending fields (set by propose_with)
+        self.index = -1
+        self.term = 0
+        self.deadline = 0.0
+        self.result: AppendResult | None = None
+        self.event: trio.Event | None = None
+
+    def finish(self, ack: AppendResult) -> None:
+        if self.result is not None:
+            return
+        self.result = ack
+        result = self.put_result
+        assert result is not None
+        if ack.code is not DLedgerCode.SUCCESS:
+            result = PutMessageResult(
+                put_status_of(ack.code), result.result, f"DLedger append: {ack.code.name}"
+            )
+        try:
+            answer = self.send._answer(self.request, self.msg, result)
+        except Exception:
+            log.warning("commit answer failed", index=self.index, exc_info=True)
+            answer = None  # the connection answers SYSTEM_ERROR
+        self.resolve(answer)
+
+
+class _BatchCommitAnswer:
+    """A batch send waiting for its last entry's commit (the batch path keeps a Waiter)."""
 
     __slots__ = ("deferred", "msg", "request", "result", "send")
 
@@ -159,11 +199,18 @@ def dledger_send_processor(send: SendProcessor, ctrl: BrokerController) -> SyncP
         msg, batch, _wait = prepared  # DLedger always waits for the quorum (RocketMQ too)
         store = ctrl.store
         assert isinstance(store, DLedgerMessageStore)
-        result, waiter = store.propose_message(msg, batch)
-        if waiter is None:
+        if batch:
+            result, waiter = store.propose_message(msg, batch)
+            if waiter is None:
+                return send._answer(request, msg, result)
+            pending = _BatchCommitAnswer(send, request, msg, result)
+            store.on_committed(waiter, pending.committed)
+            return pending.deferred
+        answer = _CommitAnswer(send, request, msg)
+        result = store.propose_with(msg, answer)
+        if answer.index < 0:  # refused: never registered with the node
             return send._answer(request, msg, result)
-        pending = _CommitAnswer(send, request, msg, result)
-        store.on_committed(waiter, pending.committed)
-        return pending.deferred
+        answer.put_result = result
+        return answer
 
     return process

@@ -153,17 +153,35 @@ class CoreConfig:
 
 @attrs.frozen
 class Ready:
-    """One batch of work for the driver: persist, then send, then apply, then advance()."""
+    """One batch of work for the driver: persist, then send, then apply, then advance().
+
+    The entries are named by index ranges (``[lo, hi)``) over the storage rather than listed:
+    the per-message paths of a broker never build an Entry object for them.  ``entries`` and
+    ``committed_entries`` read them from the storage on demand; committed entries never change,
+    ``entries`` (written since the last Ready) must be read before the next step/propose."""
 
     hard_state: HardState | None
-    entries: tuple[Entry, ...]
+    unsynced: tuple[int, int]
+    """[lo, hi): entries written (appended or overwritten) since the last Ready."""
     must_sync: bool
     messages: tuple[Message, ...]
-    committed_entries: tuple[Entry, ...]
+    committed: tuple[int, int]
+    """[lo, hi): committed entries to apply, in order."""
     role: Role
     leader_id: str
     term: int
     commit_index: int
+    storage: LogStorage = attrs.field(repr=False, eq=False)
+
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        lo, hi = self.unsynced
+        return tuple(self.storage.entries(lo, hi)) if lo < hi else ()
+
+    @property
+    def committed_entries(self) -> tuple[Entry, ...]:
+        lo, hi = self.committed
+        return tuple(self.storage.entries(lo, hi)) if lo < hi else ()
 
 
 @attrs.frozen
@@ -232,7 +250,9 @@ class DLedgerCore:
         self.transfer_elapsed = 0
         self.transfer_sent = False
         self._outbox: list[Message] = []
-        self._unsynced: list[Entry] = []
+        self._unsynced_lo = -1  # first index written since the last Ready (-1: none)
+        # FileLogStorage.append_one: the leader's per-message append without an Entry object
+        self._append_one = getattr(storage, "append_one", None)
         self._must_sync = False
         self._want_send: set[str] = set()
         self._ready_pending = False
@@ -265,9 +285,11 @@ class DLedgerCore:
         index = self.storage.last_index() + 1
         if index - 1 - self.commit >= self.cfg.max_pending_requests:
             return -ResponseCode.LEADER_PENDING_FULL
-        entry = make_entry(index, self.term, body)
-        self.storage.append((entry,))
-        self._unsynced.append(entry)
+        append_one = self._append_one
+        if append_one is None or not append_one(index, self.term, body):
+            self.storage.append((make_entry(index, self.term, body),))
+        if self._unsynced_lo < 0:
+            self._unsynced_lo = index
         self._must_sync = True
         if self.others:
             self._want_send.update(self.others)
@@ -367,23 +389,25 @@ class DLedgerCore:
         persisted = self._persisted_hs
         if self.term != persisted.term or self.vote != persisted.vote:
             hs_out = self._persisted_hs = self._hard_state()
-        committed: tuple[Entry, ...] = ()
+        committed = (0, 0)
         if self.applied < self.commit:
             hi = min(self.commit, self.applied + self.cfg.max_apply_batch) + 1
-            committed = tuple(self.storage.entries(self.applied + 1, hi))
+            committed = (self.applied + 1, hi)
+        lo = self._unsynced_lo
         rd = Ready(
             hard_state=hs_out,
-            entries=tuple(self._unsynced),
+            unsynced=(lo, self.storage.last_index() + 1) if lo >= 0 else (0, 0),
             must_sync=self._must_sync,
             messages=tuple(self._outbox),
-            committed_entries=committed,
+            committed=committed,
             role=self.role,
             leader_id=self.leader_id,
             term=self.term,
             commit_index=self.commit,
+            storage=self.storage,
         )
         self._outbox = []
-        self._unsynced = []
+        self._unsynced_lo = -1
         self._must_sync = False
         self._ready_pending = True
         return rd
@@ -391,8 +415,9 @@ class DLedgerCore:
     def advance(self, rd: Ready) -> None:
         """The driver persisted, sent and applied ``rd``."""
         self._ready_pending = False
-        if rd.committed_entries:
-            self.applied = max(self.applied, rd.committed_entries[-1].index)
+        lo, hi = rd.committed
+        if lo < hi:
+            self.applied = max(self.applied, hi - 1)
 
     # ------------------------------------------------------------------ internals
     def _hard_state(self) -> HardState:
@@ -409,7 +434,8 @@ class DLedgerCore:
 
     def _append(self, entries: Sequence[Entry]) -> None:
         self.storage.append(entries)
-        self._unsynced.extend(entries)
+        if entries and (self._unsynced_lo < 0 or entries[0].index < self._unsynced_lo):
+            self._unsynced_lo = entries[0].index
         self._must_sync = True
 
     def _in_lease(self) -> bool:
@@ -739,7 +765,8 @@ class DLedgerCore:
                         f"{self.id}: conflict at committed index {e.index} (commit {self.commit})"
                     )
                 self.storage.truncate_suffix(e.index)
-                self._unsynced = [u for u in self._unsynced if u.index < e.index]
+                if self._unsynced_lo >= e.index:
+                    self._unsynced_lo = -1  # every entry written since the last Ready is gone
                 self._must_sync = True
                 self._append(ents[i:])
                 break

@@ -29,6 +29,7 @@ Index record (:data:`INDEX_RECORD`): ``magic i32 | pos i64 | size i32 | index i6
 from __future__ import annotations
 
 import bisect
+import errno
 import mmap
 import os
 import struct
@@ -197,6 +198,40 @@ def _file_name(offset: int) -> str:
     return f"{offset:0{FILE_NAME_DIGITS}d}"
 
 
+def _data_ranges(path: Path, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The parts of ``[lo, hi)`` of a (sparse) file that are not holes, by SEEK_DATA /
+    SEEK_HOLE (pages written through a mapping but not yet written back count as data);
+    ``[(lo, hi)]`` when the file system cannot tell."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    seek_hole = getattr(os, "SEEK_HOLE", None)
+    if seek_data is None or seek_hole is None or lo >= hi:
+        return [(lo, hi)]
+    out: list[tuple[int, int]] = []
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return [(lo, hi)]
+    try:
+        pos = lo
+        while pos < hi:
+            try:
+                start = os.lseek(fd, pos, seek_data)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    break  # nothing but a hole up to the end of the file
+                return [(lo, hi)]
+            if start >= hi:
+                break
+            stop = min(os.lseek(fd, start, seek_hole), hi)
+            out.append((start, stop))
+            pos = stop
+    except OSError:
+        return [(lo, hi)]
+    finally:
+        os.close(fd)
+    return out
+
+
 class _MmapFileList:
     """Fixed-size files named by their start offset, mapped on demand (DLedger's MmapFileList)."""
 
@@ -275,12 +310,19 @@ class _MmapFileList:
             return
         stop = self.file_bytes if end is None else min(end - containing, self.file_bytes)
         off = pos - containing
-        while off < stop:
-            n = min(ZERO_CHUNK_BYTES, stop - off)
-            if m[off : off + n].count(0) != n:
-                m[off : off + n] = bytes(n)
-                self.dirty.add(containing)
-            off += n
+        ranges = [(off, stop)]
+        if end is None:
+            # recovery: only the file's data extents can hold non-zero bytes (reading a 1 GiB
+            # sparse file's holes page by page took seconds per boot)
+            ranges = _data_ranges(self.dir / _file_name(containing), off, stop)
+        for lo, hi in ranges:
+            off = lo
+            while off < hi:
+                n = min(ZERO_CHUNK_BYTES, hi - off)
+                if m[off : off + n].count(0) != n:
+                    m[off : off + n] = bytes(n)
+                    self.dirty.add(containing)
+                off += n
 
     def flush(self, fsync: bool = True) -> None:
         if not fsync:
@@ -488,8 +530,10 @@ class FileLogStorage:
     def append(self, entries: Sequence[Entry]) -> None:
         """Encode every entry, then write each contiguous run of data (and of index records)
         with one copy into the mapping."""
-        if len(entries) == 1 and self._append_one(entries[0]):
-            return
+        if len(entries) == 1:
+            e = entries[0]
+            if self.append_one(e.index, e.term, e.body):
+                return
         _check_append(len(self._terms) - 1, entries)
         if entries and self._append_in_place(entries):
             return
@@ -605,43 +649,45 @@ class FileLogStorage:
             self._cache_base += drop
         return True
 
-    def _append_one(self, e: Entry) -> bool:
-        """The leader's per-message append: one entry that fits in the current data file and
-        index file (False: let the general path handle it)."""
+    def append_one(self, index: int, term: int, body: bytes) -> bool:
+        """The leader's per-message append, without an Entry object: one entry that fits in
+        the current data file and index file, written in place; False (nothing written) when
+        it does not fit: the caller uses :meth:`append`, which handles file rolls."""
         terms = self._terms
-        index = e.index
         if index != len(terms):
             raise StorageError(f"append index {index}, expected {len(terms)}")
-        body = e.body
-        size = BODY_OFFSET + len(body)
+        blen = len(body)
+        size = BODY_OFFSET + blen
         data = self.data
         fb = data.file_bytes
         pos = self._write_pos
         start = pos - pos % fb
         off = pos - start
         ipos = index * INDEX_UNIT_BYTES
-        ifb = self.index.file_bytes
+        index_files = self.index
+        ifb = index_files.file_bytes
         istart = ipos - ipos % ifb
         if off + size + BLANK_MIN_BYTES > fb or ipos + INDEX_UNIT_BYTES > istart + ifb:
             return False
         m = data.maps.get(start) or data._map(start)
-        im = self.index.maps.get(istart) or self.index._map(istart)
+        im = index_files.maps.get(istart) or index_files._map(istart)
+        chains = self._chains
         body_crc = zlib.crc32(body)
         chain = zlib.crc32(
-            CHAIN_STRUCT.pack(index, e.term, pos, 0, body_crc),
-            (self._chains[-1] & 0xFFFFFFFF) if self._chains else 0,
+            CHAIN_STRUCT.pack(index, term, pos, 0, body_crc),
+            (chains[-1] & 0xFFFFFFFF) if chains else 0,
         )
         ENTRY_HEADER.pack_into(
-            m, off, ENTRY_MAGIC, size, index, e.term, pos, 0, chain, body_crc, len(body)
+            m, off, ENTRY_MAGIC, size, index, term, pos, 0, chain, body_crc, blen
         )
         m[off + BODY_OFFSET : off + size] = body
-        INDEX_RECORD.pack_into(im, ipos - istart, ENTRY_MAGIC, pos, size, index, e.term)
+        INDEX_RECORD.pack_into(im, ipos - istart, ENTRY_MAGIC, pos, size, index, term)
         data.dirty.add(start)
-        self.index.dirty.add(istart)
-        terms.append(e.term)
+        index_files.dirty.add(istart)
+        terms.append(term)
         self._pos.append(pos)
         self._sizes.append(size)
-        self._chains.append(chain)
+        chains.append(chain)
         self._write_pos = pos + size
         cache = self._cache
         if not cache:
@@ -701,6 +747,18 @@ class FileLogStorage:
     def synced_pos(self) -> int:
         """Data bytes below this are durable and unchanged since the last :meth:`sync`."""
         return self._synced_pos
+
+    def entry_arrays(self) -> tuple[array[int], array[int], array[int]]:
+        """Every entry's data position, size (header included) and term, by index: the live
+        arrays, for a caller's tight loop over many entries; read them, never change them."""
+        return self._pos, self._sizes, self._terms
+
+    def body_at(self, index: int) -> bytes:
+        """Entry ``index``'s body (from the cache of recent entries, else the data file)."""
+        base = self._cache_base
+        if index >= base and index - base < len(self._cache):
+            return self._cache[index - base]
+        return self.data.read(self._pos[index] + BODY_OFFSET, self._sizes[index] - BODY_OFFSET)
 
     def entry_pos(self, index: int) -> int:
         """Absolute data position of an entry (the CommitLog adapter adds 48)."""

@@ -8,10 +8,12 @@ is the only decision maker; this file moves bytes and time.
 Proposals: :meth:`DLedgerNode.propose_now` appends synchronously (the event loop is the put lock:
 the CommitLog adapter computes an entry's position and then proposes it with no ``await`` in
 between) and wakes the driver; :meth:`DLedgerNode.wait_committed` waits for the commit, or
-:meth:`DLedgerNode.on_commit` registers a callback (no task per proposal).  Deadlines are checked
-on the tick, oldest first.  Committed entries finish their waiters all at once per Ready (group
-commit), *before* they are applied: the driver yields once in between so the answers leave
-while it applies (the store applies on demand for a read that comes first).  When the
+:meth:`DLedgerNode.on_commit` registers a callback (no task per proposal);
+:meth:`DLedgerNode.propose_with` takes the caller's own waiter object (the broker's send answer:
+one object per send).  Deadlines are checked on the tick, oldest first.  Committed entries
+finish their waiters all at once per Ready (group commit), *before* they are applied: the
+driver yields once in between so the answers leave while it applies (the store applies on
+demand for a read that comes first).  When the
 storage fsyncs in a worker thread (``offload_io``), ``propose_now`` refuses while that sync runs
 (``append`` then queues through the channel instead), so a write never races an msync.
 
@@ -39,9 +41,10 @@ import enum
 import functools
 import math
 import random
+import sys
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import attrs
 import trio
@@ -178,6 +181,20 @@ class Waiter:
                     _log.warning("commit callback failed", index=self.index, exc_info=True)
 
 
+class Pending(Protocol):
+    """What the node keeps per proposal until it commits: a :class:`Waiter`, or a caller's own
+    object with the same fields (``propose_with``: the broker's send answer is its own waiter,
+    so one object per send instead of a Waiter, a callback and an answer object)."""
+
+    index: int
+    term: int
+    deadline: float
+    result: AppendResult | None
+    event: trio.Event | None
+
+    def finish(self, result: AppendResult) -> None: ...
+
+
 _TICK = object()
 _WAKE = object()
 
@@ -192,6 +209,7 @@ class DLedgerNode:
         rng: random.Random | None = None,
         tick_ms: int = DEFAULT_TICK_MS,
         on_apply: Callable[[Entry], None] | None = None,
+        on_apply_range: Callable[[int, int], None] | None = None,
         on_applied: Callable[[], None] | None = None,
         on_role_change: Callable[[Role, int, str], None] | None = None,
         applied: int = -1,
@@ -200,22 +218,32 @@ class DLedgerNode:
         """``offload_io=False`` runs ``sync``/``save_hard_state`` on the event loop: for the
         memory store and a file store without fsync (nothing blocks), and for tests under an
         autojump MockClock, which would otherwise jump time while a worker thread runs.
-        ``on_applied`` runs once after each Ready whose committed entries went to ``on_apply``."""
+        ``on_applied`` runs once after each Ready whose committed entries went to ``on_apply``.
+        ``on_apply_range(lo, hi)`` replaces ``on_apply``: the committed indexes ``[lo, hi)`` in
+        one call, read from the storage by the callee (no Entry object per message)."""
         self.storage = storage
         self.offload_io = offload_io
         self.transport = transport
         self.core = DLedgerCore(config, storage, rng or random.Random(), applied=applied)
         self.tick_s = tick_ms / 1000
         self.on_apply = on_apply
+        self.on_apply_range = on_apply_range
         self.on_applied = on_applied
         self.on_role_change = on_role_change
         self._send_ch, self._recv_ch = trio.open_memory_channel[Any](MAX_INBOUND_QUEUE)
-        self._pending: dict[int, Waiter] = {}
+        self._pending: dict[int, Pending] = {}
+        # trio time, refreshed on every driver wake-up (a tick at least): deadlines of
+        # propose_with are computed from it (one clock read per wake-up, not per proposal)
+        self._now = 0.0
         self._role = (self.core.role, self.core.term, self.core.leader_id)
         self._changed = trio.Event()
         self._io_busy = False
         self._wake_queued = False
         self.dropped_inbound = 0
+        #: batching counters (how many messages one cycle carries; per Ready, not per message)
+        self.readies = 0
+        self.pushes = 0
+        self.pushed_entries = 0
 
     # -- public
     @property
@@ -254,6 +282,28 @@ class DLedgerNode:
         if not self._wake_queued:
             self._wake()
         return ResponseCode.SUCCESS, waiter
+
+    def propose_with(
+        self, body: bytes, sink: Pending, timeout_s: float = MAX_WAIT_ACK_S
+    ) -> ResponseCode:
+        """:meth:`propose_now` + :meth:`on_commit` with the caller's own waiter object: on
+        SUCCESS ``sink`` gets its index, term and deadline, and ``sink.finish(result)`` is
+        called once it commits, fails or times out (not called when refused).  The deadline
+        is at least ``timeout_s`` from now (the clock read of the driver's last wake-up, plus
+        one tick for its age)."""
+        if self._io_busy:
+            return ResponseCode.LEADER_NOT_READY
+        core = self.core
+        index = core.propose_index(body)
+        if index < 0:
+            return ResponseCode(-index)
+        sink.index = index
+        sink.term = core.term
+        sink.deadline = self._now + timeout_s + self.tick_s
+        self._pending[index] = sink
+        if not self._wake_queued:
+            self._wake()
+        return ResponseCode.SUCCESS
 
     async def wait_committed(
         self, waiter: Waiter, timeout_s: float = MAX_WAIT_ACK_S
@@ -305,6 +355,7 @@ class DLedgerNode:
         return code
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._now = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._ticker)
             task_status.started()
@@ -342,6 +393,7 @@ class DLedgerNode:
         core = self.core
         while True:
             item = await self._recv_ch.receive()
+            self._now = trio.current_time()
             while True:
                 self._handle(item)
                 try:
@@ -388,11 +440,14 @@ class DLedgerNode:
                 self.storage.save_hard_state(rd.hard_state)
         send = self.transport.send
         blobs: dict[tuple[int, int], bytes] = {}
+        self.readies += 1
         for msg in rd.messages:
             if type(msg) is PushEntryRequest and msg.entries:
                 # the same entries usually go to every follower: encode them once (every push
                 # of one Ready was cut from the same log, so first index + count name them)
                 ents = msg.entries
+                self.pushes += 1
+                self.pushed_entries += len(ents)
                 key = (ents[0].index, len(ents))
                 blob = blobs.get(key)
                 if blob is None:
@@ -400,28 +455,31 @@ class DLedgerNode:
                 send(msg.remote_id, encode(msg, blob), _CODE_OF[PushEntryRequest])
             else:
                 send(msg.remote_id, encode(msg), _CODE_OF[type(msg)])
-        if rd.committed_entries:
+        lo, hi = rd.committed
+        if lo < hi:
             pending = self._pending
             if pending:
                 # answer first: the committed sends' responses leave while we apply
-                for entry in rd.committed_entries:
-                    waiter = pending.pop(entry.index, None)
-                    if waiter is not None:
-                        if entry.term != waiter.term:
-                            waiter.finish(
-                                AppendResult(ResponseCode.TERM_CHANGED, entry.index, entry.term)
-                            )
-                        elif waiter.event is None:
-                            waiter.finish(_COMMITTED)  # a callback: no need for the index
-                        else:
-                            waiter.finish(
-                                AppendResult(ResponseCode.SUCCESS, entry.index, entry.term)
-                            )
+                term_at = self.storage.term_at
+                # terms never decrease along the log: equal at both ends = one term throughout
+                one_term = term_at(lo) if term_at(lo) == term_at(hi - 1) else -1
+                for index in range(lo, hi):
+                    waiter = pending.pop(index, None)
+                    if waiter is None:
+                        continue
+                    term = one_term if one_term >= 0 else term_at(index)
+                    if term != waiter.term:
+                        waiter.finish(AppendResult(ResponseCode.TERM_CHANGED, index, term))
+                    elif waiter.event is None:
+                        waiter.finish(_COMMITTED)  # a callback: no need for the index
+                    else:
+                        waiter.finish(AppendResult(ResponseCode.SUCCESS, index, term))
                 await trio.lowlevel.checkpoint()
-            on_apply = self.on_apply
-            if on_apply is not None:
+            if self.on_apply_range is not None:
+                self.on_apply_range(lo, hi)
+            elif self.on_apply is not None:
                 for entry in rd.committed_entries:
-                    on_apply(entry)
+                    self.on_apply(entry)
             if self.on_applied is not None:
                 self.on_applied()
         self.core.advance(rd)
@@ -590,7 +648,7 @@ async def run_store_node(
         transport,
         rng=rng,
         tick_ms=tick,
-        on_apply=store.apply_committed,
+        on_apply_range=store.apply_committed_range,
         on_applied=store.applied_batch_done,
         on_role_change=store.node_role_changed,
         applied=store.applied_index,
@@ -623,10 +681,39 @@ async def _store_flush_loop(store: DLedgerMessageStore, interval_s: float) -> No
             log.error("dledger flush failed", error=str(exc))
 
 
+def _load_msync() -> Callable[[int, int, int], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).msync
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int, int, int], int], fn)
+
+
+_msync = _load_msync() if sys.platform.startswith("linux") else None
+MS_SYNC: Final = 4  # <sys/mman.h> on Linux
+
+
 def _msync_ranges(plan: list[tuple[Any, int, int]]) -> None:
+    """msync each (map, page-aligned offset, length) range, in a worker thread.  Through libc
+    (ctypes releases the GIL for the call) rather than ``mmap.flush``, which holds the GIL
+    while the kernel writes the pages back: the event loop kept running only between ranges
+    (a whole second of writes at a time).  The map's address is taken from a buffer export
+    released at once, so a truncation on the event loop may still close the map meanwhile:
+    msync then fails with ENOMEM, harmlessly (what is gone needs no flush)."""
     for m, offset, length in plan:
-        with contextlib.suppress(ValueError, OSError):  # closed by a truncation meanwhile
-            m.flush(offset, length)
+        if _msync is None:
+            with contextlib.suppress(ValueError, OSError):  # closed by a truncation meanwhile
+                m.flush(offset, length)
+            continue
+        try:
+            probe = ctypes.c_char.from_buffer(m, offset)
+            address = ctypes.addressof(probe)
+            del probe
+        except (ValueError, TypeError, BufferError):
+            continue  # closed by a truncation meanwhile
+        _msync(address, length, MS_SYNC)
 
 
 async def _warm_loop(store: DLedgerMessageStore) -> None:

@@ -11,7 +11,7 @@ import trio.testing
 from dledger.core import CoreConfig, Role
 from dledger.log_storage import FileLogStorage, MemoryLogStorage
 from dledger.messages import Entry, ResponseCode
-from dledger.node import DLedgerNode
+from dledger.node import AppendResult, DLedgerNode
 
 PEERS = ("n0", "n1", "n2")
 
@@ -131,3 +131,101 @@ async def test_file_store_group_real_time(tmp_path: Path) -> None:
     ]
     assert reopened.load_hard_state().term == leader.term
     reopened.close()
+
+
+class _Sink:
+    """A caller's own waiter for ``propose_with`` (the broker's send answer plays this part)."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.term = 0
+        self.deadline = 0.0
+        self.result: AppendResult | None = None
+        self.event: trio.Event | None = None
+        self.calls: list[tuple[float, AppendResult]] = []
+        self.done = trio.Event()
+
+    def finish(self, result: AppendResult) -> None:
+        self.calls.append((trio.current_time(), result))
+        self.done.set()
+        if self.result is None:
+            self.result = result
+
+
+async def test_propose_with_sinks_commit_refuse_and_time_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``propose_with``: committed sinks finish once with SUCCESS; a follower refuses without
+    registering the sink; an isolated leader's sink finishes once, never before its timeout
+    and at most two ticks after it (the deadline comes from the clock read of the driver's
+    last wake-up plus a tick)."""
+    net = MemNet()
+    make_group(net)
+    async with trio.open_nursery() as nursery:
+        for node in net.nodes.values():
+            await nursery.start(node.run)
+        leader = await leader_of(net)
+        sinks = [_Sink() for _ in range(30)]
+        for i, sink in enumerate(sinks):
+            assert leader.propose_with(b"s%d" % i, sink) is ResponseCode.SUCCESS
+        with trio.fail_after(10):
+            for sink in sinks:
+                await sink.done.wait()
+        assert all([r.code for _t, r in s.calls] == [ResponseCode.SUCCESS] for s in sinks)
+        assert [s.index for s in sinks] == list(range(sinks[0].index, sinks[0].index + 30))
+        follower = next(n for n in net.nodes.values() if n is not leader)
+        refused = _Sink()
+        assert follower.propose_with(b"no", refused) is ResponseCode.NOT_LEADER
+        assert refused.index == -1
+
+        net.isolate(next(p for p, n in net.nodes.items() if n is leader))
+        lost = _Sink()
+        timeout = 1.5
+        proposed_at = trio.current_time()
+        assert leader.propose_with(b"lost", lost, timeout_s=timeout) is ResponseCode.SUCCESS
+        with trio.fail_after(30):
+            await lost.done.wait()
+        (at, result), = lost.calls
+        # (the timeout is well inside the leader's check-quorum period: it is still leader)
+        assert result.code is ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+        assert timeout <= at - proposed_at <= timeout + 2 * leader.tick_s + 1e-9
+        await trio.sleep(5)
+        assert len(lost.calls) == 1 and refused.calls == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_apply_range_sees_what_per_entry_apply_sees(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path,
+) -> None:
+    """``on_apply_range(lo, hi)`` on one member covers exactly the committed entries that
+    ``on_apply`` hands the others, in order, each once."""
+    net = MemNet()
+    ranges: list[tuple[int, int]] = []
+    for i, p in enumerate(PEERS):
+        storage = FileLogStorage(tmp_path / p, fsync=False) if p == "n0" else MemoryLogStorage()
+        net.nodes[p] = DLedgerNode(
+            CoreConfig("g", p, PEERS), storage, MemTransport(p, net), rng=random.Random(i),
+            on_apply=net.applied[p].append,
+            on_apply_range=(lambda lo, hi: ranges.append((lo, hi))) if p == "n0" else None,
+            offload_io=False,
+        )
+    async with trio.open_nursery() as nursery:
+        for node in net.nodes.values():
+            await nursery.start(node.run)
+        leader = await leader_of(net)
+        for i in range(50):
+            await leader.append(b"a%d" % i)
+        n0 = net.nodes["n0"]
+        with trio.fail_after(30):
+            await n0.wait_for(lambda n: bool(ranges) and ranges[-1][1] > n.core.commit)
+        nursery.cancel_scope.cancel()
+    assert net.applied["n0"] == []  # the range callback replaces the per-entry one
+    covered = [i for lo, hi in ranges for i in range(lo, hi)]
+    assert covered == list(range(len(covered)))
+    log = n0.storage
+    mine = [(e.index, e.term, e.body) for e in log.entries(0, len(covered))]
+    other = next(p for p in PEERS if p != "n0")
+    theirs = [(e.index, e.term, e.body) for e in net.applied[other]]
+    n = min(len(mine), len(theirs))
+    assert n >= 50 and mine[:n] == theirs[:n]
+    log.close()

@@ -1,6 +1,6 @@
 """FileLogStorage's per-message fast paths write exactly what the general path writes.
 
-The leader appends one entry at a time (``_append_one``), a follower whole pushes
+The leader appends one entry at a time (``append_one``), a follower whole pushes
 (``_append_in_place``), and both fall back to the general encoder at file rolls; all of them
 must leave byte-identical data and index files, which recovery then reads back.  ``entries``
 serves recent entries from a bodies cache and hands the same list to consecutive identical
@@ -111,3 +111,31 @@ def test_repeated_reads_never_return_truncated_entries(tmp_path: Path) -> None:
         assert len(storage.entries(0, 10, 25)) == 2  # the byte budget still applies
     finally:
         storage.close()
+
+
+def test_recovery_zeroes_a_torn_tail_and_stray_bytes_beyond_it(tmp_path: Path) -> None:
+    """Recovery zeroes only the data extents past the valid end (SEEK_DATA skips the holes of
+    the sparse file), and still erases everything non-zero there: a torn entry right after
+    the end and stray bytes far beyond it."""
+    directory = tmp_path / "log"
+    size = 8 * 1024 * 1024
+    storage = FileLogStorage(directory, data_file_bytes=size, fsync=False)
+    storage.append([Entry(i, 1, bytes([i + 1]) * 100) for i in range(5)])
+    end = storage.write_pos
+    storage.sync()
+    storage.close()
+    path = directory / "data" / f"{0:020d}"
+    with open(path, "r+b") as f:
+        f.seek(end)
+        f.write(b"\x00\x00\x00\x01torn entry")  # looks like the start of an entry
+        f.seek(6 * 1024 * 1024 + 123)
+        f.write(b"stray")
+    reopened = FileLogStorage(directory, data_file_bytes=size, fsync=False)
+    try:
+        assert reopened.last_index() == 4 and reopened.write_pos == end
+        reopened.sync()
+    finally:
+        reopened.close()
+    data = path.read_bytes()
+    assert len(data) == size
+    assert not any(data[end:])

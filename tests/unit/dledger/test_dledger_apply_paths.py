@@ -1,0 +1,175 @@
+"""The leader's fast paths agree with the general ones, through a real single-member
+DLedgerMessageStore (its peer port on 127.0.0.1, its files in a temp dir):
+
+* sends proposed with the caller's own commit waiter (``propose_with``, the broker's send
+  path), with a node Waiter (``propose_message``) and without waiting (``append_message``),
+  applied from the leader's stash by ``apply_committed_range``, leave ConsumeQueue and
+  IndexFile bytes identical to what a member that parses every committed record (recovery of a
+  copy of the same DLedger files with no ConsumeQueues) builds;
+* a sink gets exactly one ``finish`` with the entry it was given; a refused one none.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import socket
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from broker.config import load_broker_config
+from cluster.protocol.message import MessageConst, new_message
+from dledger.commitlog_adapter import DLedgerMessageStore
+from dledger.messages import ResponseCode
+from dledger.node import AppendResult, run_store_node
+from store.commitlog import PutMessageStatus
+
+WAIT_S = 20.0
+TOPIC = "ApplyPaths"
+MESSAGES = 120
+USED_PREFIX_BYTES = 4 * 1024 * 1024
+"""More than this test writes into any DLedger file."""
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _open(root: Path, port: int) -> DLedgerMessageStore:
+    values = {
+        "storePathRootDir": str(root), "brokerName": "b", "enableDLegerCommitLog": "true",
+        "dLegerGroup": "g", "dLegerPeers": f"n0-127.0.0.1:{port}", "dLegerSelfId": "n0",
+        "heartBeatTimeIntervalMs": "200",  # elected in ~1 s instead of ~6 s
+        # small ConsumeQueue and IndexFile files: the test hashes them whole
+        "mappedFileSizeConsumeQueue": str(20 * 1000), "maxHashSlotNum": "1000",
+        "maxIndexNum": "4000",
+    }
+    settings = load_broker_config(values).settings
+    return DLedgerMessageStore.open_dledger(settings.store, settings.dledger)
+
+
+def _digest(root: Path, sub: str) -> list[tuple[str, str]]:
+    """(relative path, sha256) of every file under root/sub; IndexFile names are creation
+    timestamps, so those are compared by content and order only."""
+    out = []
+    for path in sorted(p for p in (root / sub).rglob("*") if p.is_file()):
+        name = str(path.relative_to(root)) if sub != "index" else "index"
+        out.append((name, hashlib.sha256(path.read_bytes()).hexdigest()))
+    return out
+
+
+def _copy_sparse(src: Path, dst: Path) -> None:
+    """Copy a DLedger store dir; the 1 GiB data and 160 MB index files only up to their last
+    non-zero byte (then extended sparsely), not byte by byte."""
+    for path in src.rglob("*"):
+        target = dst / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(USED_PREFIX_BYTES)
+        with open(target, "wb") as f:
+            f.write(head.rstrip(b"\0"))
+            f.truncate(size)
+
+
+class Sink:
+    """A Pending of the caller's own (what broker/dledger_role.py's answer object is)."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.term = 0
+        self.deadline = 0.0
+        self.result: AppendResult | None = None
+        self.event: trio.Event | None = None
+        self.calls: list[AppendResult] = []
+
+    def finish(self, result: AppendResult) -> None:
+        self.calls.append(result)
+        if self.result is None:
+            self.result = result
+
+
+def _message(i: int) -> Any:
+    props = {
+        MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: f"AC11000100002A9F{i:016X}",
+        MessageConst.PROPERTY_TAGS: f"tag{i % 3}",
+    }
+    if i % 4 == 0:
+        props[MessageConst.PROPERTY_KEYS] = f"k{i} shared"
+    if i % 25 == 7:
+        props[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = "3"  # goes to the schedule topic
+    return new_message(
+        TOPIC, b"body-%d" % i * (1 + i % 5), i % 4, 0, props, 0, 1_700_000_000_000 + i,
+        ("127.0.0.1", 40000 + i % 7), ("127.0.0.1", 10911), 0,
+    )
+
+
+async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path: Path) -> None:
+    port = _free_port()
+    leader_root = tmp_path / "leader"
+    store = await trio.to_thread.run_sync(_open, leader_root, port)
+    sinks: list[Sink] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(run_store_node, store, host="127.0.0.1"))
+            node = store.node
+            assert node is not None
+            with trio.fail_after(WAIT_S):
+                await node.wait_for(lambda _n: store.leader_ready)
+            for i in range(MESSAGES):
+                msg = _message(i)
+                if i % 3 == 0:
+                    sink = Sink()
+                    result = store.propose_with(msg, sink)
+                    assert result.status is PutMessageStatus.PUT_OK and sink.index >= 0
+                    sinks.append(sink)
+                elif i % 3 == 1:
+                    result, waiter = store.propose_message(msg, False)
+                    assert waiter is not None
+                else:
+                    assert store.append_message(msg).status is PutMessageStatus.PUT_OK
+                if i % 10 == 9:
+                    await trio.lowlevel.checkpoint()  # the driver commits in several Readies
+            last = node.core.storage.last_index()
+            with trio.fail_after(WAIT_S):
+                await node.wait_for(
+                    lambda _n: store.applied_index >= last and all(s.calls for s in sinks)
+                )
+            # a refused send never registers its sink
+            store.leader_ready = False
+            refused = Sink()
+            assert store.propose_with(_message(0), refused).status is (
+                PutMessageStatus.SERVICE_NOT_AVAILABLE
+            )
+            store.leader_ready = True
+            assert refused.index == -1 and not refused.calls
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+    for sink in sinks:
+        assert [c.code for c in sink.calls] == [ResponseCode.SUCCESS]
+    assert len({s.index for s in sinks}) == len(sinks)
+
+    # a copy of the DLedger files with no ConsumeQueue/IndexFile: recovery parses every record
+    parsed_root = tmp_path / "parsed"
+    parsed_root.mkdir()
+    dledger_dir = next(p.name for p in leader_root.iterdir() if p.name.startswith("dledger-"))
+    _copy_sparse(leader_root / dledger_dir, parsed_root / dledger_dir)
+    parsed = await trio.to_thread.run_sync(_open, parsed_root, port)
+    try:
+        assert parsed.applied_index == last
+    finally:
+        parsed.close()
+    queues = _digest(leader_root, "consumequeue")
+    assert len(queues) >= 5  # 4 queues of the topic + the schedule topic's
+    assert queues == _digest(parsed_root, "consumequeue")
+    assert _digest(leader_root, "index") == _digest(parsed_root, "index")
