@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import inspect
 import math
 import socket
@@ -83,10 +82,12 @@ class Deferred:
     and a callback instead of a task per request.
     """
 
-    __slots__ = ("_on_done", "done", "response")
+    __slots__ = ("_conn", "_conn_request", "_on_done", "done", "response")
 
     def __init__(self) -> None:
         self._on_done: Callable[[RemotingCommand | None], None] | None = None
+        self._conn: Connection | None = None  # the connection to answer on (no callback object)
+        self._conn_request: RemotingCommand | None = None
         self.done = False
         self.response: RemotingCommand | None = None
 
@@ -96,6 +97,13 @@ class Deferred:
             return
         self.done = True
         self.response = response
+        conn = self._conn
+        if conn is not None:
+            request = self._conn_request
+            self._conn = self._conn_request = None
+            assert request is not None
+            conn._deferred_done(request, response)
+            return
         callback, self._on_done = self._on_done, None
         if callback is not None:
             callback(response)
@@ -105,6 +113,14 @@ class Deferred:
             callback(self.response)
         else:
             self._on_done = callback
+
+    def _attach_connection(self, conn: Connection, request: RemotingCommand) -> None:
+        """``_attach(partial(conn._deferred_done, request))`` without the partial."""
+        if self.done:
+            conn._deferred_done(request, self.response)
+        else:
+            self._conn = conn
+            self._conn_request = request
 
 
 class RemotingError(Exception):
@@ -317,7 +333,9 @@ class Connection:
         self._flush_soon = False  # a writer is gathering this batch's frames
         self._deferred_flush = False  # a task will send the answers Deferreds resolved
         self._drained: trio.Event | None = None
-        self._slots = trio.Semaphore(max_in_flight, max_value=max_in_flight)
+        self._max_in_flight = max_in_flight
+        self._running = 0  # requests being processed: tasks and unresolved Deferreds
+        self._room: trio.Event | None = None  # the reader waits on it for a request to end
         #: Requests answered SYSTEM_BUSY because max_in_flight were already running.
         self.busy_refusals = 0
         self._closed = False
@@ -500,7 +518,7 @@ class Connection:
         while True:
             await trio.sleep_until(self._last_read + idle_timeout)
             quiet = trio.current_time() - self._last_read >= idle_timeout
-            busy = self._pending or self._flushing or self._slots.value != self._slots.max_value
+            busy = self._pending or self._flushing or self._running
             if quiet and not busy:
                 self.close_reason = f"idle for {idle_timeout:g}s"
                 self.log.info("closing idle connection", idle_s=idle_timeout)
@@ -512,7 +530,7 @@ class Connection:
     async def _read_frames(self, nursery: trio.Nursery) -> None:
         sock = self._sock
         decoder = self._decoder
-        slots = self._slots
+        max_in_flight = self._max_in_flight
         lookup = self._dispatcher.lookup
         drained = False
         while True:
@@ -553,20 +571,23 @@ class Connection:
                     deferred = self._answer_inline(processor, cmd)
                     if deferred is None:
                         continue
-                try:
-                    slots.acquire_nowait()
-                except trio.WouldBlock:
+                if self._running >= max_in_flight:
                     # max_in_flight requests of this peer are still running
                     if isinstance(deferred, Deferred):
-                        await slots.acquire()  # already under way elsewhere: wait for room
+                        # already under way elsewhere: wait for room
+                        while self._running >= max_in_flight:
+                            if self._room is None:
+                                self._room = trio.Event()
+                            await self._room.wait()
                     else:
                         close = getattr(deferred, "close", None)
                         if close is not None:
                             close()  # a coroutine that never started
                         self._refuse_busy(cmd)
                         continue
+                self._running += 1
                 if isinstance(deferred, Deferred):
-                    deferred._attach(functools.partial(self._deferred_done, cmd))
+                    deferred._attach_connection(self, cmd)
                     continue
                 nursery.start_soon(self._serve_request, processor, cmd, len(commands) > 1, deferred)
                 spawned = True
@@ -594,7 +615,7 @@ class Connection:
 
     def _deferred_done(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         """A ``Deferred`` answer arrived: queue it; one task sends all answers of this batch."""
-        self._slots.release()
+        self._request_ended()
         if request.flag & FLAG_ONEWAY or self._closed:
             return
         self._queue_response(request, response)
@@ -712,7 +733,14 @@ class Connection:
             if not self._flush_soon:
                 self._send_queued()
         finally:
-            self._slots.release()
+            self._request_ended()
+
+    def _request_ended(self) -> None:
+        self._running -= 1
+        room = self._room
+        if room is not None:
+            self._room = None
+            room.set()
 
     # ---------------------------------------------------------------- closing
 

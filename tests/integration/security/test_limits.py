@@ -15,6 +15,7 @@ from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.net import (
     OVERLOAD_REMARK,
     Connection,
+    Deferred,
     Dispatcher,
     RemotingServer,
     format_address,
@@ -54,7 +55,7 @@ async def test_in_flight_cap_answers_system_busy(nursery: trio.Nursery) -> None:
             with trio.fail_after(WAIT_S):  # the three requests are held by the server
                 await trio.testing.wait_all_tasks_blocked()
             (server_conn,) = server.connections
-            assert server_conn._slots.value == 0
+            assert server_conn._running == 3
             # three held: the fourth request of this connection is refused at once
             busy = await conn.invoke(RemotingCommand.request(HOLD_CODE), WAIT_S)
             assert busy.code == ResponseCode.SYSTEM_BUSY and busy.remark == OVERLOAD_REMARK
@@ -65,6 +66,46 @@ async def test_in_flight_cap_answers_system_busy(nursery: trio.Nursery) -> None:
                 assert ok.code == ResponseCode.SUCCESS
             release.set()
         assert [r.code for r in results] == [ResponseCode.SUCCESS] * 3
+
+
+async def test_deferred_answers_at_the_cap_wait_for_room(nursery: trio.Nursery) -> None:
+    """A Deferred is already under way when the cap is reached: the reader waits for a running
+    request to end (no SYSTEM_BUSY), and every answer reaches its caller."""
+    parked: list[tuple[RemotingCommand, Deferred]] = []
+
+    def later(conn: Connection, req: RemotingCommand) -> Deferred:
+        d = Deferred()
+        parked.append((req, d))
+        return d
+
+    server = RemotingServer(Dispatcher({HOLD_CODE: later}), max_in_flight=2)
+    host, port = await nursery.start(server.serve, "127.0.0.1", 0)
+    addr = format_address(host, port)
+    async with open_remoting_client() as rc:
+        results: list[int] = []
+
+        async def one(i: int) -> None:
+            req = RemotingCommand.request(HOLD_CODE, {"i": str(i)})
+            resp = await rc.invoke(addr, req, WAIT_S)
+            assert resp.code == ResponseCode.SUCCESS and resp.remark == str(i)
+            results.append(i)
+
+        async with trio.open_nursery() as n:
+            for i in range(4):
+                n.start_soon(one, i)
+            with trio.fail_after(WAIT_S):
+                while len(parked) < 3:  # two attached, the third made and waiting for room
+                    await trio.testing.wait_all_tasks_blocked()
+                (server_conn,) = server.connections
+                assert server_conn._running == 2 and server_conn.busy_refusals == 0
+                done = 0
+                while done < 4:
+                    await trio.testing.wait_all_tasks_blocked()
+                    req, d = parked[done]
+                    d.resolve(req.response(ResponseCode.SUCCESS, req.ext_fields["i"]))
+                    done += 1
+        assert sorted(results) == [0, 1, 2, 3]
+        assert server_conn._running == 0 and server_conn.busy_refusals == 0
 
 
 async def test_namesrv_acl_on_writes_and_signed_registration(tmp_path: Path) -> None:
