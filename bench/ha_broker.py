@@ -13,6 +13,10 @@ While the load runs the master's GET_BROKER_RUNTIME_INFO is sampled every 20 ms 
 ``slaveFallBehindMuch`` (bytes the slave has not acked yet): p50/p99/max per case.
 Every process is one Python process; master, slave and client compete for the machine's cores.
 Target (issue 7): sync >= 0.9x async throughput with 256 in flight.
+
+``python -m bench.ha`` (its default ``brokers`` setup) runs the same clusters through this
+file's helpers, with the cases interleaved and repeated, and adds CPU per message, run-queue
+waits, HA counters and the replication lag at half load.
 """
 
 from __future__ import annotations

@@ -100,6 +100,8 @@ class HAClient:
         self.last_write_ms = 0
         self.connects = 0
         self.transferred_bytes = 0
+        self.receives = 0  # socket reads that carried frames
+        self.reports = 0  # offset reports sent
         self.log = get_logger(component="ha_client", role="SLAVE")
 
     # ------------------------------------------------------------------ control
@@ -209,6 +211,7 @@ class HAClient:
         try:
             offset = self.store.max_phys_offset
             await sock.send_all(encode_offset_report(offset))
+            self.reports += 1
             self.last_reported_offset = offset
             self.last_write_ms = self.clock_ms()
         finally:
@@ -240,6 +243,7 @@ class HAClient:
             frames = decoder.feed(data)
             if not frames:
                 continue
+            self.receives += 1
             advanced = False
             for frame in coalesce(frames):
                 slave_max = store.max_phys_offset

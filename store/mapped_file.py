@@ -66,6 +66,20 @@ def _load_madvise() -> Callable[[int, int, int], int] | None:
 _madvise = _load_madvise() if sys.platform.startswith("linux") else None
 
 
+def _load_msync() -> Callable[[int, int, int], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).msync
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int, int, int], int], fn)
+
+
+_msync = _load_msync() if sys.platform.startswith("linux") else None
+MS_SYNC: Final = 4  # <sys/mman.h> on Linux
+
+
 class MappedFile:
     __slots__ = ("file_from", "file_size", "flushed", "mm", "path", "view", "warmed", "wrote")
 
@@ -146,11 +160,35 @@ class MappedFile:
         return self.view[pos : self.wrote]
 
     def flush_range(self, start: int, end: int) -> None:
-        """msync file bytes [start, end); safe to call from a worker thread."""
+        """msync file bytes [start, end); safe to call from a worker thread.
+
+        Through libc (ctypes releases the GIL for the call), not ``mmap.flush``: that holds the
+        GIL while the kernel writes the pages back, so a flush "in a worker thread" stopped the
+        event loop for the whole msync (5-20 ms for the ~8 MB a 500 ms flush interval gathers
+        at 15k msgs/s: the p99 of HA replication lag). Same syscall, same range, same flags
+        (MS_SYNC). The address comes from a buffer export released at once; a map closed on
+        the event loop meanwhile makes msync fail with ENOMEM, and what is gone needs no
+        flush."""
         if end <= start:
             return
         aligned = start - start % PAGE_SIZE
-        self.mm.flush(aligned, end - aligned)
+        if _msync is None:
+            self.mm.flush(aligned, end - aligned)
+            return
+        try:
+            probe = ctypes.c_char.from_buffer(self.mm, aligned)
+            address = ctypes.addressof(probe)
+            del probe
+        except (ValueError, TypeError, BufferError):
+            if self.mm.closed:
+                return  # closed meanwhile: nothing left to flush
+            self.mm.flush(aligned, end - aligned)  # no address to take: the GIL-holding way
+            return
+        if _msync(address, end - aligned, MS_SYNC) != 0:
+            err = ctypes.get_errno()
+            if err == errno.ENOMEM and self.mm.closed:
+                return
+            raise OSError(err, os.strerror(err))
 
     def populate(self, start: int, end: int) -> bool:
         """Prefault file bytes [start, end) writable (MADV_POPULATE_WRITE) so that later writes

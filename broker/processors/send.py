@@ -139,6 +139,36 @@ def _slow(code: int, ext: Any) -> SendHeader:
     )
 
 
+class _ReplicaDeferred(Deferred):
+    """A SYNC_MASTER send's answer, resolved when the HA service calls it with the replica
+    status (PUT_OK or FLUSH_SLAVE_TIMEOUT).
+
+    The PUT_OK answer is built at append time and kept; a stored non-OK status answers with
+    that answer's fields under its own code, exactly what ``_answer`` would build then. So a
+    waiting send holds its request and one answer, not the message, the results and a closure:
+    everything it holds lives until the slave's ack (milliseconds, hundreds of sends), and such
+    long-lived container objects are what makes the garbage collector run (it ran ~30x as
+    often on a SYNC master as on an ASYNC one; see ha/connection.py ``_GroupToken``)."""
+
+    __slots__ = ("_ok", "_remark", "_request")
+
+    def __init__(self, request: RemotingCommand, ok: RemotingCommand, remark: str) -> None:
+        super().__init__()
+        self._request = request
+        self._ok = ok
+        self._remark = remark
+
+    def __call__(self, status: PutMessageStatus) -> None:
+        if status is PutMessageStatus.PUT_OK:
+            self.resolve(self._ok)
+        elif status.stored:
+            code, remark = put_status_code(status)
+            self.resolve(self._request.response(code, remark, self._ok.ext_fields))
+        else:
+            code, remark = put_status_code(status, self._remark)
+            self.resolve(self._request.response(code, remark))
+
+
 class SendProcessor:
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
@@ -196,12 +226,8 @@ class SendProcessor:
         status = ha.sync_status_nowait(end)
         if status is not None:
             return self._answer_status(request, msg, result, status)
-        deferred = Deferred()
-
-        def replicated(status: PutMessageStatus) -> None:
-            deferred.resolve(self._answer_status(request, msg, result, status))
-
-        ha.on_replicated(end, replicated)
+        deferred = _ReplicaDeferred(request, self._answer(request, msg, result), result.remark)
+        ha.on_replicated(end, deferred)
         return deferred
 
     async def _answer_after(
