@@ -23,7 +23,9 @@ _LEVELS = {
 
 
 def _json_serializer(obj: Any, **_kw: Any) -> str:
-    return orjson.dumps(obj, default=str).decode()
+    # non-str keys (a log field holding {queue_id: offset}) are written as strings: a log line
+    # must never raise where the call that logs it was fine
+    return orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 class _StderrLogger:

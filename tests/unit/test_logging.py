@@ -38,3 +38,11 @@ def test_json_lines_off_a_tty() -> None:
 def test_unknown_level_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown log level"):
         configure_logging("loud")
+
+
+def test_a_field_with_int_keys_is_logged_not_raised() -> None:
+    out = io.StringIO()
+    configure_logging("info", stream=out)
+    get_logger().info("consumer offsets reset", offsets={0: 12, 3: 40})
+    record = json.loads(out.getvalue().splitlines()[0])
+    assert record["offsets"] == {"0": 12, "3": 40}
