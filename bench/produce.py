@@ -114,7 +114,9 @@ def _send_ext(topic: str, queue_id: int, batch: bool = False) -> dict[str, str]:
     }
 
 
-async def _bench_broker(port: int, args: argparse.Namespace) -> dict[str, Any]:
+async def _bench_broker(
+    port: int, args: argparse.Namespace, broker_pid: int | None = None
+) -> dict[str, Any]:
     body = os.urandom(args.body)
     out: dict[str, Any] = {}
     async with open_remoting_client(node="bench-client") as client:
@@ -136,8 +138,8 @@ async def _bench_broker(port: int, args: argparse.Namespace) -> dict[str, Any]:
 
         # raw frames: the broker's own rates
         frames = _frames(RequestCode.SEND_MESSAGE_V2, TOPIC, body)
-        one = await _raw_case(port, frames, 1, args.seconds, 0.3)
-        many = await _raw_case(port, frames, args.inflight, args.seconds, 0.5)
+        one = await _raw_case(port, frames, 1, args.seconds, 0.3, broker_pid)
+        many = await _raw_case(port, frames, args.inflight, args.seconds, 0.5, broker_pid)
         # the same through our Python client API (open_remoting_client + invoke)
         api_one = await remoting_bench._drive(send, 1, args.seconds, 0.3)
         api_many = await remoting_bench._drive(send, args.inflight, args.seconds, 0.5)
@@ -149,6 +151,7 @@ async def _bench_broker(port: int, args: argparse.Namespace) -> dict[str, Any]:
                 "msgs_per_s": raw["req_per_s"],
                 "p50_us": raw["p50_us"],
                 "p99_us": raw["p99_us"],
+                "broker_cpu_us_per_msg": raw["broker_cpu_us_per_req"],
                 "via_client_api": {
                     "msgs_per_s": api["req_per_s"],
                     "p50_us": api["p50_us"],
@@ -169,7 +172,9 @@ async def _bench_broker(port: int, args: argparse.Namespace) -> dict[str, Any]:
             raise RuntimeError(f"batch send failed: {first.code} {first.remark}")
 
         batch_frames = [encode(r, 1 + i) for i, r in enumerate(batch_requests)]
-        batch = await _raw_case(port, batch_frames, args.batch_inflight, args.seconds, 0.3)
+        batch = await _raw_case(
+            port, batch_frames, args.batch_inflight, args.seconds, 0.3, broker_pid
+        )
         out["batch_send"] = {
             "messages_per_request": args.batch,
             "in_flight": args.batch_inflight,
@@ -177,6 +182,7 @@ async def _bench_broker(port: int, args: argparse.Namespace) -> dict[str, Any]:
             "msgs_per_s": batch["req_per_s"] * args.batch,
             "p50_us": batch["p50_us"],
             "p99_us": batch["p99_us"],
+            "broker_cpu_us_per_msg": round(batch["broker_cpu_us_per_req"] / args.batch, 2),
         }
 
         # pull: one request per queue in flight, walking each queue from 0
@@ -233,7 +239,7 @@ class _RawDriver:
 
     async def read_responses(self, n: int) -> list[int]:
         """Read ``n`` response frames; their codes."""
-        codes = []
+        codes: list[int] = []
         while len(codes) < n:
             while len(self.buf) >= 8:
                 (length,) = _U32.unpack_from(self.buf, 0)
@@ -252,15 +258,35 @@ class _RawDriver:
         return codes
 
 
+def _cpu_seconds(pid: int | None) -> float:
+    """utime + stime of process ``pid`` (0.0 when unknown or not on Linux)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _raw_case(
-    port: int, frames: list[bytes], inflight: int, seconds: float, warmup: float
+    port: int,
+    frames: list[bytes],
+    inflight: int,
+    seconds: float,
+    warmup: float,
+    broker_pid: int | None = None,
 ) -> dict[str, float]:
-    """Keep ``inflight`` requests outstanding for ``seconds``; rate and latency percentiles."""
+    """Keep ``inflight`` requests outstanding for ``seconds``; rate and latency percentiles,
+    and the broker's CPU time per request over the measured window (``broker_pid`` given):
+    far less noisy than the rate on a shared machine."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     driver = _RawDriver(stream)
     sent_at: list[float] = []
     latencies: list[float] = []
     done = 0
+    cpu_start = _cpu_seconds(broker_pid)
     cycle = itertools.cycle(frames)
     clock = time.perf_counter
     try:
@@ -281,6 +307,7 @@ async def _raw_case(
             if now >= measure_from:
                 if measured_start is None:
                     measured_start = now
+                    cpu_start = _cpu_seconds(broker_pid)
                 latencies.append(now - sent_at[head])
                 done += 1
             head += 1
@@ -295,6 +322,7 @@ async def _raw_case(
                     sent_at.extend([clock()] * n)
                     await stream.send_all(b"".join(next(cycle) for _ in range(n)))
         elapsed = clock() - (measured_start or start)
+        cpu = _cpu_seconds(broker_pid) - cpu_start
     finally:
         await stream.aclose()
     lat = sorted(latencies)
@@ -307,6 +335,7 @@ async def _raw_case(
         "req_per_s": round(done / elapsed),
         "p50_us": pct(0.5),
         "p99_us": pct(0.99),
+        "broker_cpu_us_per_req": round(cpu / max(1, done) * 1e6, 2),
     }
 
 
@@ -342,12 +371,12 @@ def main() -> None:
         baseline = trio.run(remoting_bench._bench_baseline, port, body, 1, args.seconds)
     finally:
         remoting_bench._stop(proc)
-    ping_pong = baseline["one_in_flight"]
+    ping_pong: dict[str, float] = baseline["one_in_flight"]  # type: ignore[assignment]
 
     with tempfile.TemporaryDirectory(prefix="bench-produce-") as store:
         broker, bport = _start_broker(store, os.environ.get("BENCH_BROKER_EXTRA", ""))
         try:
-            results = trio.run(_bench_broker, bport, args)
+            results = trio.run(_bench_broker, bport, args, broker.pid)
         finally:
             broker.terminate()
             try:

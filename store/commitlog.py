@@ -8,7 +8,6 @@ header, one slice copy for the body, two small copies for topic and properties).
 from __future__ import annotations
 
 import enum
-import itertools
 import mmap
 import struct
 import time
@@ -64,6 +63,7 @@ _PROPS_LEN: Final = tuple(I16.pack(n) for n in range(256))  # short properties: 
 HOST_CACHE_MAX_ENTRIES: Final = 65536
 _DELAY: Final = MessageConst.PROPERTY_DELAY_TIME_LEVEL
 _SEP: Final = b"\x02"
+_OFFSET_PACK: Final = struct.Struct(">q").pack  # the offset half of an offset msgId
 
 
 class PutMessageStatus(enum.Enum):
@@ -80,7 +80,8 @@ class PutMessageStatus(enum.Enum):
 
     @property
     def stored(self) -> bool:
-        return self in _STORED
+        # PUT_OK by identity first: ``in`` a frozenset calls Enum.__hash__, a Python function
+        return self is PutMessageStatus.PUT_OK or self in _STORED
 
 
 _STORED: Final = frozenset(
@@ -112,8 +113,12 @@ class AppendMessageResult(NamedTuple):
     def msg_id(self) -> str:
         """Offset msgId; comma-separated for a batch, as RocketMQ answers a batch send."""
         if self.offsets:
-            host = self.store_host_bytes
-            return ",".join(encode_offset_msg_id_raw(host, o) for o in self.offsets)
+            # encode_offset_msg_id_raw per record, joined: hex(host + offset as >q), upper case
+            # (offsets are never negative); the host's hex is made once and the case is
+            # raised once for the whole answer
+            host = self.store_host_bytes.hex()
+            hexes = map(bytes.hex, map(_OFFSET_PACK, self.offsets))
+            return (host + ("," + host).join(hexes)).upper()
         return encode_offset_msg_id_raw(self.store_host_bytes, self.wrote_offset)
 
 
@@ -324,33 +329,38 @@ class CommitLog:
         # (body start, body len, props start, props len, record size) per item
         items: list[tuple[int, int, int, int, int, int]] = []
         fixed = RECORD_FIXED_SIZE - 1 + len(topic_b)
+        unpack_item = BATCH_ITEM_HEAD.unpack_from
+        unpack_i16 = I16.unpack_from
+        head_size = BATCH_ITEM_HEAD.size
+        item_min = BATCH_ITEM_FIXED_SIZE
+        max_body = self.max_body
+        len_extra = len(extra)
+        add = items.append
         pos = 0
         while pos < end:
-            if end - pos < BATCH_ITEM_FIXED_SIZE:
+            if end - pos < item_min:
                 return _illegal("bad batch body: truncated item")
-            total, _magic, _crc, flag, body_len = BATCH_ITEM_HEAD.unpack_from(src, pos)
-            b0 = pos + BATCH_ITEM_HEAD.size
-            if (
-                total < BATCH_ITEM_FIXED_SIZE or pos + total > end or body_len < 0
-                or b0 + body_len + 2 > pos + total
-            ):
+            total, _magic, _crc, flag, body_len = unpack_item(src, pos)
+            b0 = pos + head_size
+            item_end = pos + total
+            if total < item_min or item_end > end or body_len < 0 or b0 + body_len + 2 > item_end:
                 return _illegal("bad batch body: bad item size")
-            (props_len,) = I16.unpack_from(src, b0 + body_len)
+            (props_len,) = unpack_i16(src, b0 + body_len)
             p0 = b0 + body_len + 2
-            if props_len < 0 or p0 + props_len != pos + total:
+            if props_len < 0 or p0 + props_len != item_end:
                 return _illegal("bad batch body: item size mismatch")
-            if body_len > self.max_body:
-                return _illegal(f"message body {body_len} > maxMessageSize {self.max_body}")
-            joined = props_len + len(extra)
-            if extra and props_len and src[p0 + props_len - 1] != 2:
+            if body_len > max_body:
+                return _illegal(f"message body {body_len} > maxMessageSize {max_body}")
+            joined = props_len + len_extra
+            if len_extra and props_len and src[item_end - 1] != 2:
                 joined += 1  # join_properties adds a 0x02 separator
             if joined > MAX_PROPERTIES_LENGTH_BYTES:
                 return _illegal(
                     f"properties {joined} > {MAX_PROPERTIES_LENGTH_BYTES}",
                     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
                 )
-            items.append((flag, b0, body_len, p0, props_len, fixed + body_len + joined))
-            pos += total
+            add((flag, b0, body_len, p0, props_len, fixed + body_len + joined))
+            pos = item_end
         if not items:
             return _illegal("empty batch")
         try:
@@ -378,24 +388,30 @@ class CommitLog:
         mm = mf.mm
         tlen = len(topic_b)
         pack_into = RECORD_HEADER.pack_into
+        props_len_bytes = _PROPS_LEN
+        offsets: list[int] = []
+        add_offset = offsets.append
         for flag, b0, body_len, p0, props_len, total in items:
             body = src[b0 : b0 + body_len]
+            phys = base + wpos
+            add_offset(phys)
             pack_into(
-                mm, wpos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, qo,
-                base + wpos, sys_flag, born_ts, born_host, now, store_host, reconsume, 0,
-                body_len,
+                mm, wpos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, qo, phys,
+                sys_flag, born_ts, born_host, now, store_host, reconsume, 0, body_len,
             )
             p = wpos + RECORD_HEADER_SIZE + body_len
             mm[p - body_len : p] = body
             end = wpos + total
-            if extra:
+            if len_extra:
                 # own properties + (0x02 when needed, as join_properties) + the header's, sized
                 # in the first pass: PROPLEN = what is left of the record after the topic
                 joined = end - p - tlen - 2
-                sep = _SEP if joined - props_len - len(extra) else b""
                 mm[p:end] = b"".join((
-                    topic_b, _PROPS_LEN[joined] if joined < 256 else I16.pack(joined),
-                    src[p0 : p0 + props_len], sep, extra,
+                    topic_b,
+                    props_len_bytes[joined] if joined < 256 else I16.pack(joined),
+                    src[p0 : p0 + props_len],
+                    _SEP if joined - props_len - len_extra else b"",
+                    extra,
                 ))
             else:
                 # the item already holds PROPLEN right before its properties: copy both
@@ -406,11 +422,10 @@ class CommitLog:
         mf.wrote = wpos
         self.topic_queue_table[key] = qo
         self.last_store_timestamp = now
-        offsets = tuple(itertools.accumulate((it[5] for it in items[:-1]), initial=first_phys))
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             AppendMessageResult(
-                first_phys, batch_size, now, first_qo, len(items), store_host, offsets
+                first_phys, batch_size, now, first_qo, len(items), store_host, tuple(offsets)
             ),
         )
 

@@ -18,6 +18,10 @@ log = structlog.get_logger(component="consume_queue")
 CQ_UNIT: Final = struct.Struct(">qiq")
 UNIT: Final = CQ_STORE_UNIT_SIZE_BYTES
 FILLER_SIZE: Final = 0x7FFFFFFF  # (0, MAX_INT, 0) fills the space before a queue's first unit
+#: the most units ``put_run`` packs in one call (the dispatcher cuts longer runs)
+CQ_RUN_MAX_UNITS: Final = 64
+#: the struct of a run of k units, for k = 0..CQ_RUN_MAX_UNITS
+_RUN_PACKERS: Final = tuple(struct.Struct(">" + "qiq" * k) for k in range(CQ_RUN_MAX_UNITS + 1))
 
 
 class ConsumeQueue:
@@ -132,6 +136,27 @@ class ConsumeQueue:
         mf.wrote += UNIT
         self.max_physic_offset = phys + size
         return True
+
+    def put_run(self, cq_index: int, units: list[int]) -> None:
+        """``put`` of consecutive units from ``cq_index``: ``units`` is flat
+        ``(phys, size, tagsCode) * k`` with phys increasing (CommitLog order). When the first
+        unit is new and all of them are the next units with room in the last segment (the
+        usual case), one ``pack_into`` writes them all: the bytes ``put`` would write one by
+        one. Anything else (replay, a gap, a segment rollover) goes through ``put`` each."""
+        k = len(units) // 3
+        files = self.queue.files
+        if files and k <= CQ_RUN_MAX_UNITS and units[0] + units[1] > self.max_physic_offset:
+            last = files[-1]
+            wrote = last.wrote
+            if last.file_from + wrote == cq_index * UNIT and wrote + k * UNIT <= last.file_size:
+                _RUN_PACKERS[k].pack_into(last.mm, wrote, *units)
+                last.wrote = wrote + k * UNIT
+                self.max_physic_offset = units[-3] + units[-2]
+                return
+        put = self.put
+        for i in range(0, 3 * k, 3):
+            put(cq_index, units[i], units[i + 1], units[i + 2])
+            cq_index += 1
 
     # ------------------------------------------------------------------ read
 

@@ -3,9 +3,10 @@
 ``Dispatcher.dispatch()`` reads from ``reput_from`` up to the CommitLog's readable end without
 CRC checks, stops before an incomplete record (a slave may hold half a record from a master
 frame), follows blanks to the next file, and calls ``on_arrival(topic, queue_id, next_offset,
-tags_code, store_timestamp)`` per dispatched message for long polling. The Trio shell
-(``store/flush.py``) calls it whenever new bytes arrive; ``MessageStore.append_message`` calls
-it inline for a single put when the reput is caught up.
+tags_code, store_timestamp)`` for long polling: once per run of consecutive records of one
+queue with one tagsCode, with the run's last offset (what a parked pull needs to know). The
+Trio shell (``store/flush.py``) calls it whenever new bytes arrive; ``MessageStore.append_message``
+calls it inline for a single put when the reput is caught up.
 
 Only what dispatch needs is read from a record (fixed offsets via one struct, TAGS / KEYS /
 UNIQ_KEY by a bytes search of the properties), and IndexFile headers are written once per
@@ -51,7 +52,7 @@ from store.config import (
     SCHEDULE_TOPIC,
     MessageStoreConfig,
 )
-from store.consume_queue import ConsumeQueue
+from store.consume_queue import CQ_RUN_MAX_UNITS, ConsumeQueue
 from store.index_file import IndexService
 
 log = structlog.get_logger(component="dispatcher")
@@ -130,6 +131,9 @@ class Dispatcher:
         self.stuck_at: int | None = None  # offset of a corrupt record the dispatcher stopped at
         self._topic_cache: dict[bytes, str] = {}
         self._tags_cache: dict[bytes, int] = {}
+        #: (length, head, tail, UNIQ_KEY value start, end, topic, tagsCode) of the template
+        #: record: topic + properties bytes from the topic-length byte on; length -1 = none
+        self._template: tuple[int, bytes, bytes, int, int, str, int] = (-1, b"", b"", 0, 0, "", 0)
 
     @property
     def behind(self) -> int:
@@ -143,6 +147,25 @@ class Dispatcher:
         if self.index is not None:
             self.index.build_index(req)
         self.last_store_timestamp = req.store_timestamp
+
+    def _flush_run(
+        self,
+        topic: str,
+        queue_id: int,
+        first: int,
+        units: list[int],
+        arrivals: list[tuple[int, int, int]] | None,
+    ) -> None:
+        """Write a run of ConsumeQueue units and tell the arrival listener about every tagsCode
+        change inside it (the caller announces the run's last record)."""
+        cq = self.cqs.queues.get((topic, queue_id))
+        if cq is None:
+            cq = self.cqs.find_or_create(topic, queue_id)
+        cq.put_run(first, units)
+        arrival = self.on_arrival
+        if arrival is not None and arrivals:
+            for next_offset, code, store_ts in arrivals:
+                arrival(topic, queue_id, next_offset, code, store_ts)
 
     def dispatch(self, max_bytes: int = MAX_DISPATCH_BYTES_PER_ROUND) -> int:
         """Dispatch up to about ``max_bytes``; returns how many records were dispatched.
@@ -169,6 +192,26 @@ class Dispatcher:
         unpack_size = SIZE_MAGIC.unpack_from
         unpack_i16 = I16.unpack_from
         last_ts = self.last_store_timestamp
+        # Side effects are gathered per run and written when the run ends (a record that does
+        # not continue it, a file end, the round's end): ConsumeQueue units of consecutive
+        # offsets of one queue go out in one put_run, arrival listeners hear once per run of
+        # records with one tagsCode (the last offset: a parked pull wakes for "an offset past
+        # mine with a matching tag" and that holds for a run iff for its last record), and
+        # index entries of records with a UNIQ_KEY and no KEYS go out in one index_uniq_run
+        # per topic run, in record order. The files get the same bytes as record by record.
+        run: list[int] = []  # flat (phys, size, tagsCode) of the pending ConsumeQueue run
+        # (next offset, tagsCode, store ts) of the tagsCode changes inside the run, if any
+        run_arrivals: list[tuple[int, int, int]] | None = None
+        run_topic = ""
+        run_qid = run_first = run_code = run_ts = 0
+        run_next = -1
+        run_max = 3 * CQ_RUN_MAX_UNITS
+        keyed: list[tuple[bytes, int, int]] = []  # (UNIQ_KEY, phys, store ts) to index
+        keyed_topic = ""
+        # the template record (see below), kept across rounds: it is a function of its bytes
+        tpl_len, tpl_head, tpl_tail, tpl_u0, tpl_u1, tpl_topic, tpl_code = self._template
+        uniq: bytes | None = None
+        keys: bytes | None = None
         try:
             while self.reput_from < end and budget > 0:
                 mf = queue.find(self.reput_from)
@@ -210,98 +253,203 @@ class Dispatcher:
                         corrupt = True
                         break
                     tp = pos + RECORD_HEADER_SIZE + body_len
-                    topic_len = mm[tp]
-                    pp = tp + 1 + topic_len
                     rec_end = pos + total
-                    if pp + 2 > rec_end:
-                        corrupt = True
-                        break
-                    (props_len,) = unpack_i16(mm, pp)
-                    p0 = pp + 2
-                    if props_len < 0 or p0 + props_len != rec_end or topic_len == 0:
-                        corrupt = True
-                        break
-                    topic_raw = mm[tp + 1 : pp]
-                    topic = topic_cache.get(topic_raw)
-                    if topic is None:
-                        try:
-                            topic = topic_raw.decode()
-                        except UnicodeDecodeError:
+                    # The template path: a record whose topic + properties bytes equal the
+                    # previous fully read record's except for the UNIQ_KEY value (same length,
+                    # no 0x02 in it) -- the records of a batch, a producer's run of sends --
+                    # has that record's topic and tagsCode and no KEYS: the property entries
+                    # sit at the same places and only the UNIQ_KEY value differs, so the full
+                    # read below would find the same (the size checks it makes hold too:
+                    # topic length, properties length and record end are the same bytes).
+                    # A template record without UNIQ_KEY (and KEYS) must match whole.
+                    hit = False
+                    if rec_end - tp == tpl_len:
+                        rest = mm[tp:rec_end]
+                        if rest.startswith(tpl_head) and rest.endswith(tpl_tail):
+                            uniq = rest[tpl_u0:tpl_u1]
+                            hit = 2 not in uniq
+                    if hit:
+                        topic = tpl_topic
+                        code = tpl_code
+                    else:
+                        topic_len = mm[tp]
+                        pp = tp + 1 + topic_len
+                        if pp + 2 > rec_end:
                             corrupt = True
                             break
-                        if len(topic_cache) < TOPIC_CACHE_MAX_ENTRIES:
-                            topic_cache[topic_raw] = topic
-                    # tagsCode: hash of TAGS, or the delivery time for a delayed record
-                    props = mm[p0:rec_end] if props_len else b""
-                    if props_len == 0:
-                        code = 0
-                    elif topic == SCHEDULE_TOPIC and (
-                        dl := find_property(props, PROP_DELAY, 0, props_len)
-                    ) is not None:
-                        try:
-                            level = min(max(int(dl.decode("utf-8", "replace")), 1), 18)
-                        except ValueError:
-                            level = 1
-                        code = store_ts + DELAY_LEVELS_MS[level - 1]
-                    else:
-                        # find_property, inlined for the usual case: the last TAGS entry
-                        # starts an entry and has a value
-                        tags = None
-                        i = props.rfind(PROP_TAGS)
-                        if i >= 0:
-                            v0 = i + 5
-                            j = props.find(b"\x02", v0)
-                            if j < 0:
-                                j = props_len
-                            if j > v0 and (i == 0 or props[i - 1] == 2):
-                                tags = props[v0:j]
-                            else:
-                                tags = find_property(props, PROP_TAGS, 0, props_len)
-                        if tags is None:
+                        (props_len,) = unpack_i16(mm, pp)
+                        p0 = pp + 2
+                        if props_len < 0 or p0 + props_len != rec_end or topic_len == 0:
+                            corrupt = True
+                            break
+                        topic_raw = mm[tp + 1 : pp]
+                        cached = topic_cache.get(topic_raw)
+                        if cached is None:
+                            try:
+                                cached = topic_raw.decode()
+                            except UnicodeDecodeError:
+                                corrupt = True
+                                break
+                            if len(topic_cache) < TOPIC_CACHE_MAX_ENTRIES:
+                                topic_cache[topic_raw] = cached
+                        topic = cached
+                        # tagsCode: hash of TAGS, or the delivery time for a delayed record
+                        props = mm[p0:rec_end] if props_len else b""
+                        if props_len == 0:
                             code = 0
+                        elif topic == SCHEDULE_TOPIC and (
+                            dl := find_property(props, PROP_DELAY, 0, props_len)
+                        ) is not None:
+                            try:
+                                level = min(max(int(dl.decode("utf-8", "replace")), 1), 18)
+                            except ValueError:
+                                level = 1
+                            code = store_ts + DELAY_LEVELS_MS[level - 1]
                         else:
-                            code = tags_cache.get(tags)  # type: ignore[assignment]
-                            if code is None:
-                                code = tags_code(tags.decode("utf-8", "replace"))
-                                if len(tags_cache) < TAGS_CACHE_MAX_ENTRIES:
-                                    tags_cache[tags] = code
+                            # find_property, inlined for the usual case: the last TAGS entry
+                            # starts an entry and has a value
+                            tags = None
+                            i = props.rfind(PROP_TAGS)
+                            if i >= 0:
+                                v0 = i + 5
+                                j = props.find(b"\x02", v0)
+                                if j < 0:
+                                    j = props_len
+                                if j > v0 and (i == 0 or props[i - 1] == 2):
+                                    tags = props[v0:j]
+                                else:
+                                    tags = find_property(props, PROP_TAGS, 0, props_len)
+                            if tags is None:
+                                code = 0
+                            else:
+                                code = tags_cache.get(tags)  # type: ignore[assignment]
+                                if code is None:
+                                    code = tags_code(tags.decode("utf-8", "replace"))
+                                    if len(tags_cache) < TAGS_CACHE_MAX_ENTRIES:
+                                        tags_cache[tags] = code
                     txn = sys_flag & SYSFLAG_TRANSACTION_MASK
                     dispatchable = txn == 0 or txn == SYSFLAG_TRANSACTION_COMMIT_TYPE
                     if dispatchable:
-                        key = (topic, queue_id)
-                        cq = cq_table.get(key)
-                        if cq is None:
-                            cq = self.cqs.find_or_create(topic, queue_id)
-                        cq.put(queue_offset, phys, total, code)
-                    if (
-                        index is not None
-                        and props_len
-                        and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE
-                    ):
-                        uniq = None
-                        i = props.rfind(PROP_UNIQ_KEY)
-                        if i >= 0:
-                            v0 = i + 9
-                            j = props.find(b"\x02", v0)
-                            if j < 0:
-                                j = props_len
-                            if j > v0 and (i == 0 or props[i - 1] == 2):
-                                uniq = props[v0:j]
-                            else:
-                                uniq = find_property(props, PROP_UNIQ_KEY, 0, props_len)
-                        keys = (
-                            find_property(props, PROP_KEYS, 0, props_len)
-                            if PROP_KEYS in props
-                            else None
-                        )
-                        if uniq is not None or keys is not None:
+                        if (
+                            queue_offset == run_next
+                            and topic is run_topic
+                            and queue_id == run_qid
+                            and len(run) < run_max
+                        ):
+                            # the next unit of the current run (a batch, or a queue's
+                            # consecutive records)
+                            run += (phys, total, code)
+                            if code != run_code:
+                                if run_arrivals is None:
+                                    run_arrivals = []
+                                run_arrivals.append((run_next, run_code, run_ts))
+                                run_code = code
+                            run_next += 1
+                        else:
+                            if run:
+                                if len(run) == 3:
+                                    # a one-record run (queues taking turns): put it directly
+                                    cq = cq_table.get((run_topic, run_qid))
+                                    if cq is None:
+                                        cq = self.cqs.find_or_create(run_topic, run_qid)
+                                    cq.put(run_first, run[0], run[1], run[2])
+                                else:
+                                    self._flush_run(
+                                        run_topic, run_qid, run_first, run, run_arrivals
+                                    )
+                                if arrival is not None:
+                                    arrival(run_topic, run_qid, run_next, run_code, run_ts)
+                            run = [phys, total, code]
+                            run_arrivals = None
+                            run_topic = topic
+                            run_qid = queue_id
+                            run_first = queue_offset
+                            run_next = queue_offset + 1
+                            run_code = code
+                        run_ts = store_ts
+                    if index is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+                        if hit:
+                            keys = None
+                            if not uniq:
+                                uniq = None  # a template without a UNIQ_KEY
+                        elif props_len:
+                            uniq = None
+                            i = props.rfind(PROP_UNIQ_KEY)
+                            if i >= 0:
+                                v0 = i + 9
+                                j = props.find(b"\x02", v0)
+                                if j < 0:
+                                    j = props_len
+                                if j > v0 and (i == 0 or props[i - 1] == 2):
+                                    uniq = props[v0:j]
+                                else:
+                                    uniq = find_property(props, PROP_UNIQ_KEY, 0, props_len)
+                                    v0 = -1
+                            keys = (
+                                find_property(props, PROP_KEYS, 0, props_len)
+                                if PROP_KEYS in props
+                                else None
+                            )
+                            if (
+                                keys is None
+                                and uniq is not None
+                                and v0 >= 0
+                                and topic != SCHEDULE_TOPIC
+                            ):
+                                # this record is the template for the next ones
+                                tpl_len = rec_end - tp
+                                tpl_head = mm[tp:p0] + props[:v0]
+                                tpl_tail = props[j:]
+                                tpl_u0 = p0 - tp + v0
+                                tpl_u1 = p0 - tp + j
+                                tpl_topic = topic
+                                tpl_code = code
+                                self._template = (
+                                    tpl_len, tpl_head, tpl_tail, tpl_u0, tpl_u1, tpl_topic,
+                                    tpl_code,
+                                )
+                            elif keys is None and uniq is None and topic != SCHEDULE_TOPIC:
+                                # no UNIQ_KEY, no KEYS: a template that must match whole
+                                tpl_len = rec_end - tp
+                                tpl_head = mm[tp:rec_end]
+                                tpl_tail = b""
+                                tpl_u0 = tpl_u1 = 0
+                                tpl_topic = topic
+                                tpl_code = code
+                                self._template = (
+                                    tpl_len, tpl_head, tpl_tail, tpl_u0, tpl_u1, tpl_topic,
+                                    tpl_code,
+                                )
+                        else:
+                            uniq = keys = None
+                        if keys is None and uniq is not None:
+                            # the usual record: indexed with its neighbours in one call
+                            if topic is not keyed_topic:
+                                if keyed:
+                                    index.index_uniq_run(keyed_topic, keyed)
+                                    keyed = []
+                                keyed_topic = topic
+                            keyed.append((uniq, phys, store_ts))
+                        elif uniq is not None or keys is not None:
+                            if keyed:
+                                index.index_uniq_run(keyed_topic, keyed)
+                                keyed = []
                             index.index_raw_keys(topic, uniq, keys, phys, store_ts)
                     last_ts = store_ts
-                    if arrival is not None and dispatchable:
-                        arrival(topic, queue_id, queue_offset + 1, code, store_ts)
                     pos = rec_end
                     budget -= total
                     count += 1
+                # what the records above left pending, before reput_from moves past them
+                if run:
+                    self._flush_run(run_topic, run_qid, run_first, run, run_arrivals)
+                    if arrival is not None:
+                        arrival(run_topic, run_qid, run_next, run_code, run_ts)
+                    run = []
+                    run_arrivals = None
+                    run_next = -1
+                if keyed and index is not None:
+                    index.index_uniq_run(keyed_topic, keyed)
+                    keyed = []
                 if corrupt:
                     if self.stuck_at != base + pos:
                         log.error("dispatch_corrupt_record", offset=base + pos)

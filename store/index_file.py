@@ -48,15 +48,39 @@ _POW31_TAIL: Final = _POW31[_TAIL]
 _POW31_DESC_TAIL: Final = _POW31_DESC[_HASH_UNITS - _TAIL :]
 _HEAD_CACHE_MAX_ENTRIES: Final = 1 << 16
 _head_hashes: dict[bytes, int] = {}
+_head2_hashes: dict[bytes, int] = {}
+#: hash contribution of two bytes (a, b) read as the 16-bit ``a << 8 | b``: a * 31 + b
+_PAIR: Final = tuple((x >> 8) * 31 + (x & 0xFF) for x in range(1 << 16))
+_POW31_2: Final = 31 * 31
 
 
 def _ascii_hash(raw: bytes) -> int:
     """Java ``hashCode`` mod 2**32 of ASCII ``raw`` (at most _HASH_UNITS bytes). The hash of
-    all but the last 8 bytes is remembered: keys such as UNIQ_KEY share long heads (client
-    address, pid, time), so usually only the changing 8-byte tail is multiplied out."""
+    all but the last 2 bytes is remembered: keys such as UNIQ_KEY share long heads (client
+    address, pid, time, the high part of a counter), so usually only a table look-up of the
+    last two bytes is left (multiplying out even an 8-byte tail costs ~0.45 µs)."""
     n = len(raw)
     if n <= _TAIL + 4:
         return sum(map(operator.mul, raw, _POW31_DESC[_HASH_UNITS - n :])) & _MASK32
+    head = raw[:-2]
+    hh = _head2_hashes.get(head)
+    if hh is None:
+        hh = _head2_hash(head)
+    return (hh * _POW31_2 + _PAIR[(raw[-2] << 8) | raw[-1]]) & _MASK32
+
+
+def _head2_hash(head: bytes) -> int:
+    """The hash of a key's head (all but its last two bytes), remembered."""
+    hh = _ascii_hash8(head)
+    if len(_head2_hashes) >= _HEAD_CACHE_MAX_ENTRIES:
+        _head2_hashes.clear()
+    _head2_hashes[head] = hh
+    return hh
+
+
+def _ascii_hash8(raw: bytes) -> int:
+    """``_ascii_hash`` of a key longer than 12 bytes through a cache of all but its last 8."""
+    n = len(raw)
     cut = n - _TAIL
     head = raw[:cut]
     hh = _head_hashes.get(head)
@@ -166,6 +190,22 @@ class IndexFile:
 
     def write_header(self) -> None:
         self._write_header()
+
+    def counters(self) -> tuple[int, int, int, int, int, int]:
+        """(index_count, slot_count, begin_ts, begin_phy, end_phy, end_ts)"""
+        return (
+            self.index_count, self.slot_count, self.begin_ts, self.begin_phy, self.end_phy,
+            self.end_ts,
+        )
+
+    def set_counters(
+        self, index_count: int, slot_count: int, begin_ts: int, begin_phy: int, end_phy: int,
+        end_ts: int,
+    ) -> None:
+        self.index_count, self.slot_count = index_count, slot_count
+        self.begin_ts, self.begin_phy, self.end_phy, self.end_ts = (
+            begin_ts, begin_phy, end_phy, end_ts
+        )
 
     def time_matched(self, begin: int, end: int) -> bool:
         return (begin < self.begin_ts and end > self.end_ts) or (
@@ -377,6 +417,87 @@ class IndexService:
             if not f.put_hash(h, phys, store_ts):
                 f = self._writable()
                 f.put_hash(h, phys, store_ts)
+
+    def index_uniq_run(self, topic: str, run: list[tuple[bytes, int, int]]) -> None:
+        """``index_raw_keys(topic, uniq, None, phys, store_ts)`` for each
+        ``(uniq, phys, store_ts)`` of ``run``, in order (the dispatcher's batched path:
+        records with a UNIQ_KEY and no KEYS). The same entries, slot heads and file rollovers
+        as one call per record: the replay check and ``put_hash`` are inlined over local copies
+        of the file's counters, written back before a rollover and at the end."""
+        ph = self._prefix_hashes.get(topic)
+        if ph is None:
+            ph = self._prefix_hash(topic)
+        files = self.files
+        f = files[-1] if files else None
+        if f is None:
+            f = self._writable()
+            files = self.files
+        mm, slots, ebase, cap = f.mm, f.slots, f.entries_base, f.entries
+        n, slot_count, begin_ts, begin_phy, end_phy, end_ts = f.counters()
+        pair = _PAIR
+        heads = _head2_hashes
+        pow_n = _POW31
+        last_len = -1  # length of the previous key, and its
+        last_head = b""  # all but last two bytes,
+        hh = prefix_part = 0  # their hash, hash(topic#) * 31**len(key)
+        for uniq, phys, store_ts in run:
+            ulen = len(uniq)
+            if ph < 0 or ulen > _HASH_UNITS or ulen <= _TAIL + 4 or not uniq.isascii():
+                # not the usual key: the general per-record path, on a written-back file
+                f.set_counters(n, slot_count, begin_ts, begin_phy, end_phy, end_ts)
+                self.index_raw_keys(topic, uniq, None, phys, store_ts)
+                files = self.files
+                f = files[-1]
+                mm, slots, ebase, cap = f.mm, f.slots, f.entries_base, f.entries
+                n, slot_count, begin_ts, begin_phy, end_phy, end_ts = f.counters()
+                continue
+            if n >= cap:
+                f.set_counters(n, slot_count, begin_ts, begin_phy, end_phy, end_ts)
+                f = self._writable()
+                files = self.files
+                mm, slots, ebase, cap = f.mm, f.slots, f.entries_base, f.entries
+                n, slot_count, begin_ts, begin_phy, end_phy, end_ts = f.counters()
+            elif phys <= end_phy and (n > 1 or len(files) > 1):
+                continue  # already indexed (replayed dispatch)
+            # _ascii_hash, inlined: keys of a run usually share all but their last two bytes
+            # with the previous key (a startswith instead of a slice and a dict look-up);
+            # hash(topic#key) = hash(topic#) * 31**len(key) + hash(key) mod 2**32
+            if ulen != last_len:
+                last_len = ulen
+                prefix_part = ph * pow_n[ulen]
+                last_head = b""
+            if not last_head or not uniq.startswith(last_head):
+                last_head = uniq[:-2]
+                cached = heads.get(last_head)
+                hh = _head2_hash(last_head) if cached is None else cached
+            h = (prefix_part + hh * _POW31_2 + pair[(uniq[-2] << 8) | uniq[-1]]) & _MASK32
+            if h & 0x80000000:  # abs of the signed hashCode; MIN_VALUE -> 0
+                h = 0x100000000 - h
+                if h == 0x80000000:
+                    h = 0
+            # IndexFile.put_hash, inlined (the file is not full: checked above)
+            slot_pos = HEADER_SIZE + (h % slots) * SLOT_SIZE
+            (prev,) = _SLOT_UNPACK(mm, slot_pos)
+            if prev <= INVALID_INDEX or prev > n:
+                prev = INVALID_INDEX
+                slot_count += 1
+            if begin_ts <= 0:
+                diff = 0
+            else:
+                diff = (store_ts - begin_ts) // 1000
+                if diff > INT_MAX:
+                    diff = INT_MAX
+                elif diff < 0:
+                    diff = 0
+            _ENTRY_PACK(mm, ebase + n * ENTRY_SIZE, h, phys, diff, prev)
+            _SLOT_PACK(mm, slot_pos, n)
+            if n <= 1:
+                begin_phy = phys
+                begin_ts = store_ts
+            n += 1
+            end_phy = phys
+            end_ts = store_ts
+        f.set_counters(n, slot_count, begin_ts, begin_phy, end_phy, end_ts)
 
     def _prefix_hash(self, topic: str) -> int:
         """hashCode of ``topic#`` mod 2**32 (-1 when not ASCII)."""
