@@ -29,6 +29,7 @@ Index record (:data:`INDEX_RECORD`): ``magic i32 | pos i64 | size i32 | index i6
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import mmap
 import os
@@ -302,7 +303,7 @@ class _MmapFileList:
         containing = pos - pos % self.file_bytes
         for start in self.starts():
             if start > containing:
-                self.maps.pop(start).close()
+                _close_map(self.maps.pop(start))
                 self.dirty.discard(start)
                 (self.dir / _file_name(start)).unlink()
         m = self.maps.get(containing)
@@ -341,8 +342,16 @@ class _MmapFileList:
 
     def close(self) -> None:
         for m in self.maps.values():
-            m.close()
+            _close_map(m)
         self.maps.clear()
+
+
+def _close_map(m: mmap.mmap) -> None:
+    """Close a mapping that a worker thread may be reading the address of this instant (the
+    flush and warm threads take it through a short-lived buffer export): then the mapping is
+    released with its last reference instead (the thread's plan), which is soon."""
+    with contextlib.suppress(BufferError):
+        m.close()
 
 
 def write_hard_state(path: Path, hs: HardState, *, fsync: bool = True) -> None:

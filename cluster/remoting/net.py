@@ -300,7 +300,7 @@ class Connection:
     Writing never blocks a caller: frames are encoded into an outbound buffer and sent at once
     when the kernel takes them; what it does not take is sent by a flusher task. Call timeouts
     are kept by one timer task that wakes at the earliest pending deadline (not by a cancel scope
-    per call): a call costs a dict entry and an Event.
+    per call): a call costs a dict entry, and its caller parks itself until the answer.
     """
 
     def __init__(

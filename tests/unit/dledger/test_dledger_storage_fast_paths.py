@@ -139,3 +139,28 @@ def test_recovery_zeroes_a_torn_tail_and_stray_bytes_beyond_it(tmp_path: Path) -
     data = path.read_bytes()
     assert len(data) == size
     assert not any(data[end:])
+
+
+def test_truncation_while_a_flush_thread_holds_a_later_file(tmp_path: Path) -> None:
+    """The flush and warm threads take a map's address through a short buffer export; a
+    conflict truncation on the event loop that deletes that file meanwhile must not raise
+    (it killed the node) and must leave the log cut where asked."""
+    import ctypes
+
+    storage = FileLogStorage(tmp_path / "log", data_file_bytes=4096, index_file_bytes=2048,
+                             fsync=False)
+    try:
+        storage.append([Entry(i, 1, bytes([i]) * 600) for i in range(12)])
+        starts = sorted(storage.data.maps)
+        assert len(starts) >= 2
+        probe = ctypes.c_char.from_buffer(storage.data.maps[starts[-1]], 0)  # the thread's export
+        storage.truncate_suffix(1)
+        del probe
+        assert storage.last_index() == 0
+        assert sorted(storage.data.maps) == starts[:1]
+        storage.append([Entry(1, 2, b"after")])
+        assert [(e.index, e.term, e.body) for e in storage.entries(0, 2, 10_000)][1] == (
+            1, 2, b"after"
+        )
+    finally:
+        storage.close()
