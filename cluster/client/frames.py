@@ -47,10 +47,15 @@ def _fast_request(code: int, ext: dict[str, str], body: bytes) -> RemotingComman
     if not _FAST_OK:
         return request(code, ext, body)
     cmd = _new(RemotingCommand)
-    for name, value in (("code", code), ("language", LANGUAGE), ("version", VERSION),
-                        ("opaque", 0), ("flag", 0), ("remark", None), ("ext_fields", ext),
-                        ("body", body), ("serialize_type", SERIALIZE_JSON)):
-        _set(cmd, name, value)
+    _set(cmd, "code", code)
+    _set(cmd, "language", LANGUAGE)
+    _set(cmd, "version", VERSION)
+    _set(cmd, "opaque", 0)
+    _set(cmd, "flag", 0)
+    _set(cmd, "remark", None)
+    _set(cmd, "ext_fields", ext)
+    _set(cmd, "body", body)
+    _set(cmd, "serialize_type", SERIALIZE_JSON)
     return cmd
 
 
