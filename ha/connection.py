@@ -376,6 +376,11 @@ class HAService:
         if self.client is not None:  # our counters (since boot)
             info["haClientReceives"] = str(self.client.receives)
             info["haClientReports"] = str(self.client.reports)
+            lags = self.store.dispatcher.lag_histogram
+            if lags is not None:
+                # records by ms from the master storing them to this slave dispatching them
+                # (readable here): bucket i = i ms, the last = that many or more
+                info["haSlaveApplyLagMsHistogram"] = ",".join(map(str, lags))
         return info
 
     @property

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from typing import Final
 
 import structlog
 
@@ -113,6 +114,11 @@ class ConsumeQueueTable:
             cq.close()
 
 
+#: Buckets of ``Dispatcher.lag_histogram``: one per millisecond, the last holds everything from
+#: ``LAG_HISTOGRAM_BUCKETS - 1`` ms up.
+LAG_HISTOGRAM_BUCKETS: Final = 128
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -129,6 +135,10 @@ class Dispatcher:
         self.reput_from = 0
         self.last_store_timestamp = 0  # of the newest dispatched record (logicsMsgTimestamp)
         self.stuck_at: int | None = None  # offset of a corrupt record the dispatcher stopped at
+        #: On a slave: how many records were dispatched how many ms after the master stored
+        #: them (dispatch time minus the record's store timestamp; one clock reading per
+        #: round): the replication lag to "readable on the slave", per message. None: off.
+        self.lag_histogram: list[int] | None = None
         self._topic_cache: dict[bytes, str] = {}
         self._tags_cache: dict[bytes, int] = {}
         #: (length, head, tail, UNIQ_KEY value start, end, topic, tagsCode) of the template
@@ -192,6 +202,9 @@ class Dispatcher:
         unpack_size = SIZE_MAGIC.unpack_from
         unpack_i16 = I16.unpack_from
         last_ts = self.last_store_timestamp
+        lag_hist = self.lag_histogram
+        lag_top = LAG_HISTOGRAM_BUCKETS - 1
+        now_ms = cl.clock_ms() if lag_hist is not None else 0
         # Side effects are gathered per run and written when the run ends (a record that does
         # not continue it, a file end, the round's end): ConsumeQueue units of consecutive
         # offsets of one queue go out in one put_run, arrival listeners hear once per run of
@@ -436,6 +449,9 @@ class Dispatcher:
                                 keyed = []
                             index.index_raw_keys(topic, uniq, keys, phys, store_ts)
                     last_ts = store_ts
+                    if lag_hist is not None:
+                        lag = now_ms - store_ts
+                        lag_hist[lag if 0 <= lag < lag_top else (lag_top if lag > 0 else 0)] += 1
                     pos = rec_end
                     budget -= total
                     count += 1

@@ -48,7 +48,12 @@ from store.config import (
     MessageStoreConfig,
 )
 from store.consume_queue import CQ_UNIT, FILLER_SIZE, UNIT, ConsumeQueue
-from store.dispatcher import ArrivalListener, ConsumeQueueTable, Dispatcher
+from store.dispatcher import (
+    LAG_HISTOGRAM_BUCKETS,
+    ArrivalListener,
+    ConsumeQueueTable,
+    Dispatcher,
+)
 from store.flush import Watermark
 from store.index_file import IndexService
 from store.mapped_file import FlushPlan, run_flush_plan
@@ -157,6 +162,8 @@ class MessageStore:
             else None
         )
         self.dispatcher = Dispatcher(self.commitlog, self.cqs, self.index, on_arrival=on_arrival)
+        if config.broker_role is BrokerRole.SLAVE:  # replication lag, per replicated message
+            self.dispatcher.lag_histogram = [0] * LAG_HISTOGRAM_BUCKETS
         self.checkpoint: StoreCheckpoint | None = None
         self.retention = Retention(
             config, self.commitlog, self.cqs, self.index, disk_usage=disk_usage,
