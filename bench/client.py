@@ -246,7 +246,7 @@ async def _bench(ns_addr: str, port: int, args: argparse.Namespace) -> dict[str,
             await p.send_batch(batch_msgs)
             return args.batch
 
-        api_batch = batch_frames and RemotingCommand.request(
+        api_batch = RemotingCommand.request(
             RequestCode.SEND_BATCH_MESSAGE, produce_bench._send_ext(batch_topic, 0, True),
             batch_body)
 

@@ -229,16 +229,6 @@ async def _failovers(group: Group, kills: int, body: bytes) -> dict[str, Any]:
     }
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _batching(addr: str) -> dict[str, int]:
     """The DLedger leader's batching counters (GET_BROKER_RUNTIME_INFO)."""
     async with open_remoting_client(node="bench-info") as client:
@@ -265,11 +255,11 @@ def _throughput(
         await produce_bench._raw_case(port, frames, args.inflight, WARMUP_S, 0.0)
         addr = f"127.0.0.1:{port}"
         counters = await _batching(addr) if dledger else {}
-        before = {name: _cpu_s(pid) for name, pid in pids.items()}
+        before = {name: produce_bench._cpu_seconds(pid) for name, pid in pids.items()}
         started = time.monotonic()
         stats = await produce_bench._raw_case(port, frames, args.inflight, args.seconds, 0.0)
         elapsed = time.monotonic() - started
-        used = {name: _cpu_s(pid) - before[name] for name, pid in pids.items()}
+        used = {name: produce_bench._cpu_seconds(pid) - before[name] for name, pid in pids.items()}
         done = max(1, int(stats["requests"]))
         out: dict[str, Any] = {
             "msgs_per_s": stats["req_per_s"], "p50_us": stats["p50_us"],

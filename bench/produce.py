@@ -371,7 +371,7 @@ def main() -> None:
         baseline = trio.run(remoting_bench._bench_baseline, port, body, 1, args.seconds)
     finally:
         remoting_bench._stop(proc)
-    ping_pong: dict[str, float] = baseline["one_in_flight"]  # type: ignore[assignment]
+    ping_pong: dict[str, float] = baseline["one_in_flight"]
 
     with tempfile.TemporaryDirectory(prefix="bench-produce-") as store:
         broker, bport = _start_broker(store, os.environ.get("BENCH_BROKER_EXTRA", ""))

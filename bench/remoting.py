@@ -135,7 +135,9 @@ async def _drive(
     return stats.summary(elapsed)
 
 
-async def _bench_ours(port: int, body: bytes, inflight: int, seconds: float) -> dict[str, object]:
+async def _bench_ours(
+    port: int, body: bytes, inflight: int, seconds: float
+) -> dict[str, dict[str, float]]:
     async with open_remoting_client(node="bench-client") as client:
         conn = await client.connection(f"127.0.0.1:{port}")
         request = RemotingCommand.request(ECHO_CODE, {"topic": "BenchTopic", "queueId": "0"}, body)
@@ -152,7 +154,7 @@ async def _bench_ours(port: int, body: bytes, inflight: int, seconds: float) -> 
 
 async def _bench_baseline(
     port: int, body: bytes, inflight: int, seconds: float
-) -> dict[str, object]:
+) -> dict[str, dict[str, float]]:
     """Plain Trio length-prefixed echo: (a) ping-pong in one task; (b) a pipeline that keeps
     ``inflight`` frames outstanding, a reader task waking one waiter per answered frame."""
     frame = _LEN.pack(len(body)) + body

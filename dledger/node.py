@@ -41,10 +41,9 @@ import enum
 import functools
 import math
 import random
-import sys
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 import trio
@@ -77,7 +76,8 @@ from dledger.messages import (
     encode,
     encode_entries,
 )
-from store.mapped_file import MADV_POPULATE_WRITE, _madvise
+from store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
+from store.mapped_file import libc_msync as _msync
 
 if TYPE_CHECKING:
     from dledger.commitlog_adapter import DLedgerMessageStore
@@ -679,20 +679,6 @@ async def _store_flush_loop(store: DLedgerMessageStore, interval_s: float) -> No
             await store.flush_logics()
         except (OSError, ValueError) as exc:
             log.error("dledger flush failed", error=str(exc))
-
-
-def _load_msync() -> Callable[[int, int, int], int] | None:
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).msync
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return cast(Callable[[int, int, int], int], fn)
-
-
-_msync = _load_msync() if sys.platform.startswith("linux") else None
-MS_SYNC: Final = 4  # <sys/mman.h> on Linux
 
 
 def _msync_ranges(plan: list[tuple[Any, int, int]]) -> None:

@@ -76,7 +76,10 @@ def _load_msync() -> Callable[[int, int, int], int] | None:
     return cast(Callable[[int, int, int], int], fn)
 
 
-_msync = _load_msync() if sys.platform.startswith("linux") else None
+#: libc ``msync(addr, length, flags)`` (ctypes releases the GIL for the call); None where not
+#: available (then ``mmap.flush``, which holds the GIL). Shared with dledger/.
+libc_msync = _load_msync() if sys.platform.startswith("linux") else None
+_msync = libc_msync
 MS_SYNC: Final = 4  # <sys/mman.h> on Linux
 
 
