@@ -80,29 +80,33 @@ def _free_broker_port() -> int:
     raise RuntimeError("no free broker ports")
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+def _wait_boot(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for the node's boot line: a broker prints it once registered with the NameServer
+    (its port opens earlier, and a send before the registration finds no route)."""
+    assert proc.stdout is not None
     deadline = time.monotonic() + BOOT_TIMEOUT_S
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("node exited during start")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)  # a child process booting: nothing to wait on but the port
-    raise RuntimeError(f"nothing listening on {port}")
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if b"boot success" in line:
+            return
+    raise RuntimeError(f"node {proc.args!r} did not boot")
 
 
-def _start(store: str) -> tuple[list[subprocess.Popen[bytes]], str, int]:
+def _start(store: str, procs: list[subprocess.Popen[bytes]]) -> tuple[str, int]:
+    """NameServer and broker processes (appended to ``procs`` as they spawn, for the caller to
+    stop even when a start fails); the NameServer address and the broker port."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ns_port = _free_port()
     ns_conf = Path(store) / "namesrv.properties"
     ns_conf.write_text(f"listenPort={ns_port}\nbindAddress=127.0.0.1\n"
                        f"kvConfigPath={store}/kv.json\n")
     ns = subprocess.Popen([sys.executable, "-m", "namesrv", "-c", str(ns_conf), "--log-level",
-                           "warning"], cwd=str(ROOT), env=env, stdout=subprocess.DEVNULL,
+                           "warning"], cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL)
-    _wait_port(ns_port, ns)
+    procs.append(ns)
+    _wait_boot(ns)
     port = _free_broker_port()
     conf = Path(store) / "broker.properties"
     conf.write_text(
@@ -113,10 +117,11 @@ def _start(store: str) -> tuple[list[subprocess.Popen[bytes]], str, int]:
     )
     log = open(Path(store) / "broker.log", "wb")  # noqa: SIM115 - lives as long as the child
     broker = subprocess.Popen([sys.executable, "-m", "broker", "-c", str(conf), "--log-level",
-                               "warning"], cwd=str(ROOT), env=env, stdout=subprocess.DEVNULL,
+                               "warning"], cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
                               stderr=log)
-    _wait_port(port, broker)
-    return [broker, ns], f"127.0.0.1:{ns_port}", port
+    procs.append(broker)
+    _wait_boot(broker)
+    return f"127.0.0.1:{ns_port}", port
 
 
 async def _drive_client(fn: Any, inflight: int, seconds: float, warmup: float
@@ -379,14 +384,15 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("error")
     with tempfile.TemporaryDirectory(prefix="bench-client-") as store:
-        procs, ns_addr, port = _start(store)
+        procs: list[subprocess.Popen[bytes]] = []
         try:
+            ns_addr, port = _start(store, procs)
             result = trio.run(_bench, ns_addr, port, args)
         except BaseException:
             sys.stderr.write((Path(store) / "broker.log").read_text()[-3000:])
             raise
         finally:
-            for proc in procs:
+            for proc in reversed(procs):  # the broker first: it unregisters from the NameServer
                 proc.terminate()
                 try:
                     proc.wait(10)

@@ -57,6 +57,14 @@ LISTEN_BACKLOG: Final = 1024
 ACCEPT_BACKOFF_S: Final = 0.1
 #: Encoded frames waiting for the socket; past this, writers wait for the peer to read.
 MAX_OUTBOUND_BUFFER_BYTES: Final = 32 * 1024 * 1024
+#: While a connection lends its reading to lone calls (see ``Connection.invoke``), its reader
+#: looks at the socket itself at least this often when no call comes: a request the peer sends
+#: between calls (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE) waits at most this long,
+#: and so does noticing that the peer closed an idle connection.
+LEND_IDLE_S: Final = 0.05
+#: A connection lends its reading only when the peer sent no request for this long (a peer that
+#: calls us keeps the reader on the socket, so its requests are never held back).
+LEND_QUIET_S: Final = 1.0
 
 #: A request processor. ``async def`` processors run in a task of their own (they may wait: long
 #: polling, a flush, a call back to the peer); plain ``def`` processors must not block and run
@@ -206,6 +214,14 @@ class _Socket:
     async def wait_writable(self) -> None:
         await trio.lowlevel.wait_writable(self.sock)
 
+    def interrupt(self) -> None:
+        """Wake the tasks waiting on this socket with ``ClosedResourceError`` without closing it
+        (trio's ``notify_closing`` only wakes and unregisters; the next wait registers again).
+        Used to end a call whose own task waits on the socket when its deadline passes: a cancel
+        scope per call would cost ~5 us, the interrupt costs nothing until it is needed."""
+        if self.sock.fileno() >= 0:
+            trio.lowlevel.notify_closing(self.sock)
+
     def close(self) -> None:
         if self.sock.fileno() >= 0:
             trio.lowlevel.notify_closing(self.sock)  # wakes a task parked in wait_* on it
@@ -267,7 +283,7 @@ class _Pending:
     """One call waiting for its response. The caller parks itself and is rescheduled directly
     by whoever ends the call (response, timeout or close): no Event per call."""
 
-    __slots__ = ("deadline", "done", "error", "response", "task")
+    __slots__ = ("deadline", "done", "error", "reading", "response", "task")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
@@ -275,6 +291,7 @@ class _Pending:
         self.error: RemotingError | None = None
         self.done = False
         self.task: trio.lowlevel.Task | None = None  # set while the caller is parked
+        self.reading = False  # the caller reads the socket itself (a lone call)
 
     def finish(self) -> None:
         self.done = True
@@ -338,6 +355,15 @@ class Connection:
         self._room: trio.Event | None = None  # the reader waits on it for a request to end
         #: Requests answered SYSTEM_BUSY because max_in_flight were already running.
         self.busy_refusals = 0
+        # Lending the reading to lone calls (see invoke): the reader task while it is parked
+        # instead of waiting on the socket, the call reading now, and the last read with a
+        # request of the peer in it.
+        self._lender: trio.lowlevel.Task | None = None
+        self._reading_call: _Pending | None = None
+        self._reader_wanted = False  # a call ended that needs the reader back on the socket
+        self._peer_request_read = -math.inf
+        #: Calls that read their own response (lone calls while the reader lent its reading).
+        self.lone_calls = 0
         self._closed = False
         self.closed = trio.Event()
         self.close_reason: str | None = None
@@ -362,7 +388,13 @@ class Connection:
     async def invoke(
         self, request: RemotingCommand, timeout: float = DEFAULT_CALL_TIMEOUT_S
     ) -> RemotingCommand:
-        """Send ``request`` and wait for its response (matched by a fresh opaque)."""
+        """Send ``request`` and wait for its response (matched by a fresh opaque).
+
+        A call that is alone on a connection whose reader has lent out its reading reads its
+        own response (``_call_reading``): one task wakes per round trip instead of the reader
+        and then the caller, which is most of what a call costs over a bare socket loop when
+        calls go one at a time (a sync send loop).
+        """
         if self._closed:
             raise RemotingClosedError(f"connection to {self.peer} is closed")
         opaque = self._next_opaque()
@@ -373,11 +405,14 @@ class Connection:
             self._timer_deadline = deadline
             if self._timer_scope is not None:
                 self._timer_scope.deadline = deadline
-        try:
-            await self._write(request, opaque, len(self._pending) > 1)
-            await slot.wait()
-        finally:
-            self._pending.pop(opaque, None)
+        if self._lender is not None and self._reading_call is None and len(self._pending) == 1:
+            await self._call_reading(request, opaque, slot)
+        else:
+            try:
+                await self._write(request, opaque, len(self._pending) > 1)
+                await slot.wait()
+            finally:
+                self._pending.pop(opaque, None)
         if slot.response is not None:
             return slot.response
         if slot.error is not None:
@@ -405,6 +440,8 @@ class Connection:
                 if slot.deadline <= now:
                     del self._pending[opaque]
                     slot.finish()  # neither response nor error: the caller reports a timeout
+                    if slot.reading:  # its task waits on the socket itself: wake it
+                        self._sock.interrupt()
                 elif slot.deadline < earliest:
                     earliest = slot.deadline
             self._timer_deadline = earliest
@@ -460,7 +497,12 @@ class Connection:
             while not self._closed:
                 while view:
                     with trio.move_on_after(WRITE_TIMEOUT_S) as scope:
-                        await self._sock.wait_writable()
+                        try:
+                            await self._sock.wait_writable()
+                        except trio.ClosedResourceError:
+                            if self._closed:
+                                raise
+                            continue  # a timed-out call's interrupt, not a close: wait again
                     if scope.cancelled_caught:
                         self.close_reason = f"peer took nothing for {WRITE_TIMEOUT_S:g}s"
                         await self._abort(self.close_reason)
@@ -530,8 +572,6 @@ class Connection:
     async def _read_frames(self, nursery: trio.Nursery) -> None:
         sock = self._sock
         decoder = self._decoder
-        max_in_flight = self._max_in_flight
-        lookup = self._dispatcher.lookup
         drained = False
         while True:
             try:
@@ -546,61 +586,179 @@ class Connection:
             try:
                 commands = decoder.feed(data)
             except ProtocolError as exc:
-                self.close_reason = f"malformed frame: {exc}"
-                self.log.warning("malformed frame, closing connection", reason=str(exc))
-                for cmd in exc.commands:  # frames before the bad one: answer what can be at once
-                    if cmd.flag & FLAG_RESPONSE:
-                        self._complete(cmd)
-                        continue
-                    processor, is_async = lookup(cmd.code)
-                    if processor is not None and not is_async:
-                        self._answer_inline(processor, cmd)
-                self._send_queued()
+                self._malformed(exc)
                 return
             # a read that did not fill the buffer took everything the kernel had: the next
             # read waits for readiness first (no read that would fail, no extra scheduling)
             drained = len(data) < READ_CHUNK_BYTES
-            spawned = False
-            for cmd in commands:
-                if cmd.flag & FLAG_RESPONSE:
-                    self._complete(cmd)
-                    continue
-                processor, is_async = lookup(cmd.code)
-                deferred = None
-                if processor is not None and not is_async:
-                    deferred = self._answer_inline(processor, cmd)
-                    if deferred is None:
-                        continue
-                if self._running >= max_in_flight:
-                    # max_in_flight requests of this peer are still running
-                    if isinstance(deferred, Deferred):
-                        # already under way elsewhere: wait for room
-                        while self._running >= max_in_flight:
-                            if self._room is None:
-                                self._room = trio.Event()
-                            await self._room.wait()
-                    else:
-                        close = getattr(deferred, "close", None)
-                        if close is not None:
-                            close()  # a coroutine that never started
-                        self._refuse_busy(cmd)
-                        continue
-                self._running += 1
-                if isinstance(deferred, Deferred):
-                    deferred._attach_connection(self, cmd)
-                    continue
-                nursery.start_soon(self._serve_request, processor, cmd, len(commands) > 1, deferred)
-                spawned = True
-            self._send_queued()  # every inline answer of this read in one send
-            if len(self._out) > MAX_OUTBOUND_BUFFER_BYTES and not self._closed:
-                if self._drained is None:
-                    self._drained = trio.Event()
-                await self._drained.wait()  # stop reading until the peer reads its answers
-            if not drained and (spawned or commands or not waited):
+            spawned, answered = await self._take(commands, nursery)
+            if (
+                answered
+                and drained
+                and not self._pending
+                and not self._running
+                and self._last_read - self._peer_request_read > LEND_QUIET_S
+            ):
+                # This end makes calls one at a time and the peer is quiet: the next call
+                # reads its own response (``_call_reading``) while this task stays parked.
+                await self._lend_reading()
+                if self._closed:
+                    return
+                drained = False
+            elif not drained and (spawned or commands or not waited):
                 # Let the tasks just spawned or woken run (and answer) before this task tries
                 # the socket again; also keeps a busy connection from starving the others.
                 # (A drained socket is waited on next, which lets them run anyway.)
                 await trio.lowlevel.checkpoint()
+
+    async def _take(
+        self, commands: list[RemotingCommand], nursery: trio.Nursery
+    ) -> tuple[bool, bool]:
+        """Handle the frames of one read: responses end their calls, requests go to their
+        processors (answered inline, deferred, or in a task of their own). Whether a task was
+        spawned, and whether a response ended a call."""
+        max_in_flight = self._max_in_flight
+        lookup = self._dispatcher.lookup
+        spawned = answered = False
+        for cmd in commands:
+            if cmd.flag & FLAG_RESPONSE:
+                self._complete(cmd)
+                answered = True
+                continue
+            self._peer_request_read = self._last_read
+            processor, is_async = lookup(cmd.code)
+            deferred = None
+            if processor is not None and not is_async:
+                deferred = self._answer_inline(processor, cmd)
+                if deferred is None:
+                    continue
+            if self._running >= max_in_flight:
+                # max_in_flight requests of this peer are still running
+                if isinstance(deferred, Deferred):
+                    # already under way elsewhere: wait for room
+                    while self._running >= max_in_flight:
+                        if self._room is None:
+                            self._room = trio.Event()
+                        await self._room.wait()
+                else:
+                    close = getattr(deferred, "close", None)
+                    if close is not None:
+                        close()  # a coroutine that never started
+                    self._refuse_busy(cmd)
+                    continue
+            self._running += 1
+            if isinstance(deferred, Deferred):
+                deferred._attach_connection(self, cmd)
+                continue
+            nursery.start_soon(self._serve_request, processor, cmd, len(commands) > 1, deferred)
+            spawned = True
+        self._send_queued()  # every inline answer of this read in one send
+        if len(self._out) > MAX_OUTBOUND_BUFFER_BYTES and not self._closed:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()  # stop reading until the peer reads its answers
+        return spawned, answered
+
+    def _malformed(self, exc: ProtocolError) -> None:
+        """A frame could not be decoded: answer what came before it; the connection closes."""
+        self.close_reason = f"malformed frame: {exc}"
+        self.log.warning("malformed frame, closing connection", reason=str(exc))
+        lookup = self._dispatcher.lookup
+        for cmd in exc.commands:  # frames before the bad one: answer what can be at once
+            if cmd.flag & FLAG_RESPONSE:
+                self._complete(cmd)
+                continue
+            processor, is_async = lookup(cmd.code)
+            if processor is not None and not is_async:
+                self._answer_inline(processor, cmd)
+        self._send_queued()
+
+    # ---------------------------------------------------------------- lending the reading
+
+    async def _lend_reading(self) -> None:
+        """Park the reader while lone calls read their own responses.
+
+        Back on the socket when a call ends with other calls or the peer's requests under way
+        (it wakes this task), when a whole ``LEND_IDLE_S`` passes without a call (the peer may
+        send a request or close: this end then notices within that time), or on close.
+        """
+        self._reader_wanted = False
+        while True:
+            calls = self._opaque
+            woken = False
+            with trio.move_on_after(LEND_IDLE_S):
+                self._lender = trio.lowlevel.current_task()
+
+                def abort(_: Any) -> trio.lowlevel.Abort:
+                    self._lender = None
+                    return trio.lowlevel.Abort.SUCCEEDED
+
+                await trio.lowlevel.wait_task_rescheduled(abort)
+                woken = True
+            self._lender = None
+            if self._closed:
+                return
+            if self._reading_call is not None:
+                continue  # a call took the reading just after the wake: it wakes us again
+            if woken or self._reader_wanted or self._pending or self._opaque == calls:
+                self._reader_wanted = False
+                return
+
+    def _wake_lender(self) -> None:
+        """Put the reader back on the socket (now, or as soon as it runs if it is waking)."""
+        task, self._lender = self._lender, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+        else:
+            self._reader_wanted = True
+
+    async def _call_reading(self, request: RemotingCommand, opaque: int, slot: _Pending) -> None:
+        """A lone call: send, then read the socket in this task until the response (or the
+        deadline, or close). Frames for other calls or requests of the peer that arrive
+        meanwhile are handled exactly as the reader would (``_take``)."""
+        self._reading_call = slot
+        slot.reading = True
+        self.lone_calls += 1
+        sock = self._sock
+        try:
+            await self._write(request, opaque)
+            drained = True  # nothing can be waiting before the request went out
+            while not slot.done:
+                try:
+                    data, _ = await sock.receive(drained)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    if self._closed or slot.done:  # closed, or the deadline interrupted us
+                        break
+                    self.close_reason = self.close_reason or f"read failed: {exc}"
+                    await self._abort(self.close_reason)
+                    break
+                self._last_read = trio.current_time()
+                if not data:
+                    self.close_reason = self.close_reason or "peer closed"
+                    await self._abort(self.close_reason)
+                    break
+                try:
+                    commands = self._decoder.feed(data)
+                except ProtocolError as exc:
+                    self._malformed(exc)
+                    await self._abort(self.close_reason or "malformed frame")
+                    break
+                drained = len(data) < READ_CHUNK_BYTES
+                if self._nursery is None:
+                    raise RuntimeError("connection is not running")
+                await self._take(commands, self._nursery)
+        finally:
+            slot.reading = False
+            self._reading_call = None
+            self._pending.pop(opaque, None)
+            if (
+                slot.response is None
+                or self._pending
+                or self._running
+                or self._closed
+                or self._last_read - self._peer_request_read <= LEND_QUIET_S
+            ):
+                self._wake_lender()  # not a lone call any more: the reader reads again
 
     def _refuse_busy(self, request: RemotingCommand) -> None:
         """Answer SYSTEM_BUSY as RocketMQ does when its request executor rejects a task."""
@@ -758,6 +916,7 @@ class Connection:
         if self._drained is not None:
             self._drained.set()
         self._sock.close()
+        self._wake_lender()  # a parked reader ends (run() returns)
         self.closed.set()
         await trio.lowlevel.checkpoint()
 

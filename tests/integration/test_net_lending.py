@@ -1,0 +1,278 @@
+"""Lone calls read their own responses (``Connection._call_reading``) over real loopback sockets:
+every way a call can end, and the peer's requests before, during and after such calls."""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+import trio
+
+from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
+from cluster.remoting.net import (
+    LEND_QUIET_S,
+    Connection,
+    Dispatcher,
+    RemotingClosedError,
+    RemotingServer,
+    RemotingTimeoutError,
+    format_address,
+    open_remoting_client,
+)
+
+ECHO, HOLD, CALL_BACK, NOTIFY = 1, 2, 3, 40
+
+
+class Peer:
+    """The server side: echo, a held request, and a request that calls the client back."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+        self.conns: list[Connection] = []
+
+    async def echo(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.response(0, ext_fields=req.ext_fields)
+
+    async def hold(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        await self.release.wait()
+        return req.response(0, remark="released")
+
+    async def call_back(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        answer = await conn.invoke(RemotingCommand.request(NOTIFY, {"g": "G"}), timeout=5)
+        return req.response(0, remark=f"client said {answer.remark}")
+
+
+@pytest.fixture
+async def peer(nursery: trio.Nursery) -> AsyncIterator[tuple[str, Peer]]:
+    p = Peer()
+    srv = RemotingServer(
+        Dispatcher({ECHO: p.echo, HOLD: p.hold, CALL_BACK: p.call_back}),
+        node="peer",
+        on_connect=p.conns.append,
+    )
+    host, port = await nursery.start(srv.serve, "127.0.0.1", 0)
+    yield format_address(host, port), p
+
+
+def _notify(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    return req.response(0, remark=f"notified {req.ext_fields['g']}")
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait for a connection's internal state (it has no event to wait on), with a deadline."""
+    with trio.fail_after(5):
+        while not condition():  # noqa: ASYNC110 - nothing to wait on but the state itself
+            await trio.sleep(0.001)
+
+
+async def _lending(conn: Connection) -> None:
+    """Wait until the reader has parked, lending its reading to the next lone call."""
+    await _until(lambda: conn._lender is not None)
+
+
+async def _echo(conn: Connection, i: int, timeout: float = 5) -> None:
+    r = await conn.invoke(RemotingCommand.request(ECHO, {"i": i}), timeout)
+    assert r.ext_fields == {"i": str(i)}
+
+
+async def test_sequential_calls_read_their_own_responses(peer: tuple[str, Peer]) -> None:
+    addr, _ = peer
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        await _echo(conn, 0)  # the reader reads this one, then lends
+        await _lending(conn)
+        for i in range(1, 301):
+            await _echo(conn, i)
+        assert conn.lone_calls >= 290  # (a lend may lapse for one call after LEND_IDLE_S)
+
+
+async def test_a_peer_request_between_lone_calls_is_answered(peer: tuple[str, Peer]) -> None:
+    addr, p = peer
+    async with open_remoting_client({NOTIFY: _notify}) as client:
+        conn = await client.connection(addr)
+        await _echo(conn, 0)
+        await _lending(conn)
+        with trio.fail_after(2):  # nobody calls: the reader looks within LEND_IDLE_S
+            answer = await p.conns[0].invoke(RemotingCommand.request(NOTIFY, {"g": "A"}))
+        assert answer.remark == "notified A"
+        await _echo(conn, 1)
+        # the peer spoke lately: the reader stays on the socket for a while
+        assert conn._lender is None
+        assert conn._last_read - conn._peer_request_read <= LEND_QUIET_S
+
+
+async def test_a_peer_request_during_a_lone_call_is_answered(peer: tuple[str, Peer]) -> None:
+    addr, _ = peer
+    async with open_remoting_client({NOTIFY: _notify}) as client:
+        conn = await client.connection(addr)
+        await _echo(conn, 0)
+        await _lending(conn)
+        lone = conn.lone_calls
+        with trio.fail_after(5):  # the peer calls us before it answers our call
+            r = await conn.invoke(RemotingCommand.request(CALL_BACK), timeout=5)
+        assert r.remark == "client said notified G"
+        assert conn.lone_calls == lone + 1
+        await _echo(conn, 1)
+
+
+async def test_other_calls_during_a_lone_call_are_matched(peer: tuple[str, Peer]) -> None:
+    addr, p = peer
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        await _echo(conn, 0)
+        await _lending(conn)
+        held: list[RemotingCommand] = []
+
+        async def hold() -> None:
+            held.append(await conn.invoke(RemotingCommand.request(HOLD), timeout=10))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold)  # a lone call: it reads while held
+            await _until(lambda: conn._reading_call is not None)
+            with trio.fail_after(5):
+                for i in range(1, 51):  # these are not alone: the holder reads their answers
+                    await _echo(conn, i)
+            assert held == []
+            p.release.set()
+        assert held[0].remark == "released"
+        for i in range(51, 61):  # and the reader is back to normal afterwards
+            await _echo(conn, i)
+
+
+async def test_a_lone_call_times_out_and_the_connection_stays_usable(
+    peer: tuple[str, Peer],
+) -> None:
+    addr, p = peer
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        await _echo(conn, 0)
+        await _lending(conn)
+        lone = conn.lone_calls
+        started = trio.current_time()
+        with (
+            trio.fail_after(5),
+            pytest.raises(RemotingTimeoutError, match="response to request code 2"),
+        ):
+            await conn.invoke(RemotingCommand.request(HOLD), timeout=0.3)
+        assert 0.3 <= trio.current_time() - started < 2.0
+        assert conn.lone_calls == lone + 1
+        await _echo(conn, 1)
+        p.release.set()  # the late answer is dropped, not matched to a later call
+        for i in range(2, 12):
+            await _echo(conn, i)
+        assert not conn.is_closed
+
+
+async def test_a_cancelled_lone_call_leaves_the_connection_usable(peer: tuple[str, Peer]) -> None:
+    addr, p = peer
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        await _echo(conn, 0)
+        await _lending(conn)
+        with trio.move_on_after(0.2) as scope:
+            await conn.invoke(RemotingCommand.request(HOLD), timeout=30)
+        assert scope.cancelled_caught
+        assert conn.pending_calls == 0
+        await _echo(conn, 1)
+        p.release.set()
+        await _echo(conn, 2)
+
+
+async def test_the_peer_closing_fails_a_lone_call(peer: tuple[str, Peer]) -> None:
+    addr, p = peer
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        await _echo(conn, 0)
+        await _lending(conn)
+
+        async def drop() -> None:
+            await _until(lambda: conn._reading_call is not None)
+            await p.conns[0].aclose()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drop)
+            with trio.fail_after(5), pytest.raises(RemotingClosedError):
+                await conn.invoke(RemotingCommand.request(HOLD), timeout=30)
+        assert conn.is_closed  # "peer closed", or a reset: the peer closed with a call held
+        assert conn.close_reason == "peer closed" or "reset" in (conn.close_reason or "")
+        await _echo(await client.connection(addr), 1)  # the pool connects again
+
+
+async def test_the_peer_closing_an_idle_lending_connection_is_noticed(
+    peer: tuple[str, Peer],
+) -> None:
+    addr, p = peer
+    async with open_remoting_client() as client:
+        conn = await client.connection(addr)
+        await _echo(conn, 0)
+        await _lending(conn)
+        await p.conns[0].aclose()
+        with trio.fail_after(2):
+            await conn.closed.wait()
+        assert conn.close_reason == "peer closed"
+
+
+async def test_a_malformed_answer_to_a_lone_call_closes_the_connection(
+    nursery: trio.Nursery,
+) -> None:
+    async def serve(stream: trio.SocketStream) -> None:
+        decoder, answered = FrameDecoder(), 0
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            for req in decoder.feed(data):
+                if answered == 0:
+                    await stream.send_all(encode(req.response(0), req.opaque))
+                else:  # a frame whose header is not JSON
+                    await stream.send_all(struct.pack(">II", 12, 8) + b"not json" + b"tail")
+                answered += 1
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, host="127.0.0.1"), serve, 0)
+    port = listeners[0].socket.getsockname()[1]
+    async with open_remoting_client() as client:
+        conn = await client.connection(f"127.0.0.1:{port}")
+        assert (await conn.invoke(RemotingCommand.request(ECHO))).code == 0
+        await _lending(conn)
+        with trio.fail_after(5), pytest.raises(RemotingClosedError, match="malformed frame"):
+            await conn.invoke(RemotingCommand.request(ECHO))
+        assert conn.lone_calls == 1 and conn.is_closed
+
+
+async def test_a_lone_call_timing_out_mid_send_keeps_the_rest_of_the_send(
+    nursery: trio.Nursery,
+) -> None:
+    """The deadline wakes the caller through the socket: a flusher still sending the call's
+    big frame is woken too and must go on sending, not close the connection."""
+    reading = trio.Event()
+
+    async def serve(stream: trio.SocketStream) -> None:
+        decoder, answered = FrameDecoder(), 0
+        while True:
+            if answered == 1:
+                await reading.wait()  # a peer that stops reading for a while
+            data = await stream.receive_some(1 << 20)
+            if not data:
+                return
+            for req in decoder.feed(data):
+                await stream.send_all(
+                    encode(req.response(0, ext_fields=req.ext_fields), req.opaque)
+                )
+                answered += 1
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, host="127.0.0.1"), serve, 0)
+    port = listeners[0].socket.getsockname()[1]
+    async with open_remoting_client() as client:
+        conn = await client.connection(f"127.0.0.1:{port}")
+        await _echo(conn, 0)
+        await _lending(conn)
+        big = RemotingCommand.request(ECHO, {"i": "big"}, b"x" * (8 << 20))
+        with trio.fail_after(5), pytest.raises(RemotingTimeoutError):
+            await conn.invoke(big, timeout=0.3)
+        assert conn._flushing and not conn.is_closed  # the rest of the frame is still going out
+        reading.set()
+        with trio.fail_after(10):
+            await _echo(conn, 1, timeout=10)  # behind the big frame: the stream stayed intact
+        assert not conn.is_closed
