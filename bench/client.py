@@ -50,7 +50,7 @@ from cluster.client import (  # noqa: E402
     frames,
 )
 from cluster.logging import configure_logging  # noqa: E402
-from cluster.protocol.message import encode_batch, iter_records  # noqa: E402
+from cluster.protocol.message import encode_batch  # noqa: E402
 from cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
 from cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 from cluster.remoting.net import open_remoting_client  # noqa: E402
@@ -324,8 +324,7 @@ async def _bench(ns_addr: str, port: int, args: argparse.Namespace) -> dict[str,
                 if resp.code != ResponseCode.SUCCESS:
                     return
                 offset = int(resp.ext_fields["nextBeginOffset"])
-                decoded += len([ReceivedMessage.from_stored(r, "bench")
-                                for r in iter_records(bytes(resp.body), check_crc=False)])
+                decoded += len(ReceivedMessage.decode_all(resp.body, "bench"))
 
         async with trio.open_nursery() as n:
             for q in range(QUEUES):

@@ -148,12 +148,12 @@ class PullApi:
         self.suggested[mq] = suggest
         msgs: tuple[ReceivedMessage, ...] = ()
         if status is PullStatus.FOUND and resp.body:
-            out = []
-            for rec in iter_records(bytes(resp.body), check_crc=False):
-                m = ReceivedMessage.from_stored(rec, mq.broker_name)
-                if sub is None or sub.matches(m.tags):
-                    out.append(m)
-            msgs = tuple(out)
+            decoded = ReceivedMessage.decode_all(resp.body, mq.broker_name)
+            if sub is None:
+                msgs = tuple(decoded)
+            else:
+                matches = sub.matches
+                msgs = tuple([m for m in decoded if matches(m.tags)])
         return PullResult(
             status=status,
             next_begin_offset=int(ext.get("nextBeginOffset", offset)),

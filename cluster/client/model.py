@@ -15,7 +15,10 @@ from cluster.protocol.message import (
     MessageConst,
     StoredMessage,
     body_crc,
+    decode_host,
     encode_offset_msg_id,
+    encode_offset_msg_id_raw,
+    record_fields,
 )
 
 MC = MessageConst
@@ -151,6 +154,57 @@ class ReceivedMessage:
     def offset_msg_id(self) -> str:
         """The broker's id: store host + commit-log offset (32 hex characters for IPv4)."""
         return encode_offset_msg_id(self.store_host, self.commitlog_offset)
+
+    @classmethod
+    def decode_all(
+        cls, data: bytes | bytearray | memoryview, broker_name: str, *, check_crc: bool = False
+    ) -> list[ReceivedMessage]:
+        """Every record of a PULL (or QUERY) body, as ``from_stored`` would make each, without
+        the intermediate ``StoredMessage``: the records of one body share their queue and hosts,
+        which are made once per body. Raises ``RecordError`` on a bad record."""
+        view = memoryview(data)
+        end = len(view)
+        hosts: dict[bytes, tuple[str, int]] = {}
+        queues: dict[tuple[str, int], MessageQueue] = {}
+        uniq_key = MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        out = []
+        pos = 0
+        while pos < end:
+            (
+                total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_raw,
+                store_ts, store_raw, reconsume, _prepared, body, topic, props,
+            ) = record_fields(view, pos, check_crc=check_crc)
+            pos += total
+            if sys_flag & SYSFLAG_COMPRESSED:
+                with contextlib.suppress(zlib.error):  # else the consumer sees the stored bytes
+                    body = zlib.decompress(body)
+            born_host = hosts.get(born_raw)
+            if born_host is None:
+                born_host = hosts[born_raw] = decode_host(born_raw)
+            store_host = hosts.get(store_raw)
+            if store_host is None:
+                store_host = hosts[store_raw] = decode_host(store_raw)
+            queue = queues.get((topic, queue_id))
+            if queue is None:
+                queue = queues[topic, queue_id] = MessageQueue(topic, broker_name, queue_id)
+            out.append(cls(
+                topic=topic,
+                body=body,
+                properties=props,
+                queue=queue,
+                queue_offset=queue_offset,
+                commitlog_offset=phys,
+                msg_id=props.get(uniq_key) or encode_offset_msg_id_raw(store_raw, phys),
+                reconsume_times=reconsume,
+                born_timestamp=born_ts,
+                store_timestamp=store_ts,
+                sys_flag=sys_flag,
+                flag=flag,
+                born_host=born_host,
+                store_host=store_host,
+                body_crc=crc,
+            ))
+        return out
 
     @classmethod
     def from_stored(cls, stored: StoredMessage, broker_name: str) -> ReceivedMessage:

@@ -376,11 +376,17 @@ class RecordError(ValueError):
     """Bytes that are not a valid v1/IPv4 record."""
 
 
-def decode_record(
-    data: bytes | memoryview, offset: int = 0, *, check_crc: bool = True
-) -> StoredMessage:
-    """Decode the record at ``offset``; raises RecordError on a bad magic, size or CRC."""
-    view = memoryview(data)
+RecordFields = tuple[
+    int, int, int, int, int, int, int, int, bytes, int, bytes, int, int, bytes, str, dict[str, str]
+]
+
+
+def record_fields(view: memoryview, offset: int = 0, *, check_crc: bool = True) -> RecordFields:
+    """The fields of the record at ``offset`` as a tuple (what ``decode_record`` wraps; decoders
+    of many records build their own values from it): total size, body CRC, queue id, flag,
+    queue offset, commit-log offset, sysFlag, born timestamp, born host (8 raw bytes), store
+    timestamp, store host (8 raw bytes), reconsume times, prepared offset, body, topic,
+    properties. Raises RecordError on a bad magic, size or CRC."""
     if len(view) - offset < RECORD_HEADER_SIZE:
         raise RecordError("truncated header")
     (
@@ -424,9 +430,23 @@ def decode_record(
     props = decode_properties(view[pos : pos + props_len])
     if check_crc and body_crc(body) != crc:
         raise RecordError("body CRC mismatch")
+    return (
+        total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host, store_ts,
+        store_host, reconsume, prepared, body, topic, props,
+    )
+
+
+def decode_record(
+    data: bytes | memoryview, offset: int = 0, *, check_crc: bool = True
+) -> StoredMessage:
+    """Decode the record at ``offset``; raises RecordError on a bad magic, size or CRC."""
+    (
+        total, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host, store_ts,
+        store_host, reconsume, prepared, body, topic, props,
+    ) = record_fields(memoryview(data), offset, check_crc=check_crc)
     return StoredMessage(
         store_size=total,
-        magic=magic,
+        magic=MAGIC_V1,
         body_crc=crc,
         queue_id=queue_id,
         flag=flag,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -23,8 +24,10 @@ from cluster.client.model import Message, MessageQueue, ReceivedMessage
 from cluster.client.subscription import build_subscription
 from cluster.protocol.message import (
     SYSFLAG_COMPRESSED,
+    RecordError,
     decode_record,
     encode_record,
+    iter_records,
 )
 from cluster.protocol.message import (
     Message as StoreMessage,
@@ -123,6 +126,42 @@ def test_message_properties_and_received_message() -> None:
     assert rm.body == b"y" * 5000 and rm.msg_id == "U" * 32 and len(rm.offset_msg_id) == 32
     assert rm.restore_retry_topic("G").topic == "T"
     assert rm.restore_retry_topic("OTHER").topic == "%RETRY%G"
+
+
+_records = st.lists(
+    st.tuples(
+        st.sampled_from(["T", "%RETRY%G", "Tópico"]),
+        st.integers(0, 3),
+        st.binary(max_size=64),
+        st.booleans(),  # compressed
+        st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a"]),
+                        st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF),
+                                min_size=1, max_size=8), max_size=3),
+        st.sampled_from([("127.0.0.1", 10911), ("10.0.0.2", 10921)]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@given(_records)
+def test_decode_all_matches_record_by_record(records: list[tuple[Any, ...]]) -> None:
+    """The per-body decoder (what consumers use) gives what the general path gives."""
+    data, pos = b"", 0
+    for i, (topic, queue_id, body, compressed, props, host) in enumerate(records):
+        rec = encode_record(
+            StoreMessage(topic, zlib.compress(body) if compressed else body, queue_id=queue_id,
+                         properties=props, sys_flag=SYSFLAG_COMPRESSED if compressed else 0,
+                         store_host=host, born_host=("127.0.0.9", 5000 + i)),
+            queue_offset=i, phys_offset=pos, store_timestamp=1000 + i,
+        )
+        data += rec
+        pos += len(rec)
+    general = [ReceivedMessage.from_stored(r, "b") for r in iter_records(data, check_crc=False)]
+    assert ReceivedMessage.decode_all(data, "b") == general
+    assert ReceivedMessage.decode_all(memoryview(data), "b", check_crc=True) == general
+    with pytest.raises(RecordError):
+        ReceivedMessage.decode_all(data[:-1], "b")
 
 
 def test_subscription_matching() -> None:
