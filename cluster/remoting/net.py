@@ -327,6 +327,7 @@ class Connection:
         *,
         node: str,
         max_in_flight: int = MAX_IN_FLIGHT_REQUESTS,
+        lend_reading: bool = False,
     ) -> None:
         self._sock = _Socket(sock)
         self._dispatcher = dispatcher
@@ -361,6 +362,9 @@ class Connection:
         self._lender: trio.lowlevel.Task | None = None
         self._reading_call: _Pending | None = None
         self._reader_wanted = False  # a call ended that needs the reader back on the socket
+        #: Lend the reading to lone calls at all: connections this end opened (a server's
+        #: connections are there to read its clients' requests without delay).
+        self._lends = lend_reading
         self._peer_request_read = -math.inf
         #: Calls that read their own response (lone calls while the reader lent its reading).
         self.lone_calls = 0
@@ -390,10 +394,10 @@ class Connection:
     ) -> RemotingCommand:
         """Send ``request`` and wait for its response (matched by a fresh opaque).
 
-        A call that is alone on a connection whose reader has lent out its reading reads its
-        own response (``_call_reading``): one task wakes per round trip instead of the reader
-        and then the caller, which is most of what a call costs over a bare socket loop when
-        calls go one at a time (a sync send loop).
+        A call that is alone on a connection whose reader has lent out its reading (only
+        connections this end opened do) reads its own response (``_call_reading``): one task
+        wakes per round trip instead of the reader and then the caller, which is most of what
+        a call costs over a bare socket loop when calls go one at a time (a sync send loop).
         """
         if self._closed:
             raise RemotingClosedError(f"connection to {self.peer} is closed")
@@ -594,13 +598,15 @@ class Connection:
             spawned, answered = await self._take(commands, nursery)
             if (
                 answered
+                and self._lends
                 and drained
                 and not self._pending
                 and not self._running
                 and self._last_read - self._peer_request_read > LEND_QUIET_S
             ):
-                # This end makes calls one at a time and the peer is quiet: the next call
-                # reads its own response (``_call_reading``) while this task stays parked.
+                # A connection this end opened, making calls one at a time, to a quiet peer:
+                # the next call reads its own response (``_call_reading``) while this task
+                # stays parked.
                 await self._lend_reading()
                 if self._closed:
                     return
@@ -1107,7 +1113,7 @@ class RemotingClient:
                 sock.close()
                 raise RemotingClosedError("client is closed")
             try:
-                conn = Connection(sock, self.dispatcher, node=self.node)
+                conn = Connection(sock, self.dispatcher, node=self.node, lend_reading=True)
             except OSError as exc:
                 sock.close()
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc

@@ -4,11 +4,13 @@ every way a call can end, and the peer's requests before, during and after such 
 from __future__ import annotations
 
 import functools
+import math
 import struct
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 import trio
+import trio.testing
 
 from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from cluster.remoting.net import (
@@ -276,3 +278,19 @@ async def test_a_lone_call_timing_out_mid_send_keeps_the_rest_of_the_send(
         with trio.fail_after(10):
             await _echo(conn, 1, timeout=10)  # behind the big frame: the stream stayed intact
         assert not conn.is_closed
+
+
+async def test_only_connections_this_end_opened_lend_their_reading(peer: tuple[str, Peer]) -> None:
+    """A server's connection answers its clients' requests without delay: it never parks its
+    reader, even after its own call to a quiet client was answered."""
+    addr, p = peer
+    async with open_remoting_client({NOTIFY: _notify}) as client:
+        conn = await client.connection(addr)
+        await _echo(conn, 1)
+        await _lending(conn)  # the client's own connection lends
+        served = p.conns[0]
+        served._peer_request_read = -math.inf  # as if the client had been quiet for long
+        answer = await served.invoke(RemotingCommand.request(NOTIFY, {"g": "S"}))
+        assert answer.remark == "notified S"
+        await trio.testing.wait_all_tasks_blocked()
+        assert served._lender is None and served.lone_calls == 0
