@@ -13,6 +13,12 @@ scheduling batch.
 
 Both sides can call the other: a broker uses the server-side connection of a client to send it
 NOTIFY_CONSUMER_IDS_CHANGED or CHECK_TRANSACTION_STATE exactly as the client calls the broker.
+
+Calls made one at a time (a sync producer) read their own responses: a connection this end
+opened, whose calls have all been answered and whose peer sent no request lately, parks its
+reader and lends it the socket; the next call made alone sends, then reads in its own task until
+its answer, handling whatever else arrives as the reader would. A round trip then wakes one task,
+not two (the reader, then the caller).
 """
 
 from __future__ import annotations
