@@ -3,10 +3,12 @@ every way a call can end, and the peer's requests before, during and after such 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import struct
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 import trio
@@ -17,6 +19,7 @@ from cluster.remoting.net import (
     LEND_QUIET_S,
     Connection,
     Dispatcher,
+    RemotingClient,
     RemotingClosedError,
     RemotingServer,
     RemotingTimeoutError,
@@ -74,6 +77,18 @@ async def _lending(conn: Connection) -> None:
     await _until(lambda: conn._lender is not None)
 
 
+@contextlib.asynccontextmanager
+async def _lending_connection(
+    addr: str, processors: dict[int, Any] | None = None
+) -> AsyncIterator[tuple[RemotingClient, Connection]]:
+    """A client pool and its connection to ``addr`` after one answered call: lending."""
+    async with open_remoting_client(processors) as client:
+        conn = await client.connection(addr)
+        await _echo(conn, 0)  # the reader reads this one, then lends
+        await _lending(conn)
+        yield client, conn
+
+
 async def _echo(conn: Connection, i: int, timeout: float = 5) -> None:
     r = await conn.invoke(RemotingCommand.request(ECHO, {"i": i}), timeout)
     assert r.ext_fields == {"i": str(i)}
@@ -81,10 +96,7 @@ async def _echo(conn: Connection, i: int, timeout: float = 5) -> None:
 
 async def test_sequential_calls_read_their_own_responses(peer: tuple[str, Peer]) -> None:
     addr, _ = peer
-    async with open_remoting_client() as client:
-        conn = await client.connection(addr)
-        await _echo(conn, 0)  # the reader reads this one, then lends
-        await _lending(conn)
+    async with _lending_connection(addr) as (_client, conn):
         for i in range(1, 301):
             await _echo(conn, i)
         assert conn.lone_calls >= 290  # (a lend may lapse for one call after LEND_IDLE_S)
@@ -92,10 +104,7 @@ async def test_sequential_calls_read_their_own_responses(peer: tuple[str, Peer])
 
 async def test_a_peer_request_between_lone_calls_is_answered(peer: tuple[str, Peer]) -> None:
     addr, p = peer
-    async with open_remoting_client({NOTIFY: _notify}) as client:
-        conn = await client.connection(addr)
-        await _echo(conn, 0)
-        await _lending(conn)
+    async with _lending_connection(addr, {NOTIFY: _notify}) as (_client, conn):
         with trio.fail_after(2):  # nobody calls: the reader looks within LEND_IDLE_S
             answer = await p.conns[0].invoke(RemotingCommand.request(NOTIFY, {"g": "A"}))
         assert answer.remark == "notified A"
@@ -107,10 +116,7 @@ async def test_a_peer_request_between_lone_calls_is_answered(peer: tuple[str, Pe
 
 async def test_a_peer_request_during_a_lone_call_is_answered(peer: tuple[str, Peer]) -> None:
     addr, _ = peer
-    async with open_remoting_client({NOTIFY: _notify}) as client:
-        conn = await client.connection(addr)
-        await _echo(conn, 0)
-        await _lending(conn)
+    async with _lending_connection(addr, {NOTIFY: _notify}) as (_client, conn):
         lone = conn.lone_calls
         with trio.fail_after(5):  # the peer calls us before it answers our call
             r = await conn.invoke(RemotingCommand.request(CALL_BACK), timeout=5)
@@ -121,10 +127,7 @@ async def test_a_peer_request_during_a_lone_call_is_answered(peer: tuple[str, Pe
 
 async def test_other_calls_during_a_lone_call_are_matched(peer: tuple[str, Peer]) -> None:
     addr, p = peer
-    async with open_remoting_client() as client:
-        conn = await client.connection(addr)
-        await _echo(conn, 0)
-        await _lending(conn)
+    async with _lending_connection(addr) as (_client, conn):
         held: list[RemotingCommand] = []
 
         async def hold() -> None:
@@ -147,10 +150,7 @@ async def test_a_lone_call_times_out_and_the_connection_stays_usable(
     peer: tuple[str, Peer],
 ) -> None:
     addr, p = peer
-    async with open_remoting_client() as client:
-        conn = await client.connection(addr)
-        await _echo(conn, 0)
-        await _lending(conn)
+    async with _lending_connection(addr) as (_client, conn):
         lone = conn.lone_calls
         started = trio.current_time()
         with (
@@ -169,10 +169,7 @@ async def test_a_lone_call_times_out_and_the_connection_stays_usable(
 
 async def test_a_cancelled_lone_call_leaves_the_connection_usable(peer: tuple[str, Peer]) -> None:
     addr, p = peer
-    async with open_remoting_client() as client:
-        conn = await client.connection(addr)
-        await _echo(conn, 0)
-        await _lending(conn)
+    async with _lending_connection(addr) as (_client, conn):
         with trio.move_on_after(0.2) as scope:
             await conn.invoke(RemotingCommand.request(HOLD), timeout=30)
         assert scope.cancelled_caught
@@ -184,10 +181,7 @@ async def test_a_cancelled_lone_call_leaves_the_connection_usable(peer: tuple[st
 
 async def test_the_peer_closing_fails_a_lone_call(peer: tuple[str, Peer]) -> None:
     addr, p = peer
-    async with open_remoting_client() as client:
-        conn = await client.connection(addr)
-        await _echo(conn, 0)
-        await _lending(conn)
+    async with _lending_connection(addr) as (client, conn):
 
         async def drop() -> None:
             await _until(lambda: conn._reading_call is not None)
@@ -206,10 +200,7 @@ async def test_the_peer_closing_an_idle_lending_connection_is_noticed(
     peer: tuple[str, Peer],
 ) -> None:
     addr, p = peer
-    async with open_remoting_client() as client:
-        conn = await client.connection(addr)
-        await _echo(conn, 0)
-        await _lending(conn)
+    async with _lending_connection(addr) as (_client, conn):
         await p.conns[0].aclose()
         with trio.fail_after(2):
             await conn.closed.wait()
@@ -266,10 +257,7 @@ async def test_a_lone_call_timing_out_mid_send_keeps_the_rest_of_the_send(
 
     listeners = await nursery.start(functools.partial(trio.serve_tcp, host="127.0.0.1"), serve, 0)
     port = listeners[0].socket.getsockname()[1]
-    async with open_remoting_client() as client:
-        conn = await client.connection(f"127.0.0.1:{port}")
-        await _echo(conn, 0)
-        await _lending(conn)
+    async with _lending_connection(f"127.0.0.1:{port}") as (_client, conn):
         big = RemotingCommand.request(ECHO, {"i": "big"}, b"x" * (8 << 20))
         with trio.fail_after(5), pytest.raises(RemotingTimeoutError):
             await conn.invoke(big, timeout=0.3)
