@@ -59,6 +59,7 @@ from cluster.remoting.net import (
     RemotingClient,
     RemotingError,
     RemotingTimeoutError,
+    RemotingUnsentError,
     open_remoting_client,
 )
 
@@ -348,17 +349,25 @@ class ClientInstance:
         if self._credentials is not None:
             cmd = self._credentials.sign(cmd)
         try:
-            conn = self._conns.get(addr)
-            if conn is None or conn.is_closed:  # (re)connect; the fast path skips the pool
-                start = trio.current_time()
-                with trio.move_on_after(t):
-                    conn = await self.remoting.connection(addr)
-                if conn is None or conn.is_closed:
-                    raise MQTimeoutError(f"connecting to {addr} took longer than {t:g}s",
-                                         addr=addr)
-                self._conns[addr] = conn
-                t = max(0.0, t - (trio.current_time() - start))
-            return await conn.invoke(cmd, t)
+            for attempt in (1, 2):
+                conn = self._conns.get(addr)
+                if conn is None or conn.is_closed:  # (re)connect; the fast path skips the pool
+                    start = trio.current_time()
+                    with trio.move_on_after(t):
+                        conn = await self.remoting.connection(addr)
+                    if conn is None or conn.is_closed:
+                        raise MQTimeoutError(f"connecting to {addr} took longer than {t:g}s",
+                                             addr=addr)
+                    self._conns[addr] = conn
+                    t = max(0.0, t - (trio.current_time() - start))
+                try:
+                    return await conn.invoke(cmd, t)
+                except RemotingUnsentError:
+                    if attempt == 2:
+                        raise
+                    # the connection was found closed before the request went out (nothing
+                    # reached the broker): once more on a new connection
+            raise AssertionError("unreachable")
         except RemotingTimeoutError as exc:
             raise MQTimeoutError(str(exc), addr=addr) from exc
         except RemotingError as exc:

@@ -16,8 +16,9 @@ NOTIFY_CONSUMER_IDS_CHANGED or CHECK_TRANSACTION_STATE exactly as the client cal
 
 Calls made one at a time (a sync producer) read their own responses: a connection this end
 opened, whose calls have all been answered and whose peer sent no request lately, parks its
-reader and lends it the socket; the next call made alone sends, then reads in its own task until
-its answer, handling whatever else arrives as the reader would. A round trip then wakes one task,
+reader and lends the socket to lone calls: the next call made alone sends, then reads in its own
+task until its answer, handling whatever else arrives as the reader would (and handing the
+reading back to the reader when something has to be waited for). A round trip then wakes one task,
 not two (the reader, then the caller).
 """
 
@@ -27,6 +28,7 @@ import contextlib
 import errno
 import inspect
 import math
+import select
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -64,9 +66,10 @@ ACCEPT_BACKOFF_S: Final = 0.1
 #: Encoded frames waiting for the socket; past this, writers wait for the peer to read.
 MAX_OUTBOUND_BUFFER_BYTES: Final = 32 * 1024 * 1024
 #: While a connection lends its reading to lone calls (see ``Connection.invoke``), its reader
-#: looks at the socket itself at least this often when no call comes: a request the peer sends
-#: between calls (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE) waits at most this long,
-#: and so does noticing that the peer closed an idle connection.
+#: goes back to the socket once a whole period this long passes without a lone call: a request
+#: the peer sends between calls (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE) waits at
+#: most about twice this long (a lone call meanwhile reads it at once), and so does noticing
+#: that the peer closed an idle connection.
 LEND_IDLE_S: Final = 0.05
 #: A connection lends its reading only when the peer sent no request for this long (a peer that
 #: calls us keeps the reader on the socket, so its requests are never held back).
@@ -153,6 +156,11 @@ class RemotingClosedError(RemotingError):
     """The connection closed before the call completed."""
 
 
+class RemotingUnsentError(RemotingClosedError):
+    """The connection was found closed before the request went out: nothing reached the peer,
+    so the call may be made again on a new connection (the pools do so once)."""
+
+
 def parse_address(addr: str) -> tuple[str, int]:
     """``"ip:port"`` (or ``"[v6]:port"``) -> (host, port)."""
     host, sep, port = addr.strip().rpartition(":")
@@ -174,7 +182,7 @@ def format_address(host: str, port: int) -> str:
 class _Socket:
     """A connected non-blocking TCP socket with trio waits (the only place bytes hit the kernel)."""
 
-    __slots__ = ("_buf", "_view", "sock")
+    __slots__ = ("_buf", "_poll", "_view", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         sock.setblocking(False)
@@ -183,6 +191,15 @@ class _Socket:
         self.sock = sock
         self._buf = bytearray(READ_CHUNK_BYTES)
         self._view = memoryview(self._buf)
+        self._poll: select.poll | None = None
+
+    def readable_now(self) -> bool:
+        """Whether a read would return at once (bytes, EOF or an error are waiting): one
+        ``poll`` with no timeout, no exception when there is nothing."""
+        if self._poll is None:
+            self._poll = select.poll()
+            self._poll.register(self.sock.fileno(), select.POLLIN)
+        return bool(self._poll.poll(0))
 
     async def receive(self, wait_first: bool = False) -> tuple[memoryview, bool]:
         """The next bytes received (a view valid until the next call; empty at EOF), and whether
@@ -221,10 +238,13 @@ class _Socket:
         await trio.lowlevel.wait_writable(self.sock)
 
     def interrupt(self) -> None:
-        """Wake the tasks waiting on this socket with ``ClosedResourceError`` without closing it
-        (trio's ``notify_closing`` only wakes and unregisters; the next wait registers again).
+        """Wake the tasks waiting on this socket with ``ClosedResourceError`` without closing it.
         Used to end a call whose own task waits on the socket when its deadline passes: a cancel
-        scope per call would cost ~5 us, the interrupt costs nothing until it is needed."""
+        scope per call would cost ~5 us, the interrupt costs nothing until it is needed. Trio
+        documents ``notify_closing`` as the step before a close; that it works on an fd that
+        stays open (waiters woken, the fd unregistered, the next wait registers it again) is
+        its epoll/kqueue code as of trio 0.35, which tests/integration/test_net_lending.py
+        checks (a timed-out lone call, and a flusher woken mid-send that goes on)."""
         if self.sock.fileno() >= 0:
             trio.lowlevel.notify_closing(self.sock)
 
@@ -368,6 +388,9 @@ class Connection:
         self._lender: trio.lowlevel.Task | None = None
         self._reading_call: _Pending | None = None
         self._reader_wanted = False  # a call ended that needs the reader back on the socket
+        # a lone call met a request it could not take without waiting: the request, its
+        # Deferred and the rest of that read, for the reader (``_take_stash``)
+        self._stash: tuple[RemotingCommand, Deferred, list[RemotingCommand]] | None = None
         #: Lend the reading to lone calls at all: connections this end opened (a server's
         #: connections are there to read its clients' requests without delay).
         self._lends = lend_reading
@@ -406,7 +429,7 @@ class Connection:
         a call costs over a bare socket loop when calls go one at a time (a sync send loop).
         """
         if self._closed:
-            raise RemotingClosedError(f"connection to {self.peer} is closed")
+            raise RemotingUnsentError(f"connection to {self.peer} is closed")
         opaque = self._next_opaque()
         deadline = trio.current_time() + timeout
         slot = _Pending(deadline)
@@ -416,7 +439,11 @@ class Connection:
             if self._timer_scope is not None:
                 self._timer_scope.deadline = deadline
         if self._lender is not None and self._reading_call is None and len(self._pending) == 1:
-            await self._call_reading(request, opaque, slot)
+            try:
+                if await self._call_reading(request, opaque, slot):  # handed to the reader
+                    await slot.wait()
+            finally:
+                self._pending.pop(opaque, None)
         else:
             try:
                 await self._write(request, opaque, len(self._pending) > 1)
@@ -616,6 +643,8 @@ class Connection:
                 await self._lend_reading()
                 if self._closed:
                     return
+                if self._stash is not None:
+                    await self._take_stash(nursery)
                 drained = False
             elif not drained and (spawned or commands or not waited):
                 # Let the tasks just spawned or woken run (and answer) before this task tries
@@ -624,15 +653,20 @@ class Connection:
                 await trio.lowlevel.checkpoint()
 
     async def _take(
-        self, commands: list[RemotingCommand], nursery: trio.Nursery
+        self, commands: list[RemotingCommand], nursery: trio.Nursery, lone: bool = False
     ) -> tuple[bool, bool]:
         """Handle the frames of one read: responses end their calls, requests go to their
         processors (answered inline, deferred, or in a task of their own). Whether a task was
-        spawned, and whether a response ended a call."""
+        spawned, and whether a response ended a call.
+
+        ``lone``: a lone call reads (``_call_reading``) and this must not wait in its task (its
+        deadline and cancellation would strike mid-batch): a Deferred request that would wait
+        for room is left in ``_stash`` with the rest of the batch, and no backpressure wait; the
+        call hands the reading back to the reader, which does the waiting."""
         max_in_flight = self._max_in_flight
         lookup = self._dispatcher.lookup
         spawned = answered = False
-        for cmd in commands:
+        for i, cmd in enumerate(commands):
             if cmd.flag & FLAG_RESPONSE:
                 self._complete(cmd)
                 answered = True
@@ -647,6 +681,9 @@ class Connection:
             if self._running >= max_in_flight:
                 # max_in_flight requests of this peer are still running
                 if isinstance(deferred, Deferred):
+                    if lone:
+                        self._stash = (cmd, deferred, commands[i + 1 :])
+                        break
                     # already under way elsewhere: wait for room
                     while self._running >= max_in_flight:
                         if self._room is None:
@@ -665,11 +702,25 @@ class Connection:
             nursery.start_soon(self._serve_request, processor, cmd, len(commands) > 1, deferred)
             spawned = True
         self._send_queued()  # every inline answer of this read in one send
-        if len(self._out) > MAX_OUTBOUND_BUFFER_BYTES and not self._closed:
+        if len(self._out) > MAX_OUTBOUND_BUFFER_BYTES and not self._closed and not lone:
             if self._drained is None:
                 self._drained = trio.Event()
             await self._drained.wait()  # stop reading until the peer reads its answers
         return spawned, answered
+
+    async def _take_stash(self, nursery: trio.Nursery) -> None:
+        """The reader takes over what a lone call could not take without waiting."""
+        assert self._stash is not None
+        cmd, deferred, rest = self._stash
+        self._stash = None
+        while self._running >= self._max_in_flight:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
+        self._running += 1
+        deferred._attach_connection(self, cmd)
+        if rest:
+            await self._take(rest, nursery)
 
     def _malformed(self, exc: ProtocolError) -> None:
         """A frame could not be decoded: answer what came before it; the connection closes."""
@@ -690,13 +741,14 @@ class Connection:
     async def _lend_reading(self) -> None:
         """Park the reader while lone calls read their own responses.
 
-        Back on the socket when a call ends with other calls or the peer's requests under way
-        (it wakes this task), when a whole ``LEND_IDLE_S`` passes without a call (the peer may
-        send a request or close: this end then notices within that time), or on close.
+        Back on the socket when a lone call ends with other calls or the peer's requests under
+        way, hands its reading back or fails (it wakes this task); when a whole ``LEND_IDLE_S``
+        passes without a lone call (the peer may send a request or close: this end then
+        notices); or on close. (Oneway requests do not count: they never read.)
         """
         self._reader_wanted = False
         while True:
-            calls = self._opaque
+            calls = self.lone_calls
             woken = False
             with trio.move_on_after(LEND_IDLE_S):
                 self._lender = trio.lowlevel.current_task()
@@ -711,8 +763,8 @@ class Connection:
             if self._closed:
                 return
             if self._reading_call is not None:
-                continue  # a call took the reading just after the wake: it wakes us again
-            if woken or self._reader_wanted or self._pending or self._opaque == calls:
+                continue  # a call took the reading just after the wake; ask again later
+            if woken or self._reader_wanted or self._pending or self.lone_calls == calls:
                 self._reader_wanted = False
                 return
 
@@ -724,18 +776,35 @@ class Connection:
         else:
             self._reader_wanted = True
 
-    async def _call_reading(self, request: RemotingCommand, opaque: int, slot: _Pending) -> None:
+    async def _call_reading(self, request: RemotingCommand, opaque: int, slot: _Pending) -> bool:
         """A lone call: send, then read the socket in this task until the response (or the
         deadline, or close). Frames for other calls or requests of the peer that arrive
-        meanwhile are handled exactly as the reader would (``_take``)."""
+        meanwhile are handled as the reader would (``_take``). True if it handed the reading
+        back to the reader instead, because something must be waited for (room for the peer's
+        requests, or the outbound buffer over its limit): the caller then waits for its
+        response as any call does, still pending.
+
+        Before sending it reads what is already there: a peer that closed while nobody read
+        fails the call with ``RemotingUnsentError`` (nothing was sent), as a reader would have
+        closed the connection at once and the pool would have opened a new one."""
         self._reading_call = slot
         slot.reading = True
         self.lone_calls += 1
         sock = self._sock
+        sent = handed_back = False
         try:
-            await self._write(request, opaque)
-            drained = True  # nothing can be waiting before the request went out
+            drained = not sock.readable_now()
             while not slot.done:
+                if drained and not sent:
+                    if self._closed:
+                        break
+                    encode_into(self._out, request, opaque)
+                    sent = True
+                    if not self._flush_soon:
+                        self._send_queued()
+                    if len(self._out) > MAX_OUTBOUND_BUFFER_BYTES:
+                        handed_back = True  # the reader applies the backpressure
+                        break
                 try:
                     data, _ = await sock.receive(drained)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -756,13 +825,21 @@ class Connection:
                     await self._abort(self.close_reason or "malformed frame")
                     break
                 drained = len(data) < READ_CHUNK_BYTES
-                if self._nursery is None:
-                    raise RuntimeError("connection is not running")
-                await self._take(commands, self._nursery)
+                if self._closed or self._nursery is None:
+                    break
+                await self._take(commands, self._nursery, lone=True)
+                if self._stash is not None:
+                    handed_back = True
+                    break
+                if not drained:
+                    # more is waiting: let other tasks run between 64 KiB reads, as the reader
+                    # does (every frame read so far is handled: a cancel here loses nothing)
+                    await trio.lowlevel.checkpoint()
         finally:
             slot.reading = False
             self._reading_call = None
-            self._pending.pop(opaque, None)
+            if not handed_back:
+                self._pending.pop(opaque, None)
             if (
                 slot.response is None
                 or self._pending
@@ -771,6 +848,13 @@ class Connection:
                 or self._last_read - self._peer_request_read <= LEND_QUIET_S
             ):
                 self._wake_lender()  # not a lone call any more: the reader reads again
+        if handed_back and not sent:  # the reader took over before this call's turn to send
+            await self._write(request, opaque)
+        if not sent and not handed_back and self._closed:
+            slot.error = RemotingUnsentError(
+                f"connection to {self.peer} closed: {self.close_reason}"
+            )
+        return handed_back
 
     def _refuse_busy(self, request: RemotingCommand) -> None:
         """Answer SYSTEM_BUSY as RocketMQ does when its request executor rejects a task."""
@@ -1161,7 +1245,14 @@ class RemotingClient:
         remaining = max(0.0, scope.deadline - trio.current_time())
         if self.rpc_hook is not None:
             request = self.rpc_hook(request)
-        return await conn.invoke(request, remaining)
+        try:
+            return await conn.invoke(request, remaining)
+        except RemotingUnsentError:  # found closed before sending: once more, newly connected
+            with trio.move_on_at(scope.deadline) as again:
+                conn = await self.connection(addr)
+            if again.cancelled_caught:
+                raise
+            return await conn.invoke(request, max(0.0, scope.deadline - trio.current_time()))
 
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         conn = await self.connection(addr)

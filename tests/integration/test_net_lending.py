@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import socket
 import struct
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,11 +19,13 @@ from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from cluster.remoting.net import (
     LEND_QUIET_S,
     Connection,
+    Deferred,
     Dispatcher,
     RemotingClient,
     RemotingClosedError,
     RemotingServer,
     RemotingTimeoutError,
+    RemotingUnsentError,
     format_address,
     open_remoting_client,
 )
@@ -282,3 +285,92 @@ async def test_only_connections_this_end_opened_lend_their_reading(peer: tuple[s
         assert answer.remark == "notified S"
         await trio.testing.wait_all_tasks_blocked()
         assert served._lender is None and served.lone_calls == 0
+
+
+async def test_oneway_requests_do_not_keep_the_reader_parked(peer: tuple[str, Peer]) -> None:
+    """Oneways never read: a stream of them must not count as lone calls, or nobody would read
+    the peer's requests (or notice its close) while they go out."""
+    addr, p = peer
+    async with _lending_connection(addr, {NOTIFY: _notify}) as (_client, conn):
+
+        async def oneways() -> None:
+            for i in range(1000):  # for 10 s unless cancelled
+                await conn.invoke_oneway(RemotingCommand.request(ECHO, {"i": i}))
+                await trio.sleep(0.01)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(oneways)
+            await trio.sleep(0.1)
+            with trio.fail_after(1):  # ~LEND_IDLE_S; never while oneways counted as calls
+                answer = await p.conns[0].invoke(RemotingCommand.request(NOTIFY, {"g": "O"}))
+            assert answer.remark == "notified O"
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_close_between_lone_calls_is_seen_before_the_next_send(
+    peer: tuple[str, Peer],
+) -> None:
+    """Nobody read the close: the next call finds it before sending (RemotingUnsentError) and
+    the pool sends it again on a new connection, as it does when the reader saw the close."""
+    addr, p = peer
+    async with _lending_connection(addr) as (client, conn):
+        await p.conns[0].aclose()
+        with trio.fail_after(5):
+            r = await client.invoke(addr, RemotingCommand.request(ECHO, {"i": "again"}))
+        assert r.ext_fields == {"i": "again"}
+        assert conn.is_closed and conn.close_reason == "peer closed"
+        assert len(p.conns) == 2
+        with pytest.raises(RemotingUnsentError):  # straight on the old one: never sent
+            await conn.invoke(RemotingCommand.request(ECHO))
+
+
+async def test_a_lone_call_hands_over_what_it_must_not_wait_for(nursery: trio.Nursery) -> None:
+    """The peer's request needs room that only frees later (max_in_flight with a Deferred): a
+    lone call does not wait for it in its own task (its deadline and cancel would strike
+    mid-batch) but hands the reading back; the reader waits, and loses nothing behind it."""
+    deferreds: list[Deferred] = []
+
+    def defer(conn: Connection, req: RemotingCommand) -> Deferred:
+        d = Deferred()
+        deferreds.append(d)
+        return d
+
+    async def serve(stream: trio.SocketStream) -> None:
+        decoder = FrameDecoder()
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            for req in decoder.feed(data):
+                if req.code == ECHO:
+                    answer = req.response(0, ext_fields=req.ext_fields)
+                    await stream.send_all(encode(answer, req.opaque))
+                elif req.code == HOLD:  # two requests for the client, then the answer
+                    await stream.send_all(
+                        encode(RemotingCommand.request(NOTIFY), 1001)
+                        + encode(RemotingCommand.request(NOTIFY), 1002)
+                        + encode(req.response(0, remark="held"), req.opaque)
+                    )
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, host="127.0.0.1"), serve, 0)
+    port = listeners[0].socket.getsockname()[1]
+    sock = socket.create_connection(("127.0.0.1", port))
+    conn = Connection(
+        sock, Dispatcher({NOTIFY: defer}), node="c", max_in_flight=1, lend_reading=True
+    )
+    await nursery.start(conn.run)
+    await _echo(conn, 0)
+    await _lending(conn)
+    started = trio.current_time()
+    with trio.fail_after(5), pytest.raises(RemotingTimeoutError):
+        # the second request waits for room (the first is unresolved): the call's deadline
+        # still ends it on time, though its answer came behind that request
+        await conn.invoke(RemotingCommand.request(HOLD), timeout=0.3)
+    assert trio.current_time() - started < 1.0
+    assert conn.lone_calls == 1 and len(deferreds) == 2
+    deferreds[0].resolve(RemotingCommand(code=0, flag=1))  # room: the reader attaches #2
+    await _until(lambda: conn._running == 1 and conn._stash is None)
+    deferreds[1].resolve(RemotingCommand(code=0, flag=1))
+    await _until(lambda: conn._running == 0)
+    await _echo(conn, 1)
+    await conn.aclose()
