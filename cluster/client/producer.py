@@ -55,7 +55,7 @@ from cluster.client.request_reply import (
     RequestTimeoutError,
     is_reply,
 )
-from cluster.client.subscription import java_hashmap_order, java_properties_string
+from cluster.client.subscription import JavaMapOrder
 from cluster.protocol.message import (
     SYSFLAG_COMPRESSED,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
@@ -149,6 +149,7 @@ class Producer:
         self.publish_info: dict[str, list[MessageQueue]] = {}
         self._counter = itertools.count(int(time.time() * 1000) % 1000)
         self.fault = LatencyFaultTolerance()
+        self._map_order = JavaMapOrder()  # properties in Java HashMap order, per key sequence
         self.log = instance.log.bind(producer=group)
         self.running = False
 
@@ -318,7 +319,7 @@ class Producer:
             props = m.wire_properties()
             uid = props.setdefault(MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, _UNIQ.next_id())
             ids.append(uid)
-            items.append((m.flag, m.body, java_hashmap_order(props)))
+            items.append((m.flag, m.body, self._map_order.ordered(props)))
         body = encode_batch(items)
         if len(body) > self.config.max_message_bytes:
             raise MQClientError("the batch body size over max value",
@@ -424,7 +425,7 @@ class Producer:
             sys_flag=sys_flag,
             born_timestamp=_now_ms(),
             flag=0 if batch else msg.flag,  # type: ignore[union-attr]
-            properties=java_properties_string(props),
+            properties=self._map_order.properties_string(props),
             body=body,
             broker_name=mq.broker_name,
             batch=batch,

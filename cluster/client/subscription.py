@@ -37,32 +37,50 @@ def java_hashset_order(items: Iterable[Any], hash_of: Any) -> list[Any]:
     return sorted(unique, key=bucket)  # stable: insertion order within a bucket
 
 
-_MAP_ORDER_CACHE: dict[tuple[str, ...], tuple[str, ...]] = {}
-_MAP_ORDER_CACHE_MAX = 1024
+#: Key sequences a ``JavaMapOrder`` remembers before it starts over.
+MAP_ORDER_CACHE_MAX_ENTRIES = 1024
 
 
-def _map_order(props: dict[str, str]) -> tuple[str, ...]:
-    keys = tuple(props)
-    order = _MAP_ORDER_CACHE.get(keys)
-    if order is None:
-        order = tuple(java_hashset_order(keys, java_string_hash))
-        if len(_MAP_ORDER_CACHE) >= _MAP_ORDER_CACHE_MAX:
-            _MAP_ORDER_CACHE.clear()
-        _MAP_ORDER_CACHE[keys] = order
-    return order
+class JavaMapOrder:
+    """The iteration order of a Java ``HashMap<String,String>`` filled with given keys in order
+    (Java writes message properties by iterating the map), remembered per key sequence: a
+    producer sends the same few sequences over and over. One per producer (no shared state)."""
+
+    __slots__ = ("_orders",)
+
+    def __init__(self) -> None:
+        self._orders: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def keys(self, props: dict[str, str]) -> tuple[str, ...]:
+        keys = tuple(props)
+        order = self._orders.get(keys)
+        if order is None:
+            order = tuple(java_hashset_order(keys, java_string_hash))
+            if len(self._orders) >= MAP_ORDER_CACHE_MAX_ENTRIES:
+                self._orders.clear()
+            self._orders[keys] = order
+        return order
+
+    def ordered(self, props: dict[str, str]) -> dict[str, str]:
+        """``props`` re-ordered as the Java map iterates."""
+        return {k: props[k] for k in self.keys(props)}
+
+    def properties_string(self, props: dict[str, str]) -> str:
+        """The properties header value a Java client sends for ``props``: the entries in Java
+        ``HashMap`` order, ``name 0x01 value`` joined by 0x02 (``encode_properties`` of
+        ``ordered(props)``, as text, built in one join: the per-message send path)."""
+        return "\x02".join([k + "\x01" + props[k] for k in self.keys(props)])
 
 
 def java_hashmap_order(props: dict[str, str]) -> dict[str, str]:
     """``props`` re-ordered as a Java ``HashMap<String,String>`` filled in this order iterates
-    (Java writes message properties by iterating the map). Cached per key sequence."""
-    return {k: props[k] for k in _map_order(props)}
+    (``JavaMapOrder().ordered``; a producer keeps one to remember the orders)."""
+    return JavaMapOrder().ordered(props)
 
 
 def java_properties_string(props: dict[str, str]) -> str:
-    """The properties header value a Java client sends for ``props``: the entries in Java
-    ``HashMap`` order, ``name 0x01 value`` joined by 0x02 (``encode_properties`` of
-    ``java_hashmap_order(props)``, as text, built in one join: the per-message send path)."""
-    return "\x02".join([k + "\x01" + props[k] for k in _map_order(props)])
+    """``JavaMapOrder().properties_string(props)``."""
+    return JavaMapOrder().properties_string(props)
 
 
 def _int_hash(value: int) -> int:
