@@ -94,7 +94,7 @@ async def allocate_service(store: MessageStore) -> None:
         start = queue.next_file_start()
         if start is not None:
             try:
-                await trio.to_thread.run_sync(queue.preallocate, start)
+                await trio.to_thread.run_sync(queue.preallocate, start, WARM_STEP_BYTES)
                 store.preallocated.advance(start)
             except OSError as exc:  # the put path will retry and report CREATE_MAPEDFILE_FAILED
                 log.warning("preallocate_failed", start=start, error=str(exc))

@@ -50,6 +50,8 @@ def offset_to_file_name(offset: int) -> str:
 FlushPlan = list[tuple["MappedFile", int, int]]
 
 MADV_POPULATE_WRITE: Final = 23  # Linux 5.14+: prefault pages writable without writing them
+MADV_NORMAL: Final = 0  # <sys/mman.h>: default readahead
+MADV_RANDOM: Final = 1  # <sys/mman.h>: no readahead (a fault maps just its page)
 
 
 def _load_madvise() -> Callable[[int, int, int], int] | None:
@@ -84,7 +86,9 @@ MS_SYNC: Final = 4  # <sys/mman.h> on Linux
 
 
 class MappedFile:
-    __slots__ = ("file_from", "file_size", "flushed", "mm", "path", "view", "warmed", "wrote")
+    __slots__ = (
+        "file_from", "file_size", "flushed", "mm", "path", "random_from", "view", "warmed", "wrote"
+    )
 
     def __init__(
         self, path: str, file_from: int, file_size: int, *, create: bool, preallocate: bool = False
@@ -123,6 +127,8 @@ class MappedFile:
         self.wrote = 0
         self.flushed = 0
         self.warmed = 0  # bytes prefaulted by ``populate`` (a hint; never affects contents)
+        #: ``populate`` advises [random_from, file_size) MADV_RANDOM (file_size: nothing yet)
+        self.random_from = file_size
 
     @property
     def file_end(self) -> int:
@@ -211,7 +217,49 @@ class MappedFile:
             del probe
         except (ValueError, TypeError, BufferError):
             return False
-        return _madvise(address, end - start, MADV_POPULATE_WRITE) == 0
+        base = address - start
+        self._advise_readahead(base)
+        if _madvise(address, end - start, MADV_POPULATE_WRITE) == 0:
+            return True
+        # unsupported (Linux < 5.14) or failed: the warm-up stops, so nobody would move the
+        # advice along behind the writer any more; give the whole file normal readahead back
+        if self.random_from < self.file_size:
+            _madvise(base + self.random_from, self.file_size - self.random_from, MADV_NORMAL)
+            self.random_from = self.file_size
+        return False
+
+    def _advise_readahead(self, base: int) -> None:
+        """No readahead where nothing is written yet, normal readahead behind the writer.
+
+        A page fault in a file mapping reads ahead around the faulting page (the device's
+        read_ahead_kb: 8 MB here). Past the written end of a sparse or fallocated file there
+        is nothing to read: the kernel zero-fills that many fresh page-cache pages in one go,
+        without a preemption point. Measured on the HA bench (perf sched + perf record): the
+        prefaulting thread held a core 15-25 ms once per 8 MB in ``ext4_mpage_readpages`` ->
+        memset, and an event loop woken meanwhile (the slave's, with replicated bytes to
+        apply) waited for it: the replication-lag p99. MADV_RANDOM on [write position, end)
+        makes each fault fill just its own page; as the writer moves on, the written part gets
+        MADV_NORMAL back, so a cold read of evicted pages still reads ahead. Advice only: no
+        byte of the file changes. Runs in the warm-up worker thread, like ``populate``.
+
+        The price: such pages are single-page folios, so the periodic msync write-protects
+        them one by one, each with a TLB-flush IPI while the event loop runs on another core
+        (perf: the flush thread went from ~1% to ~6% of a busy master's CPU, the prefaulting
+        thread from ~9% to ~5%). That work is preemptible and off the event loop's core."""
+        advise = _madvise
+        if advise is None:
+            return
+        size = self.file_size
+        written = self.wrote - self.wrote % PAGE_SIZE
+        random_from = self.random_from
+        if random_from >= size:  # first call: the tail from the writer on
+            if written < size and advise(base + written, size - written, MADV_RANDOM) == 0:
+                self.random_from = written
+        elif (  # the writer moved on: what it wrote reads ahead again
+            written > random_from
+            and advise(base + random_from, written - random_from, MADV_NORMAL) == 0
+        ):
+            self.random_from = written
 
     def zero_from(self, pos: int) -> None:
         """Erase bytes [pos, end) so a later scan cannot mistake old bytes for records. Bytes
@@ -329,10 +377,13 @@ class MappedFileQueue:
         prepared = self._prepared
         return None if prepared is not None and prepared.file_from == start else start
 
-    def preallocate(self, start: int) -> None:
+    def preallocate(self, start: int, warm_bytes: int = 0) -> None:
         """Create (and map) the file at ``start`` ahead of need. Blocking: run it in
         a worker thread; ``create_file`` on the event loop takes the result, waiting for an
-        allocation in progress instead of racing it."""
+        allocation in progress instead of racing it. ``warm_bytes`` > 0 also prefaults the
+        file's first bytes (``populate``, which advises the rest no-readahead): the first
+        append into the new file then neither faults nor reads ahead (zero-fills) megabytes
+        on the event loop before the warm-up service has started on it."""
         with self._prealloc_lock:
             if self._prepared is not None or self._closed:
                 return
@@ -342,9 +393,12 @@ class MappedFileQueue:
             path = os.path.join(self.directory, offset_to_file_name(start))
             if os.path.exists(path):
                 return
-            self._prepared = MappedFile(
+            mf = MappedFile(
                 path, start, self.file_size, create=True, preallocate=self.preallocate_files
             )
+            if warm_bytes > 0 and mf.populate(0, warm_bytes):
+                mf.warmed = min(warm_bytes, mf.file_size)
+            self._prepared = mf
 
     def _drop_prepared(self) -> None:
         with self._prealloc_lock:
