@@ -70,25 +70,26 @@ class AckTable:
     def __init__(self, slave_fallbehind_max: int) -> None:
         self.slave_fallbehind_max = slave_fallbehind_max
         self.push_to_slave_max_offset = 0
-        self._slaves: dict[int, _Slave] = {}
+        #: connected slaves by connection id (read it; change it through add/remove/on_report)
+        self.slaves: dict[int, _Slave] = {}
 
     @property
     def connection_count(self) -> int:
-        return len(self._slaves)
+        return len(self.slaves)
 
     def add(self, conn_id: int, address: str, now_ms: int) -> None:
-        self._slaves[conn_id] = _Slave(conn_id, address, now_ms, last_report_ms=now_ms)
+        self.slaves[conn_id] = _Slave(conn_id, address, now_ms, last_report_ms=now_ms)
 
     def remove(self, conn_id: int) -> None:
-        self._slaves.pop(conn_id, None)
+        self.slaves.pop(conn_id, None)
 
     def ack_of(self, conn_id: int) -> int:
-        slave = self._slaves.get(conn_id)
+        slave = self.slaves.get(conn_id)
         return slave.ack if slave is not None else -1
 
     def on_report(self, conn_id: int, offset: int, master_max: int, now_ms: int) -> ReportOutcome:
         """A slave reported ``offset`` (its CommitLog max). Raises push2SlaveMaxOffset."""
-        slave = self._slaves.get(conn_id)
+        slave = self.slaves.get(conn_id)
         if slave is None:
             return ReportOutcome.UNKNOWN_SLAVE
         if offset > master_max:
@@ -108,19 +109,19 @@ class AckTable:
     def is_slave_ok(self, master_put_where: int) -> bool:
         """RocketMQ isSlaveOK: a slave is connected and the acks are not too far behind."""
         return (
-            bool(self._slaves)
+            bool(self.slaves)
             and master_put_where - self.push_to_slave_max_offset < self.slave_fallbehind_max
         )
 
     def sync_decision(self, end_offset: int) -> SyncDecision:
-        if not self.is_slave_ok(end_offset):
+        acked = self.push_to_slave_max_offset
+        # is_slave_ok(end_offset), inlined: this runs once per SYNC_MASTER put
+        if not self.slaves or end_offset - acked >= self.slave_fallbehind_max:
             return SyncDecision.SLAVE_NOT_AVAILABLE
-        if self.push_to_slave_max_offset >= end_offset:
-            return SyncDecision.ACKED
-        return SyncDecision.WAIT
+        return SyncDecision.ACKED if acked >= end_offset else SyncDecision.WAIT
 
     def in_sync(self, conn_id: int, master_max: int) -> bool:
-        slave = self._slaves.get(conn_id)
+        slave = self.slaves.get(conn_id)
         return (
             slave is not None
             and slave.ack >= 0
@@ -138,7 +139,7 @@ class AckTable:
                 transfer_bytes_per_s=s.bytes_per_s,
                 last_report_ms=s.last_report_ms,
             )
-            for s in self._slaves.values()
+            for s in self.slaves.values()
         )
 
 
@@ -162,20 +163,22 @@ class GroupTransfer:
 
     def __init__(self, new_token: Callable[[], object]) -> None:
         self._new_token = new_token
-        self._open: WaitGroup | None = None
+        #: the group puts join now (None: the next join opens one); read it, do not assign
+        self.open_group: WaitGroup | None = None
         self._sealed: collections.deque[WaitGroup] = collections.deque()
 
     def __len__(self) -> int:
-        return len(self._sealed) + (self._open is not None)
+        return len(self._sealed) + (self.open_group is not None)
 
     @property
     def waiting_puts(self) -> int:
-        return sum(g.members for g in self._sealed) + (self._open.members if self._open else 0)
+        g = self.open_group
+        return sum(s.members for s in self._sealed) + (g.members if g is not None else 0)
 
     def join(self, end_offset: int, deadline: float) -> WaitGroup:
-        g = self._open
+        g = self.open_group
         if g is None:
-            g = self._open = WaitGroup(end_offset, deadline, self._new_token())
+            g = self.open_group = WaitGroup(end_offset, deadline, self._new_token())
         else:
             g.members += 1
             g.target = max(g.target, end_offset)
@@ -183,42 +186,42 @@ class GroupTransfer:
         return g
 
     def seal(self) -> None:
-        if self._open is not None:
-            self._sealed.append(self._open)
-            self._open = None
+        if self.open_group is not None:
+            self._sealed.append(self.open_group)
+            self.open_group = None
 
     def release_upto(self, acked: int) -> list[WaitGroup]:
         out: list[WaitGroup] = []
         sealed = self._sealed
         while sealed and sealed[0].target <= acked:
             out.append(sealed.popleft())
-        if not sealed and self._open is not None and self._open.target <= acked:
-            out.append(self._open)
-            self._open = None
+        if not sealed and self.open_group is not None and self.open_group.target <= acked:
+            out.append(self.open_group)
+            self.open_group = None
         return out
 
     def next_deadline(self) -> float | None:
         if self._sealed:
             return self._sealed[0].deadline
-        return self._open.deadline if self._open is not None else None
+        return self.open_group.deadline if self.open_group is not None else None
 
     def expire(self, now: float) -> list[WaitGroup]:
         out: list[WaitGroup] = []
         sealed = self._sealed
         while sealed and sealed[0].deadline <= now:
             out.append(sealed.popleft())
-        if not sealed and self._open is not None and self._open.deadline <= now:
-            out.append(self._open)
-            self._open = None
+        if not sealed and self.open_group is not None and self.open_group.deadline <= now:
+            out.append(self.open_group)
+            self.open_group = None
         for g in out:
             g.timed_out = True
         return out
 
     def drain(self) -> list[WaitGroup]:
         """Every pending group, marked timed out (the service is stopping)."""
-        out = [*self._sealed, *([self._open] if self._open is not None else [])]
+        out = [*self._sealed, *([self.open_group] if self.open_group is not None else [])]
         self._sealed.clear()
-        self._open = None
+        self.open_group = None
         for g in out:
             g.timed_out = True
         return out

@@ -160,7 +160,7 @@ class _ReplicaDeferred(Deferred):
     __slots__ = ("_ok", "_remark", "_request")
 
     def __init__(self, request: RemotingCommand, ok: RemotingCommand, remark: str) -> None:
-        super().__init__()
+        Deferred.__init__(self)  # (not super(): no super object per SYNC put)
         self._request = request
         self._ok = ok
         self._remark = remark
@@ -228,7 +228,8 @@ class SendProcessor:
             return self._answer(request, msg, result)
         end = appended.end_offset
         ha = self.ctrl.ha
-        if ha is None or waiter != ha.replica_waiter:
+        # (identity first: the hook HAService.run installed; equality for one set by hand)
+        if ha is None or (waiter is not ha.replica_waiter_hook and waiter != ha.replica_waiter):
             return self._answer_after(request, msg, result, waiter(end))
         status = ha.sync_status_nowait(end)
         if status is not None:

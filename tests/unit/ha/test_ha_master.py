@@ -145,3 +145,24 @@ def test_group_transfer_never_releases_early_and_never_loses(ops: list[tuple[str
         released.add(id(g))
     assert all(id(g) in released for g in joined.values())
     assert len(gt) == 0
+
+
+def test_sync_decision_matches_is_slave_ok_and_the_ack_everywhere() -> None:
+    """The inlined decision equals its definition: SLAVE_NOT_AVAILABLE unless is_slave_ok,
+    else ACKED once push2SlaveMaxOffset reached the put's end, else WAIT."""
+    fallbehind = 50
+    for with_slave in (False, True):
+        t = AckTable(fallbehind)
+        if with_slave:
+            t.add(1, "s", 0)
+        for acked in (0, 10, 100):
+            if with_slave and acked:
+                t.on_report(1, acked, 10_000, 1)
+            for end in range(0, 200, 3):
+                if not t.is_slave_ok(end):
+                    expected = SyncDecision.SLAVE_NOT_AVAILABLE
+                elif t.push_to_slave_max_offset >= end:
+                    expected = SyncDecision.ACKED
+                else:
+                    expected = SyncDecision.WAIT
+                assert t.sync_decision(end) is expected, (with_slave, acked, end)

@@ -109,3 +109,38 @@ async def test_group_token_answers_each_put_by_its_own_end(tmp_path: Path) -> No
         assert ha.released_puts == 3 and ha.deferred_puts == 6
     finally:
         store.close()
+
+
+async def test_on_replicated_joins_like_group_transfer_join(tmp_path: Path) -> None:
+    """``on_replicated`` joins an open group inline; the groups it builds equal those of
+    ``GroupTransfer.join`` with the same (end, deadline) sequence: members, target (the
+    highest end), deadline (the latest), one token per group, and a group per seal."""
+    store = MessageStore.open(MessageStoreConfig(
+        store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=1024 * 1024,
+        broker_role=BrokerRole.SYNC_MASTER,
+    ))
+    try:
+        ha = HAService(store, HAConfig(ha_listen_port=0, sync_flush_timeout_ms=1000))
+        reference = HAService(store, HAConfig(ha_listen_port=0, sync_flush_timeout_ms=1000))
+        clock = iter([5.0, 4.0, 7.0, 6.5, 9.0, 8.0, 8.5])  # not monotonic: max must win
+        joins = [(300, 0), (200, 0), (500, 0), (400, 1), (900, 0), (700, 2), (800, 0)]
+        for end, seal_after in joins:
+            now = next(clock)
+            ha._now = lambda now=now: now  # type: ignore[misc]
+            ha.on_replicated(end, lambda status: None)
+            reference.groups.join(end, now + 1.0)
+            if seal_after:
+                ha.seal_group()
+                reference.seal_group()
+
+        def shape(svc: HAService) -> list[tuple[int, int, float, int]]:
+            groups = [*svc.groups._sealed, svc.groups.open_group]
+            return [(g.members, g.target, g.deadline, len(g.token.ends)) for g in groups if g]
+
+        assert shape(ha) == [(4, 500, 8.0, 4), (2, 900, 10.0, 2), (1, 800, 9.5, 1)]
+        assert [(m, t, d) for m, t, d, _ in shape(ha)] == [
+            (m, t, d) for m, t, d, _ in shape(reference)
+        ]
+        assert ha.deferred_puts == len(joins) and ha.groups.waiting_puts == len(joins)
+    finally:
+        store.close()
