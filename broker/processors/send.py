@@ -157,23 +157,24 @@ class _ReplicaDeferred(Deferred):
     long-lived container objects are what makes the garbage collector run (it ran ~30x as
     often on a SYNC master as on an ASYNC one; see ha/connection.py ``_GroupToken``)."""
 
-    __slots__ = ("_ok", "_remark", "_request")
+    __slots__ = ("_ok", "_remark")
 
-    def __init__(self, request: RemotingCommand, ok: RemotingCommand, remark: str) -> None:
+    def __init__(self, ok: RemotingCommand, remark: str) -> None:
         Deferred.__init__(self)  # (not super(): no super object per SYNC put)
-        self._request = request
         self._ok = ok
         self._remark = remark
 
     def __call__(self, status: PutMessageStatus) -> None:
+        # ``ok.response`` answers like ``request.response``: it has the request's opaque and
+        # serialize type, which is all a response takes from a request (no request kept)
         if status is PutMessageStatus.PUT_OK:
             self.resolve(self._ok)
         elif status.stored:
             code, remark = put_status_code(status)
-            self.resolve(self._request.response(code, remark, self._ok.ext_fields))
+            self.resolve(self._ok.response(code, remark, self._ok.ext_fields))
         else:
             code, remark = put_status_code(status, self._remark)
-            self.resolve(self._request.response(code, remark))
+            self.resolve(self._ok.response(code, remark))
 
 
 class SendProcessor:
@@ -234,7 +235,7 @@ class SendProcessor:
         status = ha.sync_status_nowait(end)
         if status is not None:
             return self._answer_status(request, msg, result, status)
-        deferred = _ReplicaDeferred(request, self._answer(request, msg, result), result.remark)
+        deferred = _ReplicaDeferred(self._answer(request, msg, result), result.remark)
         ha.on_replicated(end, deferred)
         return deferred
 

@@ -99,12 +99,15 @@ class Deferred:
     and a callback instead of a task per request.
     """
 
-    __slots__ = ("_conn", "_conn_request", "_on_done", "done", "response")
+    __slots__ = ("_conn", "_conn_code", "_conn_flag", "_conn_opaque", "_on_done", "done",
+                 "response")
 
     def __init__(self) -> None:
         self._on_done: Callable[[RemotingCommand | None], None] | None = None
         self._conn: Connection | None = None  # the connection to answer on (no callback object)
-        self._conn_request: RemotingCommand | None = None
+        # the request's opaque, flag and code: all the answer needs of it (the request itself,
+        # its header fields and body, is freed at once, not kept until the answer)
+        self._conn_opaque = self._conn_flag = self._conn_code = 0
         self.done = False
         self.response: RemotingCommand | None = None
 
@@ -116,10 +119,8 @@ class Deferred:
         self.response = response
         conn = self._conn
         if conn is not None:
-            request = self._conn_request
-            self._conn = self._conn_request = None
-            assert request is not None
-            conn._deferred_done(request, response)
+            self._conn = None
+            conn._deferred_done(self._conn_opaque, self._conn_flag, self._conn_code, response)
             return
         callback, self._on_done = self._on_done, None
         if callback is not None:
@@ -132,12 +133,14 @@ class Deferred:
             self._on_done = callback
 
     def _attach_connection(self, conn: Connection, request: RemotingCommand) -> None:
-        """``_attach(partial(conn._deferred_done, request))`` without the partial."""
+        """``_attach(partial(conn._deferred_done, ...request))`` without the partial."""
         if self.done:
-            conn._deferred_done(request, self.response)
+            conn._deferred_done(request.opaque, request.flag, request.code, self.response)
         else:
             self._conn = conn
-            self._conn_request = request
+            self._conn_opaque = request.opaque
+            self._conn_flag = request.flag
+            self._conn_code = request.code
 
 
 class RemotingError(Exception):
@@ -867,12 +870,19 @@ class Connection:
                 request, _error_response(request, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
             )
 
-    def _deferred_done(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
-        """A ``Deferred`` answer arrived: queue it; one task sends all answers of this batch."""
-        self._request_ended()
-        if request.flag & FLAG_ONEWAY or self._closed:
+    def _deferred_done(
+        self, opaque: int, flag: int, code: int, response: RemotingCommand | None
+    ) -> None:
+        """A ``Deferred`` answer to the request (``opaque``, ``flag``, ``code``) arrived: queue
+        it; one task sends all answers of this batch."""
+        self._running -= 1  # _request_ended, inlined (once per deferred answer)
+        room = self._room
+        if room is not None:
+            self._room = None
+            room.set()
+        if flag & FLAG_ONEWAY or self._closed:
             return
-        self._queue_response(request, response)
+        self._queue_answer(opaque, code, response)
         if not self._deferred_flush and self._nursery is not None:
             self._deferred_flush = True
             try:
@@ -916,28 +926,30 @@ class Connection:
         return None
 
     def _queue_response(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        self._queue_answer(request.opaque, request.code, response)
+
+    def _queue_answer(self, opaque: int, code: int, response: RemotingCommand | None) -> None:
+        """Encode the answer to the request (``opaque``, ``code``) into the outbound buffer."""
         if response is None:
-            response = _error_response(
-                request, ResponseCode.SYSTEM_ERROR, f"no response for request code {request.code}"
+            response = _error_answer(
+                opaque, ResponseCode.SYSTEM_ERROR, f"no response for request code {code}"
             )
         elif not isinstance(response, RemotingCommand):
-            response = _error_response(
-                request,
+            response = _error_answer(
+                opaque,
                 ResponseCode.SYSTEM_ERROR,
-                f"processor for code {request.code} returned {type(response).__name__}",
+                f"processor for code {code} returned {type(response).__name__}",
             )
         elif not response.flag & FLAG_RESPONSE:
             response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
         try:
-            encode_into(self._out, response, request.opaque)
+            encode_into(self._out, response, opaque)
         except Exception as exc:  # e.g. a body over the frame limit: say so instead
-            self.log.warning("response not sendable", code=request.code, error=repr(exc))
+            self.log.warning("response not sendable", code=code, error=repr(exc))
             encode_into(
                 self._out,
-                _error_response(
-                    request, ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"
-                ),
-                request.opaque,
+                _error_answer(opaque, ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"),
+                opaque,
             )
 
     async def _serve_request(
@@ -1024,7 +1036,11 @@ class Connection:
 
 def _error_response(request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
     """Generic error answers are JSON whatever the request's serialize type (as RocketMQ does)."""
-    return RemotingCommand(code=int(code), opaque=request.opaque, flag=FLAG_RESPONSE, remark=remark)
+    return _error_answer(request.opaque, code, remark)
+
+
+def _error_answer(opaque: int, code: int, remark: str) -> RemotingCommand:
+    return RemotingCommand(code=int(code), opaque=opaque, flag=FLAG_RESPONSE, remark=remark)
 
 
 def _exception_remark(exc: BaseException) -> str:

@@ -54,7 +54,7 @@ def test_replica_deferred_answers_like_the_general_path(
     general = _processor()._answer_status(request, msg, result, status)
 
     proc = _processor()
-    deferred = _ReplicaDeferred(request, proc._answer(request, msg, result), result.remark)
+    deferred = _ReplicaDeferred(proc._answer(request, msg, result), result.remark)
     got: list[RemotingCommand | None] = []
     deferred._attach(got.append)
     deferred(status)
