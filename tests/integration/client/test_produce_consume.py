@@ -207,3 +207,37 @@ async def test_async_listener_runs_concurrently_bounded_per_queue(cluster: Clust
             with trio.fail_after(WAIT_S):
                 await all_in.wait()
     assert peak == 4  # concurrent, and never more than the per-queue bound
+
+
+async def test_sync_sends_survive_the_broker_dropping_the_connection(cluster: Cluster) -> None:
+    """Sync sends go one at a time, so the client's connection lends its reading to them: a
+    close by the broker between two sends is found by the next send before it writes anything
+    (RemotingUnsentError), and the client sends it on a new connection: no send fails (so
+    the broker is not isolated as faulty) and each message is stored exactly once."""
+    cc = cluster.client_config()
+    async with Producer("PGDrop", client_config=cc) as p:
+        sent = [await p.send(Message("TDrop", b"before-%d" % i)) for i in range(3)]
+        conn = p.instance._conns[cluster.addr]
+        lone_before = conn.lone_calls
+        await p.send(Message("TDrop", b"lone"))
+        assert conn.lone_calls == lone_before + 1  # the path under test
+        server = cluster.broker.server
+        assert server is not None
+        for served in list(server.connections):
+            await served.aclose()
+        for i in range(3):
+            with trio.fail_after(WAIT_S):
+                sent.append(await p.send(Message("TDrop", b"after-%d" % i)))
+        assert all(r.status is SendStatus.SEND_OK for r in sent)
+        assert p.instance._conns[cluster.addr] is not conn
+        # no send failed: the broker was not marked unavailable (a failed send isolates it)
+        assert not p.fault.items
+    store = cluster.broker.store
+    stored = sum(store.get_max_offset_in_queue("TDrop", q) for q in range(4))
+    assert stored == len(sent) + 1  # none lost, none sent twice
+    got = Collector(stored)
+    async with PushConsumer("CGDrop", client_config=cc, listener=got,
+                            consume_from=ConsumeFromWhere.FIRST_OFFSET) as c:
+        c.subscribe("TDrop", "*")
+        await got.wait()
+    assert sorted(Counter(m.body for m in got.msgs).values()) == [1] * stored
