@@ -225,6 +225,9 @@ async def test_sync_sends_survive_the_broker_dropping_the_connection(cluster: Cl
         assert server is not None
         for served in list(server.connections):
             await served.aclose()
+        with trio.fail_after(WAIT_S):  # the FIN reached the client (nobody has read it)
+            while not conn._sock.readable_now() and not conn.is_closed:  # noqa: ASYNC110
+                await trio.sleep(0.001)
         for i in range(3):
             with trio.fail_after(WAIT_S):
                 sent.append(await p.send(Message("TDrop", b"after-%d" % i)))
