@@ -54,10 +54,11 @@ MADV_NORMAL: Final = 0  # <sys/mman.h>: default readahead
 MADV_RANDOM: Final = 1  # <sys/mman.h>: no readahead (a fault maps just its page)
 
 
-def _load_madvise() -> Callable[[int, int, int], int] | None:
+def _load_libc(name: str) -> Callable[[int, int, int], int] | None:
+    """libc ``name(void *addr, size_t length, int flags)`` through ctypes (which releases the
+    GIL for the call); None where it is not available."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.madvise
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -65,22 +66,13 @@ def _load_madvise() -> Callable[[int, int, int], int] | None:
     return cast(Callable[[int, int, int], int], fn)
 
 
-_madvise = _load_madvise() if sys.platform.startswith("linux") else None
-
-
-def _load_msync() -> Callable[[int, int, int], int] | None:
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).msync
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return cast(Callable[[int, int, int], int], fn)
+_LINUX = sys.platform.startswith("linux")
+_madvise = _load_libc("madvise") if _LINUX else None
 
 
 #: libc ``msync(addr, length, flags)`` (ctypes releases the GIL for the call); None where not
 #: available (then ``mmap.flush``, which holds the GIL). Shared with dledger/.
-libc_msync = _load_msync() if sys.platform.startswith("linux") else None
+libc_msync = _load_libc("msync") if _LINUX else None
 _msync = libc_msync
 MS_SYNC: Final = 4  # <sys/mman.h> on Linux
 

@@ -23,8 +23,9 @@ from broker.config import load_broker_config
 from cluster.protocol.message import MessageConst, new_message
 from dledger.commitlog_adapter import DLedgerMessageStore
 from dledger.messages import ResponseCode
-from dledger.node import AppendResult, run_store_node
+from dledger.node import run_store_node
 from store.commitlog import PutMessageStatus
+from tests.unit.dledger.sink import Sink
 
 WAIT_S = 20.0
 TOPIC = "ApplyPaths"
@@ -79,23 +80,6 @@ def _copy_sparse(src: Path, dst: Path) -> None:
         with open(target, "wb") as f:
             f.write(head.rstrip(b"\0"))
             f.truncate(size)
-
-
-class Sink:
-    """A Pending of the caller's own (what broker/dledger_role.py's answer object is)."""
-
-    def __init__(self) -> None:
-        self.index = -1
-        self.term = 0
-        self.deadline = 0.0
-        self.result: AppendResult | None = None
-        self.event: trio.Event | None = None
-        self.calls: list[AppendResult] = []
-
-    def finish(self, result: AppendResult) -> None:
-        self.calls.append(result)
-        if self.result is None:
-            self.result = result
 
 
 def _message(i: int) -> Any:
@@ -156,7 +140,7 @@ async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path:
     finally:
         store.close()
     for sink in sinks:
-        assert [c.code for c in sink.calls] == [ResponseCode.SUCCESS]
+        assert [c.code for _t, c in sink.calls] == [ResponseCode.SUCCESS]
     assert len({s.index for s in sinks}) == len(sinks)
 
     # a copy of the DLedger files with no ConsumeQueue/IndexFile: recovery parses every record

@@ -11,7 +11,8 @@ import trio.testing
 from dledger.core import CoreConfig, Role
 from dledger.log_storage import FileLogStorage, MemoryLogStorage
 from dledger.messages import Entry, ResponseCode
-from dledger.node import AppendResult, DLedgerNode
+from dledger.node import DLedgerNode
+from tests.unit.dledger.sink import Sink
 
 PEERS = ("n0", "n1", "n2")
 
@@ -50,6 +51,13 @@ def make_group(net: MemNet) -> None:
         )
 
 
+async def start_group(net: MemNet, nursery: trio.Nursery) -> DLedgerNode:
+    """Run every node of ``net`` in ``nursery``; the leader they elect."""
+    for node in net.nodes.values():
+        await nursery.start(node.run)
+    return await leader_of(net)
+
+
 async def leader_of(net: MemNet, among: tuple[str, ...] = PEERS) -> DLedgerNode:
     with trio.fail_after(60):
         while True:
@@ -66,9 +74,7 @@ async def test_group_elects_commits_and_fails_over(
     net = MemNet()
     make_group(net)
     async with trio.open_nursery() as nursery:
-        for node in net.nodes.values():
-            await nursery.start(node.run)
-        leader = await leader_of(net)
+        leader = await start_group(net, nursery)
         results: list[ResponseCode] = []
 
         async def one(i: int) -> None:
@@ -117,9 +123,7 @@ async def test_file_store_group_real_time(tmp_path: Path) -> None:
             on_apply=net.applied[p].append,
         )
     async with trio.open_nursery() as nursery:
-        for node in net.nodes.values():
-            await nursery.start(node.run)
-        leader = await leader_of(net)
+        leader = await start_group(net, nursery)
         for i in range(5):
             assert (await leader.append(b"f%d" % i)).code is ResponseCode.SUCCESS
         nursery.cancel_scope.cancel()
@@ -133,25 +137,6 @@ async def test_file_store_group_real_time(tmp_path: Path) -> None:
     reopened.close()
 
 
-class _Sink:
-    """A caller's own waiter for ``propose_with`` (the broker's send answer plays this part)."""
-
-    def __init__(self) -> None:
-        self.index = -1
-        self.term = 0
-        self.deadline = 0.0
-        self.result: AppendResult | None = None
-        self.event: trio.Event | None = None
-        self.calls: list[tuple[float, AppendResult]] = []
-        self.done = trio.Event()
-
-    def finish(self, result: AppendResult) -> None:
-        self.calls.append((trio.current_time(), result))
-        self.done.set()
-        if self.result is None:
-            self.result = result
-
-
 async def test_propose_with_sinks_commit_refuse_and_time_out(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -162,10 +147,8 @@ async def test_propose_with_sinks_commit_refuse_and_time_out(
     net = MemNet()
     make_group(net)
     async with trio.open_nursery() as nursery:
-        for node in net.nodes.values():
-            await nursery.start(node.run)
-        leader = await leader_of(net)
-        sinks = [_Sink() for _ in range(30)]
+        leader = await start_group(net, nursery)
+        sinks = [Sink() for _ in range(30)]
         for i, sink in enumerate(sinks):
             assert leader.propose_with(b"s%d" % i, sink) is ResponseCode.SUCCESS
         with trio.fail_after(10):
@@ -174,12 +157,12 @@ async def test_propose_with_sinks_commit_refuse_and_time_out(
         assert all([r.code for _t, r in s.calls] == [ResponseCode.SUCCESS] for s in sinks)
         assert [s.index for s in sinks] == list(range(sinks[0].index, sinks[0].index + 30))
         follower = next(n for n in net.nodes.values() if n is not leader)
-        refused = _Sink()
+        refused = Sink()
         assert follower.propose_with(b"no", refused) is ResponseCode.NOT_LEADER
         assert refused.index == -1
 
         net.isolate(next(p for p, n in net.nodes.items() if n is leader))
-        lost = _Sink()
+        lost = Sink()
         timeout = 1.5
         proposed_at = trio.current_time()
         assert leader.propose_with(b"lost", lost, timeout_s=timeout) is ResponseCode.SUCCESS
@@ -210,9 +193,7 @@ async def test_apply_range_sees_what_per_entry_apply_sees(
             offload_io=False,
         )
     async with trio.open_nursery() as nursery:
-        for node in net.nodes.values():
-            await nursery.start(node.run)
-        leader = await leader_of(net)
+        leader = await start_group(net, nursery)
         for i in range(50):
             await leader.append(b"a%d" % i)
         n0 = net.nodes["n0"]
