@@ -45,7 +45,11 @@ from broker.processors.end_transaction import EndTransactionProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.relay import ConsumerRelayProcessors
 from broker.processors.reply import ReplyProcessor
-from broker.processors.send import SendBackProcessor, SendProcessor
+from broker.processors.send import (
+    SendBackProcessor,
+    SendProcessor,
+    replica_timeout_answer,
+)
 from broker.schedule import ScheduleMessageService
 from broker.topic_config import SCHEDULE_TOPIC, TopicConfigManager
 from broker.transaction import HALF_TOPIC, OP_HALF_TOPIC, TransactionState
@@ -66,6 +70,7 @@ from cluster.remoting.headers import (
 from cluster.remoting.net import (
     Connection,
     Dispatcher,
+    HeldAnswers,
     Processor,
     RemotingClient,
     RemotingError,
@@ -174,6 +179,8 @@ class BrokerController:
         self.server: RemotingServer | None = None
         self.ha: HAService | None = None
         self.ha_port: int | None = None
+        #: SYNC_MASTER send answers waiting for a slave's ack (released by ``ha``)
+        self.held_answers: HeldAnswers | None = None
         #: A slave's master (from REGISTER_BROKER's answer), synced every SLAVE_SYNC_INTERVAL_S.
         self.master_addr: str | None = None
         self._slave_sync_now = trio.Event()
@@ -260,7 +267,7 @@ class BrokerController:
             store_cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
             and store_cfg.broker_role is BrokerRole.SYNC_MASTER
         ):
-            send_fn = send.process_replicated  # answers through a Deferred on the slave's ack
+            send_fn = send.process_replicated  # answers held until the slave's ack
         if self.settings.dledger.enable:
             send_fn = dledger_send_processor(send, self)  # answered when its entry commits
         pull = PullProcessor(self)
@@ -415,6 +422,14 @@ class BrokerController:
                 # which it learns from REGISTER_BROKER's answer. A SYNC_MASTER's puts wait for
                 # slave acks.
                 self.ha = HAService(store, self.settings.ha, host=bcfg.bind_address)
+                if store.role is BrokerRole.SYNC_MASTER:
+                    # a SYNC send's answer waits here for the slave's ack (send.py)
+                    self.held_answers = HeldAnswers(
+                        replica_timeout_answer, self.settings.ha.sync_timeout_s,
+                        # the run's clock without trio.current_time's two wrappers (per send)
+                        clock=trio.lowlevel.current_clock().current_time,
+                    )
+                    self.ha.hold_answers(self.held_answers)
                 self.ha_port = await nursery.start(self.ha.run)
             processors = self.processors()
             if bcfg.metrics_port >= 0:

@@ -9,10 +9,16 @@ open ``WaitGroup`` of the pure ``GroupTransfer``; a write side seals the group w
 bytes, and each ack advance sets one event per group it covers, waking all of its puts at once
 (group transfer). One sweeper task times groups out (no cancel scope per put).
 
+A SYNC send answered by a plain ``def`` processor waits without a task: its answer is held in
+the broker's ``HeldAnswers`` (``hold_answers``), keyed by the message's end offset; each ack
+advance releases the answers it covers, and the sweeper expires the rest after syncFlushTimeout
+(FLUSH_SLAVE_TIMEOUT).
+
     ha = HAService(store, HAConfig(ha_listen_port=listen_port + 1, ...))
     port = await nursery.start(ha.run)      # installs store.replica_waiter on a SYNC_MASTER
     ha.update_master_address(addr)          # a SLAVE: REGISTER_BROKER's haServerAddr
     ha.status()                             # per slave: address, ack, diff, in-sync, speed
+    ha.hold_answers(held)                   # a SYNC_MASTER broker's held send answers
 
 Like RocketMQ's HAService, it listens on every broker; on a SLAVE store it also runs the
 ``HAClient`` that replicates from the master.
@@ -20,7 +26,6 @@ Like RocketMQ's HAService, it listens on every broker; on a SLAVE store it also 
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -51,6 +56,7 @@ from store.config import BrokerRole
 from store.flush import Watermark
 
 if TYPE_CHECKING:
+    from cluster.remoting.net import HeldAnswers
     from store.message_store import MessageStore
 
 log = get_logger(component="ha_service")
@@ -64,40 +70,6 @@ HA_ACCEPT_BACKOFF_S: Final = 0.1
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class _GroupToken:
-    """A wait group's wakeup: an event for puts that await it, and callbacks for answers that
-    were deferred without a task (``HAService.on_replicated``). Set once.
-
-    A callback is kept as (end offset, callable) in two lists rather than as a closure per put:
-    every object a waiting put holds lives until its ack (milliseconds, hundreds of puts), and
-    container objects that survive that long drive the garbage collector (a closure with its
-    cells was 4 of the ~19 objects a SYNC put held; the collector ran ~30x as often as on an
-    ASYNC master)."""
-
-    __slots__ = ("callbacks", "ends", "event", "table")
-
-    def __init__(self, table: AckTable) -> None:
-        self.table = table
-        self.event = trio.Event()
-        self.ends: list[int] = []
-        self.callbacks: list[Callable[[PutMessageStatus], None]] = []
-
-    def set(self) -> None:
-        self.event.set()
-        ends, callbacks = self.ends, self.callbacks
-        self.ends, self.callbacks = [], []
-        acked = self.table.push_to_slave_max_offset
-        ok, timeout = PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-        for end, callback in zip(ends, callbacks, strict=True):
-            try:
-                callback(ok if acked >= end else timeout)
-            except Exception:  # one failing answer must not keep the others waiting
-                log.exception("ha_group_callback_failed")
-
-    async def wait(self) -> None:
-        await self.event.wait()
 
 
 @attrs.frozen
@@ -151,7 +123,7 @@ class HAService:
         self.host = host
         self.clock_ms = clock_ms
         self.table = AckTable(config.ha_slave_fallbehind_max)
-        self.groups = GroupTransfer(functools.partial(_GroupToken, self.table))
+        self.groups = GroupTransfer(trio.Event)
         self._groups_changed = trio.Event()
         self._sweeper_idle = False  # the sweeper waits for a first group (no deadline to watch)
         #: the run's clock (trio.current_time without its two wrapper calls: once per SYNC put)
@@ -166,6 +138,8 @@ class HAService:
         self.deferred_puts = 0  # SYNC puts that had to wait for an ack
         self.ship_sends = 0  # sends of CommitLog frames to slaves (all connections)
         self.ship_bytes = 0  # CommitLog bytes shipped
+        #: SYNC answers held until a slave acks past their message (``hold_answers``)
+        self.held: HeldAnswers | None = None
         self.port: int | None = None
         self.connections: dict[int, HAConnection] = {}
         self._next_conn_id = 0
@@ -218,6 +192,8 @@ class HAService:
         finally:
             for group in self.groups.drain():
                 group.token.set()
+            if self.held is not None:
+                self.held.expire_all()  # FLUSH_SLAVE_TIMEOUT: no ack comes any more
             if listener.fileno() >= 0:
                 trio.lowlevel.notify_closing(listener)
                 listener.close()
@@ -266,27 +242,11 @@ class HAService:
             return PutMessageStatus.PUT_OK
         return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
-    def on_replicated(
-        self, end_offset: int, callback: Callable[[PutMessageStatus], None]
-    ) -> None:
-        """``wait_replicated`` without a task: ``callback(status)`` runs once the outcome is
-        known (PUT_OK, or FLUSH_SLAVE_TIMEOUT). Call after ``sync_status_nowait`` said wait."""
-        self.deferred_puts += 1
-        deadline = self._now() + self._sync_timeout_s
-        group = self.groups.open_group
-        if group is None:
-            group = self.groups.join(end_offset, deadline)
-            if self._sweeper_idle:
-                self._wake_sweeper()
-        else:  # GroupTransfer.join of an open group, inlined (once per SYNC put)
-            group.members += 1
-            if end_offset > group.target:
-                group.target = end_offset
-            if deadline > group.deadline:
-                group.deadline = deadline
-        token = group.token
-        token.ends.append(end_offset)
-        token.callbacks.append(callback)
+    def hold_answers(self, held: HeldAnswers) -> None:
+        """Release ``held``'s answers as slaves ack past their keys (end offsets), and expire
+        them after their deadline (syncFlushTimeout) or when this service stops."""
+        self.held = held
+        held.on_busy = self._wake_sweeper
 
     def seal_group(self) -> None:
         """A write side shipped everything appended so far: close the open wait group."""
@@ -301,14 +261,22 @@ class HAService:
     async def _sweep_timeouts(self) -> None:
         while True:
             deadline = self.groups.next_deadline()
+            held = self.held
+            if held is not None and held.waiting:
+                first = held.next_deadline()
+                if first is not None and (deadline is None or first < deadline):
+                    deadline = first
             if deadline is None:
                 self._groups_changed = trio.Event()
                 self._sweeper_idle = True
                 await self._groups_changed.wait()
                 continue
             await trio.sleep_until(deadline)
-            for group in self.groups.expire(trio.current_time()):
+            now = trio.current_time()
+            for group in self.groups.expire(now):
                 group.token.set()
+            if held is not None and held.waiting:
+                held.expire(now)
 
     def on_report(self, conn_id: int, offset: int) -> ReportOutcome:
         """A slave's ack; releases every SYNC waiter the new push2SlaveMaxOffset covers."""
@@ -323,6 +291,9 @@ class HAService:
             for group in self.groups.release_upto(after):
                 self.released_puts += group.members
                 group.token.set()
+            held = self.held
+            if held is not None and held.waiting:
+                held.release_upto(after)
             self.ack_watermark.advance(after)
         return outcome
 
@@ -368,9 +339,9 @@ class HAService:
             # SYNC puts that waited and that acks released, CommitLog sends and bytes shipped
             "haAckReports": str(self.ack_reports),
             "haAckAdvances": str(self.ack_advances),
-            "haSyncWaitedPuts": str(self.deferred_puts),
-            "haSyncReleasedPuts": str(self.released_puts),
-            "haSyncWaitingPuts": str(self.groups.waiting_puts),  # now
+            "haSyncWaitedPuts": str(self.waited_puts),
+            "haSyncReleasedPuts": str(self.acked_puts),
+            "haSyncWaitingPuts": str(self.waiting_puts),  # now
             "haShipSends": str(self.ship_sends),
             "haShipBytes": str(self.ship_bytes),
         }
@@ -396,6 +367,24 @@ class HAService:
                 # (readable here): bucket i = i ms, the last = that many or more
                 info["haSlaveApplyLagMsHistogram"] = ",".join(map(str, lags))
         return info
+
+    @property
+    def waited_puts(self) -> int:
+        """SYNC puts that had to wait for an ack (tasks and held answers), since boot."""
+        held = self.held
+        return self.deferred_puts + (held.held_total if held is not None else 0)
+
+    @property
+    def acked_puts(self) -> int:
+        """Waiting SYNC puts that a slave's ack released, since boot."""
+        held = self.held
+        return self.released_puts + (held.released_total if held is not None else 0)
+
+    @property
+    def waiting_puts(self) -> int:
+        """SYNC puts waiting for an ack now."""
+        held = self.held
+        return self.groups.waiting_puts + (held.waiting if held is not None else 0)
 
     @property
     def slave_fall_behind_bytes(self) -> int:

@@ -6,8 +6,8 @@ to ``%DLQ%<group>``, transactional half messages, and responses that always carr
 ``queueId``, ``queueOffset``, ``MSG_REGION`` and ``TRACE_ON``.
 
 Each entry point has a plain ``def`` form (answered inline; the store append does not wait), a
-``def`` form for SYNC_MASTER that answers through a ``Deferred`` once a slave acked (no task per
-send), and an ``async`` form for SYNC_FLUSH waits.
+``def`` form for SYNC_MASTER whose answer is held (``HeldAnswers``) until a slave acked (no task
+or object per send), and an ``async`` form for SYNC_FLUSH waits.
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ from cluster.protocol.message import (
 )
 from cluster.protocol.route import PermName
 from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode, Version
+from cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
 from cluster.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     HeaderError,
     parse_send_header,
 )
-from cluster.remoting.net import Deferred, parse_address
+from cluster.remoting.net import Held, parse_address
 from store.commitlog import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -146,35 +146,13 @@ def _slow(code: int, ext: Any) -> SendHeader:
     )
 
 
-class _ReplicaDeferred(Deferred):
-    """A SYNC_MASTER send's answer, resolved when the HA service calls it with the replica
-    status (PUT_OK or FLUSH_SLAVE_TIMEOUT).
-
-    The PUT_OK answer is built at append time and kept; a stored non-OK status answers with
-    that answer's fields under its own code, exactly what ``_answer`` would build then. So a
-    waiting send holds its request and one answer, not the message, the results and a closure:
-    everything it holds lives until the slave's ack (milliseconds, hundreds of sends), and such
-    long-lived container objects are what makes the garbage collector run (it ran ~30x as
-    often on a SYNC master as on an ASYNC one; see ha/connection.py ``_GroupToken``)."""
-
-    __slots__ = ("_ok", "_remark")
-
-    def __init__(self, ok: RemotingCommand, remark: str) -> None:
-        Deferred.__init__(self)  # (not super(): no super object per SYNC put)
-        self._ok = ok
-        self._remark = remark
-
-    def __call__(self, status: PutMessageStatus) -> None:
-        # ``ok.response`` answers like ``request.response``: it has the request's opaque and
-        # serialize type, which is all a response takes from a request (no request kept)
-        if status is PutMessageStatus.PUT_OK:
-            self.resolve(self._ok)
-        elif status.stored:
-            code, remark = put_status_code(status)
-            self.resolve(self._ok.response(code, remark, self._ok.ext_fields))
-        else:
-            code, remark = put_status_code(status, self._remark)
-            self.resolve(self._ok.response(code, remark))
+def replica_timeout_answer(ok: RemotingCommand) -> RemotingCommand:
+    """A held SYNC_MASTER answer (``HeldAnswers``) whose slave ack did not come within
+    syncFlushTimeout: the message is stored, so the answer keeps the PUT_OK answer's fields
+    (msgId, queueId, queueOffset, ...) under FLUSH_SLAVE_TIMEOUT, exactly what ``_answer``
+    builds for that status."""
+    code, remark = put_status_code(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+    return ok.response(code, remark, ok.ext_fields)
 
 
 class SendProcessor:
@@ -212,11 +190,13 @@ class SendProcessor:
 
     def process_replicated(
         self, conn: Any, request: RemotingCommand
-    ) -> RemotingCommand | Deferred | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Held | Awaitable[RemotingCommand]:
         """Inline form for SYNC_MASTER with ASYNC_FLUSH: append now and answer at once when the
         outcome is already known (no slave: SLAVE_NOT_AVAILABLE; already acked: SUCCESS);
-        otherwise hand back a ``Deferred`` that the HA service resolves when a slave acks past
-        the message (one group-transfer wakeup answers many sends; no task per send)."""
+        otherwise the answer is encoded now and held in the broker's ``HeldAnswers`` until a
+        slave acks past the message (one ack releases every answer it covers, one send per
+        connection), or FLUSH_SLAVE_TIMEOUT after syncFlushTimeout. No task or object per
+        send."""
         prepared = self._prepare(conn, request)
         if isinstance(prepared, RemotingCommand):
             return prepared
@@ -225,19 +205,22 @@ class SendProcessor:
         result = store.append_messages(msg) if batch else store.append_message(msg)
         appended = result.result
         waiter = store.replica_waiter
-        if not wait or appended is None or waiter is None:
+        if not wait or appended is None or waiter is None or request.flag & FLAG_ONEWAY:
             return self._answer(request, msg, result)
         end = appended.end_offset
         ha = self.ctrl.ha
+        held = self.ctrl.held_answers
         # (identity first: the hook HAService.run installed; equality for one set by hand)
-        if ha is None or (waiter is not ha.replica_waiter_hook and waiter != ha.replica_waiter):
+        if (
+            ha is None
+            or held is None
+            or (waiter is not ha.replica_waiter_hook and waiter != ha.replica_waiter)
+        ):
             return self._answer_after(request, msg, result, waiter(end))
         status = ha.sync_status_nowait(end)
         if status is not None:
             return self._answer_status(request, msg, result, status)
-        deferred = _ReplicaDeferred(self._answer(request, msg, result), result.remark)
-        ha.on_replicated(end, deferred)
-        return deferred
+        return held.hold(conn, request.opaque, self._answer(request, msg, result), end)
 
     async def _answer_after(
         self,

@@ -24,6 +24,8 @@ not two (the reader, then the caller).
 
 from __future__ import annotations
 
+import array
+import bisect
 import contextlib
 import errno
 import inspect
@@ -80,11 +82,12 @@ LEND_QUIET_S: Final = 1.0
 #: inline in the connection's reader, their responses batched into one send per read. A plain
 #: ``def`` processor may also return an awaitable (a coroutine) when it finds it must wait after
 #: all: the answer is then awaited in a task of its own (a pull with nothing to return yet), or a
-#: ``Deferred`` that another task resolves later (no task per request: SYNC_MASTER sends).
+#: ``Deferred`` that another task resolves later (no task per request), or ``HELD`` when it put
+#: its answer in ``HeldAnswers`` (sent once a watermark passes its key: SYNC_MASTER sends).
 AsyncProcessor = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
 SyncProcessor = Callable[
     ["Connection", RemotingCommand],
-    "RemotingCommand | Awaitable[RemotingCommand | None] | Deferred | None",
+    "RemotingCommand | Awaitable[RemotingCommand | None] | Deferred | Held | None",
 ]
 Processor = AsyncProcessor | SyncProcessor
 
@@ -141,6 +144,153 @@ class Deferred:
             self._conn_opaque = request.opaque
             self._conn_flag = request.flag
             self._conn_code = request.code
+
+
+class Held:
+    """What a processor returns when it put its answer in ``HeldAnswers``: the connection
+    counts the request as running until the answer is released."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HELD"
+
+
+#: A plain ``def`` processor's answer is in ``HeldAnswers`` (see there).
+HELD: Final = Held()
+
+
+class _HeldQueue:
+    """One connection's held answers, oldest first: their encoded frames back to back in
+    ``data`` and, per answer, its key, where its frame ends and its deadline (parallel arrays:
+    four numbers per answer, no object). ``base``: bytes already taken from the front."""
+
+    __slots__ = ("base", "cuts", "data", "deadlines", "keys")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.base = 0
+        self.keys = array.array("q")
+        self.cuts = array.array("q")
+        self.deadlines = array.array("d")
+
+    def take(self, n: int) -> bytearray:
+        """The frames of the first ``n`` answers, removed."""
+        cut = self.cuts[n - 1] - self.base
+        if n == len(self.keys):
+            out, self.data = self.data, bytearray()
+        else:
+            out = self.data[:cut]
+            del self.data[:cut]
+        self.base += cut
+        del self.keys[:n], self.cuts[:n], self.deadlines[:n]
+        return out
+
+
+class HeldAnswers:
+    """Answers held back until a watermark reaches their key, or their deadline passes: a
+    SYNC_MASTER send's answer waits until a slave acked past the message's end offset.
+
+    ``hold`` encodes the answer at once (as an inline answer is encoded) into its connection's
+    queue with its key and deadline; ``release_upto(mark)`` moves every answer whose key is at
+    most ``mark`` to its connection's outbound buffer and sends them in one ``send``;
+    ``expire(now)`` answers those whose deadline passed with ``expired_answer(answer)`` instead
+    (decoded again from the held frame: a rare path keeps nothing per answer). Keys and
+    deadlines rise within a connection (a connection's requests are handled in order and their
+    keys are assigned in that order), so each release or expiry takes a prefix.
+
+    A held send costs four array appends beside its encoding: no object, callback or task per
+    request, and the kept state is bytes and numbers, nothing for the garbage collector.
+    """
+
+    def __init__(
+        self,
+        expired_answer: Callable[[RemotingCommand], RemotingCommand],
+        timeout_s: float,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self._expired_answer = expired_answer
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._queues: dict[Connection, _HeldQueue] = {}
+        self.waiting = 0  # answers held now
+        self.held_total = 0  # answers ever held
+        self.released_total = 0  # answers released by ``release_upto``
+        self.expired_total = 0  # answers ``expire`` rewrote
+        #: called when an answer is held while none was (a sweeper that waits for work)
+        self.on_busy: Callable[[], None] | None = None
+        self.log = get_logger(component="held_answers")
+
+    def hold(self, conn: Connection, opaque: int, response: RemotingCommand, key: int) -> Held:
+        """Hold ``response`` (the answer to the request ``opaque`` on ``conn``) until a
+        watermark reaches ``key``; return ``HELD`` for the processor to return."""
+        q = self._queues.get(conn)
+        if q is None:
+            q = self._queues[conn] = _HeldQueue()
+        if not response.flag & FLAG_RESPONSE:
+            response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
+        data = q.data
+        encode_into(data, response, opaque)
+        q.keys.append(key)
+        q.cuts.append(q.base + len(data))
+        q.deadlines.append(self._clock() + self.timeout_s)
+        self.held_total += 1
+        self.waiting += 1
+        if self.waiting == 1 and self.on_busy is not None:
+            self.on_busy()
+        return HELD
+
+    def release_upto(self, mark: int) -> int:
+        """Send every held answer whose key is at most ``mark``; how many."""
+        released = 0
+        for conn, q in list(self._queues.items()):
+            keys = q.keys
+            if keys[0] > mark:
+                continue
+            n = len(keys) if keys[-1] <= mark else bisect.bisect_right(keys, mark)
+            frames = q.take(n)
+            if not keys:
+                del self._queues[conn]
+            released += n
+            conn._held_released(frames, n)
+        self.waiting -= released
+        self.released_total += released
+        return released
+
+    def expire(self, now: float) -> int:
+        """Answer every held answer whose deadline is at most ``now`` with its expired form;
+        how many."""
+        expired = 0
+        for conn, q in list(self._queues.items()):
+            deadlines = q.deadlines
+            if deadlines[0] > now:
+                continue
+            n = bisect.bisect_right(deadlines, now)
+            frames = q.take(n)
+            if not q.keys:
+                del self._queues[conn]
+            expired += n
+            out = bytearray()
+            try:
+                for held in FrameDecoder().feed(frames):
+                    encode_into(out, self._expired_answer(held), held.opaque)
+            except Exception:  # the caller (a sweeper) must go on: these calls time out
+                self.log.exception("held answers not rewritable", answers=n)
+                out = bytearray()
+            conn._held_released(out, n)
+        self.waiting -= expired
+        self.expired_total += expired
+        return expired
+
+    def expire_all(self) -> int:
+        """Every held answer in its expired form (the watermark will not move again)."""
+        return self.expire(math.inf)
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of a held answer (None: nothing held)."""
+        if not self._queues:
+            return None
+        return min(q.deadlines[0] for q in self._queues.values())
 
 
 class RemotingError(Exception):
@@ -681,6 +831,15 @@ class Connection:
                 deferred = self._answer_inline(processor, cmd)
                 if deferred is None:
                     continue
+                if isinstance(deferred, Held):  # answered when HeldAnswers releases it
+                    self._running += 1
+                    if lone:  # (never waits here: at most one read over the limit)
+                        continue
+                    while self._running > max_in_flight:
+                        if self._room is None:
+                            self._room = trio.Event()
+                        await self._room.wait()
+                    continue
             if self._running >= max_in_flight:
                 # max_in_flight requests of this peer are still running
                 if isinstance(deferred, Deferred):
@@ -702,7 +861,10 @@ class Connection:
             if isinstance(deferred, Deferred):
                 deferred._attach_connection(self, cmd)
                 continue
-            nursery.start_soon(self._serve_request, processor, cmd, len(commands) > 1, deferred)
+            nursery.start_soon(
+                self._serve_request, processor, cmd, len(commands) > 1,
+                cast("Awaitable[RemotingCommand | None] | None", deferred),
+            )
             spawned = True
         self._send_queued()  # every inline answer of this read in one send
         if len(self._out) > MAX_OUTBOUND_BUFFER_BYTES and not self._closed and not lone:
@@ -906,7 +1068,7 @@ class Connection:
 
     def _answer_inline(
         self, processor: SyncProcessor, request: RemotingCommand
-    ) -> Awaitable[RemotingCommand | None] | Deferred | None:
+    ) -> Awaitable[RemotingCommand | None] | Deferred | Held | None:
         """Run a plain ``def`` processor now. If it hands back an awaitable instead of an answer
         (it must wait: e.g. a pull with nothing to return yet), that is returned to be awaited in
         a task of its own; a ``Deferred`` is returned to be attached (answered when resolved)."""
@@ -918,11 +1080,12 @@ class Connection:
         if (
             response is not None
             and type(response) is not RemotingCommand
-            and (isinstance(response, Deferred) or inspect.isawaitable(response))
+            and (response is HELD or isinstance(response, Deferred)
+                 or inspect.isawaitable(response))
         ):
             return response
         if not request.flag & FLAG_ONEWAY and not self._closed:
-            self._queue_response(request, response)
+            self._queue_response(request, cast("RemotingCommand | None", response))
         return None
 
     def _queue_response(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
@@ -1000,6 +1163,23 @@ class Connection:
                 self._send_queued()
         finally:
             self._request_ended()
+
+    def _held_released(self, frames: bytearray, n: int) -> None:
+        """``HeldAnswers`` released ``n`` answers of this connection's (``frames``, encoded):
+        they end their requests and go out in one send."""
+        self._running -= n
+        room = self._room
+        if room is not None:
+            self._room = None
+            room.set()
+        if self._closed:
+            return
+        if self._out:
+            self._out += frames
+        else:
+            self._out = frames
+        with contextlib.suppress(RuntimeError):  # shutting down: nothing more goes out
+            self._send_queued()
 
     def _request_ended(self) -> None:
         self._running -= 1

@@ -207,7 +207,7 @@ async def test_sync_master_answers_waiting_sends_on_ack_or_timeout(tmp_path: Pat
 
             n_.start_soon(collect)
             with trio.fail_after(WAIT_S):
-                while master.ha.groups.waiting_puts < 10:
+                while master.ha.waiting_puts < 10:
                     await trio.testing.wait_all_tasks_blocked(0.01)
             # the same connection still answers at once while the sends wait for the slave
             ok(await cluster.call(RequestCode.GET_BROKER_RUNTIME_INFO))

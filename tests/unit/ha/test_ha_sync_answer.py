@@ -1,32 +1,28 @@
-"""SYNC_MASTER answers without a task: the per-put state a waiting send keeps is small
-(``_ReplicaDeferred``, ``_GroupToken``'s parallel lists), and the answer it gives is the one the
-general path (``SendProcessor._answer_status``) builds, byte for byte."""
+"""SYNC_MASTER answers without a task: a waiting send's answer is encoded at append time and held
+(``HeldAnswers``) until a slave's ack covers it; the answers it gives, released or expired, are
+byte for byte those of the general path (``SendProcessor._answer_status``), and the HA service
+releases them on acks, expires them after syncFlushTimeout and when it stops."""
 
 from __future__ import annotations
 
-import functools
 import types
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
-from broker.processors.send import SendProcessor, _ReplicaDeferred
+from broker.processors.send import SendProcessor, replica_timeout_answer
 from broker.transaction import HALF_TOPIC, TRANSACTION_ID_PROPERTY
 from cluster.protocol.message import Message
-from cluster.remoting.codec import RemotingCommand, encode
-from cluster.remoting.codes import RequestCode
+from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.net import HeldAnswers
 from ha.config import HAConfig
 from ha.connection import HAService
 from store.commitlog import AppendMessageResult, PutMessageResult, PutMessageStatus
 from store.config import BrokerRole, MessageStoreConfig
 from store.message_store import MessageStore
-
-STATUSES = (
-    PutMessageStatus.PUT_OK,
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,  # stored: the answer keeps msgId and queueOffset
-    PutMessageStatus.SLAVE_NOT_AVAILABLE,  # not stored: code and remark only
-)
 
 
 def _processor() -> SendProcessor:
@@ -36,11 +32,14 @@ def _processor() -> SendProcessor:
     return proc
 
 
-@pytest.mark.parametrize("status", STATUSES)
+@pytest.mark.parametrize("status", [PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_SLAVE_TIMEOUT])
 @pytest.mark.parametrize("topic", ["SyncTopic", HALF_TOPIC])
-def test_replica_deferred_answers_like_the_general_path(
+def test_held_answers_are_the_general_paths_answers(
     status: PutMessageStatus, topic: str
 ) -> None:
+    """The held frame as it goes out on an ack, and its expired form (decoded again from the
+    held frame), equal what ``_answer_status`` builds for PUT_OK and FLUSH_SLAVE_TIMEOUT (the
+    message is stored: msgId, queueOffset, transaction fields stay)."""
     request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": topic, "e": "3"})
     msg = Message(
         topic=topic, body=b"x" * 10, queue_id=3,
@@ -54,93 +53,101 @@ def test_replica_deferred_answers_like_the_general_path(
     general = _processor()._answer_status(request, msg, result, status)
 
     proc = _processor()
-    deferred = _ReplicaDeferred(proc._answer(request, msg, result), result.remark)
-    got: list[RemotingCommand | None] = []
-    deferred._attach(got.append)
-    deferred(status)
-    assert deferred.done and len(got) == 1 and got[0] is not None
-    assert encode(got[0], 7) == encode(general, 7)
-    # counted once, at append, whatever the replica outcome (the general path counts stored
-    # answers when it builds them)
+    (held,) = FrameDecoder().feed(encode(proc._answer(request, msg, result), 7))
+    got = held if status is PutMessageStatus.PUT_OK else replica_timeout_answer(held)
+    assert encode(got, 7) == encode(general, 7)
+    if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
+        assert got.code == ResponseCode.FLUSH_SLAVE_TIMEOUT and got.ext_fields["msgId"]
+    # counted once, at append, whatever the replica outcome
     assert proc.ctrl.stats.put_total == 1
 
 
-async def test_group_token_answers_each_put_by_its_own_end(tmp_path: Path) -> None:
-    """One group, three puts: a timeout answers PUT_OK to the puts the ack covers and
-    FLUSH_SLAVE_TIMEOUT to the rest; an ack past the target answers PUT_OK to all."""
-    store = MessageStore.open(MessageStoreConfig(
+class _Conn:
+    """What ``HeldAnswers`` uses of a connection."""
+
+    def __init__(self) -> None:
+        self.answers: list[RemotingCommand] = []
+
+    def _held_released(self, frames: bytearray, n: int) -> None:
+        self.answers.extend(FrameDecoder().feed(bytes(frames)))
+
+
+def _store(tmp_path: Path) -> MessageStore:
+    return MessageStore.open(MessageStoreConfig(
         store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=1024 * 1024,
         broker_role=BrokerRole.SYNC_MASTER,
     ))
+
+
+def _hold(held: HeldAnswers, conn: _Conn, store: MessageStore, i: int) -> int:
+    r = store.append_message(Message(topic="T", body=b"m%d" % i, queue_id=0))
+    assert r.result is not None
+    end = r.result.end_offset
+    ok = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2).response(0, None, {"i": i})
+    held.hold(conn, 100 + i, ok, end)  # type: ignore[arg-type]
+    return end
+
+
+async def test_acks_release_held_answers_each_by_its_own_end(tmp_path: Path) -> None:
+    store = _store(tmp_path)
     try:
         ha = HAService(store, HAConfig(ha_listen_port=0), host="127.0.0.1")
-        ends = []
-        for i in range(3):
-            r = store.append_message(Message(topic="T", body=b"m%d" % i, queue_id=0))
-            assert r.result is not None
-            ends.append(r.result.end_offset)
+        held = HeldAnswers(replica_timeout_answer, 5.0)
+        ha.hold_answers(held)
         ha.table.add(1, "slave", 0)
-        answers: dict[int, PutMessageStatus] = {}
+        conn = _Conn()
+        ends = [_hold(held, conn, store, i) for i in range(3)]
+        assert all(ha.sync_status_nowait(end) is None for end in ends)  # all must wait
+        assert ha.waiting_puts == 3 and ha.waited_puts == 3
 
-        def answer_to(end: int) -> Callable[[PutMessageStatus], None]:
-            return functools.partial(answers.__setitem__, end)
-
-        for end in ends:
-            assert ha.sync_status_nowait(end) is None  # must wait
-            ha.on_replicated(end, answer_to(end))
-        assert ha.groups.waiting_puts == 3
-        ha.on_report(1, ends[1])  # covers the first two, not the group's target
-        assert answers == {}
-        for group in ha.groups.expire(float("inf")):
-            group.token.set()
-        assert answers == {
-            ends[0]: PutMessageStatus.PUT_OK,
-            ends[1]: PutMessageStatus.PUT_OK,
-            ends[2]: PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
-        }
-
-        answers.clear()
-        for end in ends:
-            ha.on_replicated(end, answer_to(end))
-        ha.seal_group()
+        ha.on_report(1, ends[1] - 1)  # short of the second
+        assert [a.opaque for a in conn.answers] == [100]
+        ha.on_report(1, ends[1])
+        assert [a.opaque for a in conn.answers] == [100, 101]
+        assert ha.waiting_puts == 1 and ha.acked_puts == 2
         ha.on_report(1, ends[2])
-        assert answers == dict.fromkeys(ends, PutMessageStatus.PUT_OK)
-        assert ha.groups.waiting_puts == 0
-        assert ha.released_puts == 3 and ha.deferred_puts == 6
+        assert [(a.opaque, a.code) for a in conn.answers] == [(100, 0), (101, 0), (102, 0)]
+        info = ha.runtime_info()
+        assert (info["haSyncWaitedPuts"], info["haSyncReleasedPuts"]) == ("3", "3")
+        assert info["haSyncWaitingPuts"] == "0"
     finally:
         store.close()
 
 
-async def test_on_replicated_joins_like_group_transfer_join(tmp_path: Path) -> None:
-    """``on_replicated`` joins an open group inline; the groups it builds equal those of
-    ``GroupTransfer.join`` with the same (end, deadline) sequence: members, target (the
-    highest end), deadline (the latest), one token per group, and a group per seal."""
-    store = MessageStore.open(MessageStoreConfig(
-        store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=1024 * 1024,
-        broker_role=BrokerRole.SYNC_MASTER,
-    ))
+async def test_the_sweeper_expires_held_answers_and_a_stop_expires_the_rest(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """After syncFlushTimeout a held answer goes out as FLUSH_SLAVE_TIMEOUT (the sweeper wakes
+    for it though it slept with nothing to watch); when the service stops, every answer still
+    held does."""
+    store = _store(tmp_path)
     try:
-        ha = HAService(store, HAConfig(ha_listen_port=0, sync_flush_timeout_ms=1000))
-        reference = HAService(store, HAConfig(ha_listen_port=0, sync_flush_timeout_ms=1000))
-        clock = iter([5.0, 4.0, 7.0, 6.5, 9.0, 8.0, 8.5])  # not monotonic: max must win
-        joins = [(300, 0), (200, 0), (500, 0), (400, 1), (900, 0), (700, 2), (800, 0)]
-        for end, seal_after in joins:
-            now = next(clock)
-            ha._now = lambda now=now: now  # type: ignore[misc]
-            ha.on_replicated(end, lambda status: None)
-            reference.groups.join(end, now + 1.0)
-            if seal_after:
-                ha.seal_group()
-                reference.seal_group()
+        ha = HAService(
+            store, HAConfig(ha_listen_port=0, sync_flush_timeout_ms=1000), host="127.0.0.1"
+        )
+        held = HeldAnswers(replica_timeout_answer, 1.0)
+        ha.hold_answers(held)
+        conn = _Conn()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ha.run)
+            ha.table.add(1, "slave", 0)
+            await trio.testing.wait_all_tasks_blocked()
+            t0 = trio.current_time()
+            _hold(held, conn, store, 0)
+            with trio.fail_after(5):
+                while not conn.answers:  # noqa: ASYNC110 - the sweeper answers; no event
+                    await trio.sleep(0.1)
+            assert trio.current_time() - t0 >= 1.0
+            (expired,) = conn.answers
+            assert (expired.opaque, expired.code) == (100, ResponseCode.FLUSH_SLAVE_TIMEOUT)
+            assert expired.ext_fields == {"i": "0"}
 
-        def shape(svc: HAService) -> list[tuple[int, int, float, int]]:
-            groups = [*svc.groups._sealed, svc.groups.open_group]
-            return [(g.members, g.target, g.deadline, len(g.token.ends)) for g in groups if g]
-
-        assert shape(ha) == [(4, 500, 8.0, 4), (2, 900, 10.0, 2), (1, 800, 9.5, 1)]
-        assert [(m, t, d) for m, t, d, _ in shape(ha)] == [
-            (m, t, d) for m, t, d, _ in shape(reference)
+            _hold(held, conn, store, 1)
+            _hold(held, conn, store, 2)
+            nursery.cancel_scope.cancel()
+        assert [(a.opaque, a.code) for a in conn.answers[1:]] == [
+            (101, ResponseCode.FLUSH_SLAVE_TIMEOUT), (102, ResponseCode.FLUSH_SLAVE_TIMEOUT),
         ]
-        assert ha.deferred_puts == len(joins) and ha.groups.waiting_puts == len(joins)
+        assert held.waiting == 0 and held.expired_total == 3
     finally:
         store.close()
