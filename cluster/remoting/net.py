@@ -213,6 +213,8 @@ class HeldAnswers:
         self.timeout_s = timeout_s
         self._clock = clock
         self._queues: dict[Connection, _HeldQueue] = {}
+        #: the smallest key held (inf: none): an ack below it releases nothing, at no cost
+        self._min_key: float = math.inf
         self.waiting = 0  # answers held now
         self.held_total = 0  # answers ever held
         self.released_total = 0  # answers released by ``release_upto``
@@ -224,13 +226,18 @@ class HeldAnswers:
     def hold(self, conn: Connection, opaque: int, response: RemotingCommand, key: int) -> Held:
         """Hold ``response`` (the answer to the request ``opaque`` on ``conn``) until a
         watermark reaches ``key``; return ``HELD`` for the processor to return."""
-        q = self._queues.get(conn)
-        if q is None:
-            q = self._queues[conn] = _HeldQueue()
         if not response.flag & FLAG_RESPONSE:
             response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
+        q = self._queues.get(conn)
+        if q is None:  # (registered only once its first answer is encoded: never empty)
+            q = _HeldQueue()
+            encode_into(q.data, response, opaque)
+            self._queues[conn] = q
+            if key < self._min_key:
+                self._min_key = key
+        else:  # (its first key is at most this one: the smallest first key stays)
+            encode_into(q.data, response, opaque)
         data = q.data
-        encode_into(data, response, opaque)
         q.keys.append(key)
         q.cuts.append(q.base + len(data))
         q.deadlines.append(self._clock() + self.timeout_s)
@@ -242,6 +249,8 @@ class HeldAnswers:
 
     def release_upto(self, mark: int) -> int:
         """Send every held answer whose key is at most ``mark``; how many."""
+        if mark < self._min_key:
+            return 0
         released = 0
         for conn, q in list(self._queues.items()):
             keys = q.keys
@@ -252,10 +261,14 @@ class HeldAnswers:
             if not keys:
                 del self._queues[conn]
             released += n
+            self.waiting -= n
+            self.released_total += n
             conn._held_released(frames, n)
-        self.waiting -= released
-        self.released_total += released
+        self._reset_min_key()
         return released
+
+    def _reset_min_key(self) -> None:
+        self._min_key = min((q.keys[0] for q in self._queues.values()), default=math.inf)
 
     def expire(self, now: float) -> int:
         """Answer every held answer whose deadline is at most ``now`` with its expired form;
@@ -270,6 +283,8 @@ class HeldAnswers:
             if not q.keys:
                 del self._queues[conn]
             expired += n
+            self.waiting -= n
+            self.expired_total += n
             out = bytearray()
             try:
                 for held in FrameDecoder().feed(frames):
@@ -278,8 +293,7 @@ class HeldAnswers:
                 self.log.exception("held answers not rewritable", answers=n)
                 out = bytearray()
             conn._held_released(out, n)
-        self.waiting -= expired
-        self.expired_total += expired
+        self._reset_min_key()
         return expired
 
     def expire_all(self) -> int:
@@ -531,7 +545,7 @@ class Connection:
         self._deferred_flush = False  # a task will send the answers Deferreds resolved
         self._drained: trio.Event | None = None
         self._max_in_flight = max_in_flight
-        self._running = 0  # requests being processed: tasks and unresolved Deferreds
+        self._running = 0  # requests being processed: tasks, unresolved Deferreds, held answers
         self._room: trio.Event | None = None  # the reader waits on it for a request to end
         #: Requests answered SYSTEM_BUSY because max_in_flight were already running.
         self.busy_refusals = 0
@@ -543,7 +557,10 @@ class Connection:
         self._reader_wanted = False  # a call ended that needs the reader back on the socket
         # a lone call met a request it could not take without waiting: the request, its
         # Deferred and the rest of that read, for the reader (``_take_stash``)
-        self._stash: tuple[RemotingCommand, Deferred, list[RemotingCommand]] | None = None
+        # (None, None, rest: a held request took the last room)
+        self._stash: (
+            tuple[RemotingCommand | None, Deferred | None, list[RemotingCommand]] | None
+        ) = None
         #: Lend the reading to lone calls at all: connections this end opened (a server's
         #: connections are there to read its clients' requests without delay).
         self._lends = lend_reading
@@ -833,12 +850,14 @@ class Connection:
                     continue
                 if isinstance(deferred, Held):  # answered when HeldAnswers releases it
                     self._running += 1
-                    if lone:  # (never waits here: at most one read over the limit)
-                        continue
-                    while self._running > max_in_flight:
-                        if self._room is None:
-                            self._room = trio.Event()
-                        await self._room.wait()
+                    if self._running > max_in_flight:
+                        if lone:  # the reader waits for room, then takes the rest
+                            self._stash = (None, None, commands[i + 1 :])
+                            break
+                        while self._running > max_in_flight:
+                            if self._room is None:
+                                self._room = trio.Event()
+                            await self._room.wait()
                     continue
             if self._running >= max_in_flight:
                 # max_in_flight requests of this peer are still running
@@ -878,12 +897,18 @@ class Connection:
         assert self._stash is not None
         cmd, deferred, rest = self._stash
         self._stash = None
-        while self._running >= self._max_in_flight:
-            if self._room is None:
-                self._room = trio.Event()
-            await self._room.wait()
-        self._running += 1
-        deferred._attach_connection(self, cmd)
+        if deferred is None:  # a held request is over the limit: wait until it is not
+            while self._running > self._max_in_flight:
+                if self._room is None:
+                    self._room = trio.Event()
+                await self._room.wait()
+        else:
+            while self._running >= self._max_in_flight:
+                if self._room is None:
+                    self._room = trio.Event()
+                await self._room.wait()
+            self._running += 1
+            deferred._attach_connection(self, cast(RemotingCommand, cmd))
         if rest:
             await self._take(rest, nursery)
 
@@ -897,8 +922,12 @@ class Connection:
                 self._complete(cmd)
                 continue
             processor, is_async = lookup(cmd.code)
-            if processor is not None and not is_async:
-                self._answer_inline(processor, cmd)
+            if (
+                processor is not None
+                and not is_async
+                and isinstance(self._answer_inline(processor, cmd), Held)
+            ):
+                self._running += 1  # as ``_take`` counts it (its release uncounts it)
         self._send_queued()
 
     # ---------------------------------------------------------------- lending the reading

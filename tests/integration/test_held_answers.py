@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
 
-from cluster.remoting.codec import FrameDecoder, RemotingCommand
+from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from cluster.remoting.net import (
     HELD,
     Connection,
@@ -161,6 +162,104 @@ async def test_answers_of_a_closed_connection_are_dropped(nursery: trio.Nursery)
                 await trio.sleep(0.01)
         assert held.release_upto(5) == 1  # nothing to send it to: dropped, no error
         assert held.waiting == 0 and not held._queues
+
+
+async def test_a_lone_call_hands_back_held_requests_over_the_limit(nursery: trio.Nursery) -> None:
+    """On a connection this end opened (lending its reading), the peer's requests whose answers
+    are held count against max_in_flight too: past it, the lone call hands the rest of its read
+    back to the reader, which takes it once answers are released."""
+    held = HeldAnswers(_expired, timeout_s=60)
+    ping, calls_sent = 8, trio.Event()
+
+    def hold(conn: Connection, req: RemotingCommand) -> Held:
+        k = req.ext_fields["k"]
+        return held.hold(conn, req.opaque, req.response(0, f"ok {k}", {"k": k}), int(k))
+
+    async def call_back(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        assert conn._nursery is not None
+        for k in range(int(req.ext_fields["n"])):  # requests to the client, one write each
+            conn._nursery.start_soon(conn.invoke, RemotingCommand.request(HOLD, {"k": k}), 30)
+            await trio.testing.wait_all_tasks_blocked()
+        calls_sent.set()
+        return req.response(0, "pong")
+
+    srv = RemotingServer(Dispatcher({ping: call_back}), node="srv")
+    host, port = await nursery.start(srv.serve, "127.0.0.1", 0)
+    async with open_remoting_client({HOLD: hold}, node="cli") as client:
+        conn = await client.connection(format_address(host, port))
+        conn._max_in_flight = 2
+        await conn.invoke(RemotingCommand.request(ping, {"n": 0}), timeout=5)
+        with trio.fail_after(5):
+            while conn._lender is None:  # noqa: ASYNC110 - the reader parks (lends)
+                await trio.sleep(0.001)
+        got: dict[int, RemotingCommand] = {}
+        async with trio.open_nursery() as calls:
+            calls.start_soon(_call_ping, conn, ping, got)
+            await calls_sent.wait()
+            await _quiet()
+            assert conn.lone_calls == 1  # the second call read (lent) until it handed back
+            # one over the limit: the reader waits for room before reading on
+            assert held.waiting == 3 and conn._running == 3 and not got
+            for mark in range(6):
+                held.release_upto(mark)
+                await _quiet()
+                assert conn._running <= 3
+        assert got[0].remark == "pong"
+        assert held.released_total == 6 and conn._running == 0 and conn.busy_refusals == 0
+
+
+async def _call_ping(conn: Connection, code: int, out: dict[int, RemotingCommand]) -> None:
+    out[0] = await conn.invoke(RemotingCommand.request(code, {"n": 6}), timeout=10)
+
+
+async def test_a_held_request_before_a_malformed_frame_is_counted(
+    nursery: trio.Nursery,
+) -> None:
+    held = HeldAnswers(_expired, timeout_s=60)
+    async with _server(nursery, held) as (addr, srv):
+        host, port = addr.rsplit(":", 1)
+        stream = await trio.open_tcp_stream(host, int(port))
+        garbage = (8).to_bytes(4, "big") + (0xFF000004).to_bytes(4, "big") + bytes(8)
+        await stream.send_all(encode(RemotingCommand.request(HOLD, {"k": 5}), 1) + garbage)
+        with trio.fail_after(5):
+            while held.waiting == 0 or srv.connections:  # noqa: ASYNC110 - held, then closed
+                await trio.sleep(0.01)
+        (conn,) = held._queues
+        assert conn._running == 1
+        held.release_upto(5)
+        assert conn._running == 0 and not held._queues
+        await stream.aclose()
+
+
+def test_an_answer_that_cannot_be_encoded_leaves_nothing_held() -> None:
+    """The hold fails as a processor's error would; the queues stay well formed (an empty one
+    would break the next release or deadline, in the HA read side or sweeper)."""
+    held = HeldAnswers(_expired, timeout_s=5, clock=_Clock())
+    a, b = _FakeConn(), _FakeConn()
+    held.hold(a, 1, RemotingCommand(code=0, flag=1), 10)  # type: ignore[arg-type]
+    with pytest.raises(Exception):  # noqa: B017 - the codec's own error
+        held.hold(b, 2**31, RemotingCommand(code=0, flag=1), 20)  # type: ignore[arg-type]
+    assert (held.waiting, len(held._queues), held.next_deadline()) == (1, 1, 5.0)
+    assert held.release_upto(9) == 0 and held.release_upto(100) == 1
+    assert [r.opaque for r in a.answers] == [1] and not b.answers
+
+
+def test_an_ack_below_every_held_key_looks_at_no_connection() -> None:
+    held = HeldAnswers(_expired, timeout_s=5, clock=_Clock())
+    conns = [_FakeConn() for _ in range(3)]
+    for i, conn in enumerate(conns):
+        held.hold(conn, i, RemotingCommand(code=0, flag=1), 100 + i)  # type: ignore[arg-type]
+    held._queues = _NoScan(held._queues)  # type: ignore[assignment]
+    assert held.release_upto(99) == 0  # the smallest key answers it: no scan
+    held._queues = dict(held._queues)
+    assert held.release_upto(101) == 2 and held._min_key == 102
+    assert held.release_upto(101) == 0 and held.release_upto(102) == 1
+    assert held._min_key == float("inf")
+
+
+class _NoScan(dict):  # type: ignore[type-arg]
+    def items(self) -> Any:
+        raise AssertionError("scanned")
 
 
 # ------------------------------------------------------------------ the bookkeeping, as a model
