@@ -425,9 +425,7 @@ class BrokerController:
                 if store.role is BrokerRole.SYNC_MASTER:
                     # a SYNC send's answer waits here for the slave's ack (send.py)
                     self.held_answers = HeldAnswers(
-                        replica_timeout_answer, self.settings.ha.sync_timeout_s,
-                        # the run's clock without trio.current_time's two wrappers (per send)
-                        clock=trio.lowlevel.current_clock().current_time,
+                        replica_timeout_answer, self.settings.ha.sync_timeout_s
                     )
                     self.ha.hold_answers(self.held_answers)
                 self.ha_port = await nursery.start(self.ha.run)

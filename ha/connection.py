@@ -261,22 +261,23 @@ class HAService:
     async def _sweep_timeouts(self) -> None:
         while True:
             deadline = self.groups.next_deadline()
+            delay = None if deadline is None else deadline - trio.current_time()
             held = self.held
             if held is not None and held.waiting:
-                first = held.next_deadline()
-                if first is not None and (deadline is None or first < deadline):
-                    deadline = first
-            if deadline is None:
+                first = held.next_deadline()  # (in the held answers' own clock)
+                if first is not None:
+                    until = first - held.clock()
+                    delay = until if delay is None else min(delay, until)
+            if delay is None:
                 self._groups_changed = trio.Event()
                 self._sweeper_idle = True
                 await self._groups_changed.wait()
                 continue
-            await trio.sleep_until(deadline)
-            now = trio.current_time()
-            for group in self.groups.expire(now):
+            await trio.sleep(max(0.0, delay))
+            for group in self.groups.expire(trio.current_time()):
                 group.token.set()
             if held is not None and held.waiting:
-                held.expire(now)
+                held.expire(held.clock())
 
     def on_report(self, conn_id: int, offset: int) -> ReportOutcome:
         """A slave's ack; releases every SYNC waiter the new push2SlaveMaxOffset covers."""

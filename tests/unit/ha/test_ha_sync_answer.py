@@ -125,7 +125,7 @@ async def test_the_sweeper_expires_held_answers_and_a_stop_expires_the_rest(
         ha = HAService(
             store, HAConfig(ha_listen_port=0, sync_flush_timeout_ms=1000), host="127.0.0.1"
         )
-        held = HeldAnswers(replica_timeout_answer, 1.0)
+        held = HeldAnswers(replica_timeout_answer, 1.0, clock=trio.current_time)
         ha.hold_answers(held)
         conn = _Conn()
         async with trio.open_nursery() as nursery:
