@@ -1,6 +1,6 @@
 """HA replication benchmark (issue 7): prints one JSON object.
 
-    python -m bench.ha [--repeats 3] [--seconds 3] [--writers 256] [--base-tree DIR]
+    python -m bench.ha [--repeats 5] [--seconds 2] [--writers 256] [--base-tree DIR] [--no-pin]
     python -m bench.ha --setup slave-process|inproc [--messages 60000] ...   (store level)
 
 Default setup, ``brokers`` (what a user runs): for every run a NameServer, a master broker and
@@ -337,7 +337,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=60_000)
     parser.add_argument("--writers", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="runs per case (default: 5 in the brokers setup, else 3)")
     parser.add_argument(
         "--setup", choices=("brokers", "slave-process", "inproc"), default="brokers",
         help="brokers: real master/slave broker processes (default); slave-process: the "
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--slave-process", action="store_true",
                         help="the same as --setup slave-process")
-    parser.add_argument("--seconds", type=float, default=3.0,
+    parser.add_argument("--seconds", type=float, default=2.0,
                         help="brokers setup: measured seconds per run")
     parser.add_argument("--base-tree", default=None,
                         help="brokers setup: also run this checkout (e.g. a git worktree of "
@@ -366,6 +367,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.slave_process:
         args.setup = "slave-process"
+    if args.repeats is None:
+        # brokers: more, shorter runs (the medians and paired ratios steady on a noisy VM)
+        args.repeats = 5 if args.setup == "brokers" else 3
     if args.setup == "brokers":
         _broker_main(args)
         return
