@@ -857,10 +857,7 @@ class Connection:
                         if lone:  # the reader waits for room, then takes the rest
                             self._stash = (None, None, commands[i + 1 :])
                             break
-                        while self._running > max_in_flight:
-                            if self._room is None:
-                                self._room = trio.Event()
-                            await self._room.wait()
+                        await self._wait_running_at_most(max_in_flight)
                     continue
             if self._running >= max_in_flight:
                 # max_in_flight requests of this peer are still running
@@ -869,10 +866,7 @@ class Connection:
                         self._stash = (cmd, deferred, commands[i + 1 :])
                         break
                     # already under way elsewhere: wait for room
-                    while self._running >= max_in_flight:
-                        if self._room is None:
-                            self._room = trio.Event()
-                        await self._room.wait()
+                    await self._wait_running_at_most(max_in_flight - 1)
                 else:
                     close = getattr(deferred, "close", None)
                     if close is not None:
@@ -901,15 +895,9 @@ class Connection:
         cmd, deferred, rest = self._stash
         self._stash = None
         if deferred is None:  # a held request is over the limit: wait until it is not
-            while self._running > self._max_in_flight:
-                if self._room is None:
-                    self._room = trio.Event()
-                await self._room.wait()
+            await self._wait_running_at_most(self._max_in_flight)
         else:
-            while self._running >= self._max_in_flight:
-                if self._room is None:
-                    self._room = trio.Event()
-                await self._room.wait()
+            await self._wait_running_at_most(self._max_in_flight - 1)
             self._running += 1
             deferred._attach_connection(self, cast(RemotingCommand, cmd))
         if rest:
@@ -1199,11 +1187,7 @@ class Connection:
     def _held_released(self, frames: bytearray, n: int) -> None:
         """``HeldAnswers`` released ``n`` answers of this connection's (``frames``, encoded):
         they end their requests and go out in one send."""
-        self._running -= n
-        room = self._room
-        if room is not None:
-            self._room = None
-            room.set()
+        self._request_ended(n)
         if self._closed:
             return
         if self._out:
@@ -1213,12 +1197,19 @@ class Connection:
         with contextlib.suppress(RuntimeError):  # shutting down: nothing more goes out
             self._send_queued()
 
-    def _request_ended(self) -> None:
-        self._running -= 1
+    def _request_ended(self, n: int = 1) -> None:
+        self._running -= n
         room = self._room
         if room is not None:
             self._room = None
             room.set()
+
+    async def _wait_running_at_most(self, limit: int) -> None:
+        """Until at most ``limit`` requests are running (an ending request sets ``_room``)."""
+        while self._running > limit:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
 
     # ---------------------------------------------------------------- closing
 
