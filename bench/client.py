@@ -3,7 +3,7 @@ measured in the same run against the same broker.
 
     python3 bench/client.py [--seconds 3] [--body 1024] [--inflight 256] [--batch 32]
 
-A NameServer and a broker run as child processes (``python -m namesrv`` / ``python -m broker``,
+A NameServer and a broker run as child processes (``mqnamesrv`` / ``mqbroker``,
 ASYNC_FLUSH, temp store) so the client and the broker each get a core. Cases:
   * sync send, 1 in flight: ``Producer.send`` vs pre-encoded SEND_MESSAGE_V2 frames
     (bench/produce.py's raw driver);
@@ -34,12 +34,11 @@ from typing import Any
 import trio
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-
+import checkout  # noqa: E402  (bench/checkout.py: this tree's rmq_cluster first)
 import produce as produce_bench  # noqa: E402  (bench/produce.py: the raw-frame driver)
 
-from cluster.client import (  # noqa: E402
+from rmq_cluster.cluster.client import (  # noqa: E402
     ClientConfig,
     ConsumeFromWhere,
     ConsumeResult,
@@ -49,11 +48,11 @@ from cluster.client import (  # noqa: E402
     ReceivedMessage,
     frames,
 )
-from cluster.logging import configure_logging  # noqa: E402
-from cluster.protocol.message import encode_batch  # noqa: E402
-from cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
-from cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from cluster.remoting.net import open_remoting_client  # noqa: E402
+from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
+from rmq_cluster.cluster.protocol.message import encode_batch  # noqa: E402
+from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
+from rmq_cluster.cluster.remoting.net import open_remoting_client  # noqa: E402
 
 QUEUES = produce_bench.QUEUES
 BOOT_TIMEOUT_S = 30.0
@@ -97,14 +96,14 @@ def _wait_boot(proc: subprocess.Popen[bytes]) -> None:
 def _start(store: str, procs: list[subprocess.Popen[bytes]]) -> tuple[str, int]:
     """NameServer and broker processes (appended to ``procs`` as they spawn, for the caller to
     stop even when a start fails); the NameServer address and the broker port."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = checkout.child_env(ROOT)
     ns_port = _free_port()
     ns_conf = Path(store) / "namesrv.properties"
     ns_conf.write_text(f"listenPort={ns_port}\nbindAddress=127.0.0.1\n"
                        f"kvConfigPath={store}/kv.json\n")
-    ns = subprocess.Popen([sys.executable, "-m", "namesrv", "-c", str(ns_conf), "--log-level",
-                           "warning"], cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL)
+    ns = subprocess.Popen([sys.executable, "-m", "rmq_cluster.namesrv", "-c", str(ns_conf),
+                           "--log-level", "warning"],
+                          cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     procs.append(ns)
     _wait_boot(ns)
     port = _free_broker_port()
@@ -116,9 +115,9 @@ def _start(store: str, procs: list[subprocess.Popen[bytes]]) -> tuple[str, int]:
         f"defaultTopicQueueNums={QUEUES}\nnamesrvAddr=127.0.0.1:{ns_port}\n"
     )
     log = open(Path(store) / "broker.log", "wb")  # noqa: SIM115 - lives as long as the child
-    broker = subprocess.Popen([sys.executable, "-m", "broker", "-c", str(conf), "--log-level",
-                               "warning"], cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
-                              stderr=log)
+    broker = subprocess.Popen([sys.executable, "-m", "rmq_cluster.broker", "-c", str(conf),
+                               "--log-level", "warning"],
+                              cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=log)
     procs.append(broker)
     _wait_boot(broker)
     return f"127.0.0.1:{ns_port}", port

@@ -2,7 +2,7 @@
 
     python3 bench/dledger.py [--seconds 3] [--body 1024] [--inflight 256] [--kills 10]
 
-Every node is a real process (``python -m broker`` / ``python -m namesrv``) on loopback.
+Every node is a real process (``mqbroker`` / ``mqnamesrv``) on loopback.
 Cases:
   * baseline: a single ASYNC_FLUSH master, SEND_MESSAGE_V2 of ``--body`` bytes with
     ``--inflight`` requests in flight over one connection (bench/produce.py's raw driver);
@@ -34,17 +34,15 @@ from typing import Any
 import trio
 
 ROOT = Path(__file__).resolve().parents[1]
-# the package ``dledger`` must win over this script's own name: the root goes first
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT))
-
+import checkout  # noqa: E402  (bench/checkout.py: this tree's rmq_cluster first)
 import produce as produce_bench  # noqa: E402  (bench/produce.py: broker start + raw driver)
 
-from cluster.logging import configure_logging  # noqa: E402
-from cluster.protocol.route import ClusterInfo, KVTable  # noqa: E402
-from cluster.remoting.codec import RemotingCommand  # noqa: E402
-from cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from cluster.remoting.net import RemotingClient, open_remoting_client  # noqa: E402
+from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
+from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable  # noqa: E402
+from rmq_cluster.cluster.remoting.codec import RemotingCommand  # noqa: E402
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
+from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client  # noqa: E402
 
 GROUP = "bench-dl"
 TOPIC = produce_bench.TOPIC
@@ -67,7 +65,7 @@ def _spawn(args: list[str], boot_marker: str) -> subprocess.Popen[str]:
         stderr=subprocess.DEVNULL,
         text=True,
         cwd=str(ROOT),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=checkout.child_env(ROOT),
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + BOOT_TIMEOUT_S
@@ -106,7 +104,7 @@ class Group:
     def start_ns(self) -> None:
         conf = self.root / "namesrv.properties"
         conf.write_text(f"listenPort={self.ns_port}\nbindAddress=127.0.0.1\n")
-        self.ns = _spawn(["-m", "namesrv", "-c", str(conf)], "boot success")
+        self.ns = _spawn(["-m", "rmq_cluster.namesrv", "-c", str(conf)], "boot success")
 
     def start(self, i: int) -> None:
         conf = self.root / f"n{i}.properties"
@@ -119,7 +117,7 @@ class Group:
             f"enableDLegerCommitLog=true\ndLegerGroup={GROUP}\ndLegerPeers={self.peers}\n"
             f"dLegerSelfId=n{i}\n"
         )
-        self.procs[i] = _spawn(["-m", "broker", "-c", str(conf)], "boot success")
+        self.procs[i] = _spawn(["-m", "rmq_cluster.broker", "-c", str(conf)], "boot success")
 
     def kill(self, i: int) -> None:
         proc = self.procs.pop(i)

@@ -30,11 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checkout  # noqa: F401  (bench/checkout.py: this tree's rmq_cluster first)
 
-from dledger.core import CoreConfig, DLedgerCore, Role
-from dledger.log_storage import FileLogStorage, LogStorage, MemoryLogStorage
-from dledger.messages import Entry, Message, decode, encode
+from rmq_cluster.dledger.core import CoreConfig, DLedgerCore, Role
+from rmq_cluster.dledger.log_storage import FileLogStorage, LogStorage, MemoryLogStorage
+from rmq_cluster.dledger.messages import Entry, Message, decode, encode
 
 PEERS = ("n0", "n1", "n2")
 BENCH_DATA_FILE_BYTES = 64 * 1024 * 1024

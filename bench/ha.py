@@ -78,14 +78,14 @@ from typing import Any
 import orjson
 import trio
 
-from cluster.logging import configure_logging
-from cluster.protocol.message import Message
-from ha.client import HAClient
-from ha.config import HAConfig
-from ha.connection import HAService
-from store import flush
-from store.config import BrokerRole, MessageStoreConfig
-from store.message_store import MessageStore
+from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.cluster.protocol.message import Message
+from rmq_cluster.ha.client import HAClient
+from rmq_cluster.ha.config import HAConfig
+from rmq_cluster.ha.connection import HAService
+from rmq_cluster.store import flush
+from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
+from rmq_cluster.store.message_store import MessageStore
 
 BODY_BYTES = 1024
 FILE_BYTES = 128 * 1024 * 1024
@@ -594,15 +594,19 @@ class _Cluster:
                 f"listenPort={ns_port}\nbindAddress=127.0.0.1\nkvConfigPath={root}/kv.json\n"
             )
             ns_addr = f"127.0.0.1:{ns_port}"
-            self.procs.append(hb._spawn(["-m", "namesrv", "-c", str(ns_conf)], "boot success"))
+            self.procs.append(
+                hb._spawn(["-m", "rmq_cluster.namesrv", "-c", str(ns_conf)], "boot success")
+            )
             conf = hb._broker_conf(root, "master", self.master_port, 0, role)
-            master = hb._spawn(["-m", "broker", "-c", str(conf), "-n", ns_addr], "boot success")
+            master = hb._spawn(
+                ["-m", "rmq_cluster.broker", "-c", str(conf), "-n", ns_addr], "boot success"
+            )
             self.procs.append(master)
             self.master_pid = master.pid
             if self.case != "none":
                 conf = hb._broker_conf(root, "slave", self.slave_port, 1, "SLAVE")
                 slave = hb._spawn(
-                    ["-m", "broker", "-c", str(conf), "-n", ns_addr], "boot success"
+                    ["-m", "rmq_cluster.broker", "-c", str(conf), "-n", ns_addr], "boot success"
                 )
                 self.procs.append(slave)
                 self.slave_pid = slave.pid

@@ -2,8 +2,8 @@
 
     python3 bench/ha_broker.py [--seconds 3] [--body 1024] [--inflight 256]
 
-For each case a NameServer, a master ``python -m broker`` and (except ``none``) a slave
-``python -m broker`` run as child processes on loopback with temp stores; SEND_MESSAGE_V2
+For each case a NameServer, a master ``mqbroker`` and (except ``none``) a slave
+``mqbroker`` run as child processes on loopback with temp stores; SEND_MESSAGE_V2
 requests (``--body`` bytes) are pipelined to the master over one connection with ``--inflight``
 outstanding (bench/produce.py's raw driver):
   * none:  ASYNC_MASTER, no slave;
@@ -36,16 +36,15 @@ from typing import Any
 import trio
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-
+import checkout  # noqa: E402  (bench/checkout.py: this tree's rmq_cluster first)
 import produce as produce_bench  # noqa: E402  (bench/produce.py: the raw pipelined driver)
 
-from cluster.logging import configure_logging  # noqa: E402
-from cluster.protocol.route import KVTable  # noqa: E402
-from cluster.remoting.codec import RemotingCommand  # noqa: E402
-from cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from cluster.remoting.net import RemotingClient, open_remoting_client  # noqa: E402
+from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
+from rmq_cluster.cluster.protocol.route import KVTable  # noqa: E402
+from rmq_cluster.cluster.remoting.codec import RemotingCommand  # noqa: E402
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
+from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client  # noqa: E402
 
 BOOT_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 30.0
@@ -82,7 +81,7 @@ def _spawn(args: list[str], boot: str) -> subprocess.Popen[str]:
         stderr=subprocess.DEVNULL,
         text=True,
         cwd=str(ROOT),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=checkout.child_env(ROOT),
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + BOOT_TIMEOUT_S
@@ -193,14 +192,15 @@ def _run_case(name: str, args: argparse.Namespace) -> dict[str, Any]:
             f"listenPort={ns_port}\nbindAddress=127.0.0.1\nkvConfigPath={root}/kv.json\n"
         )
         try:
-            procs.append(_spawn(["-m", "namesrv", "-c", str(ns_conf)], "boot success"))
+            procs.append(_spawn(["-m", "rmq_cluster.namesrv", "-c", str(ns_conf)], "boot success"))
             conf = _broker_conf(root, "master", master_port, 0, role)
-            procs.append(_spawn(["-m", "broker", "-c", str(conf), "-n", ns_addr], "boot success"))
+            procs.append(
+                _spawn(["-m", "rmq_cluster.broker", "-c", str(conf), "-n", ns_addr], "boot success")
+            )
             if with_slave:
                 conf = _broker_conf(root, "slave", slave_port, 1, "SLAVE")
-                procs.append(
-                    _spawn(["-m", "broker", "-c", str(conf), "-n", ns_addr], "boot success")
-                )
+                broker = ["-m", "rmq_cluster.broker", "-c", str(conf), "-n", ns_addr]
+                procs.append(_spawn(broker, "boot success"))
             return trio.run(_case, master_port, with_slave, args)
         finally:
             for proc in reversed(procs):

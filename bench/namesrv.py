@@ -31,21 +31,22 @@ from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checkout  # noqa: F401  (bench/checkout.py: this tree's rmq_cluster first)
 
-from cluster.logging import configure_logging
-from cluster.protocol.route import (
+from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.cluster.protocol.route import (
     DataVersion,
     RegisterBrokerBody,
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode
-from cluster.remoting.net import open_remoting_client
-from namesrv.config import NamesrvConfig
-from namesrv.route_info import RouteInfoManager
-from namesrv.server import serve
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode
+from rmq_cluster.cluster.remoting.net import open_remoting_client
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.route_info import RouteInfoManager
+from rmq_cluster.namesrv.server import serve
 
 TARGET_LOOKUPS_PER_S = 10_000
 CALL_TIMEOUT_S = 30.0

@@ -3,7 +3,7 @@ ping-pong baseline measured in the same run.
 
     python3 bench/produce.py [--seconds 3] [--body 1024] [--inflight 256] [--batch 32]
 
-The broker runs as ``python -m broker`` in a child process (ASYNC_FLUSH, a temp store, no
+The broker runs as ``mqbroker`` in a child process (ASYNC_FLUSH, a temp store, no
 NameServer), so client and broker each get a core. Cases, all over one connection:
   * sync send, 1 in flight (SEND_MESSAGE_V2, ``--body`` bytes): rate, p50/p99;
   * pipelined send, ``--inflight`` in flight;
@@ -34,16 +34,15 @@ import orjson
 import trio
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-
+import checkout  # noqa: E402  (bench/checkout.py: this tree's rmq_cluster first)
 import remoting as remoting_bench  # noqa: E402  (bench/remoting.py: the Trio baseline)
 
-from cluster.logging import configure_logging  # noqa: E402
-from cluster.protocol.message import encode_batch, encode_properties  # noqa: E402
-from cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
-from cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from cluster.remoting.net import open_remoting_client  # noqa: E402
+from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
+from rmq_cluster.cluster.protocol.message import encode_batch, encode_properties  # noqa: E402
+from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
+from rmq_cluster.cluster.remoting.net import open_remoting_client  # noqa: E402
 
 TOPIC = "BenchProduce"
 BATCH_TOPIC = "BenchBatch"
@@ -77,12 +76,12 @@ def _start_broker(store: str, extra: str = "") -> tuple[subprocess.Popen[str], i
         f"defaultTopicQueueNums={QUEUES}\n" + extra
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "-c", str(conf), "--log-level", "warning"],
+        [sys.executable, "-m", "rmq_cluster.broker", "-c", str(conf), "--log-level", "warning"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         cwd=str(ROOT),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=checkout.child_env(ROOT),
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + BOOT_TIMEOUT_S

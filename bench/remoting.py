@@ -25,11 +25,12 @@ from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checkout  # (bench/checkout.py: this tree's rmq_cluster first)
 
-from cluster.logging import configure_logging
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.net import (
+from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.net import (
     Connection,
     Dispatcher,
     RemotingServer,
@@ -233,7 +234,7 @@ def _start_server(mode: str) -> tuple[subprocess.Popen[str], int]:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env=checkout.child_env(Path(__file__).resolve().parents[1]),
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -24,9 +24,9 @@ import tempfile
 import time
 from typing import Any
 
-from spark_jobs.model import make_replica, plan_scan
-from spark_jobs.replica_diff import build_session, decode_records, run_job
-from spark_jobs.synth import make_msgs, write_commitlog_store
+from rmq_cluster.spark_jobs.model import make_replica, plan_scan
+from rmq_cluster.spark_jobs.replica_diff import build_session, decode_records, run_job
+from rmq_cluster.spark_jobs.synth import make_msgs, write_commitlog_store
 
 MiB = 1 << 20
 

@@ -3,7 +3,7 @@ started four ways, side by side in the same run.
 
     python3 bench/security.py [--seconds 1.5] [--rounds 3] [--body 1024] [--inflight 256]
 
-Cases (each its own ``python -m broker``, ASYNC_FLUSH, temp store, one connection), run
+Cases (each its own ``mqbroker``, ASYNC_FLUSH, temp store, one connection), run
 interleaved for ``--rounds`` rounds, each case's best round kept (the machine may be shared):
   * ``plain``: no metrics, no ACL -- the baseline;
   * ``metrics``: ``metricsPort=0`` (the send latency histogram wraps the send processor);
@@ -30,16 +30,15 @@ from typing import Any
 import trio
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-
+import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
 import produce  # noqa: E402  (bench/produce.py: broker start and raw load driver)
 
-from cluster.acl.signing import Credentials  # noqa: E402
-from cluster.logging import configure_logging  # noqa: E402
-from cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
-from cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from cluster.remoting.net import open_remoting_client  # noqa: E402
+from rmq_cluster.cluster.acl.signing import Credentials  # noqa: E402
+from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
+from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
+from rmq_cluster.cluster.remoting.net import open_remoting_client  # noqa: E402
 
 ACCOUNT = Credentials("benchUser01", "benchSecret01")
 RULES = """globalWhiteRemoteAddresses: [{white}]
@@ -102,9 +101,9 @@ def _per_call_ns(fn: Any, n: int = 200_000) -> float:
 
 def _micro(body_bytes: int) -> dict[str, float]:
     """In-process per-request costs (stable under load, unlike the end-to-end rates)."""
-    from cluster.acl.rules import parse_plain_acl
-    from cluster.acl.validator import AclDecider
-    from cluster.metrics import Histogram
+    from rmq_cluster.cluster.acl.rules import parse_plain_acl
+    from rmq_cluster.cluster.acl.validator import AclDecider
+    from rmq_cluster.cluster.metrics import Histogram
 
     body = os.urandom(body_bytes)
     cmd = RemotingCommand.request(
@@ -120,7 +119,7 @@ def _micro(body_bytes: int) -> dict[str, float]:
     def nothing() -> None:
         return None
 
-    from broker.metrics import timed
+    from rmq_cluster.broker.metrics import timed
 
     response = cmd.response(ResponseCode.SUCCESS)
 

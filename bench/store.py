@@ -28,11 +28,11 @@ from typing import Any
 import orjson
 import trio
 
-from cluster.logging import configure_logging
-from cluster.protocol.message import Message, encode_batch
-from store import flush
-from store.config import FlushDiskType, MessageStoreConfig
-from store.message_store import MessageStore
+from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.cluster.protocol.message import Message, encode_batch
+from rmq_cluster.store import flush
+from rmq_cluster.store.config import FlushDiskType, MessageStoreConfig
+from rmq_cluster.store.message_store import MessageStore
 
 BODY_BYTES = 1024
 BATCH_SIZE = 32

@@ -30,13 +30,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checkout  # noqa: F401  (bench/checkout.py: this tree's rmq_cluster first)
 
-from cluster.logging import configure_logging
-from deploy import capabilities, supervisor
-from deploy.demo import run_demo
-from deploy.testing import become_subreaper, rmq_cluster
-from deploy.topology import BUILTIN_PROFILES, resolve_profile
+from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.deploy import capabilities, supervisor
+from rmq_cluster.deploy.demo import run_demo
+from rmq_cluster.deploy.testing import become_subreaper, rmq_cluster
+from rmq_cluster.deploy.topology import BUILTIN_PROFILES, resolve_profile
 
 TARGET_READY_S = 3.0
 TARGET_RSS_MB = 60.0

@@ -2,12 +2,12 @@
 
 Embedding::
 
-    from broker.config import load_broker_config
-    from broker.server import serve
+    from rmq_cluster.broker.config import load_broker_config
+    from rmq_cluster.broker.server import serve
     settings = load_broker_config({"brokerName": "broker-a", "listenPort": "0", ...}).settings
     host, port = await nursery.start(serve, settings)
 
-Process: ``python -m broker -c broker-a.properties -n "127.0.0.1:9876;127.0.0.1:9877"``.
+Process: ``mqbroker -c broker-a.properties -n "127.0.0.1:9876;127.0.0.1:9877"``.
 
 Layout: ``config.py`` (BrokerConfig + MessageStoreConfig from one broker.conf), pure managers
 (``topic_config.py``, ``offsets.py``, ``clients.py``, ``schedule.py``, ``transaction.py``),

@@ -1,4 +1,4 @@
-"""``python -m broker -c broker-a.properties -n "ns1:9876;ns2:9876"``: like ``mqbroker``.
+"""``mqbroker -c broker-a.properties -n "ns1:9876;ns2:9876"``: like ``mqbroker``.
 
 * ``-c FILE`` reads RocketMQ broker.conf keys (BrokerConfig, NettyServerConfig and
   MessageStoreConfig names: ``brokerClusterName``, ``brokerName``, ``brokerId``, ``brokerRole``,
@@ -19,12 +19,17 @@ from collections.abc import Sequence
 
 import trio
 
-from broker.config import BrokerSettings, load_broker_config
-from broker.controller import BrokerController
-from cluster.config import ConfigError, format_properties, read_properties, to_properties
-from cluster.logging import configure_logging, get_logger
-from cluster.node_main import serve_until_signal
-from store.message_store import StoreLockedError
+from rmq_cluster.broker.config import BrokerSettings, load_broker_config
+from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.cluster.config import (
+    ConfigError,
+    format_properties,
+    read_properties,
+    to_properties,
+)
+from rmq_cluster.cluster.logging import configure_logging, get_logger
+from rmq_cluster.cluster.node_main import serve_until_signal
+from rmq_cluster.store.message_store import StoreLockedError
 
 
 def _parser() -> argparse.ArgumentParser:

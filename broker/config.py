@@ -28,10 +28,10 @@ from typing import Final
 
 import attrs
 
-from cluster.config import ConfigError, load_config, setting
-from dledger.config import DLedgerConfig, DLedgerConfigError
-from ha.config import HAConfig
-from store.config import BrokerRole, MessageStoreConfig
+from rmq_cluster.cluster.config import ConfigError, load_config, setting
+from rmq_cluster.dledger.config import DLedgerConfig, DLedgerConfigError
+from rmq_cluster.ha.config import HAConfig
+from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
 
 DEFAULT_LISTEN_PORT: Final = 10911
 #: Nodes listen on loopback unless ``bindAddress`` says otherwise (RocketMQ binds 0.0.0.0): a

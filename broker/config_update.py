@@ -23,8 +23,8 @@ from typing import Any, Final
 
 import attrs
 
-from broker.config import BrokerConfig, BrokerSettings
-from cluster.config import (
+from rmq_cluster.broker.config import BrokerConfig, BrokerSettings
+from rmq_cluster.cluster.config import (
     ConfigError,
     config_keys,
     format_properties,
@@ -32,9 +32,9 @@ from cluster.config import (
     parse_properties,
     to_properties,
 )
-from dledger.config import DLedgerConfig
-from ha.config import HAConfig
-from store.config import MessageStoreConfig
+from rmq_cluster.dledger.config import DLedgerConfig
+from rmq_cluster.ha.config import HAConfig
+from rmq_cluster.store.config import MessageStoreConfig
 
 #: Keys the running broker was built from: they change only with a restart.
 RESTART_ONLY_KEYS: Final = frozenset({

@@ -23,13 +23,13 @@ from typing import Any, Final
 
 import trio
 
-from broker.clients import ClientManager, RebalanceLockManager
-from broker.config import BrokerSettings
-from broker.dledger_role import DLedgerRoleHandler, dledger_send_processor
-from broker.long_polling import PullRequestHoldService
-from broker.metrics import BrokerMetrics, timed
-from broker.offsets import ConsumerOffsetManager, SubscriptionGroupManager
-from broker.persist import (
+from rmq_cluster.broker.clients import ClientManager, RebalanceLockManager
+from rmq_cluster.broker.config import BrokerSettings
+from rmq_cluster.broker.dledger_role import DLedgerRoleHandler, dledger_send_processor
+from rmq_cluster.broker.long_polling import PullRequestHoldService
+from rmq_cluster.broker.metrics import BrokerMetrics, timed
+from rmq_cluster.broker.offsets import ConsumerOffsetManager, SubscriptionGroupManager
+from rmq_cluster.broker.persist import (
     CONSUMER_OFFSET_FILE,
     DELAY_OFFSET_FILE,
     SUBSCRIPTION_GROUP_FILE,
@@ -38,36 +38,36 @@ from broker.persist import (
     read_file,
     write_atomically,
 )
-from broker.processors.admin import MoreAdminProcessors, ResetOffsetProcessor
-from broker.processors.broker_config import BrokerConfigProcessor
-from broker.processors.consumer import ConsumerProcessors
-from broker.processors.end_transaction import EndTransactionProcessor
-from broker.processors.pull import PullProcessor
-from broker.processors.relay import ConsumerRelayProcessors
-from broker.processors.reply import ReplyProcessor
-from broker.processors.send import (
+from rmq_cluster.broker.processors.admin import MoreAdminProcessors, ResetOffsetProcessor
+from rmq_cluster.broker.processors.broker_config import BrokerConfigProcessor
+from rmq_cluster.broker.processors.consumer import ConsumerProcessors
+from rmq_cluster.broker.processors.end_transaction import EndTransactionProcessor
+from rmq_cluster.broker.processors.pull import PullProcessor
+from rmq_cluster.broker.processors.relay import ConsumerRelayProcessors
+from rmq_cluster.broker.processors.reply import ReplyProcessor
+from rmq_cluster.broker.processors.send import (
     SendBackProcessor,
     SendProcessor,
     replica_timeout_answer,
 )
-from broker.schedule import ScheduleMessageService
-from broker.topic_config import SCHEDULE_TOPIC, TopicConfigManager
-from broker.transaction import HALF_TOPIC, OP_HALF_TOPIC, TransactionState
-from cluster.acl.guard import AclGuard, default_acl_path
-from cluster.acl.signing import credentials_from
-from cluster.logging import get_logger
-from cluster.metrics_server import serve_metrics
-from cluster.protocol.route import PermName, RegisterBrokerBody
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.headers import (
+from rmq_cluster.broker.schedule import ScheduleMessageService
+from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC, TopicConfigManager
+from rmq_cluster.broker.transaction import HALF_TOPIC, OP_HALF_TOPIC, TransactionState
+from rmq_cluster.cluster.acl.guard import AclGuard, default_acl_path
+from rmq_cluster.cluster.acl.signing import credentials_from
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.metrics_server import serve_metrics
+from rmq_cluster.cluster.protocol.route import PermName, RegisterBrokerBody
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.headers import (
     CheckTransactionStateRequestHeader,
     NotifyConsumerIdsChangedRequestHeader,
     RegisterBrokerRequestHeader,
     RegisterBrokerResponseHeader,
     UnregisterBrokerRequestHeader,
 )
-from cluster.remoting.net import (
+from rmq_cluster.cluster.remoting.net import (
     Connection,
     Dispatcher,
     HeldAnswers,
@@ -78,12 +78,12 @@ from cluster.remoting.net import (
     format_address,
     open_remoting_client,
 )
-from dledger.commitlog_adapter import DLedgerMessageStore
-from dledger.node import run_store_node
-from ha.connection import HAService
-from store import flush as store_services
-from store.config import BrokerRole, FlushDiskType
-from store.message_store import MessageStore
+from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
+from rmq_cluster.dledger.node import run_store_node
+from rmq_cluster.ha.connection import HAService
+from rmq_cluster.store import flush as store_services
+from rmq_cluster.store.config import BrokerRole, FlushDiskType
+from rmq_cluster.store.message_store import MessageStore
 
 #: How long shutdown waits for UNREGISTER_BROKER answers.
 UNREGISTER_TIMEOUT_S: Final = 3.0

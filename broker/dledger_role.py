@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from cluster.logging import get_logger
-from cluster.protocol.route import PermName
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.net import Deferred, SyncProcessor
-from dledger.commitlog_adapter import DLedgerMessageStore, put_status_of
-from dledger.messages import ResponseCode as DLedgerCode
-from store.commitlog import PutMessageResult
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.protocol.route import PermName
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.net import Deferred, SyncProcessor
+from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore, put_status_of
+from rmq_cluster.dledger.messages import ResponseCode as DLedgerCode
+from rmq_cluster.store.commitlog import PutMessageResult
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
-    from broker.processors.send import SendProcessor
-    from dledger.node import AppendResult
+    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.processors.send import SendProcessor
+    from rmq_cluster.dledger.node import AppendResult
 
 log = get_logger(component="dledger_role")
 

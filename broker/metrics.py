@@ -13,12 +13,12 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker.offsets import TOPIC_GROUP_SEPARATOR
-from cluster.metrics import Histogram, RateTracker, Registry
-from cluster.remoting.codec import RemotingCommand
+from rmq_cluster.broker.offsets import TOPIC_GROUP_SEPARATOR
+from rmq_cluster.cluster.metrics import Histogram, RateTracker, Registry
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from rmq_cluster.broker.controller import BrokerController
 
 Rows = Iterable[tuple[Mapping[str, object] | None, float]]
 

@@ -16,8 +16,8 @@ from typing import Any, Final
 
 import attrs
 
-from cluster.protocol import fastjson
-from cluster.protocol.route import DataVersion
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.route import DataVersion
 
 TOPIC_GROUP_SEPARATOR: Final = "@"
 DEFAULT_RETRY_MAX_TIMES: Final = 16

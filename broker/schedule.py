@@ -13,15 +13,15 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from broker.offsets import DelayOffsetTable
-from broker.topic_config import SCHEDULE_TOPIC
-from cluster.protocol.message import (
+from rmq_cluster.broker.offsets import DelayOffsetTable
+from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC
+from rmq_cluster.cluster.protocol.message import (
     Message,
     MessageConst,
     RecordError,
     decode_record,
 )
-from store.message_store import GetMessageStatus, MessageStore
+from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
 
 #: Messages moved per call and level before yielding.
 MAX_DELIVER_PER_ROUND: Final = 256

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import trio
 
-from broker.config import BrokerSettings
-from broker.controller import BrokerController
+from rmq_cluster.broker.config import BrokerSettings
+from rmq_cluster.broker.controller import BrokerController
 
 
 async def serve(

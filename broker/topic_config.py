@@ -14,8 +14,8 @@ from typing import Final
 
 import attrs
 
-from broker.config import BrokerConfig
-from cluster.protocol.route import (
+from rmq_cluster.broker.config import BrokerConfig
+from rmq_cluster.cluster.protocol.route import (
     DataVersion,
     PermName,
     TopicConfig,

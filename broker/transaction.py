@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_NOT_TYPE,
     Message,
@@ -25,10 +25,10 @@ from cluster.protocol.message import (
     decode_record,
     encode_record,
 )
-from store.message_store import MessageStore
+from rmq_cluster.store.message_store import MessageStore
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from rmq_cluster.broker.controller import BrokerController
 
 HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"

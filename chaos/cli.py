@@ -21,13 +21,13 @@ from typing import Any
 
 import trio
 
-from chaos.checker import MODES, CheckResult, HistoryError, check_file, summary_rows
-from chaos.faults import FAULTS, FaultError
-from chaos.nemesis import DEFAULT_OFF_S, DEFAULT_ON_S
-from chaos.runner import RunOptions, run_chaos
-from cluster.logging import configure_logging
-from deploy.supervisor import SupervisorError
-from deploy.topology import BUILTIN_PROFILES, ProfileError, resolve_profile
+from rmq_cluster.chaos.checker import MODES, CheckResult, HistoryError, check_file, summary_rows
+from rmq_cluster.chaos.faults import FAULTS, FaultError
+from rmq_cluster.chaos.nemesis import DEFAULT_OFF_S, DEFAULT_ON_S
+from rmq_cluster.chaos.runner import RunOptions, run_chaos
+from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.deploy.supervisor import SupervisorError
+from rmq_cluster.deploy.topology import BUILTIN_PROFILES, ProfileError, resolve_profile
 
 PROG = "rmq-cluster chaos"
 

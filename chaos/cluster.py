@@ -24,17 +24,17 @@ from typing import Any, Final
 import attrs
 import trio
 
-from chaos.checker import MODE_ASYNC, MODE_DLEDGER, MODE_NONE, MODE_SYNC
-from chaos.proxy import ProxySet, Route
-from cluster.logging import get_logger
-from cluster.protocol.route import ClusterInfo, KVTable
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import RemotingClient, open_remoting_client
-from deploy import capabilities, supervisor
-from deploy.supervisor import ClusterState, NodeRecord, SupervisorError
-from deploy.testing import kill_leftovers
-from deploy.topology import (
+from rmq_cluster.chaos.checker import MODE_ASYNC, MODE_DLEDGER, MODE_NONE, MODE_SYNC
+from rmq_cluster.chaos.proxy import ProxySet, Route
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
+from rmq_cluster.deploy import capabilities, supervisor
+from rmq_cluster.deploy.supervisor import ClusterState, NodeRecord, SupervisorError
+from rmq_cluster.deploy.testing import kill_leftovers
+from rmq_cluster.deploy.topology import (
     ROLE_SLAVE,
     ProfileSpec,
     Topology,
@@ -317,7 +317,7 @@ async def chaos_cluster(
 
 
 def supervisor_become_reaper() -> None:
-    from deploy.testing import become_subreaper
+    from rmq_cluster.deploy.testing import become_subreaper
 
     become_subreaper()
 

@@ -23,13 +23,13 @@ import attrs
 import orjson
 import trio
 
-from chaos.checker import check
-from chaos.cluster import ChaosCluster, chaos_cluster
-from chaos.faults import Fault, FaultError, make_fault
-from chaos.nemesis import DEFAULT_OFF_S, DEFAULT_ON_S, Schedule, build_schedule
-from chaos.workload import History, Workload, WorkloadConfig, create_topics
-from cluster.logging import get_logger
-from cluster.remoting.codes import RequestCode
+from rmq_cluster.chaos.checker import check
+from rmq_cluster.chaos.cluster import ChaosCluster, chaos_cluster
+from rmq_cluster.chaos.faults import Fault, FaultError, make_fault
+from rmq_cluster.chaos.nemesis import DEFAULT_OFF_S, DEFAULT_ON_S, Schedule, build_schedule
+from rmq_cluster.chaos.workload import History, Workload, WorkloadConfig, create_topics
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.remoting.codes import RequestCode
 
 WARMUP_S: Final = 2.0
 SETTLE_S: Final = 5.0
@@ -144,7 +144,7 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None) -> dict[str, An
     tty = sys.stdout.isatty()
     fault = make_fault(opts.fault)
     if opts.fault == "kill-master" and not opts.restart:
-        from chaos.faults import KillMaster
+        from rmq_cluster.chaos.faults import KillMaster
 
         fault = KillMaster(restart=False)
     if fault.needs_proxy and not opts.proxy:

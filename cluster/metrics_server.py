@@ -13,8 +13,8 @@ from typing import Final
 
 import trio
 
-from cluster.logging import get_logger
-from cluster.metrics import CONTENT_TYPE
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.metrics import CONTENT_TYPE
 
 #: Longest request head read before answering 431.
 MAX_REQUEST_HEAD_BYTES: Final = 8 * 1024

@@ -1,7 +1,7 @@
-"""``python -m deploy ...``: the same as ``rmq-cluster ...``."""
+"""``python -m rmq_cluster.deploy ...``: the same as ``rmq-cluster ...``."""
 
 import sys
 
-from deploy.cli import main
+from rmq_cluster.deploy.cli import main
 
 sys.exit(main())

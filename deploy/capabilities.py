@@ -17,9 +17,9 @@ import os
 from collections.abc import Iterable
 from typing import Final
 
-from deploy.topology import MODE_DESCRIPTIONS, MODE_DLEDGER, MODE_HA, ProfileSpec
+from rmq_cluster.deploy.topology import MODE_DESCRIPTIONS, MODE_DLEDGER, MODE_HA, ProfileSpec
 
-CAPABILITY_MODULE: Final = "broker.capabilities"
+CAPABILITY_MODULE: Final = "rmq_cluster.broker.capabilities"
 CAPABILITY_FLAGS: Final = {MODE_HA: "HA_REPLICATION", MODE_DLEDGER: "DLEDGER"}
 ASSUME_ENV: Final = "RMQ_CLUSTER_ASSUME_MODES"
 

@@ -26,13 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action="version", version=f"rmq-cluster {_version()} (RocketMQ 4.9.7 protocol)"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from deploy.commands import add_commands as add_cluster_commands
+    from rmq_cluster.deploy.commands import add_commands as add_cluster_commands
 
     add_cluster_commands(sub)
-    from cluster.client.cli import add_commands
+    from rmq_cluster.cluster.client.cli import add_commands
 
     add_commands(sub)
-    from spark_jobs.cli import add_commands as add_spark_commands
+    from rmq_cluster.spark_jobs.cli import add_commands as add_spark_commands
 
     add_spark_commands(sub)
     return parser

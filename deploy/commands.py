@@ -24,15 +24,15 @@ from typing import Any
 import attrs
 import trio
 
-from cluster.acl.local import acl_path, generate_admin, local_admin, write_local_acl
-from cluster.acl.signing import Credentials
-from cluster.logging import configure_logging
-from cluster.metrics import ExpositionError, parse_exposition, sample_value
-from cluster.metrics_server import fetch_metrics
-from deploy import supervisor
-from deploy.render import METRICS_PORT_AUTO, metrics_port_of
-from deploy.supervisor import ClusterState, SupervisorError
-from deploy.topology import (
+from rmq_cluster.cluster.acl.local import acl_path, generate_admin, local_admin, write_local_acl
+from rmq_cluster.cluster.acl.signing import Credentials
+from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.cluster.metrics import ExpositionError, parse_exposition, sample_value
+from rmq_cluster.cluster.metrics_server import fetch_metrics
+from rmq_cluster.deploy import supervisor
+from rmq_cluster.deploy.render import METRICS_PORT_AUTO, metrics_port_of
+from rmq_cluster.deploy.supervisor import ClusterState, SupervisorError
+from rmq_cluster.deploy.topology import (
     BUILTIN_PROFILES,
     KIND_BROKER,
     ProfileError,
@@ -483,7 +483,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from deploy import render
+    from rmq_cluster.deploy import render
 
     spec = resolve_profile(args.profile, groups=args.groups)
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
@@ -512,7 +512,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from deploy import demo
+    from rmq_cluster.deploy import demo
 
     state = _state(args)
     down_nodes = [r.name for r in state.records() if not r.alive]
@@ -641,6 +641,8 @@ def add_commands(sub: Any) -> None:
                    help="ACL secretKey (default: $RMQ_SECRET_KEY)")
     p.set_defaults(func=_guarded(cmd_demo))
 
-    from chaos.cli import add_chaos_command  # rmq-cluster chaos run|check (chaos/cli.py)
+    from rmq_cluster.chaos.cli import (
+        add_chaos_command,  # rmq-cluster chaos run|check (chaos/cli.py)
+    )
 
     add_chaos_command(sub)

@@ -1,8 +1,8 @@
 """Per-node RocketMQ ``.properties`` files and start commands (pure: text in, text out).
 
 Key names are RocketMQ 4.x's own (``BrokerConfig``, ``NettyServerConfig``,
-``MessageStoreConfig``, DLedger's ``dLeger*``), so the same file feeds ``python -m broker -c`` and
-Apache RocketMQ's ``mqbroker -c``. Keys a real RocketMQ does not know are ignored by it
+``MessageStoreConfig``, DLedger's ``dLeger*``), so the same file feeds our ``mqbroker -c`` and
+Apache RocketMQ's. Keys a real RocketMQ does not know are ignored by it
 (``MixAll.properties2Object`` only sets known fields), and ours reports and ignores the ones it
 does not know, so nothing here needs two variants.
 
@@ -11,7 +11,7 @@ Two uses:
 * ``local_files`` - one cluster on this machine (``rmq-cluster up``): every node binds
   127.0.0.1, stores under the cluster directory, and CommitLog files are kept small;
 * ``host_files`` - ``rmq-cluster render PROFILE --hosts h1,h2 --out DIR``: per host a
-  ``conf/`` directory and a ``start.sh`` with ``python -m namesrv|broker`` lines and the
+  ``conf/`` directory and a ``start.sh`` with ``python -m rmq_cluster.namesrv|broker`` lines and the
   equivalent ``mqnamesrv``/``mqbroker`` lines; ``brokerIP1`` is the host.
 """
 
@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Final
 
-from cluster.config import format_properties
-from deploy.topology import (
+from rmq_cluster.cluster.config import format_properties
+from rmq_cluster.deploy.topology import (
     KIND_NAMESRV,
     ROLE_DLEDGER,
     NodeSpec,
@@ -167,10 +167,10 @@ def render_properties(props: Mapping[str, str], *, header: str = "") -> str:
 
 
 def python_command(node: NodeSpec, topo: Topology, conf: str, python: str) -> list[str]:
-    """The ``python -m namesrv|broker`` command line of ``node``."""
+    """The ``python -m rmq_cluster.namesrv|broker`` command line of ``node``."""
     if node.kind == KIND_NAMESRV:
-        return [python, "-m", "namesrv", "-c", conf]
-    return [python, "-m", "broker", "-c", conf, "-n", topo.namesrv_addr]
+        return [python, "-m", "rmq_cluster.namesrv", "-c", conf]
+    return [python, "-m", "rmq_cluster.broker", "-c", conf, "-n", topo.namesrv_addr]
 
 
 def rocketmq_command(node: NodeSpec, topo: Topology, conf: str) -> list[str]:

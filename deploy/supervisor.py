@@ -33,13 +33,13 @@ from typing import Any, Final
 import attrs
 import trio
 
-from cluster.acl.local import local_admin
-from cluster.protocol.route import ClusterInfo, KVTable, TopicRouteData
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import RemotingClient, open_remoting_client
-from deploy import capabilities, render
-from deploy.topology import (
+from rmq_cluster.cluster.acl.local import local_admin
+from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable, TopicRouteData
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
+from rmq_cluster.deploy import capabilities, render
+from rmq_cluster.deploy.topology import (
     KIND_BROKER,
     KIND_NAMESRV,
     MODE_HA,
@@ -421,11 +421,9 @@ def free_base_port(
 
 
 def _child_env() -> dict[str, str]:
-    """The environment of a node: this checkout importable first, unbuffered output."""
-    root = str(Path(__file__).resolve().parents[1])
+    """The environment of a node: this one, with unbuffered output (nodes import the installed
+    ``rmq_cluster``, whatever the current directory holds)."""
     env = dict(os.environ)
-    parts = [root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]]
-    env["PYTHONPATH"] = os.pathsep.join(parts)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -2,13 +2,13 @@
 
 As a context manager::
 
-    from deploy.testing import rmq_cluster
+    from rmq_cluster.deploy.testing import rmq_cluster
 
     def test_my_app():
         with rmq_cluster("2m-noslave") as cluster:
             run_my_app(namesrv_addr=cluster.namesrv_addr)
 
-or as pytest fixtures (``pytest_plugins = ["deploy.testing"]`` in your conftest.py)::
+or as pytest fixtures (``pytest_plugins = ["rmq_cluster.deploy.testing"]`` in your conftest.py)::
 
     def test_my_app(rmq_cluster_factory):
         cluster = rmq_cluster_factory("single")
@@ -37,8 +37,8 @@ from typing import Any, Final
 
 import attrs
 
-from deploy import supervisor
-from deploy.topology import resolve_profile
+from rmq_cluster.deploy import supervisor
+from rmq_cluster.deploy.topology import resolve_profile
 
 #: ``up`` in the subprocess waits this long for readiness; the subprocess gets a bit more.
 UP_TIMEOUT_S: Final = 30.0
@@ -73,16 +73,12 @@ def pid_running(pid: int) -> bool:
 
 
 def cli(*args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """Run ``rmq-cluster ARGS`` (as ``python -m deploy``) and capture its output."""
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    """Run ``rmq-cluster ARGS`` (as ``python -m rmq_cluster.deploy``) and capture its output."""
     return subprocess.run(
-        [sys.executable, "-m", "deploy", *args],
+        [sys.executable, "-m", "rmq_cluster.deploy", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
         check=False,
     )
 

@@ -51,8 +51,8 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from cluster.logging import get_logger
-from cluster.protocol.message import (
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.protocol.message import (
     I16,
     MAGIC_V1,
     RECORD_FIXED_SIZE,
@@ -73,12 +73,12 @@ from cluster.protocol.message import (
     join_properties,
     tags_code,
 )
-from dledger.config import DLedgerConfig
-from dledger.core import Role
-from dledger.log_storage import BODY_OFFSET, FileLogStorage
-from dledger.messages import Entry, ResponseCode
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import (
+from rmq_cluster.dledger.config import DLedgerConfig
+from rmq_cluster.dledger.core import Role
+from rmq_cluster.dledger.log_storage import BODY_OFFSET, FileLogStorage
+from rmq_cluster.dledger.messages import Entry, ResponseCode
+from rmq_cluster.store.checkpoint import StoreCheckpoint
+from rmq_cluster.store.commitlog import (
     DISPATCH_HEADER,
     PROP_DELAY,
     PROP_KEYS,
@@ -90,12 +90,12 @@ from store.commitlog import (
     PutMessageStatus,
     find_property,
 )
-from store.config import DELAY_LEVELS_MS, SCHEDULE_TOPIC, BrokerRole, MessageStoreConfig
-from store.message_store import MessageStore
-from store.recovery import rebuild_topic_queue_table
+from rmq_cluster.store.config import DELAY_LEVELS_MS, SCHEDULE_TOPIC, BrokerRole, MessageStoreConfig
+from rmq_cluster.store.message_store import MessageStore
+from rmq_cluster.store.recovery import rebuild_topic_queue_table
 
 if TYPE_CHECKING:
-    from dledger.node import AppendResult, DLedgerNode, Pending, Waiter
+    from rmq_cluster.dledger.node import AppendResult, DLedgerNode, Pending, Waiter
 
 log = get_logger(component="dledger_commitlog")
 

@@ -80,8 +80,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from dledger.log_storage import HardState, LogStorage
-from dledger.messages import (
+from rmq_cluster.dledger.log_storage import HardState, LogStorage
+from rmq_cluster.dledger.messages import (
     Entry,
     HeartBeatRequest,
     HeartBeatResponse,

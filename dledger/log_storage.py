@@ -42,7 +42,7 @@ from typing import Protocol
 
 import attrs
 
-from dledger.messages import Entry, make_entry
+from rmq_cluster.dledger.messages import Entry, make_entry
 
 ENTRY_MAGIC = 1
 BLANK_MAGIC = -1

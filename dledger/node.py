@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import attrs
 import trio
 
-from cluster.logging import get_logger
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.net import (
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.net import (
     Connection,
     Dispatcher,
     RemotingClient,
@@ -58,9 +58,9 @@ from cluster.remoting.net import (
     RemotingServer,
     open_remoting_client,
 )
-from dledger.core import DEFAULT_TICK_MS, CoreConfig, DLedgerCore, Ready, Role
-from dledger.log_storage import LogStorage
-from dledger.messages import (
+from rmq_cluster.dledger.core import DEFAULT_TICK_MS, CoreConfig, DLedgerCore, Ready, Role
+from rmq_cluster.dledger.log_storage import LogStorage
+from rmq_cluster.dledger.messages import (
     DecodeError,
     Entry,
     HeartBeatRequest,
@@ -76,11 +76,11 @@ from dledger.messages import (
     encode,
     encode_entries,
 )
-from store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
-from store.mapped_file import libc_msync as _msync
+from rmq_cluster.store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
+from rmq_cluster.store.mapped_file import libc_msync as _msync
 
 if TYPE_CHECKING:
-    from dledger.commitlog_adapter import DLedgerMessageStore
+    from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
 
 _log = get_logger(component="dledger_node")
 

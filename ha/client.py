@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from cluster.logging import get_logger
-from ha import net
-from ha.config import HAConfig
-from ha.net import CONNECTION_ERRORS
-from ha.protocol import FrameDecoder, coalesce, encode_offset_report
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.ha import net
+from rmq_cluster.ha.config import HAConfig
+from rmq_cluster.ha.net import CONNECTION_ERRORS
+from rmq_cluster.ha.protocol import FrameDecoder, coalesce, encode_offset_report
 
 if TYPE_CHECKING:
-    from store.message_store import MessageStore
+    from rmq_cluster.store.message_store import MessageStore
 
 #: First pause before reconnecting after a failed connect or a closed connection.
 HA_RECONNECT_MIN_BACKOFF_S: Final = 0.1

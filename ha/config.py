@@ -11,7 +11,7 @@ from typing import Final
 
 import attrs
 
-from cluster.config import setting
+from rmq_cluster.cluster.config import setting
 
 #: RocketMQ's default broker listenPort + 1.
 DEFAULT_HA_LISTEN_PORT: Final = 10912

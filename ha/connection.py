@@ -33,31 +33,31 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from cluster.logging import get_logger
-from ha import net
-from ha.client import (
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.ha import net
+from rmq_cluster.ha.client import (
     HA_RECONNECT_MAX_BACKOFF_S,
     HA_RECONNECT_MIN_BACKOFF_S,
     HAClient,
     HAClientStatus,
 )
-from ha.config import HAConfig
-from ha.master import (
+from rmq_cluster.ha.config import HAConfig
+from rmq_cluster.ha.master import (
     AckTable,
     GroupTransfer,
     ReportOutcome,
     SlaveStatus,
     transfer_start_offset,
 )
-from ha.net import CONNECTION_ERRORS
-from ha.protocol import OffsetReportDecoder, append_frame, encode_heartbeat
-from store.commitlog import PutMessageStatus
-from store.config import BrokerRole
-from store.flush import Watermark
+from rmq_cluster.ha.net import CONNECTION_ERRORS
+from rmq_cluster.ha.protocol import OffsetReportDecoder, append_frame, encode_heartbeat
+from rmq_cluster.store.commitlog import PutMessageStatus
+from rmq_cluster.store.config import BrokerRole
+from rmq_cluster.store.flush import Watermark
 
 if TYPE_CHECKING:
-    from cluster.remoting.net import HeldAnswers
-    from store.message_store import MessageStore
+    from rmq_cluster.cluster.remoting.net import HeldAnswers
+    from rmq_cluster.store.message_store import MessageStore
 
 log = get_logger(component="ha_service")
 

@@ -4,5 +4,5 @@
 * ``processor.process`` - every 4.x NameServer request code, request in, ``Reply`` out;
 * ``kv_config`` - the KV config table and its ``kvConfig.json`` file;
 * ``config.NamesrvConfig`` - RocketMQ's namesrv property keys;
-* ``server.serve`` / ``server.NamesrvServer`` - the Trio node; ``python -m namesrv`` runs one.
+* ``server.serve`` / ``server.NamesrvServer`` - the Trio node; ``mqnamesrv`` runs one.
 """

@@ -1,4 +1,4 @@
-"""``python -m namesrv [-c namesrv.properties] [-p]``: run a NameServer like ``mqnamesrv``.
+"""``mqnamesrv [-c namesrv.properties] [-p]``: run a NameServer like ``mqnamesrv``.
 
 * ``-c FILE`` reads RocketMQ namesrv property keys (``listenPort``, ``rocketmqHome``,
   ``kvConfigPath``, ...); unknown keys are reported and ignored.
@@ -16,12 +16,12 @@ from collections.abc import Sequence
 
 import trio
 
-from cluster.config import ConfigError, load_config, read_properties
-from cluster.logging import configure_logging, get_logger
-from cluster.node_main import serve_until_signal
-from namesrv.config import NamesrvConfig
-from namesrv.processor import format_config
-from namesrv.server import NamesrvServer
+from rmq_cluster.cluster.config import ConfigError, load_config, read_properties
+from rmq_cluster.cluster.logging import configure_logging, get_logger
+from rmq_cluster.cluster.node_main import serve_until_signal
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.processor import format_config
+from rmq_cluster.namesrv.server import NamesrvServer
 
 BOOT_LINE = "The Name Server boot success. serializeType=JSON"
 

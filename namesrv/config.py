@@ -16,7 +16,7 @@ from typing import Final
 
 import attrs
 
-from cluster.config import setting
+from rmq_cluster.cluster.config import setting
 
 DEFAULT_LISTEN_PORT: Final = 9876
 DEFAULT_SCAN_INTERVAL_MS: Final = 10_000

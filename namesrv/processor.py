@@ -17,17 +17,23 @@ from typing import Final
 
 import attrs
 
-from cluster.config import ConfigError, config_keys, format_value, load_config, parse_properties
-from cluster.protocol.route import (
+from rmq_cluster.cluster.config import (
+    ConfigError,
+    config_keys,
+    format_value,
+    load_config,
+    parse_properties,
+)
+from rmq_cluster.cluster.protocol.route import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     DataVersion,
     RegisterBrokerBody,
     RouteDecodeError,
     TopicConfigSerializeWrapper,
 )
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode, Version
-from cluster.remoting.headers import (
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode, Version
+from rmq_cluster.cluster.remoting.headers import (
     AddWritePermOfBrokerRequestHeader,
     AddWritePermOfBrokerResponseHeader,
     DeleteTopicFromNamesrvRequestHeader,
@@ -45,9 +51,9 @@ from cluster.remoting.headers import (
     WipeWritePermOfBrokerRequestHeader,
     WipeWritePermOfBrokerResponseHeader,
 )
-from namesrv.config import CONFIG_BLACK_LIST, NamesrvConfig
-from namesrv.kv_config import KVConfigManager
-from namesrv.route_info import RouteInfoManager
+from rmq_cluster.namesrv.config import CONFIG_BLACK_LIST, NamesrvConfig
+from rmq_cluster.namesrv.kv_config import KVConfigManager
+from rmq_cluster.namesrv.route_info import RouteInfoManager
 
 #: RocketMQ's ``FAQUrl.APPLY_TOPIC_URL`` as ``FAQUrl.suggestTodo`` appends it.
 APPLY_TOPIC_TIP: Final = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."

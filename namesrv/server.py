@@ -17,29 +17,29 @@ from collections.abc import Callable
 
 import trio
 
-from cluster.acl.guard import AclGuard, default_acl_path
-from cluster.logging import get_logger
-from cluster.metrics import Registry
-from cluster.metrics_server import serve_metrics
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import (
+from rmq_cluster.cluster.acl.guard import AclGuard, default_acl_path
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.metrics import Registry
+from rmq_cluster.cluster.metrics_server import serve_metrics
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import (
     Connection,
     Dispatcher,
     Processor,
     RemotingServer,
     format_address,
 )
-from namesrv.config import NamesrvConfig
-from namesrv.kv_config import load_file, write_atomically
-from namesrv.processor import (
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.kv_config import load_file, write_atomically
+from rmq_cluster.namesrv.processor import (
     NAMESRV_REQUEST_CODES,
     NamesrvState,
     Reply,
     RequestContext,
     process,
 )
-from namesrv.route_info import RemovedBroker
+from rmq_cluster.namesrv.route_info import RemovedBroker
 
 #: Requests whose answer waits for kvConfig.json to be written.
 _PERSISTING_CODES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG})

@@ -1,7 +1,7 @@
-"""``python -m spark_jobs`` = ``python -m spark_jobs.replica_diff``."""
+"""``python -m rmq_cluster.spark_jobs`` = ``python -m rmq_cluster.spark_jobs.replica_diff``."""
 
 import sys
 
-from spark_jobs.replica_diff import main
+from rmq_cluster.spark_jobs.replica_diff import main
 
 sys.exit(main())

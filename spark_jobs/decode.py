@@ -25,7 +25,7 @@ from typing import Final
 
 import attrs
 
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
     MAGIC_V1,
@@ -33,9 +33,9 @@ from cluster.protocol.message import (
     RECORD_FIXED_SIZE,
     RECORD_HEADER_SIZE,
 )
-from dledger.log_storage import BLANK_MAGIC as DL_BLANK_MAGIC
-from dledger.log_storage import BODY_OFFSET as DL_BODY_OFFSET
-from dledger.log_storage import ENTRY_MAGIC as DL_ENTRY_MAGIC
+from rmq_cluster.dledger.log_storage import BLANK_MAGIC as DL_BLANK_MAGIC
+from rmq_cluster.dledger.log_storage import BODY_OFFSET as DL_BODY_OFFSET
+from rmq_cluster.dledger.log_storage import ENTRY_MAGIC as DL_ENTRY_MAGIC
 
 KIND_COMMITLOG: Final = "commitlog"
 KIND_DLEDGER: Final = "dledger"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from spark_jobs.decode import A_BAD_CRC, decode_cq, decode_segment_range, list_segments
-from spark_jobs.model import (
+from rmq_cluster.spark_jobs.decode import A_BAD_CRC, decode_cq, decode_segment_range, list_segments
+from rmq_cluster.spark_jobs.model import (
     K_CQ_DANGLING,
     K_CQ_MISMATCH,
     K_DIVERGENT,

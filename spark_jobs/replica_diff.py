@@ -2,8 +2,9 @@
 
 Run::
 
-    python -m spark_jobs.replica_diff --dir CLUSTER_DIR --out OUT
-    python -m spark_jobs.replica_diff --replica g:n0:MASTER:/a --replica g:n1:SLAVE:/b --out OUT
+    python -m rmq_cluster.spark_jobs.replica_diff --dir CLUSTER_DIR --out OUT
+    python -m rmq_cluster.spark_jobs.replica_diff --replica g:n0:MASTER:/a \\
+        --replica g:n1:SLAVE:/b --out OUT
     spark-submit --master spark://host:7077 --py-files rmq_spark.zip \\
         spark_jobs/replica_diff.py --replica ... --out OUT     (see spark_jobs/README.md)
 
@@ -22,8 +23,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from spark_jobs.decode import ROW_FIELDS, decode_cq, decode_segment_range
-from spark_jobs.model import (
+from rmq_cluster.spark_jobs.decode import ROW_FIELDS, decode_cq, decode_segment_range
+from rmq_cluster.spark_jobs.model import (
     K_CQ_DANGLING,
     K_CQ_MISMATCH,
     K_DIVERGENT,
@@ -119,10 +120,6 @@ def build_session(master: str | None, *, app: str = "rmq-replica-diff", quiet: b
     """``--master`` wins; under spark-submit Spark's own config; else ``local[*]``."""
     from pyspark.sql import SparkSession
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    pp = os.environ.get("PYTHONPATH", "")
-    if here not in pp.split(os.pathsep):  # local workers import spark_jobs from this checkout
-        os.environ["PYTHONPATH"] = here + (os.pathsep + pp if pp else "")
     b = SparkSession.builder.appName(app)
     if master:
         b = b.master(master)
@@ -467,7 +464,7 @@ def run_job(
     """The whole job: diff, then ``findings/`` Parquet, ``summary.json`` and ``report.html``."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.report import render_html
+    from rmq_cluster.spark_jobs.report import render_html
 
     t0 = time.monotonic()
     res = run_diff(spark, replicas, verify_crc=verify_crc, split_bytes=split_bytes, quiet=quiet)

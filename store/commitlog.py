@@ -16,7 +16,7 @@ from typing import Final, NamedTuple
 
 import structlog
 
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     BATCH_ITEM_FIXED_SIZE,
     BATCH_ITEM_HEAD,
     BLANK,
@@ -45,14 +45,14 @@ from cluster.protocol.message import (
     encode_properties,
     tags_code,
 )
-from store.config import (
+from rmq_cluster.store.config import (
     DELAY_LEVELS_MS,
     MAX_PROPERTIES_LENGTH_BYTES,
     RECORD_OVERHEAD_ALLOWANCE_BYTES,
     SCHEDULE_TOPIC,
     MessageStoreConfig,
 )
-from store.mapped_file import MappedFile, MappedFileQueue
+from rmq_cluster.store.mapped_file import MappedFile, MappedFileQueue
 
 log = structlog.get_logger(component="commitlog")
 

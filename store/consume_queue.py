@@ -10,8 +10,8 @@ from typing import Final
 
 import structlog
 
-from store.config import CQ_STORE_UNIT_SIZE_BYTES, RECOVER_FROM_LAST_FILES
-from store.mapped_file import MappedFileQueue
+from rmq_cluster.store.config import CQ_STORE_UNIT_SIZE_BYTES, RECOVER_FROM_LAST_FILES
+from rmq_cluster.store.mapped_file import MappedFileQueue
 
 log = structlog.get_logger(component="consume_queue")
 

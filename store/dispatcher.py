@@ -24,7 +24,7 @@ from typing import Final
 
 import structlog
 
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     BLANK_MAGIC,
     I16,
     MAGIC_V1,
@@ -36,7 +36,7 @@ from cluster.protocol.message import (
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
     tags_code,
 )
-from store.commitlog import (
+from rmq_cluster.store.commitlog import (
     DISPATCH_HEADER,
     PROP_DELAY,
     PROP_KEYS,
@@ -47,14 +47,14 @@ from store.commitlog import (
     find_property,
     is_dispatchable,
 )
-from store.config import (
+from rmq_cluster.store.config import (
     DELAY_LEVELS_MS,
     MAX_DISPATCH_BYTES_PER_ROUND,
     SCHEDULE_TOPIC,
     MessageStoreConfig,
 )
-from store.consume_queue import CQ_RUN_MAX_UNITS, ConsumeQueue
-from store.index_file import IndexService
+from rmq_cluster.store.consume_queue import CQ_RUN_MAX_UNITS, ConsumeQueue
+from rmq_cluster.store.index_file import IndexService
 
 log = structlog.get_logger(component="dispatcher")
 

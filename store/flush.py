@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 
-from store.config import OS_PAGE_SIZE_BYTES, FlushDiskType
+from rmq_cluster.store.config import OS_PAGE_SIZE_BYTES, FlushDiskType
 
 if TYPE_CHECKING:
-    from store.message_store import MessageStore
+    from rmq_cluster.store.message_store import MessageStore
 
 log = structlog.get_logger(component="store_services")
 

@@ -1,6 +1,6 @@
 """MessageStore: the facade the Broker, HA and DLedger use.
 
-    from store import flush as store_services
+    from rmq_cluster.store import flush as store_services
     store = MessageStore.open(config)            # lock, load, recover, dispatch, write `abort`
     async with trio.open_nursery() as n:
         await n.start(store_services.run, store)  # flush / reput / allocate / clean tasks
@@ -27,7 +27,7 @@ import attrs
 import structlog
 import trio
 
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     Message,
     MessageConst,
     RecordError,
@@ -35,30 +35,30 @@ from cluster.protocol.message import (
     decode_offset_msg_id,
     decode_record,
 )
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import (
+from rmq_cluster.store.checkpoint import StoreCheckpoint
+from rmq_cluster.store.commitlog import (
     CommitLog,
     PutMessageResult,
     PutMessageStatus,
 )
-from store.config import (
+from rmq_cluster.store.config import (
     MAX_DISPATCH_BYTES_PER_ROUND,
     BrokerRole,
     FlushDiskType,
     MessageStoreConfig,
 )
-from store.consume_queue import CQ_UNIT, FILLER_SIZE, UNIT, ConsumeQueue
-from store.dispatcher import (
+from rmq_cluster.store.consume_queue import CQ_UNIT, FILLER_SIZE, UNIT, ConsumeQueue
+from rmq_cluster.store.dispatcher import (
     LAG_HISTOGRAM_BUCKETS,
     ArrivalListener,
     ConsumeQueueTable,
     Dispatcher,
 )
-from store.flush import Watermark
-from store.index_file import IndexFile, IndexService
-from store.mapped_file import FlushPlan, run_flush_plan
-from store.recovery import RecoveryResult, rebuild_topic_queue_table, recover
-from store.retention import CleanResult, DiskUsageProbe, Retention, default_disk_usage
+from rmq_cluster.store.flush import Watermark
+from rmq_cluster.store.index_file import IndexFile, IndexService
+from rmq_cluster.store.mapped_file import FlushPlan, run_flush_plan
+from rmq_cluster.store.recovery import RecoveryResult, rebuild_topic_queue_table, recover
+from rmq_cluster.store.retention import CleanResult, DiskUsageProbe, Retention, default_disk_usage
 
 log = structlog.get_logger(component="message_store")
 

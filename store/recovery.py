@@ -13,11 +13,11 @@ from __future__ import annotations
 import attrs
 import structlog
 
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import CommitLog
-from store.config import RECOVER_FROM_LAST_FILES, MessageStoreConfig
-from store.dispatcher import ConsumeQueueTable
-from store.index_file import IndexService
+from rmq_cluster.store.checkpoint import StoreCheckpoint
+from rmq_cluster.store.commitlog import CommitLog
+from rmq_cluster.store.config import RECOVER_FROM_LAST_FILES, MessageStoreConfig
+from rmq_cluster.store.dispatcher import ConsumeQueueTable
+from rmq_cluster.store.index_file import IndexService
 
 log = structlog.get_logger(component="recovery")
 

@@ -5,29 +5,29 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from broker.offsets import SubscriptionGroupConfig
-from broker.processors.common import header_errors
-from broker.topic_config import (
+from rmq_cluster.broker.offsets import SubscriptionGroupConfig
+from rmq_cluster.broker.processors.common import header_errors
+from rmq_cluster.broker.topic_config import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
     validate_topic,
 )
-from cluster.config import format_properties, to_properties
-from cluster.protocol import fastjson
-from cluster.protocol.route import TOPIC_FILTER_TYPES, KVTable, TopicConfig
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, Version
-from cluster.remoting.headers import (
+from rmq_cluster.cluster.config import format_properties, to_properties
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.route import TOPIC_FILTER_TYPES, KVTable, TopicConfig
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, Version
+from rmq_cluster.cluster.remoting.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
     ResetOffsetRequestHeader,
 )
-from cluster.remoting.net import Connection, RemotingError
+from rmq_cluster.cluster.remoting.net import Connection, RemotingError
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from rmq_cluster.broker.controller import BrokerController
 
 BROKER_VERSION_DESC = "V4_9_7"
 

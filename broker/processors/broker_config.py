@@ -23,22 +23,22 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from broker.config import BrokerConfig
-from broker.config_update import (
+from rmq_cluster.broker.config import BrokerConfig
+from rmq_cluster.broker.config_update import (
     ConfigUpdateError,
     apply_update,
     current_values,
     parse_update_body,
     rewrite_properties,
 )
-from broker.persist import write_atomically
-from cluster.config import config_keys
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import ResponseCode
+from rmq_cluster.broker.persist import write_atomically
+from rmq_cluster.cluster.config import config_keys
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
-    from broker.config import BrokerSettings
-    from broker.controller import BrokerController
+    from rmq_cluster.broker.config import BrokerSettings
+    from rmq_cluster.broker.controller import BrokerController
 
 #: Keys the running broker follows at once: every BrokerConfig key (read per request from the
 #: installed config; loop periods excepted, see above) and maxMessageSize.

@@ -6,10 +6,10 @@ import functools
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import ResponseCode
-from cluster.remoting.headers import HeaderError
-from store.commitlog import PutMessageStatus
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.headers import HeaderError
+from rmq_cluster.store.commitlog import PutMessageStatus
 
 FAQ_URL: Final = "http://rocketmq.apache.org/docs/faq/"
 #: Extra extFields every send response carries (the Java client reads the map unconditionally).

@@ -10,19 +10,19 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Final
 
-from broker.clients import (
+from rmq_cluster.broker.clients import (
     ClientChannelInfo,
     HeartbeatError,
     decode_heartbeat,
 )
-from broker.processors.common import header_errors
-from broker.topic_config import retry_topic
-from cluster.filter.sql92 import SelectorError, compile_sql92
-from cluster.protocol import fastjson
-from cluster.protocol.route import PermName
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import ResponseCode
-from cluster.remoting.headers import (
+from rmq_cluster.broker.processors.common import header_errors
+from rmq_cluster.broker.topic_config import retry_topic
+from rmq_cluster.cluster.filter.sql92 import SelectorError, compile_sql92
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.route import PermName
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.headers import (
     GetConsumerListByGroupRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
@@ -34,7 +34,7 @@ from cluster.remoting.headers import (
 )
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from rmq_cluster.broker.controller import BrokerController
 
 #: A message further than this share of RAM behind the CommitLog's end is "on disk"
 #: (RocketMQ accessMessageInMemoryMaxRatio = 40).

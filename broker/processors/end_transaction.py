@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from broker.transaction import HALF_TOPIC, end_message, op_message
-from cluster.protocol.message import (
+from rmq_cluster.broker.transaction import HALF_TOPIC, end_message, op_message
+from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
     MessageConst,
 )
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import ResponseCode
-from cluster.remoting.headers import EndTransactionRequestHeader, HeaderError
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.headers import EndTransactionRequestHeader, HeaderError
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from rmq_cluster.broker.controller import BrokerController
 
 COMMIT: Final = SYSFLAG_TRANSACTION_COMMIT_TYPE  # 8
 ROLLBACK: Final = SYSFLAG_TRANSACTION_ROLLBACK_TYPE  # 12

@@ -12,11 +12,11 @@ import functools
 import struct
 from typing import TYPE_CHECKING, Any, Final
 
-from broker.clients import SubscriptionData, build_subscription
-from broker.processors.common import FAQ_URL
-from broker.processors.consumer import TOTAL_MEMORY_BYTES as _RAM_BYTES
-from cluster.filter.sql92 import Selector
-from cluster.protocol.message import (
+from rmq_cluster.broker.clients import SubscriptionData, build_subscription
+from rmq_cluster.broker.processors.common import FAQ_URL
+from rmq_cluster.broker.processors.consumer import TOTAL_MEMORY_BYTES as _RAM_BYTES
+from rmq_cluster.cluster.filter.sql92 import Selector
+from rmq_cluster.cluster.protocol.message import (
     OFF_BODYLEN,
     OFF_SYSFLAG,
     RECORD_HEADER_SIZE,
@@ -25,15 +25,15 @@ from cluster.protocol.message import (
     decode_properties,
     decode_record,
 )
-from cluster.protocol.route import PermName, TopicConfig
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import ResponseCode
-from cluster.remoting.headers import HeaderError, PullMessageRequestHeader
-from store.message_store import GetMessageStatus
+from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.headers import HeaderError, PullMessageRequestHeader
+from rmq_cluster.store.message_store import GetMessageStatus
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
-    from broker.offsets import SubscriptionGroupConfig
+    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.offsets import SubscriptionGroupConfig
 
 FLAG_COMMIT_OFFSET: Final = 0x1
 FLAG_SUSPEND: Final = 0x2

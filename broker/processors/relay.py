@@ -17,21 +17,21 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from broker.processors.common import header_errors
-from cluster.protocol import fastjson
-from cluster.protocol.message import decode_offset_msg_id
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.headers import (
+from rmq_cluster.broker.processors.common import header_errors
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.headers import (
     ConsumeMessageDirectlyResultRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     HeaderError,
     QueryConsumeTimeSpanRequestHeader,
 )
-from cluster.remoting.net import Connection, RemotingError, RemotingTimeoutError
+from rmq_cluster.cluster.remoting.net import Connection, RemotingError, RemotingTimeoutError
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from rmq_cluster.broker.controller import BrokerController
 
 #: RocketMQ ``Broker2Client.callClient`` waits this long for the client.
 CALL_CLIENT_TIMEOUT_S: Final = 10.0

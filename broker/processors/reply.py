@@ -22,28 +22,28 @@ import random
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from broker.processors.common import FAQ_URL, MSG_REGION_DEFAULT, TRACE_ON_DEFAULT
-from broker.processors.send import peer_host
-from broker.topic_config import is_not_allowed_send_topic, validate_topic
-from cluster.protocol.message import (
+from rmq_cluster.broker.processors.common import FAQ_URL, MSG_REGION_DEFAULT, TRACE_ON_DEFAULT
+from rmq_cluster.broker.processors.send import peer_host
+from rmq_cluster.broker.topic_config import is_not_allowed_send_topic, validate_topic
+from rmq_cluster.cluster.protocol.message import (
     MessageConst,
     decode_properties,
     encode_properties,
     new_message,
 )
-from cluster.protocol.route import PermName
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.headers import (
+from rmq_cluster.cluster.protocol.route import PermName
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.headers import (
     HeaderError,
     ReplyMessageRequestHeader,
     SendMessageRequestHeader,
     parse_send_header,
 )
-from cluster.remoting.net import Connection, RemotingError
+from rmq_cluster.cluster.remoting.net import Connection, RemotingError
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from rmq_cluster.broker.controller import BrokerController
 
 #: How long the broker waits for the requester to acknowledge a pushed reply (RocketMQ
 #: ``Broker2Client.callClient``: 10 s).

@@ -17,21 +17,21 @@ import random
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from broker.processors.common import (
+from rmq_cluster.broker.processors.common import (
     FAQ_URL,
     MSG_REGION_DEFAULT,
     TRACE_ON_DEFAULT,
     put_status_code,
 )
-from broker.topic_config import (
+from rmq_cluster.broker.topic_config import (
     RETRY_GROUP_TOPIC_PREFIX,
     dlq_topic,
     is_not_allowed_send_topic,
     retry_topic,
     validate_topic,
 )
-from broker.transaction import HALF_TOPIC, TRANSACTION_ID_PROPERTY, prepare_half_message
-from cluster.protocol.message import (
+from rmq_cluster.broker.transaction import HALF_TOPIC, TRANSACTION_ID_PROPERTY, prepare_half_message
+from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
     HostAddr,
@@ -40,19 +40,19 @@ from cluster.protocol.message import (
     decode_properties,
     new_message,
 )
-from cluster.protocol.route import PermName
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
-from cluster.remoting.headers import (
+from rmq_cluster.cluster.protocol.route import PermName
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
+from rmq_cluster.cluster.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     HeaderError,
     parse_send_header,
 )
-from cluster.remoting.net import Held, parse_address
-from store.commitlog import PutMessageResult, PutMessageStatus
+from rmq_cluster.cluster.remoting.net import Held, parse_address
+from rmq_cluster.store.commitlog import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from rmq_cluster.broker.controller import BrokerController
 
 DLQ_NUMS_PER_GROUP: Final = 1
 #: Client addresses whose parsed form is remembered (bornHost of sends).

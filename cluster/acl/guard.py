@@ -21,13 +21,13 @@ from typing import Any, Final, cast
 
 import trio
 
-from cluster.acl.permission import ADMIN_CODES
-from cluster.acl.rules import AclConfigError, PlainAclConfig, parse_plain_acl
-from cluster.acl.validator import AclDecider
-from cluster.logging import get_logger
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import FLAG_RESPONSE, ResponseCode
-from cluster.remoting.net import AsyncProcessor, Connection, Processor
+from rmq_cluster.cluster.acl.permission import ADMIN_CODES
+from rmq_cluster.cluster.acl.rules import AclConfigError, PlainAclConfig, parse_plain_acl
+from rmq_cluster.cluster.acl.validator import AclDecider
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import FLAG_RESPONSE, ResponseCode
+from rmq_cluster.cluster.remoting.net import AsyncProcessor, Connection, Processor
 
 #: RocketMQ's FileWatchService looks at the rules file every 500 ms.
 ACL_RELOAD_CHECK_INTERVAL_S: Final = 0.5

@@ -14,8 +14,8 @@ from typing import Final
 
 import yaml
 
-from cluster.acl.rules import render_plain_acl
-from cluster.acl.signing import Credentials
+from rmq_cluster.cluster.acl.rules import render_plain_acl
+from rmq_cluster.cluster.acl.signing import Credentials
 
 #: Where ``up --acl`` keeps the rules, relative to the cluster directory.
 LOCAL_ACL_FILE: Final = "conf/plain_acl.yml"

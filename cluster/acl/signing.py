@@ -19,7 +19,7 @@ from typing import Final
 
 import attrs
 
-from cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
 
 ACCESS_KEY: Final = "AccessKey"
 SECRET_KEY: Final = "SecretKey"

@@ -21,13 +21,13 @@ from typing import Final
 
 import attrs
 
-from cluster.acl.address import peer_ip
-from cluster.acl.permission import ADMIN_CODES, PUB, SUB, check_permission
-from cluster.acl.rules import RETRY_PREFIX, PlainAclConfig, retry_topic
-from cluster.acl.signing import ACCESS_KEY, SIGNATURE, SigningKey, request_content
-from cluster.protocol import fastjson
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode
+from rmq_cluster.cluster.acl.address import peer_ip
+from rmq_cluster.cluster.acl.permission import ADMIN_CODES, PUB, SUB, check_permission
+from rmq_cluster.cluster.acl.rules import RETRY_PREFIX, PlainAclConfig, retry_topic
+from rmq_cluster.cluster.acl.signing import ACCESS_KEY, SIGNATURE, SigningKey, request_content
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode
 
 #: Peers (and account x peer pairs) whose white-list verdicts a decider remembers.
 MAX_CACHED_PEERS: Final = 4096

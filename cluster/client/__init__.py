@@ -2,17 +2,17 @@
 rebalance, offset stores and admin calls; Trio-native, with a blocking facade in
 ``cluster.client.sync``.
 
-    from cluster.client import Producer, PushConsumer, Message, ConsumeResult
+    from rmq_cluster.cluster.client import Producer, PushConsumer, Message, ConsumeResult
 
     async with Producer("PG", namesrv_addr="127.0.0.1:9876") as p:
         await p.send(Message("T", b"hello", tags="A"))
 """
 
-from cluster.client.admin import Admin
-from cluster.client.allocate import allocate_averagely, allocate_by_circle
-from cluster.client.config import ClientConfig
-from cluster.client.consumer import PullConsumer, PushConfig, PushConsumer
-from cluster.client.errors import (
+from rmq_cluster.cluster.client.admin import Admin
+from rmq_cluster.cluster.client.allocate import allocate_averagely, allocate_by_circle
+from rmq_cluster.cluster.client.config import ClientConfig
+from rmq_cluster.cluster.client.consumer import PullConsumer, PushConfig, PushConsumer
+from rmq_cluster.cluster.client.errors import (
     ClientStateError,
     MQBrokerError,
     MQClientError,
@@ -21,8 +21,8 @@ from cluster.client.errors import (
     NoRouteError,
     TransactionError,
 )
-from cluster.client.instance import ClientInstance
-from cluster.client.model import (
+from rmq_cluster.cluster.client.instance import ClientInstance
+from rmq_cluster.cluster.client.model import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
@@ -36,14 +36,14 @@ from cluster.client.model import (
     SendStatus,
     TransactionState,
 )
-from cluster.client.producer import (
+from rmq_cluster.cluster.client.producer import (
     Producer,
     ProducerConfig,
     SendHandle,
     TransactionProducer,
     select_by_hash,
 )
-from cluster.client.request_reply import (
+from rmq_cluster.cluster.client.request_reply import (
     RequestTimeoutError,
     create_reply_message,
     reply_listener,

@@ -15,16 +15,16 @@ import attrs
 import orjson
 import trio
 
-from cluster.client import frames
-from cluster.client.config import ClientConfig
-from cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
-from cluster.client.instance import ClientInstance, own_instance, parse_offset_table
-from cluster.client.model import MessageQueue, ReceivedMessage, retry_topic
-from cluster.config import format_properties, parse_properties
-from cluster.protocol import fastjson
-from cluster.protocol.message import decode_offset_msg_id, iter_records
-from cluster.protocol.route import ClusterInfo, KVTable, TopicList, TopicRouteData
-from cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.client import frames
+from rmq_cluster.cluster.client.config import ClientConfig
+from rmq_cluster.cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
+from rmq_cluster.cluster.client.instance import ClientInstance, own_instance, parse_offset_table
+from rmq_cluster.cluster.client.model import MessageQueue, ReceivedMessage, retry_topic
+from rmq_cluster.cluster.config import format_properties, parse_properties
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.message import decode_offset_msg_id, iter_records
+from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable, TopicList, TopicRouteData
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 
 RC = RequestCode
 #: Java queryMessage: maxNum default for mqadmin queryMsgByKey.

@@ -18,19 +18,19 @@ from typing import Any
 
 import trio
 
-from cluster.client.admin import Admin
-from cluster.client.config import ClientConfig
-from cluster.client.consumer import PushConsumer
-from cluster.client.errors import MQClientError
-from cluster.client.model import (
+from rmq_cluster.cluster.client.admin import Admin
+from rmq_cluster.cluster.client.config import ClientConfig
+from rmq_cluster.cluster.client.consumer import PushConsumer
+from rmq_cluster.cluster.client.errors import MQClientError
+from rmq_cluster.cluster.client.model import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
     ReceivedMessage,
     SendResult,
 )
-from cluster.client.producer import Producer
-from cluster.protocol.route import ClusterInfo, TopicRouteData
+from rmq_cluster.cluster.client.producer import Producer
+from rmq_cluster.cluster.protocol.route import ClusterInfo, TopicRouteData
 
 #: A progress line is redrawn at most this often.
 PROGRESS_INTERVAL_S = 0.2

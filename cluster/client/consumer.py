@@ -22,9 +22,9 @@ import attrs
 import orjson
 import trio
 
-from cluster.client import frames
-from cluster.client.allocate import AllocateStrategy, allocate_averagely
-from cluster.client.config import (
+from rmq_cluster.cluster.client import frames
+from rmq_cluster.cluster.client.allocate import AllocateStrategy, allocate_averagely
+from rmq_cluster.cluster.client.config import (
     DEFAULT_BROKER_SUSPEND_MAX_S,
     DEFAULT_CONSUME_CONCURRENCY,
     DEFAULT_LOCK_INTERVAL_S,
@@ -37,15 +37,20 @@ from cluster.client.config import (
     PULL_ERROR_BACKOFF_S,
     ClientConfig,
 )
-from cluster.client.errors import MQBrokerError, MQClientError, MQRemotingError, NoRouteError
-from cluster.client.instance import (
+from rmq_cluster.cluster.client.errors import (
+    MQBrokerError,
+    MQClientError,
+    MQRemotingError,
+    NoRouteError,
+)
+from rmq_cluster.cluster.client.instance import (
     MASTER_ID,
     ClientInstance,
     object_key_map,
     own_instance,
     subscribe_queues,
 )
-from cluster.client.model import (
+from rmq_cluster.cluster.client.model import (
     ConsumeFromWhere,
     ConsumeResult,
     ConsumeType,
@@ -57,18 +62,22 @@ from cluster.client.model import (
     ReceivedMessage,
     retry_topic,
 )
-from cluster.client.offset_store import (
+from rmq_cluster.cluster.client.offset_store import (
     OFFSET_NOT_FOUND,
     LocalOffsetStore,
     OffsetStore,
     RemoteOffsetStore,
     default_local_offset_dir,
 )
-from cluster.client.subscription import ConsumerData, SubscriptionData, build_subscription
-from cluster.protocol import fastjson
-from cluster.protocol.message import iter_records
-from cluster.protocol.route import TopicRouteData
-from cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.client.subscription import (
+    ConsumerData,
+    SubscriptionData,
+    build_subscription,
+)
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.message import iter_records
+from rmq_cluster.cluster.protocol.route import TopicRouteData
+from rmq_cluster.cluster.remoting.codes import ResponseCode
 
 Listener = Callable[[list[ReceivedMessage]], Any]
 _PULL_STATUS: dict[int, PullStatus] = {

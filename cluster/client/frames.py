@@ -11,16 +11,16 @@ from typing import Any
 
 import attrs
 
-from cluster.client.config import (
+from rmq_cluster.cluster.client.config import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_TOPIC_QUEUE_NUMS,
     LANGUAGE,
     VERSION,
 )
-from cluster.client.model import MessageQueue
-from cluster.protocol import fastjson
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import SERIALIZE_JSON, RequestCode
+from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import SERIALIZE_JSON, RequestCode
 
 RC = RequestCode
 

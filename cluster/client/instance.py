@@ -20,16 +20,16 @@ import attrs
 import orjson
 import trio
 
-from cluster.acl.signing import credentials_from
-from cluster.client import frames
-from cluster.client.config import (
+from rmq_cluster.cluster.acl.signing import credentials_from
+from rmq_cluster.cluster.client import frames
+from rmq_cluster.cluster.client.config import (
     AUTO_CREATE_TOPIC_KEY,
     CLIENT_INNER_PRODUCER_GROUP,
     DEFAULT_TOPIC_QUEUE_NUMS,
     ClientConfig,
     with_credentials,
 )
-from cluster.client.errors import (
+from rmq_cluster.cluster.client.errors import (
     ClientStateError,
     MQBrokerError,
     MQClientError,
@@ -37,16 +37,16 @@ from cluster.client.errors import (
     MQTimeoutError,
     NoRouteError,
 )
-from cluster.client.ids import build_client_id, default_instance_name, local_ip
-from cluster.client.model import MessageQueue
-from cluster.client.request_reply import RequestFutureTable, reply_from_push
-from cluster.client.subscription import ConsumerData, heartbeat_body
-from cluster.logging import get_logger
-from cluster.protocol import fastjson
-from cluster.protocol.route import PermName, TopicRouteData
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.headers import (
+from rmq_cluster.cluster.client.ids import build_client_id, default_instance_name, local_ip
+from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.cluster.client.request_reply import RequestFutureTable, reply_from_push
+from rmq_cluster.cluster.client.subscription import ConsumerData, heartbeat_body
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.route import PermName, TopicRouteData
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.headers import (
     CheckTransactionStateRequestHeader,
     ConsumeMessageDirectlyResultRequestHeader,
     GetConsumerRunningInfoRequestHeader,
@@ -54,7 +54,7 @@ from cluster.remoting.headers import (
     ReplyMessageRequestHeader,
     ResetOffsetRequestHeader,
 )
-from cluster.remoting.net import (
+from rmq_cluster.cluster.remoting.net import (
     Connection,
     RemotingClient,
     RemotingError,
@@ -620,7 +620,7 @@ class ClientInstance:
         except ValueError as exc:
             self.log.warning("bad transaction check", error=str(exc))
             return None
-        from cluster.protocol.message import MessageConst, iter_records
+        from rmq_cluster.cluster.protocol.message import MessageConst, iter_records
 
         group = None
         try:

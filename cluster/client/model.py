@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_COMPRESSED,
     MessageConst,
     StoredMessage,

@@ -15,11 +15,11 @@ from typing import Protocol
 
 import trio
 
-from cluster.client import frames
-from cluster.client.errors import MQBrokerError, MQClientError
-from cluster.client.instance import ClientInstance, object_key_map, parse_offset_table
-from cluster.client.model import MessageQueue
-from cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.client import frames
+from rmq_cluster.cluster.client.errors import MQBrokerError, MQClientError
+from rmq_cluster.cluster.client.instance import ClientInstance, object_key_map, parse_offset_table
+from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.cluster.remoting.codes import ResponseCode
 
 #: Java: readOffset answers -1 when the broker has no offset, -2 on other errors.
 OFFSET_NOT_FOUND = -1

@@ -21,25 +21,25 @@ from typing import Any
 import attrs
 import trio
 
-from cluster.client import frames
-from cluster.client.config import (
+from rmq_cluster.cluster.client import frames
+from rmq_cluster.cluster.client.config import (
     DEFAULT_COMPRESS_OVER_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
     DEFAULT_SEND_TIMEOUT_S,
     ClientConfig,
 )
-from cluster.client.errors import (
+from rmq_cluster.cluster.client.errors import (
     MQBrokerError,
     MQClientError,
     MQRemotingError,
     NoRouteError,
     TransactionError,
 )
-from cluster.client.fault import FIRST_PENALIZED_LATENCY_MS, LatencyFaultTolerance
-from cluster.client.ids import UniqIdGenerator
-from cluster.client.instance import ClientInstance, own_instance, publish_queues
-from cluster.client.model import (
+from rmq_cluster.cluster.client.fault import FIRST_PENALIZED_LATENCY_MS, LatencyFaultTolerance
+from rmq_cluster.cluster.client.ids import UniqIdGenerator
+from rmq_cluster.cluster.client.instance import ClientInstance, own_instance, publish_queues
+from rmq_cluster.cluster.client.model import (
     RETRY_GROUP_TOPIC_PREFIX,
     Message,
     MessageQueue,
@@ -48,15 +48,15 @@ from cluster.client.model import (
     SendStatus,
     TransactionState,
 )
-from cluster.client.request_reply import (
+from rmq_cluster.cluster.client.request_reply import (
     DEFAULT_REQUEST_TIMEOUT_S,
     REPLY_MESSAGE_FLAG,
     REQUEST_TIMEOUT_EXCEPTION,
     RequestTimeoutError,
     is_reply,
 )
-from cluster.client.subscription import JavaMapOrder
-from cluster.protocol.message import (
+from rmq_cluster.cluster.client.subscription import JavaMapOrder
+from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_COMPRESSED,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
     MessageConst,
@@ -65,10 +65,10 @@ from cluster.protocol.message import (
     iter_records,
     java_string_hash,
 )
-from cluster.protocol.route import TopicRouteData
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.headers import CheckTransactionStateRequestHeader
-from cluster.remoting.net import Connection, RemotingError
+from rmq_cluster.cluster.protocol.route import TopicRouteData
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.headers import CheckTransactionStateRequestHeader
+from rmq_cluster.cluster.remoting.net import Connection, RemotingError
 
 MC = MessageConst
 #: Java compresses with zlib level 5 and marks the type in sysFlag bits 8-10 (0x300 = ZLIB).

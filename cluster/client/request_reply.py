@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from cluster.client.errors import MQClientError
-from cluster.client.model import ConsumeResult, Message, MessageQueue, ReceivedMessage
-from cluster.protocol.message import SYSFLAG_COMPRESSED, MessageConst, decode_properties
-from cluster.remoting.headers import ReplyMessageRequestHeader
+from rmq_cluster.cluster.client.errors import MQClientError
+from rmq_cluster.cluster.client.model import ConsumeResult, Message, MessageQueue, ReceivedMessage
+from rmq_cluster.cluster.protocol.message import SYSFLAG_COMPRESSED, MessageConst, decode_properties
+from rmq_cluster.cluster.remoting.headers import ReplyMessageRequestHeader
 
 if TYPE_CHECKING:
-    from cluster.client.producer import Producer
+    from rmq_cluster.cluster.client.producer import Producer
 
 MC = MessageConst
 #: ``MSG_TYPE`` of a reply (Java ``MixAll.REPLY_MESSAGE_FLAG``).

@@ -20,7 +20,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from cluster.remoting.codes import (
+from rmq_cluster.cluster.remoting.codes import (
     CURRENT_VERSION,
     FLAG_ONEWAY,
     FLAG_RESPONSE,

@@ -16,7 +16,7 @@ from typing import Any, Literal, Self
 
 import attrs
 
-from cluster.remoting.codec import ext_value_to_str
+from rmq_cluster.cluster.remoting.codec import ext_value_to_str
 
 Kind = Literal["str", "int", "long", "bool"]
 
@@ -313,7 +313,7 @@ class SendMessageRequestHeaderV2(CommandHeader):
 
 def parse_send_header(code: int, ext: Mapping[str, Any]) -> SendMessageRequestHeader:
     """Read a send request's header whichever way it came (10 long names; 310/320/325 letters)."""
-    from cluster.remoting.codes import RequestCode
+    from rmq_cluster.cluster.remoting.codes import RequestCode
 
     if code in (
         RequestCode.SEND_MESSAGE_V2,

@@ -40,9 +40,14 @@ from typing import Any, Final, cast
 import attrs
 import trio
 
-from cluster.logging import get_logger
-from cluster.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode_into
-from cluster.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.remoting.codec import (
+    FrameDecoder,
+    ProtocolError,
+    RemotingCommand,
+    encode_into,
+)
+from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 
 #: Bytes asked of the socket per receive; every complete frame in them is decoded at once. Big
 #: enough to batch (~60 1 KiB requests), small enough that both peers work in parallel: with

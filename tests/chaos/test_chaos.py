@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 import trio
 
-from chaos.checker import MODE_ASYNC, MODE_SYNC, check
-from chaos.cluster import ChaosCluster, chaos_cluster
-from chaos.faults import KillMaster
-from chaos.nemesis import Window
-from chaos.runner import RunOptions, _wait_slaves_know_topics, run_chaos
-from chaos.workload import History, Workload, WorkloadConfig, create_topics
-from cluster.client import Message, MessageQueue, MQClientError, Producer
-from deploy import capabilities
-from deploy.topology import MODE_DLEDGER
+from rmq_cluster.chaos.checker import MODE_ASYNC, MODE_SYNC, check
+from rmq_cluster.chaos.cluster import ChaosCluster, chaos_cluster
+from rmq_cluster.chaos.faults import KillMaster
+from rmq_cluster.chaos.nemesis import Window
+from rmq_cluster.chaos.runner import RunOptions, _wait_slaves_know_topics, run_chaos
+from rmq_cluster.chaos.workload import History, Workload, WorkloadConfig, create_topics
+from rmq_cluster.cluster.client import Message, MessageQueue, MQClientError, Producer
+from rmq_cluster.deploy import capabilities
+from rmq_cluster.deploy.topology import MODE_DLEDGER
 
 pytestmark = pytest.mark.slow
 
@@ -352,7 +352,7 @@ def _converged(cc: ChaosCluster, old: str, new: str, old_term: int) -> Any:
 
 def test_chaos_cli_rejects_bad_input() -> None:
     """One-line errors and exit status 2 for a bad profile, fault or duration."""
-    from deploy.testing import cli
+    from rmq_cluster.deploy.testing import cli
 
     done = cli("chaos", "run", "--profile", "nope", "--fault", "kill-master",
                "--duration", "5", timeout=60)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import trio
 
-from broker.config import load_broker_config
-from broker.controller import BrokerController
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import open_remoting_client
-from namesrv.config import NamesrvConfig
-from namesrv.server import NamesrvServer
+from rmq_cluster.broker.config import load_broker_config
+from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import open_remoting_client
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.server import NamesrvServer
 
 COUNT = 10
 RETRY_BODY = "hello 3"

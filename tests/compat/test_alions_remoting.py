@@ -9,8 +9,8 @@ from pathlib import Path
 
 import trio
 
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.net import Connection, Dispatcher, RemotingServer
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.net import Connection, Dispatcher, RemotingServer
 
 ECHO, FAIL = 1, 2
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from deploy import supervisor
-from deploy.testing import (
+from rmq_cluster.deploy import supervisor
+from rmq_cluster.deploy.testing import (
     UP_TIMEOUT_S,
     RunningCluster,
     become_subreaper,
@@ -25,7 +25,7 @@ from deploy.testing import (
     kill_leftovers,
     rmq_cluster,
 )
-from deploy.topology import resolve_profile
+from rmq_cluster.deploy.topology import resolve_profile
 
 PROBE = Path(__file__).with_name("cpp_probe.py")
 PROBE_TIMEOUT_S = 120

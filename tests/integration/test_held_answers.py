@@ -15,8 +15,8 @@ import trio
 import trio.testing
 from hypothesis import given, settings
 
-from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
-from cluster.remoting.net import (
+from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
+from rmq_cluster.cluster.remoting.net import (
     HELD,
     Connection,
     Dispatcher,

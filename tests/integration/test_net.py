@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
-from cluster.remoting.codes import ResponseCode
-from cluster.remoting.net import (
+from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
+from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.net import (
     Connection,
     Deferred,
     Dispatcher,
@@ -511,7 +511,7 @@ async def test_good_frame_before_garbage_is_still_answered(
 async def test_outbound_limit_applies_backpressure_without_hanging(
     server: tuple[str, Harness, RemotingServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cluster.remoting import net
+    from rmq_cluster.cluster.remoting import net
 
     monkeypatch.setattr(net, "MAX_OUTBOUND_BUFFER_BYTES", 8 * 1024)
     addr, _, _ = server

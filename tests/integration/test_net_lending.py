@@ -15,8 +15,8 @@ import pytest
 import trio
 import trio.testing
 
-from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
-from cluster.remoting.net import (
+from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
+from rmq_cluster.cluster.remoting.net import (
     LEND_QUIET_S,
     Connection,
     Deferred,

@@ -15,9 +15,9 @@ from typing import Any
 
 import attrs
 
-from dledger.core import CoreConfig, DLedgerCore, Ready, Role
-from dledger.log_storage import FileLogStorage, LogStorage, MemoryLogStorage
-from dledger.messages import Entry, Message, decode, encode
+from rmq_cluster.dledger.core import CoreConfig, DLedgerCore, Ready, Role
+from rmq_cluster.dledger.log_storage import FileLogStorage, LogStorage, MemoryLogStorage
+from rmq_cluster.dledger.messages import Entry, Message, decode, encode
 
 GROUP = "g"
 SIM_HEARTBEAT_TICKS = 2

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dledger.core import Role
-from dledger.messages import ResponseCode
+from rmq_cluster.dledger.core import Role
+from rmq_cluster.dledger.messages import ResponseCode
 from tests.sim.harness import Cluster
 
 ELECT_LIMIT_TICKS = 100

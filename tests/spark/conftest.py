@@ -12,7 +12,7 @@ pytest.importorskip("pyspark")
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from spark_jobs.replica_diff import build_session
+    from rmq_cluster.spark_jobs.replica_diff import build_session
 
     session = build_session("local[2]", app="rmq-replica-diff-tests", quiet=True)
     session.conf.set("spark.sql.shuffle.partitions", "4")

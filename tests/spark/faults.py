@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from spark_jobs.decode import (
+from rmq_cluster.spark_jobs.decode import (
     CQ_UNIT,
     CQ_UNIT_BYTES,
     decode_commitlog,
@@ -84,9 +84,9 @@ def build_dledger_node(
     """A DLedger store written by ``dledger.log_storage.FileLogStorage`` (root/dledger-<id>/):
     one entry per message whose body is a CommitLog record with PHYSICALOFFSET = pos + 48, as
     RocketMQ's DLedgerCommitLog writes it.  Returns the physical offset of every message."""
-    from cluster.protocol.message import Message, MessageConst, encode_record
-    from dledger.log_storage import BODY_OFFSET, FileLogStorage
-    from dledger.messages import Entry
+    from rmq_cluster.cluster.protocol.message import Message, MessageConst, encode_record
+    from rmq_cluster.dledger.log_storage import BODY_OFFSET, FileLogStorage
+    from rmq_cluster.dledger.messages import Entry
 
     st = FileLogStorage(root / f"dledger-{self_id}", data_file_bytes=file_bytes,
                         index_file_bytes=32 * 1024, fsync=False)  # fmt: skip

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import trio
 
-from broker.controller import BrokerController
-from cluster.protocol.message import MessageConst
-from cluster.remoting.codes import ResponseCode
+from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.cluster.protocol.message import MessageConst
+from rmq_cluster.cluster.remoting.codes import ResponseCode
 from tests.integration.broker.conftest import WAIT_S, _run_broker, broker_settings, running_cluster
 
 FILE_BYTES = 16 * 1024

@@ -9,8 +9,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from spark_jobs.model import Replica, make_replica
-from spark_jobs.synth import Msg, write_commitlog_store, write_dledger_store
+from rmq_cluster.spark_jobs.model import Replica, make_replica
+from rmq_cluster.spark_jobs.synth import Msg, write_commitlog_store, write_dledger_store
 
 MUTATIONS = ("none", "truncate", "extra", "rebody", "resize", "flip", "drop_file", "cq", "garbage")
 

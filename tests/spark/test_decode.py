@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_jobs.decode import (
+from rmq_cluster.spark_jobs.decode import (
     A_BAD_CRC,
     A_GARBAGE,
     A_TORN,
@@ -19,7 +19,7 @@ from spark_jobs.decode import (
     decode_dledger,
     list_segments,
 )
-from spark_jobs.model import (
+from rmq_cluster.spark_jobs.model import (
     K_MISSING_SEGMENT,
     BadInput,
     check_groups,
@@ -29,8 +29,8 @@ from spark_jobs.model import (
     plan_scan,
     replicas_from_cluster_dir,
 )
-from spark_jobs.report import render_html
-from spark_jobs.synth import Msg, make_msgs, write_commitlog_store, write_dledger_store
+from rmq_cluster.spark_jobs.report import render_html
+from rmq_cluster.spark_jobs.synth import Msg, make_msgs, write_commitlog_store, write_dledger_store
 
 FB = 2048
 

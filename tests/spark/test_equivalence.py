@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from spark_jobs.reference import reference_diff
-from spark_jobs.replica_diff import run_diff
+from rmq_cluster.spark_jobs.reference import reference_diff
+from rmq_cluster.spark_jobs.replica_diff import run_diff
 from tests.spark.strategies import cleanup, groups, materialize
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.model import make_replica
-from spark_jobs.replica_diff import main, run_job
+from rmq_cluster.spark_jobs.model import make_replica
+from rmq_cluster.spark_jobs.replica_diff import main, run_job
 from tests.spark import faults
 
 BODIES = [f"dledger-{i}-".encode() * (3 + i % 5) for i in range(90)]
@@ -224,7 +224,7 @@ def test_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_cli_subcommand_wiring() -> None:
     import argparse
 
-    from spark_jobs.cli import add_commands
+    from rmq_cluster.spark_jobs.cli import add_commands
 
     p = argparse.ArgumentParser(prog="rmq-cluster")
     add_commands(p.add_subparsers(dest="cmd"))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from deploy.cli import main
+from rmq_cluster.deploy.cli import main
 
 
 def test_help_and_version_in_process(capsys: pytest.CaptureFixture[str]) -> None:
@@ -29,7 +29,7 @@ def test_unknown_command_exits_non_zero(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_console_script_is_installed() -> None:
     exe = shutil.which("rmq-cluster")
-    cmd = [exe] if exe else [sys.executable, "-m", "deploy.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "rmq_cluster.deploy.cli"]
     out = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=60, check=True)
     assert "usage: rmq-cluster" in out.stdout
     out = subprocess.run(

@@ -8,7 +8,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from cluster.config import (
+from rmq_cluster.cluster.config import (
     ConfigError,
     format_properties,
     load_config,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from cluster.logging import configure_logging, get_logger
+from rmq_cluster.cluster.logging import configure_logging, get_logger
 
 
 @pytest.fixture(autouse=True)

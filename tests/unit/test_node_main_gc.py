@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from cluster.node_main import GC_GEN0_THRESHOLD
+from rmq_cluster.cluster.node_main import GC_GEN0_THRESHOLD
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT_S = 20.0
@@ -17,7 +17,7 @@ STOP_TIMEOUT_S = 20.0
 SCRIPT = textwrap.dedent(
     """
     import gc, trio
-    from cluster.node_main import serve_until_signal
+    from rmq_cluster.cluster.node_main import serve_until_signal
 
     async def start(*, task_status=trio.TASK_STATUS_IGNORED):
         task_status.started()

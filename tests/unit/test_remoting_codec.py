@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.remoting.codec import (
+from rmq_cluster.cluster.remoting.codec import (
     MAX_FRAME_BYTES,
     FrameDecoder,
     ProtocolError,
@@ -20,7 +20,12 @@ from cluster.remoting.codec import (
     encode,
     encode_into,
 )
-from cluster.remoting.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ, LanguageCode, ResponseCode
+from rmq_cluster.cluster.remoting.codes import (
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
+    LanguageCode,
+    ResponseCode,
+)
 
 INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 INT16 = st.integers(min_value=-(2**15), max_value=2**15 - 1)

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.remoting.codes import RequestCode
-from cluster.remoting.headers import (
+from rmq_cluster.cluster.remoting.codes import RequestCode
+from rmq_cluster.cluster.remoting.headers import (
     ALL_HEADERS,
     HeaderError,
     PullMessageRequestHeader,

@@ -11,19 +11,19 @@ import attrs
 import pytest
 import trio
 
-from broker.config import BrokerSettings, load_broker_config
-from broker.controller import BrokerController
-from cluster.protocol.message import (
+from rmq_cluster.broker.config import BrokerSettings, load_broker_config
+from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.cluster.protocol.message import (
     MessageConst,
     StoredMessage,
     encode_properties,
     iter_records,
 )
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import RemotingClient, open_remoting_client
-from namesrv.config import NamesrvConfig
-from namesrv.server import NamesrvServer
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.server import NamesrvServer
 
 WAIT_S = 5.0
 PULL_SUSPEND = 0x2

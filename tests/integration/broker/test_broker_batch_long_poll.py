@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import trio
 
-from cluster.protocol.message import encode_batch
-from cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.protocol.message import encode_batch
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 
 from .conftest import WAIT_S, Cluster, messages, ok
 

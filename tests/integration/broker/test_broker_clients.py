@@ -7,11 +7,11 @@ from pathlib import Path
 import orjson
 import trio
 
-from cluster.protocol import fastjson
-from cluster.protocol.route import TopicConfigSerializeWrapper
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import Connection, open_remoting_client
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.route import TopicConfigSerializeWrapper
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import Connection, open_remoting_client
 
 from .conftest import WAIT_S, Cluster, messages, ok, running_cluster
 

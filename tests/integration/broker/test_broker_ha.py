@@ -8,12 +8,12 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from broker.config import BrokerSettings
-from broker.controller import BrokerController
-from cluster.protocol.message import StoredMessage, iter_records
-from cluster.protocol.route import KVTable
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.broker.config import BrokerSettings
+from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.cluster.protocol.message import StoredMessage, iter_records
+from rmq_cluster.cluster.protocol.route import KVTable
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from tests.integration.broker.conftest import (
     WAIT_S,
     Cluster,

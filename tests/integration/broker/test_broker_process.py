@@ -1,4 +1,4 @@
-"""Real processes: ``python -m namesrv`` and ``python -m broker -c ... -n ...``, a round trip, and a
+"""Real processes: ``mqnamesrv`` and ``mqbroker -c ... -n ...``, a round trip, and a
 clean SIGTERM stop that unregisters the broker."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import IO
 
 import trio
 
-from cluster.protocol.route import ClusterInfo
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import open_remoting_client
+from rmq_cluster.cluster.protocol.route import ClusterInfo
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import open_remoting_client
 
 from .conftest import messages
 
@@ -124,14 +124,14 @@ async def test_real_processes_round_trip_and_clean_stop(tmp_path: Path) -> None:
     ns_proc = broker_proc = None
     try:
         ns_proc = await _start(
-            ["-m", "namesrv", "-c", str(ns_conf)],
+            ["-m", "rmq_cluster.namesrv", "-c", str(ns_conf)],
             tmp_path / "ns.log",
             b"The Name Server boot success",
         )
         broker_proc, broker_port = await _start_broker(
             conf,
             broker_conf,
-            ["-m", "broker", "-c", str(conf), "-n", ns_addr],
+            ["-m", "rmq_cluster.broker", "-c", str(conf), "-n", ns_addr],
             tmp_path / "broker.log",
             b"boot success. serializeType=JSON and name server is " + ns_addr.encode(),
         )
@@ -198,7 +198,7 @@ async def test_second_broker_on_the_same_store_refuses_to_start(tmp_path: Path) 
     first = None
     try:
         first, port = await _start_broker(
-            conf, conf_text, ["-m", "broker", "-c", str(conf)], tmp_path / "1.log",
+            conf, conf_text, ["-m", "rmq_cluster.broker", "-c", str(conf)], tmp_path / "1.log",
             b"boot success",
         )
         other = _free_port(with_fast_port=True)
@@ -206,7 +206,7 @@ async def test_second_broker_on_the_same_store_refuses_to_start(tmp_path: Path) 
         conf2.write_text(conf.read_text().replace(f"listenPort={port}", f"listenPort={other}"))
         with trio.fail_after(BOOT_WAIT_S):
             done = await trio.run_process(
-                [sys.executable, "-m", "broker", "-c", str(conf2)],
+                [sys.executable, "-m", "rmq_cluster.broker", "-c", str(conf2)],
                 cwd=str(REPO),
                 env={**os.environ, "PYTHONPATH": str(REPO)},
                 capture_stdout=True,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from cluster.protocol.message import encode_batch, tags_code
-from cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.protocol.message import encode_batch, tags_code
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 
 from .conftest import WAIT_S, Cluster, messages, ok
 

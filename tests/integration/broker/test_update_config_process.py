@@ -1,4 +1,4 @@
-"""A real ``python -m broker -c FILE`` process: UPDATE_BROKER_CONFIG applies at once (a read-only
+"""A real ``mqbroker -c FILE`` process: UPDATE_BROKER_CONFIG applies at once (a read-only
 broker refuses sends with NO_PERMISSION), is written into FILE, and survives a restart."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import trio
 
-from broker.config_update import rewrite_properties
-from cluster.config import parse_properties
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import open_remoting_client
+from rmq_cluster.broker.config_update import rewrite_properties
+from rmq_cluster.cluster.config import parse_properties
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import open_remoting_client
 
 from .test_broker_process import _free_port, _start, _stop
 
@@ -38,7 +38,7 @@ async def _boot(conf: Path, log: Path) -> tuple[trio.Process, str]:
             rewrite_properties(await tconf.read_text(), {"listenPort": str(port)})
         )
         try:
-            proc = await _start(["-m", "broker", "-c", str(conf)], log, b"boot success")
+            proc = await _start(["-m", "rmq_cluster.broker", "-c", str(conf)], log, b"boot success")
         except AssertionError as exc:
             if "Address already in use" in str(exc) and attempt + 1 < BOOT_ATTEMPTS:
                 continue

@@ -12,11 +12,11 @@ import attrs
 import pytest
 import trio
 
-from broker.config import BrokerSettings, load_broker_config
-from broker.controller import BrokerController
-from cluster.client.config import ClientConfig
-from namesrv.config import NamesrvConfig
-from namesrv.server import NamesrvServer
+from rmq_cluster.broker.config import BrokerSettings, load_broker_config
+from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.cluster.client.config import ClientConfig
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.server import NamesrvServer
 
 WAIT_S = 10.0
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-import broker.processors.relay as relay
-from cluster.client import (
+import rmq_cluster.broker.processors.relay as relay
+from rmq_cluster.cluster.client import (
     Admin,
     ConsumeFromWhere,
     ConsumeResult,
@@ -18,7 +18,7 @@ from cluster.client import (
     PushConsumer,
     ReceivedMessage,
 )
-from cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.codes import ResponseCode
 
 from .conftest import WAIT_S, Cluster
 from .test_cli_sync import run_cli
@@ -108,7 +108,7 @@ async def test_consumer_status_and_consume_directly(
 
 
 async def cluster_call_time_span(admin: Admin, cluster: Cluster, topic: str) -> bytes:
-    from cluster.remoting.codes import RequestCode
+    from rmq_cluster.cluster.remoting.codes import RequestCode
 
     return await admin._broker(cluster.addr, RequestCode.QUERY_CONSUME_TIME_SPAN,
                                {"topic": topic, "group": "G"})

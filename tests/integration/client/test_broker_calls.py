@@ -7,11 +7,17 @@ import json
 
 import trio
 
-from cluster.client import ConsumeFromWhere, ConsumeResult, Message, Producer, PushConsumer
-from cluster.client.model import MessageQueue, ReceivedMessage
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import Connection
+from rmq_cluster.cluster.client import (
+    ConsumeFromWhere,
+    ConsumeResult,
+    Message,
+    Producer,
+    PushConsumer,
+)
+from rmq_cluster.cluster.client.model import MessageQueue, ReceivedMessage
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import Connection
 
 from .conftest import WAIT_S, Cluster
 
@@ -52,7 +58,7 @@ async def test_broker_to_client_requests(cluster: Cluster) -> None:
             assert '{"brokerName":"broker-a","queueId":0,"topic":"BC1"}:{' in text
 
             # CONSUME_MESSAGE_DIRECTLY: the broker ships the stored message
-            from cluster.protocol.message import decode_offset_msg_id
+            from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
 
             _host, offset = decode_offset_msg_id(sent[0].offset_msg_id)
             raw = await cluster_view(cluster, offset)
@@ -81,7 +87,7 @@ async def test_broker_to_client_requests(cluster: Cluster) -> None:
 
 async def cluster_view(cluster: Cluster, offset: int) -> bytes:
     """The stored record at ``offset`` as VIEW_MESSAGE_BY_ID returns it."""
-    from cluster.remoting.net import open_remoting_client
+    from rmq_cluster.cluster.remoting.net import open_remoting_client
 
     async with open_remoting_client() as rc:
         resp = await rc.invoke(cluster.addr, RemotingCommand.request(

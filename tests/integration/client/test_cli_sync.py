@@ -9,9 +9,14 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.client import ConsumeResult, Message, ReceivedMessage
-from cluster.client.sync import SyncAdmin, SyncProducer, SyncPullConsumer, SyncPushConsumer
-from deploy.cli import main
+from rmq_cluster.cluster.client import ConsumeResult, Message, ReceivedMessage
+from rmq_cluster.cluster.client.sync import (
+    SyncAdmin,
+    SyncProducer,
+    SyncPullConsumer,
+    SyncPushConsumer,
+)
+from rmq_cluster.deploy.cli import main
 
 from .conftest import WAIT_S, Cluster
 
@@ -97,7 +102,7 @@ def _blocking_round_trip(ns: str) -> dict[str, Any]:
             done.set()
         return ConsumeResult.SUCCESS
 
-    from cluster.client import ConsumeFromWhere
+    from rmq_cluster.cluster.client import ConsumeFromWhere
 
     with SyncPushConsumer("SPUSH", listener, {"SYNC1": "*"}, namesrv_addr=ns,
                           consume_from=ConsumeFromWhere.FIRST_OFFSET):

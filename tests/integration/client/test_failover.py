@@ -7,11 +7,11 @@ from pathlib import Path
 
 import trio
 
-from cluster.client import ConsumeFromWhere, Message, Producer, PullConsumer, PullStatus
-from cluster.client.admin import Admin
-from cluster.client.errors import MQBrokerError
-from cluster.client.model import MessageQueue
-from cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.client import ConsumeFromWhere, Message, Producer, PullConsumer, PullStatus
+from rmq_cluster.cluster.client.admin import Admin
+from rmq_cluster.cluster.client.errors import MQBrokerError
+from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.cluster.remoting.codes import ResponseCode
 
 from .conftest import WAIT_S, running_cluster
 

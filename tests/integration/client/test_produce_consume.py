@@ -7,7 +7,7 @@ from collections import Counter
 
 import trio
 
-from cluster.client import (
+from rmq_cluster.cluster.client import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
@@ -18,8 +18,8 @@ from cluster.client import (
     ReceivedMessage,
     SendStatus,
 )
-from cluster.client.model import MessageQueue
-from cluster.protocol.message import SYSFLAG_COMPRESSED
+from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.cluster.protocol.message import SYSFLAG_COMPRESSED
 
 from .conftest import WAIT_S, Cluster
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from cluster.client import (
+from rmq_cluster.cluster.client import (
     Admin,
     ConsumeFromWhere,
     ConsumeResult,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from cluster.client import (
+from rmq_cluster.cluster.client import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
@@ -19,11 +19,11 @@ from cluster.client import (
     PushConsumer,
     ReceivedMessage,
 )
-from cluster.client.errors import MQBrokerError
-from cluster.client.model import MessageQueue
-from cluster.protocol import fastjson
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.client.errors import MQBrokerError
+from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 
 from .conftest import WAIT_S, running_cluster
 

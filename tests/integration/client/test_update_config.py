@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.client import (
+from rmq_cluster.cluster.client import (
     Admin,
     ConsumeFromWhere,
     Message,
@@ -18,7 +18,7 @@ from cluster.client import (
     Producer,
     PullConsumer,
 )
-from cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.codes import ResponseCode
 
 from .conftest import Cluster
 from .test_cli_sync import run_cli

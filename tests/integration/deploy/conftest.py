@@ -1,5 +1,5 @@
 """The ``rmq_cluster_factory`` fixture, as a user's conftest.py would get it."""
 
-from deploy.testing import rmq_cluster_factory
+from rmq_cluster.deploy.testing import rmq_cluster_factory
 
 __all__ = ["rmq_cluster_factory"]

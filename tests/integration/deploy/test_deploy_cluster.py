@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy import capabilities, supervisor
-from deploy.cli import main
-from deploy.testing import (
+from rmq_cluster.deploy import capabilities, supervisor
+from rmq_cluster.deploy.cli import main
+from rmq_cluster.deploy.testing import (
     become_subreaper,
     cli,
     kill_leftovers,
@@ -29,7 +29,7 @@ from deploy.testing import (
     pids_running_from,
     rmq_cluster,
 )
-from deploy.topology import Topology, build_topology, resolve_profile
+from rmq_cluster.deploy.topology import Topology, build_topology, resolve_profile
 
 become_subreaper()  # nodes orphaned by the CLI subprocess are reaped by this process
 
@@ -281,7 +281,7 @@ def test_foreground_stops_everything_on_sigterm(tmp_path: Path) -> None:
     root = str(Path(supervisor.__file__).resolve().parents[1])
     with _cleanup(d) as seen:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "deploy", "up", "single", "--foreground",
+            [sys.executable, "-m", "rmq_cluster.deploy", "up", "single", "--foreground",
              "--dir", str(d), "--base-port", str(base)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
         )

@@ -10,14 +10,14 @@ from pathlib import Path
 import attrs
 import trio
 
-from broker.controller import BrokerController
-from cluster.protocol.route import ClusterInfo
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import RemotingClient, open_remoting_client
-from dledger.commitlog_adapter import DLedgerMessageStore
-from namesrv.config import NamesrvConfig
-from namesrv.server import NamesrvServer
+from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.cluster.protocol.route import ClusterInfo
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
+from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.server import NamesrvServer
 from tests.integration.broker.conftest import _run_broker, broker_settings
 
 GROUP = "broker-dl"

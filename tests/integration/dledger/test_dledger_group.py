@@ -7,14 +7,14 @@ from pathlib import Path
 
 import trio
 
-from cluster.client.config import ClientConfig
-from cluster.client.model import Message as WireMessage
-from cluster.client.producer import Producer
-from cluster.protocol.message import decode_offset_msg_id, iter_records
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from dledger.core import Role
-from dledger.log_storage import BODY_OFFSET
+from rmq_cluster.cluster.client.config import ClientConfig
+from rmq_cluster.cluster.client.model import Message as WireMessage
+from rmq_cluster.cluster.client.producer import Producer
+from rmq_cluster.cluster.protocol.message import decode_offset_msg_id, iter_records
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.dledger.core import Role
+from rmq_cluster.dledger.log_storage import BODY_OFFSET
 from tests.integration.dledger.dledger_testlib import WAIT_S, Group, Member, dledger_group
 
 TOPIC = "DlTopic"

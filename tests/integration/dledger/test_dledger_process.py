@@ -10,15 +10,15 @@ import time
 import pytest
 import trio
 
-from cluster.client.config import ClientConfig
-from cluster.client.model import Message
-from cluster.client.producer import Producer
-from cluster.protocol.message import iter_records
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import RemotingClient, open_remoting_client
-from deploy.testing import RunningCluster, rmq_cluster
-from dledger.log_storage import FileLogStorage
+from rmq_cluster.cluster.client.config import ClientConfig
+from rmq_cluster.cluster.client.model import Message
+from rmq_cluster.cluster.client.producer import Producer
+from rmq_cluster.cluster.protocol.message import iter_records
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
+from rmq_cluster.deploy.testing import RunningCluster, rmq_cluster
+from rmq_cluster.dledger.log_storage import FileLogStorage
 
 TOPIC = "DlProcTopic"
 IN_FLIGHT = 32

@@ -10,14 +10,14 @@ from typing import Any
 
 import trio
 
-from cluster.protocol.message import Message
-from ha.client import HAClient
-from ha.config import HAConfig
-from ha.connection import HAService
-from ha.protocol import Frame, FrameDecoder, encode_offset_report
-from store import flush as store_services
-from store.config import BrokerRole, MessageStoreConfig
-from store.message_store import MessageStore
+from rmq_cluster.cluster.protocol.message import Message
+from rmq_cluster.ha.client import HAClient
+from rmq_cluster.ha.config import HAConfig
+from rmq_cluster.ha.connection import HAService
+from rmq_cluster.ha.protocol import Frame, FrameDecoder, encode_offset_report
+from rmq_cluster.store import flush as store_services
+from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import small_config
 
 HOST = ("127.0.0.1", 10911)

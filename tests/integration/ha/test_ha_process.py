@@ -1,4 +1,4 @@
-"""Real processes: ``python -m namesrv``, a master and a slave ``python -m broker``; 10 000
+"""Real processes: ``mqnamesrv``, a master and a slave ``mqbroker``; 10 000
 messages produced through the Python client with many sends in flight, the master killed with
 SIGKILL, and everything read back from the slave through the client (the route then lists only
 the slave and the client falls back to it).
@@ -24,12 +24,12 @@ from typing import IO
 import pytest
 import trio
 
-from cluster.client import Message, Producer, PullConsumer, PullStatus, SendStatus
-from cluster.protocol.message import decode_offset_msg_id
-from cluster.protocol.route import KVTable, TopicRouteData
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import RemotingClient, open_remoting_client
+from rmq_cluster.cluster.client import Message, Producer, PullConsumer, PullStatus, SendStatus
+from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
+from rmq_cluster.cluster.protocol.route import KVTable, TopicRouteData
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
 
 REPO = Path(__file__).resolve().parents[3]
 BOOT_WAIT_S = 30.0
@@ -270,15 +270,19 @@ async def _run_scenario(
     ns_proc = master = slave = None
     try:
         ns_proc = await _start(
-            ["-m", "namesrv", "-c", str(ns_conf)], tmp_path / "ns.log", b"boot success"
+            ["-m", "rmq_cluster.namesrv", "-c", str(ns_conf)], tmp_path / "ns.log", b"boot success"
         )
         master = await _start(
-            ["-m", "broker", "-c", str(master_conf), "-n", ns_addr], tmp_path / "m.log", boot
+            ["-m", "rmq_cluster.broker", "-c", str(master_conf), "-n", ns_addr],
+            tmp_path / "m.log",
+            boot,
         )
         async with open_remoting_client(node="ha-proc-test") as client:
             await _create_topic(client, master_addr)
             slave = await _start(
-                ["-m", "broker", "-c", str(slave_conf), "-n", ns_addr], tmp_path / "s.log", boot
+                ["-m", "rmq_cluster.broker", "-c", str(slave_conf), "-n", ns_addr],
+                tmp_path / "s.log",
+                boot,
             )
             # the slave connected over HA, copied the topic (SlaveSynchronize), and the route
             # lists both brokers

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import trio
 
-from broker.controller import BrokerController
-from cluster.protocol.message import decode_offset_msg_id
-from cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from tests.integration.broker.conftest import (
     WAIT_S,
     Cluster,

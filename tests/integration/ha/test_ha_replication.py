@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from cluster.protocol.message import decode_record
-from store.commitlog import PutMessageStatus
-from store.config import BrokerRole
-from store.message_store import GetMessageStatus
+from rmq_cluster.cluster.protocol.message import decode_record
+from rmq_cluster.store.commitlog import PutMessageStatus
+from rmq_cluster.store.config import BrokerRole
+from rmq_cluster.store.message_store import GetMessageStatus
 from tests.integration.ha.ha_testlib import (
     FILE_SIZE,
     MasterNode,

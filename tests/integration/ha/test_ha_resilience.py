@@ -7,10 +7,10 @@ from pathlib import Path
 
 import trio
 
-from ha.protocol import FRAME_HEADER_SIZE_BYTES
-from store.commitlog import PutMessageStatus
-from store.config import BrokerRole
-from store.message_store import GetMessageStatus, MessageStore
+from rmq_cluster.ha.protocol import FRAME_HEADER_SIZE_BYTES
+from rmq_cluster.store.commitlog import PutMessageStatus
+from rmq_cluster.store.config import BrokerRole
+from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
 from tests.integration.ha.ha_testlib import (
     FILE_SIZE,
     FakeSlave,
@@ -193,7 +193,7 @@ async def test_diverged_slave_drops_the_connection(tmp_path: Path) -> None:
             conn, _ = await listener.accept()
             first = await conn.recv(8)
             assert int.from_bytes(first, "big") == 0
-            from ha.protocol import encode_frame
+            from rmq_cluster.ha.protocol import encode_frame
             await conn.send(encode_frame(0, b"\x00" * 100))  # slave is empty: accepted
             await slave.wait_offset(100)
             await conn.send(encode_frame(5000, b"\x01" * 10))  # not at the slave's end

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker.controller import BrokerController
-from cluster.client import MessageQueue, PullConsumer, PullStatus
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.cluster.client import MessageQueue, PullConsumer, PullStatus
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from tests.integration.broker.conftest import (
     WAIT_S,
     Cluster,
@@ -34,7 +34,7 @@ FAKE_RAM_BYTES = 10_000
 
 @pytest.fixture(autouse=True)
 def _small_ram(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("broker.processors.pull.TOTAL_MEMORY_BYTES", FAKE_RAM_BYTES)
+    monkeypatch.setattr("rmq_cluster.broker.processors.pull.TOTAL_MEMORY_BYTES", FAKE_RAM_BYTES)
 
 
 async def _start_slave(

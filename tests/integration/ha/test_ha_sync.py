@@ -8,8 +8,8 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from store.commitlog import PutMessageStatus
-from store.config import BrokerRole
+from rmq_cluster.store.commitlog import PutMessageStatus
+from rmq_cluster.store.config import BrokerRole
 from tests.integration.ha.ha_testlib import (
     FakeSlave,
     MasterNode,

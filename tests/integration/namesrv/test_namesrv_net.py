@@ -1,6 +1,6 @@
 """NameServers over real loopback sockets: two independent nodes, brokers registering with both
 through real REGISTER_BROKER frames, expiry of a silent broker, removal on connection close, and
-one real ``python -m namesrv`` process."""
+one real ``mqnamesrv`` process."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from cluster.protocol.route import (
+from rmq_cluster.cluster.protocol.route import (
     ClusterInfo,
     DataVersion,
     RegisterBrokerBody,
@@ -25,12 +25,12 @@ from cluster.protocol.route import (
     TopicConfigSerializeWrapper,
     TopicRouteData,
 )
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import RemotingClient, open_remoting_client
-from namesrv.config import NamesrvConfig
-from namesrv.processor import NamesrvState
-from namesrv.server import NamesrvServer
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.processor import NamesrvState
+from rmq_cluster.namesrv.server import NamesrvServer
 
 REPO = Path(__file__).resolve().parents[3]
 #: Generous bounds for conditions that normally hold within milliseconds.
@@ -256,7 +256,7 @@ async def test_real_process(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "namesrv", "-c", str(conf)],
+        [sys.executable, "-m", "rmq_cluster.namesrv", "-c", str(conf)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         cwd=str(REPO),
@@ -291,7 +291,7 @@ def test_real_process_reports_a_port_in_use(tmp_path: Path) -> None:
         conf = tmp_path / "namesrv.properties"
         conf.write_text(f"listenPort={port}\nbindAddress=127.0.0.1\nkvConfigPath={tmp_path}/kv\n")
         done = subprocess.run(
-            [sys.executable, "-m", "namesrv", "-c", str(conf)],
+            [sys.executable, "-m", "rmq_cluster.namesrv", "-c", str(conf)],
             cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO)},
             capture_output=True,

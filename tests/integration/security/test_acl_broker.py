@@ -12,9 +12,9 @@ from pathlib import Path
 
 import trio
 
-from cluster.acl.signing import Credentials
-from cluster.acl.validator import ACL_EXCEPTION
-from cluster.client import (
+from rmq_cluster.cluster.acl.signing import Credentials
+from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
+from rmq_cluster.cluster.client import (
     ConsumeResult,
     Message,
     Producer,
@@ -23,13 +23,13 @@ from cluster.client import (
     SendStatus,
     frames,
 )
-from cluster.client.admin import Admin
-from cluster.client.errors import MQBrokerError
-from cluster.metrics import parse_exposition, sample_value
-from cluster.metrics_server import fetch_metrics
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import open_remoting_client
+from rmq_cluster.cluster.client.admin import Admin
+from rmq_cluster.cluster.client.errors import MQBrokerError
+from rmq_cluster.cluster.metrics import parse_exposition, sample_value
+from rmq_cluster.cluster.metrics_server import fetch_metrics
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import open_remoting_client
 from tests.integration.client.conftest import WAIT_S, running_cluster
 
 ADMIN = Credentials("adminKey01", "adminSecret01")

@@ -23,8 +23,8 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
-from cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from tests.integration.client.conftest import running_cluster
 
 #: Examples per strategy (x2 targets): bounded so the file runs in a few seconds.

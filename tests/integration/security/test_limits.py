@@ -8,11 +8,11 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from cluster.acl.signing import Credentials
-from cluster.acl.validator import ACL_EXCEPTION
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import (
+from rmq_cluster.cluster.acl.signing import Credentials
+from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import (
     OVERLOAD_REMARK,
     Connection,
     Deferred,
@@ -21,8 +21,8 @@ from cluster.remoting.net import (
     format_address,
     open_remoting_client,
 )
-from namesrv.config import NamesrvConfig
-from namesrv.server import NamesrvServer
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.server import NamesrvServer
 from tests.integration.client.conftest import WAIT_S, broker_settings
 
 HOLD_CODE = 9001
@@ -109,7 +109,7 @@ async def test_deferred_answers_at_the_cap_wait_for_room(nursery: trio.Nursery) 
 
 
 async def test_namesrv_acl_on_writes_and_signed_registration(tmp_path: Path) -> None:
-    from broker.controller import BrokerController
+    from rmq_cluster.broker.controller import BrokerController
 
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(

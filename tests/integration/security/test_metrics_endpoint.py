@@ -7,12 +7,18 @@ from pathlib import Path
 
 import trio
 
-from broker.controller import BrokerController
-from cluster.client import ConsumeResult, Message, Producer, PushConsumer, ReceivedMessage
-from cluster.metrics import parse_exposition, sample_value
-from cluster.metrics_server import fetch_metrics
-from namesrv.config import NamesrvConfig
-from namesrv.server import NamesrvServer
+from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.cluster.client import (
+    ConsumeResult,
+    Message,
+    Producer,
+    PushConsumer,
+    ReceivedMessage,
+)
+from rmq_cluster.cluster.metrics import parse_exposition, sample_value
+from rmq_cluster.cluster.metrics_server import fetch_metrics
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.server import NamesrvServer
 from tests.integration.client.conftest import WAIT_S, running_cluster
 
 N = 20

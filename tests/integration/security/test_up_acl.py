@@ -8,9 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from deploy import supervisor
-from deploy.testing import UP_TIMEOUT_S, become_subreaper, cli, kill_leftovers
-from deploy.topology import resolve_profile
+from rmq_cluster.deploy import supervisor
+from rmq_cluster.deploy.testing import UP_TIMEOUT_S, become_subreaper, cli, kill_leftovers
+from rmq_cluster.deploy.topology import resolve_profile
 
 CRED_LINE = re.compile(r"^accessKey=(\S+) secretKey=(\S+)$", re.M)
 

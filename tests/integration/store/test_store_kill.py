@@ -11,17 +11,17 @@ import sys
 import time
 from pathlib import Path
 
-from cluster.protocol.message import decode_record
-from store.config import FlushDiskType, MessageStoreConfig
-from store.message_store import MessageStore
+from rmq_cluster.cluster.protocol.message import decode_record
+from rmq_cluster.store.config import FlushDiskType, MessageStoreConfig
+from rmq_cluster.store.message_store import MessageStore
 
 WRITER = r"""
 import sys, trio
-from cluster.logging import configure_logging
-from cluster.protocol.message import Message
-from store import flush
-from store.config import FlushDiskType, MessageStoreConfig
-from store.message_store import MessageStore
+from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.cluster.protocol.message import Message
+from rmq_cluster.store import flush
+from rmq_cluster.store.config import FlushDiskType, MessageStoreConfig
+from rmq_cluster.store.message_store import MessageStore
 
 configure_logging("warning", stream=sys.stderr)
 cfg = MessageStoreConfig(store_path_root_dir=sys.argv[1], mapped_file_size_commit_log=256 * 1024,

@@ -1,4 +1,4 @@
-"""``python -m broker`` argument handling (no sockets)."""
+"""``mqbroker`` argument handling (no sockets)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.__main__ import main
+from rmq_cluster.broker.__main__ import main
 
 
 def test_print_config_items(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

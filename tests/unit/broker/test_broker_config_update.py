@@ -6,15 +6,15 @@ import re
 
 import pytest
 
-from broker.config import load_broker_config
-from broker.config_update import (
+from rmq_cluster.broker.config import load_broker_config
+from rmq_cluster.broker.config_update import (
     ConfigUpdateError,
     apply_update,
     current_values,
     parse_update_body,
     rewrite_properties,
 )
-from cluster.config import parse_properties
+from rmq_cluster.cluster.config import parse_properties
 
 
 def _settings():  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.clients import (
+from rmq_cluster.broker.clients import (
     ClientChannelInfo,
     ClientManager,
     HeartbeatError,
@@ -18,20 +18,20 @@ from broker.clients import (
     build_subscription,
     decode_heartbeat,
 )
-from broker.config import BrokerConfig, load_broker_config
-from broker.offsets import (
+from rmq_cluster.broker.config import BrokerConfig, load_broker_config
+from rmq_cluster.broker.offsets import (
     ConsumerOffsetManager,
     DelayOffsetTable,
     SubscriptionGroupConfig,
     SubscriptionGroupManager,
 )
-from broker.persist import read_file, write_atomically
-from broker.schedule import parse_delay_levels
-from broker.topic_config import TopicConfigManager, validate_topic
-from cluster.config import ConfigError
-from cluster.protocol.message import java_string_hash
-from cluster.protocol.route import TopicConfigSerializeWrapper
-from store.config import BrokerRole, FlushDiskType
+from rmq_cluster.broker.persist import read_file, write_atomically
+from rmq_cluster.broker.schedule import parse_delay_levels
+from rmq_cluster.broker.topic_config import TopicConfigManager, validate_topic
+from rmq_cluster.cluster.config import ConfigError
+from rmq_cluster.cluster.protocol.message import java_string_hash
+from rmq_cluster.cluster.protocol.route import TopicConfigSerializeWrapper
+from rmq_cluster.store.config import BrokerRole, FlushDiskType
 
 
 def _topics(**kw: object) -> TopicConfigManager:

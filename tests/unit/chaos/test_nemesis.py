@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos.faults import FAULTS, make_fault
-from chaos.nemesis import MIN_WINDOW_S, Window, build_schedule
+from rmq_cluster.chaos.faults import FAULTS, make_fault
+from rmq_cluster.chaos.nemesis import MIN_WINDOW_S, Window, build_schedule
 
 
 def test_same_seed_same_schedule_other_seed_other_schedule() -> None:

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from chaos.proxy import (
+from rmq_cluster.chaos.proxy import (
     CLIENT,
     PASS,
     RETRANSMIT_BASE_S,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import attrs
 
-from broker.config import load_broker_config
-from cluster.config import parse_properties
-from deploy import render
-from deploy.topology import (
+from rmq_cluster.broker.config import load_broker_config
+from rmq_cluster.cluster.config import parse_properties
+from rmq_cluster.deploy import render
+from rmq_cluster.deploy.topology import (
     BUILTIN_PROFILES,
     PROXY_BROKER_PORT_SHIFT,
     PROXY_NAMESRV_PORT_SHIFT,

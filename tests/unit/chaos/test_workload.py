@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.checker import check, parse_history
-from chaos.workload import History, WorkloadConfig, _classify
-from cluster.client import MQBrokerError, MQClientError, MQRemotingError, MQTimeoutError
-from cluster.remoting.net import RemotingClosedError, RemotingConnectError
+from rmq_cluster.chaos.checker import check, parse_history
+from rmq_cluster.chaos.workload import History, WorkloadConfig, _classify
+from rmq_cluster.cluster.client import MQBrokerError, MQClientError, MQRemotingError, MQTimeoutError
+from rmq_cluster.cluster.remoting.net import RemotingClosedError, RemotingConnectError
 
 
 def _caused(exc: Exception, cause: Exception) -> Exception:

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from cluster.client import frames
-from cluster.client.model import Message, MessageQueue
-from cluster.client.subscription import ConsumerData, build_subscription, heartbeat_body
-from cluster.remoting.codec import encode
+from rmq_cluster.cluster.client import frames
+from rmq_cluster.cluster.client.model import Message, MessageQueue
+from rmq_cluster.cluster.client.subscription import ConsumerData, build_subscription, heartbeat_body
+from rmq_cluster.cluster.remoting.codec import encode
 
 MQ = MessageQueue("T", "broker-a", 1)
 
@@ -68,7 +68,7 @@ def test_send_message_v2_frame() -> None:
         '"serializeTypeCurrentRPC":"JSON","version":407}',
         b"hello",
     )
-    from cluster.client.subscription import java_properties_string
+    from rmq_cluster.cluster.client.subscription import java_properties_string
 
     wire = Message("T", b"hello", tags="TagA", keys=["k1", "k2"]).wire_properties()
     wire["UNIQ_KEY"] = uniq
@@ -85,8 +85,8 @@ def test_properties_string_is_the_encoded_java_map_order(seed: int) -> None:
     """The producer's one-join properties string equals encoding the Java-ordered map."""
     import random
 
-    from cluster.client.subscription import java_hashmap_order, java_properties_string
-    from cluster.protocol.message import encode_properties
+    from rmq_cluster.cluster.client.subscription import java_hashmap_order, java_properties_string
+    from rmq_cluster.cluster.protocol.message import encode_properties
 
     rnd = random.Random(seed)
     names = ["TAGS", "KEYS", "WAIT", "UNIQ_KEY", "DELAY", "a", "bb", "user-key", "\u00e9t\u00e9"]

@@ -10,29 +10,29 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.client.allocate import allocate_averagely, allocate_by_circle
-from cluster.client.config import ClientConfig, split_namesrv
-from cluster.client.fault import LatencyFaultTolerance
-from cluster.client.ids import UniqIdGenerator, build_client_id
-from cluster.client.instance import (
+from rmq_cluster.cluster.client.allocate import allocate_averagely, allocate_by_circle
+from rmq_cluster.cluster.client.config import ClientConfig, split_namesrv
+from rmq_cluster.cluster.client.fault import LatencyFaultTolerance
+from rmq_cluster.cluster.client.ids import UniqIdGenerator, build_client_id
+from rmq_cluster.cluster.client.instance import (
     object_key_map,
     parse_offset_table,
     publish_queues,
     subscribe_queues,
 )
-from cluster.client.model import Message, MessageQueue, ReceivedMessage
-from cluster.client.subscription import build_subscription
-from cluster.protocol.message import (
+from rmq_cluster.cluster.client.model import Message, MessageQueue, ReceivedMessage
+from rmq_cluster.cluster.client.subscription import build_subscription
+from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_COMPRESSED,
     RecordError,
     decode_record,
     encode_record,
     iter_records,
 )
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     Message as StoreMessage,
 )
-from cluster.protocol.route import BrokerData, QueueData, TopicRouteData
+from rmq_cluster.cluster.protocol.route import BrokerData, QueueData, TopicRouteData
 
 
 def test_uniq_id_layout() -> None:
@@ -174,9 +174,9 @@ def test_subscription_matching() -> None:
 async def test_pull_follows_suggested_broker_and_never_commits_on_a_slave() -> None:
     """PullApi sends the next pull of a queue to ``suggestWhichBrokerId`` and clears the
     COMMIT_OFFSET bit when the target is a slave (Java PullAPIWrapper)."""
-    from cluster.client.consumer import PullApi
-    from cluster.client.instance import ClientInstance
-    from cluster.remoting.codec import RemotingCommand
+    from rmq_cluster.cluster.client.consumer import PullApi
+    from rmq_cluster.cluster.client.instance import ClientInstance
+    from rmq_cluster.cluster.remoting.codec import RemotingCommand
 
     inst = ClientInstance(ClientConfig(namesrv_addr="127.0.0.1:1", client_ip="127.0.0.1"))
     inst.broker_addrs["b"] = {0: "master:1", 1: "slave:1"}

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import load_broker_config
-from cluster.config import load_config, parse_properties
-from deploy import capabilities, render
-from deploy.commands import format_table
-from deploy.topology import (
+from rmq_cluster.broker.config import load_broker_config
+from rmq_cluster.cluster.config import load_config, parse_properties
+from rmq_cluster.deploy import capabilities, render
+from rmq_cluster.deploy.commands import format_table
+from rmq_cluster.deploy.topology import (
     BUILTIN_PROFILES,
     MODE_DLEDGER,
     MODE_HA,
@@ -20,7 +20,7 @@ from deploy.topology import (
     plan_span,
     resolve_profile,
 )
-from namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.config import NamesrvConfig
 
 DLEDGER_KEYS = {"enableDLegerCommitLog", "dLegerGroup", "dLegerPeers", "dLegerSelfId",
                 "sendMessageThreadPoolNums"}
@@ -195,7 +195,7 @@ def test_render_for_hosts(profile: str) -> None:
             assert props["storePathRootDir"] == f"data/{node.name}"
         start = files[f"{node.host}/start.sh"]
         module = "namesrv" if node.kind == "namesrv" else "broker"
-        assert f'"$PYTHON" -m {module} -c conf/{node.name}.properties' in start
+        assert f'"$PYTHON" -m rmq_cluster.{module} -c conf/{node.name}.properties' in start
         real = "mqnamesrv" if node.kind == "namesrv" else "mqbroker"
         assert f'"$ROCKETMQ_HOME/bin/{real}" -c conf/{node.name}.properties' in start
         assert f"run/{node.name}.pid" in files[f"{node.host}/stop.sh"]
@@ -209,7 +209,7 @@ def test_start_script_starts_namesrvs_first() -> None:
     topo = build_topology(resolve_profile("2m-noslave"), hosts=["h1"])
     start = render.host_files(topo)["h1/start.sh"]
     python_part = start.split("else", 1)[1]
-    assert python_part.index("-m namesrv") < python_part.index("-m broker")
+    assert python_part.index("-m rmq_cluster.namesrv") < python_part.index("-m rmq_cluster.broker")
     assert "-n '127.0.0.1" not in start and "-n 'h1:9876;h1:9877'" in start
 
 
@@ -222,7 +222,7 @@ def test_format_table() -> None:
 
 
 def test_promote_needs_ha_and_a_slave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from deploy import supervisor
+    from rmq_cluster.deploy import supervisor
 
     monkeypatch.delenv(capabilities.ASSUME_ENV, raising=False)
     topo = build_topology(resolve_profile("2m-2s-async"), base_port=30000)
@@ -235,7 +235,7 @@ def test_promote_needs_ha_and_a_slave(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_cluster_lock_is_exclusive(tmp_path: Path) -> None:
-    from deploy import supervisor
+    from rmq_cluster.deploy import supervisor
 
     with supervisor.locked(tmp_path), pytest.raises(
         supervisor.SupervisorError, match="another rmq-cluster command"
@@ -246,7 +246,7 @@ def test_cluster_lock_is_exclusive(tmp_path: Path) -> None:
 
 
 def test_render_command_writes_per_host_files(tmp_path: Path) -> None:
-    from deploy.cli import main
+    from rmq_cluster.deploy.cli import main
 
     out = tmp_path / "out"
     assert main(["render", "2m-2s-async", "--hosts", "h1,h2", "--out", str(out)]) == 0
@@ -264,7 +264,7 @@ def test_render_command_writes_per_host_files(tmp_path: Path) -> None:
 
 
 def test_cli_has_both_command_sets() -> None:
-    from deploy.cli import build_parser
+    from rmq_cluster.deploy.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import trio
 
-from dledger.node import AppendResult
+from rmq_cluster.dledger.node import AppendResult
 
 
 class Sink:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import load_broker_config
-from cluster.config import ConfigError
-from dledger.commitlog_adapter import put_status_of, read_checkpoint, write_checkpoint
-from dledger.config import DLedgerConfig, DLedgerConfigError
-from dledger.log_storage import BODY_OFFSET, FileLogStorage
-from dledger.messages import Entry, ResponseCode
-from store.commitlog import PutMessageStatus
+from rmq_cluster.broker.config import load_broker_config
+from rmq_cluster.cluster.config import ConfigError
+from rmq_cluster.dledger.commitlog_adapter import put_status_of, read_checkpoint, write_checkpoint
+from rmq_cluster.dledger.config import DLedgerConfig, DLedgerConfigError
+from rmq_cluster.dledger.log_storage import BODY_OFFSET, FileLogStorage
+from rmq_cluster.dledger.messages import Entry, ResponseCode
+from rmq_cluster.store.commitlog import PutMessageStatus
 
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
 

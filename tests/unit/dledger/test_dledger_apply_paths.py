@@ -19,12 +19,12 @@ from typing import Any
 
 import trio
 
-from broker.config import load_broker_config
-from cluster.protocol.message import MessageConst, new_message
-from dledger.commitlog_adapter import DLedgerMessageStore
-from dledger.messages import ResponseCode
-from dledger.node import run_store_node
-from store.commitlog import PutMessageStatus
+from rmq_cluster.broker.config import load_broker_config
+from rmq_cluster.cluster.protocol.message import MessageConst, new_message
+from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
+from rmq_cluster.dledger.messages import ResponseCode
+from rmq_cluster.dledger.node import run_store_node
+from rmq_cluster.store.commitlog import PutMessageStatus
 from tests.unit.dledger.sink import Sink
 
 WAIT_S = 20.0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from dledger.core import CoreConfig, DLedgerCore, Role
-from dledger.log_storage import HardState, MemoryLogStorage
-from dledger.messages import (
+from rmq_cluster.dledger.core import CoreConfig, DLedgerCore, Role
+from rmq_cluster.dledger.log_storage import HardState, MemoryLogStorage
+from rmq_cluster.dledger.messages import (
     Entry,
     HeartBeatRequest,
     PushEntryRequest,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dledger.log_storage import (
+from rmq_cluster.dledger.log_storage import (
     CURRTERM_FILE,
     FileLogStorage,
     HardState,
@@ -23,7 +23,7 @@ from dledger.log_storage import (
     StorageError,
     read_hard_state,
 )
-from dledger.messages import Entry
+from rmq_cluster.dledger.messages import Entry
 
 DATA_BYTES = 256
 INDEX_BYTES = 32 * 4

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dledger.messages import (
+from rmq_cluster.dledger.messages import (
     DecodeError,
     Entry,
     HeartBeatRequest,

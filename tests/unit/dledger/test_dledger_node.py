@@ -8,10 +8,10 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from dledger.core import CoreConfig, Role
-from dledger.log_storage import FileLogStorage, MemoryLogStorage
-from dledger.messages import Entry, ResponseCode
-from dledger.node import DLedgerNode
+from rmq_cluster.dledger.core import CoreConfig, Role
+from rmq_cluster.dledger.log_storage import FileLogStorage, MemoryLogStorage
+from rmq_cluster.dledger.messages import Entry, ResponseCode
+from rmq_cluster.dledger.node import DLedgerNode
 from tests.unit.dledger.sink import Sink
 
 PEERS = ("n0", "n1", "n2")

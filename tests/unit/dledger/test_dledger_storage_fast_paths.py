@@ -13,8 +13,8 @@ import hashlib
 import random
 from pathlib import Path
 
-from dledger.log_storage import FileLogStorage
-from dledger.messages import Entry
+from rmq_cluster.dledger.log_storage import FileLogStorage
+from rmq_cluster.dledger.messages import Entry
 
 DATA_FILE_BYTES = 64 * 1024
 INDEX_FILE_BYTES = 32 * 100  # 100 entries per index file: rolls often

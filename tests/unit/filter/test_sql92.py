@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.filter.sql92 import (
+from rmq_cluster.cluster.filter.sql92 import (
     COMPILE_CACHE_MAX_ENTRIES,
     EvaluationError,
     SelectorError,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cluster.config import load_config
-from ha.config import HAConfig
+from rmq_cluster.cluster.config import load_config
+from rmq_cluster.ha.config import HAConfig
 
 
 def test_defaults_are_rocketmqs() -> None:

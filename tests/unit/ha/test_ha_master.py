@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ha.master import (
+from rmq_cluster.ha.master import (
     AckTable,
     GroupTransfer,
     ReportOutcome,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ha.protocol import (
+from rmq_cluster.ha.protocol import (
     FRAME_HEADER_SIZE_BYTES,
     MAX_OFFSET,
     Frame,

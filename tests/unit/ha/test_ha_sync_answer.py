@@ -12,17 +12,17 @@ import pytest
 import trio
 import trio.testing
 
-from broker.processors.send import SendProcessor, replica_timeout_answer
-from broker.transaction import HALF_TOPIC, TRANSACTION_ID_PROPERTY
-from cluster.protocol.message import Message
-from cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.net import HeldAnswers
-from ha.config import HAConfig
-from ha.connection import HAService
-from store.commitlog import AppendMessageResult, PutMessageResult, PutMessageStatus
-from store.config import BrokerRole, MessageStoreConfig
-from store.message_store import MessageStore
+from rmq_cluster.broker.processors.send import SendProcessor, replica_timeout_answer
+from rmq_cluster.broker.transaction import HALF_TOPIC, TRANSACTION_ID_PROPERTY
+from rmq_cluster.cluster.protocol.message import Message
+from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.net import HeldAnswers
+from rmq_cluster.ha.config import HAConfig
+from rmq_cluster.ha.connection import HAService
+from rmq_cluster.store.commitlog import AppendMessageResult, PutMessageResult, PutMessageStatus
+from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
+from rmq_cluster.store.message_store import MessageStore
 
 
 def _processor() -> SendProcessor:

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.config import parse_properties
-from cluster.protocol.route import (
+from rmq_cluster.cluster.config import parse_properties
+from rmq_cluster.cluster.protocol.route import (
     ClusterInfo,
     DataVersion,
     KVTable,
@@ -22,12 +22,18 @@ from cluster.protocol.route import (
     TopicList,
     TopicRouteData,
 )
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode as RC
-from cluster.remoting.codes import ResponseCode
-from namesrv import kv_config
-from namesrv.config import NamesrvConfig
-from namesrv.processor import NAMESRV_REQUEST_CODES, NamesrvState, Reply, RequestContext, process
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode as RC
+from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.namesrv import kv_config
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.processor import (
+    NAMESRV_REQUEST_CODES,
+    NamesrvState,
+    Reply,
+    RequestContext,
+    process,
+)
 
 M, S = "10.0.0.1:10911", "10.0.0.2:10911"
 REPO = Path(__file__).resolve().parents[3]
@@ -254,7 +260,7 @@ def test_main_prints_config(tmp_path: Path) -> None:
     # a child process: main() configures process-wide logging, which must not leak into pytest
     conf = tmp_path / "namesrv.properties"
     conf.write_text(f"listenPort=19876\nkvConfigPath={tmp_path}/kv.json\nrocketmqHome=/opt/rmq\n")
-    cmd = [sys.executable, "-m", "namesrv", "-c", str(conf), "-p"]
+    cmd = [sys.executable, "-m", "rmq_cluster.namesrv", "-c", str(conf), "-p"]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, done.stderr
     first, rest = done.stdout.split("\n", 1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.protocol.route import (
+from rmq_cluster.cluster.protocol.route import (
     DataVersion,
     PermName,
     QueueData,
@@ -11,7 +11,7 @@ from cluster.protocol.route import (
     TopicConfigSerializeWrapper,
     TopicSysFlag,
 )
-from namesrv.route_info import RouteInfoManager
+from rmq_cluster.namesrv.route_info import RouteInfoManager
 
 M, S = "10.0.0.1:10911", "10.0.0.2:10911"
 

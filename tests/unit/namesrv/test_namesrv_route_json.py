@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.protocol import fastjson
-from cluster.protocol.route import (
+from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.route import (
     BrokerData,
     ClusterInfo,
     DataVersion,
@@ -28,10 +28,10 @@ from cluster.protocol.route import (
     TopicList,
     TopicRouteData,
 )
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode, Version
-from namesrv.config import NamesrvConfig
-from namesrv.processor import NamesrvState, RequestContext, process
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode, Version
+from rmq_cluster.namesrv.config import NamesrvConfig
+from rmq_cluster.namesrv.processor import NamesrvState, RequestContext, process
 
 # §4.1, verbatim: what a 4.9.4+ NameServer sends a client of version >= 401 (Java 407).
 ROUTE_STANDARD = (

@@ -7,14 +7,14 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from cluster.protocol.route import (
+from rmq_cluster.cluster.protocol.route import (
     DataVersion,
     PermName,
     TopicConfig,
     TopicConfigSerializeWrapper,
     TopicRouteData,
 )
-from namesrv.route_info import RouteInfoManager
+from rmq_cluster.namesrv.route_info import RouteInfoManager
 
 EXPIRY_S = 120.0
 ADDRS = [f"10.0.0.{i}:10911" for i in range(1, 6)]
@@ -180,7 +180,7 @@ class RouteMachine(RuleBasedStateMachine):
     def cluster_info_matches(self) -> None:
         info = self.routes.cluster_info()
         assert info.broker_addr_table == self.routes.broker_addr_table
-        from cluster.protocol.route import ClusterInfo
+        from rmq_cluster.cluster.protocol.route import ClusterInfo
 
         assert ClusterInfo.decode(self.routes.cluster_info_json()) == info
 

@@ -9,19 +9,19 @@ import hmac
 import attrs
 import pytest
 
-from cluster.acl.address import AclConfigError, compile_pattern, peer_ip
-from cluster.acl.permission import ANY, DENY, PUB, SUB, check_permission, parse_perm
-from cluster.acl.rules import parse_plain_acl, render_plain_acl
-from cluster.acl.signing import (
+from rmq_cluster.cluster.acl.address import AclConfigError, compile_pattern, peer_ip
+from rmq_cluster.cluster.acl.permission import ANY, DENY, PUB, SUB, check_permission, parse_perm
+from rmq_cluster.cluster.acl.rules import parse_plain_acl, render_plain_acl
+from rmq_cluster.cluster.acl.signing import (
     Credentials,
     SigningKey,
     calc_signature,
     credentials_from,
     request_content,
 )
-from cluster.acl.validator import ACL_EXCEPTION, check, parse_request
-from cluster.remoting.codec import RemotingCommand
-from cluster.remoting.codes import RequestCode
+from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION, check, parse_request
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode
 
 RULES = """
 globalWhiteRemoteAddresses:

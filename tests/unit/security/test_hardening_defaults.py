@@ -7,11 +7,16 @@ import struct
 
 import pytest
 
-from broker.config import DEFAULT_BIND_ADDRESS, BrokerConfig, load_broker_config
-from broker.processors.pull import MAX_PULL_MSG_NUMS, MAX_SUSPEND_TIMEOUT_MS
-from cluster.remoting.codec import MAX_EXT_FIELDS, MAX_FRAME_BYTES, FrameDecoder, ProtocolError
-from cluster.remoting.net import DEFAULT_IDLE_TIMEOUT_S, MAX_IN_FLIGHT_REQUESTS
-from namesrv.config import NamesrvConfig
+from rmq_cluster.broker.config import DEFAULT_BIND_ADDRESS, BrokerConfig, load_broker_config
+from rmq_cluster.broker.processors.pull import MAX_PULL_MSG_NUMS, MAX_SUSPEND_TIMEOUT_MS
+from rmq_cluster.cluster.remoting.codec import (
+    MAX_EXT_FIELDS,
+    MAX_FRAME_BYTES,
+    FrameDecoder,
+    ProtocolError,
+)
+from rmq_cluster.cluster.remoting.net import DEFAULT_IDLE_TIMEOUT_S, MAX_IN_FLIGHT_REQUESTS
+from rmq_cluster.namesrv.config import NamesrvConfig
 
 
 def test_nodes_bind_loopback_unless_told() -> None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from cluster.metrics import (
+from rmq_cluster.cluster.metrics import (
     ExpositionError,
     RateTracker,
     Registry,

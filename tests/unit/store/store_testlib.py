@@ -13,7 +13,7 @@ import struct
 import zlib
 from typing import Any, Literal
 
-from store.config import MessageStoreConfig
+from rmq_cluster.store.config import MessageStoreConfig
 
 V1_MAGIC = 0xDAA320A7
 EOF_MAGIC = 0xCBD43194

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from store.message_store import MessageStore
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import small_config
 from tests.unit.store.test_store_reads import FakeClock, put
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from store import mapped_file
-from store.mapped_file import MS_SYNC, PAGE_SIZE, MappedFile
+from rmq_cluster.store import mapped_file
+from rmq_cluster.store.mapped_file import MS_SYNC, PAGE_SIZE, MappedFile
 
 #: Dirty bytes flushed by the GIL test (large enough that msync takes tens of milliseconds).
 DIRTY_BYTES = 64 * 1024 * 1024

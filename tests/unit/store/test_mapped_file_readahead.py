@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
+from rmq_cluster.store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="madvise advice is Linux-only"
@@ -150,7 +150,7 @@ def test_a_failed_populate_gives_normal_readahead_back(
 ) -> None:
     """Where MADV_POPULATE_WRITE fails (Linux < 5.14) the warm-up stops for good: the advice
     it set is undone, so the file is left with normal readahead everywhere."""
-    import store.mapped_file as mapped_file
+    import rmq_cluster.store.mapped_file as mapped_file
 
     real = mapped_file._madvise
     if real is None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.protocol.message import Message
-from store.config import BrokerRole
-from store.dispatcher import LAG_HISTOGRAM_BUCKETS
-from store.message_store import MessageStore
+from rmq_cluster.cluster.protocol.message import Message
+from rmq_cluster.store.config import BrokerRole
+from rmq_cluster.store.dispatcher import LAG_HISTOGRAM_BUCKETS
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import small_config
 
 HOST = ("127.0.0.1", 10911)

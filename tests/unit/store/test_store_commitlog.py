@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
     Message,
@@ -15,9 +15,9 @@ from cluster.protocol.message import (
     encode_batch,
     encode_offset_msg_id,
 )
-from store.commitlog import PutMessageStatus
-from store.config import SCHEDULE_TOPIC
-from store.message_store import MessageStore
+from rmq_cluster.store.commitlog import PutMessageStatus
+from rmq_cluster.store.config import SCHEDULE_TOPIC
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import decode_commitlog_dir, read_cq_dir, small_config
 
 HOST = ("127.0.0.1", 10911)
@@ -165,7 +165,7 @@ def test_batch_append_one_pass(tmp_path: Path) -> None:
 
 
 def test_lock_file_refuses_second_open(tmp_path: Path) -> None:
-    from store.message_store import StoreLockedError
+    from rmq_cluster.store.message_store import StoreLockedError
 
     cfg = small_config(tmp_path)
     store = MessageStore.open(cfg)
@@ -181,7 +181,7 @@ def test_lock_file_refuses_second_open(tmp_path: Path) -> None:
 
 
 def test_shutdown_and_slave_refuse(tmp_path: Path) -> None:
-    from store.config import BrokerRole
+    from rmq_cluster.store.config import BrokerRole
 
     store = MessageStore.open(small_config(tmp_path, broker_role=BrokerRole.SLAVE))
     try:

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
@@ -39,9 +39,9 @@ from cluster.protocol.message import (
     encode_batch,
     encode_offset_msg_id,
 )
-from store.commitlog import is_dispatchable
-from store.index_file import _ascii_hash
-from store.message_store import MessageStore
+from rmq_cluster.store.commitlog import is_dispatchable
+from rmq_cluster.store.index_file import _ascii_hash
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import java_hash, small_config
 
 HOST = ("127.0.0.1", 10911)

@@ -15,13 +15,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     Message,
     decode_properties,
     encode_record,
     index_key_hash,
 )
-from store.commitlog import (
+from rmq_cluster.store.commitlog import (
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -29,8 +29,8 @@ from store.commitlog import (
     find_property,
     is_dispatchable,
 )
-from store.config import SCHEDULE_TOPIC
-from store.message_store import MessageStore
+from rmq_cluster.store.config import SCHEDULE_TOPIC
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import read_cq_dir, read_index_entries, small_config
 
 HOST = ("127.0.0.1", 10911)

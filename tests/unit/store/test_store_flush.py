@@ -8,13 +8,13 @@ import pytest
 import trio
 import trio.testing
 
-import store.message_store as message_store_mod
-from cluster.protocol.message import Message
-from store import flush
-from store.commitlog import PutMessageStatus
-from store.config import FlushDiskType
-from store.mapped_file import FlushPlan
-from store.message_store import MessageStore
+import rmq_cluster.store.message_store as message_store_mod
+from rmq_cluster.cluster.protocol.message import Message
+from rmq_cluster.store import flush
+from rmq_cluster.store.commitlog import PutMessageStatus
+from rmq_cluster.store.config import FlushDiskType
+from rmq_cluster.store.mapped_file import FlushPlan
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import small_config
 
 HOST = ("127.0.0.1", 10911)
@@ -181,7 +181,7 @@ async def test_next_file_is_preallocated_off_the_loop(tmp_path: Path) -> None:
 
 async def test_reput_service_waits_for_rest_of_record(tmp_path: Path) -> None:
     """A slave gets half a record, then the rest: the reput task dispatches it promptly."""
-    from store.config import BrokerRole
+    from rmq_cluster.store.config import BrokerRole
 
     master = MessageStore.open(small_config(tmp_path / "m"))
     arrived = trio.Event()

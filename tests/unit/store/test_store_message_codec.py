@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.protocol.message import (
+from rmq_cluster.cluster.protocol.message import (
     MAGIC_V1,
     Message,
     RecordError,

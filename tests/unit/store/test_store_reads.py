@@ -6,8 +6,8 @@ import itertools
 import os
 from pathlib import Path
 
-from cluster.protocol.message import Message, decode_record, tags_code
-from store.message_store import GetMessageStatus, MessageStore
+from rmq_cluster.cluster.protocol.message import Message, decode_record, tags_code
+from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
 from tests.unit.store.store_testlib import (
     decode_commitlog_dir,
     java_hash,
@@ -204,8 +204,8 @@ def test_removed_files_statuses(tmp_path: Path) -> None:
 
 
 def test_config_from_properties() -> None:
-    from cluster.config import load_config
-    from store.config import FlushDiskType, MessageStoreConfig
+    from rmq_cluster.cluster.config import load_config
+    from rmq_cluster.store.config import FlushDiskType, MessageStoreConfig
 
     loaded = load_config(
         MessageStoreConfig,

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cluster.protocol.message import Message, encode_batch
-from store.message_store import MessageStore
+from rmq_cluster.cluster.protocol.message import Message, encode_batch
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import (
     crash,
     decode_commitlog_dir,

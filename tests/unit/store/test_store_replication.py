@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.protocol.message import Message, encode_batch
-from store.commitlog import PutMessageStatus
-from store.config import BrokerRole
-from store.message_store import MessageStore
+from rmq_cluster.cluster.protocol.message import Message, encode_batch
+from rmq_cluster.store.commitlog import PutMessageStatus
+from rmq_cluster.store.config import BrokerRole
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import read_cq_dir, small_config
 
 HOST = ("127.0.0.1", 10911)

@@ -6,10 +6,10 @@ import os
 import time
 from pathlib import Path
 
-from cluster.protocol.message import Message, decode_record
-from store.commitlog import PutMessageStatus
-from store.message_store import GetMessageStatus, MessageStore
-from store.retention import is_delete_hour
+from rmq_cluster.cluster.protocol.message import Message, decode_record
+from rmq_cluster.store.commitlog import PutMessageStatus
+from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
+from rmq_cluster.store.retention import is_delete_hour
 from tests.unit.store.store_testlib import decode_commitlog_dir, small_config
 
 HOST = ("127.0.0.1", 10911)

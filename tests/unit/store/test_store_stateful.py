@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from cluster.protocol.message import Message, decode_record, encode_batch
-from store.message_store import MessageStore
+from rmq_cluster.cluster.protocol.message import Message, decode_record, encode_batch
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import crash, small_config
 
 HOST = ("127.0.0.1", 10911)

@@ -1,0 +1,59 @@
+"""Run a benchmark against the checkout it lives in, not the installed ``rmq_cluster``.
+
+Importing this module does it for the importing process (``import checkout`` right after
+putting ``bench/`` on ``sys.path``, before any ``rmq_cluster`` import).
+
+The repository's top-level folders are the ``rmq_cluster`` package only once installed
+(pyproject.toml maps them). A benchmark that compares two checkouts (``--base-tree``, an A/B of a
+``git worktree``) must import each tree's own code, in its own process and in the nodes it
+spawns. ``use(root)`` builds ``<root>/.bench-ns/rmq_cluster/<folder>`` (symlinks to the tree's
+folders; gitignored) and puts it first on ``sys.path``; ``child_env(root)`` is the environment
+that does the same for a child process (``python -m rmq_cluster.broker ...``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+#: the top-level folders pyproject.toml installs as ``rmq_cluster.<folder>``
+FOLDERS = (
+    "cluster", "namesrv", "broker", "ha", "dledger", "store", "deploy", "chaos", "spark_jobs",
+)
+#: the checkout this module belongs to
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def namespace_dir(root: Path) -> Path:
+    """``<root>/.bench-ns``, holding ``rmq_cluster/<folder>`` -> ``<root>/<folder>``."""
+    base = root / ".bench-ns"
+    pkg = base / "rmq_cluster"
+    pkg.mkdir(parents=True, exist_ok=True)
+    for folder in FOLDERS:
+        link = pkg / folder
+        if (root / folder).is_dir() and not link.exists():
+            with contextlib.suppress(FileExistsError):  # another process made it first
+                link.symlink_to(Path("..", "..", folder))
+    return base
+
+
+def use(root: Path) -> None:
+    """Import ``rmq_cluster`` (and the tree's ``bench`` modules) from ``root`` in this process."""
+    for entry in (str(root), str(root / "bench"), str(namespace_dir(root))):
+        if entry in sys.path:
+            sys.path.remove(entry)
+        sys.path.insert(0, entry)
+
+
+def child_env(root: Path) -> dict[str, str]:
+    """The environment of a child process that imports ``rmq_cluster`` from ``root``."""
+    env = dict(os.environ)
+    parts = [str(namespace_dir(root)), str(root)]
+    parts += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in parts]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+use(ROOT)
