@@ -6,9 +6,10 @@ putting ``bench/`` on ``sys.path``, before any ``rmq_cluster`` import).
 The repository's top-level folders are the ``rmq_cluster`` package only once installed
 (pyproject.toml maps them). A benchmark that compares two checkouts (``--base-tree``, an A/B of a
 ``git worktree``) must import each tree's own code, in its own process and in the nodes it
-spawns. ``use(root)`` builds ``<root>/.bench-ns/rmq_cluster/<folder>`` (symlinks to the tree's
+spawns. ``use(root)`` builds ``<root>/.ns/rmq_cluster/<folder>`` (symlinks to the tree's
 folders; gitignored) and puts it first on ``sys.path``; ``child_env(root)`` is the environment
-that does the same for a child process (``python -m rmq_cluster.broker ...``).
+that does the same for a child process (``python -m rmq_cluster.broker ...``). mypy checks the
+package through the same directory (``mypy_path`` in pyproject.toml): run this file once first.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def namespace_dir(root: Path) -> Path:
-    """``<root>/.bench-ns``, holding ``rmq_cluster/<folder>`` -> ``<root>/<folder>``."""
-    base = root / ".bench-ns"
+    """``<root>/.ns``, holding ``rmq_cluster/<folder>`` -> ``<root>/<folder>``."""
+    base = root / ".ns"
     pkg = base / "rmq_cluster"
     pkg.mkdir(parents=True, exist_ok=True)
     for folder in FOLDERS:
@@ -56,4 +57,7 @@ def child_env(root: Path) -> dict[str, str]:
     return env
 
 
-use(ROOT)
+if __name__ == "__main__":  # python3 bench/checkout.py: make <root>/.ns (mypy reads it too)
+    print(namespace_dir(ROOT))
+else:
+    use(ROOT)

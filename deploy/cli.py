@@ -1,4 +1,9 @@
-"""``rmq-cluster``: the command line of the cluster in a box."""
+"""``rmq-cluster``: the command line of the cluster in a box.
+
+The entry module: it sits on top of every package and wires their commands together (cluster
+lifecycle from ``deploy``, the client's ``produce``/``consume``/admin, ``chaos``, the Spark audit),
+so that none of them imports another upward.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rmq_cluster.cluster.client.cli import add_commands
 
     add_commands(sub)
+    from rmq_cluster.chaos.cli import add_chaos_command
+
+    add_chaos_command(sub)
     from rmq_cluster.spark_jobs.cli import add_commands as add_spark_commands
 
     add_spark_commands(sub)

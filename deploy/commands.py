@@ -640,9 +640,3 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--secret-key", default=os.environ.get("RMQ_SECRET_KEY"),
                    help="ACL secretKey (default: $RMQ_SECRET_KEY)")
     p.set_defaults(func=_guarded(cmd_demo))
-
-    from rmq_cluster.chaos.cli import (
-        add_chaos_command,  # rmq-cluster chaos run|check (chaos/cli.py)
-    )
-
-    add_chaos_command(sub)

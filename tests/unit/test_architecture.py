@@ -88,3 +88,74 @@ def test_pyproject_maps_every_package_folder() -> None:
     assert listed == on_disk
     assert mapping == {f"{NAMESPACE}.{top}": top for top in INSTALLED}
     assert not (ROOT / NAMESPACE).exists(), "rmq_cluster is a namespace mapped by pyproject.toml"
+
+
+# --------------------------------------------------------------------------- layers
+
+#: What each part may import besides itself (design.md: imports go downward only). The client
+#: (``cluster/client``) sits on the kernel; no node imports it.
+LAYERS: dict[str, frozenset[str]] = {
+    "cluster": frozenset(),
+    "client": frozenset({"cluster"}),
+    "store": frozenset({"cluster"}),
+    "ha": frozenset({"cluster", "store"}),
+    "dledger": frozenset({"cluster", "store"}),
+    "broker": frozenset({"cluster", "store", "ha", "dledger"}),
+    "namesrv": frozenset({"cluster"}),
+    "spark_jobs": frozenset({"cluster", "dledger"}),
+    "deploy": frozenset({"cluster", "client"}),
+    "chaos": frozenset({"cluster", "client", "deploy"}),
+}
+#: The entry modules on top of everything: they wire the parts' commands together.
+ENTRY_MODULES = frozenset({"deploy/cli.py", "deploy/__main__.py"})
+#: Pure cores: bytes/events in, bytes/events/decisions out; no trio, not even for types.
+PURE_CORES = (
+    "cluster/remoting/codec.py", "cluster/remoting/codes.py", "cluster/remoting/headers.py",
+    "cluster/protocol/message.py", "cluster/protocol/route.py", "cluster/protocol/fastjson.py",
+    "cluster/filter/sql92.py", "cluster/acl/validator.py", "cluster/acl/rules.py",
+    "cluster/acl/permission.py", "cluster/acl/signing.py", "cluster/config.py",
+    "namesrv/route_info.py", "namesrv/processor.py",
+    "store/mapped_file.py", "store/commitlog.py", "store/consume_queue.py", "store/index_file.py",
+    "store/checkpoint.py", "store/recovery.py", "store/dispatcher.py",
+    "dledger/core.py", "dledger/messages.py", "dledger/log_storage.py",
+    "ha/protocol.py", "ha/master.py",
+    "chaos/checker.py", "chaos/nemesis.py",
+    "spark_jobs/decode.py",
+)
+
+
+def _part(parts: tuple[str, ...]) -> str:
+    """``("cluster", "client", "x")`` -> ``client`` (the client part); ``("store", "x")`` -> ``store``."""
+    if parts[0] == "cluster" and len(parts) > 1 and parts[1] in ("client", "client.py"):
+        return "client"
+    return parts[0]
+
+
+def test_imports_go_downward_only() -> None:
+    """Every first-party import, wherever it stands (module level, inside a function, under
+    ``TYPE_CHECKING``), goes to the importing part itself or to a part below it."""
+    upward = []
+    for top in INSTALLED:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if str(rel) in ENTRY_MODULES:
+                continue
+            src = _part(rel.parts)
+            for line, module in _imported_modules(ast.parse(path.read_text(), str(path))):
+                names = module.split(".")
+                if names[0] != NAMESPACE or len(names) < 2:
+                    continue
+                dst = _part(tuple(names[1:]))
+                if dst != src and dst not in LAYERS[src]:
+                    upward.append(f"{rel}:{line}: {src} imports {module}")
+    assert not upward, "imports that go up or sideways:\n" + "\n".join(upward)
+
+
+def test_pure_cores_import_no_trio() -> None:
+    offenders = []
+    for rel in PURE_CORES:
+        path = ROOT / rel
+        for line, module in _imported_modules(ast.parse(path.read_text(), str(path))):
+            if module.split(".")[0] == "trio":
+                offenders.append(f"{rel}:{line}: import {module}")
+    assert not offenders, "trio in a pure core:\n" + "\n".join(offenders)
