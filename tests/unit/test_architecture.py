@@ -125,7 +125,7 @@ PURE_CORES = (
 
 
 def _part(parts: tuple[str, ...]) -> str:
-    """``("cluster", "client", "x")`` -> ``client`` (the client part); ``("store", "x")`` -> ``store``."""
+    """``("cluster", "client", "x")`` -> ``client``; ``("store", "x")`` -> ``store``."""
     if parts[0] == "cluster" and len(parts) > 1 and parts[1] in ("client", "client.py"):
         return "client"
     return parts[0]
