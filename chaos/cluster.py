@@ -31,7 +31,7 @@ from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
-from rmq_cluster.deploy import capabilities, supervisor
+from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.supervisor import ClusterState, NodeRecord, SupervisorError
 from rmq_cluster.deploy.testing import kill_leftovers
 from rmq_cluster.deploy.topology import (
@@ -249,10 +249,6 @@ def _wait_gone(rec: NodeRecord, timeout: float) -> None:
         time.sleep(EXIT_POLL_INTERVAL_S)
 
 
-def refusal(spec: ProfileSpec) -> str | None:
-    return capabilities.refusal(spec)
-
-
 @asynccontextmanager
 async def chaos_cluster(
     profile: str | ProfileSpec,
@@ -266,9 +262,6 @@ async def chaos_cluster(
 ) -> AsyncIterator[ChaosCluster]:
     """Bring ``profile`` up (behind proxies unless ``proxy`` is false), yield, tear down."""
     spec = profile if isinstance(profile, ProfileSpec) else resolve_profile(profile)
-    why_not = refusal(spec)
-    if why_not is not None:
-        raise SupervisorError(why_not)
     say = say or (lambda _line: None)
     directory = Path(await trio.Path(directory).resolve())
     if await trio.Path(directory / supervisor.STATE_FILE).exists():

@@ -38,11 +38,10 @@ from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable, TopicRouteD
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
-from rmq_cluster.deploy import capabilities, render
+from rmq_cluster.deploy import render
 from rmq_cluster.deploy.topology import (
     KIND_BROKER,
     KIND_NAMESRV,
-    MODE_HA,
     ROLE_ASYNC_MASTER,
     ROLE_DLEDGER,
     ROLE_SLAVE,
@@ -799,9 +798,6 @@ def up(
 
     ``chaos_proxy``: nodes bind shifted ports and advertise the planned ones, where the caller
     must already run a chaos.proxy.ProxySet (``rmq-cluster chaos run`` does)."""
-    why_not = capabilities.refusal(spec)
-    if why_not is not None:
-        raise SupervisorError(why_not)
     directory = directory.resolve()
     existed = directory.exists()
     try:
@@ -953,10 +949,6 @@ def promote_node(state: ClusterState, rec: NodeRecord) -> float:
     """
     if rec.spec.role != ROLE_SLAVE:
         raise SupervisorError(f"{rec.name} is not a slave (role {rec.spec.role})")
-    if MODE_HA not in capabilities.supported_modes():
-        raise SupervisorError(
-            "promote needs master/slave replication (issue: HA), which this build does not have yet"
-        )
     master = state.topology.master_of(rec.spec)
     if master is not None and state.node(master.name).alive:
         raise SupervisorError(

@@ -57,13 +57,9 @@ DEFAULT_CLUSTER_NAME: Final = "DefaultCluster"
 PROXY_BROKER_PORT_SHIFT: Final = 5
 PROXY_NAMESRV_PORT_SHIFT: Final = 500
 
-#: Modes a profile may need beyond a plain master (``capabilities.py`` says which exist).
+#: Replication modes a profile may need beyond a plain master.
 MODE_HA: Final = "ha"
 MODE_DLEDGER: Final = "dledger"
-MODE_DESCRIPTIONS: Final = {
-    MODE_HA: "master/slave replication (issue: HA)",
-    MODE_DLEDGER: "DLedger replication (issue: DLedger)",
-}
 
 KIND_NAMESRV: Final = "namesrv"
 KIND_BROKER: Final = "broker"

@@ -27,8 +27,6 @@ from rmq_cluster.chaos.nemesis import Window
 from rmq_cluster.chaos.runner import RunOptions, _wait_slaves_know_topics, run_chaos
 from rmq_cluster.chaos.workload import History, Workload, WorkloadConfig, create_topics
 from rmq_cluster.cluster.client import Message, MessageQueue, MQClientError, Producer
-from rmq_cluster.deploy import capabilities
-from rmq_cluster.deploy.topology import MODE_DLEDGER
 
 pytestmark = pytest.mark.slow
 
@@ -38,11 +36,6 @@ STEP_DOWN_TIMEOUT_S = 15.0
 CONVERGE_TIMEOUT_S = 30.0
 FIRST_WINDOW = Window(0.0, 1.0, pick=0.0)
 
-needs_dledger = pytest.mark.skipif(
-    MODE_DLEDGER not in capabilities.supported_modes(),
-    reason="broker.capabilities.DLEDGER is not True in this build (DLedger not wired yet); "
-    "these tests run as soon as it is",
-)
 
 
 @pytest.fixture
@@ -233,7 +226,6 @@ def _async_const(fn: Any) -> Any:
 # --------------------------------------------------------------------------- DLedger
 
 
-@needs_dledger
 async def test_dledger_kill_leader_rounds_lose_no_acked_message(out_dir: Path) -> None:
     result = await run_chaos(_run(out_dir, "dledger", "kill-master", duration_s=14.0,
                                   on_s=4.0, off_s=2.5, seed=5))
@@ -246,7 +238,6 @@ async def test_dledger_kill_leader_rounds_lose_no_acked_message(out_dir: Path) -
         assert f["recovery_s"] is not None and f["recovery_s"] < 10.0, f
 
 
-@needs_dledger
 async def test_dledger_partitioned_leader_steps_down_and_its_tail_is_truncated(
     out_dir: Path,
 ) -> None:

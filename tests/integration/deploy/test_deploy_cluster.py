@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq_cluster.deploy import capabilities, supervisor
+from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.cli import main
 from rmq_cluster.deploy.testing import (
     become_subreaper,
@@ -74,7 +74,6 @@ def _remember(d: Path, seen: dict[str, int]) -> None:
     [
         ("single", "broker-a"),
         ("2m-noslave", "broker-b"),
-        # run as soon as the broker declares the mode (deploy.capabilities); skipped until then
         ("2m-2s-async", "broker-a-s"),
         ("2m-2s-sync", "broker-b-s"),
         ("dledger", "broker-a-n1"),
@@ -83,8 +82,6 @@ def _remember(d: Path, seen: dict[str, int]) -> None:
 def test_lifecycle(profile: str, victim: str, tmp_path: Path) -> None:
     d = tmp_path / "c"
     spec = resolve_profile(profile)
-    if capabilities.missing_modes(spec):
-        pytest.skip(capabilities.refusal(spec) or "")
     base = supervisor.free_base_port(spec)
     with _cleanup(d) as seen:
         done = cli("up", profile, "--dir", str(d), "--base-port", str(base))
@@ -211,23 +208,6 @@ def test_namesrv_kill_and_restart(tmp_path: Path) -> None:
         assert not d.exists()
 
 
-@pytest.mark.parametrize("profile", ["2m-2s-async", "2m-2s-sync", "dledger"])
-def test_profiles_needing_missing_modes_are_refused(profile: str, tmp_path: Path) -> None:
-    spec = resolve_profile(profile)
-    if not capabilities.missing_modes(spec):
-        pytest.skip(f"this broker supports {spec.required_modes}")
-    d = tmp_path / "c"
-    with _cleanup(d):
-        done = cli("up", profile, "--dir", str(d))
-        assert done.returncode == 1
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1
-        assert lines[0].startswith(f"rmq-cluster: error: profile {profile} needs ")
-        assert "which this build does not have yet" in lines[0]
-        assert ("master/slave replication" if profile != "dledger" else "DLedger") in lines[0]
-        assert not d.exists()  # nothing written, nothing started
-
-
 def test_busy_port_is_named_and_nothing_starts(tmp_path: Path) -> None:
     spec = resolve_profile("2m-noslave")
     base = supervisor.free_base_port(spec)
@@ -328,8 +308,6 @@ def test_fixture_factory(rmq_cluster_factory) -> None:  # type: ignore[no-untype
 
 def test_promote_a_slave_when_its_master_is_gone(tmp_path: Path) -> None:
     spec = resolve_profile("2m-2s-async")
-    if capabilities.missing_modes(spec):
-        pytest.skip(capabilities.refusal(spec) or "")
     d = tmp_path / "c"
     base = supervisor.free_base_port(spec)
     with _cleanup(d) as seen:

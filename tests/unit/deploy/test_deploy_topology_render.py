@@ -8,7 +8,7 @@ import pytest
 
 from rmq_cluster.broker.config import load_broker_config
 from rmq_cluster.cluster.config import load_config, parse_properties
-from rmq_cluster.deploy import capabilities, render
+from rmq_cluster.deploy import render
 from rmq_cluster.deploy.commands import format_table
 from rmq_cluster.deploy.topology import (
     BUILTIN_PROFILES,
@@ -80,25 +80,6 @@ def test_required_modes() -> None:
     assert resolve_profile("2m-2s-async").required_modes == (MODE_HA,)
     assert resolve_profile("2m-2s-sync").required_modes == (MODE_HA,)
     assert resolve_profile("dledger").required_modes == (MODE_DLEDGER,)
-
-
-def test_refusal_names_the_missing_mode_and_flips_with_the_capability() -> None:
-    spec = resolve_profile("2m-2s-async")
-    assert capabilities.refusal(spec, supported=()) == (
-        "profile 2m-2s-async needs master/slave replication (issue: HA), "
-        "which this build does not have yet"
-    )
-    assert capabilities.refusal(spec, supported=(MODE_HA,)) is None
-    dl = resolve_profile("dledger")
-    message = capabilities.refusal(dl, supported=(MODE_HA,))
-    assert message is not None and "DLedger" in message
-    assert capabilities.refusal(resolve_profile("single"), supported=()) is None
-
-
-def test_assume_modes_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(capabilities.ASSUME_ENV, "ha,bogus")
-    assert MODE_HA in capabilities.supported_modes()
-    assert "bogus" not in capabilities.supported_modes()
 
 
 def test_dledger_groups_option() -> None:
@@ -221,17 +202,13 @@ def test_format_table() -> None:
     assert text.splitlines() == ["NAME      PID  UP", "broker-a  -    yes"]
 
 
-def test_promote_needs_ha_and_a_slave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_promote_needs_a_slave(tmp_path: Path) -> None:
     from rmq_cluster.deploy import supervisor
 
-    monkeypatch.delenv(capabilities.ASSUME_ENV, raising=False)
     topo = build_topology(resolve_profile("2m-2s-async"), base_port=30000)
     state = supervisor.new_state("t", tmp_path, topo, "python3")
     with pytest.raises(supervisor.SupervisorError, match="is not a slave"):
         supervisor.promote_node(state, state.node("broker-a"))
-    if MODE_HA not in capabilities.supported_modes():
-        with pytest.raises(supervisor.SupervisorError, match=r"promote needs master/slave"):
-            supervisor.promote_node(state, state.node("broker-a-s"))
 
 
 def test_cluster_lock_is_exclusive(tmp_path: Path) -> None:
