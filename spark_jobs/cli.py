@@ -20,7 +20,8 @@ def add_commands(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "replica-diff",
-        help="audit every replica's store against its master (PySpark; exit 0/1/2)",
+        help="audit every replica's store against its master, byte for byte (PySpark; "
+             "exit 0/1/2)",
         description="Compare every replica's CommitLog/ConsumeQueue with its group's master.",
     )
     add_arguments(p)

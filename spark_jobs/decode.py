@@ -33,9 +33,12 @@ from rmq_cluster.cluster.protocol.message import (
     RECORD_FIXED_SIZE,
     RECORD_HEADER_SIZE,
 )
-from rmq_cluster.dledger.log_storage import BLANK_MAGIC as DL_BLANK_MAGIC
-from rmq_cluster.dledger.log_storage import BODY_OFFSET as DL_BODY_OFFSET
-from rmq_cluster.dledger.log_storage import ENTRY_MAGIC as DL_ENTRY_MAGIC
+
+# DLedger entry layout (dledger/log_storage.py; a test checks they agree).  Copied, not imported:
+# the workers then need only the stdlib, attrs and cluster/protocol/message.py (no orjson).
+DL_ENTRY_MAGIC: Final = 1
+DL_BLANK_MAGIC: Final = -1
+DL_BODY_OFFSET: Final = 48
 
 KIND_COMMITLOG: Final = "commitlog"
 KIND_DLEDGER: Final = "dledger"
@@ -62,6 +65,9 @@ A_TORN: Final = "torn_record"
 A_GARBAGE: Final = "garbage"
 A_BAD_CRC: Final = "bad_crc"
 A_BAD_ENTRY: Final = "bad_dledger_entry"
+#: not a finding: an END_OF_FILE blank (size = the rest of the file), yielded with ``exact`` so
+#: its bytes (blank header and padding) can be compared with the master's
+A_EOF_BLANK: Final = "eof_blank"
 
 ROW_FIELDS: Final = (
     "phy_offset",  # absolute CommitLog offset of the record (DLedger: entry pos + 48)
@@ -78,10 +84,14 @@ ROW_FIELDS: Final = (
     "term",  # DLedger entry term, None for a plain CommitLog
     "anomaly",  # None for a good record, else an A_* kind
     "detail",
+    "digest",  # with exact: crc32 of every byte (DLedger: the entry, its header included)
+    "dig_head",  # with exact: crc32 of the 88-byte record header
+    "dig_body",  # with exact: crc32 of the body as stored
 )
 Row = tuple[
     int, int, int, str | None, int | None, int | None, int | None, int | None,
     str | None, str | None, str | None, int | None, str | None, str | None,
+    int | None, int | None, int | None,
 ]  # fmt: skip
 
 
@@ -120,7 +130,20 @@ def list_segments(directory: str) -> list[Segment]:
 
 
 def _anomaly(phy: int, size: int, kind: str, detail: str, term: int | None = None) -> Row:
-    return (phy, size, 0, None, None, None, None, None, None, None, None, term, kind, detail)
+    return (phy, size, 0, None, None, None, None, None, None, None, None, term, kind, detail,
+            None, None, None)  # fmt: skip
+
+
+def crc_of(buf: Buffer, lo: int, hi: int) -> int:
+    """crc32 of ``buf[lo:hi]`` without copying (C speed over a memory view)."""
+    with memoryview(buf) as mv:
+        return zlib.crc32(mv[lo:hi])
+
+
+def _blank(buf: Buffer, seg_start: int, pos: int) -> Row:
+    n = len(buf) - pos
+    return (seg_start + pos, n, 0, None, None, None, None, None, None, None, None, None,
+            A_EOF_BLANK, "END_OF_FILE blank", crc_of(buf, pos, len(buf)), None, None)  # fmt: skip
 
 
 def _prop(props: bytes, prefix: bytes) -> str | None:
@@ -133,10 +156,11 @@ def _prop(props: bytes, prefix: bytes) -> str | None:
 
 def decode_record_at(
     buf: Buffer, off: int, limit: int, phy: int, *, verify_crc: bool,
-    term: int | None = None,
+    term: int | None = None, exact: bool = False, entry_off: int | None = None,
 ) -> Row | None:
     """The record at ``buf[off:]`` (absolute offset ``phy``, must end by ``limit``) or None if
-    the bytes there are not a well-formed v1 record claiming offset ``phy``."""
+    the bytes there are not a well-formed v1 record claiming offset ``phy``.  ``exact`` adds the
+    digests (whole record from ``entry_off``, default ``off``; header; body)."""
     if limit - off < RECORD_HEADER_SIZE:
         return None
     (total, magic, crc, qid, _flag, qoff, rphy, sysflag, _bts, _bh, sts, shost) = (
@@ -166,9 +190,16 @@ def decode_record_at(
             anomaly, detail = A_BAD_CRC, f"stored body crc {crc} != computed {real}"
             crc = real
     msg_id = (bytes(shost) + phy.to_bytes(8, "big", signed=True)).hex().upper()
+    dig = dig_head = dig_body = None
+    if exact:
+        b0 = off + RECORD_HEADER_SIZE
+        dig = crc_of(buf, off if entry_off is None else entry_off, off + total)
+        dig_head = crc_of(buf, off, b0)
+        dig_body = crc_of(buf, b0, b0 + blen)
     return (
         phy, total, crc, topic, qid, qoff, sts, sysflag, msg_id,
         _prop(props, _KEYS_PREFIX), _prop(props, _UNIQ_PREFIX), term, anomaly, detail,
+        dig, dig_head, dig_body,
     )  # fmt: skip
 
 
@@ -224,7 +255,7 @@ def _commitlog_boundary(buf: Buffer, seg_start: int, pos: int) -> bool:
 
 def decode_commitlog(
     buf: Buffer, seg_start: int, lo: int = 0, hi: int | None = None,
-    *, verify_crc: bool = False,
+    *, verify_crc: bool = False, exact: bool = False,
 ) -> Iterator[Row]:
     """Records of one CommitLog file (``buf`` = the whole file) starting in ``[lo, hi)``.
 
@@ -247,6 +278,8 @@ def decode_commitlog(
             return
         size, magic = struct.unpack_from(">iI", buf, pos)
         if magic == BLANK_MAGIC and size == length - pos:
+            if exact:
+                yield _blank(buf, seg_start, pos)
             return  # END_OF_FILE blank
         if (size == 0 and magic == 0) or magic == BLANK_MAGIC:
             nxt = sync_commitlog(buf, seg_start, pos + 1, length)
@@ -257,7 +290,8 @@ def decode_commitlog(
         elif magic == BLANK_MAGIC:
             yield _anomaly(seg_start + pos, nxt - pos, A_GARBAGE, f"bad blank size {size}")
         else:
-            row = decode_record_at(buf, pos, length, seg_start + pos, verify_crc=verify_crc)
+            row = decode_record_at(buf, pos, length, seg_start + pos, verify_crc=verify_crc,
+                                   exact=exact)
             if row is not None:
                 yield row
                 pos += row[1]
@@ -305,7 +339,7 @@ def _dledger_boundary(buf: Buffer, seg_start: int, pos: int) -> bool:
 
 def decode_dledger(
     buf: Buffer, seg_start: int, lo: int = 0, hi: int | None = None,
-    *, verify_crc: bool = False,
+    *, verify_crc: bool = False, exact: bool = False,
 ) -> Iterator[Row]:
     """CommitLog records wrapped in the DLedger entries starting in ``[lo, hi)`` of one data
     file; a record's physical offset is the entry pos + 48 (§7.7).  Same ownership rule as
@@ -326,6 +360,8 @@ def decode_dledger(
             return
         magic, size = struct.unpack_from(">ii", buf, pos)
         if magic == DL_BLANK_MAGIC and size == length - pos:
+            if exact:
+                yield _blank(buf, seg_start, pos)
             return
         epos = seg_start + pos
         if magic == DL_ENTRY_MAGIC and pos + DL_BODY_OFFSET <= length:
@@ -336,7 +372,7 @@ def decode_dledger(
                 if blen > 0:  # 0: a new leader's no-op entry, no record
                     row = decode_record_at(
                         buf, b0, b0 + blen, epos + DL_BODY_OFFSET, verify_crc=verify_crc,
-                        term=term,
+                        term=term, exact=exact, entry_off=pos,
                     )
                     if row is not None and row[1] == blen:
                         yield row
@@ -361,11 +397,11 @@ def decode_dledger(
 
 def decode_segment_range(
     kind: str, buf: Buffer, seg_start: int, lo: int = 0, hi: int | None = None,
-    *, verify_crc: bool = False,
+    *, verify_crc: bool = False, exact: bool = False,
 ) -> Iterator[Row]:
     if kind == KIND_DLEDGER:
-        return decode_dledger(buf, seg_start, lo, hi, verify_crc=verify_crc)
-    return decode_commitlog(buf, seg_start, lo, hi, verify_crc=verify_crc)
+        return decode_dledger(buf, seg_start, lo, hi, verify_crc=verify_crc, exact=exact)
+    return decode_commitlog(buf, seg_start, lo, hi, verify_crc=verify_crc, exact=exact)
 
 
 def decode_cq(buf: Buffer, seg_start: int) -> Iterator[CqUnit]:

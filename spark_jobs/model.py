@@ -44,6 +44,9 @@ class Replica:
     store: str  # store root (commitlog/, consumequeue/, config/) or a DLedger dir
     kind: str = KIND_COMMITLOG
     data_dir: str = ""  # the directory holding the segments
+    #: live audit: read nothing at or beyond this offset (the group's confirmed offset); and
+    #: no ConsumeQueue / consumer-offset checks (those files change under a running broker)
+    limit: int | None = None
 
     @property
     def declared_master(self) -> bool:
@@ -70,6 +73,7 @@ def make_replica(group: str, node: str, role: str, store: str) -> Replica:
     Apache RocketMQ store), ``dledger-<id>/data/`` or a bare DLedger dir with ``data/``."""
     if role.upper() not in ROLES:
         raise BadInput(f"{group}:{node}: unknown role {role!r} (one of {sorted(ROLES)})")
+    store = os.path.abspath(store)  # executors need not share the driver's working directory
     if not os.path.isdir(store):
         raise BadInput(f"{group}:{node}: store {store!r} is not a directory")
     dl = _dledger_data_dir(store)
@@ -155,6 +159,22 @@ class ScanTask:
     lo: int
     hi: int
     verify_crc: bool
+    exact: bool = False  # digests of every record and END_OF_FILE blank (byte-exact compare)
+    limit: int = -1  # rows starting at or beyond this absolute offset are dropped (live)
+
+
+@attrs.frozen
+class SumTask:
+    """Checksum ``[lo, hi)`` of one file in ``block``-byte pieces aligned on ``base + k*block``
+    (absolute offsets for data files, so a master's and a replica's pieces line up)."""
+
+    rid: int
+    area: str  # "data" or "cq/<topic>/<queue>"
+    path: str
+    seg_start: int  # the file's absolute start offset
+    lo: int  # within the file
+    hi: int  # within the file; -1: to its end
+    block: int
 
 
 @attrs.frozen
@@ -167,9 +187,11 @@ class FileFinding:
 
 
 def plan_scan(
-    replicas: list[Replica], split_bytes: int, *, verify_crc: bool
+    replicas: list[Replica], split_bytes: int, *, verify_crc: bool,
+    skip: frozenset[int] = frozenset(), exact: frozenset[int] = frozenset(),
 ) -> tuple[list[ScanTask], list[FileFinding], dict[int, list[Segment]]]:
-    """One task per ``split_bytes`` of every segment, and file-level findings (holes)."""
+    """One task per ``split_bytes`` of every segment (replicas in ``skip``: none; those in
+    ``exact``: with digests), and file-level findings (holes)."""
     tasks: list[ScanTask] = []
     findings: list[FileFinding] = []
     segs_by: dict[int, list[Segment]] = {}
@@ -182,12 +204,36 @@ def plan_scan(
                     FileFinding(rid, K_MISSING_SEGMENT, a.start + a.length, b.start,
                                 f"no file covers [{a.start + a.length}, {b.start})")
                 )
+        if rid in skip:
+            continue
         for s in segs:
-            for lo in range(0, max(s.length, 1), split_bytes):
-                if s.length:
+            length = s.length if r.limit is None else max(0, min(s.length, r.limit - s.start))
+            for lo in range(0, max(length, 1), split_bytes):
+                if length:
+                    lim = -1 if r.limit is None else r.limit
                     tasks.append(ScanTask(rid, r.kind, s.path, s.start, lo,
-                                          min(lo + split_bytes, s.length), verify_crc))
+                                          min(lo + split_bytes, length), verify_crc,
+                                          rid in exact, lim))  # fmt: skip
     return tasks, findings, segs_by
+
+
+def plan_sums(replicas: list[Replica], block: int, cq: list[CqTask]) -> list[SumTask]:
+    """Checksum tasks over every data file (about ``8 * block`` bytes each) and every CQ file."""
+    out = []
+    per = max(block, (64 << 20) // block * block)
+    for rid, r in enumerate(replicas):
+        for s in list_segments(r.data_dir):
+            end = s.start + s.length if r.limit is None else min(s.start + s.length, r.limit)
+            first = s.start - s.start % block
+            for lo in range(first, end, per):
+                a, b = max(lo, s.start), min(lo + per, end)
+                if a < b:
+                    out.append(SumTask(rid, "data", s.path, s.start, a - s.start, b - s.start,
+                                       block))  # fmt: skip
+    for t in cq:
+        out.append(SumTask(t.rid, f"cq/{t.topic}/{t.queue_id}", t.path, t.seg_start, 0, -1,
+                           1 << 62))  # fmt: skip
+    return out
 
 
 @attrs.frozen
@@ -199,9 +245,11 @@ class CqTask:
     seg_start: int
 
 
-def plan_cq(replicas: list[Replica]) -> list[CqTask]:
+def plan_cq(replicas: list[Replica], skip: frozenset[int] = frozenset()) -> list[CqTask]:
     out = []
     for rid, r in enumerate(replicas):
+        if rid in skip or r.limit is not None:
+            continue
         root = os.path.join(r.store, "consumequeue")
         if not os.path.isdir(root):
             continue
@@ -240,6 +288,8 @@ def consumer_offset_findings(
     queue offset + 1): on a replica, those still within the master's max only mean lag."""
     out = []
     for rid, r in enumerate(replicas):
+        if r.limit is not None:
+            continue
         m = masters[r.group]
         for (topic, cgroup, qid), off in sorted(read_consumer_offsets(r.store).items()):
             mx = qmax.get((rid, topic, qid), 0)

@@ -1,12 +1,19 @@
 """A small pure-Python reference diff: the same findings as the Spark job, by plain loops over
-whole files (one pass per file, no splits, no joins).  Used by the equivalence tests."""
+whole files (one pass per file, no splits, no joins, no checksum shortcut: every replica is
+decoded in full).  Used by the equivalence tests."""
 
 from __future__ import annotations
 
 import itertools
 from typing import Any
 
-from rmq_cluster.spark_jobs.decode import A_BAD_CRC, decode_cq, decode_segment_range, list_segments
+from rmq_cluster.spark_jobs.decode import (
+    A_BAD_CRC,
+    A_EOF_BLANK,
+    decode_cq,
+    decode_segment_range,
+    list_segments,
+)
 from rmq_cluster.spark_jobs.model import (
     K_CQ_DANGLING,
     K_CQ_MISMATCH,
@@ -28,16 +35,19 @@ FindingKey = tuple[str, str, str, int | None, int | None, int]
 _CMP = (1, 2, 3, 4, 5, 11)  # size, body_crc, topic, queue_id, queue_offset, term
 
 
-def _rows(r: Replica, verify_crc: bool) -> list[tuple[Any, ...]]:
+def _rows(r: Replica, verify_crc: bool, exact: bool) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
     for s in list_segments(r.data_dir):
         with open(s.path, "rb") as f:
             data = f.read()
-        out.extend(decode_segment_range(r.kind, data, s.start, verify_crc=verify_crc))
+        out.extend(decode_segment_range(r.kind, data, s.start, verify_crc=verify_crc,
+                                        exact=exact))  # fmt: skip
     return out
 
 
-def reference_diff(replicas: list[Replica], *, verify_crc: bool = False) -> list[FindingKey]:
+def reference_diff(
+    replicas: list[Replica], *, verify_crc: bool = False, exact: bool = True
+) -> list[FindingKey]:
     check_groups(replicas)
     out: list[FindingKey] = []
 
@@ -45,16 +55,20 @@ def reference_diff(replicas: list[Replica], *, verify_crc: bool = False) -> list
         out.append((replicas[rid].group, replicas[rid].node, kind, lo, hi, n))
 
     good: dict[int, dict[int, tuple[Any, ...]]] = {}
+    blanks: dict[int, dict[int, tuple[Any, ...]]] = {}
     seg_lo: dict[int, int] = {}
+    cmp = (*_CMP, 14) if exact else _CMP
     for rid, r in enumerate(replicas):
         segs = list_segments(r.data_dir)
         seg_lo[rid] = segs[0].start if segs else 0
         for a, b in itertools.pairwise(segs):
             if a.start + a.length < b.start:
                 add(rid, K_MISSING_SEGMENT, a.start + a.length, b.start, 1)
-        good[rid] = {}
-        for row in _rows(r, verify_crc):
-            if row[12] is not None:
+        good[rid], blanks[rid] = {}, {}
+        for row in _rows(r, verify_crc, exact):
+            if row[12] == A_EOF_BLANK:
+                blanks[rid][row[0]] = row
+            elif row[12] is not None:
                 add(rid, row[12], row[0], row[0] + row[1], 1)
             if row[12] is None or row[12] == A_BAD_CRC:
                 good[rid][row[0]] = row
@@ -69,9 +83,13 @@ def reference_diff(replicas: list[Replica], *, verify_crc: bool = False) -> list
         r_lo, m_lo = seg_lo[rid], seg_lo[m]
         r_end, m_end = ends.get(rid, r_lo), ends.get(m, m_lo)
         extra = [p for p in R if p not in M and p >= m_end]
+        for p, blank in blanks[rid].items():
+            mb = blanks[m].get(p)
+            if mb is not None and (mb[1], mb[14]) != (blank[1], blank[14]):
+                add(rid, K_DIVERGENT, p, p + blank[1], 1)
         for p in sorted(R):
             if p in M:
-                if any(M[p][i] != R[p][i] for i in _CMP):
+                if any(M[p][i] != R[p][i] for i in cmp):
                     add(rid, K_DIVERGENT, p, p + R[p][1], 1)
             elif m_lo <= p < m_end:
                 add(rid, K_DIVERGENT, p, p + R[p][1], 1)
@@ -101,19 +119,26 @@ def reference_diff(replicas: list[Replica], *, verify_crc: bool = False) -> list
             for (pq, _, _), (q, p, size) in itertools.pairwise(items):
                 if q != pq + 1:
                     add(rid, K_QUEUE_GAP, p, p + size, max(q - pq - 1, 0))
-    for t in plan_cq(replicas):
+    units: dict[tuple[int, str, int, int], Any] = {}
+    tasks = plan_cq(replicas)
+    for t in tasks:
         with open(t.path, "rb") as fh:
-            data = fh.read()
-        r_lo, r_end = seg_lo[t.rid], ends.get(t.rid, seg_lo[t.rid])
-        for u in decode_cq(data, t.seg_start):
-            if u.phy_offset < r_lo:
-                continue
-            rec = good[t.rid].get(u.phy_offset)
-            if rec is None or (rec[1], rec[3], rec[4], rec[5]) != (
-                u.size, t.topic, t.queue_id, u.cq_index
+            for u in decode_cq(fh.read(), t.seg_start):
+                units[(t.rid, t.topic, t.queue_id, u.cq_index)] = u
+    for (rid, topic, qid, idx), u in units.items():
+        r_lo, r_end = seg_lo[rid], ends.get(rid, seg_lo[rid])
+        if u.phy_offset < r_lo:
+            continue
+        rec = good[rid].get(u.phy_offset)
+        if rec is None or (rec[1], rec[3], rec[4], rec[5]) != (u.size, topic, qid, idx):
+            kind = K_CQ_DANGLING if u.phy_offset >= r_end else K_CQ_MISMATCH
+            add(rid, kind, u.phy_offset, u.phy_offset + u.size, 1)
+        elif exact and rid != masters[replicas[rid].group]:
+            mu = units.get((masters[replicas[rid].group], topic, qid, idx))
+            if mu is not None and (mu.phy_offset, mu.size, mu.tags_code) != (
+                u.phy_offset, u.size, u.tags_code
             ):
-                kind = K_CQ_DANGLING if u.phy_offset >= r_end else K_CQ_MISMATCH
-                add(t.rid, kind, u.phy_offset, u.phy_offset + u.size, 1)
+                add(rid, K_CQ_MISMATCH, u.phy_offset, u.phy_offset + u.size, 1)
     for c in consumer_offset_findings(replicas, masters, qmax):
         add(c[0], c[1], None, None, c[4])
     return sorted(out, key=lambda k: (k[0], k[1], k[2], k[3] or -1, k[4] or -1, k[5]))

@@ -15,15 +15,27 @@ Exit 0 consistent (lag only with ``--allow-lag``), 1 divergence, 2 bad input.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import mmap
 import os
 import sys
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from rmq_cluster.spark_jobs.decode import ROW_FIELDS, decode_cq, decode_segment_range
+import attrs
+
+from rmq_cluster.spark_jobs.decode import (
+    A_BAD_CRC,
+    A_EOF_BLANK,
+    ROW_FIELDS,
+    decode_cq,
+    decode_record_at,
+    decode_segment_range,
+    list_segments,
+)
 from rmq_cluster.spark_jobs.model import (
     K_CQ_DANGLING,
     K_CQ_MISMATCH,
@@ -37,17 +49,24 @@ from rmq_cluster.spark_jobs.model import (
     CqTask,
     Replica,
     ScanTask,
+    SumTask,
     check_groups,
     choose_masters,
     consumer_offset_findings,
     parse_replica_spec,
     plan_cq,
     plan_scan,
+    plan_sums,
     replicas_from_cluster_dir,
 )
 
+DEFAULT_NAME = "default"
+DEFAULT_ROOT = ".rmq-cluster"  # as deploy's (rmq-cluster up --name N keeps N there)
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+DEFAULT_BLOCK_BYTES = 4 * 1024 * 1024  # checksum granularity (aligned on absolute offsets)
+_READ_BYTES = 4 * 1024 * 1024
 FIRST_FINDINGS = 100
+DRIVER_FINDINGS = 50_000  # up to this many findings are counted on the driver
 MAP_BUCKETS = 100
 
 FINDING_COLUMNS = (
@@ -77,16 +96,47 @@ def _scan(task: ScanTask) -> Iterator[tuple[Any, ...]]:
             return
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             for row in decode_segment_range(
-                task.kind, m, task.seg_start, task.lo, task.hi, verify_crc=task.verify_crc
+                task.kind, m, task.seg_start, task.lo, task.hi, verify_crc=task.verify_crc,
+                exact=task.exact,
             ):
-                yield (task.rid, *row)
+                if task.limit < 0 or (
+                    row[0] + row[1] <= task.limit if row[12] in (None, A_BAD_CRC)
+                    else row[0] < task.limit
+                ):
+                    yield (task.rid, *row)
 
 
-def _scan_cq(task: CqTask) -> Iterator[tuple[int, str, int, int, int, int]]:
+def _scan_cq(task: CqTask) -> Iterator[tuple[int, str, int, int, int, int, int]]:
     with open(task.path, "rb") as f:
         data = f.read()
     for u in decode_cq(data, task.seg_start):
-        yield (task.rid, task.topic, task.queue_id, u.cq_index, u.phy_offset, u.size)
+        yield (task.rid, task.topic, task.queue_id, u.cq_index, u.phy_offset, u.size,
+               u.tags_code)  # fmt: skip
+
+
+def _sums(task: SumTask) -> Iterator[tuple[int, str, int, int, int]]:
+    """(rid, area, absolute start, bytes, crc32) per block: read once, checksummed where read
+    (zlib.crc32 over a reused buffer: C speed, no copies)."""
+    with open(task.path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        hi = size if task.hi < 0 else min(task.hi, size)
+        buf = bytearray(min(_READ_BYTES, max(1, hi - task.lo)))
+        view = memoryview(buf)
+        pos = task.lo
+        f.seek(pos)
+        while pos < hi:
+            a = task.seg_start + pos
+            bend = min(hi, a - a % task.block + task.block - task.seg_start)
+            crc, start = 0, pos
+            while pos < bend:
+                n = f.readinto(view[: min(len(buf), bend - pos)])
+                if not n:
+                    break
+                crc = zlib.crc32(view[:n], crc)
+                pos += n
+            yield (task.rid, task.area, task.seg_start + start, pos - start, crc)
+            if pos < bend:
+                break
 
 
 # ----------------------------------------------------------------------------- Spark
@@ -100,7 +150,8 @@ def record_schema() -> Any:
         "topic": StringType(), "queue_id": IntegerType(), "queue_offset": LongType(),
         "store_ts": LongType(), "sys_flag": IntegerType(), "msg_id": StringType(),
         "keys": StringType(), "uniq_key": StringType(), "term": LongType(),
-        "anomaly": StringType(), "detail": StringType(),
+        "anomaly": StringType(), "detail": StringType(), "digest": LongType(),
+        "dig_head": LongType(), "dig_body": LongType(),
     }  # fmt: skip
     return StructType(
         [StructField("rid", IntegerType(), False)]
@@ -145,6 +196,216 @@ def decode_records(spark: Any, tasks: list[ScanTask]) -> Any:
     return spark.createDataFrame(rdd, record_schema())
 
 
+def _master_summary(task: ScanTask) -> Iterator[tuple[Any, ...]]:
+    """One row per decode range: (rid, messages, bytes, first, end, anomalies, queue runs,
+    queue maxima); queue runs are [first, last] queue offsets consecutive in offset order
+    (transaction prepared/rollback records left out, as the queue-gap check does)."""
+    msgs = nbytes = anomalies = 0
+    first = end = -1
+    runs: dict[tuple[str, int], list[list[int]]] = {}
+    qmax: dict[tuple[str, int], int] = {}
+    for row in _scan(task):
+        if row[13] is not None:
+            anomalies += 1
+            continue
+        _, phy, size, _, topic, qid, qoff, _, sysflag = row[:9]
+        msgs += 1
+        nbytes += size
+        first = phy if first < 0 else first
+        end = phy + size
+        key = (topic, qid)
+        qmax[key] = max(qmax.get(key, -1), qoff)
+        if (sysflag & 0xC) in (4, 12):
+            continue
+        rs = runs.setdefault(key, [])
+        if rs and rs[-1][1] + 1 == qoff:
+            rs[-1][1] = qoff
+        else:
+            rs.append([qoff, qoff])
+    yield (task.rid, msgs, nbytes, first, end, anomalies, runs, qmax)
+
+
+def _cq_problems(item: tuple[CqTask, tuple[tuple[int, int, str], ...], int, int]) -> int:
+    """ConsumeQueue units of one file that do not point at their record (read in place)."""
+    import bisect
+
+    task, segs, r_lo, r_end = item
+    starts = [s[0] for s in segs]
+    maps: dict[str, Any] = {}
+    bad = 0
+    try:
+        with open(task.path, "rb") as f:
+            data = f.read()
+        for u in decode_cq(data, task.seg_start):
+            if u.phy_offset < r_lo:
+                continue
+            i = bisect.bisect_right(starts, u.phy_offset) - 1
+            if u.phy_offset >= r_end or i < 0 or u.phy_offset >= starts[i] + segs[i][1]:
+                bad += 1
+                continue
+            path = segs[i][2]
+            if path not in maps:
+                fh = open(path, "rb")  # noqa: SIM115  (closed below with its map)
+                maps[path] = (fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+            m = maps[path][1]
+            row = decode_record_at(m, u.phy_offset - starts[i], len(m), u.phy_offset,
+                                   verify_crc=False)  # fmt: skip
+            if row is None or (row[1], row[3], row[4], row[5]) != (
+                u.size, task.topic, task.queue_id, u.cq_index
+            ):
+                bad += 1
+    finally:
+        for fh, m in maps.values():
+            m.close()
+            fh.close()
+    return bad
+
+
+def _all_identical(
+    spark: Any, replicas: list[Replica], identical: dict[int, int], split_bytes: int,
+    verify_crc: bool, quiet: bool, pre: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Every replica is byte-identical to its master: only the masters' own soundness is left
+    (decode anomalies, queue gaps, ConsumeQueue pointers), checked here by one decode pass and
+    one pointer pass with the arithmetic in Python, not a Spark SQL plan.  None when a master
+    is not clean in that simple sense: the general path then reports what is wrong."""
+    skip = frozenset(identical)
+    tasks, file_findings, segs_by = plan_scan(replicas, split_bytes, verify_crc=verify_crc,
+                                              skip=skip)  # fmt: skip
+    if file_findings:
+        return None
+    sc = spark.sparkContext
+    if pre is not None:  # computed with the checksums
+        if pre["cq_bad"]:
+            return None
+        rows = pre["rows"]
+    else:
+        rows = (
+            sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism * 4)))
+            .flatMap(_master_summary).collect()
+        ) if tasks else []  # fmt: skip
+    stats: dict[int, dict[str, int]] = {}
+    runs: dict[tuple[int, str, int], list[list[int]]] = {}
+    qmax: dict[tuple[int, str, int], int] = {}
+    for rid, msgs, nbytes, first, end, anomalies, truns, tmax in rows:
+        if anomalies:
+            return None
+        if not msgs:
+            continue
+        st = stats.setdefault(rid, {"messages": 0, "bytes": 0, "end": 0, "first": first})
+        st["messages"] += msgs
+        st["bytes"] += nbytes
+        st["end"] = max(st["end"], end)
+        st["first"] = min(st["first"], first)
+        for key, rs in truns.items():
+            runs.setdefault((rid, *key), []).extend(rs)
+        for key, mx in tmax.items():
+            qmax[(rid, *key)] = max(qmax.get((rid, *key), 0), mx + 1)
+    for rs in runs.values():
+        rs.sort()
+        if any(b[0] != a[1] + 1 for a, b in itertools.pairwise(rs)):
+            return None  # a queue gap: the general path names it
+    for rid, src in identical.items():
+        if src in stats:
+            stats[rid] = dict(stats[src])
+        for (r0, t, qid), mx in list(qmax.items()):
+            if r0 == src:
+                qmax[(rid, t, qid)] = mx
+    ends = {rid: st["end"] for rid, st in stats.items()}
+    masters = choose_masters(replicas, ends)
+    cq = []
+    for cq_task in plan_cq(replicas, skip):
+        segs = segs_by[cq_task.rid]
+        lo = segs[0].start if segs else 0
+        cq.append((cq_task, tuple((x.start, x.length, x.path) for x in segs), lo,
+                   ends.get(cq_task.rid, lo)))
+    if pre is None and cq and sum(sc.parallelize(cq, max(1, min(len(cq),
+                                                                 sc.defaultParallelism * 2)))
+                  .map(_cq_problems).collect()):  # fmt: skip
+        return None
+    sound = sum(st["messages"] for i, st in stats.items() if i not in skip)
+    _progress(quiet, f"every replica byte-identical; {sound} master records sound")
+    small = [
+        dict(zip(FINDING_COLUMNS, (replicas[x[0]].group, replicas[x[0]].node, replicas[x[0]].role,
+                                   *x[1:]), strict=True))
+        for x in consumer_offset_findings(replicas, masters, qmax)
+    ]  # fmt: skip
+    findings = spark.createDataFrame([tuple(d.values()) for d in small], finding_schema())
+    return {
+        "findings": findings, "findings_rows": small, "records": None, "joined": None,
+        "replicas": replicas, "masters": masters, "stats": stats, "segments": segs_by,
+        "identical": identical, "exact": True,
+    }  # fmt: skip
+
+
+def _work(task: Any) -> Iterator[tuple[str, Any]]:
+    """The first (and for a consistent cluster, only) Spark job's tasks, of three kinds: block
+    checksums, a master's decode summary over the same bytes (read while they are hot), and a
+    master's ConsumeQueue pointer check."""
+    if isinstance(task, SumTask):
+        for row in _sums(task):
+            yield ("s", row)
+    elif isinstance(task, ScanTask):
+        for row in _master_summary(task):
+            yield ("d", row)
+    else:
+        yield ("c", _cq_problems(task))
+
+
+def checksum_replicas(
+    spark: Any, replicas: list[Replica], block: int, *, with_masters: bool = False,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+) -> tuple[dict[int, int], dict[str, Any] | None]:
+    """One Spark job checksums every data and CQ file in ``block``-byte pieces; returns
+    {replica: its master} for the replicas proven byte-identical to their master, and (with
+    ``with_masters``, every group with a declared master) the masters' decode summaries and
+    ConsumeQueue pointer problems, computed in the same job for :func:`_all_identical`."""
+    tasks: list[Any] = plan_sums(replicas, block, plan_cq(replicas))
+    pre: dict[str, Any] | None = None
+    declared = {i for i, r in enumerate(replicas) if r.declared_master}
+    if with_masters and len(declared) == len({r.group for r in replicas}):
+        pre = {"rows": [], "cq_bad": 0}
+        for t in list(tasks):
+            if t.rid in declared and t.area == "data":
+                r = replicas[t.rid]
+                lim = -1 if r.limit is None else r.limit
+                for lo in range(t.lo, t.hi, max(1, split_bytes)):
+                    tasks.append(ScanTask(t.rid, r.kind, t.path, t.seg_start, lo,
+                                          min(lo + split_bytes, t.hi), False, False, lim))
+        for c in plan_cq([r if i in declared else attrs.evolve(r, limit=0)
+                          for i, r in enumerate(replicas)]):  # fmt: skip
+            segs = list_segments(replicas[c.rid].data_dir)
+            lo = segs[0].start if segs else 0
+            tasks.append((c, tuple((x.start, x.length, x.path) for x in segs), lo, 1 << 62))
+    if not tasks:
+        return {}, pre
+    sc = spark.sparkContext
+    rows = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism * 4))).flatMap(
+        _work
+    ).collect()
+    sums: dict[int, set[tuple[str, int, int, int]]] = {i: set() for i in range(len(replicas))}
+    for tag, row in rows:
+        if tag == "s":
+            rid, area, start, n, crc = row
+            sums[rid].add((area, start, n, crc))
+        elif pre is not None and tag == "d":
+            pre["rows"].append(row)
+        elif pre is not None:
+            pre["cq_bad"] += row
+    masters = {r.group: i for i, r in enumerate(replicas) if r.declared_master}
+    out = {}
+    for rid, r in enumerate(replicas):
+        m = masters.get(r.group)
+        if m is None:  # DLedger without a declared leader: the longest log, known after decode
+            groups = [i for i, x in enumerate(replicas) if x.group == r.group]
+            if all(sums[i] == sums[groups[0]] for i in groups) and rid != groups[0]:
+                out[rid] = groups[0]
+            continue
+        if rid != m and sums[rid] == sums[m]:
+            out[rid] = m
+    return out, pre
+
+
 def run_diff(
     spark: Any,
     replicas: list[Replica],
@@ -152,17 +413,46 @@ def run_diff(
     verify_crc: bool = False,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     quiet: bool = True,
+    exact: bool = True,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
 ) -> dict[str, Any]:
-    """Decode, compare and return {findings DataFrame, stats}; no output written."""
+    """Decode, compare and return {findings DataFrame, stats}; no output written.
+
+    ``exact`` (the default): every byte of the replicas' data files and ConsumeQueues is
+    compared.  Checksums first (:func:`checksum_replicas`): a replica whose every block equals
+    its master's is proven identical and not decoded (its findings are its master's own);
+    the others are decoded with record digests and compared record by record, field by field.
+    Without ``exact`` only the decoded header fields (and the stored body CRC) are compared."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     check_groups(replicas)
-    tasks, file_findings, segs_by = plan_scan(replicas, split_bytes, verify_crc=verify_crc)
-    nfiles = sum(len(s) for s in segs_by.values())
-    _progress(quiet, f"scanning {nfiles} files of {len(replicas)} replicas in {len(tasks)} ranges")
+    identical: dict[int, int] = {}
+    pre = None
+    if exact:
+        identical, pre = checksum_replicas(spark, replicas, max(1, block_bytes),
+                                           with_masters=not verify_crc, split_bytes=split_bytes)
+        _progress(quiet, f"checksums: {len(identical)} of "
+                         f"{len(replicas) - len({r.group for r in replicas})} replicas "
+                         "byte-identical to their master")  # fmt: skip
+    skip = frozenset(identical)
+    if exact and len(identical) == len(replicas) - len({r.group for r in replicas}):
+        fast = _all_identical(spark, replicas, identical, split_bytes, verify_crc, quiet, pre)
+        if fast is not None:
+            return fast
+    differing_groups = {r.group for i, r in enumerate(replicas) if i not in skip}
+    exact_rids = frozenset(
+        i for i, r in enumerate(replicas)
+        if exact and i not in skip and r.group in differing_groups
+        and any(j not in skip and j != i for j, x in enumerate(replicas) if x.group == r.group)
+    )  # fmt: skip
+    tasks, file_findings, segs_by = plan_scan(replicas, split_bytes, verify_crc=verify_crc,
+                                              skip=skip, exact=exact_rids)  # fmt: skip
+    nfiles = sum(len(segs_by[i]) for i in range(len(replicas)) if i not in skip)
+    _progress(quiet, f"decoding {nfiles} files of {len(replicas) - len(skip)} replicas in "
+                     f"{len(tasks)} ranges")  # fmt: skip
     recs_all = decode_records(spark, tasks).persist()
-    good = recs_all.where(F.col("anomaly").isNull() | (F.col("anomaly") == "bad_crc"))
+    good = recs_all.where(F.col("anomaly").isNull() | (F.col("anomaly") == A_BAD_CRC))
 
     # one pass for the per-replica stats and the per-queue maxima
     qrows = (
@@ -185,9 +475,16 @@ def run_diff(
         st["end"] = max(st["end"], q["end"])
         st["first"] = min(st["first"], q["first"])
         qmax[(q["rid"], q["topic"], q["queue_id"])] = q["mx"] + 1
+    for rid, src in identical.items():  # proven identical: the master's figures
+        if src in stats:
+            stats[rid] = dict(stats[src])
+        for (r0, t, qid), mx in list(qmax.items()):
+            if r0 == src:
+                qmax[(rid, t, qid)] = mx
     ends = {rid: s["end"] for rid, s in stats.items()}
     masters = choose_masters(replicas, ends)
-    _progress(quiet, f"decoded {sum(s['messages'] for s in stats.values())} records")
+    _progress(quiet, f"decoded {sum(s['messages'] for i, s in stats.items() if i not in skip)} "
+                     "records")  # fmt: skip
 
     rep_rows = []
     for rid, r in enumerate(replicas):
@@ -201,16 +498,19 @@ def run_diff(
                 int(ends.get(rid, segs[0].start if segs else 0)),  # r_end
                 mseg[0].start if mseg else 0,  # m_lo
                 int(ends.get(m, mseg[0].start if mseg else 0)),  # m_end
+                rid in skip,
             )
         )
     reps = spark.createDataFrame(
         rep_rows,
         "rid int, group string, node string, role string, is_master boolean, mrid int, "
-        "r_lo long, r_end long, m_lo long, m_end long",
+        "r_lo long, r_end long, m_lo long, m_end long, same boolean",
     )
     reps_b = F.broadcast(reps)
     _NO_QUEUE = _nulls()
     cols = ["phy_offset", "size", "body_crc", "topic", "queue_id", "queue_offset", "term"]
+    if exact:
+        cols += ["digest", "dig_head", "dig_body"]
 
     # ---- master rows (with their sequence number in the group) paired with every other replica
     mrec = good.join(reps_b.where("is_master").select("rid"), "rid").select(
@@ -218,7 +518,7 @@ def run_diff(
         *[F.col(c).alias("m_" + c) for c in cols],
         F.row_number().over(Window.partitionBy("rid").orderBy("phy_offset")).alias("seq"),
     )
-    others = reps_b.where(~F.col("is_master")).select("rid", "mrid")
+    others = reps_b.where(~F.col("is_master") & ~F.col("same")).select("rid", "mrid")
     pairs = mrec.join(others, "mrid").withColumn("phy_offset", F.col("m_phy_offset"))
     rrec = good.join(others.select("rid"), "rid").select("rid", *cols)
     j = pairs.join(rrec, ["rid", "phy_offset"], "full_outer").join(
@@ -233,15 +533,26 @@ def run_diff(
         | ~F.col("m_queue_id").eqNullSafe(F.col("queue_id"))
         | ~F.col("m_queue_offset").eqNullSafe(F.col("queue_offset"))
         | ~F.col("m_term").eqNullSafe(F.col("term"))
+        | (~F.col("m_digest").eqNullSafe(F.col("digest")) if exact else F.lit(False))
     ).persist()
     both = F.col("m_size").isNotNull() & F.col("size").isNotNull()
     m_only = F.col("m_size").isNotNull() & F.col("size").isNull()
     r_only = F.col("m_size").isNull() & F.col("size").isNotNull()
 
-    def _diff(c: str) -> Any:
-        return F.when(~F.col("m_" + c).eqNullSafe(F.col(c)), F.lit(c))
+    def _diff(c: str, name: str | None = None) -> Any:
+        return F.when(~F.col("m_" + c).eqNullSafe(F.col(c)), F.lit(name or c))
 
-    diff_detail = F.concat_ws(",", *[_diff(c) for c in cols[1:]])
+    named = [_diff(c) for c in cols[1:7]]
+    if exact:  # the bytes no decoded field names: header, body, else topic/properties/entry
+        same_fields = F.concat_ws(",", *named) == ""
+        named += [
+            F.when(same_fields, _diff("dig_head", "header bytes")),
+            F.when(F.col("m_dig_head").eqNullSafe(F.col("dig_head")), _diff("dig_body", "body")),
+            F.when(F.col("m_dig_head").eqNullSafe(F.col("dig_head"))
+                   & F.col("m_dig_body").eqNullSafe(F.col("dig_body")),
+                   _diff("digest", "topic/properties or entry header")),
+        ]  # fmt: skip
+    diff_detail = F.concat_ws(",", *named)
     divergent = (
         j.where(both)
         .withColumn("what", diff_detail)
@@ -296,8 +607,25 @@ def run_diff(
                 F.concat(F.col("count"), F.lit(" master records missing")).alias("detail"))
     )  # fmt: skip
 
+    # ---- END_OF_FILE blanks (header and padding) that differ from the master's
+    blank = recs_all.where(F.col("anomaly") == A_EOF_BLANK)
+    blank_diff = (
+        blank.join(others, "rid")
+        .join(blank.select(F.col("rid").alias("mrid"), "phy_offset",
+                           F.col("size").alias("m_size"), F.col("digest").alias("m_digest")),
+              ["mrid", "phy_offset"])
+        .where((F.col("size") != F.col("m_size")) | (F.col("digest") != F.col("m_digest")))
+        .select("rid", F.lit(K_DIVERGENT).alias("kind"), "phy_offset",
+                (F.col("phy_offset") + F.col("size")).alias("end_offset"),
+                F.lit(1).cast("long").alias("count"), *_NO_QUEUE,
+                F.lit("END_OF_FILE blank (header or padding) differs from master's")
+                .alias("detail"))
+    )  # fmt: skip
+
     # ---- decode anomalies (every replica, master included)
-    anomalies = recs_all.where(F.col("anomaly").isNotNull()).select(
+    anomalies = recs_all.where(
+        F.col("anomaly").isNotNull() & (F.col("anomaly") != A_EOF_BLANK)
+    ).select(
         "rid", F.col("anomaly").alias("kind"), "phy_offset",
         (F.col("phy_offset") + F.col("size")).alias("end_offset"),
         F.lit(1).cast("long").alias("count"), "topic", "queue_id", "queue_offset", "detail",
@@ -319,14 +647,16 @@ def run_diff(
     )  # fmt: skip
 
     # ---- ConsumeQueue units against the same replica's records
-    cq_tasks = plan_cq(replicas)
-    parts: list[Any] = [divergent, stray, extra, lag, missing, anomalies, gaps]
+    cq_tasks = plan_cq(replicas, skip)
+    parts: list[Any] = [divergent, stray, extra, lag, missing, blank_diff]
+    own: list[Any] = [anomalies, gaps]  # a replica's own defects (copied to identical ones)
     if cq_tasks:
         cq = spark.createDataFrame(
             spark.sparkContext.parallelize(
                 cq_tasks, min(len(cq_tasks), spark.sparkContext.defaultParallelism * 2)
             ).flatMap(_scan_cq),
-            "rid int, cq_topic string, cq_qid int, cq_index long, phy_offset long, cq_size long",
+            "rid int, cq_topic string, cq_qid int, cq_index long, phy_offset long, cq_size long, "
+            "cq_tags long",
         )
         cqj = (
             cq.join(good.select("rid", "phy_offset", "size", "topic", "queue_id", "queue_offset"),
@@ -355,7 +685,39 @@ def run_diff(
                                          F.lit("@"), F.col("queue_offset"), F.lit(" size "),
                                          F.col("size")), F.lit("no record"))).alias("detail"),
         )  # fmt: skip
-        parts.append(cq_find)
+        own.append(cq_find)
+        if exact:  # a unit that checks out against its own records but not the master's unit
+            mcq = cq.select(F.col("rid").alias("mrid"), "cq_topic", "cq_qid", "cq_index",
+                            F.col("phy_offset").alias("m_phy"), F.col("cq_size").alias("m_cqs"),
+                            F.col("cq_tags").alias("m_tags"))  # fmt: skip
+            cq_vs = (
+                cqj.where(~bad).join(others, "rid")
+                .join(mcq, ["mrid", "cq_topic", "cq_qid", "cq_index"])
+                .where((F.col("phy_offset") != F.col("m_phy"))
+                       | (F.col("cq_size") != F.col("m_cqs"))
+                       | (F.col("cq_tags") != F.col("m_tags")))
+                .select(
+                    "rid", F.lit(K_CQ_MISMATCH).alias("kind"), "phy_offset",
+                    (F.col("phy_offset") + F.col("cq_size")).alias("end_offset"),
+                    F.lit(1).cast("long").alias("count"),
+                    F.col("cq_topic").alias("topic"), F.col("cq_qid").alias("queue_id"),
+                    F.col("cq_index").alias("queue_offset"),
+                    F.concat(F.lit("cq unit "), F.col("cq_index"),
+                             F.lit(" differs from master's (offset, size or tags code)"))
+                    .alias("detail"),
+                )
+            )  # fmt: skip
+            parts.append(cq_vs)
+    own_all = own[0]
+    for p in own[1:]:
+        own_all = own_all.unionByName(p)
+    parts.append(own_all)
+    if identical:
+        dup = spark.createDataFrame(list(identical.items()), "new_rid int, src int")
+        parts.append(
+            own_all.join(F.broadcast(dup), own_all["rid"] == dup["src"])
+            .drop("rid", "src").withColumnRenamed("new_rid", "rid")
+        )
 
     # ---- consumer offsets (driver side: tiny)
     small: list[tuple[Any, ...]] = [
@@ -384,6 +746,8 @@ def run_diff(
         "masters": masters,
         "stats": stats,
         "segments": segs_by,
+        "identical": identical,
+        "exact": exact,
     }
 
 
@@ -430,6 +794,14 @@ def summarize(result: dict[str, Any], findings_rows: list[Any], by_kind: list[An
             "lag_messages": max(0, int(mst.get("messages") or 0) - int(st.get("messages") or 0)),
             "ahead_bytes": max(0, end - mend),
             "common_prefix": min(first_bad.get((r.group, r.node), min(end, mend)), end, mend),
+            "byte_identical": rid in result["identical"],
+            "audited_to": r.limit,  # live: the group's confirmed offset; None: every byte
+            # every byte of data files and ConsumeQueues from first_offset up to here is equal
+            # to the master's (exact mode; header-only proves only the decoded fields)
+            "proven_identical_to": (
+                None if not result["exact"] else max(end, mend) if rid in result["identical"]
+                else min(first_bad.get((r.group, r.node), min(end, mend)), end, mend)
+            ),
             "findings": dict(sorted(kinds.items())),
             "verdict": verdict,
         }
@@ -441,6 +813,7 @@ def summarize(result: dict[str, Any], findings_rows: list[Any], by_kind: list[An
         "verdict": "consistent" if exit_code == 0 else "divergent",
         "allow_lag": allow_lag,
         "verify_crc": verify_crc,
+        "mode": "exact" if result["exact"] else "header-only",
         "elapsed_s": round(elapsed, 3),
         "groups": groups,
         "first_findings": [
@@ -454,82 +827,161 @@ def summarize(result: dict[str, Any], findings_rows: list[Any], by_kind: list[An
 def run_job(
     spark: Any,
     replicas: list[Replica],
-    out_dir: str,
+    out_dir: str | None,
     *,
     verify_crc: bool = False,
     allow_lag: bool = False,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     quiet: bool = True,
+    exact: bool = True,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
 ) -> dict[str, Any]:
-    """The whole job: diff, then ``findings/`` Parquet, ``summary.json`` and ``report.html``."""
+    """The whole job: diff, then (with ``out_dir``) ``findings/`` Parquet, ``summary.json`` and
+    ``report.html``; returns the summary."""
     from pyspark.sql import functions as F
 
     from rmq_cluster.spark_jobs.report import render_html
 
     t0 = time.monotonic()
-    res = run_diff(spark, replicas, verify_crc=verify_crc, split_bytes=split_bytes, quiet=quiet)
-    os.makedirs(out_dir, exist_ok=True)
-    findings_path = os.path.join(out_dir, "findings")
-    _progress(quiet, f"writing findings to {findings_path}")
-    f = res["findings"].coalesce(max(1, spark.sparkContext.defaultParallelism)).persist()
-    f.write.mode("overwrite").partitionBy("group").parquet(findings_path)
-    by_kind = f.groupBy("group", "node", "kind").agg(F.count("*").alias("n")).collect()
-    rows = (
-        f.orderBy(F.col("group"), F.col("phy_offset").asc_nulls_last(), "node", "kind")
-        .limit(FIRST_FINDINGS).collect()
-    )  # fmt: skip
+    res = run_diff(spark, replicas, verify_crc=verify_crc, split_bytes=split_bytes, quiet=quiet,
+                   exact=exact, block_bytes=block_bytes)  # fmt: skip
+    known = res.get("findings_rows")  # the fast path knows them all: no Spark job to count them
+    f = res["findings"].coalesce(max(1, spark.sparkContext.defaultParallelism))
+    if known is None:
+        f = f.persist()
+    if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
+        findings_path = os.path.join(out_dir, "findings")
+        _progress(quiet, f"writing findings to {findings_path}")
+        f.write.mode("overwrite").partitionBy("group").parquet(findings_path)
     widths: dict[str, int] = {}
     for g, m in res["masters"].items():
         ends = [int(res["stats"].get(i, {}).get("end") or 0)
                 for i, r in enumerate(replicas) if r.group == g]  # fmt: skip
         widths[g] = max(1, -(-max([*ends, int(res["stats"].get(m, {}).get("end") or 0)])
                              // MAP_BUCKETS))  # fmt: skip
-    wdf = spark.createDataFrame(list(widths.items()), "group string, width long")
-    buckets = (
-        f.where(F.col("phy_offset").isNotNull())
-        .join(F.broadcast(wdf), "group")
-        .groupBy("group", "node", F.floor(F.col("phy_offset") / F.col("width")).alias("bucket"))
-        .agg(F.count("*").alias("n"))
-        .collect()
-    )
+    few = known if known is not None else f.limit(DRIVER_FINDINGS + 1).collect()
+    if len(few) <= DRIVER_FINDINGS:  # the usual case: count on the driver, no more Spark jobs
+        kinds: dict[tuple[str, str, str], int] = {}
+        bucket_n: dict[tuple[str, str, int], int] = {}
+        for r in few:
+            key = (r["group"], r["node"], r["kind"])
+            kinds[key] = kinds.get(key, 0) + 1
+            if r["phy_offset"] is not None:
+                bk = (r["group"], r["node"], r["phy_offset"] // widths[r["group"]])
+                bucket_n[bk] = bucket_n.get(bk, 0) + 1
+        by_kind = [{"group": g, "node": n, "kind": k, "n": c} for (g, n, k), c in kinds.items()]
+        buckets = [{"group": g, "node": n, "bucket": b, "n": c}
+                   for (g, n, b), c in bucket_n.items()]  # fmt: skip
+        rows = sorted(few, key=lambda r: (r["group"], r["phy_offset"] is None,
+                                          r["phy_offset"] or 0, r["node"], r["kind"])
+                      )[:FIRST_FINDINGS]  # fmt: skip
+    else:
+        by_kind = f.groupBy("group", "node", "kind").agg(F.count("*").alias("n")).collect()
+        rows = (
+            f.orderBy(F.col("group"), F.col("phy_offset").asc_nulls_last(), "node", "kind")
+            .limit(FIRST_FINDINGS).collect()
+        )  # fmt: skip
+        wdf = spark.createDataFrame(list(widths.items()), "group string, width long")
+        buckets = (
+            f.where(F.col("phy_offset").isNotNull())
+            .join(F.broadcast(wdf), "group")
+            .groupBy("group", "node",
+                     F.floor(F.col("phy_offset") / F.col("width")).alias("bucket"))
+            .agg(F.count("*").alias("n"))
+            .collect()
+        )  # fmt: skip
     summary = summarize(res, rows, by_kind, buckets, allow_lag=allow_lag,
                         elapsed=time.monotonic() - t0, verify_crc=verify_crc,
                         bucket_width=widths)  # fmt: skip
     f.unpersist()
-    res["records"].unpersist()
-    res["joined"].unpersist()
-    with open(os.path.join(out_dir, "summary.json"), "w") as fh:
-        json.dump(summary, fh, indent=2, default=str)
-    with open(os.path.join(out_dir, "report.html"), "w") as fh:
-        fh.write(render_html(summary))
-    _progress(quiet, f"verdict {summary['verdict']} (exit {summary['exit_code']}) -> {out_dir}")
+    for frame in ("records", "joined"):
+        if res[frame] is not None:
+            res[frame].unpersist()
+    if out_dir is not None:
+        with open(os.path.join(out_dir, "summary.json"), "w") as fh:
+            json.dump(summary, fh, indent=2, default=str)
+        with open(os.path.join(out_dir, "report.html"), "w") as fh:
+            fh.write(render_html(summary))
+    _progress(quiet, f"verdict {summary['verdict']} (exit {summary['exit_code']})"
+                     + (f" -> {out_dir}" if out_dir else ""))  # fmt: skip
     return summary
 
 
 # ----------------------------------------------------------------------------- CLI
 
 
+EPILOG = """\
+exit status:
+  0  consistent: every replica matches its master (lag only with --allow-lag)
+  1  divergent (or lagging without --allow-lag)
+  2  bad input (unreadable cluster directory, store or replica spec; no PySpark)
+
+By default every byte is compared: data files and ConsumeQueues are checksummed in
+--block-mb blocks first, and only replicas whose checksums differ are decoded, record by
+record; --header-only compares the decoded header fields instead (--verify-crc: and the
+body CRCs).  The summary goes to stdout (--json: the whole summary as JSON), progress to
+stderr; --out adds findings/ (Parquet), summary.json and report.html.
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dir", help="cluster directory holding cluster.json (rmq-cluster up)")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    p.add_argument("--dir", help="cluster directory holding cluster.json "
+                                 "(default ./.rmq-cluster/<name> when no --replica is given)")
+    p.add_argument("--name", default=DEFAULT_NAME, help="cluster name (default default)")
     p.add_argument("--replica", action="append", default=[], metavar="GROUP:NODE:ROLE:STORE",
                    help="a replica (repeatable); ROLE: MASTER/SYNC_MASTER/ASYNC_MASTER/SLAVE, "
                         "LEADER/FOLLOWER/DLEDGER for DLedger stores")  # fmt: skip
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", default=None,
+                   help="output directory (findings/ Parquet, summary.json, report.html)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--master", default=None,
                    help="Spark master (default: spark-submit's, else local[*])")
+    p.add_argument("--header-only", action="store_true",
+                   help="compare decoded header fields only, not every byte (faster on "
+                        "divergent stores, blind to body/property bytes)")
     p.add_argument("--verify-crc", action="store_true",
-                   help="read bodies and recompute BODYCRC (default: headers only)")
+                   help="also recompute every body CRC (bad_crc findings, master included)")
     p.add_argument("--allow-lag", action="store_true",
                    help="a replica behind its master (a missing tail) is not a failure")
     p.add_argument("--split-mb", type=int, default=DEFAULT_SPLIT_BYTES >> 20,
-                   help="scan range size within a file (MiB)")
+                   help="decode range size within a file (MiB)")
+    p.add_argument("--block-mb", type=float, default=DEFAULT_BLOCK_BYTES / (1 << 20),
+                   help="checksum block (MiB, aligned on offsets)")
+    p.add_argument("--live", action="store_true",
+                   help="audit a running cluster (--dir/--name) up to each group's confirmed "
+                        "offset, asked from its brokers (CommitLogs only)")
+    p.add_argument("--package", metavar="ZIP", default=None,
+                   help="only build the job's Python archive (for spark-submit --py-files) "
+                        "and exit")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _cluster_dir(args: argparse.Namespace) -> str | None:
+    if args.dir or args.replica:
+        return str(args.dir) if args.dir else None
+    # as the other commands: ./.rmq-cluster/<name>
+    if not args.name or "/" in args.name or args.name in (".", ".."):
+        raise BadInput(f"bad cluster name {args.name!r}")
+    return os.path.join(DEFAULT_ROOT, args.name)
 
 
 def resolve_replicas(args: argparse.Namespace) -> list[Replica]:
     replicas: list[Replica] = []
-    if args.dir:
-        replicas += replicas_from_cluster_dir(args.dir)
+    directory = _cluster_dir(args)
+    if directory:
+        replicas += replicas_from_cluster_dir(directory)
+    if getattr(args, "live", False):
+        if not directory or args.replica:
+            raise BadInput("--live audits a cluster directory (--dir or --name), no --replica")
+        from rmq_cluster.spark_jobs.live import confirmed_limits
+
+        replicas, said = confirmed_limits(replicas, directory)
+        for node, s in said.items():
+            _progress(args.quiet, f"{node} at {s['addr']}: commitLogMaxOffset "
+                                  f"{s['commitLogMaxOffset']}")  # fmt: skip
     replicas += [parse_replica_spec(s) for s in args.replica]
     if not replicas:
         raise BadInput("give --dir or at least one --replica")
@@ -537,8 +989,40 @@ def resolve_replicas(args: argparse.Namespace) -> list[Replica]:
     return replicas
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    if not 1 <= args.split_mb <= 1 << 20:
+        raise BadInput(f"--split-mb {args.split_mb}: want 1 .. {1 << 20}")
+    if not (1 / 1024 <= args.block_mb <= 1024):  # also rejects NaN
+        raise BadInput(f"--block-mb {args.block_mb}: want 1/1024 .. 1024")
+
+
+def _print_text(summary: dict[str, Any]) -> None:
+    for group, g in sorted(summary["groups"].items()):
+        for node, r in sorted(g["replicas"].items()):
+            if r["is_master"]:
+                continue
+            kinds = ", ".join(f"{k} {n}" for k, n in r["findings"].items()) or "no findings"
+            print(f"{group} {node}: {r['verdict']}, identical up to "
+                  f"{r['proven_identical_to']} of master {g['master']} end "
+                  f"{r['end_offset'] + r['lag_bytes'] - r['ahead_bytes']} ({kinds})")  # fmt: skip
+    print(f"verdict: {summary['verdict']}")
+
+
 def run_from_args(args: argparse.Namespace) -> int:
+    if args.package:
+        from rmq_cluster.spark_jobs.package import build_package
+
+        try:
+            names = build_package(args.package)
+        except OSError as exc:
+            print(f"replica-diff: cannot write {args.package}: {exc}", file=sys.stderr)
+            return 2
+        _progress(args.quiet, f"wrote {args.package} ({len(names)} entries)")
+        if args.json:
+            print(json.dumps({"package": args.package, "entries": len(names)}))
+        return 0
     try:
+        _check_numbers(args)
         replicas = resolve_replicas(args)
     except BadInput as exc:
         print(f"replica-diff: bad input: {exc}", file=sys.stderr)
@@ -556,14 +1040,20 @@ def run_from_args(args: argparse.Namespace) -> int:
     spark = build_session(args.master, quiet=args.quiet)
     try:
         summary = run_job(spark, replicas, args.out, verify_crc=args.verify_crc,
-                          allow_lag=args.allow_lag, split_bytes=max(1, args.split_mb) << 20,
-                          quiet=args.quiet)  # fmt: skip
+                          allow_lag=args.allow_lag, split_bytes=args.split_mb << 20,
+                          quiet=args.quiet, exact=not args.header_only,
+                          block_bytes=max(1, int(args.block_mb * (1 << 20))))  # fmt: skip
     except BadInput as exc:
         print(f"replica-diff: bad input: {exc}", file=sys.stderr)
         return 2
     finally:
         if owned:
             spark.stop()
+    if args.json:
+        sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
+    else:
+        _print_text(summary)
+    sys.stdout.flush()
     return int(summary["exit_code"])
 
 

@@ -197,3 +197,34 @@ def test_html_report_is_self_contained() -> None:
     html = render_html(summary)
     assert html.count("<svg") == 2 and "g&lt;1&gt;" in html and "<script" not in html
     assert "http" not in html  # no external resources
+
+
+def test_dledger_layout_constants_agree_with_the_store() -> None:
+    from rmq_cluster.dledger import log_storage
+    from rmq_cluster.spark_jobs import decode
+
+    assert (decode.DL_ENTRY_MAGIC, decode.DL_BLANK_MAGIC, decode.DL_BODY_OFFSET) == (
+        log_storage.ENTRY_MAGIC, log_storage.BLANK_MAGIC, log_storage.BODY_OFFSET
+    )
+
+
+def test_package_archive_alone_imports_the_job(tmp_path: Path) -> None:
+    """``--package``: the archive, without site-packages, imports everything the executors do
+    (and no compiled wheel such as orjson)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    from rmq_cluster.spark_jobs.package import build_package
+
+    z = tmp_path / "job.zip"
+    names = build_package(str(z))
+    assert {"rmq_cluster/", "rmq_cluster/spark_jobs/", "attrs/", "attr/"} <= set(names)
+    assert zipfile.ZipFile(z).namelist() == names
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "import rmq_cluster.spark_jobs.replica_diff, rmq_cluster.spark_jobs.model; "
+            "assert 'orjson' not in sys.modules; print(rmq_cluster.spark_jobs.model.__file__)")
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(z)], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith(str(z))

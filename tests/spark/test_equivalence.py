@@ -1,6 +1,8 @@
 """The Spark job's findings equal the pure-Python reference diff's on Hypothesis-generated
 stores (commitlog and DLedger groups; truncations, extra tails, rewritten and resized records,
-flipped bytes, garbage, dropped files, bad CQ units; random split sizes)."""
+flipped bytes, garbage, dropped files, bad CQ units; random split and checksum block sizes;
+byte-exact and header-only), so the checksum shortcut (identical replicas not decoded) changes
+no finding."""
 
 from __future__ import annotations
 
@@ -30,17 +32,20 @@ def _sort(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
           phases=(Phase.explicit, Phase.reuse, Phase.generate),  # a Spark run per example
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])  # fmt: skip
-@given(spec=groups(), split=st.integers(200, 5000), verify=st.booleans())
+@given(spec=groups(), split=st.integers(200, 5000), verify=st.booleans(),
+       exact=st.sampled_from([True, True, False]), block=st.sampled_from([64, 700, 4096, 1 << 20]))
 def test_spark_equals_reference(spark: Any, spec: list[dict[str, Any]], split: int,
-                                verify: bool) -> None:  # fmt: skip
+                                verify: bool, exact: bool, block: int) -> None:  # fmt: skip
     base = Path(tempfile.mkdtemp(prefix="rdiff-eq-"))
     try:
         replicas = materialize(spec, base)
-        expected = reference_diff(replicas, verify_crc=verify)
-        res = run_diff(spark, replicas, verify_crc=verify, split_bytes=split)
+        expected = reference_diff(replicas, verify_crc=verify, exact=exact)
+        res = run_diff(spark, replicas, verify_crc=verify, split_bytes=split, exact=exact,
+                       block_bytes=block)  # fmt: skip
         got = [_key(r) for r in res["findings"].collect()]
-        res["records"].unpersist()
-        res["joined"].unpersist()
+        for key in ("records", "joined"):  # None when every replica was proven identical
+            if res[key] is not None:
+                res[key].unpersist()
         assert _sort(got) == _sort(list(expected))
     finally:
         cleanup(base)
