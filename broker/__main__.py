@@ -5,15 +5,19 @@
   ``flushDiskType``, ``listenPort``, ``storePathRootDir``, ``namesrvAddr``, ``brokerIP1``,
   ``autoCreateTopicEnable``, ``defaultTopicQueueNums``, ...); unknown keys are reported and ignored.
 * ``-n ADDRS`` overrides ``namesrvAddr`` (``;``-separated).
-* ``-p`` prints the effective config as ``key=value`` lines and exits.
+* ``-p`` prints the effective config as ``key=value`` lines (secrets masked) and exits.
 
 Prints ``The broker[<name>, <ip:port>] boot success. serializeType=JSON and name server is
-<addrs>`` once serving, and stops cleanly on SIGTERM or SIGINT (exit status 0).
+<addrs>`` once serving, and stops cleanly on SIGTERM or SIGINT (exit status 0). Exit status 2:
+a bad config value (named on stderr); 1: it could not start, or a service failed while
+running (the reason is logged; the whole broker stops, never half of it); 3: its stop took
+longer than ``NODE_STOP_DEADLINE_S`` and it was ended at once (cluster/node_main.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -21,14 +25,10 @@ import trio
 
 from rmq_cluster.broker.config import BrokerSettings, load_broker_config
 from rmq_cluster.broker.controller import BrokerController
-from rmq_cluster.cluster.config import (
-    ConfigError,
-    format_properties,
-    read_properties,
-    to_properties,
-)
+from rmq_cluster.broker.processors.broker_config import format_config
+from rmq_cluster.cluster.config import ConfigError, read_properties
 from rmq_cluster.cluster.logging import configure_logging, get_logger
-from rmq_cluster.cluster.node_main import serve_until_signal
+from rmq_cluster.cluster.node_main import NodeSupervisor, serve_until_signal
 from rmq_cluster.store.message_store import StoreLockedError
 
 
@@ -65,13 +65,16 @@ def boot_line(controller: BrokerController) -> str:
     )
 
 
-async def _run(settings: BrokerSettings, config_file: str | None = None) -> None:
-    controller = BrokerController(settings, config_file=config_file)
-    await serve_until_signal(
+async def _run(settings: BrokerSettings, config_file: str | None = None) -> int:
+    node = settings.broker.broker_name
+    supervisor = NodeSupervisor(node=node, role="broker", hard_exit=os._exit)
+    controller = BrokerController(settings, config_file=config_file, supervisor=supervisor)
+    return await serve_until_signal(
         controller.run,
         lambda: boot_line(controller),
-        node=settings.broker.broker_name,
+        node=node,
         role="broker",
+        supervisor=supervisor,
     )
 
 
@@ -88,18 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mqbroker: {exc}", file=sys.stderr)
         return 2
     if args.printConfigItem:
-        props = {**to_properties(settings.store), **to_properties(settings.broker)}
-        sys.stdout.write(format_properties(dict(sorted(props.items()))))
+        sys.stdout.write(format_config(settings))  # secrets masked
         return 0
     try:
-        trio.run(_run, settings, args.configFile)
+        return int(trio.run(_run, settings, args.configFile))
     except (OSError, StoreLockedError, BaseExceptionGroup) as exc:
         error = _startup_error(exc)
         if error is None:
             raise
         print(f"mqbroker: cannot start: {error}", file=sys.stderr)
         return 1
-    return 0
 
 
 def _startup_error(exc: BaseException) -> BaseException | None:

@@ -28,9 +28,19 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import ConfigError, load_config, setting
+from rmq_cluster.cluster.config import (
+    ConfigError,
+    check_address_list,
+    check_host,
+    check_host_port,
+    check_range,
+    config_keys,
+    load_config,
+    setting,
+)
 from rmq_cluster.dledger.config import DLedgerConfig, DLedgerConfigError
 from rmq_cluster.ha.config import HAConfig
+from rmq_cluster.ha.protocol import MAX_FRAME_BODY_BYTES
 from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
 
 DEFAULT_LISTEN_PORT: Final = 10911
@@ -136,6 +146,25 @@ class BrokerConfig:
     advertised_listen_port: int = setting("advertisedListenPort", 0)
     advertised_ha_listen_port: int = setting("advertisedHaListenPort", 0)
     server_channel_max_idle_time_seconds: int = setting("serverChannelMaxIdleTimeSeconds", 120)
+    #: Extension keys (remoting memory limits; RemotingServer documents them): connections
+    #: open at once (more are closed as soon as accepted), bytes all connections may hold in
+    #: incomplete frames (reads pause past it; raised to about 22 MiB if lower: one frame of
+    #: the largest size must fit), and seconds a started frame has to complete (else its
+    #: connection closes).
+    server_max_connections: int = setting("serverMaxConnections", 10_000)
+    server_max_buffered_input_bytes: int = setting(
+        "serverMaxBufferedInputBytes", 256 * 1024 * 1024
+    )
+    server_partial_frame_timeout_seconds: float = setting(
+        "serverPartialFrameTimeoutSeconds", 30.0
+    )
+
+    @server_max_connections.validator
+    @server_max_buffered_input_bytes.validator
+    @server_partial_frame_timeout_seconds.validator
+    def _check_remoting_limit(self, attr: attrs.Attribute, value: float) -> None:
+        if not value > 0:
+            raise ValueError(f"{attr.metadata['key']}: must be positive, got {value}")
     #: Plain ACL (RocketMQ 4.4+): verify every request against the rules in ``aclFile``.
     acl_enable: bool = setting("aclEnable", False)
     #: Extension key: the rules file ("" = ``{rocketmqHome}/conf/plain_acl.yml``, RocketMQ's
@@ -147,7 +176,7 @@ class BrokerConfig:
     #: Extension keys: credentials this broker signs its own outgoing requests with (NameServer
     #: registration, a slave's sync from its master) when those peers enforce ACL.
     acl_access_key: str = setting("aclAccessKey", "")
-    acl_secret_key: str = setting("aclSecretKey", "")
+    acl_secret_key: str = setting("aclSecretKey", "", secret=True)
 
     @listen_port.validator
     def _check_port(self, attribute: attrs.Attribute, value: int) -> None:
@@ -225,14 +254,127 @@ def load_broker_config(
         for k, v in broker.unknown.items()
         if k in store.unknown and k in ha.unknown and k in dl.unknown
     }
-    if broker.config.broker_id < 0:
-        raise ConfigError(f"brokerId: {broker.config.broker_id} must be >= 0")
-    if bool(broker.config.acl_access_key) != bool(broker.config.acl_secret_key):
-        raise ConfigError("aclAccessKey and aclSecretKey must be set together")
     try:
         dl.config.validate()
     except DLedgerConfigError as exc:
         raise ConfigError(str(exc)) from None
-    return LoadedSettings(
-        BrokerSettings(broker.config, store.config, ha.config, dl.config), unknown
-    )
+    settings = BrokerSettings(broker.config, store.config, ha.config, dl.config)
+    check_settings(settings)
+    return LoadedSettings(settings, unknown)
+
+
+# ----------------------------------------------------------------------------- value checks
+# One check for every source of a value: the -c file and -n at boot, UPDATE_BROKER_CONFIG
+# (broker/config_update.py) at run time. A value that passes here cannot stop a running
+# service later (an unparsable namesrvAddr used to end registration and leave a zombie).
+
+#: Largest message a broker may be configured to accept (the remoting frame limit is 16 MiB).
+MAX_MESSAGE_SIZE_LIMIT_BYTES: Final = 16 * 1024 * 1024
+#: Most queues a topic created with the default may have.
+MAX_DEFAULT_TOPIC_QUEUE_NUMS: Final = 1024
+#: Longest broker or cluster name (RocketMQ's topic/group length limit).
+MAX_NAME_CHARS: Final = 127
+#: An hour of the day in ``deleteWhen`` ("04" or "04;05").
+_HOURS: Final = range(24)
+
+#: Inclusive ranges of numeric keys (None: unbounded on that side).
+NUMERIC_RANGES: Final[dict[str, tuple[float | None, float | None]]] = {
+    # BrokerConfig / NettyServerConfig
+    "defaultTopicQueueNums": (1, MAX_DEFAULT_TOPIC_QUEUE_NUMS),
+    "shortPollingTimeMills": (1, None),
+    "registerNameServerPeriod": (1, None),
+    "registerBrokerTimeoutMills": (1, None),
+    "flushConsumerOffsetInterval": (1, None),
+    "flushDelayOffsetInterval": (1, None),
+    "transactionTimeOut": (0, None),
+    "transactionCheckMax": (0, None),
+    "transactionCheckInterval": (1, None),
+    "clientChannelExpiredTime": (1, None),
+    "clientHousekeepingInterval": (1, None),
+    "accessMessageInMemoryMaxRatio": (0, 100),
+    "fastListenPort": (-1, 65535),
+    "haListenPort": (-1, 65535),
+    "advertisedListenPort": (0, 65535),
+    "advertisedHaListenPort": (0, 65535),
+    "metricsPort": (-1, 65535),
+    "serverChannelMaxIdleTimeSeconds": (0, None),
+    # MessageStoreConfig
+    "mappedFileSizeCommitLog": (1, None),
+    "mappedFileSizeConsumeQueue": (1, None),
+    "flushIntervalCommitLog": (1, None),
+    "flushCommitLogLeastPages": (0, None),
+    "flushCommitLogThoroughInterval": (1, None),
+    "flushIntervalConsumeQueue": (1, None),
+    "flushConsumeQueueLeastPages": (0, None),
+    "flushConsumeQueueThoroughInterval": (1, None),
+    "syncFlushTimeout": (1, None),
+    "maxMessageSize": (1, MAX_MESSAGE_SIZE_LIMIT_BYTES),
+    "fileReservedTime": (0, None),
+    "diskMaxUsedSpaceRatio": (1, 100),
+    "cleanResourceInterval": (1, None),
+    "deleteCommitLogFilesInterval": (0, None),
+    "destroyMapedFileIntervalForcibly": (0, None),
+    "maxHashSlotNum": (1, None),
+    "maxIndexNum": (1, None),
+    "maxMsgsNumBatch": (1, None),
+    "osPageCacheBusyTimeOutMills": (1, None),
+    "maxTransferBytesOnMessageInMemory": (1, None),
+    "maxTransferCountOnMessageInMemory": (1, None),
+    # HAConfig
+    "haSendHeartbeatInterval": (1, None),
+    "haHousekeepingInterval": (1, None),
+    "haSlaveFallbehindMax": (1, None),
+}
+
+
+def _values_by_key(settings: BrokerSettings) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for part in (settings.dledger, settings.ha, settings.store, settings.broker):
+        for name, key in config_keys(type(part)).items():
+            out[key] = getattr(part, name)
+    return out
+
+
+def _check_name(key: str, value: str) -> None:
+    if not value or len(value) > MAX_NAME_CHARS:
+        raise ConfigError(f"{key}: must be 1..{MAX_NAME_CHARS} characters, got {value!r}")
+    if not value.isprintable() or any(ch.isspace() or ch in ";:=,/\\" for ch in value):
+        raise ConfigError(f"{key}: {value!r} has a character a name cannot have")
+
+
+def check_settings(settings: BrokerSettings) -> None:
+    """Every value of ``settings`` as the broker needs it (addresses parsed in full, numbers
+    in range, names usable); ConfigError naming the first bad key."""
+    values = _values_by_key(settings)
+    for key, (low, high) in NUMERIC_RANGES.items():
+        value = values.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            check_range(key, value, low, high)
+    b = settings.broker
+    if b.broker_id < 0:
+        raise ConfigError(f"brokerId: {b.broker_id} must be >= 0")
+    if bool(b.acl_access_key) != bool(b.acl_secret_key):
+        raise ConfigError("aclAccessKey and aclSecretKey must be set together")
+    check_address_list("namesrvAddr", b.namesrv_addr)
+    check_host("brokerIP1", b.broker_ip1)
+    if b.broker_ip2.strip():
+        check_host("brokerIP2", b.broker_ip2)
+    check_host("bindAddress", b.bind_address)
+    _check_name("brokerName", b.broker_name)
+    _check_name("brokerClusterName", b.broker_cluster_name)
+    _check_name("msgTraceTopicName", b.msg_trace_topic_name)
+    s = settings.store
+    for part in s.delete_when.split(";"):
+        text = part.strip()
+        if not text.isdigit() or int(text) not in _HOURS:
+            raise ConfigError(f"deleteWhen: {s.delete_when!r} is not hours 00..23 joined by ;")
+    from rmq_cluster.broker.schedule import parse_delay_levels  # (schedule imports this module)
+
+    try:
+        parse_delay_levels(s.message_delay_level)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    h = settings.ha
+    if h.configured_master_address is not None:
+        check_host_port("haMasterAddress", h.configured_master_address)
+    check_range("haTransferBatchSize", h.ha_transfer_batch_size, 1, MAX_FRAME_BODY_BYTES)

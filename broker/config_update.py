@@ -13,7 +13,8 @@ Here the update is all or nothing and says what is wrong:
 * a value that does not parse or validate refuses the update with the key named.
 
 The file is edited in place: the keys' lines get their new value (comments, order and other
-keys stay as they are), new keys are appended.
+keys stay as they are), new keys are appended. A file that holds a secret
+(``cluster.acl.secret_keys``: ``aclSecretKey``, ...) is written owner-only (``rewritten_mode``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.broker.config import BrokerConfig, BrokerSettings
+from rmq_cluster.broker.config import BrokerConfig, BrokerSettings, check_settings
+from rmq_cluster.cluster.acl.local import PRIVATE_FILE_MODE
+from rmq_cluster.cluster.acl.secret_keys import holds_secret
 from rmq_cluster.cluster.config import (
     ConfigError,
     config_keys,
@@ -45,6 +48,9 @@ RESTART_ONLY_KEYS: Final = frozenset({
     "aclFile", "metricsPort", "enableDLegerCommitLog", "dLegerGroup", "dLegerPeers",
     "dLegerSelfId", "storePathDLedgerCommitLog",
 })
+
+#: Mode of a config file written anew that holds no secret (before the umask).
+PLAIN_FILE_MODE: Final = 0o644
 
 _PARTS: Final[tuple[tuple[str, type], ...]] = (
     ("broker", BrokerConfig),
@@ -100,7 +106,19 @@ def apply_update(settings: BrokerSettings, values: Mapping[str, str]) -> BrokerS
             changes[name] = load_config(cls, {**to_properties(current), **subset}).config
         except ConfigError as exc:
             raise ConfigUpdateError(str(exc)) from None
-    return attrs.evolve(settings, **changes)
+    return check_updated(attrs.evolve(settings, **changes))
+
+
+def check_updated(settings: BrokerSettings) -> BrokerSettings:
+    """The updated ``settings`` checked as the broker checks them at boot (addresses parsed in
+    full, numbers in range, names usable, DLedger's rules): ConfigUpdateError naming the key
+    otherwise, so nothing is installed or written."""
+    try:
+        check_settings(settings)
+        settings.dledger.validate()
+    except (ConfigError, ValueError) as exc:
+        raise ConfigUpdateError(str(exc)) from None
+    return settings
 
 
 def current_values(settings: BrokerSettings, keys: list[str]) -> dict[str, str]:
@@ -150,3 +168,11 @@ def rewrite_properties(text: str, updates: Mapping[str, str]) -> str:
         out.append(raw)
     out.extend(_entry(k, v) for k, v in updates.items() if k not in done)
     return "\n".join(out) + "\n"
+
+
+def rewritten_mode(text: str, current_mode: int | None) -> int:
+    """The permission bits the rewritten config file ``text`` is created with: owner-only
+    when it holds a secret, else the current file's (``PLAIN_FILE_MODE`` for a new file)."""
+    if holds_secret(parse_properties(text)):
+        return PRIVATE_FILE_MODE
+    return PLAIN_FILE_MODE if current_mode is None else current_mode & 0o777

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import trio
@@ -40,8 +40,10 @@ from rmq_cluster.broker.persist import (
 )
 from rmq_cluster.broker.processors.admin import MoreAdminProcessors, ResetOffsetProcessor
 from rmq_cluster.broker.processors.broker_config import BrokerConfigProcessor
+from rmq_cluster.broker.processors.common import TopicAccess
 from rmq_cluster.broker.processors.consumer import ConsumerProcessors
 from rmq_cluster.broker.processors.end_transaction import EndTransactionProcessor
+from rmq_cluster.broker.processors.gate import NameGate
 from rmq_cluster.broker.processors.pull import PullProcessor
 from rmq_cluster.broker.processors.relay import ConsumerRelayProcessors
 from rmq_cluster.broker.processors.reply import ReplyProcessor
@@ -57,7 +59,8 @@ from rmq_cluster.cluster.acl.guard import AclGuard, default_acl_path
 from rmq_cluster.cluster.acl.signing import credentials_from
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.metrics_server import serve_metrics
-from rmq_cluster.cluster.protocol.route import PermName, RegisterBrokerBody
+from rmq_cluster.cluster.node_main import NodeSupervisor
+from rmq_cluster.cluster.protocol.route import ClusterInfo, PermName, RegisterBrokerBody
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.headers import (
@@ -80,6 +83,7 @@ from rmq_cluster.cluster.remoting.net import (
 )
 from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
 from rmq_cluster.dledger.node import run_store_node
+from rmq_cluster.ha.access import is_loopback_host
 from rmq_cluster.ha.connection import HAService
 from rmq_cluster.store import flush as store_services
 from rmq_cluster.store.config import BrokerRole, FlushDiskType
@@ -93,6 +97,12 @@ SLAVE_SYNC_INTERVAL_S: Final = 10.0
 TPS_WINDOW_S: Final = 10.0
 #: Pause after an unexpected error in a background loop before it runs again.
 LOOP_ERROR_BACKOFF_S: Final = 1.0
+#: How long a heartbeat that created its group's retry topic waits for the NameServers to learn
+#: it before answering (below the clients' 3 s call timeout; the register loop finishes the job
+#: if this wait is cut short).
+TOPIC_REGISTER_WAIT_S: Final = 2.0
+#: Shortest pause between two lookups of this group's slave hosts (HA default allow-list).
+HA_SLAVE_HOSTS_REFRESH_MIN_S: Final = 1.0
 
 
 def _now_ms() -> int:
@@ -142,6 +152,7 @@ class BrokerController:
         node: str | None = None,
         clock_ms: Callable[[], int] = _now_ms,
         config_file: str | None = None,
+        supervisor: NodeSupervisor | None = None,
     ) -> None:
         self.settings = settings
         #: the properties file it was started from (UPDATE_BROKER_CONFIG writes changes there)
@@ -152,6 +163,9 @@ class BrokerController:
         self.node = node or self.bcfg.broker_name
         self.now_ms = clock_ms
         self.log = get_logger(node=self.node, role="broker")
+        #: every service task runs under it: one that fails ends the broker (node_main.py)
+        self.supervisor = supervisor or NodeSupervisor(node=self.node, role="broker")
+        self._ha_hosts_now = trio.Event()
         self.is_slave = settings.is_slave
         self.topics = TopicConfigManager(self.bcfg, clock_ms=clock_ms)
         self.offsets = ConsumerOffsetManager()
@@ -169,6 +183,11 @@ class BrokerController:
         self._nursery: trio.Nursery | None = None
         self._ns_client: RemotingClient | None = None
         self._register_now = trio.Event()
+        #: register loop rounds: started, finished (a round includes every topic created
+        #: before it started) and an event set (and replaced) as each round finishes
+        self._register_round = 0
+        self._register_round_done = 0
+        self._register_round_ended = trio.Event()
         self._persist_now = trio.Event()
         self._schedule_wake = trio.Event()
         self._changed = trio.Event()
@@ -192,6 +211,10 @@ class BrokerController:
         self.dledger_role: DLedgerRoleHandler | None = None
         #: Plain ACL (aclEnable=true) and the /metrics listener (metricsPort >= 0); None when off.
         self.acl: AclGuard | None = None
+        #: ACL on the topic of a message read by offset or id (set with ``acl``)
+        self.topic_access: TopicAccess | None = None
+        #: every topic, group and queue id on the wire is checked here before any processor
+        self.name_gate = NameGate(node=self.node)
         self.metrics: BrokerMetrics | None = None
         self.metrics_address: tuple[str, int] | None = None
 
@@ -222,6 +245,23 @@ class BrokerController:
 
     def mark_dirty(self) -> None:
         self._persist_now.set()
+
+    async def register_topics_now(self, topics: Sequence[str]) -> None:
+        """``topics`` were created for a client about to look up their routes (consumer
+        groups' retry topics, on a heartbeat): wait until the NameServers were told, as
+        RocketMQ's ``createTopicInSendMessageBackMethod`` does (``registerBrokerAll`` at
+        once, not at the next period). The register loop does it at once, one registration
+        for every waiter; the wait is bounded by TOPIC_REGISTER_WAIT_S (the registration still
+        goes on)."""
+        self._persist_now.set()
+        wanted = self._register_round + 1  # the next round to start includes ``topics``
+        self._register_now.set()
+        wait_s = min(TOPIC_REGISTER_WAIT_S, self.bcfg.register_broker_timeout_mills / 1000.0)
+        with trio.move_on_after(wait_s):
+            while self._register_round_done < wanted:
+                await self._register_round_ended.wait()
+        if self._register_round_done < wanted:
+            self.log.info("topic registration still under way", topics=list(topics))
 
     def ensure_transaction_topics(self) -> None:
         for topic in (HALF_TOPIC, OP_HALF_TOPIC):
@@ -283,6 +323,7 @@ class BrokerController:
             rc.SEND_MESSAGE_V2: send_fn,
             rc.SEND_BATCH_MESSAGE: send_fn,
             rc.PULL_MESSAGE: pull.process,
+            rc.LITE_PULL_MESSAGE: pull.process,
             rc.CONSUMER_SEND_MSG_BACK: back.process,
             rc.END_TRANSACTION: end_tx.process,
             rc.HEART_BEAT: cons.heart_beat,
@@ -307,7 +348,7 @@ class BrokerController:
             rc.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group,
             rc.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
             rc.GET_ALL_DELAY_OFFSET: admin.get_all_delay_offset,
-            rc.GET_BROKER_CONFIG: admin.get_broker_config,
+            rc.GET_BROKER_CONFIG: BrokerConfigProcessor(self).get_broker_config,  # secrets masked
             rc.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
             rc.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             rc.GET_CONSUME_STATS: admin.get_consume_stats,
@@ -321,6 +362,7 @@ class BrokerController:
             rc.GET_CONSUMER_RUNNING_INFO: relay.get_consumer_running_info,
             rc.CONSUME_MESSAGE_DIRECTLY: relay.consume_message_directly,
             rc.QUERY_CONSUME_TIME_SPAN: relay.query_consume_time_span,
+            rc.GET_TOPIC_CONFIG: relay.get_topic_config,  # RocketMQ 5's tools ask it
             rc.UPDATE_BROKER_CONFIG: BrokerConfigProcessor(self).update_broker_config,
         }
 
@@ -374,13 +416,17 @@ class BrokerController:
         self._store = store
         try:
             async with trio.open_nursery() as outer:
-                self._ns_client = await outer.start(self._ns_client_task)
+                self._ns_client = await self.supervisor.start(
+                    outer, "namesrv_client", self._ns_client_task
+                )
                 try:
                     await self._serve(store, task_status)
                 finally:
                     with trio.CancelScope(shield=True):
-                        await self._unregister_all()
-                        self._ns_client_done.set()
+                        try:
+                            await self._unregister_all()
+                        finally:  # the shielded client must end, whatever unregistering did
+                            self._ns_client_done.set()
         finally:
             with trio.CancelScope(shield=True):
                 self.hold.wake_all()
@@ -412,23 +458,29 @@ class BrokerController:
                 # DLedger mode: the Raft member replaces the store services and HA; the role
                 # handler makes this broker a master or a slave as the group elects
                 self.dledger_role = DLedgerRoleHandler(self, store)
-                await nursery.start(
-                    functools.partial(run_store_node, store, host=bcfg.bind_address)
+                await self.supervisor.start(
+                    nursery, "dledger_node",
+                    functools.partial(run_store_node, store, host=bcfg.bind_address),
                 )
             else:
-                await nursery.start(store_services.run, store)
+                await self.supervisor.start(nursery, "store_services", store_services.run, store)
                 # Master/slave replication: every broker listens on haListenPort (a master
                 # serves its slaves there); a SLAVE also runs the HA client toward its master,
                 # which it learns from REGISTER_BROKER's answer. A SYNC_MASTER's puts wait for
                 # slave acks.
-                self.ha = HAService(store, self.settings.ha, host=bcfg.bind_address)
+                self.ha = HAService(
+                    store, self.settings.ha, host=bcfg.bind_address,
+                    auth_secret=bcfg.acl_secret_key if bcfg.acl_enable else None,
+                    on_peer_refused=self._ha_peer_refused,
+                )
                 if store.role is BrokerRole.SYNC_MASTER:
                     # a SYNC send's answer waits here for the slave's ack (send.py)
                     self.held_answers = HeldAnswers(
                         replica_timeout_answer, self.settings.ha.sync_timeout_s
                     )
                     self.ha.hold_answers(self.held_answers)
-                self.ha_port = await nursery.start(self.ha.run)
+                self.ha_port = await self.supervisor.start(nursery, "ha", self.ha.run)
+                self.config_listeners.append(self._ha_config_changed)
             processors = self.processors()
             if bcfg.metrics_port >= 0:
                 self.metrics = BrokerMetrics(self)
@@ -441,20 +493,30 @@ class BrokerController:
                 acl = AclGuard(acl_path, node=self.node)
                 await trio.to_thread.run_sync(acl.load)
                 self.acl = acl
+                self.topic_access = acl.topic_access
                 processors = acl.wrap(processors)
-                nursery.start_soon(acl.run)
+                self.supervisor.spawn(nursery, "acl", acl.run)
+            processors = self.name_gate.wrap(processors)
             server = RemotingServer(
                 Dispatcher(processors, None),
                 node=self.node,
                 idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
                 on_close=self._on_close,
+                max_connections=bcfg.server_max_connections,
+                max_buffered_input_bytes=bcfg.server_max_buffered_input_bytes,
+                partial_frame_timeout=bcfg.server_partial_frame_timeout_seconds,
             )
             self.server = server
-            self.address = await nursery.start(server.serve, bcfg.bind_address, bcfg.listen_port)
-            self.fast_address = await nursery.start(server.serve, bcfg.bind_address, bcfg.fast_port)
+            sup = self.supervisor
+            self.address = await sup.start(
+                nursery, "listener", server.serve, bcfg.bind_address, bcfg.listen_port
+            )
+            self.fast_address = await sup.start(
+                nursery, "fast_listener", server.serve, bcfg.bind_address, bcfg.fast_port
+            )
             if self.metrics is not None:
-                self.metrics_address = await nursery.start(
-                    functools.partial(
+                self.metrics_address = await sup.start(
+                    nursery, "metrics", functools.partial(
                         serve_metrics, self.metrics.render, host=bcfg.bind_address,
                         port=bcfg.metrics_port, node=self.node,
                     )
@@ -469,16 +531,19 @@ class BrokerController:
             )
             self._schedule = schedule
             await self.register_all()
-            nursery.start_soon(self._register_loop)
-            nursery.start_soon(self._housekeeping_loop)
-            nursery.start_soon(self._persist_loop)
+            sup.spawn(nursery, "register", self._register_loop)
+            sup.spawn(nursery, "housekeeping", self._housekeeping_loop)
+            sup.spawn(nursery, "persist", self._persist_loop)
             if self.dledger_role is not None:
-                nursery.start_soon(self.dledger_role.run)  # role-specific services follow
+                # role-specific services follow
+                sup.spawn(nursery, "dledger_role", self.dledger_role.run)
             elif not self.is_slave:  # a slave's store refuses writes; the master delivers
-                nursery.start_soon(self._schedule_loop)
-                nursery.start_soon(self._transaction_check_loop)
+                sup.spawn(nursery, "schedule", self._schedule_loop)
+                sup.spawn(nursery, "transaction_check", self._transaction_check_loop)
             else:
-                nursery.start_soon(self._slave_sync_loop)
+                sup.spawn(nursery, "slave_sync", self._slave_sync_loop)
+            if self.ha is not None and self._ha_needs_slave_hosts():
+                sup.spawn(nursery, "ha_slave_hosts", self._ha_slave_hosts_loop)
             self.log.info(
                 "broker started",
                 broker_addr=self.broker_addr,
@@ -492,6 +557,64 @@ class BrokerController:
                 store=scfg.store_path_root_dir,
             )
             task_status.started(self.address)
+
+    # ------------------------------------------------------------------ HA port access
+
+    def _ha_needs_slave_hosts(self) -> bool:
+        """The HA default allow-list needs this group's slave hosts: a master binding a
+        non-loopback address with haAllowedSlaveAddresses unset."""
+        return (
+            not self.is_slave
+            and not self.settings.ha.ha_allowed_slave_addresses.strip()
+            and not is_loopback_host(self.bcfg.bind_address)
+        )
+
+    def _ha_config_changed(self) -> None:
+        """UPDATE_BROKER_CONFIG installed settings: a new haAllowedSlaveAddresses applies to
+        the next HA connections."""
+        ha = self.ha
+        if ha is not None and self.settings.ha.allow_list != ha.configured_allow_list:
+            self._spawn(ha.set_allowed_addresses, self.settings.ha)
+
+    def _ha_peer_refused(self) -> None:
+        self._ha_hosts_now.set()
+
+    async def _ha_slave_hosts_loop(self) -> None:
+        """Keep the HA port's default allow-list = the hosts of this group's slaves in the
+        NameServers' cluster info: after each registration period, and soon after a peer
+        was refused (a slave that just registered)."""
+        while True:
+            await self.ha_slave_hosts_once()
+            with trio.move_on_after(self.bcfg.register_period_s):
+                await self._ha_hosts_now.wait()
+            self._ha_hosts_now = trio.Event()
+            await trio.sleep(HA_SLAVE_HOSTS_REFRESH_MIN_S)
+
+    async def ha_slave_hosts_once(self) -> None:
+        client = self._ns_client
+        if client is None or self.ha is None:
+            return
+        timeout = self.bcfg.register_broker_timeout_mills / 1000.0
+        request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+        for addr in self.bcfg.namesrv_addrs:
+            try:
+                response = await client.invoke(addr, request, timeout)
+                if response.code != ResponseCode.SUCCESS:
+                    continue
+                info = ClusterInfo.decode(bytes(response.body or b""))
+            except (RemotingError, OSError, ValueError) as exc:
+                self.log.info("cluster info for HA failed", namesrv=addr, error=str(exc))
+                continue
+            group = info.broker_addr_table.get(self.bcfg.broker_name)
+            if group is None:
+                continue
+            hosts = []
+            for broker_id, broker_addr in group.broker_addrs.items():
+                host, sep, _port = broker_addr.rpartition(":")
+                if broker_id != 0 and sep:
+                    hosts.append(host.strip("[]"))
+            self.ha.set_slave_hosts(hosts)
+            return
 
     # ------------------------------------------------------------------ registration
 
@@ -581,7 +704,13 @@ class BrokerController:
             with trio.move_on_after(period):
                 await self._register_now.wait()
             self._register_now = trio.Event()
-            await self.register_all()
+            self._register_round += 1
+            try:
+                await self.register_all()
+            finally:
+                self._register_round_done = self._register_round
+                self._register_round_ended.set()
+                self._register_round_ended = trio.Event()
 
     # ------------------------------------------------------------------ slave synchronize
 

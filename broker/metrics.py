@@ -9,9 +9,10 @@ denial counter. Pure: no I/O, no trio.
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from rmq_cluster.broker.offsets import TOPIC_GROUP_SEPARATOR
 from rmq_cluster.cluster.metrics import Histogram, RateTracker, Registry
@@ -219,3 +220,127 @@ def timed(processor: Any, histogram: Histogram) -> Any:
         return response
 
     return timed_sync
+
+
+# --------------------------------------------------------------- GET_BROKER_RUNTIME_INFO
+
+#: RocketMQ StoreStatsService's put-latency buckets: (label, upper bound in seconds).
+JAVA_PUT_DISTRIBUTION: Final = (
+    ("[<=0ms]", 0.001), ("[0~10ms]", 0.01), ("[10~50ms]", 0.05), ("[50~100ms]", 0.1),
+    ("[100~200ms]", 0.2), ("[200~500ms]", 0.5), ("[500ms~1s]", 1.0), ("[1~2s]", 2.0),
+    ("[2~3s]", 3.0), ("[3~4s]", 4.0), ("[4~5s]", 5.0), ("[5~10s]", 10.0),
+    ("[10s~]", float("inf")),
+)
+_BYTE_UNITS: Final = "KMGTPE"
+
+
+def human_bytes(n: int) -> str:
+    """Java ``MixAll.humanReadableByteCount(n, false)``: ``"512 B"``, ``"97.9 GiB"``."""
+    if n < 1024:
+        return f"{n} B"
+    exp = min(int(math.log(n) / math.log(1024)), len(_BYTE_UNITS))
+    return f"{n / 1024**exp:.1f} {_BYTE_UNITS[exp - 1]}iB"
+
+
+def _used_ratio(total: int, free: int) -> float:
+    """Java ``UtilAll.getDiskPartitionSpaceUsedPercent``: (total - free) / total, -1 unknown."""
+    return (total - free) / total if total > 0 else -1.0
+
+
+def put_latency_figures(histogram: Histogram | None) -> dict[str, str]:
+    """putMessageEntireTimeMax, putLatency99/999 (ms) and putMessageDistributeTime from the
+    send latency histogram (kept while metrics are on; zeros without it). A figure is the upper
+    bound of its bucket, in ms; our buckets are folded into RocketMQ's."""
+    counts = list(histogram.counts) if histogram is not None else []
+    bounds = [*histogram.bounds, float("inf")] if histogram is not None else []
+    total = sum(counts)
+    java = [0] * len(JAVA_PUT_DISTRIBUTION)
+    top_s = 0.0
+    for upper, n in zip(bounds, counts, strict=True):
+        if not n:
+            continue
+        top_s = upper if upper != float("inf") else bounds[-2] if len(bounds) > 1 else 0.0
+        for i, (_label, java_upper) in enumerate(JAVA_PUT_DISTRIBUTION):
+            if upper <= java_upper:
+                java[i] += n
+                break
+
+    def quantile_ms(q: float) -> float:
+        if not total:
+            return 0.0
+        seen = 0
+        for upper, n in zip(bounds, counts, strict=True):
+            seen += n
+            if seen >= q * total:
+                return (upper if upper != float("inf") else top_s) * 1000.0
+        return top_s * 1000.0
+
+    return {
+        "putMessageEntireTimeMax": str(int(top_s * 1000)),
+        "putLatency99": f"{quantile_ms(0.99):.2f}",
+        "putLatency999": f"{quantile_ms(0.999):.2f}",
+        "putMessageDistributeTime": "".join(
+            f"{label}:{n} " for (label, _), n in zip(JAVA_PUT_DISTRIBUTION, java, strict=True)
+        ),
+    }
+
+
+def _tps(rate: float) -> str:
+    return f"{rate:.2f}"
+
+
+class RuntimeStats:
+    """The RocketMQ StoreStatsService / DefaultMessageStore figures of GET_BROKER_RUNTIME_INFO
+    that mqadmin (brokerStatus, clusterList) and rocketmq-exporter read, from what the store
+    counts (puts, failed puts, found/missed pulls, bytes put since boot) and the disk. TPS
+    figures are rates between two looks (the first look answers 0), RocketMQ's three windows
+    (10 s, 1 min, 10 min) all given the same rate."""
+
+    def __init__(self) -> None:
+        self._rates = RateTracker()
+
+    def table(
+        self,
+        ctrl: BrokerController,
+        commitlog_disk: tuple[int, int],
+        consume_queue_disk: tuple[int, int],
+        now_s: float | None = None,
+    ) -> dict[str, str]:
+        """``*_disk``: (total, free) bytes of the partitions holding the CommitLog and the
+        ConsumeQueues (the caller reads them: this module does no I/O)."""
+        store = ctrl.store
+        now = time.monotonic() if now_s is None else now_s
+        found = getattr(store, "get_found_times", 0)
+        miss = getattr(store, "get_miss_times", 0)
+        rate = self._rates.rate
+        found_tps = rate("found", found, now)
+        miss_tps = rate("miss", miss, now)
+        self._rates.end_look()
+        times = ctrl.stats.put_total
+        size = max(0, store.max_phys_offset - getattr(store, "boot_max_offset", 0))
+        cl_total, cl_free = commitlog_disk
+        cq_total, cq_free = consume_queue_disk
+        earliest = store.get_earliest_message_time()
+        out = {
+            "putMessageTimesTotal": str(times),
+            "putMessageSizeTotal": str(size),
+            "putMessageAverageSize": str(size / times if times else 0.0),
+            "putMessageFailedTimes": str(getattr(store, "put_failed_times", 0)),
+            "getMessageEntireTimeMax": "0",  # reads are not timed
+            "getFoundTps": " ".join([_tps(found_tps)] * 3),
+            "getMissTps": " ".join([_tps(miss_tps)] * 3),
+            "getTotalTps": " ".join([_tps(found_tps + miss_tps)] * 3),
+            "commitLogDiskRatio": str(_used_ratio(cl_total, cl_free)),
+            "consumeQueueDiskRatio": str(_used_ratio(cq_total, cq_free)),
+            "commitLogDirCapacity": (
+                f"Total : {human_bytes(cl_total)}, Free : {human_bytes(cl_free)}."
+            ),
+            "earliestMessageTimeStamp": str(max(earliest, 0)),
+            "remainHowManyDataToFlush": human_bytes(
+                max(0, store.max_phys_offset - store.flushed_offset)
+            ),
+            "startAcceptSendRequestTimeStamp": "0",
+        }
+        metrics = ctrl.metrics
+        out.update(put_latency_figures(metrics.send_latency if metrics is not None else None))
+        return out

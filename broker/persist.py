@@ -9,6 +9,8 @@ import contextlib
 import os
 from typing import Final
 
+from rmq_cluster.store.paths import StoreRoot
+
 TOPICS_FILE: Final = "topics.json"
 CONSUMER_OFFSET_FILE: Final = "consumerOffset.json"
 SUBSCRIPTION_GROUP_FILE: Final = "subscriptionGroup.json"
@@ -16,7 +18,15 @@ DELAY_OFFSET_FILE: Final = "delayOffset.json"
 
 
 def config_dir(store_root: str) -> str:
-    return os.path.join(store_root, "config")
+    """``<store_root>/config``, through the store's path guard (a ``config`` symlink leading
+    out of the store is refused with StorePathError)."""
+    return StoreRoot(store_root).child("config")
+
+
+def config_file(store_root: str, name: str) -> str:
+    """``<store_root>/config/<name>``: ``name`` must be one file name, and the path (symlinks
+    resolved) must stay inside the store root; StorePathError otherwise."""
+    return StoreRoot(store_root).child("config", name)
 
 
 def read_file(path: str) -> bytes:

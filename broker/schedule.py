@@ -90,8 +90,10 @@ class ScheduleMessageService:
                         self.offsets.set(level, offset)
                         return moved, due
                     props = dict(rec.properties)
-                    topic = props.pop(MessageConst.PROPERTY_REAL_TOPIC, None)
-                    qid = props.pop(MessageConst.PROPERTY_REAL_QUEUE_ID, None)
+                    # REAL_TOPIC/REAL_QID stay on the delivered message, as RocketMQ's
+                    # ScheduleMessageService leaves them (Java consumers see them)
+                    topic = props.get(MessageConst.PROPERTY_REAL_TOPIC)
+                    qid = props.get(MessageConst.PROPERTY_REAL_QUEUE_ID)
                     props.pop(MessageConst.PROPERTY_DELAY_TIME_LEVEL, None)
                     if topic:
                         put = store.append_message(

@@ -7,7 +7,6 @@ it whenever ``changed`` says so and re-registers with the NameServers.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -15,6 +14,7 @@ from typing import Final
 import attrs
 
 from rmq_cluster.broker.config import BrokerConfig
+from rmq_cluster.cluster.protocol import names
 from rmq_cluster.cluster.protocol.route import (
     DataVersion,
     PermName,
@@ -37,9 +37,10 @@ DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
 SCHEDULE_QUEUE_NUMS: Final = 18
 BENCHMARK_QUEUE_NUMS: Final = 1024
 SYSTEM_NAME_TOPIC_QUEUE_NUMS: Final = 16
-TOPIC_MAX_LENGTH: Final = 127
-VALID_TOPIC_RE: Final = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-VALID_CHARS_TEXT: Final = "^[%|a-zA-Z0-9_-]+$"
+#: (the name rules and the queue-count cap live in cluster/protocol/names.py)
+TOPIC_MAX_LENGTH: Final = names.TOPIC_MAX_LENGTH
+VALID_CHARS_TEXT: Final = names.VALID_CHARS_TEXT
+MAX_QUEUE_NUMS: Final = names.MAX_QUEUE_NUMS
 #: Producers may never send to these (RocketMQ ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``).
 NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
     {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC}
@@ -47,17 +48,20 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
 
 
 def validate_topic(topic: str | None) -> str | None:
-    """None if ``topic`` is a legal name, else RocketMQ's remark saying why not."""
-    if topic is None or not topic.strip():
+    """None if ``topic`` is a legal name, else RocketMQ's remark saying why not (a full match:
+    no trailing newline slips through)."""
+    if topic is None:
         return "The specified topic is blank."
-    if not VALID_TOPIC_RE.match(topic):
-        return (
-            f"The specified topic[{topic}] contains illegal characters, "
-            f"allowing only {VALID_CHARS_TEXT}"
-        )
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return "The specified topic is longer than topic max length."
-    return None
+    return names.validate_topic(topic)
+
+
+def _capped(tc: TopicConfig) -> TopicConfig:
+    """``tc`` with its queue counts within [0, MAX_QUEUE_NUMS] (configs read from files)."""
+    r = min(max(tc.read_queue_nums, 0), MAX_QUEUE_NUMS)
+    w = min(max(tc.write_queue_nums, 0), MAX_QUEUE_NUMS)
+    if r == tc.read_queue_nums and w == tc.write_queue_nums:
+        return tc
+    return attrs.evolve(tc, read_queue_nums=r, write_queue_nums=w)
 
 
 def is_not_allowed_send_topic(topic: str) -> bool:
@@ -65,11 +69,13 @@ def is_not_allowed_send_topic(topic: str) -> bool:
 
 
 def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
+    """``%RETRY%<group>``; ``ValueError`` unless ``group`` is a valid group name."""
+    return names.retry_topic(group)
 
 
 def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
+    """``%DLQ%<group>``; ``ValueError`` unless ``group`` is a valid group name."""
+    return names.dlq_topic(group)
 
 
 def _now_ms() -> int:
@@ -108,9 +114,9 @@ class TopicConfigManager:
             cluster_perm,
         )
         broker_perm = PermName.PERM_INHERIT | (rw if c.broker_topic_enable else 0)
-        yield TopicConfig(
-            c.broker_name, SYSTEM_NAME_TOPIC_QUEUE_NUMS, SYSTEM_NAME_TOPIC_QUEUE_NUMS, broker_perm
-        )
+        # RocketMQ 4.9 gives the broker-name topic 1 read and 1 write queue (the cluster-name
+        # topic above has SYSTEM_NAME_TOPIC_QUEUE_NUMS)
+        yield TopicConfig(c.broker_name, 1, 1, broker_perm)
         yield TopicConfig(OFFSET_MOVED_EVENT, 1, 1, rw)
         yield TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS, rw)
         if c.trace_topic_enable:
@@ -131,7 +137,7 @@ class TopicConfigManager:
         if not data.strip():
             return
         wrapper = TopicConfigSerializeWrapper.decode(data)
-        self.table.update(wrapper.topic_config_table)
+        self.table.update({k: _capped(v) for k, v in wrapper.topic_config_table.items()})
         self.data_version = wrapper.data_version
         # the template follows autoCreateTopicEnable, whatever the file says
         if not self.config.auto_create_topic_enable:
@@ -165,6 +171,13 @@ class TopicConfigManager:
         return self.table.get(topic)
 
     def update(self, tc: TopicConfig) -> None:
+        """Install ``tc``; ``ValueError`` for a bad name or queue counts over MAX_QUEUE_NUMS
+        (callers validate first and answer with the remark)."""
+        bad = names.validate_topic(tc.topic_name) or names.validate_queue_nums(
+            tc.read_queue_nums, tc.write_queue_nums
+        )
+        if bad is not None:
+            raise ValueError(bad)
         self.table[tc.topic_name] = tc
         self._bump()
 
@@ -193,7 +206,10 @@ class TopicConfigManager:
             perm = PermName.PERM_RW
         if not PermName.is_inherited(perm):
             return None, False, f"the default topic[{default_topic}] has no perm [{perm}]"
-        queue_nums = max(0, min(client_queue_nums, template.write_queue_nums))
+        bad = names.validate_topic(topic)
+        if bad is not None:
+            return None, False, bad
+        queue_nums = max(0, min(client_queue_nums, template.write_queue_nums, MAX_QUEUE_NUMS))
         tc = TopicConfig(
             topic,
             queue_nums,
@@ -208,10 +224,13 @@ class TopicConfigManager:
     def create_in_send_message_back(
         self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0
     ) -> tuple[TopicConfig, bool]:
-        """Retry / DLQ / system topics created by the broker itself. -> (config, created)."""
+        """Retry / DLQ / system topics created by the broker itself. -> (config, created).
+        Queue counts are capped at MAX_QUEUE_NUMS (names are the callers' to check: they come
+        from validated groups, or from the log a DLedger leader adopts)."""
         existing = self.table.get(topic)
         if existing is not None:
             return existing, False
+        queue_nums = max(0, min(queue_nums, MAX_QUEUE_NUMS))
         tc = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
         self.table[topic] = tc
         self._bump()

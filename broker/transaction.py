@@ -24,6 +24,7 @@ from rmq_cluster.cluster.protocol.message import (
     StoredMessage,
     decode_record,
     encode_record,
+    java_map_order,
 )
 from rmq_cluster.store.message_store import MessageStore
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 REMOVETAG: Final = "d"
+#: The property a Java producer sets on a transaction message it sends (never the broker).
 TRANSACTION_ID_PROPERTY: Final = "__transactionId__"
 #: Half / op records read per store call.
 READ_BATCH: Final = 32
@@ -40,37 +42,44 @@ READ_BATCH: Final = 32
 MAX_CHECKS_PER_ROUND: Final = 256
 
 
-def prepare_half_message(ctrl: BrokerController, msg: Message) -> Message:
+def prepare_half_message(
+    ctrl: BrokerController, msg: Message, wait: str | None = None
+) -> Message:
+    """The half message RocketMQ's ``TransactionalMessageBridge.parseHalfMessageInner`` stores:
+    the real topic and queue in REAL_TOPIC / REAL_QID, the transaction type cleared, and the
+    properties written again from the whole map (so the producer's WAIT, which a plain send
+    does not store, is kept), in Java's HashMap order."""
     ctrl.ensure_transaction_topics()
     props = dict(msg.properties)
+    if wait is not None:
+        props[MessageConst.PROPERTY_WAIT_STORE_MSG_OK] = wait
     props[MessageConst.PROPERTY_REAL_TOPIC] = msg.topic
     props[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-    uniq = props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    if uniq:
-        props[TRANSACTION_ID_PROPERTY] = uniq
     return attrs.evolve(
         msg,
         topic=HALF_TOPIC,
         queue_id=0,
-        properties=props,
+        properties=java_map_order(props),
         sys_flag=(msg.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | SYSFLAG_TRANSACTION_NOT_TYPE,
     )
 
 
 def end_message(half: StoredMessage, commit_sys_flag: int, store_host: tuple[str, int]) -> Message:
-    """The message a commit stores in the real topic."""
-    props = dict(half.properties)
-    topic = props.pop(MessageConst.PROPERTY_REAL_TOPIC, half.topic)
-    queue_id = int(props.pop(MessageConst.PROPERTY_REAL_QUEUE_ID, "0") or 0)
-    props.pop(MessageConst.PROPERTY_TRANSACTION_PREPARED, None)
-    props.pop(TRANSACTION_ID_PROPERTY, None)
-    props.pop(MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES, None)
+    """The message a commit stores in the real topic: RocketMQ 4.9's ``endMessageTransaction``
+    writes the half message's properties string as it was (REAL_TOPIC, REAL_QID, TRAN_MSG and
+    WAIT included; it clears them from the map only after)."""
+    props = half.properties
+    topic = props.get(MessageConst.PROPERTY_REAL_TOPIC) or half.topic
+    try:
+        queue_id = int(props.get(MessageConst.PROPERTY_REAL_QUEUE_ID, "0") or 0)
+    except ValueError:
+        queue_id = 0
     return Message(
         topic=topic,
         body=half.body,
         queue_id=queue_id,
         flag=half.flag,
-        properties=props,
+        properties=dict(props),
         sys_flag=(half.sys_flag & ~SYSFLAG_TRANSACTION_MASK) | commit_sys_flag,
         born_timestamp=half.born_timestamp,
         born_host=half.born_host,
@@ -81,12 +90,18 @@ def end_message(half: StoredMessage, commit_sys_flag: int, store_host: tuple[str
 
 
 def op_message(half_queue_offset: int, store_host: tuple[str, int], now_ms: int) -> Message:
+    """The op record (RocketMQ ``putOpMessage``): a ``Message`` (so WAIT=true) tagged ``d``,
+    born in the broker itself."""
     return Message(
         topic=OP_HALF_TOPIC,
         body=str(half_queue_offset).encode(),
         queue_id=0,
-        properties={MessageConst.PROPERTY_TAGS: REMOVETAG},
+        properties=java_map_order({
+            MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "true",
+            MessageConst.PROPERTY_TAGS: REMOVETAG,
+        }),
         born_timestamp=now_ms,
+        born_host=store_host,
         store_host=store_host,
     )
 

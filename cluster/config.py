@@ -9,6 +9,7 @@ value naming its key, and hands back the keys it did not know so the caller can 
 from __future__ import annotations
 
 import enum
+import ipaddress
 import os
 import types
 import typing
@@ -25,9 +26,10 @@ class ConfigError(ValueError):
     """A value that does not parse, or a file that cannot be read; names the key or the file."""
 
 
-def setting(key: str, default: Any) -> Any:
-    """Declare a config field read from the properties key ``key``."""
-    return attrs.field(default=default, kw_only=True, metadata={"key": key})
+def setting(key: str, default: Any, *, secret: bool = False) -> Any:
+    """Declare a config field read from the properties key ``key``; a ``secret`` one never
+    shows in the config value's repr (a logged config object)."""
+    return attrs.field(default=default, kw_only=True, metadata={"key": key}, repr=not secret)
 
 
 # --------------------------------------------------------------------------- .properties text
@@ -216,3 +218,75 @@ def to_properties(config: Any) -> dict[str, str]:
             if value is not None:
                 out[key] = format_value(value)
     return out
+
+
+# --------------------------------------------------------------------------- value checks
+# Shared by every node's boot and by UPDATE_BROKER_CONFIG / UPDATE_NAMESRV_CONFIG: a value is
+# checked by the same function whether it comes from a file, the command line or the wire.
+
+#: Longest host name (RFC 1035) and label.
+MAX_HOSTNAME_CHARS = 253
+MAX_HOSTNAME_LABEL_CHARS = 63
+_LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+
+
+def check_host(key: str, host: str) -> str:
+    """``host`` as an IPv4/IPv6 literal or a DNS host name (RFC 1123 labels); ConfigError
+    naming ``key`` otherwise. Returns it without IPv6 brackets."""
+    text = host.strip()
+    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    if not bare:
+        raise ConfigError(f"{key}: empty host")
+    try:
+        ipaddress.ip_address(bare)
+        return bare
+    except ValueError:
+        if text.startswith("["):
+            raise ConfigError(f"{key}: {host!r} is not an IPv6 address") from None
+    if len(bare) > MAX_HOSTNAME_CHARS:
+        raise ConfigError(f"{key}: host name {host!r} is longer than {MAX_HOSTNAME_CHARS}")
+    name = bare[:-1] if bare.endswith(".") else bare
+    for label in name.split("."):
+        if (
+            not label
+            or len(label) > MAX_HOSTNAME_LABEL_CHARS
+            or not set(label) <= _LABEL_CHARS
+            or label[0] == "-"
+            or label[-1] == "-"
+        ):
+            raise ConfigError(f"{key}: {host!r} is not a host name or IP address")
+    if name.replace(".", "").isdigit():
+        raise ConfigError(f"{key}: {host!r} is not a valid IPv4 address")
+    return bare
+
+
+def check_port(key: str, port: int, *, lowest: int = 1) -> int:
+    if not lowest <= port <= 65535:
+        raise ConfigError(f"{key}: {port} is not a port number ({lowest}..65535)")
+    return port
+
+
+def check_host_port(key: str, addr: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) with a port 1..65535; ConfigError otherwise."""
+    text = addr.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{key}: {addr!r} is not host:port")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ConfigError(f"{key}: {addr!r}: write an IPv6 host as [addr]:port")
+    if not port.isascii() or not port.isdigit() or len(port) > 5:
+        raise ConfigError(f"{key}: {addr!r} has no numeric port")
+    return check_host(key, host), check_port(key, int(port))
+
+
+def check_address_list(key: str, value: str) -> list[tuple[str, int]]:
+    """A ``host:port[;host:port...]`` list (RocketMQ's namesrvAddr form; empty = none), each
+    entry parsed in full."""
+    return [check_host_port(key, part) for part in value.split(";") if part.strip()]
+
+
+def check_range(key: str, value: float, lowest: float | None, highest: float | None) -> None:
+    if (lowest is not None and value < lowest) or (highest is not None and value > highest):
+        low = "" if lowest is None else f"{lowest}"
+        high = "" if highest is None else f"{highest}"
+        raise ConfigError(f"{key}: {value} is out of range [{low}..{high}]")

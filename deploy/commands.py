@@ -24,7 +24,13 @@ from typing import Any
 import attrs
 import trio
 
-from rmq_cluster.cluster.acl.local import acl_path, generate_admin, local_admin, write_local_acl
+from rmq_cluster.cluster.acl.local import (
+    acl_path,
+    generate_admin,
+    local_admin,
+    write_local_acl,
+    write_private,
+)
 from rmq_cluster.cluster.acl.signing import Credentials
 from rmq_cluster.cluster.logging import configure_logging
 from rmq_cluster.cluster.metrics import ExpositionError, parse_exposition, sample_value
@@ -153,22 +159,28 @@ def _node_rows(state: ClusterState) -> list[dict[str, Any]]:
 
 
 def _with_acl(spec: ProfileSpec, directory: Path) -> tuple[ProfileSpec, Credentials | None]:
-    """``up --acl``: brokers verify every request against ``conf/plain_acl.yml`` holding one
-    generated admin account (kept across restarts); the new credentials, or None if reused."""
+    """``up --acl``: brokers verify every request, and NameServers every request that changes
+    the cluster (or reads its config), against ``conf/plain_acl.yml`` holding one generated
+    admin account (kept across restarts); brokers sign their registrations with it. The new
+    credentials, or None if reused."""
     directory = directory.resolve()
     admin = local_admin(directory)
     fresh = None
     if admin is None:
         admin = fresh = generate_admin()
         write_local_acl(directory, admin)
-    props = {
+    acl = {"aclEnable": "true", "aclFile": str(acl_path(directory))}
+    broker_props = {
         **spec.broker_properties,
-        "aclEnable": "true",
-        "aclFile": str(acl_path(directory)),
+        **acl,
         "aclAccessKey": admin.access_key,
         "aclSecretKey": admin.secret_key,
     }
-    return attrs.evolve(spec, broker_properties=props), fresh
+    namesrv_props = {**spec.namesrv_properties, **acl}
+    return (
+        attrs.evolve(spec, broker_properties=broker_props, namesrv_properties=namesrv_props),
+        fresh,
+    )
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -495,10 +507,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     written = []
     for rel, text in files.items():
         path = out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        if path.name.endswith(".sh"):
-            path.chmod(0o755)
+        # properties owner-only (a profile's broker_properties may hold secrets), scripts 0755
+        write_private(path, text, mode=render.file_mode(rel), durable=False)
         written.append(str(path))
     if args.json:
         _print_json({"profile": spec.name, "namesrv_addr": topo.namesrv_addr,
@@ -565,7 +575,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=supervisor.READY_TIMEOUT_S,
                    help="seconds to wait for readiness")
     p.add_argument("--acl", action="store_true",
-                   help="brokers enforce plain ACL; prints generated admin credentials once")
+                   help="brokers and NameServers enforce plain ACL; prints generated admin "
+                        "credentials once")
     p.add_argument("--metrics", action="store_true",
                    help="brokers serve Prometheus /metrics on listenPort + 4")
     p.set_defaults(func=_guarded(cmd_up))

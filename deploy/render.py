@@ -6,6 +6,9 @@ Apache RocketMQ's. Keys a real RocketMQ does not know are ignored by it
 (``MixAll.properties2Object`` only sets known fields), and ours reports and ignores the ones it
 does not know, so nothing here needs two variants.
 
+Every rendered file is created with ``file_mode(path)``: properties owner-only (with
+``up --acl`` a broker's holds the admin's ``aclSecretKey``), scripts executable.
+
 Two uses:
 
 * ``local_files`` - one cluster on this machine (``rmq-cluster up``): every node binds
@@ -43,15 +46,22 @@ FILE_RESERVED_TIME_HOURS: Final = 48
 
 
 def namesrv_properties(
-    node: NodeSpec, *, data_dir: str, bind_address: str | None = None
+    node: NodeSpec,
+    *,
+    data_dir: str,
+    bind_address: str | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """A NameServer's properties (``mqnamesrv -c``)."""
+    """A NameServer's properties (``mqnamesrv -c``); ``extra``: the profile's
+    ``namesrv_properties`` (``up --acl``: aclEnable, aclFile)."""
     props = {
         "listenPort": str(node.port),
         "kvConfigPath": str(PurePosixPath(data_dir) / "kvConfig.json"),
     }
     if bind_address is not None:
         props["bindAddress"] = bind_address
+    if extra:
+        props.update(extra)
     return props
 
 
@@ -126,7 +136,10 @@ def node_properties(
 ) -> dict[str, str]:
     """The properties of any node; ``data_dir`` is that node's own data directory."""
     if node.kind == KIND_NAMESRV:
-        props = namesrv_properties(node, data_dir=data_dir, bind_address=bind_address)
+        props = namesrv_properties(
+            node, data_dir=data_dir, bind_address=bind_address,
+            extra=topo.spec.namesrv_properties,
+        )
     else:
         extra = {"mappedFileSizeCommitLog": str(LOCAL_COMMITLOG_FILE_BYTES)} if local else None
         props = broker_properties(
@@ -157,6 +170,16 @@ def chaos_proxy_properties(node: NodeSpec, topo: Topology) -> dict[str, str]:
                 if n.dledger_id is not None
             )
     return props
+
+
+#: Rendered properties files: owner read/write only (they may hold secrets).
+PROPERTIES_FILE_MODE: Final = 0o600
+SCRIPT_FILE_MODE: Final = 0o755
+
+
+def file_mode(path: str) -> int:
+    """The mode a rendered file is created with (``start.sh``/``stop.sh`` are run by sh)."""
+    return SCRIPT_FILE_MODE if path.endswith(".sh") else PROPERTIES_FILE_MODE
 
 
 def render_properties(props: Mapping[str, str], *, header: str = "") -> str:

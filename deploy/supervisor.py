@@ -33,7 +33,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from rmq_cluster.cluster.acl.local import local_admin
+from rmq_cluster.cluster.acl.local import local_admin, write_private
 from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable, TopicRouteData
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
@@ -259,9 +259,8 @@ class ClusterState:
         }
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        os.replace(tmp, self.path)
+        # owner-only: the topology's broker properties hold aclSecretKey under ``up --acl``
+        write_private(self.path, json.dumps(self.to_json(), indent=2) + "\n", durable=False)
 
     @classmethod
     def load(cls, directory: Path) -> ClusterState:
@@ -345,8 +344,8 @@ def write_files(state: ClusterState) -> None:
     for spec in state.topology.nodes:
         (d / "store" / spec.name).mkdir(parents=True, exist_ok=True)
     for rel, text in render.local_files(state.topology, str(d)).items():
-        path = d / rel
-        path.write_text(text)
+        # created owner-only (a broker's may hold aclSecretKey), never widened by a chmod
+        write_private(d / rel, text, mode=render.file_mode(rel), durable=False)
     state.save()
 
 

@@ -21,6 +21,8 @@ A profile may also be a user's TOML file (or YAML when a YAML library is install
     cluster_name = "DefaultCluster"
     [broker_properties]          # extra broker.conf keys for every broker
     defaultTopicQueueNums = "8"
+    [namesrv_properties]         # extra keys for every NameServer
+    scanNotActiveBrokerInterval = "5000"
 
 Port plan (``base_port`` defaults to RocketMQ's 9876): NameServer ``i`` listens on
 ``base_port + i``; broker ``j`` (masters first, then slaves, then DLedger nodes) listens on
@@ -88,6 +90,8 @@ class ProfileSpec:
     group_size: int = 3
     cluster_name: str = DEFAULT_CLUSTER_NAME
     broker_properties: Mapping[str, str] = attrs.field(factory=dict)
+    #: extra namesrv keys for every NameServer (``up --acl``: aclEnable, aclFile)
+    namesrv_properties: Mapping[str, str] = attrs.field(factory=dict)
 
     def validate(self) -> None:
         if not 1 <= self.namesrvs <= MAX_NAMESRVS:
@@ -408,9 +412,14 @@ _SPEC_KEYS: Final = {
 }
 
 
+#: Profile tables of extra node properties (``key = "value"``).
+_PROPERTY_TABLES: Final = ("broker_properties", "namesrv_properties")
+
+
 def spec_to_json(spec: ProfileSpec) -> dict[str, Any]:
     out: dict[str, Any] = {key: getattr(spec, key) for key in _SPEC_KEYS}
     out["broker_properties"] = dict(spec.broker_properties)
+    out["namesrv_properties"] = dict(spec.namesrv_properties)
     return out
 
 
@@ -424,14 +433,14 @@ def spec_from_mapping(
     for key, value in data.items():
         if key in ("base", "name", "profile"):
             continue
-        if key == "broker_properties":
+        if key in _PROPERTY_TABLES:
             if not isinstance(value, Mapping):
-                raise ProfileError(f"profile {name}: broker_properties must be a table")
+                raise ProfileError(f"profile {name}: {key} must be a table")
             values[key] = {str(k): _prop_value(v) for k, v in value.items()}
             continue
         kind = _SPEC_KEYS.get(key)
         if kind is None:
-            known = ", ".join(sorted([*_SPEC_KEYS, "base", "broker_properties"]))
+            known = ", ".join(sorted([*_SPEC_KEYS, "base", *_PROPERTY_TABLES]))
             raise ProfileError(f"profile {name}: unknown key {key!r} (known: {known})")
         if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
             raise ProfileError(f"profile {name}: {key} must be an integer, got {value!r}")

@@ -92,6 +92,7 @@ from rmq_cluster.store.commitlog import (
 )
 from rmq_cluster.store.config import DELAY_LEVELS_MS, SCHEDULE_TOPIC, BrokerRole, MessageStoreConfig
 from rmq_cluster.store.message_store import MessageStore
+from rmq_cluster.store.paths import is_valid_component
 from rmq_cluster.store.recovery import rebuild_topic_queue_table
 
 if TYPE_CHECKING:
@@ -474,7 +475,10 @@ class DLedgerMessageStore(MessageStore):
         if dispatchable:
             cq = self.cqs.queues.get((topic, queue_id))
             if cq is None:
-                cq = self.cqs.find_or_create(topic, queue_id)
+                # a topic the path guard refuses: skipped and counted, as the store does
+                cq = self.dispatcher.queue_for(topic, queue_id, phys)
+                if cq is None:
+                    return
             cq.put(queue_offset, phys, size, code)
         if self.index is not None and (uniq or keys):
             self.index.index_keys(topic, uniq, keys, phys, store_ts)
@@ -559,7 +563,10 @@ class DLedgerMessageStore(MessageStore):
         if dispatchable:
             cq = self.cqs.queues.get((topic, queue_id))
             if cq is None:
-                cq = self.cqs.find_or_create(topic, queue_id)
+                # a topic the path guard refuses: skipped and counted, as the store does
+                cq = self.dispatcher.queue_for(topic, queue_id, phys)
+                if cq is None:
+                    return True  # handled: skipped
             cq.put(queue_offset, phys, size, code)
         index = self.index
         if index is not None and props_len and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
@@ -648,6 +655,10 @@ class DLedgerMessageStore(MessageStore):
                     PutMessageStatus.MESSAGE_ILLEGAL, None,
                     f"topic length must be 1..{MAX_TOPIC_BYTES} bytes",
                 ), None
+            if not is_valid_component(topic):  # it could never get a ConsumeQueue directory
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, None, "topic is not a valid file name"
+                ), None
             topic_part = _TOPIC_LEN[len(topic_b)] + topic_b
             if len(self._topic_parts) < TOPIC_CACHE_MAX_ENTRIES:
                 self._topic_parts[topic] = topic_part
@@ -685,11 +696,16 @@ class DLedgerMessageStore(MessageStore):
             ), None
         record = b"".join((header, body, topic_part, I16.pack(props_len), props))
         waiter: Pending | None
-        if sink is None:
-            code, waiter = node.propose_now(record)
-        else:
-            code = node.propose_with(record, sink, self.wait_ack_s)
-            waiter = sink if code is ResponseCode.SUCCESS else None
+        try:
+            if sink is None:
+                code, waiter = node.propose_now(record)
+            else:
+                code = node.propose_with(record, sink, self.wait_ack_s)
+                waiter = sink if code is ResponseCode.SUCCESS else None
+        except OSError as exc:  # the log's files could not reserve room (disk full): nothing
+            return PutMessageResult(  # was appended, the log and the Raft core are unchanged
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, f"DLedger append failed: {exc}"
+            ), None
         if waiter is None:
             return PutMessageResult(put_status_of(code), None, f"DLedger append: {code.name}"), None
         if txn not in _NO_ADVANCE_TXN:

@@ -33,6 +33,7 @@ import contextlib
 import errno
 import mmap
 import os
+import shutil
 import struct
 import zlib
 from array import array
@@ -43,6 +44,7 @@ from typing import Protocol
 import attrs
 
 from rmq_cluster.dledger.messages import Entry, make_entry
+from rmq_cluster.store.config import DISK_SPACE_WARNING_LEVEL_RATIO
 
 ENTRY_MAGIC = 1
 BLANK_MAGIC = -1
@@ -56,6 +58,11 @@ INDEX_UNIT_BYTES = 32
 DEFAULT_DATA_FILE_BYTES = 1024 * 1024 * 1024
 DEFAULT_INDEX_FILE_BYTES = INDEX_UNIT_BYTES * 5_000_000
 CHAIN_STRUCT = struct.Struct(">qqqiI")
+#: Blocks of a data or index file are reserved (posix_fallocate) this far ahead of what is
+#: written: a write through the mapping into a hole of a full disk is a SIGBUS; a failed
+#: reservation is an OSError (ENOSPC) before anything is written. As the CommitLog, refused
+#: above DISK_SPACE_WARNING_LEVEL_RATIO used (the rest is headroom for ConsumeQueue/index).
+RESERVE_CHUNK_BYTES = 4 * 1024 * 1024
 CURRTERM_FILE = "currterm"
 KEY_CURR_TERM = "currTerm"
 KEY_VOTE_LEADER = "voteLeader"
@@ -242,6 +249,8 @@ class _MmapFileList:
         directory.mkdir(parents=True, exist_ok=True)
         self.maps: dict[int, mmap.mmap] = {}
         self.dirty: set[int] = set()
+        #: file start -> bytes of that file with blocks reserved (``reserve``)
+        self.limits: dict[int, int] = {}
         for name in sorted(os.listdir(directory)):
             if name.isdigit() and len(name) == FILE_NAME_DIGITS:
                 start = int(name)
@@ -265,6 +274,37 @@ class _MmapFileList:
             self.maps[start] = m
         return m
 
+    def reserve(self, start: int, upto: int) -> None:
+        """Reserve blocks of the file at ``start`` for its bytes below ``upto`` (a chunk at a
+        time) before they are written through the mapping. Raises OSError(ENOSPC) when the
+        disk is (nearly) full; nothing is reserved then."""
+        limit = self.limits.get(start, 0)
+        if upto <= limit:
+            return
+        end = max(upto, limit + RESERVE_CHUNK_BYTES)
+        end = min(self.file_bytes, end + (-end) % mmap.PAGESIZE)
+        usage = shutil.disk_usage(self.dir)
+        want = end - limit
+        if usage.total and (
+            want > usage.free
+            or (usage.used + want) / usage.total > DISK_SPACE_WARNING_LEVEL_RATIO
+        ):
+            raise OSError(
+                errno.ENOSPC,
+                f"the disk is full: {usage.free} bytes free of {usage.total}, {want} more "
+                f"needed, writes stop above {DISK_SPACE_WARNING_LEVEL_RATIO:.0%} used",
+            )
+        fd = os.open(self.dir / _file_name(start), os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, limit, end - limit)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            end = self.file_bytes  # nothing can be reserved here: as before
+        finally:
+            os.close(fd)
+        self.limits[start] = end
+
     def file_of(self, pos: int) -> tuple[int, mmap.mmap]:
         start = pos - pos % self.file_bytes
         return start, self._map(start)
@@ -272,6 +312,8 @@ class _MmapFileList:
     def write(self, pos: int, data: bytes) -> None:
         start, m = self.file_of(pos)
         off = pos - start
+        if off + len(data) > self.limits.get(start, 0):
+            self.reserve(start, off + len(data))
         m[off : off + len(data)] = data
         self.dirty.add(start)
 
@@ -304,6 +346,7 @@ class _MmapFileList:
         for start in self.starts():
             if start > containing:
                 _close_map(self.maps.pop(start))
+                self.limits.pop(start, None)
                 self.dirty.discard(start)
                 (self.dir / _file_name(start)).unlink()
         m = self.maps.get(containing)
@@ -546,6 +589,18 @@ class FileLogStorage:
         _check_append(len(self._terms) - 1, entries)
         if entries and self._append_in_place(entries):
             return
+        kept = len(self._terms)
+        try:
+            self._append_rolling(entries)
+        except OSError:
+            # a full disk (a refused reservation): forget the entries not written; bytes a
+            # partial write left past the log's end are overwritten by the next append
+            for table in (self._terms, self._pos, self._sizes, self._chains):
+                del table[kept:]
+            raise
+
+    def _append_rolling(self, entries: Sequence[Entry]) -> None:
+        """``append``'s general path: runs of entries across data/index file rolls."""
         fb = self.data.file_bytes
         ifb = self.index.file_bytes
         data_run: list[bytes] = []
@@ -619,6 +674,9 @@ class FileLogStorage:
         im = self.index.maps.get(istart) or self.index._map(istart)
         off = pos - start
         ioff = ipos - istart
+        # blocks for what is written below (OSError on a full disk, before any change)
+        data.reserve(start, off + total + BLANK_MIN_BYTES)
+        self.index.reserve(istart, ioff + len(entries) * INDEX_UNIT_BYTES)
         prev_chain = (self._chains[-1] & 0xFFFFFFFF) if self._chains else 0
         crc32 = zlib.crc32
         chain_pack = CHAIN_STRUCT.pack
@@ -680,6 +738,11 @@ class FileLogStorage:
             return False
         m = data.maps.get(start) or data._map(start)
         im = index_files.maps.get(istart) or index_files._map(istart)
+        # blocks for what is written below (OSError on a full disk, before any change)
+        if off + size + BLANK_MIN_BYTES > data.limits.get(start, 0):
+            data.reserve(start, off + size + BLANK_MIN_BYTES)
+        if ipos - istart + INDEX_UNIT_BYTES > index_files.limits.get(istart, 0):
+            index_files.reserve(istart, ipos - istart + INDEX_UNIT_BYTES)
         chains = self._chains
         body_crc = zlib.crc32(body)
         chain = zlib.crc32(

@@ -12,6 +12,13 @@ Modules
 - ``ha.config``: ``HAConfig`` - haListenPort, haMasterAddress, haSendHeartbeatInterval,
   haHousekeepingInterval, haTransferBatchSize, haSlaveFallbehindMax, syncFlushTimeout.
 - ``ha.net``: the raw non-blocking socket helpers both sides use.
+- ``ha.access``: who may use the HA port (our extension; RocketMQ 4.x lets anyone connect and
+  take any report as an ack): ``haAllowedSlaveAddresses`` (default: loopback peers for a
+  loopback-bound broker, else the group's slave hosts from the NameServers), and with
+  ``aclEnable=true`` a challenge the slave answers with an HMAC of the shared aclSecretKey
+  (an ACL-on HA port therefore does not serve a Java slave; ACL-off HA is RocketMQ's).
+  Acks are checked against what was shipped on that connection: a report past it closes the
+  connection, and only bytes actually shipped release SYNC puts.
 
 Broker integration (everything goes through one ``HAService`` per broker)::
 

@@ -23,9 +23,15 @@ import trio
 
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.ha import net
+from rmq_cluster.ha.access import HA_AUTH_CHALLENGE_BYTES, auth_answer, decode_challenge
 from rmq_cluster.ha.config import HAConfig
 from rmq_cluster.ha.net import CONNECTION_ERRORS
-from rmq_cluster.ha.protocol import FrameDecoder, coalesce, encode_offset_report
+from rmq_cluster.ha.protocol import (
+    FrameDecoder,
+    HAProtocolError,
+    coalesce,
+    encode_offset_report,
+)
 
 if TYPE_CHECKING:
     from rmq_cluster.store.message_store import MessageStore
@@ -83,8 +89,11 @@ class HAClient:
         clock_ms: Callable[[], int] = _now_ms,
         reconnect_min_backoff_s: float = HA_RECONNECT_MIN_BACKOFF_S,
         reconnect_max_backoff_s: float = HA_RECONNECT_MAX_BACKOFF_S,
+        auth_secret: str | None = None,
     ) -> None:
         self.store = store
+        #: aclEnable=true: answer the master's challenge with this aclSecretKey (ha/access.py)
+        self.auth_secret = auth_secret
         self.config = config
         self.clock_ms = clock_ms
         self.reconnect_min_backoff_s = reconnect_min_backoff_s
@@ -164,9 +173,9 @@ class HAClient:
             if self._addr != addr:  # re-pointed while connecting
                 sock.close()
                 continue
-            backoff = self.reconnect_min_backoff_s
             self.connects += 1
             self.connected = True
+            receives = self.receives
             self.log.info("ha_connected", master=addr, offset=self.store.max_phys_offset)
             try:
                 with trio.CancelScope() as scope:
@@ -177,8 +186,12 @@ class HAClient:
                 self.connected = False
                 sock.close()
             self.log.info("ha_disconnected", master=addr, offset=self.store.max_phys_offset)
+            if self.receives != receives:  # it streamed: a fresh start after a short pause
+                backoff = self.reconnect_min_backoff_s
             if self._addr == addr:
                 await self._pause(backoff, self._addr_changed)
+                if self.receives == receives:  # refused or silent: back off further
+                    backoff = min(backoff * 2, self.reconnect_max_backoff_s)
 
     async def _pause(self, seconds: float, changed: trio.Event) -> None:
         """Back off, cut short by an address change."""
@@ -188,9 +201,28 @@ class HAClient:
     async def _session(self, sock: net.HASocket) -> None:
         self._report_needed = trio.Event()
         self._sending = False
+        if self.auth_secret is not None:
+            try:
+                await self._answer_challenge(sock)
+            except (trio.TooSlowError, *CONNECTION_ERRORS) as exc:
+                self.log.warning("ha_auth_failed", error=repr(exc))
+                return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._side, self._receiver, sock, nursery.cancel_scope)
             nursery.start_soon(self._side, self._reporter, sock, nursery.cancel_scope)
+
+    async def _answer_challenge(self, sock: net.HASocket) -> None:
+        """Read the master's challenge and answer it (before any offset report)."""
+        assert self.auth_secret is not None
+        got = bytearray()
+        with trio.fail_after(self.config.housekeeping_interval_s):
+            while len(got) < HA_AUTH_CHALLENGE_BYTES:
+                data = await sock.receive()
+                if not data:
+                    raise HAProtocolError("the master closed before its challenge")
+                got += data
+        nonce = decode_challenge(bytes(got))  # more bytes than a challenge: not one
+        await sock.send_all(auth_answer(self.auth_secret, nonce))
 
     async def _side(
         self, fn: Callable[[net.HASocket], Any], sock: net.HASocket, scope: trio.CancelScope

@@ -12,6 +12,7 @@ from typing import Final
 import attrs
 
 from rmq_cluster.cluster.config import setting
+from rmq_cluster.ha.access import SlaveAllowList
 
 #: RocketMQ's default broker listenPort + 1.
 DEFAULT_HA_LISTEN_PORT: Final = 10912
@@ -31,6 +32,20 @@ class HAConfig:
     #: How long a SYNC_MASTER put waits for a slave ack (RocketMQ <= 4.9.3 uses syncFlushTimeout;
     #: the broker passes the store's value here).
     sync_flush_timeout_ms: int = setting("syncFlushTimeout", 1000 * 5)
+    #: Extension key: who may connect to haListenPort (ha/access.py): comma-separated IPs,
+    #: networks, host names or ``*``, each optionally ``:port``. Empty (the default): loopback
+    #: peers for a loopback-bound broker, else the hosts of this group's slaves as the
+    #: NameServers list them. RocketMQ has no such check (anyone may connect).
+    ha_allowed_slave_addresses: str = setting("haAllowedSlaveAddresses", "")
+
+    @ha_allowed_slave_addresses.validator
+    def _check_allowed(self, _attr: attrs.Attribute, value: str) -> None:
+        SlaveAllowList.parse(value)
+
+    @property
+    def allow_list(self) -> SlaveAllowList:
+        """``haAllowedSlaveAddresses`` parsed (empty: use ``default_allow_list``)."""
+        return SlaveAllowList.parse(self.ha_allowed_slave_addresses)
 
     @property
     def heartbeat_interval_s(self) -> float:

@@ -26,8 +26,9 @@ Like RocketMQ's HAService, it listens on every broker; on a SLAVE store it also 
 
 from __future__ import annotations
 
+import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -35,6 +36,14 @@ import trio
 
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.ha import net
+from rmq_cluster.ha.access import (
+    HA_AUTH_ANSWER_BYTES,
+    HA_AUTH_NONCE_BYTES,
+    SlaveAllowList,
+    default_allow_list,
+    encode_challenge,
+    verify_answer,
+)
 from rmq_cluster.ha.client import (
     HA_RECONNECT_MAX_BACKOFF_S,
     HA_RECONNECT_MIN_BACKOFF_S,
@@ -65,7 +74,8 @@ log = get_logger(component="ha_service")
 HA_MAX_SEND_BYTES: Final = 256 * 1024
 #: Pause after accept fails for lack of file descriptors or memory.
 HA_ACCEPT_BACKOFF_S: Final = 0.1
-
+#: How long a connecting slave has to answer the authentication challenge (aclEnable=true).
+HA_AUTH_TIMEOUT_S: Final = 5.0
 
 
 def _now_ms() -> int:
@@ -117,10 +127,26 @@ class HAService:
         clock_ms: Callable[[], int] = _now_ms,
         client_reconnect_min_backoff_s: float = HA_RECONNECT_MIN_BACKOFF_S,
         client_reconnect_max_backoff_s: float = HA_RECONNECT_MAX_BACKOFF_S,
+        auth_secret: str | None = None,
+        on_peer_refused: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.host = host
+        #: aclEnable=true: the shared aclSecretKey slaves prove they know (ha/access.py); ""
+        #: (ACL on, no key configured) lets no slave in. None: no handshake (RocketMQ's HA).
+        self.auth_secret = auth_secret
+        #: called when a peer outside the allow-list was refused (the broker then refreshes
+        #: the group's slave hosts from the NameServers, for the default allow-list)
+        self.on_peer_refused = on_peer_refused
+        self._configured_allow = config.allow_list
+        self._slave_hosts: frozenset[str] = frozenset()
+        self._resolved: dict[str, list[str]] = {}
+        #: who may connect now (haAllowedSlaveAddresses, host names resolved; or the default)
+        self.allow_list: SlaveAllowList = self._effective_allow_list()
+        self.refused_connections = 0  # peers closed at accept (not allowed)
+        self.auth_failures = 0  # peers that failed the handshake
+        self.over_acks = 0  # connections closed for acking past what they were sent
         self.clock_ms = clock_ms
         self.table = AckTable(config.ha_slave_fallbehind_max)
         self.groups = GroupTransfer(trio.Event)
@@ -156,6 +182,7 @@ class HAService:
                 store, master_address, config, clock_ms=clock_ms,
                 reconnect_min_backoff_s=client_reconnect_min_backoff_s,
                 reconnect_max_backoff_s=client_reconnect_max_backoff_s,
+                auth_secret=auth_secret,
             )
             if store.role is BrokerRole.SLAVE
             else None
@@ -172,7 +199,12 @@ class HAService:
         self.port = listener.getsockname()[1]
         if self.store.role is BrokerRole.SYNC_MASTER and self.store.replica_waiter is None:
             self.store.replica_waiter = self.replica_waiter_hook
-        self.log.info("ha_listening", host=self.host, port=self.port)
+        if self.auth_secret == "":
+            self.log.warning("ha_auth_without_secret",
+                             reason="aclEnable=true but no aclSecretKey: no slave can connect")
+        await self._resolve_hostnames()
+        self.log.info("ha_listening", host=self.host, port=self.port,
+                      authenticated=self.auth_secret is not None)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._sweep_timeouts)
@@ -186,6 +218,8 @@ class HAService:
                         self.log.warning("ha_accept_failed", error=str(exc))
                         await trio.sleep(HA_ACCEPT_BACKOFF_S)
                         continue
+                    if not self._admit(sock):
+                        continue
                     self._next_conn_id += 1
                     conn = HAConnection(self, net.HASocket(sock), self._next_conn_id)
                     nursery.start_soon(conn.serve)
@@ -198,6 +232,62 @@ class HAService:
                 trio.lowlevel.notify_closing(listener)
                 listener.close()
             self.log.info("ha_stopped", port=self.port)
+
+    # ------------------------------------------------------------------ who may connect
+
+    def _effective_allow_list(self) -> SlaveAllowList:
+        if self._configured_allow.patterns:
+            return self._configured_allow.resolved(self._resolved)
+        return default_allow_list(self.host, self._slave_hosts)
+
+    def _admit(self, sock: Any) -> bool:
+        """Accept-time check: a peer outside the allow-list is closed before any byte."""
+        try:
+            host, port = sock.getpeername()[:2]
+        except OSError:
+            sock.close()
+            return False
+        if self.allow_list.allows(host, port):
+            return True
+        self.refused_connections += 1
+        sock.close()
+        self.log.warning("ha_connection_refused", remote=f"{host}:{port}",
+                         reason="not in haAllowedSlaveAddresses")
+        if self.on_peer_refused is not None:
+            self.on_peer_refused()
+        return False
+
+    async def _resolve_hostnames(self) -> None:
+        """Resolve the host names of haAllowedSlaveAddresses (once per start or change)."""
+        resolved: dict[str, list[str]] = {}
+        for name in sorted(self._configured_allow.hostnames):
+            try:
+                infos = await trio.socket.getaddrinfo(name, None)
+            except OSError as exc:
+                self.log.warning("ha_allowed_host_unresolved", host=name, error=str(exc))
+                continue
+            resolved[name] = sorted({str(info[4][0]) for info in infos})
+        self._resolved = resolved
+        self.allow_list = self._effective_allow_list()
+
+    @property
+    def configured_allow_list(self) -> SlaveAllowList:
+        """haAllowedSlaveAddresses as configured (empty: the default applies)."""
+        return self._configured_allow
+
+    async def set_allowed_addresses(self, config: HAConfig) -> None:
+        """A new haAllowedSlaveAddresses (UPDATE_BROKER_CONFIG): applies to new connections."""
+        self._configured_allow = config.allow_list
+        await self._resolve_hostnames()
+
+    def set_slave_hosts(self, hosts: Iterable[str]) -> None:
+        """The hosts of this group's slaves (from the NameServers): the default allow-list of
+        a broker that does not bind loopback."""
+        new = frozenset(hosts)
+        if new != self._slave_hosts:
+            self._slave_hosts = new
+            self.allow_list = self._effective_allow_list()
+            self.log.info("ha_slave_hosts", hosts=sorted(new))
 
     # ------------------------------------------------------------------ slave side
 
@@ -345,6 +435,11 @@ class HAService:
             "haSyncWaitingPuts": str(self.waiting_puts),  # now
             "haShipSends": str(self.ship_sends),
             "haShipBytes": str(self.ship_bytes),
+            # HA port access (ha/access.py): peers refused at accept, failed handshakes,
+            # connections closed for acking past what they were sent
+            "haRefusedConnections": str(self.refused_connections),
+            "haAuthFailures": str(self.auth_failures),
+            "haOverAcks": str(self.over_acks),
         }
         if st.slaves:
             info["slaveFallBehindMuch"] = str(self.slave_fall_behind_bytes)
@@ -394,7 +489,13 @@ class HAService:
 
 
 class HAConnection:
-    """One slave: a read side and a write side; either ending closes the connection."""
+    """One slave: a read side and a write side; either ending closes the connection.
+
+    Acks are checked against what this connection shipped (our rule, beyond RocketMQ's): the
+    first report only says where the slave starts; a later report past the end of the bytes
+    sent here (``ack_limit``) closes the connection; only reports above the transfer start
+    (``ack_floor``) count as acks, so SYNC puts are released by bytes actually sent.
+    """
 
     def __init__(self, service: HAService, sock: net.HASocket, conn_id: int) -> None:
         self.service = service
@@ -403,57 +504,120 @@ class HAConnection:
         self.requested_offset = -1  # the slave's first report
         self._requested = trio.Event()
         self.next_transfer_from = -1
+        #: highest offset the slave may report: the end of what was handed to the socket
+        #: (or its own start before that); -1 until the first report
+        self.ack_limit = -1
+        #: reports at or below this are not acks (nothing was shipped there on this connection)
+        self.ack_floor = -1
         self.log = service.log.bind(remote=sock.peer, conn=conn_id)
 
     async def serve(self) -> None:
+        try:
+            extra = b""
+            if self.service.auth_secret is not None:
+                answer_tail = await self._authenticate()
+                if answer_tail is None:
+                    return
+                extra = answer_tail
+            await self._serve_slave(extra)
+        finally:
+            self.sock.close()
+
+    async def _authenticate(self) -> bytes | None:
+        """Challenge the peer (ha/access.py); the bytes after its answer, or None (refused)."""
+        svc = self.service
+        nonce = secrets.token_bytes(HA_AUTH_NONCE_BYTES)
+        got = bytearray()
+        try:
+            with trio.fail_after(HA_AUTH_TIMEOUT_S):
+                await self.sock.send_all(encode_challenge(nonce))
+                while len(got) < HA_AUTH_ANSWER_BYTES:
+                    data = await self.sock.receive()
+                    if not data:
+                        break
+                    got += data
+        except (trio.TooSlowError, *CONNECTION_ERRORS) as exc:
+            svc.auth_failures += 1
+            self.log.warning("ha_slave_auth_failed", reason=f"no answer: {exc!r}")
+            return None
+        answer = bytes(got[:HA_AUTH_ANSWER_BYTES])
+        if len(answer) < HA_AUTH_ANSWER_BYTES or not verify_answer(
+            svc.auth_secret, nonce, answer
+        ):
+            svc.auth_failures += 1
+            self.log.warning("ha_slave_auth_failed", reason="wrong answer to the challenge")
+            return None
+        self.log.info("ha_slave_authenticated")
+        return bytes(got[HA_AUTH_ANSWER_BYTES:])
+
+    async def _serve_slave(self, extra: bytes) -> None:
         svc = self.service
         svc.table.add(self.conn_id, self.sock.peer, svc.clock_ms())
         svc.connections[self.conn_id] = self
         self.log.info("ha_slave_connected")
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._side, self._read_side, nursery.cancel_scope)
+                nursery.start_soon(self._side, self._read_side, nursery.cancel_scope, extra)
                 nursery.start_soon(self._side, self._write_side, nursery.cancel_scope)
         finally:
             svc.table.remove(self.conn_id)
             svc.connections.pop(self.conn_id, None)
             svc._notify_slaves_changed()
-            self.sock.close()
             self.log.info("ha_slave_disconnected")
 
-    async def _side(self, fn: Callable[[], Any], scope: trio.CancelScope) -> None:
+    async def _side(self, fn: Callable[..., Any], scope: trio.CancelScope, *args: Any) -> None:
         try:
-            await fn()
+            await fn(*args)
         except CONNECTION_ERRORS as exc:
             self.log.warning("ha_connection_error", side=fn.__name__, error=repr(exc))
         finally:
             scope.cancel()
 
-    async def _read_side(self) -> None:
+    async def _read_side(self, extra: bytes = b"") -> None:
         svc = self.service
         decoder = OffsetReportDecoder()
         housekeeping_s = svc.config.housekeeping_interval_s
+        data: bytes | memoryview = extra
         while True:
-            with trio.move_on_after(housekeeping_s) as cs:
-                data = await self.sock.receive()
-            if cs.cancelled_caught:
-                self.log.warning("ha_slave_housekeeping_timeout", seconds=housekeeping_s)
-                return
             if not data:
-                return
+                with trio.move_on_after(housekeeping_s) as cs:
+                    data = await self.sock.receive()
+                if cs.cancelled_caught:
+                    self.log.warning("ha_slave_housekeeping_timeout", seconds=housekeeping_s)
+                    return
+                if not data:
+                    return
             offset = decoder.feed(data)
+            data = b""
             if offset is None:
                 continue
-            if self.requested_offset < 0:
-                self.requested_offset = offset
-                self._requested.set()
-            outcome = svc.on_report(self.conn_id, offset)
-            if outcome is ReportOutcome.BEYOND_MASTER:
-                self.log.error(
-                    "ha_slave_ahead_of_master", slave_offset=offset,
-                    master_offset=svc.store.max_phys_offset,
+            if offset > self.ack_limit:  # the one compare of a normal ack
+                if self.requested_offset >= 0:
+                    svc.over_acks += 1
+                    self.log.error(
+                        "ha_slave_ack_beyond_sent", slave_offset=offset,
+                        sent_offset=self.ack_limit, master_offset=svc.store.max_phys_offset,
+                    )
+                    return
+                outcome = svc.table.note_report(
+                    self.conn_id, offset, svc.store.max_phys_offset, svc.clock_ms()
                 )
-                return
+                if outcome is ReportOutcome.BEYOND_MASTER:
+                    self.log.error(
+                        "ha_slave_ahead_of_master", slave_offset=offset,
+                        master_offset=svc.store.max_phys_offset,
+                    )
+                    return
+                self.requested_offset = offset
+                self.ack_limit = self.ack_floor = offset
+                self._requested.set()
+                continue
+            if offset > self.ack_floor:
+                svc.on_report(self.conn_id, offset)
+            else:  # a repeat of its start: alive, no ack
+                svc.table.note_report(
+                    self.conn_id, offset, svc.store.max_phys_offset, svc.clock_ms()
+                )
 
     async def _write_side(self) -> None:
         svc = self.service
@@ -465,6 +629,9 @@ class HAConnection:
             store.config.mapped_file_size_commit_log,
         )
         self.next_transfer_from = nxt
+        # acks count from the transfer start (an empty slave starts at the last file)
+        self.ack_floor = max(self.ack_floor, nxt)
+        self.ack_limit = max(self.ack_limit, nxt)
         svc._notify_slaves_changed()
         self.log.info("ha_transfer_start", offset=nxt, requested=self.requested_offset)
         batch = svc.config.ha_transfer_batch_size
@@ -492,6 +659,7 @@ class HAConnection:
                             min_offset=store.min_phys_offset, max_offset=max_off,
                         )
                         return
+                    self.ack_limit = nxt  # before the send: the slave may ack part of it
                     await sock.send_all(out)
                     svc.ship_sends += 1
                     svc.ship_bytes += len(out)

@@ -29,6 +29,7 @@ class SyncDecision(enum.Enum):
 class ReportOutcome(enum.Enum):
     ACCEPTED = "ACCEPTED"
     BEYOND_MASTER = "BEYOND_MASTER"  # the slave claims more than we have: close it (4.x rule)
+    BEYOND_SENT = "BEYOND_SENT"  # an ack past what this connection was sent: close it (ours)
     UNKNOWN_SLAVE = "UNKNOWN_SLAVE"
 
 
@@ -104,6 +105,22 @@ class AckTable:
         slave.ack = max(slave.ack, offset)
         if offset > self.push_to_slave_max_offset:
             self.push_to_slave_max_offset = offset
+        return ReportOutcome.ACCEPTED
+
+    def note_report(
+        self, conn_id: int, offset: int, master_max: int, now_ms: int
+    ) -> ReportOutcome:
+        """A report that is not an ack of bytes sent on this connection (the slave's first
+        report = where it starts, or a repeat of it): the slave is alive and at ``offset``, but
+        push2SlaveMaxOffset does not move -- only bytes the master shipped can release SYNC
+        puts (our rule; RocketMQ counts any report, so a peer's claim released them)."""
+        slave = self.slaves.get(conn_id)
+        if slave is None:
+            return ReportOutcome.UNKNOWN_SLAVE
+        if offset > master_max:
+            return ReportOutcome.BEYOND_MASTER
+        slave.last_report_ms = now_ms
+        slave.ack = max(slave.ack, offset)
         return ReportOutcome.ACCEPTED
 
     def is_slave_ok(self, master_put_where: int) -> bool:

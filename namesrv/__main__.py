@@ -2,15 +2,17 @@
 
 * ``-c FILE`` reads RocketMQ namesrv property keys (``listenPort``, ``rocketmqHome``,
   ``kvConfigPath``, ...); unknown keys are reported and ignored.
-* ``-p`` prints the effective config as ``key=value`` lines and exits.
+* ``-p`` prints the effective config as ``key=value`` lines (secrets masked) and exits.
 
 Prints ``The Name Server boot success. serializeType=JSON`` once listening, and stops cleanly on
-SIGTERM or SIGINT (exit status 0).
+SIGTERM or SIGINT (exit status 0); a service that fails while running stops the whole node
+(reason logged, exit status 1; see cluster/node_main.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,7 +20,7 @@ import trio
 
 from rmq_cluster.cluster.config import ConfigError, load_config, read_properties
 from rmq_cluster.cluster.logging import configure_logging, get_logger
-from rmq_cluster.cluster.node_main import serve_until_signal
+from rmq_cluster.cluster.node_main import NodeSupervisor, serve_until_signal
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.processor import format_config
 from rmq_cluster.namesrv.server import NamesrvServer
@@ -57,9 +59,11 @@ def load(args: argparse.Namespace) -> NamesrvConfig:
     return loaded.config
 
 
-async def _run(config: NamesrvConfig) -> None:
-    await serve_until_signal(
-        NamesrvServer(config).serve, lambda: BOOT_LINE, node="namesrv", role="namesrv"
+async def _run(config: NamesrvConfig) -> int:
+    supervisor = NodeSupervisor(node="namesrv", role="namesrv", hard_exit=os._exit)
+    server = NamesrvServer(config, supervisor=supervisor)
+    return await serve_until_signal(
+        server.serve, lambda: BOOT_LINE, node="namesrv", role="namesrv", supervisor=supervisor
     )
 
 
@@ -79,14 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(format_config(config))
         return 0
     try:
-        trio.run(_run, config)
+        return int(trio.run(_run, config))
     except (OSError, BaseExceptionGroup) as exc:
         error = _os_error(exc)
         if error is None:
             raise
         print(f"mqnamesrv: cannot start: {error}", file=sys.stderr)
         return 1
-    return 0
 
 
 def _os_error(exc: BaseException) -> OSError | None:

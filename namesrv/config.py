@@ -16,7 +16,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import setting
+from rmq_cluster.cluster.config import check_host, check_range, setting
 
 DEFAULT_LISTEN_PORT: Final = 9876
 DEFAULT_SCAN_INTERVAL_MS: Final = 10_000
@@ -58,13 +58,40 @@ class NamesrvConfig:
     server_channel_max_idle_time_seconds: int = setting(
         "serverChannelMaxIdleTimeSeconds", DEFAULT_CHANNEL_MAX_IDLE_S
     )
-    #: Extension keys: plain ACL on the NameServer's write requests (KV config, broker
-    #: (un)registration, write-permission and topic deletion, config updates) -- admin accounts
-    #: only; ``aclFile`` "" = ``{rocketmqHome}/conf/plain_acl.yml``.
+    #: Extension keys (remoting memory limits; RemotingServer documents them): connections
+    #: open at once (more are closed as soon as accepted), bytes all connections may hold in
+    #: incomplete frames (reads pause past it; raised to about 22 MiB if lower: one frame of
+    #: the largest size must fit), and seconds a started frame has to complete (else its
+    #: connection closes).
+    server_max_connections: int = setting("serverMaxConnections", 10_000)
+    server_max_buffered_input_bytes: int = setting("serverMaxBufferedInputBytes", 64 * 1024 * 1024)
+    server_partial_frame_timeout_seconds: float = setting(
+        "serverPartialFrameTimeoutSeconds", 30.0
+    )
+
+    @server_max_connections.validator
+    @server_max_buffered_input_bytes.validator
+    @server_partial_frame_timeout_seconds.validator
+    def _check_remoting_limit(self, attr: attrs.Attribute, value: float) -> None:
+        if not value > 0:
+            raise ValueError(f"{attr.metadata['key']}: must be positive, got {value}")
+    #: Extension keys: plain ACL on the NameServer's requests that change the cluster (KV
+    #: config, broker (un)registration and heartbeats, write permission, topic deletion,
+    #: config updates) and on its config read -- admin accounts only (``namesrv.server.
+    #: NAMESRV_ACL_CODES``); ``aclFile`` "" = ``{rocketmqHome}/conf/plain_acl.yml``.
+    #: ``rmq-cluster up --acl`` sets both.
     acl_enable: bool = setting("aclEnable", False)
     acl_file: str = setting("aclFile", "")
     #: Extension key: port of the Prometheus ``/metrics`` listener (-1 = off, 0 = ephemeral).
     metrics_port: int = setting("metricsPort", -1)
+
+    @bind_address.validator
+    def _check_bind(self, attr: attrs.Attribute, value: str) -> None:
+        check_host(attr.metadata["key"], value)  # (boot and UPDATE_NAMESRV_CONFIG alike)
+
+    @metrics_port.validator
+    def _check_metrics_port(self, attr: attrs.Attribute, value: int) -> None:
+        check_range(attr.metadata["key"], value, -1, 65535)
 
     @listen_port.validator
     def _check_port(self, _attr: attrs.Attribute, value: int) -> None:

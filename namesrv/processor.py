@@ -17,6 +17,7 @@ from typing import Final
 
 import attrs
 
+from rmq_cluster.cluster.acl.secret_keys import mask_secrets
 from rmq_cluster.cluster.config import (
     ConfigError,
     config_keys,
@@ -24,6 +25,7 @@ from rmq_cluster.cluster.config import (
     load_config,
     parse_properties,
 )
+from rmq_cluster.cluster.protocol.names import check_request, validate_queue_nums
 from rmq_cluster.cluster.protocol.route import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     DataVersion,
@@ -203,6 +205,11 @@ def _register_broker(state: NamesrvState, request: RemotingCommand, ctx: Request
             ResponseCode.SYSTEM_ERROR,
             f"RemotingCommandException: Failed to decode RegisterBrokerBody: {exc}",
         ) from None
+    for tc in wrapper.topic_config_table.values():
+        too_many = validate_queue_nums(tc.read_queue_nums, tc.write_queue_nums)
+        if too_many is not None:
+            remark = f"topic[{tc.topic_name}] in RegisterBrokerBody: {too_many}"
+            raise _BadRequest(ResponseCode.SYSTEM_ERROR, remark)
     result = state.routes.register_broker(
         h.cluster_name,
         h.broker_addr,
@@ -333,7 +340,9 @@ def config_properties(config: NamesrvConfig) -> dict[str, str]:
 
 
 def format_config(config: NamesrvConfig) -> str:
-    return "".join(f"{k}={v}\n" for k, v in config_properties(config).items())
+    """What GET_NAMESRV_CONFIG answers and ``mqnamesrv -p`` prints: secrets masked."""
+    shown = mask_secrets(config_properties(config))
+    return "".join(f"{k}={v}\n" for k, v in shown.items())
 
 
 def _get_config(state: NamesrvState, request: RemotingCommand, ctx: RequestContext) -> Reply:
@@ -403,6 +412,9 @@ def process(state: NamesrvState, request: RemotingCommand, ctx: RequestContext) 
                 f" request type {request.code} not supported",
             )
         )
+    bad = check_request(request)  # every topic name on the wire, before anything uses it
+    if bad is not None:
+        return Reply(request.response(ResponseCode.SYSTEM_ERROR, bad))
     try:
         return handler(state, request, ctx)
     except HeaderError as exc:

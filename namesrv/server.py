@@ -21,6 +21,7 @@ from rmq_cluster.cluster.acl.guard import AclGuard, default_acl_path
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.metrics import Registry
 from rmq_cluster.cluster.metrics_server import serve_metrics
+from rmq_cluster.cluster.node_main import NodeSupervisor
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.net import (
@@ -43,18 +44,24 @@ from rmq_cluster.namesrv.route_info import RemovedBroker
 
 #: Requests whose answer waits for kvConfig.json to be written.
 _PERSISTING_CODES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG})
-#: Write requests checked when aclEnable=true (admin accounts only). Broker (un)registration
-#: is among them: brokers then need the NameServer's white list (globalWhiteRemoteAddresses).
+#: Requests checked when aclEnable=true, admin accounts only: every request that changes the
+#: cluster -- KV config, broker (un)registration and its liveness (QUERY_DATA_VERSION refreshes
+#: a broker's timestamp, so a stranger could keep a dead broker routed), write permission,
+#: topic deletion, config updates -- and the config read (GET_NAMESRV_CONFIG). Route, cluster,
+#: topic-list and KV reads stay open, as RocketMQ's are. Brokers sign their calls with
+#: ``aclAccessKey``/``aclSecretKey`` (an admin account of the NameServer's rules).
 NAMESRV_ACL_CODES = frozenset(
     {
         RequestCode.PUT_KV_CONFIG,
         RequestCode.DELETE_KV_CONFIG,
         RequestCode.REGISTER_BROKER,
         RequestCode.UNREGISTER_BROKER,
+        RequestCode.QUERY_DATA_VERSION,
         RequestCode.WIPE_WRITE_PERM_OF_BROKER,
         RequestCode.ADD_WRITE_PERM_OF_BROKER,
         RequestCode.DELETE_TOPIC_IN_NAMESRV,
         RequestCode.UPDATE_NAMESRV_CONFIG,
+        RequestCode.GET_NAMESRV_CONFIG,
     }
 )
 #: Requests that can change broker liveness without changing what routes look like.
@@ -66,10 +73,15 @@ _LIVENESS_CODES = frozenset(
 class NamesrvServer:
     """One NameServer node. ``serve`` runs it; ``state`` and ``address`` are set once it started."""
 
-    def __init__(self, config: NamesrvConfig, *, node: str = "namesrv") -> None:
+    def __init__(
+        self, config: NamesrvConfig, *, node: str = "namesrv",
+        supervisor: NodeSupervisor | None = None,
+    ) -> None:
         self.config = config
         self.node = node
         self.log = get_logger(node=node, role="namesrv")
+        #: every service task runs under it: one that fails ends the node (node_main.py)
+        self.supervisor = supervisor or NodeSupervisor(node=node, role="namesrv")
         self.state: NamesrvState | None = None
         self.address: tuple[str, int] | None = None
         self._changed = trio.Event()
@@ -115,19 +127,23 @@ class NamesrvServer:
             idle_timeout=float(config.server_channel_max_idle_time_seconds),
             on_connect=self._on_connect,
             on_close=self._on_close,
+            max_connections=config.server_max_connections,
+            max_buffered_input_bytes=config.server_max_buffered_input_bytes,
+            partial_frame_timeout=config.server_partial_frame_timeout_seconds,
         )
+        sup = self.supervisor
         async with trio.open_nursery() as nursery:
-            bound: tuple[str, int] = await nursery.start(
-                server.serve, config.bind_address, config.listen_port
+            bound: tuple[str, int] = await sup.start(
+                nursery, "listener", server.serve, config.bind_address, config.listen_port
             )
             self.address = bound
             self.server = server
-            nursery.start_soon(self._scan_loop)
+            sup.spawn(nursery, "scan_not_active_broker", self._scan_loop)
             if self.acl is not None:
-                nursery.start_soon(self.acl.run)
+                sup.spawn(nursery, "acl", self.acl.run)
             if config.metrics_port >= 0:
-                self.metrics_address = await nursery.start(
-                    functools.partial(
+                self.metrics_address = await sup.start(
+                    nursery, "metrics", functools.partial(
                         serve_metrics, self._metrics_registry().render,
                         host=config.bind_address, port=config.metrics_port, node=self.node,
                     )
@@ -138,6 +154,7 @@ class NamesrvServer:
                 kv_config_path=config.kv_config_path,
                 broker_expired_s=config.broker_expired_s,
                 scan_interval_s=config.scan_interval_s,
+                acl=self.acl is not None,
             )
             task_status.started(bound)
 

@@ -8,7 +8,10 @@ header, one slice copy for the body, two small copies for topic and properties).
 from __future__ import annotations
 
 import enum
+import errno
 import mmap
+import os
+import shutil
 import struct
 import time
 from collections.abc import Callable
@@ -43,16 +46,19 @@ from rmq_cluster.cluster.protocol.message import (
     encode_host,
     encode_offset_msg_id_raw,
     encode_properties,
+    java_map_order,
     tags_code,
 )
 from rmq_cluster.store.config import (
     DELAY_LEVELS_MS,
+    DISK_SPACE_WARNING_LEVEL_RATIO,
     MAX_PROPERTIES_LENGTH_BYTES,
     RECORD_OVERHEAD_ALLOWANCE_BYTES,
     SCHEDULE_TOPIC,
     MessageStoreConfig,
 )
 from rmq_cluster.store.mapped_file import MappedFile, MappedFileQueue
+from rmq_cluster.store.paths import is_valid_component
 
 log = structlog.get_logger(component="commitlog")
 
@@ -64,6 +70,22 @@ HOST_CACHE_MAX_ENTRIES: Final = 65536
 _DELAY: Final = MessageConst.PROPERTY_DELAY_TIME_LEVEL
 _SEP: Final = b"\x02"
 _OFFSET_PACK: Final = struct.Struct(">q").pack  # the offset half of an offset msgId
+_BAD_TOPIC: Final = (
+    f"topic must be 1..{MAX_TOPIC_LENGTH_BYTES} bytes of one valid file name "
+    "(no '/', '\\', NUL, '.' or '..')"
+)
+
+
+#: CommitLog blocks are reserved (posix_fallocate) this far ahead of the write position, so
+#: that no write through the mapping lands in a hole a full disk cannot fill (SIGBUS). Measured
+#: on ext4 here: ~7 µs per 4 MiB reservation (open + fallocate + close; a statvfs is 2 µs),
+#: once per 4 MiB of records; fallocating a whole 1 GiB file takes ~0.9 ms but holds 1 GiB of
+#: disk from the start, which the sparse segments of a cluster in a box avoid.
+RESERVE_CHUNK_BYTES: Final = 4 * 1024 * 1024
+
+
+class DiskFullError(OSError):
+    """No room on the disk for the CommitLog's next bytes."""
 
 
 class PutMessageStatus(enum.Enum):
@@ -182,6 +204,10 @@ class CommitLog:
         self._topic_cache: dict[str, bytes] = {}
         self.check_crc_on_recover = config.check_crc_on_recover
         self._host_cache: dict[HostAddr, bytes] = {}
+        #: blocks are reserved this far ahead of the writer (at most a file)
+        self.reserve_chunk = min(RESERVE_CHUNK_BYTES, self.file_size)
+        #: the last reservation failed for want of space (puts are refused until one succeeds)
+        self.disk_full = False
 
     # ------------------------------------------------------------------ positions
 
@@ -205,6 +231,8 @@ class CommitLog:
     def _topic_bytes(self, topic: str) -> bytes | None:
         tb = self._topic_cache.get(topic)
         if tb is None:
+            if not is_valid_component(topic):  # it could never get a ConsumeQueue directory
+                return None
             raw = topic.encode()
             if not raw or len(raw) > MAX_TOPIC_LENGTH_BYTES:
                 return None
@@ -215,14 +243,68 @@ class CommitLog:
 
     def _file_with_room(self, size: int) -> MappedFile:
         """The last file if ``size`` fits before its blank-length reserve, else seal it with a
-        blank and return a new file. Raises OSError when a file cannot be created."""
+        blank and return a new file; either way with blocks reserved for the record and the
+        blank after it (``_reserve``). Raises DiskFullError when the disk cannot take them,
+        OSError when a file cannot be created."""
         mf = self.queue.last_file_for_write()
         if size + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
             # only 8 bytes are written; the write position jumps to the end of the file
+            self._reserve(mf, min(mf.wrote + END_FILE_MIN_BLANK_LENGTH, mf.file_size))
             BLANK.pack_into(mf.mm, mf.wrote, mf.remaining, BLANK_MAGIC)
             mf.wrote = mf.file_size
             mf = self.queue.create_file(mf.file_end)
+        self._reserve(mf, mf.wrote + size + END_FILE_MIN_BLANK_LENGTH)
         return mf
+
+    def _reserve(self, mf: MappedFile, upto: int) -> None:
+        """Blocks for ``mf``'s bytes up to ``upto`` (a chunk at a time) before anything is
+        written there through the mapping: a write into a hole of a full disk is a SIGBUS
+        that kills the process. The free space is checked first, here (once a chunk), not by
+        the 10 s retention probe: refused above ``DISK_SPACE_WARNING_LEVEL_RATIO`` used (the
+        rest is headroom for ConsumeQueue, index and config writes), or on ENOSPC/EDQUOT."""
+        if upto <= mf.limit:
+            return
+        want = max(upto, mf.limit + self.reserve_chunk) - mf.limit
+        try:
+            usage = shutil.disk_usage(os.path.dirname(mf.path) or ".")
+        except OSError:
+            usage = None
+        if usage is not None and usage.total:
+            ratio = (usage.used + min(want, usage.free)) / usage.total
+            if ratio > DISK_SPACE_WARNING_LEVEL_RATIO or want > usage.free:
+                raise DiskFullError(
+                    errno.ENOSPC,
+                    f"the broker's disk is full: {usage.free} bytes free of {usage.total}, "
+                    f"{want} more needed, writes stop above "
+                    f"{DISK_SPACE_WARNING_LEVEL_RATIO:.0%} used",
+                )
+        try:
+            mf.reserve(upto, self.reserve_chunk)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(exc.errno, f"the broker's disk is full: {exc}") from exc
+            raise
+
+    def _room_refused(self, size: int) -> PutMessageResult | None:
+        """``_file_with_room`` as a put's answer: None when the last file has room (reserved)
+        for ``size`` bytes, else the refusal (SERVICE_NOT_AVAILABLE on a full disk, which
+        the broker answers with code 14; CREATE_MAPEDFILE_FAILED for any other failure)."""
+        try:
+            self._file_with_room(size)
+        except DiskFullError as exc:
+            if not self.disk_full:
+                log.error("commitlog_disk_full", error=exc.strerror)
+            self.disk_full = True
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, exc.strerror or str(exc)
+            )
+        except OSError as exc:
+            log.error("create_mapped_file_failed", error=str(exc))
+            return _illegal(str(exc), PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+        if self.disk_full:
+            log.warning("commitlog_disk_writable_again")
+            self.disk_full = False
+        return None
 
     def append(self, msg: Message) -> PutMessageResult:
         props_map = msg.properties
@@ -242,12 +324,14 @@ class CommitLog:
                 props_map = dict(props_map)
                 props_map[MessageConst.PROPERTY_REAL_TOPIC] = topic
                 props_map[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+                # RocketMQ writes a delayed message's properties again from its HashMap
+                props_map = java_map_order(props_map)
                 topic, queue_id = SCHEDULE_TOPIC, level - 1
         props = "\x02".join(map("\x01".join, props_map.items())).encode() if props_map else b""
         body = msg.body
         topic_b = self._topic_cache.get(topic) or self._topic_bytes(topic)
         if topic_b is None:
-            return _illegal(f"topic length must be 1..{MAX_TOPIC_LENGTH_BYTES} bytes")
+            return _illegal(_BAD_TOPIC)
         body_len = len(body)
         props_len = len(props)
         if body_len > self.max_body:
@@ -268,12 +352,12 @@ class CommitLog:
             return _illegal(f"only IPv4 host:port is supported: {exc}")
         files = self.queue.files
         mf = files[-1] if files else None
-        if mf is None or total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote:
-            try:
-                mf = self._file_with_room(total)
-            except OSError as exc:
-                log.error("create_mapped_file_failed", error=str(exc))
-                return _illegal(str(exc), PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+        # ``limit``, not the file size: past the reserved blocks, reserve more first
+        if mf is None or total + END_FILE_MIN_BLANK_LENGTH > mf.limit - mf.wrote:
+            refused = self._room_refused(total)
+            if refused is not None:
+                return refused
+            mf = self.queue.files[-1]
         key = (topic, queue_id)
         table = self.topic_queue_table
         if txn in _NO_ADVANCE_TXN:
@@ -317,7 +401,7 @@ class CommitLog:
         headers sizes the batch, a second writes every record straight into the mmap."""
         topic_b = self._topic_bytes(batch.topic)
         if topic_b is None:
-            return _illegal(f"topic length must be 1..{MAX_TOPIC_LENGTH_BYTES} bytes")
+            return _illegal(_BAD_TOPIC)
         sys_flag = batch.sys_flag & ~_HOST_V6_FLAGS
         if sys_flag & SYSFLAG_TRANSACTION_MASK:
             return _illegal("batch messages cannot be transactional")
@@ -371,11 +455,10 @@ class CommitLog:
         batch_size = sum(it[5] for it in items)
         if batch_size > self.file_size - END_FILE_MIN_BLANK_LENGTH:
             return _illegal(f"batch of {batch_size} bytes does not fit in one CommitLog file")
-        try:
-            mf = self._file_with_room(batch_size)
-        except OSError as exc:
-            log.error("create_mapped_file_failed", error=str(exc))
-            return _illegal(str(exc), PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+        refused = self._room_refused(batch_size)
+        if refused is not None:
+            return refused
+        mf = self.queue.files[-1]
         key = (batch.topic, batch.queue_id)
         first_qo = qo = self.topic_queue_table.get(key, 0)
         wpos = mf.wrote
@@ -445,6 +528,9 @@ class CommitLog:
         start_if_empty = phys_offset
         while len(view):
             mf = self.queue.last_file_for_write(start_if_empty)
+            end = min(mf.file_size, mf.wrote + len(view))
+            if end > mf.limit:
+                self._reserve(mf, end)  # DiskFullError (an OSError) on a full disk
             n = mf.append(view)
             view = view[n:]
 

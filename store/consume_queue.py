@@ -3,7 +3,6 @@ at logical byte offset index × 20, in segments named by their start byte offset
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Callable, Iterator
 from typing import Final
@@ -12,6 +11,7 @@ import structlog
 
 from rmq_cluster.store.config import CQ_STORE_UNIT_SIZE_BYTES, RECOVER_FROM_LAST_FILES
 from rmq_cluster.store.mapped_file import MappedFileQueue
+from rmq_cluster.store.paths import StoreRoot
 
 log = structlog.get_logger(component="consume_queue")
 
@@ -25,10 +25,15 @@ _RUN_PACKERS: Final = tuple(struct.Struct(">" + "qiq" * k) for k in range(CQ_RUN
 
 
 class ConsumeQueue:
-    def __init__(self, root: str, topic: str, queue_id: int, file_size: int) -> None:
+    def __init__(
+        self, root: str | StoreRoot, topic: str, queue_id: int, file_size: int
+    ) -> None:
+        """``root``: the ``consumequeue`` directory (or its guard). Raises StorePathError when
+        ``topic`` / ``queue_id`` would not name a directory strictly inside it."""
         self.topic = topic
         self.queue_id = queue_id
-        self.directory = os.path.join(root, topic, str(queue_id))
+        guard = root if isinstance(root, StoreRoot) else StoreRoot(root)
+        self.directory = guard.child(topic, str(queue_id))
         self.queue = MappedFileQueue(self.directory, file_size)
         self.file_size = file_size
         self.max_physic_offset = -1  # end (offset + size) of the last unit, -1 when empty

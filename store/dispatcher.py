@@ -55,6 +55,7 @@ from rmq_cluster.store.config import (
 )
 from rmq_cluster.store.consume_queue import CQ_RUN_MAX_UNITS, ConsumeQueue
 from rmq_cluster.store.index_file import IndexService
+from rmq_cluster.store.paths import StorePathError, StoreRoot, is_valid_component
 
 log = structlog.get_logger(component="dispatcher")
 
@@ -64,10 +65,14 @@ TAGS_CACHE_MAX_ENTRIES = 4096
 
 
 class ConsumeQueueTable:
-    """Every ConsumeQueue, created on first use: ``consumequeue/<topic>/<queueId>/``."""
+    """Every ConsumeQueue, created on first use: ``consumequeue/<topic>/<queueId>/``. Every
+    directory goes through the store's path guard: a topic that is no valid file name (or a
+    symlink leading out of the store) gets no ConsumeQueue (StorePathError)."""
 
     def __init__(self, config: MessageStoreConfig) -> None:
-        self.root = config.consume_queue_dir
+        self.store_root = StoreRoot(config.store_path_root_dir)
+        self.guard = self.store_root.sub("consumequeue")
+        self.root = self.guard.path
         self.file_size = config.cq_file_size
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
 
@@ -75,13 +80,21 @@ class ConsumeQueueTable:
         if not os.path.isdir(self.root):
             return
         for topic in sorted(os.listdir(self.root)):
-            tdir = os.path.join(self.root, topic)
+            try:
+                tdir = self.guard.child(topic)
+            except StorePathError as exc:
+                log.error("consume_queue_dir_refused", topic=topic[:200], error=str(exc))
+                continue
             if not os.path.isdir(tdir):
                 continue
             for qid in sorted(os.listdir(tdir)):
                 if not qid.lstrip("-").isdigit():
                     continue
-                cq = ConsumeQueue(self.root, topic, int(qid), self.file_size)
+                try:
+                    cq = ConsumeQueue(self.guard, topic, int(qid), self.file_size)
+                except StorePathError as exc:
+                    log.error("consume_queue_dir_refused", topic=topic[:200], error=str(exc))
+                    continue
                 cq.load()
                 self.queues[(topic, int(qid))] = cq
 
@@ -89,10 +102,11 @@ class ConsumeQueueTable:
         return self.queues.get((topic, queue_id))
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """Raises StorePathError when ``topic`` cannot name a ConsumeQueue directory."""
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
-            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+            cq = ConsumeQueue(self.guard, topic, queue_id, self.file_size)
             self.queues[key] = cq
         return cq
 
@@ -100,11 +114,15 @@ class ConsumeQueueTable:
         return max((cq.max_physic_offset for cq in self.queues.values()), default=-1)
 
     def delete_topic(self, topic: str) -> list[int]:
-        """Destroy every ConsumeQueue of ``topic`` (files and directory); the queue ids."""
+        """Destroy every ConsumeQueue of ``topic`` (files and directory); the queue ids.
+        Raises StorePathError (deleting nothing) when ``topic`` names no directory inside
+        ``consumequeue``."""
+        tdir = self.guard.child(topic)
+        if tdir != os.path.join(self.root, topic):  # a symlink: delete nothing it leads to
+            raise StorePathError(f"consumequeue/{topic[:64]} is a symbolic link")
         gone = sorted(qid for (t, qid) in self.queues if t == topic)
         for qid in gone:
             self.queues.pop((topic, qid)).destroy()
-        tdir = os.path.join(self.root, topic)
         if os.path.isdir(tdir):
             shutil.rmtree(tdir, ignore_errors=True)
         return gone
@@ -141,6 +159,9 @@ class Dispatcher:
         self.lag_histogram: list[int] | None = None
         self._topic_cache: dict[bytes, str] = {}
         self._tags_cache: dict[bytes, int] = {}
+        #: records left out of ConsumeQueue and index because their topic (or queue) names
+        #: no directory inside the store (a hostile or damaged record); dispatch goes on
+        self.skipped_records = 0
         #: (length, head, tail, UNIQ_KEY value start, end, topic, tagsCode) of the template
         #: record: topic + properties bytes from the topic-length byte on; length -1 = none
         self._template: tuple[int, bytes, bytes, int, int, str, int] = (-1, b"", b"", 0, 0, "", 0)
@@ -150,9 +171,33 @@ class Dispatcher:
         """Dispatch lag in bytes."""
         return max(0, self.commitlog.max_offset - self.reput_from)
 
+    def _skip(self, offset: int, topic: str, reason: str) -> None:
+        """Count (and log) a record whose topic or queue gives no valid store path."""
+        self.skipped_records += 1
+        log.error(
+            "dispatch_record_skipped", offset=offset, topic=topic[:200], reason=reason,
+            skipped=self.skipped_records,
+        )
+
+    def queue_for(self, topic: str, queue_id: int, offset: int) -> ConsumeQueue | None:
+        """The ConsumeQueue of (topic, queue_id), created on first use; None (the record is
+        skipped) when the path guard refuses its directory."""
+        try:
+            return self.cqs.find_or_create(topic, queue_id)
+        except StorePathError as exc:
+            self._skip(offset, topic, str(exc))
+            return None
+
     def dispatch_request(self, req: DispatchRequest) -> None:
+        if not is_valid_component(req.topic):
+            self._skip(req.commitlog_offset, req.topic, "topic is not a valid path name")
+            self.last_store_timestamp = req.store_timestamp
+            return
         if is_dispatchable(req.sys_flag):
-            cq = self.cqs.find_or_create(req.topic, req.queue_id)
+            cq = self.queue_for(req.topic, req.queue_id, req.commitlog_offset)
+            if cq is None:
+                self.last_store_timestamp = req.store_timestamp
+                return
             cq.put(req.queue_offset, req.commitlog_offset, req.msg_size, req.tags_code)
         if self.index is not None:
             self.index.build_index(req)
@@ -170,7 +215,9 @@ class Dispatcher:
         change inside it (the caller announces the run's last record)."""
         cq = self.cqs.queues.get((topic, queue_id))
         if cq is None:
-            cq = self.cqs.find_or_create(topic, queue_id)
+            cq = self.queue_for(topic, queue_id, units[0])
+            if cq is None:
+                return
         cq.put_run(first, units)
         arrival = self.on_arrival
         if arrival is not None and arrivals:
@@ -303,6 +350,16 @@ class Dispatcher:
                             except UnicodeDecodeError:
                                 corrupt = True
                                 break
+                            if not is_valid_component(cached):
+                                # no ConsumeQueue or index for a topic that names no store
+                                # path: skip the record (checked on a cache miss only:
+                                # valid topics are cached, so this costs nothing per record)
+                                self._skip(base + pos, cached, "topic is not a valid path name")
+                                last_ts = store_ts
+                                pos = rec_end
+                                budget -= total
+                                count += 1
+                                continue
                             if len(topic_cache) < TOPIC_CACHE_MAX_ENTRIES:
                                 topic_cache[topic_raw] = cached
                         topic = cached
@@ -364,8 +421,9 @@ class Dispatcher:
                                     # a one-record run (queues taking turns): put it directly
                                     cq = cq_table.get((run_topic, run_qid))
                                     if cq is None:
-                                        cq = self.cqs.find_or_create(run_topic, run_qid)
-                                    cq.put(run_first, run[0], run[1], run[2])
+                                        cq = self.queue_for(run_topic, run_qid, run[0])
+                                    if cq is not None:
+                                        cq.put(run_first, run[0], run[1], run[2])
                                 else:
                                     self._flush_run(
                                         run_topic, run_qid, run_first, run, run_arrivals

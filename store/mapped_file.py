@@ -6,12 +6,13 @@ of the mapping: zero-copy until the caller copies them into a response.
 
 Files are created at full size but sparse (``ftruncate``), as RocketMQ does, so a store uses disk
 for what it holds, not for its segment sizes (a 1 GiB CommitLog segment and a 420 MB IndexFile
-per broker would cost gigabytes per cluster in a box). A full disk is kept away from page writes
-by the store's free-space limits (writes refused above the hard ratio) and by the CommitLog's
-page pre-faulting ahead of the writer, which hits ENOSPC in a worker thread, not SIGBUS in a put.
-``preallocate=True`` (``warmMapedFileEnable=true`` for the CommitLog) reserves the whole file
-with ``posix_fallocate`` at creation instead, so a full disk fails the creation
-(CREATE_MAPEDFILE_FAILED).
+per broker would cost gigabytes per cluster in a box). A write through the mapping into a hole
+that a full disk cannot fill is a SIGBUS, which kills the process: so the CommitLog reserves
+blocks a chunk ahead of its writer (``reserve``: ``posix_fallocate``, after a free-space check)
+and refuses the put (SERVICE_NOT_AVAILABLE) when that fails; below ``limit`` every write is
+backed. ConsumeQueue and index writes (~40 bytes per record) live in the headroom the
+CommitLog's free-space threshold leaves. ``preallocate=True`` (``warmMapedFileEnable=true`` for
+the CommitLog) reserves the whole file at creation instead.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ MS_SYNC: Final = 4  # <sys/mman.h> on Linux
 
 class MappedFile:
     __slots__ = (
-        "file_from", "file_size", "flushed", "mm", "path", "random_from", "view", "warmed", "wrote"
+        "file_from", "file_size", "flushed", "limit", "mm", "path", "random_from", "view",
+        "warmed", "wrote",
     )
 
     def __init__(
@@ -118,6 +120,9 @@ class MappedFile:
         self.view = memoryview(self.mm)
         self.wrote = 0
         self.flushed = 0
+        #: file bytes [0, limit) have blocks reserved (``reserve``): a write there through the
+        #: mapping cannot meet a full disk (SIGBUS). 0 for a sparse or loaded file.
+        self.limit = file_size if create and preallocate else 0
         self.warmed = 0  # bytes prefaulted by ``populate`` (a hint; never affects contents)
         #: ``populate`` advises [random_from, file_size) MADV_RANDOM (file_size: nothing yet)
         self.random_from = file_size
@@ -141,6 +146,31 @@ class MappedFile:
     def set_positions(self, pos: int) -> None:
         self.wrote = pos
         self.flushed = pos
+
+    def reserve(self, upto: int, chunk: int = 0) -> None:
+        """Reserve blocks for file bytes up to ``upto`` (at least ``chunk`` more than reserved
+        so far, page-aligned, at most the file size) with ``posix_fallocate``: afterwards a
+        write through the mapping below ``limit`` cannot fault on a full disk. Raises OSError
+        (ENOSPC: the disk is full; ``limit`` unchanged). Where the file system cannot
+        fallocate, nothing can be reserved: ``limit`` becomes the file size (as before)."""
+        if upto <= self.limit:
+            return
+        start = max(self.limit, self.wrote - self.wrote % PAGE_SIZE)  # written = backed
+        end = max(upto, self.limit + chunk)
+        end = min(self.file_size, end + (-end) % PAGE_SIZE)
+        if end <= start:
+            self.limit = max(self.limit, end)
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, start, end - start)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            end = self.file_size
+        finally:
+            os.close(fd)
+        self.limit = end
 
     def append(self, data: bytes | memoryview) -> int:
         """Copy ``data`` at the write position; returns the bytes written (may be short)."""

@@ -57,6 +57,7 @@ from rmq_cluster.store.dispatcher import (
 from rmq_cluster.store.flush import Watermark
 from rmq_cluster.store.index_file import IndexFile, IndexService
 from rmq_cluster.store.mapped_file import FlushPlan, run_flush_plan
+from rmq_cluster.store.paths import StorePathError
 from rmq_cluster.store.recovery import RecoveryResult, rebuild_topic_queue_table, recover
 from rmq_cluster.store.retention import CleanResult, DiskUsageProbe, Retention, default_disk_usage
 
@@ -155,7 +156,8 @@ class MessageStore:
         self.cqs = ConsumeQueueTable(config)
         self.index: IndexService | None = (
             IndexService(
-                config.index_dir, config.max_hash_slot_num, config.max_index_num,
+                self.cqs.store_root.child("index"), config.max_hash_slot_num,
+                config.max_index_num,
                 clock_ms=clock_ms,
             )
             if config.message_index_enable
@@ -181,6 +183,12 @@ class MessageStore:
         #: ``warm_at``
         self.warm_wake: trio.Event | None = None
         self.warm_at = 0
+        # GET_BROKER_RUNTIME_INFO figures (RocketMQ StoreStatsService): counted off the hot path
+        # (a failed put, a pull) or derived (bytes put = CommitLog end - its end at boot)
+        self.boot_max_offset = 0
+        self.put_failed_times = 0
+        self.get_found_times = 0
+        self.get_miss_times = 0
         #: dispatch a single message right after its append when the reput is caught up
         self.inline_dispatch = INLINE_DISPATCH
         self.file_created = trio.Event()
@@ -229,6 +237,7 @@ class MessageStore:
             while self.dispatch() > 0:
                 pass
             rebuild_topic_queue_table(self.commitlog, self.cqs)
+            self.boot_max_offset = self.commitlog.max_offset
             for cq in self.cqs.queues.values():
                 cq.correct_min_offset(self.commitlog.min_offset)
             self.flush_watermark = Watermark(self.commitlog.flushed_offset)
@@ -305,6 +314,11 @@ class MessageStore:
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "the broker role is SLAVE"
             )
+        # the flag is refreshed by the clean service every cleanResourceInterval; while it is
+        # set, each refused put probes again (one statvfs) so writes resume as soon as space
+        # is freed
+        if self.retention.disk_full:
+            self.retention.check_disk()
         if self.retention.disk_full:
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "the broker's disk is full"
@@ -319,7 +333,9 @@ class MessageStore:
             return refused
         result = self.commitlog.append(msg)
         appended = result.result
-        if appended is not None:
+        if appended is None:
+            self.put_failed_times += 1
+        else:
             dispatcher = self.dispatcher
             if (
                 self.services_running
@@ -348,7 +364,9 @@ class MessageStore:
         if refused is not None:
             return refused
         result = self.commitlog.append_batch(batch)
-        if result.result is not None:
+        if result.result is None:
+            self.put_failed_times += 1
+        else:
             if self._reput_wake is not None:
                 self._wake_reput()
             if self._appended is not None:
@@ -593,6 +611,7 @@ class MessageStore:
         cq = self.cqs.find(topic, queue_id)
         s = GetMessageStatus
         if cq is None:
+            self.get_miss_times += 1
             return GetMessageResult(s.NO_MATCHED_LOGIC_QUEUE, self._correct(offset, 0), 0, 0)
         min_off = cq.min_offset_in_queue
         max_off = cq.max_offset_in_queue
@@ -603,14 +622,16 @@ class MessageStore:
         elif offset == max_off:
             status, nxt = s.OFFSET_OVERFLOW_ONE, self._correct(offset, offset)
         elif offset > max_off:
-            status = s.OFFSET_OVERFLOW_BADLY
-            nxt = self._correct(offset, min_off if min_off == 0 else max_off)
+            # RocketMQ 4.9.7: back to the queue's end (older 4.x chose 0 while min was 0)
+            status, nxt = s.OFFSET_OVERFLOW_BADLY, self._correct(offset, max_off)
         else:
             status, nxt = s.FOUND, offset
         if status is not s.FOUND:
+            self.get_miss_times += 1
             return GetMessageResult(status, nxt, min_off, max_off)
         buf = cq.get_index_buffer(offset)
         if buf is None:
+            self.get_miss_times += 1
             return GetMessageResult(
                 GetMessageStatus.OFFSET_FOUND_NULL,
                 self._correct(offset, cq.roll_next_file(offset)), min_off, max_off,
@@ -652,6 +673,10 @@ class MessageStore:
         buf.release()
         result.buffer_total_size = total
         result.next_begin_offset = offset + i // UNIT
+        if buffers:
+            self.get_found_times += 1
+        else:
+            self.get_miss_times += 1
         return result
 
     def _correct(self, old: int, new: int) -> int:
@@ -671,10 +696,33 @@ class MessageStore:
         return unit[0] if unit is not None else 0
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """RocketMQ 4.9's ``ConsumeQueue.getOffsetInQueueByTime``: a message stored at
+        ``timestamp`` if there is one, else the nearer of its two neighbours (the older one on
+        a tie); past the last message that last message (max - 1), before the first the
+        first."""
         cq = self.cqs.find(topic, queue_id)
         if cq is None:
             return 0
-        return cq.offset_by_time(timestamp, self.commitlog.pickup_store_timestamp)
+        store_time = self.commitlog.pickup_store_timestamp
+        first_at_or_after = cq.offset_by_time(timestamp, store_time)
+        lo, end = cq.min_offset_in_queue, cq.max_offset_in_queue
+        if end <= lo or first_at_or_after <= lo:
+            return first_at_or_after
+        if first_at_or_after >= end:
+            return end - 1
+        right = cq.get_unit(first_at_or_after)
+        left = cq.get_unit(first_at_or_after - 1)
+        if right is None or left is None:
+            return first_at_or_after
+        right_ts = store_time(right[0], right[1])
+        if right_ts == timestamp:
+            return first_at_or_after
+        left_ts = store_time(left[0], left[1])
+        if left_ts < 0 or right_ts < 0:
+            return first_at_or_after
+        return first_at_or_after if abs(timestamp - left_ts) > abs(timestamp - right_ts) else (
+            first_at_or_after - 1
+        )
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         cq = self.cqs.find(topic, queue_id)
@@ -725,15 +773,20 @@ class MessageStore:
     def query_message(
         self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
     ) -> QueryMessageResult:
-        """Records indexed under ``topic#key`` stored within [begin_ts, end_ts] (newest index
-        files first); the key is checked against each record."""
+        """Records indexed under ``topic#key`` stored within [begin_ts, end_ts]: the newest
+        ``max_num`` matches, answered in ascending CommitLog order as RocketMQ sorts them; the
+        key is checked against each record. The index's last update (timestamp, physical
+        offset) is reported only when something was found (RocketMQ answers 0 otherwise)."""
         out = QueryMessageResult([], 0, 0)
         if self.index is None:
             return out
-        if self.index.files:
+        found = sorted(
+            self.index.query(topic, key, min(max_num, MAX_QUERY_RESULTS), begin_ts, end_ts)
+        )
+        if found and self.index.files:
             out.index_last_update_timestamp = self.index.files[-1].end_ts
             out.index_last_update_phyoffset = self.index.files[-1].end_phy
-        for phys in self.index.query(topic, key, min(max_num, MAX_QUERY_RESULTS), begin_ts, end_ts):
+        for phys in found:
             view = self.read_record(phys)
             if view is None:
                 continue
@@ -758,8 +811,14 @@ class MessageStore:
     def delete_topic(self, topic: str) -> int:
         """Drop ``topic``'s ConsumeQueues and queue offsets (RocketMQ ``cleanUnusedTopic`` for
         one deleted topic); its CommitLog records stay until retention removes them. A topic
-        created again with the same name starts at queue offset 0. Returns the queues dropped."""
-        gone = self.cqs.delete_topic(topic)
+        created again with the same name starts at queue offset 0. Returns the queues dropped.
+        A topic that names no directory inside the store (``../x``, an absolute path, a
+        symlink) deletes nothing: it is logged and answers 0."""
+        try:
+            gone = self.cqs.delete_topic(topic)
+        except StorePathError as exc:
+            log.warning("delete_topic_refused", topic=topic[:200], error=str(exc))
+            return 0
         table = self.commitlog.topic_queue_table
         for key in [k for k in table if k[0] == topic]:
             del table[key]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from rmq_cluster.broker.metrics import RuntimeStats
 from rmq_cluster.broker.offsets import SubscriptionGroupConfig
 from rmq_cluster.broker.processors.common import header_errors
 from rmq_cluster.broker.topic_config import (
@@ -12,8 +14,12 @@ from rmq_cluster.broker.topic_config import (
     NOT_ALLOWED_SEND_TOPICS,
     validate_topic,
 )
-from rmq_cluster.cluster.config import format_properties, to_properties
 from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.names import (
+    MAX_QUEUE_NUMS,
+    validate_group,
+    validate_queue_nums,
+)
 from rmq_cluster.cluster.protocol.route import TOPIC_FILTER_TYPES, KVTable, TopicConfig
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, Version
@@ -36,9 +42,20 @@ def _mq(topic: str, broker_name: str, queue_id: int) -> dict[str, Any]:
     return {"brokerName": broker_name, "queueId": queue_id, "topic": topic}
 
 
+def disk_space(path: str) -> tuple[int, int]:
+    """(total, free) bytes of the partition holding ``path``; (0, 0) if it cannot be read (a
+    statvfs: cheap enough to answer an admin request inline)."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return 0, 0
+    return usage.total, usage.free
+
+
 class AdminProcessors:
     def __init__(self, ctrl: BrokerController) -> None:
         self.ctrl = ctrl
+        self.runtime = RuntimeStats()
 
     def _refuse_on_slave(self, request: RemotingCommand) -> RemotingCommand | None:
         if self.ctrl.is_slave:
@@ -48,7 +65,9 @@ class AdminProcessors:
         return None
 
     @header_errors
-    def update_and_create_topic(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+    def update_and_create_topic(
+        self, conn: Any, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
         refused = self._refuse_on_slave(request)
         if refused is not None:
             return refused
@@ -61,6 +80,9 @@ class AdminProcessors:
                 ResponseCode.SYSTEM_ERROR,
                 f"The topic[{h.topic}] is conflict with system topic.",
             )
+        too_many = validate_queue_nums(h.read_queue_nums, h.write_queue_nums)
+        if too_many is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, too_many)
         if h.topic_filter_type not in TOPIC_FILTER_TYPES:
             return request.response(
                 ResponseCode.SYSTEM_ERROR, f"bad topicFilterType {h.topic_filter_type!r}"
@@ -76,7 +98,15 @@ class AdminProcessors:
         )
         self.ctrl.topics.update(tc)
         self.ctrl.topic_created(h.topic)
-        return request.response(ResponseCode.SUCCESS)
+        answer = request.response(ResponseCode.SUCCESS)
+
+        async def registered() -> RemotingCommand:
+            # as RocketMQ's registerIncrementBrokerData: the NameServers know the new route
+            # before the creator is answered (the Go client's admin looks it up right away)
+            await self.ctrl.register_topics_now([h.topic])
+            return answer
+
+        return registered()
 
     @header_errors
     def delete_topic(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
@@ -84,6 +114,9 @@ class AdminProcessors:
         if refused is not None:
             return refused
         h = DeleteTopicRequestHeader.from_ext_fields(request.ext_fields)
+        bad = validate_topic(h.topic)  # (the name gate answers first; never a path from it)
+        if bad is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, bad)
         if self.ctrl.topics.delete(h.topic):
             self.ctrl.topic_created(h.topic)
         # as RocketMQ's cleanUnusedTopic: the deleted topic's ConsumeQueues go with it
@@ -105,6 +138,11 @@ class AdminProcessors:
             sgc = SubscriptionGroupConfig.from_json_obj(fastjson.loads(bytes(request.body)))
         except (ValueError, TypeError) as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad body: {exc}")
+        bad = validate_group(sgc.group_name)
+        if bad is None and not 0 <= sgc.retry_queue_nums <= MAX_QUEUE_NUMS:
+            bad = f"retryQueueNums[{sgc.retry_queue_nums}] is out of range [0, {MAX_QUEUE_NUMS}]"
+        if bad is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, bad)
         self.ctrl.groups.update(sgc)
         self.ctrl.mark_dirty()
         return request.response(ResponseCode.SUCCESS)
@@ -118,15 +156,6 @@ class AdminProcessors:
     def get_all_delay_offset(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
         return request.response(
             ResponseCode.SUCCESS, None, None, self.ctrl.schedule.offsets.encode()
-        )
-
-    def get_broker_config(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
-        settings = self.ctrl.settings
-        props = {**to_properties(settings.store), **to_properties(settings.broker)}
-        body = format_properties(dict(sorted(props.items()))).encode()
-        version = self.ctrl.topics.data_version.to_json_obj()
-        return request.response(
-            ResponseCode.SUCCESS, None, {"version": fastjson.dumps(version).decode()}, body
         )
 
     def get_broker_runtime_info(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
@@ -155,8 +184,14 @@ class AdminProcessors:
                 f"{lvl},{off}" for lvl, off in sorted(ctrl.schedule.offsets.table.items())
             ),
         }
+        scfg = ctrl.settings.store
+        table.update(self.runtime.table(  # RocketMQ's store figures
+            ctrl, disk_space(scfg.commit_log_dir), disk_space(scfg.consume_queue_dir)
+        ))
         if ctrl.ha is not None:
             table.update(ctrl.ha.runtime_info())  # replication state (per-slave ack, diff)
+        if ctrl.server is not None:  # connections, refusals, buffered input (our keys)
+            table.update(ctrl.server.runtime_info())
         runtime_info = getattr(store, "runtime_info", None)
         if runtime_info is not None:
             table.update(runtime_info())  # DLedger: role, term, leader, commit, match indexes
@@ -261,6 +296,9 @@ class MoreAdminProcessors(AdminProcessors):
         group = request.ext_fields.get("groupName")
         if not group:
             return request.response(ResponseCode.SYSTEM_ERROR, "groupName is required")
+        bad = validate_group(group)
+        if bad is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, bad)
         if self.ctrl.groups.delete(group):
             self.ctrl.mark_dirty()
         return request.response(ResponseCode.SUCCESS)

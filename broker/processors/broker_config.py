@@ -14,11 +14,17 @@ What does not follow at once (logged as such): the periods of background loops r
 start (registerNameServerPeriod, clientHousekeepingInterval, transactionCheckInterval, ...) and
 the store/HA/DLedger keys, which the running store keeps until a restart — except
 ``maxMessageSize``, checked per send.
+
+GET_BROKER_CONFIG (26) answers the running settings as ``key=value`` lines with every secret
+masked (``cluster.acl.secret_keys``: the broker's own ``aclSecretKey`` never leaves it); under
+ACL it is an admin operation (``cluster.acl.permission.ADMIN_CODES``). The rewritten config file
+is created owner-only when it holds a secret (``config_update.rewritten_mode``); logged values
+are masked too.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
@@ -30,9 +36,12 @@ from rmq_cluster.broker.config_update import (
     current_values,
     parse_update_body,
     rewrite_properties,
+    rewritten_mode,
 )
-from rmq_cluster.broker.persist import write_atomically
-from rmq_cluster.cluster.config import config_keys
+from rmq_cluster.cluster.acl.local import write_private
+from rmq_cluster.cluster.acl.secret_keys import mask_secrets
+from rmq_cluster.cluster.config import config_keys, format_properties, to_properties
+from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 
@@ -43,11 +52,12 @@ if TYPE_CHECKING:
 #: Keys the running broker follows at once: every BrokerConfig key (read per request from the
 #: installed config; loop periods excepted, see above) and maxMessageSize.
 _LIVE_KEYS: Final = (
-    frozenset(config_keys(BrokerConfig).values()) | {"maxMessageSize"}
+    frozenset(config_keys(BrokerConfig).values()) | {"maxMessageSize", "haAllowedSlaveAddresses"}
 ) - {
     "registerNameServerPeriod", "clientHousekeepingInterval", "clientChannelExpiredTime",
     "transactionCheckInterval", "flushConsumerOffsetInterval", "flushDelayOffsetInterval",
-    "serverChannelMaxIdleTimeSeconds",
+    "serverChannelMaxIdleTimeSeconds", "serverMaxConnections", "serverMaxBufferedInputBytes",
+    "serverPartialFrameTimeoutSeconds",
 }
 
 
@@ -61,13 +71,46 @@ def install_settings(ctrl: BrokerController, settings: BrokerSettings) -> None:
         listener()
 
 
-def _rewrite_file(path: str, updates: dict[str, str]) -> None:
-    """Blocking: the config file with ``updates`` written in (run in a worker thread)."""
+def config_properties(settings: BrokerSettings) -> dict[str, str]:
+    """The running broker's config keys and values, sorted by key (secrets in clear)."""
+    props = {**to_properties(settings.store), **to_properties(settings.broker)}
+    for key in JAVA_INT_KEYS.intersection(props):
+        props[key] = java_int_text(props[key])
+    return dict(sorted(props.items()))
+
+
+#: Settings we keep as floats that RocketMQ's configs declare ``int``: printed as Java does.
+JAVA_INT_KEYS: Final = frozenset({"accessMessageInMemoryMaxRatio"})
+
+
+def java_int_text(text: str) -> str:
+    """``"40.0"`` -> ``"40"``; a value with a fraction (or not a number) as it is."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        value = float(text)
+    except ValueError:
+        return text
+    return str(int(value)) if value.is_integer() else text
+
+
+def format_config(settings: BrokerSettings) -> str:
+    """What GET_BROKER_CONFIG answers and ``mqbroker -p`` prints: secrets masked."""
+    return format_properties(mask_secrets(config_properties(settings)))
+
+
+def _rewrite_file(path: str, updates: dict[str, str]) -> None:
+    """Blocking: the config file with ``updates`` written in (run in a worker thread); the
+    new file is created owner-only when it holds a secret, atomically replacing the old."""
+    current_mode: int | None
+    try:
+        with open(path, encoding="utf-8") as f:
+            current_mode = os.fstat(f.fileno()).st_mode
+            text = f.read()
     except FileNotFoundError:
-        text = ""
-    write_atomically(path, rewrite_properties(text, updates).encode("utf-8"))
+        text, current_mode = "", None
+    except UnicodeDecodeError as exc:  # answered like any other unwritable file
+        raise OSError(f"{path} is not UTF-8 text: {exc}") from None
+    new_text = rewrite_properties(text, updates)
+    write_private(path, new_text, mode=rewritten_mode(new_text, current_mode))
 
 
 class BrokerConfigProcessor:
@@ -86,7 +129,8 @@ class BrokerConfigProcessor:
             perm_changed = settings.broker.broker_permission != ctrl.bcfg.broker_permission
             install_settings(ctrl, settings)
             written = current_values(settings, list(values))
-            ctrl.log.info("broker config updated", values=written, client=conn.peer)
+            ctrl.log.info("broker config updated", values=mask_secrets(written),
+                          client=conn.peer)
             later = sorted(k for k in values if k not in _LIVE_KEYS)
             if later:
                 ctrl.log.info("broker config keys apply at restart", keys=later)
@@ -108,3 +152,11 @@ class BrokerConfigProcessor:
                         f"updated in memory, but {path} could not be written: {exc}",
                     )
         return request.response(ResponseCode.SUCCESS)
+
+    def get_broker_config(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONFIG (26): the running config, secrets masked, and the topic data
+        version in the ``version`` field, as RocketMQ answers it."""
+        ctrl = self.ctrl
+        body = format_config(ctrl.settings).encode("utf-8")
+        version = fastjson.dumps(ctrl.topics.data_version.to_json_obj()).decode()
+        return request.response(ResponseCode.SUCCESS, None, {"version": version}, body)

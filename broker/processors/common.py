@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar
 
+from rmq_cluster.cluster.protocol.message import MessageConst, StoredMessage
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.cluster.remoting.headers import HeaderError
 from rmq_cluster.store.commitlog import PutMessageStatus
 
 FAQ_URL: Final = "http://rocketmq.apache.org/docs/faq/"
+#: Java's ``FAQUrl.suggestTodo``: what its remarks end with.
+FAQ_SUGGEST: Final = f"\nSee {FAQ_URL} for further details."
 #: Extra extFields every send response carries (the Java client reads the map unconditionally).
 MSG_REGION_DEFAULT: Final = "DefaultRegion"
 TRACE_ON_DEFAULT: Final = "true"
@@ -54,6 +57,21 @@ def put_status_code(status: PutMessageStatus, detail: str = "") -> tuple[int, st
     if remark is not None and detail:
         remark = f"{remark} ({detail})"
     return int(code), remark
+
+
+#: What a processor that read a message by offset or id asks the ACL (``AclGuard.topic_access``):
+#: (conn, request, the message's topics, PUB or SUB) -> None, or the denial to answer with.
+#: The controller sets ``ctrl.topic_access`` when aclEnable=true; None costs nothing.
+TopicAccess = Callable[[Any, RemotingCommand, Iterable[str], int], "RemotingCommand | None"]
+
+
+def message_topics(msg: StoredMessage) -> tuple[str, ...]:
+    """The topics a stored message belongs to: its own and, for a delayed or half message
+    (SCHEDULE_TOPIC_XXXX, RMQ_SYS_TRANS_HALF_TOPIC), the real topic it is bound for."""
+    real = msg.properties.get(MessageConst.PROPERTY_REAL_TOPIC)
+    if real and real != msg.topic:
+        return (msg.topic, real)
+    return (msg.topic,)
 
 
 R = TypeVar("R")

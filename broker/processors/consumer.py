@@ -8,17 +8,21 @@ GET_EARLIEST_MSG_STORETIME, LOCK/UNLOCK_BATCH_MQ, QUERY_MESSAGE, VIEW_MESSAGE_BY
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
 
 from rmq_cluster.broker.clients import (
     ClientChannelInfo,
+    HeartbeatData,
     HeartbeatError,
     decode_heartbeat,
 )
-from rmq_cluster.broker.processors.common import header_errors
+from rmq_cluster.broker.processors.common import header_errors, message_topics
 from rmq_cluster.broker.topic_config import retry_topic
+from rmq_cluster.cluster.acl.permission import SUB
 from rmq_cluster.cluster.filter.sql92 import SelectorError, compile_sql92
 from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.message import RecordError, decode_record
 from rmq_cluster.cluster.protocol.route import PermName
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
@@ -70,25 +74,46 @@ class ConsumerProcessors:
 
     # ------------------------------------------------------------------ clients
 
-    def heart_beat(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+    def heart_beat(
+        self, conn: Any, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """HEART_BEAT. As RocketMQ's ``ClientManageProcessor.heartBeat``: each consumer group's
+        retry topic is created first and, when new, registered with the NameServers before the
+        group's members are recorded and told (so the route of ``%RETRY%group`` exists by the
+        time the client rebalances on this answer or on NOTIFY_CONSUMER_IDS_CHANGED)."""
         ctrl = self.ctrl
         try:
             hb = decode_heartbeat(request.body)
         except HeartbeatError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
+        created: list[str] = []
+        for data in hb.consumers:
+            sgc = ctrl.groups.find(data.group_name)
+            if sgc is not None and sgc.retry_queue_nums > 0:
+                topic = retry_topic(data.group_name)
+                _tc, new = ctrl.topics.create_in_send_message_back(
+                    topic, sgc.retry_queue_nums, PermName.PERM_RW
+                )
+                if new:
+                    created.append(topic)
+        if not created:
+            return self._register_clients(conn, request, hb)
+        return self._register_topics_then_clients(conn, request, hb, created)
+
+    async def _register_topics_then_clients(
+        self, conn: Any, request: RemotingCommand, hb: HeartbeatData, topics: list[str]
+    ) -> RemotingCommand:
+        await self.ctrl.register_topics_now(topics)
+        return self._register_clients(conn, request, hb)
+
+    def _register_clients(
+        self, conn: Any, request: RemotingCommand, hb: HeartbeatData
+    ) -> RemotingCommand:
+        ctrl = self.ctrl
         now = ctrl.now_ms()
         for data in hb.consumers:
             sgc = ctrl.groups.find(data.group_name)
-            notify = True
-            if sgc is not None:
-                notify = sgc.notify_consumer_ids_changed_enable
-                if sgc.retry_queue_nums > 0:
-                    topic = retry_topic(data.group_name)
-                    _tc, created = ctrl.topics.create_in_send_message_back(
-                        topic, sgc.retry_queue_nums, PermName.PERM_RW
-                    )
-                    if created:
-                        ctrl.topic_created(topic)
+            notify = sgc.notify_consumer_ids_changed_enable if sgc is not None else True
             info = ClientChannelInfo(
                 conn, hb.client_id, request.language, request.version, conn.peer, now
             )
@@ -274,6 +299,19 @@ class ConsumerProcessors:
                 "can not find message, maybe time range not correct",
                 ext,
             )
+        access = self.ctrl.topic_access
+        if access is not None:
+            # the ACL admitted the header's topic; a delayed or half message found under it
+            # also belongs to its real topic
+            for view in result.buffers:
+                try:
+                    topics = message_topics(decode_record(view, check_crc=False))
+                except RecordError:
+                    continue
+                denial = access(conn, request, topics, SUB)
+                if denial is not None:
+                    result.copy_body()  # releases the views
+                    return denial
         return request.response(ResponseCode.SUCCESS, None, ext, result.copy_body())
 
     @header_errors
@@ -285,6 +323,18 @@ class ConsumerProcessors:
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {h.offset}"
             )
         try:
+            access = self.ctrl.topic_access
+            if access is not None:  # aclEnable: the topic of the message actually read
+                try:
+                    topics = message_topics(decode_record(view, check_crc=False))
+                except RecordError:
+                    return request.response(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"can not find message by the offset, {h.offset}",
+                    )
+                denial = access(conn, request, topics, SUB)
+                if denial is not None:
+                    return denial
             body = bytes(view)
         finally:
             view.release()

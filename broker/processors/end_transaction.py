@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from rmq_cluster.broker.transaction import HALF_TOPIC, end_message, op_message
+from rmq_cluster.cluster.acl.permission import PUB
 from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
@@ -43,6 +44,12 @@ class EndTransactionProcessor:
             return request.response(
                 ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
             )
+        access = ctrl.topic_access
+        real = half.properties.get(MessageConst.PROPERTY_REAL_TOPIC)
+        if access is not None and real:  # aclEnable: PUB on the topic it is bound for
+            denial = access(conn, request, (real,), PUB)
+            if denial is not None:
+                return denial
         pgroup = half.properties.get(MessageConst.PROPERTY_PRODUCER_GROUP)
         if pgroup is not None and pgroup != h.producer_group:
             return request.response(ResponseCode.SYSTEM_ERROR, "The producer group wrong")

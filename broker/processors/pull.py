@@ -12,18 +12,25 @@ import functools
 import struct
 from typing import TYPE_CHECKING, Any, Final
 
+import orjson
+
 from rmq_cluster.broker.clients import SubscriptionData, build_subscription
-from rmq_cluster.broker.processors.common import FAQ_URL
+from rmq_cluster.broker.processors.common import FAQ_SUGGEST
 from rmq_cluster.broker.processors.consumer import TOTAL_MEMORY_BYTES as _RAM_BYTES
+from rmq_cluster.broker.topic_config import OFFSET_MOVED_EVENT
 from rmq_cluster.cluster.filter.sql92 import Selector
+from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.message import (
     OFF_BODYLEN,
     OFF_SYSFLAG,
     RECORD_HEADER_SIZE,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
+    MessageConst,
     decode_properties,
     decode_record,
+    java_map_order,
+    new_message,
 )
 from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
@@ -57,6 +64,40 @@ _PROPS_LEN: Final = struct.Struct(">h")
 TOTAL_MEMORY_BYTES: int = _RAM_BYTES
 
 _S = GetMessageStatus
+log = get_logger(role="pull")
+
+
+def offset_moved_body(
+    group: str, topic: str, broker_name: str, queue_id: int, requested: int, new: int
+) -> bytes:
+    """RocketMQ's ``OffsetMovedEvent`` as fastjson encodes it (keys sorted)."""
+    return orjson.dumps(
+        {
+            "consumerGroup": group,
+            "messageQueue": {"brokerName": broker_name, "queueId": queue_id, "topic": topic},
+            "offsetNew": new,
+            "offsetRequest": requested,
+        },
+        option=orjson.OPT_SORT_KEYS,
+    )
+
+
+def offset_moved_message(
+    group: str, topic: str, broker_name: str, queue_id: int, requested: int, new: int,
+    broker_host: tuple[str, int], now_ms: int,
+) -> Any:
+    """The message RocketMQ's PullMessageProcessor.generateOffsetMovedEvent stores in
+    OFFSET_MOVED_EVENT queue 0: tagged and keyed by the group, DELAY=0, born in the broker."""
+    props = java_map_order({
+        MessageConst.PROPERTY_TAGS: group,
+        MessageConst.PROPERTY_DELAY_TIME_LEVEL: "0",
+        MessageConst.PROPERTY_KEYS: group,
+    })
+    return new_message(
+        OFFSET_MOVED_EVENT,
+        offset_moved_body(group, topic, broker_name, queue_id, requested, new),
+        0, 0, props, 0, now_ms, broker_host, broker_host, 0,
+    )
 
 
 class Park:
@@ -107,7 +148,7 @@ class PullProcessor:
         if sgc is None:
             return request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group [{h.consumer_group}] does not exist, {FAQ_URL}",
+                f"subscription group [{h.consumer_group}] does not exist, {FAQ_SUGGEST}",
             ), None
         if not sgc.consume_enable:
             return request.response(
@@ -119,7 +160,7 @@ class PullProcessor:
         if tc is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{h.topic}] not exist, apply first please! {FAQ_URL}",
+                f"topic[{h.topic}] not exist, apply first please! {FAQ_SUGGEST}",
             ), None
         if not PermName.is_readable(tc.perm):
             return request.response(
@@ -129,7 +170,7 @@ class PullProcessor:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
-                f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{conn.peer}]",
+                f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[/{conn.peer}]",
             ), None
         sys_flag = h.sys_flag
         if sys_flag & FLAG_SUBSCRIPTION:
@@ -145,7 +186,7 @@ class PullProcessor:
             if group is None:
                 return request.response(
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                    f"the consumer's group info not exist {FAQ_URL}",
+                    f"the consumer's group info not exist{FAQ_SUGGEST}",
                 ), None
             if group.message_model == "BROADCASTING" and not sgc.consume_broadcast_enable:
                 return request.response(
@@ -156,7 +197,7 @@ class PullProcessor:
             if found is None:
                 return request.response(
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                    f"the consumer's subscription not exist {FAQ_URL}",
+                    f"the consumer's subscription not exist{FAQ_SUGGEST}",
                 ), None
             if found.sub_version < h.sub_version:
                 return request.response(
@@ -192,6 +233,10 @@ class PullProcessor:
             record_filter=record_filter,
         )
         status = result.status
+        if status is _S.NO_MATCHED_LOGIC_QUEUE:
+            # a queue of a known topic never written yet: RocketMQ creates its ConsumeQueue on
+            # the first look and answers NO_MESSAGE_IN_QUEUE
+            status = _S.NO_MESSAGE_IN_QUEUE
         body: bytes = b""
         lag = 0
         if status is _S.FOUND:
@@ -232,6 +277,9 @@ class PullProcessor:
             # just be behind its master); retry, at the group's broker
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
             suggest = sgc.broker_id
+        elif code == ResponseCode.PULL_OFFSET_MOVED:
+            self._offset_moved(h.consumer_group, h.topic, h.queue_id, h.queue_offset,
+                               result.next_begin_offset)
         ext = {
             "suggestWhichBrokerId": str(suggest),
             "nextBeginOffset": str(result.next_begin_offset),
@@ -239,6 +287,26 @@ class PullProcessor:
             "maxOffset": str(result.max_offset),
         }
         return request.response(code, status.value, ext, body), None
+
+
+    def _offset_moved(
+        self, group: str, topic: str, queue_id: int, requested: int, new: int
+    ) -> None:
+        """A master records each offset it moves (OFFSET_MOVED_EVENT), as RocketMQ does; a
+        failed put is logged and the pull answered all the same."""
+        ctrl = self.ctrl
+        msg = offset_moved_message(
+            group, topic, ctrl.bcfg.broker_name, queue_id, requested, new, ctrl.store_host,
+            ctrl.now_ms(),
+        )
+        try:
+            result = ctrl.store.append_message(msg)
+        except Exception:  # the answer matters more than the bookkeeping record
+            log.exception("offset_moved_event_failed", topic=topic, group=group)
+            return
+        if result.result is None or not result.status.stored:
+            log.warning("offset_moved_event_refused", topic=topic, group=group,
+                        status=result.status.value)
 
 
 def replicated_topic(ctrl: BrokerController, topic: str, queue_id: int) -> TopicConfig | None:

@@ -1,4 +1,5 @@
-"""Admin calls the broker relays to one of its consumers, and QUERY_CONSUME_TIME_SPAN.
+"""Admin calls the broker relays to one of its consumers, QUERY_CONSUME_TIME_SPAN and
+GET_TOPIC_CONFIG.
 
 RocketMQ 4.9 ``AdminBrokerProcessor.callConsumer``: GET_CONSUMER_RUNNING_INFO (307) and
 CONSUME_MESSAGE_DIRECTLY (309) from an admin name a consumer group and a client id; the broker
@@ -10,6 +11,11 @@ record in the body and its own ``brokerName`` in the extFields.
 Errors (RocketMQ's codes and remarks): SYSTEM_ERROR ``The Consumer <g> <id> not online``, a
 client older than V3_1_8_SNAPSHOT, CONSUME_MSG_TIMEOUT ``consumer <g> <id> Timeout: ..`` when
 the client does not answer in time, SYSTEM_ERROR ``invoke consumer <g> <id> Exception: ..``.
+
+GET_TOPIC_CONFIG (351) is a RocketMQ 5 admin read that 5.x tools call on every broker of a
+topic's route (``DefaultMQAdminExt.examineConsumeStats`` does, and gives up on any answer but
+SUCCESS or TOPIC_NOT_EXIST): one topic's config as ``TopicConfigAndQueueMapping`` JSON; we
+have no static topics, so never a ``mappingDetail``.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from rmq_cluster.broker.processors.common import header_errors
+from rmq_cluster.broker.processors.common import header_errors, message_topics
+from rmq_cluster.broker.topic_config import validate_topic
+from rmq_cluster.cluster.acl.permission import SUB
 from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
+from rmq_cluster.cluster.protocol.message import RecordError, decode_offset_msg_id, decode_record
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.headers import (
@@ -74,6 +82,18 @@ class ConsumerRelayProcessors:
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the msgId, {h.msg_id}"
             )
         try:
+            access = self.ctrl.topic_access
+            if access is not None:  # aclEnable: the topic of the message actually read
+                try:
+                    topics = message_topics(decode_record(view, check_crc=False))
+                except RecordError:
+                    return request.response(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"can not find message by the msgId, {h.msg_id}",
+                    )
+                denial = access(conn, request, topics, SUB)
+                if denial is not None:
+                    return denial
             body = bytes(view)
         finally:
             view.release()
@@ -170,3 +190,18 @@ class ConsumerRelayProcessors:
             )
         body = fastjson.dumps({"consumeTimeSpanSet": spans})
         return request.response(ResponseCode.SUCCESS, None, None, body)
+
+    def get_topic_config(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_TOPIC_CONFIG (351): header ``topic`` (and ``lo``, ignored: no static topics)."""
+        topic = request.ext_fields.get("topic")
+        bad = validate_topic(topic)
+        if bad is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, bad)
+        tc = self.ctrl.topics.select(topic) if topic is not None else None
+        if tc is None:
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}"
+            )
+        return request.response(
+            ResponseCode.SUCCESS, None, None, fastjson.dumps(tc.to_json_obj())
+        )

@@ -22,7 +22,7 @@ import random
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from rmq_cluster.broker.processors.common import FAQ_URL, MSG_REGION_DEFAULT, TRACE_ON_DEFAULT
+from rmq_cluster.broker.processors.common import FAQ_SUGGEST, MSG_REGION_DEFAULT, TRACE_ON_DEFAULT
 from rmq_cluster.broker.processors.send import peer_host
 from rmq_cluster.broker.topic_config import is_not_allowed_send_topic, validate_topic
 from rmq_cluster.cluster.protocol.message import (
@@ -104,7 +104,7 @@ class ReplyProcessor:
             if tc is None:
                 return request.response(
                     ResponseCode.TOPIC_NOT_EXIST,
-                    f"topic[{h.topic}] not exist, apply first please! {FAQ_URL}",
+                    f"topic[{h.topic}] not exist, apply first please! {FAQ_SUGGEST}",
                 )
             if created:
                 ctrl.topic_created(h.topic)

@@ -18,9 +18,10 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from rmq_cluster.broker.processors.common import (
-    FAQ_URL,
+    FAQ_SUGGEST,
     MSG_REGION_DEFAULT,
     TRACE_ON_DEFAULT,
+    message_topics,
     put_status_code,
 )
 from rmq_cluster.broker.topic_config import (
@@ -30,7 +31,8 @@ from rmq_cluster.broker.topic_config import (
     retry_topic,
     validate_topic,
 )
-from rmq_cluster.broker.transaction import HALF_TOPIC, TRANSACTION_ID_PROPERTY, prepare_half_message
+from rmq_cluster.broker.transaction import HALF_TOPIC, prepare_half_message
+from rmq_cluster.cluster.acl.permission import SUB
 from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
@@ -38,9 +40,10 @@ from rmq_cluster.cluster.protocol.message import (
     Message,
     MessageConst,
     decode_properties,
+    java_map_order,
     new_message,
 )
-from rmq_cluster.cluster.protocol.route import PermName
+from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
 from rmq_cluster.cluster.remoting.headers import (
@@ -60,8 +63,44 @@ PEER_HOST_CACHE_SIZE: Final = 4096
 #: Validated topic names remembered by a send processor.
 MAX_VALID_TOPIC_CACHE: Final = 100_000
 _WAIT: Final = MessageConst.PROPERTY_WAIT_STORE_MSG_OK
+_REAL_QID: Final = MessageConst.PROPERTY_REAL_QUEUE_ID
+_ILLEGAL: Final = frozenset(
+    {PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED}
+)
 _CLUSTER: Final = MessageConst.PROPERTY_CLUSTER
 _TRAN: Final = MessageConst.PROPERTY_TRANSACTION_PREPARED
+#: What every send answer carries, refusals too (Java's ``preSend`` adds them first).
+_SEND_EXT: Final = {"MSG_REGION": MSG_REGION_DEFAULT, "TRACE_ON": TRACE_ON_DEFAULT}
+#: Java's remark for a send without a topic (its msgCheck validates the blank topic).
+BLANK_TOPIC_REMARK: Final = "The specified topic is blank."
+
+
+def refuse(request: RemotingCommand, code: int, remark: str | None) -> RemotingCommand:
+    """A send refused: Java's answer still carries MSG_REGION and TRACE_ON."""
+    return request.response(code, remark, dict(_SEND_EXT))
+
+
+def java_topic_config(tc: TopicConfig) -> str:
+    """``TopicConfig.toString()`` as RocketMQ prints it in remarks (perm as ``RW-``)."""
+    perm = "".join((
+        "R" if PermName.is_readable(tc.perm) else "-",
+        "W" if PermName.is_writeable(tc.perm) else "-",
+        "X" if PermName.is_inherited(tc.perm) else "-",
+    ))
+    return (
+        f"TopicConfig [topicName={tc.topic_name}, readQueueNums={tc.read_queue_nums}, "
+        f"writeQueueNums={tc.write_queue_nums}, perm={perm}, "
+        f"topicFilterType={tc.topic_filter_type}, topicSysFlag={tc.topic_sys_flag}, "
+        f"order={'true' if tc.order else 'false'}]"
+    )
+
+
+def message_illegal_remark(max_size: int) -> str:
+    """Java's MESSAGE_ILLEGAL remark (SendMessageProcessor.handlePutMessageResult)."""
+    return (
+        "the message is illegal, maybe msg body or properties length not matched. "
+        f"msg body length limit {max_size}B, msg properties length limit 32KB."
+    )
 
 
 @functools.lru_cache(maxsize=PEER_HOST_CACHE_SIZE)
@@ -268,14 +307,21 @@ class SendProcessor:
             try:
                 header = _slow(request.code, request.ext_fields)
             except HeaderError as exc:
-                return request.response(ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
+                ext = request.ext_fields
+                if not (ext.get("b") if request.code != RequestCode.SEND_MESSAGE else None) and (
+                    not ext.get("topic")
+                ):
+                    return refuse(request, ResponseCode.SYSTEM_ERROR, BLANK_TOPIC_REMARK)
+                return refuse(request, ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
         if not self._writable:
             if ctrl.is_slave:
-                return request.response(
+                return refuse(
+                    request,
                     ResponseCode.SERVICE_NOT_AVAILABLE,
                     f"the broker[{ctrl.bcfg.broker_ip1}] is a slave, sending message is forbidden",
                 )
-            return request.response(
+            return refuse(
+                request,
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{ctrl.bcfg.broker_ip1}] sending message is forbidden",
             )
@@ -283,10 +329,12 @@ class SendProcessor:
         if topic not in self._valid_topics:
             bad = validate_topic(topic)
             if bad is not None:
-                return request.response(ResponseCode.SYSTEM_ERROR, bad)
+                return refuse(request, ResponseCode.SYSTEM_ERROR, bad)
             if is_not_allowed_send_topic(topic):
-                return request.response(
-                    ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+                return refuse(
+                    request,
+                    ResponseCode.NO_PERMISSION,
+                    f"Sending message to topic[{topic}] is forbidden.",
                 )
             if len(self._valid_topics) < MAX_VALID_TOPIC_CACHE:
                 self._valid_topics.add(topic)
@@ -298,22 +346,27 @@ class SendProcessor:
             if tc is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 tc, created = ctrl.topics.create_in_send_message_back(topic, 1, PermName.PERM_RW)
             if tc is None:
-                return request.response(
+                return refuse(
+                    request,
                     ResponseCode.TOPIC_NOT_EXIST,
-                    f"topic[{topic}] not exist, apply first please! {FAQ_URL}",
+                    f"topic[{topic}] not exist, apply first please! {FAQ_SUGGEST}",
                 )
             if created:
                 ctrl.topic_created(topic)
         queue_id = header.queue_id
         id_valid = max(tc.write_queue_nums, tc.read_queue_nums)
         if queue_id >= id_valid:
-            return request.response(
+            return refuse(
+                request,
                 ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{queue_id}] is illegal, {tc} Producer: {conn.peer}",
+                f"request queueId[{queue_id}] is illegal, {java_topic_config(tc)} "
+                f"Producer: {conn.peer}",
             )
         if not PermName.is_writeable(tc.perm):
-            return request.response(
-                ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+            return refuse(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{topic}] sending message is forbidden",
             )
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.write_queue_nums))
@@ -326,18 +379,26 @@ class SendProcessor:
         # batch="1"
         batch = bool(header.batch)
         if not batch and len(body) > max_size:
-            return request.response(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size over max value, MAX: {max_size}, got {len(body)}",
-            )
+            return refuse(request, ResponseCode.MESSAGE_ILLEGAL, message_illegal_remark(max_size))
         props = decode_properties(header.properties) if header.properties else {}
-        wait = props.pop(_WAIT, "true") != "false"
-        props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
+        if batch:
+            # Java appends the batch header's properties (WAIT included) to every item, in
+            # its HashMap's order
+            wait = props.get(_WAIT, "true") != "false"
+            props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
+            props = java_map_order(props)
+            wait_prop = None
+        else:
+            # a single message is stored without WAIT (Java drops it to save 9 bytes)
+            wait_prop = props.pop(_WAIT, None)
+            wait = wait_prop != "false"
+            props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
         reconsume = header.reconsume_times or 0
         sys_flag = header.sys_flag
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             if batch:
-                return request.response(
+                return refuse(
+                    request,
                     ResponseCode.MESSAGE_ILLEGAL,
                     f"batch request does not support retry group {topic}",
                 )
@@ -352,13 +413,14 @@ class SendProcessor:
         )
         if not batch and props.get(_TRAN, "").lower() == "true":
             if ctrl.bcfg.reject_transaction_message:
-                return request.response(
+                return refuse(
+                    request,
                     ResponseCode.NO_PERMISSION,
                     f"the broker[{ctrl.bcfg.broker_ip1}] sending transaction message is forbidden",
                 )
-            msg = prepare_half_message(ctrl, msg)
+            msg = prepare_half_message(ctrl, msg, wait_prop)
         elif sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED_TYPE:
-            msg = prepare_half_message(ctrl, msg)
+            msg = prepare_half_message(ctrl, msg, wait_prop)
         return msg, batch, wait
 
     def _retry_or_dlq(
@@ -368,9 +430,10 @@ class SendProcessor:
         group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
         sgc = ctrl.groups.find(group)
         if sgc is None:
-            return request.response(
+            return refuse(
+                request,
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group not exist, {group} {FAQ_URL}",
+                f"subscription group not exist, {group} {FAQ_SUGGEST}",
             )
         max_times = sgc.retry_max_times
         if request.version >= Version.V3_4_9 and header.max_reconsume_times is not None:
@@ -393,8 +456,11 @@ class SendProcessor:
         status = result.status
         appended = result.result
         if appended is None or not status.stored:
+            if status in _ILLEGAL:
+                return refuse(request, ResponseCode.MESSAGE_ILLEGAL,
+                              message_illegal_remark(self._max_size))
             code, remark = put_status_code(status, result.remark)
-            return request.response(code, remark)
+            return refuse(request, code, remark)
         self.ctrl.stats.put_total += appended.msg_num
         ext = {
             "msgId": appended.msg_id,
@@ -404,12 +470,9 @@ class SendProcessor:
             "TRACE_ON": TRACE_ON_DEFAULT,
         }
         if msg.topic == HALF_TOPIC:
-            props = msg.properties
-            tid = props.get(TRANSACTION_ID_PROPERTY) or props.get(
-                MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-            )
-            if tid:
-                ext["transactionId"] = tid
+            # Java answers the producer's queue (its client builds SendResult.messageQueue
+            # from it) and no transactionId (the client uses the UNIQ_KEY)
+            ext["queueId"] = msg.properties.get(_REAL_QID) or ext["queueId"]
         if status is PutMessageStatus.PUT_OK:
             return request.response(ResponseCode.SUCCESS, None, ext)
         code, remark = put_status_code(status)
@@ -433,7 +496,7 @@ class SendBackProcessor:
         if sgc is None:
             return request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group not exist, {group} {FAQ_URL}",
+                f"subscription group not exist, {group} {FAQ_SUGGEST}",
             )
         if ctrl.is_slave or not PermName.is_writeable(ctrl.bcfg.broker_permission):
             return request.response(
@@ -442,8 +505,10 @@ class SendBackProcessor:
             )
         if sgc.retry_queue_nums <= 0:
             return request.response(ResponseCode.SUCCESS)
-        new_topic = retry_topic(group)
-        queue_id = random.randrange(sgc.retry_queue_nums)
+        try:
+            new_topic = retry_topic(group)
+        except ValueError as exc:  # the name gate refuses it first; never build a path from it
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         tc, created = ctrl.topics.create_in_send_message_back(
             new_topic, sgc.retry_queue_nums, PermName.PERM_RW
         )
@@ -453,14 +518,20 @@ class SendBackProcessor:
             return request.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
             )
+        queue_id = random.randrange(max(1, min(sgc.retry_queue_nums, tc.write_queue_nums)))
         ext = ctrl.store.lookup_message_by_offset(header.offset)
         if ext is None:
             return request.response(
                 ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}"
             )
+        access = ctrl.topic_access
+        if access is not None:  # aclEnable: the consumer must be able to read what it returns
+            denial = access(conn, request, message_topics(ext), SUB)
+            if denial is not None:
+                return denial
         props = dict(ext.properties)
         props.setdefault(MessageConst.PROPERTY_RETRY_TOPIC, ext.topic)
-        props.pop(_WAIT, None)
+        props[_WAIT] = "false"  # Java: setWaitStoreMsgOK(false), stored with the record
         delay_level = header.delay_level
         max_times = sgc.retry_max_times
         if request.version >= Version.V3_4_9 and header.max_reconsume_times is not None:

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, cast
 
 import trio
 
 from rmq_cluster.cluster.acl.permission import ADMIN_CODES
 from rmq_cluster.cluster.acl.rules import AclConfigError, PlainAclConfig, parse_plain_acl
-from rmq_cluster.cluster.acl.validator import AclDecider
+from rmq_cluster.cluster.acl.validator import AclDecider, AclDenied
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import FLAG_RESPONSE, ResponseCode
@@ -142,6 +142,20 @@ class AclGuard:
         denied = self._decider.check(request, conn.peer)
         if denied is None:
             return None
+        return self._deny(conn, request, denied)
+
+    def topic_access(
+        self, conn: Connection, request: RemotingCommand, topics: Iterable[str], needed: int
+    ) -> RemotingCommand | None:
+        """For a processor that read a message by offset or id: None if the sender of
+        ``request`` has ``needed`` (PUB/SUB) on the message's ``topics``, else the denial."""
+        denied = self._decider.check_topics(request, conn.peer, topics, needed)
+        if denied is None:
+            return None
+        return self._deny(conn, request, denied)
+
+    def _deny(self, conn: Connection, request: RemotingCommand, denied: AclDenied
+              ) -> RemotingCommand:
         self.denials += 1
         if self._on_deny is not None:
             self._on_deny()

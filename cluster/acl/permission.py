@@ -15,7 +15,12 @@ ANY: Final = 1 << 1
 PUB: Final = 1 << 2
 SUB: Final = 1 << 3
 
-#: Request codes only an ``admin: true`` account may send (RocketMQ 4.9 ``Permission.ADMIN_CODE``).
+#: Request codes only an ``admin: true`` account may send: RocketMQ 4.9's
+#: ``Permission.ADMIN_CODE`` (the first five), plus the reads that reveal a node's settings
+#: (its config -- secrets are masked in it, but the rest is the operator's business) and the
+#: ACL rule reads and writes (RocketMQ's GET_BROKER_CLUSTER_ACL_CONFIG answers with secrets).
+#: Topic/group/offset tables (GET_ALL_*), runtime and consume stats stay open to any signed
+#: account: slaves sync them and ``mqadmin`` monitoring reads them.
 ADMIN_CODES: Final = frozenset(
     {
         RequestCode.UPDATE_AND_CREATE_TOPIC,
@@ -23,6 +28,13 @@ ADMIN_CODES: Final = frozenset(
         RequestCode.DELETE_TOPIC_IN_BROKER,
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        RequestCode.GET_BROKER_CONFIG,
+        RequestCode.GET_NAMESRV_CONFIG,
+        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG,
+        RequestCode.DELETE_ACL_CONFIG,
+        RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
+        RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+        RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
     }
 )
 

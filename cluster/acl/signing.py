@@ -5,6 +5,12 @@ content   = the values of the request's extFields (``Signature`` and ``_UNIQUE_K
             as UTF-8, followed by the raw body;
 Signature = Base64(HMAC-SHA1(secretKey, content)).
 
+Verification accepts a signature computed either way round ``_UNIQUE_KEY_QUERY``: Java clients
+since 4.9.4 sign every extField they send, that flag included (it rides on QUERY_MESSAGE when a
+message is looked up by its unique key), while RocketMQ's broker verifies without it and so
+answers those lookups under ACL with no message. ``signature_holds`` tries the content without
+the flag first, then, only when the request carries it, with it.
+
 The client adds ``AccessKey`` (and ``SecurityToken`` when it has one) before signing, then
 ``Signature``. Pure: no I/O.
 """
@@ -28,13 +34,18 @@ SECURITY_TOKEN: Final = "SecurityToken"
 #: MixAll.UNIQUE_MSG_QUERY_FLAG: added by some query paths after signing; never signed.
 UNIQUE_MSG_QUERY_FLAG: Final = "_UNIQUE_KEY_QUERY"
 _UNSIGNED: Final = frozenset({SIGNATURE, UNIQUE_MSG_QUERY_FLAG})
+_SIGNATURE_ONLY: Final = frozenset({SIGNATURE})
 
 
 def request_content(
-    ext_fields: Mapping[str, str], body: bytes | bytearray | memoryview
+    ext_fields: Mapping[str, str],
+    body: bytes | bytearray | memoryview,
+    *,
+    with_unique_flag: bool = False,
 ) -> bytes:
-    """The bytes a signature covers."""
-    text = "".join([ext_fields[k] for k in sorted(ext_fields) if k not in _UNSIGNED])
+    """The bytes a signature covers (``with_unique_flag``: as Java clients >= 4.9.4 sign)."""
+    unsigned = _SIGNATURE_ONLY if with_unique_flag else _UNSIGNED
+    text = "".join([ext_fields[k] for k in sorted(ext_fields) if k not in unsigned])
     return text.encode("utf-8") + body
 
 
@@ -50,6 +61,24 @@ class SigningKey:
         h = self._base.copy()
         h.update(content)
         return base64.b64encode(h.digest()).decode("ascii")
+
+
+def signature_holds(
+    signer: SigningKey,
+    ext_fields: Mapping[str, str],
+    body: bytes | bytearray | memoryview,
+    signature: str | None,
+) -> bool:
+    """True when ``signature`` is ``signer``'s over the request, with ``_UNIQUE_KEY_QUERY``
+    left out (RocketMQ's rule) or, when the request carries it, signed too (Java >= 4.9.4)."""
+    if signature is None:
+        return False
+    given = signature.encode()
+    if hmac.compare_digest(signer.sign(request_content(ext_fields, body)).encode(), given):
+        return True
+    return UNIQUE_MSG_QUERY_FLAG in ext_fields and hmac.compare_digest(
+        signer.sign(request_content(ext_fields, body, with_unique_flag=True)).encode(), given
+    )
 
 
 def calc_signature(content: bytes, secret_key: str) -> str:

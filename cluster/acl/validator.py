@@ -10,22 +10,39 @@
 5. admin-only codes need ``admin: true``; every resource the request touches (topic: PUB/SUB,
    group: SUB on its ``%RETRY%`` topic) needs a permission (explicit, else the account's default).
 
+Which names a request carries comes from ``names.names_in`` (the table the broker's and the
+NameServer's name gates read too): every header field and body that names a topic or group, on
+every code. A ``%RETRY%<g>``/``%DLQ%<g>`` topic needs SUB on group ``g`` whatever other field
+names a group. ``AclDecider.check_topics`` answers for the topic of a message a processor read
+by offset or id (the processor is handed a small callable, see ``AclGuard.topic_access``).
+
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import attrs
 
 from rmq_cluster.cluster.acl.address import peer_ip
 from rmq_cluster.cluster.acl.permission import ADMIN_CODES, PUB, SUB, check_permission
-from rmq_cluster.cluster.acl.rules import RETRY_PREFIX, PlainAclConfig, retry_topic
-from rmq_cluster.cluster.acl.signing import ACCESS_KEY, SIGNATURE, SigningKey, request_content
-from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.acl.rules import RETRY_PREFIX, Account, PlainAclConfig, retry_topic
+from rmq_cluster.cluster.acl.signing import (
+    ACCESS_KEY,
+    SIGNATURE,
+    SigningKey,
+    signature_holds,
+)
+from rmq_cluster.cluster.protocol.names import (
+    Access,
+    Kind,
+    Name,
+    UnreadableBody,
+    group_of_topic,
+    names_in,
+)
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode
 
@@ -61,74 +78,50 @@ def _add(out: dict[str, int], resource: str | None, perm: int) -> None:
     out[resource] = out.get(resource, 0) | perm
 
 
-def _send_resource(out: dict[str, int], topic: str | None, group: str | None) -> None:
-    if topic is not None and topic.startswith(RETRY_PREFIX):
-        _add(out, None if group is None else retry_topic(group), SUB)
-    else:
-        _add(out, topic, PUB)
+def topic_resource(topic: str, needed: int) -> tuple[str, int]:
+    """The resource a topic maps to: a ``%RETRY%<g>`` or ``%DLQ%<g>`` topic is its group's
+    (SUB on ``%RETRY%<g>``, as RocketMQ asks for sends to retry topics), any other topic is
+    itself with ``needed``."""
+    group = group_of_topic(topic)
+    if group is not None:
+        return retry_topic(group), SUB
+    return topic, needed
 
 
-def _heartbeat_resources(out: dict[str, int], body: bytes | bytearray | memoryview) -> None:
-    try:
-        data = fastjson.loads(bytes(body).strip(b"\x00 \r\n\t") or b"{}")
-    except ValueError as exc:
-        raise AclDenied(f"heartbeat body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise AclDenied("heartbeat body is not a JSON object")
-    consumers = data.get("consumerDataSet") or []
-    if not isinstance(consumers, list):
-        raise AclDenied("consumerDataSet is not a list")
-    for consumer in consumers:
-        if not isinstance(consumer, dict):
-            continue
-        group = consumer.get("groupName")
-        if isinstance(group, str):
-            _add(out, retry_topic(group), SUB)
-        subs = consumer.get("subscriptionDataSet") or []
-        for sub in subs if isinstance(subs, list) else []:
-            if isinstance(sub, dict) and isinstance(sub.get("topic"), str):
-                _add(out, sub["topic"], SUB)
+def _resource(name: Name) -> tuple[str, int] | None:
+    """The (resource, permission) a name needs, or None (validated only / admin-only code)."""
+    if name.kind is Kind.QUEUE_ID or name.access in (Access.NONE, Access.ADMIN):
+        return None
+    value = name.value
+    if not isinstance(value, str):
+        raise AclDenied(f"{name.field} is not a name")
+    if name.kind is Kind.GROUP:
+        return retry_topic(value), SUB
+    return topic_resource(value, PUB if name.access is Access.PUB else SUB)
 
 
 def parse_request(request: RemotingCommand, remote: str) -> AccessRequest:
-    """What ``request`` from ``remote`` (``ip:port``) needs. ``AclDenied`` if unreadable."""
+    """What ``request`` from ``remote`` (``ip:port``) needs: every topic and group it names,
+    wherever it carries them (``names.names_in``, the table the name gates use too).
+    ``AclDenied`` if unreadable."""
     ext: Mapping[str, str] = request.ext_fields
     code = request.code
+    if code == _RC.UPDATE_CONSUMER_OFFSET and ext.get("consumerGroup") is None:
+        raise AclDenied("consumerGroup is missing")  # a NullPointerException in RocketMQ
+    try:
+        carried = names_in(request)
+    except UnreadableBody as exc:
+        raise AclDenied(str(exc)) from None
     out: dict[str, int] = {}
-    get = ext.get
-    if code == _RC.SEND_MESSAGE:
-        _send_resource(out, get("topic"), get("group"))
-    elif code in (_RC.SEND_MESSAGE_V2, _RC.SEND_BATCH_MESSAGE):
-        # SEND_BATCH_MESSAGE: RocketMQ 4.9 maps no resource for it (only the signature is
-        # checked); we check it like SEND_MESSAGE_V2 so a batch cannot reach a denied topic.
-        if "b" in ext or "topic" not in ext:
-            _send_resource(out, get("b"), get("a"))
-        else:
-            _send_resource(out, get("topic"), get("producerGroup"))
-    elif code == _RC.CONSUMER_SEND_MSG_BACK:
-        _add(out, None if get("group") is None else retry_topic(ext["group"]), SUB)
-        _add(out, get("originTopic"), PUB)
-    elif code == _RC.PULL_MESSAGE:
-        _add(out, get("topic"), SUB)
-        _add(out, None if get("consumerGroup") is None else retry_topic(ext["consumerGroup"]), SUB)
-    elif code == _RC.QUERY_MESSAGE:
-        _add(out, get("topic"), SUB)
-    elif code == _RC.HEART_BEAT:
-        _heartbeat_resources(out, request.body)
-    elif code in (_RC.UNREGISTER_CLIENT, _RC.GET_CONSUMER_LIST_BY_GROUP):
-        group = get("consumerGroup")
-        _add(out, None if group is None else retry_topic(group), SUB)
-    elif code == _RC.UPDATE_CONSUMER_OFFSET:
-        group = get("consumerGroup")
-        if group is None:
-            raise AclDenied("consumerGroup is missing")  # a NullPointerException in RocketMQ
-        _add(out, retry_topic(group), SUB)
-        _add(out, get("topic"), SUB)
+    for name in carried:
+        needed = _resource(name)
+        if needed is not None:
+            _add(out, *needed)
     return AccessRequest(
         code=code,
         remote_ip=peer_ip(remote),
-        access_key=get(ACCESS_KEY),
-        signature=get(SIGNATURE),
+        access_key=ext.get(ACCESS_KEY),
+        signature=ext.get(SIGNATURE),
         resources=tuple(out.items()),
     )
 
@@ -188,9 +181,7 @@ class AclDecider:
         signer = self._keys.get(access_key)
         if signer is None:
             signer = self._keys[access_key] = SigningKey(account.secret_key)
-        expected = signer.sign(request_content(ext, request.body))
-        signature = ext.get(SIGNATURE)
-        if signature is None or not _equal(expected, signature):
+        if not signature_holds(signer, ext, request.body, ext.get(SIGNATURE)):
             raise AclDenied(f"Check signature failed for accessKey={access_key}")
         code = request.code
         if code in self.admin_codes and not account.admin:
@@ -198,16 +189,37 @@ class AclDecider:
                 f"Need admin permission for request code={code}, "
                 f"but accessKey={access_key} is not"
             )
-        owned = account.resource_perms
-        if owned is None and account.admin:
+        if account.resource_perms is None and account.admin:
             return
-        for resource, needed in parse_request(request, remote).resources:
-            is_group = resource.startswith(RETRY_PREFIX)
-            perm = None if owned is None else owned.get(resource)
-            if perm is None:
-                perm = account.default_group_perm if is_group else account.default_topic_perm
-            if not check_permission(needed, perm):
-                raise AclDenied(f"No default permission for {_describe(resource, is_group)}")
+        _check_resources(account, parse_request(request, remote).resources)
+
+    def check_topics(
+        self, request: RemotingCommand, remote: str, topics: Iterable[str], needed: int
+    ) -> AclDenied | None:
+        """After a processor read a message by offset or id: may the sender of ``request``
+        (already admitted by ``check``) have ``needed`` on each of ``topics``, the topics the
+        message belongs to? None if so, else why not."""
+        try:
+            ip, white = self._peer(remote)
+            if white:
+                return None
+            access_key = request.ext_fields.get(ACCESS_KEY)
+            if access_key is None:
+                raise AclDenied("No accessKey is configured")
+            account = self.rules.accounts.get(access_key)
+            if account is None:
+                raise AclDenied(f"No acl config for {access_key}")
+            if account.white_remote_address.match(ip):
+                return None
+            if account.resource_perms is None and account.admin:
+                return None
+            out: dict[str, int] = {}
+            for topic in topics:
+                _add(out, *topic_resource(topic, needed))
+            _check_resources(account, tuple(out.items()))
+        except AclDenied as denied:
+            return denied
+        return None
 
     def check(self, request: RemotingCommand, remote: str) -> AclDenied | None:
         """None if ``request`` from ``remote`` may proceed, else why not."""
@@ -218,8 +230,15 @@ class AclDecider:
         return None
 
 
-def _equal(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode(), b.encode())
+def _check_resources(account: Account, resources: Iterable[tuple[str, int]]) -> None:
+    owned = account.resource_perms
+    for resource, needed in resources:
+        is_group = resource.startswith(RETRY_PREFIX)
+        perm = None if owned is None else owned.get(resource)
+        if perm is None:
+            perm = account.default_group_perm if is_group else account.default_topic_perm
+        if not check_permission(needed, perm):
+            raise AclDenied(f"No default permission for {_describe(resource, is_group)}")
 
 
 def check(

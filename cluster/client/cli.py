@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from rmq_cluster.cluster.acl.secret_keys import mask_secrets
 from rmq_cluster.cluster.client.admin import Admin
 from rmq_cluster.cluster.client.config import ClientConfig
 from rmq_cluster.cluster.client.consumer import PushConsumer
@@ -400,7 +401,8 @@ async def _broker_addrs(admin: Admin, args: argparse.Namespace) -> list[str]:
 async def _get_broker_config(admin: Admin, args: argparse.Namespace) -> Any:
     out = {}
     for addr in await _broker_addrs(admin, args):
-        out[addr] = dict(sorted((await admin.get_broker_config(addr)).items()))
+        # masked here too: a broker of another make may answer with its secrets
+        out[addr] = mask_secrets(dict(sorted((await admin.get_broker_config(addr)).items())))
     return out[args.broker] if args.broker else out
 
 

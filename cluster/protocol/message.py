@@ -252,6 +252,30 @@ def java_string_hash(text: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+#: Java ``HashMap``: 16 buckets to start with, doubled whenever more than 3/4 are used.
+_JAVA_MAP_BUCKETS: Final = 16
+
+
+@functools.lru_cache(maxsize=1024)
+def _java_map_permutation(keys: tuple[str, ...]) -> tuple[str, ...]:
+    n = _JAVA_MAP_BUCKETS
+    while len(keys) > n * 3 // 4:
+        n *= 2
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & _HASH_MASK
+        return (h ^ (h >> 16)) & (n - 1)
+
+    return tuple(sorted(keys, key=bucket))  # stable: a bucket keeps insertion order
+
+
+def java_map_order(props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` in the order a Java ``HashMap`` iterates them (bucket of the spread hash,
+    insertion order within a bucket): the order RocketMQ's broker writes properties it built
+    as a map (``messageProperties2String``), so records it rewrites store the same bytes."""
+    return {k: props[k] for k in _java_map_permutation(tuple(props))}
+
+
 def tags_code(tags: str | None) -> int:
     """ConsumeQueue tagsCode: 0 without tags, else hashCode of the whole TAGS value (also for
     MULTI_TAGS messages; RocketMQ 4.x ignores the filter type here)."""

@@ -35,6 +35,8 @@ class RequestCode(enum.IntEnum):
     # --- Broker: client traffic ---
     SEND_MESSAGE = 10
     PULL_MESSAGE = 11
+    #: 5.x DefaultLitePullConsumer's pulls: PULL_MESSAGE's header and answers, its own code
+    LITE_PULL_MESSAGE = 361
     QUERY_MESSAGE = 12
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
@@ -92,6 +94,7 @@ class RequestCode(enum.IntEnum):
     RESUME_CHECK_HALF_MESSAGE = 323
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
+    GET_TOPIC_CONFIG = 351  # RocketMQ 5 (its tools' examineConsumeStats asks every broker)
 
     # --- Broker -> client ---
     CHECK_TRANSACTION_STATE = 39

@@ -20,6 +20,20 @@ reader and lends the socket to lone calls: the next call made alone sends, then 
 task until its answer, handling whatever else arrives as the reader would (and handing the
 reading back to the reader when something has to be waited for). A round trip then wakes one task,
 not two (the reader, then the caller).
+
+Memory is bounded per server (``RemotingServer``): a connection owns no read buffer (every
+connection of a server, or of a client pool, receives into the one buffer of their
+``_InputShare`` and the decoder copies what it keeps), the server accepts at most
+``max_connections`` (more are closed at once, counted and logged at a limited rate), and the
+bytes its connections hold in partial frames stay under ``max_buffered_input_bytes``. A frame
+longer than ``SMALL_FRAME_BYTES`` is admitted whole before it is read past its first chunk (its
+size, with the decoder buffer's growth, is reserved): an admitted frame always has room to
+complete, one that does not fit waits unread in the kernel (TCP backpressure, nothing lost)
+until frames complete. Small frames and the first chunk of any frame read from the whole cap,
+big frames only from the cap less ``INPUT_RESERVE_BYTES``, so big partial frames never starve
+the small requests of other connections. A frame that is still incomplete
+``partial_frame_timeout`` seconds after it started closes its connection (a slow sender, or one
+that sends a frame's start and stops, holds the budget no longer).
 """
 
 from __future__ import annotations
@@ -32,6 +46,8 @@ import inspect
 import math
 import select
 import socket
+import struct
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -42,6 +58,7 @@ import trio
 
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.remoting.codec import (
+    MAX_FRAME_BYTES,
     FrameDecoder,
     ProtocolError,
     RemotingCommand,
@@ -53,6 +70,34 @@ from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, Respo
 #: enough to batch (~60 1 KiB requests), small enough that both peers work in parallel: with
 #: 256 KiB reads two processes took turns on whole 256-request batches (measured: 36k vs 74k req/s).
 READ_CHUNK_BYTES: Final = 64 * 1024
+#: Connections a server keeps open at once (``serverMaxConnections``); one more is closed as
+#: soon as it is accepted (a client sees its connection closed, as when RocketMQ's server
+#: drops a channel), counted in ``RemotingServer.refused_connections``.
+DEFAULT_MAX_CONNECTIONS: Final = 10_000
+#: Bytes a server's connections may hold in partial frames, all together
+#: (``serverMaxBufferedInputBytes``); over it, reads pause (see the module docstring).
+DEFAULT_MAX_BUFFERED_INPUT_BYTES: Final = 256 * 1024 * 1024
+#: Part of the input cap that frames longer than ``SMALL_FRAME_BYTES`` never use: small
+#: requests keep being read while big frames fill the rest.
+INPUT_RESERVE_BYTES: Final = 4 * 1024 * 1024
+#: A frame up to this long is read without admission (it fits in one read).
+SMALL_FRAME_BYTES: Final = READ_CHUNK_BYTES
+#: What an admitted frame of ``size`` bytes reserves beyond its size: the decoder buffer's
+#: growth (CPython over-allocates a growing bytearray by 1/8) and the read that completes it.
+_GRANT_SLACK_BYTES: Final = 4 * READ_CHUNK_BYTES
+#: The smallest input cap: one frame of the largest size admitted beside the reserve.
+MIN_MAX_BUFFERED_INPUT_BYTES: Final = (
+    MAX_FRAME_BYTES + MAX_FRAME_BYTES // 8 + _GRANT_SLACK_BYTES + INPUT_RESERVE_BYTES
+)
+#: A frame must be complete this long after its first bytes arrived, or its connection closes
+#: (``serverPartialFrameTimeoutSeconds``).
+DEFAULT_PARTIAL_FRAME_TIMEOUT_S: Final = 30.0
+#: Refused connections are logged at most once per this long (with the count so far).
+REFUSED_LOG_INTERVAL_S: Final = 10.0
+#: Room the input budget must have for a full read of a connection holding no admitted frame:
+#: a read of n bytes grows its charge by at most 2n (see ``_Socket.charge``).
+_ROOM_FOR_A_CHUNK: Final = 2 * READ_CHUNK_BYTES + 64
+_FRAME_LENGTH = struct.Struct(">I")
 #: Requests of one connection being processed at once (waiting ones: long polls, flushes,
 #: replica acks); past this, requests are answered SYSTEM_BUSY (RocketMQ: a rejected executor).
 MAX_IN_FLIGHT_REQUESTS: Final = 65_536
@@ -354,18 +399,86 @@ def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class _InputShare:
+    """What the connections of one server (or one client pool) share on the read side: the one
+    buffer every socket receives into (a connection's decoder copies what it keeps before the
+    next receive of any of them: one 64 KiB buffer instead of one per idle connection), and
+    the budget of bytes their partial frames hold (``cap``; a client pool's has none).
+
+    Each connection is charged (``_Socket.charge``) an upper bound of what its decoder holds:
+    an admitted big frame its whole grant, any other partial frame twice its length (a
+    bytearray's capacity is at most that: CPython shrinks it to size once more than half is
+    freed, and grows it by 1/8), nothing once its frames are complete (the decoder's buffer
+    is then freed too).
+    """
+
+    __slots__ = ("buf", "cap", "partial", "partial_added", "pauses", "peak", "reserve", "room",
+                 "tight_above", "used", "view")
+
+    def __init__(self, cap: int = sys.maxsize, reserve: int = 0) -> None:
+        self.buf = bytearray(READ_CHUNK_BYTES)
+        self.view = memoryview(self.buf)
+        self.cap = cap
+        #: charged past this, a full read no longer fits: reads look closer (``_room_for_read``)
+        self.tight_above = cap - _ROOM_FOR_A_CHUNK
+        self.reserve = reserve  # what big frames leave to small ones
+        self.used = 0  # bytes charged now, all connections
+        self.peak = 0  # the most ever charged at once
+        self.pauses = 0  # reads that waited for room
+        #: connections holding a partial frame -> when that frame started (trio time)
+        self.partial: dict[Connection, float] = {}
+        self.partial_added: trio.Event | None = None  # a sweeper waits for a first partial
+        self.room: trio.Event | None = None  # readers wait on it for room
+
+    def freed(self) -> None:
+        """Charges went down: the readers waiting for room look again."""
+        room = self.room
+        if room is not None:
+            self.room = None
+            room.set()
+
+    async def wait_room(self) -> None:
+        self.pauses += 1
+        if self.room is None:
+            self.room = trio.Event()
+        await self.room.wait()
+
+    def admit(self, sock: _Socket) -> bool:
+        """Reserve the grant ``sock`` waits for, if it fits beside the reserve."""
+        grant = sock.want
+        used = self.used - sock.charge + grant
+        if used > self.cap - self.reserve:
+            return False
+        self.used = used
+        if used > self.peak:
+            self.peak = used
+        sock.charge = sock.grant = grant
+        sock.want = 0
+        return True
+
+
 class _Socket:
-    """A connected non-blocking TCP socket with trio waits (the only place bytes hit the kernel)."""
+    """A connected non-blocking TCP socket with trio waits (the only place bytes hit the kernel).
 
-    __slots__ = ("_buf", "_poll", "_view", "sock")
+    Also the read side's share of the input budget (see ``_InputShare``): ``charge`` (bytes
+    counted for this connection's partial frame), ``grant`` (what its admitted big frame
+    reserved; reads are then unchecked), ``want`` (the grant a big frame waits for: no read
+    until admitted), ``frame`` (the partial frame's length with its length word; 0: not known
+    yet) and ``head`` (the first bytes of a frame whose length word is incomplete)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    __slots__ = ("_buf", "_poll", "_view", "charge", "frame", "grant", "head", "share", "sock",
+                 "want")
+
+    def __init__(self, sock: socket.socket, share: _InputShare | None = None) -> None:
         sock.setblocking(False)
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sock
-        self._buf = bytearray(READ_CHUNK_BYTES)
-        self._view = memoryview(self._buf)
+        self.share = share = share if share is not None else _InputShare()
+        self._buf = share.buf  # (shared: see ``_InputShare``)
+        self._view = share.view
+        self.charge = self.grant = self.want = self.frame = 0
+        self.head = b""
         self._poll: select.poll | None = None
 
     def readable_now(self) -> bool:
@@ -389,9 +502,17 @@ class _Socket:
             except (OSError, ValueError) as exc:  # closed under us (fd -1)
                 raise trio.ClosedResourceError(str(exc)) from exc
             waited = True
+        share = self.share
         while True:
+            # the input budget, checked right before the read (nothing runs in between): a
+            # read takes a full chunk unless the budget is tight or a big frame waits for its
+            # admission (an admitted one has its room reserved)
+            limit = READ_CHUNK_BYTES
+            if (share.used > share.tight_above or self.want) and not self.grant:
+                limit = await self._room_for_read()
+                waited = True
             try:
-                n = self.sock.recv_into(self._buf)
+                n = self.sock.recv_into(self._buf, limit)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(self.sock)
                 waited = True
@@ -399,6 +520,25 @@ class _Socket:
             except OSError as exc:
                 raise trio.BrokenResourceError(str(exc)) from exc
             return self._view[:n], waited
+
+    async def _room_for_read(self) -> int:
+        """How much the next read may take (> 0), once the budget has room: a big frame waits
+        for its admission, anything else for room for a read of at least a byte."""
+        share = self.share
+        while True:
+            if self.sock.fileno() < 0:
+                raise trio.ClosedResourceError("socket closed while waiting for input room")
+            if self.want:
+                if share.admit(self):
+                    return READ_CHUNK_BYTES
+            else:
+                room = share.cap - share.used
+                if room >= _ROOM_FOR_A_CHUNK:
+                    return READ_CHUNK_BYTES
+                limit = (room - 64) >> 1  # a read of n bytes adds at most 2n + 64
+                if limit > 0:
+                    return limit
+            await share.wait_room()
 
     def try_send(self, data: bytes | bytearray | memoryview) -> int:
         """Send what the kernel takes now; the number of bytes taken (0 if it would block)."""
@@ -529,8 +669,9 @@ class Connection:
         node: str,
         max_in_flight: int = MAX_IN_FLIGHT_REQUESTS,
         lend_reading: bool = False,
+        input_share: _InputShare | None = None,
     ) -> None:
-        self._sock = _Socket(sock)
+        self._sock = _Socket(sock, input_share)
         self._dispatcher = dispatcher
         try:
             peer = sock.getpeername()
@@ -803,6 +944,8 @@ class Connection:
             except ProtocolError as exc:
                 self._malformed(exc)
                 return
+            if sock.charge or decoder.buffered:  # a partial frame, now or before this read
+                self._account_input(data, commands)
             # a read that did not fill the buffer took everything the kernel had: the next
             # read waits for readiness first (no read that would fail, no extra scheduling)
             drained = len(data) < READ_CHUNK_BYTES
@@ -907,6 +1050,69 @@ class Connection:
             deferred._attach_connection(self, cast(RemotingCommand, cmd))
         if rest:
             await self._take(rest, nursery)
+
+    def _account_input(self, data: memoryview, commands: list[RemotingCommand]) -> None:
+        """Charge the input budget for the partial frame the decoder holds after ``data``
+        (``commands``: the frames it completed), admitting a big frame when it fits; note when
+        the partial frame started (for the partial frame timeout)."""
+        if self._closed:  # (its charge was released on close)
+            return
+        sock = self._sock
+        share = sock.share
+        old = sock.charge
+        held = self._decoder.buffered
+        if not held:  # every frame complete: the decoder's buffer is freed too
+            sock.charge = sock.grant = sock.want = sock.frame = 0
+            sock.head = b""
+            share.partial.pop(self, None)
+            share.used -= old
+            share.freed()
+            return
+        if commands or not old:  # a frame started in this read: all of it is in ``data``
+            sock.grant = sock.want = sock.frame = 0
+            start = len(data) - held
+            prefix = bytes(data[start : start + 4])
+            partial = share.partial
+            if not partial and share.partial_added is not None:
+                share.partial_added.set()
+                share.partial_added = None
+            partial[self] = self._last_read
+        elif not sock.frame:  # the length word was incomplete: ``data`` continues it
+            prefix = sock.head + bytes(data[:4])
+        else:
+            prefix = b""
+        if prefix:
+            if len(prefix) >= 4:
+                sock.frame = _FRAME_LENGTH.unpack_from(prefix)[0] + 4
+                sock.head = b""
+            else:
+                sock.head = prefix
+        if sock.grant:
+            charge = sock.grant
+        else:
+            charge = 2 * held + 64
+            frame = sock.frame
+            if frame > SMALL_FRAME_BYTES and not sock.want:
+                # read no further until the whole frame is admitted (the decoder checked its
+                # length against the frame limit, so it fits an empty budget)
+                sock.want = frame + frame // 8 + _GRANT_SLACK_BYTES
+        sock.charge = charge
+        share.used += charge - old
+        if sock.want:
+            share.admit(sock)  # (or the next read waits for it)
+        if share.used > share.peak:
+            share.peak = share.used
+        if sock.charge < old:
+            share.freed()
+
+    def _release_input(self) -> None:
+        """The connection closed: its partial frame's charge goes back to the budget."""
+        sock = self._sock
+        share = sock.share
+        share.used -= sock.charge
+        sock.charge = sock.grant = sock.want = sock.frame = 0
+        share.partial.pop(self, None)
+        share.freed()  # (also wakes this connection's reader if it waits for room)
 
     def _malformed(self, exc: ProtocolError) -> None:
         """A frame could not be decoded: answer what came before it; the connection closes."""
@@ -1014,6 +1220,8 @@ class Connection:
                     self._malformed(exc)
                     await self._abort(self.close_reason or "malformed frame")
                     break
+                if sock.charge or self._decoder.buffered:
+                    self._account_input(data, commands)
                 drained = len(data) < READ_CHUNK_BYTES
                 if self._closed or self._nursery is None:
                     break
@@ -1232,6 +1440,7 @@ class Connection:
         if self._drained is not None:
             self._drained.set()
         self._sock.close()
+        self._release_input()
         self._wake_lender()  # a parked reader ends (run() returns)
         self.closed.set()
         await trio.lowlevel.checkpoint()
@@ -1271,19 +1480,72 @@ class RemotingServer:
         on_connect: Callable[[Connection], None] | None = None,
         on_close: Callable[[Connection], None] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT_REQUESTS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_buffered_input_bytes: int = DEFAULT_MAX_BUFFERED_INPUT_BYTES,
+        partial_frame_timeout: float = DEFAULT_PARTIAL_FRAME_TIMEOUT_S,
     ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        if not partial_frame_timeout > 0:
+            raise ValueError(f"partial_frame_timeout must be positive, got {partial_frame_timeout}")
         self.dispatcher = dispatcher
         self.node = node
         self.idle_timeout = idle_timeout
         self.max_in_flight = max_in_flight
+        self.max_connections = max_connections
+        self.partial_frame_timeout = partial_frame_timeout
+        self.log = get_logger(node=node)
+        if max_buffered_input_bytes < MIN_MAX_BUFFERED_INPUT_BYTES:
+            self.log.warning(
+                "input cap raised to its minimum (one frame of the largest size beside the "
+                "reserve for small frames)",
+                asked=max_buffered_input_bytes, minimum=MIN_MAX_BUFFERED_INPUT_BYTES,
+            )
+            max_buffered_input_bytes = MIN_MAX_BUFFERED_INPUT_BYTES
+        self.max_buffered_input_bytes = max_buffered_input_bytes
+        self._input = _InputShare(max_buffered_input_bytes, INPUT_RESERVE_BYTES)
         self._on_connect = on_connect
         self._on_close = on_close
         self._connections: set[Connection] = set()
-        self.log = get_logger(node=node)
+        self._open = 0  # accepted sockets not yet finished (connections, and ones starting)
+        #: Connections closed at once because ``max_connections`` were open.
+        self.refused_connections = 0
+        self._refused_logged = 0  # refusals counted when the last one was logged
+        self._refused_logged_at = -math.inf
+        #: Connections closed because a frame stayed incomplete ``partial_frame_timeout``.
+        self.partial_frame_timeouts = 0
 
     @property
     def connections(self) -> frozenset[Connection]:
         return frozenset(self._connections)
+
+    @property
+    def buffered_input_bytes(self) -> int:
+        """Bytes charged now for the partial frames of this server's connections."""
+        return self._input.used
+
+    @property
+    def buffered_input_peak_bytes(self) -> int:
+        """The most ever charged at once (never above ``max_buffered_input_bytes``)."""
+        return self._input.peak
+
+    @property
+    def input_pauses(self) -> int:
+        """Reads that waited for room in the input budget."""
+        return self._input.pauses
+
+    def runtime_info(self) -> dict[str, str]:
+        """The remoting figures for a broker's runtime info (our keys, not RocketMQ's)."""
+        return {
+            "remotingConnections": str(len(self._connections)),
+            "remotingMaxConnections": str(self.max_connections),
+            "remotingRefusedConnections": str(self.refused_connections),
+            "remotingBufferedInputBytes": str(self._input.used),
+            "remotingBufferedInputPeakBytes": str(self._input.peak),
+            "remotingMaxBufferedInputBytes": str(self.max_buffered_input_bytes),
+            "remotingInputPauses": str(self._input.pauses),
+            "remotingPartialFrameTimeouts": str(self.partial_frame_timeouts),
+        }
 
     async def serve(
         self,
@@ -1314,6 +1576,7 @@ class RemotingServer:
         self.log.info("listening", address=format_address(*bound))
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._close_stale_partial_frames)
                 task_status.started(bound)
                 await self._accept_loop(lsock, nursery)
         finally:
@@ -1338,12 +1601,72 @@ class RemotingServer:
                     # errors pending on that one new connection (reset, timed out, ...)
                     self.log.debug("accept skipped a failed connection", error=str(exc))
                     continue
+                if self._open >= self.max_connections:
+                    self._refuse(sock)
+                    continue
+                self._open += 1
                 nursery.start_soon(self._handle_socket, sock)
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Close a connection over ``max_connections`` at once (a frame would be of no use: a
+        client matches answers to its requests, and has sent none yet)."""
+        sock.close()
+        self.refused_connections += 1
+        now = trio.current_time()
+        if now - self._refused_logged_at >= REFUSED_LOG_INTERVAL_S:
+            self.log.warning(
+                "connection limit reached, refusing connections",
+                max_connections=self.max_connections,
+                refused=self.refused_connections,
+                refused_since_last_log=self.refused_connections - self._refused_logged,
+            )
+            self._refused_logged_at = now
+            self._refused_logged = self.refused_connections
+
+    async def _close_stale_partial_frames(self) -> None:
+        """Close the connections whose frame is still incomplete ``partial_frame_timeout``
+        after it started. Looks when the oldest partial frame is due, at most 8 times per
+        timeout (a connection goes at most 1/8 of the timeout late)."""
+        share = self._input
+        timeout = self.partial_frame_timeout
+        while True:
+            partial = share.partial
+            if not partial:
+                if share.partial_added is None:
+                    share.partial_added = trio.Event()
+                await share.partial_added.wait()
+                continue
+            now = trio.current_time()
+            due = min(partial.values()) + timeout
+            if due > now:
+                await trio.sleep_until(max(due, now + timeout / 8))
+                continue
+            stale = [conn for conn, since in partial.items() if since + timeout <= now]
+            for conn in stale:
+                partial.pop(conn, None)  # (whatever happens next: this loop moves on)
+                if conn.is_closed:
+                    continue
+                self.partial_frame_timeouts += 1
+                reason = f"frame incomplete for {timeout:g}s"
+                conn.close_reason = conn.close_reason or reason
+                conn.log.warning(
+                    "closing connection: frame incomplete in time",
+                    timeout_s=timeout, buffered=conn._decoder.buffered,
+                )
+                await conn._abort(reason)
+            await trio.lowlevel.checkpoint()
 
     async def _handle_socket(self, sock: socket.socket) -> None:
         try:
+            await self._serve_socket(sock)
+        finally:
+            self._open -= 1
+
+    async def _serve_socket(self, sock: socket.socket) -> None:
+        try:
             conn = Connection(
-                sock, self.dispatcher, node=self.node, max_in_flight=self.max_in_flight
+                sock, self.dispatcher, node=self.node, max_in_flight=self.max_in_flight,
+                input_share=self._input,
             )
         except OSError:  # the peer vanished between accept and getpeername
             sock.close()
@@ -1396,6 +1719,7 @@ class RemotingClient:
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, trio.Event] = {}
         self._closed = False
+        self._input = _InputShare()  # the one read buffer of the pool's connections
         self.log = get_logger(node=node)
 
     async def connection(self, addr: str) -> Connection:
@@ -1427,7 +1751,10 @@ class RemotingClient:
                 sock.close()
                 raise RemotingClosedError("client is closed")
             try:
-                conn = Connection(sock, self.dispatcher, node=self.node, lend_reading=True)
+                conn = Connection(
+                    sock, self.dispatcher, node=self.node, lend_reading=True,
+                    input_share=self._input,
+                )
             except OSError as exc:
                 sock.close()
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc

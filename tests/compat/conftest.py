@@ -101,3 +101,148 @@ def cpp_client(request: pytest.FixtureRequest) -> tuple[str, Path]:
         return request.param, _fetch_cpp_client(request.param)
     except OSError as exc:
         pytest.skip(f"could not fetch the C++ client {request.param} from PyPI: {exc}")
+
+
+# --------------------------------------------------------------------------- Apache Java client
+
+JAVA_DIR = Path(__file__).parent / "java"
+#: Apache's Java client, admin ext and mqadmin (rocketmq-client/-acl/-tools), unmodified, from
+#: Maven Central: the newest 4.9.x and a 5.x release that still speaks remoting.
+JAVA_CLIENTS = ("4.9.8", "5.3.1")
+MAVEN_TIMEOUT_S = 1200
+#: JVM options for short-lived probes: C1 only and a small heap start faster on 2 cores.
+JVM_OPTS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k", "-Xmx384m")
+
+
+def _java_tools() -> tuple[str, str]:
+    java, mvn = shutil.which("java"), shutil.which("mvn")
+    if not java or not mvn:
+        pytest.fail(
+            "the Java compat tests need a JDK (java, 11+) and Maven (mvn) on PATH; "
+            f"found java={java}, mvn={mvn}",
+            pytrace=False,
+        )
+    return java, mvn
+
+
+def _classpath_cached(cp_file: Path) -> bool:
+    if not cp_file.is_file():
+        return False
+    jars = [j for j in cp_file.read_text().strip().split(":") if j]
+    return bool(jars) and all(Path(j).is_file() for j in jars)
+
+
+def build_java_probes(version: str) -> str:
+    """Build tests/compat/java against rocketmq ``version`` into ``target-<version>`` and return
+    the class path (probes + the client's jars). Maven runs offline once ``~/.m2`` holds
+    everything the last build listed."""
+    _java, mvn = _java_tools()
+    target = JAVA_DIR / f"target-{version}"
+    cp_file = target / "classpath.txt"
+    goals = [
+        "-B", "-q", f"-Drocketmq.version={version}", "package", "dependency:build-classpath",
+        f"-Dmdep.outputFile={cp_file}",
+    ]
+    attempts = [["-o", *goals], goals] if _classpath_cached(cp_file) else [goals]
+    done = None
+    for args in attempts:
+        done = subprocess.run(
+            [mvn, *args], cwd=JAVA_DIR, capture_output=True, text=True,
+            timeout=MAVEN_TIMEOUT_S, stdin=subprocess.DEVNULL,
+        )
+        if done.returncode == 0:
+            break
+    assert done is not None
+    if done.returncode != 0:
+        pytest.fail(
+            f"building the Java probes against rocketmq {version} failed:\n"
+            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}",
+            pytrace=False,
+        )
+    return f"{target / 'classes'}:{cp_file.read_text().strip()}"
+
+
+@pytest.fixture(scope="session", params=JAVA_CLIENTS)
+def java_client(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(rocketmq version, class path of the Scenarios runner and the unmodified client)."""
+    return request.param, build_java_probes(request.param)
+
+
+@pytest.fixture(scope="session")
+def mqadmin_classpath() -> str:
+    """Class path of rocketmq-tools 4.9.8 (``MQAdminStartup``, the real mqadmin)."""
+    return build_java_probes(JAVA_CLIENTS[0])
+
+
+# --------------------------------------------------------------------------- Apache Go client
+
+GO_DIR = Path(__file__).parent / "go"
+#: Apache's Go client as go.mod pins it (rocketmq-client-go v2, unmodified, from the Go module
+#: proxy; modules cached in the default GOMODCACHE).
+GO_CLIENT = "2.1.2"
+GO_BUILD_TIMEOUT_S = 900
+COMPAT_CACHE = Path.home() / ".cache" / "rmq-cluster-compat"
+
+
+def _go_sources_hash() -> str:
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum", "main.go"):
+        digest.update(name.encode() + b"\0" + (GO_DIR / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def go_probe() -> Path:
+    """The Go scenario runner built against the pinned client, into
+    ``~/.cache/rmq-cluster-compat/go-<hash of its sources>/probe`` (built again only when its
+    sources change)."""
+    go = shutil.which("go")
+    if not go:
+        pytest.fail("the Go compat tests need a Go toolchain (go, 1.21+) on PATH", pytrace=False)
+    target = COMPAT_CACHE / f"go-{_go_sources_hash()}"
+    probe = target / "probe"
+    if probe.is_file():
+        return probe
+    target.mkdir(parents=True, exist_ok=True)
+    partial = target / "probe.partial"
+    done = subprocess.run(
+        [go, "build", "-mod=mod", "-trimpath", "-o", str(partial), "."], cwd=GO_DIR,
+        capture_output=True, text=True, timeout=GO_BUILD_TIMEOUT_S, stdin=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"building the Go probe against rocketmq-client-go {GO_CLIENT} failed:\n"
+                    f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}", pytrace=False)
+    partial.rename(probe)
+    return probe
+
+
+# --------------------------------------------------------------------------- Spring Boot starter
+
+SPRING_DIR = Path(__file__).parent / "spring"
+#: rocketmq-spring-boot-starter (brings rocketmq-client 5.3.2) on Spring Boot 3.5.7, Java 17.
+SPRING_STARTER = "2.3.4"
+SPRING_BOOT = "3.5.7"
+
+
+@pytest.fixture(scope="session")
+def spring_classpath() -> str:
+    """Class path of the Spring probe app (its classes + Spring Boot + the starter), built with
+    Maven into tests/compat/spring/target; offline once ``~/.m2`` holds the last build's jars."""
+    _java, mvn = _java_tools()
+    target = SPRING_DIR / "target"
+    cp_file = target / "classpath.txt"
+    goals = ["-B", "-q", "package", "dependency:build-classpath", f"-Dmdep.outputFile={cp_file}"]
+    attempts = [["-o", *goals], goals] if _classpath_cached(cp_file) else [goals]
+    done = None
+    for args in attempts:
+        done = subprocess.run(
+            [mvn, *args], cwd=SPRING_DIR, capture_output=True, text=True,
+            timeout=MAVEN_TIMEOUT_S, stdin=subprocess.DEVNULL,
+        )
+        if done.returncode == 0:
+            break
+    assert done is not None
+    if done.returncode != 0:
+        pytest.fail(f"building the Spring probe (starter {SPRING_STARTER}) failed:\n"
+                    f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}", pytrace=False)
+    return f"{target / 'classes'}:{cp_file.read_text().strip()}"

@@ -118,7 +118,8 @@ PURE_CORES = (
     "store/mapped_file.py", "store/commitlog.py", "store/consume_queue.py", "store/index_file.py",
     "store/checkpoint.py", "store/recovery.py", "store/dispatcher.py",
     "dledger/core.py", "dledger/messages.py", "dledger/log_storage.py",
-    "ha/protocol.py", "ha/master.py",
+    "ha/protocol.py", "ha/master.py", "ha/access.py",
+    "cluster/protocol/names.py", "store/paths.py",
     "chaos/checker.py", "chaos/nemesis.py",
     "spark_jobs/decode.py",
 )

@@ -51,7 +51,10 @@ async def test_commit_rollback_and_check_back(tmp_path: Path) -> None:
         )
         props = {"TRAN_MSG": "true", "PGROUP": "TXG", "UNIQ_KEY": "A" * 32}
         half = ok(await c.send("TxTopic", b"committed", props=props, extra={"f": str(PREPARED)}))
-        assert half.ext_fields.get("transactionId") == "A" * 32
+        # as RocketMQ answers: no transactionId (clients use the UNIQ_KEY) and the producer's
+        # queue, not the half topic's
+        assert "transactionId" not in half.ext_fields
+        assert half.ext_fields["queueId"] == "0"
         # invisible until committed
         assert (await c.pull("TxTopic")).code == ResponseCode.PULL_NOT_FOUND
         ok(await c.call(RequestCode.END_TRANSACTION, _end(half, 8)))

@@ -4,6 +4,8 @@ for an offline group the committed offsets are rewritten."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import trio
 
@@ -37,6 +39,12 @@ class Seen:
             while len(self.msgs) < n:
                 await self.changed.wait()
 
+    async def until_bodies(self, since: int, bodies: set[bytes]) -> None:
+        """Until every one of ``bodies`` arrived after the first ``since`` messages."""
+        with trio.fail_after(WAIT_S):
+            while not bodies <= {m.body for m in self.msgs[since:]}:
+                await self.changed.wait()
+
 
 async def _send(cc: object, topic: str, names: list[str]) -> None:
     async with Producer("ResetPG", client_config=cc) as p:  # type: ignore[arg-type]
@@ -57,11 +65,13 @@ async def test_reset_online_consumer_replays_from_a_time(cluster: Cluster) -> No
         first_b = min(m.store_timestamp for m in seen.msgs if m.body.startswith(b"b"))
         moved = await admin.reset_offset_by_time("ResetCG", "ResetT", first_b)
         assert moved and all(off >= 0 for off in moved.values())
-        await seen.until(10 + 5)
+        await seen.until_bodies(10, {f"b{i}".encode() for i in range(5)})
         replayed = seen.msgs[10:]
-        # every b message again, and nothing stored before the reset time
-        assert {m.body for m in replayed} >= {f"b{i}".encode() for i in range(5)}
-        assert all(m.store_timestamp >= first_b for m in replayed)
+        # every b message again; before the reset time, per queue, at most the one message stored
+        # just before it (a 4.9 broker, Apache's and ours, answers the nearer of the two
+        # messages around the time: ConsumeQueue.getOffsetInQueueByTime)
+        early = Counter(m.queue.queue_id for m in replayed if m.store_timestamp < first_b)
+        assert all(n <= 1 for n in early.values()), early
         # back to the beginning: everything again
         count = len(seen.msgs)
         await admin.reset_offset_by_time("ResetCG", "ResetT", 0)

@@ -91,7 +91,7 @@ def test_get_message_statuses_and_filter(tmp_path: Path) -> None:
         assert r.status is GetMessageStatus.NO_MATCHED_MESSAGE and r.next_begin_offset == 64
         assert store.get_message("T", 0, 100, 5).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
         bad = store.get_message("T", 0, 150, 5)
-        assert bad.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and bad.next_begin_offset == 0
+        assert bad.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and bad.next_begin_offset == 100
         assert store.get_message("T", 9, 0, 5).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
         assert store.get_min_offset_in_queue("T", 0) == 0
         assert store.get_max_offset_in_queue("T", 0) == 100
@@ -112,9 +112,14 @@ def test_times_ids_and_index(tmp_path: Path) -> None:
         t0 = FakeClock().now
         assert store.get_earliest_message_time() == t0 + 1000
         assert store.get_earliest_message_time("T", 0) == t0 + 1000
-        assert store.get_offset_in_queue_by_time("T", 0, t0 + 50_500) == 50
+        # RocketMQ's rule: an exact store time, else the nearer neighbour (the older on a
+        # tie); past the last message the last one (max - 1)
+        assert store.get_offset_in_queue_by_time("T", 0, t0 + 51_000) == 50
+        assert store.get_offset_in_queue_by_time("T", 0, t0 + 50_500) == 49
+        assert store.get_offset_in_queue_by_time("T", 0, t0 + 50_600) == 50
+        assert store.get_offset_in_queue_by_time("T", 0, t0 + 50_400) == 49
         assert store.get_offset_in_queue_by_time("T", 0, 0) == 0
-        assert store.get_offset_in_queue_by_time("T", 0, t0 + 10**9) == 300
+        assert store.get_offset_in_queue_by_time("T", 0, t0 + 10**9) == 299
         assert store.get_message_store_timestamp("T", 0, 7) == t0 + 8000
         assert store.get_commitlog_offset_in_queue("T", 0, 7) == offsets[7]
         rec = store.lookup_message_by_offset(offsets[42])
