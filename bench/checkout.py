@@ -21,7 +21,8 @@ from pathlib import Path
 
 #: the top-level folders pyproject.toml installs as ``rmq_cluster.<folder>``
 FOLDERS = (
-    "cluster", "namesrv", "broker", "ha", "dledger", "store", "deploy", "chaos", "spark_jobs",
+    "cluster", "client", "namesrv", "broker", "ha", "dledger", "store", "deploy", "chaos",
+    "spark_jobs",
 )
 #: the checkout this module belongs to
 ROOT = Path(__file__).resolve().parents[1]

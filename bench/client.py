@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import checkout  # noqa: E402  (bench/checkout.py: this tree's rmq_cluster first)
 import produce as produce_bench  # noqa: E402  (bench/produce.py: the raw-frame driver)
 
-from rmq_cluster.cluster.client import (  # noqa: E402
+from rmq_cluster.client import (  # noqa: E402
     ClientConfig,
     ConsumeFromWhere,
     ConsumeResult,

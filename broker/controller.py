@@ -57,6 +57,7 @@ from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC, TopicConfigManager
 from rmq_cluster.broker.transaction import HALF_TOPIC, OP_HALF_TOPIC, TransactionState
 from rmq_cluster.cluster.acl.guard import AclGuard, default_acl_path
 from rmq_cluster.cluster.acl.signing import credentials_from
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.metrics_server import serve_metrics
 from rmq_cluster.cluster.node_main import NodeSupervisor
@@ -105,10 +106,6 @@ TOPIC_REGISTER_WAIT_S: Final = 2.0
 HA_SLAVE_HOSTS_REFRESH_MIN_S: Final = 1.0
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class BrokerStats:
     """Counters for GET_BROKER_RUNTIME_INFO (msgPutTotalTodayNow, putTps, ...)."""
 
@@ -150,7 +147,7 @@ class BrokerController:
         settings: BrokerSettings,
         *,
         node: str | None = None,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = now_ms,
         config_file: str | None = None,
         supervisor: NodeSupervisor | None = None,
     ) -> None:

@@ -10,12 +10,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
 
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.route import DataVersion
 
@@ -32,10 +32,6 @@ SYSTEM_GROUPS: Final = (
     "CID_ONSAPI_OWNER",
     "CID_RMQ_SYS_TRACE",
 )
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _load_obj(data: bytes) -> dict[str, Any]:
@@ -150,7 +146,7 @@ class SubscriptionGroupConfig:
 
 
 class SubscriptionGroupManager:
-    def __init__(self, *, auto_create: bool, clock_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, *, auto_create: bool, clock_ms: Callable[[], int] = now_ms) -> None:
         self.auto_create = auto_create
         self.clock_ms = clock_ms
         self.table: dict[str, SubscriptionGroupConfig] = {

@@ -7,13 +7,13 @@ it whenever ``changed`` says so and re-registers with the NameServers.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
 import attrs
 
 from rmq_cluster.broker.config import BrokerConfig
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.protocol import names
 from rmq_cluster.cluster.protocol.route import (
     DataVersion,
@@ -78,12 +78,8 @@ def dlq_topic(group: str) -> str:
     return names.dlq_topic(group)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class TopicConfigManager:
-    def __init__(self, config: BrokerConfig, *, clock_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, config: BrokerConfig, *, clock_ms: Callable[[], int] = now_ms) -> None:
         self.config = config
         self.clock_ms = clock_ms
         self.table: dict[str, TopicConfig] = {}

@@ -21,7 +21,7 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     Admin,
     ClientConfig,
     ConsumeFromWhere,

@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     from rmq_cluster.deploy.commands import add_commands as add_cluster_commands
 
     add_cluster_commands(sub)
-    from rmq_cluster.cluster.client.cli import add_commands
+    from rmq_cluster.client.cli import add_commands
 
     add_commands(sub)
     from rmq_cluster.chaos.cli import add_chaos_command

@@ -1,8 +1,9 @@
 """``rmq-cluster demo``: send a few messages to a running cluster and read them back.
 
-Uses the Python client (``cluster.client``): a ``Producer`` sends ``count`` messages (the topic is
-created on first use from TBW102, like a RocketMQ broker with ``autoCreateTopicEnable``), then a
-``PullConsumer`` pulls each queue written to from the offset of the first message sent there.
+Uses the Python client (``rmq_cluster.client``): a ``Producer`` sends ``count`` messages (the
+topic is created on first use from TBW102, like a RocketMQ broker with
+``autoCreateTopicEnable``), then a ``PullConsumer`` pulls each queue written to from the offset
+of the first message sent there.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ async def demo(
     access_key: str | None = None,
     secret_key: str | None = None,
 ) -> dict[str, Any]:
-    from rmq_cluster.cluster.client import Message, Producer, PullConsumer, PullStatus
+    from rmq_cluster.client import Message, Producer, PullConsumer, PullStatus
 
     out = say or (lambda _line: None)
     run_id = uuid.uuid4().hex[:8]

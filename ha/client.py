@@ -14,13 +14,13 @@ re-points it (the broker learns the address from REGISTER_BROKER's result).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.ha import net
 from rmq_cluster.ha.access import HA_AUTH_CHALLENGE_BYTES, auth_answer, decode_challenge
@@ -40,10 +40,6 @@ if TYPE_CHECKING:
 HA_RECONNECT_MIN_BACKOFF_S: Final = 0.1
 #: The pause doubles up to this (RocketMQ's HAClient retries every 5 s).
 HA_RECONNECT_MAX_BACKOFF_S: Final = 5.0
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def split_address(addr: str) -> tuple[str, int]:
@@ -86,7 +82,7 @@ class HAClient:
         master_ha_addr: str | None,
         config: HAConfig,
         *,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = now_ms,
         reconnect_min_backoff_s: float = HA_RECONNECT_MIN_BACKOFF_S,
         reconnect_max_backoff_s: float = HA_RECONNECT_MAX_BACKOFF_S,
         auth_secret: str | None = None,

@@ -27,13 +27,13 @@ Like RocketMQ's HAService, it listens on every broker; on a SLAVE store it also 
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.ha import net
 from rmq_cluster.ha.access import (
@@ -78,10 +78,6 @@ HA_ACCEPT_BACKOFF_S: Final = 0.1
 HA_AUTH_TIMEOUT_S: Final = 5.0
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @attrs.frozen
 class HAStatus:
     """The master's replication view (RocketMQ HARuntimeInfo's content)."""
@@ -124,7 +120,7 @@ class HAService:
         *,
         host: str = "0.0.0.0",
         master_address: str | None = None,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = now_ms,
         client_reconnect_min_backoff_s: float = HA_RECONNECT_MIN_BACKOFF_S,
         client_reconnect_max_backoff_s: float = HA_RECONNECT_MAX_BACKOFF_S,
         auth_secret: str | None = None,

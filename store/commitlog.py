@@ -13,12 +13,12 @@ import mmap
 import os
 import shutil
 import struct
-import time
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
 import structlog
 
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.protocol.message import (
     BATCH_ITEM_FIXED_SIZE,
     BATCH_ITEM_HEAD,
@@ -180,12 +180,8 @@ def _illegal(remark: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_IL
     return PutMessageResult(status, None, remark)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class CommitLog:
-    def __init__(self, config: MessageStoreConfig, *, clock_ms: Callable[[], int] = _now_ms):
+    def __init__(self, config: MessageStoreConfig, *, clock_ms: Callable[[], int] = now_ms):
         self.config = config
         self.clock_ms = clock_ms
         self.queue = MappedFileQueue(

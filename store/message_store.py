@@ -20,13 +20,13 @@ import contextlib
 import enum
 import fcntl
 import os
-import time
 from collections.abc import Awaitable, Callable
 
 import attrs
 import structlog
 import trio
 
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.protocol.message import (
     Message,
     MessageConst,
@@ -137,16 +137,12 @@ MessageFilter = Callable[[int], bool]  # tagsCode -> match
 ReplicaWaiter = Callable[[int], Awaitable[PutMessageStatus]]
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class MessageStore:
     def __init__(
         self,
         config: MessageStoreConfig,
         *,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = now_ms,
         disk_usage: DiskUsageProbe = default_disk_usage,
         on_arrival: ArrivalListener | None = None,
     ) -> None:
@@ -207,7 +203,7 @@ class MessageStore:
         cls,
         config: MessageStoreConfig,
         *,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = now_ms,
         disk_usage: DiskUsageProbe = default_disk_usage,
         on_arrival: ArrivalListener | None = None,
     ) -> MessageStore:

@@ -26,7 +26,7 @@ from rmq_cluster.chaos.faults import KillMaster
 from rmq_cluster.chaos.nemesis import Window
 from rmq_cluster.chaos.runner import RunOptions, _wait_slaves_know_topics, run_chaos
 from rmq_cluster.chaos.workload import History, Workload, WorkloadConfig, create_topics
-from rmq_cluster.cluster.client import Message, MessageQueue, MQClientError, Producer
+from rmq_cluster.client import Message, MessageQueue, MQClientError, Producer
 
 pytestmark = pytest.mark.slow
 

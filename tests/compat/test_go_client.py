@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rmq_cluster.cluster.client.sync import SyncAdmin
+from rmq_cluster.client.sync import SyncAdmin
 from rmq_cluster.deploy.testing import RunningCluster, rmq_cluster
 
 from .conftest import JAVA_DIR

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from rmq_cluster.cluster.client.model import Message
-from rmq_cluster.cluster.client.sync import SyncAdmin, SyncProducer, SyncPushConsumer
+from rmq_cluster.client.model import Message
+from rmq_cluster.client.sync import SyncAdmin, SyncProducer, SyncPushConsumer
 from rmq_cluster.deploy.testing import RunningCluster, rmq_cluster
 
 from .conftest import JAVA_DIR, JVM_OPTS

@@ -160,6 +160,11 @@ def _code_is(code: int) -> Callable[[dict[str, Any]], bool]:
     return lambda view: view.get("code") == code
 
 
+def _max_offset_is(n: int) -> Callable[[dict[str, Any]], bool]:
+    """A pull answer that shows ``n`` messages in its queue (``maxOffset``)."""
+    return lambda view: view.get("ext.maxOffset") == str(n)
+
+
 def _has_records(view: dict[str, Any]) -> bool:
     return any(k.startswith("body[") for k in view)
 
@@ -202,9 +207,14 @@ SCENARIO: Final[tuple[Step, ...]] = (
     Step("consumer_list", "broker", RC.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": GROUP},
          body_kind="json"),
     # --- pulls with every status -------------------------------------------------------------
-    Step("pull_found", "broker", RC.PULL_MESSAGE, pull(TOPIC, 0, 0), body_kind="records"),
-    Step("pull_found_batch", "broker", RC.PULL_MESSAGE, pull(TOPIC, 2, 0), body_kind="records"),
-    Step("pull_found_big", "broker", RC.PULL_MESSAGE, pull(TOPIC, 1, 0), body_kind="records"),
+    # (each broker builds its ConsumeQueues a moment after the append: Java's reput service is
+    # a thread of its own; poll until every message sent to the queue is there)
+    Step("pull_found", "broker", RC.PULL_MESSAGE, pull(TOPIC, 0, 0), body_kind="records",
+         until=_max_offset_is(2)),
+    Step("pull_found_batch", "broker", RC.PULL_MESSAGE, pull(TOPIC, 2, 0), body_kind="records",
+         until=_max_offset_is(3)),
+    Step("pull_found_big", "broker", RC.PULL_MESSAGE, pull(TOPIC, 1, 0), body_kind="records",
+         until=_max_offset_is(1)),
     Step("pull_tag_filter", "broker", RC.PULL_MESSAGE, pull(TOPIC, 0, 0, "TagB"),
          body_kind="records", doc="the ConsumeQueue tag hash filters TagA out"),
     Step("pull_no_matched", "broker", RC.PULL_MESSAGE, pull(TOPIC, 0, 0, "TagZ"),

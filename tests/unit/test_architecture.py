@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "rmq_cluster"
 #: the repository's top-level folders that are installed, each as ``rmq_cluster.<folder>``
 INSTALLED = (
-    "cluster", "namesrv", "broker", "ha", "dledger", "store", "deploy", "chaos", "spark_jobs",
+    "cluster", "client", "namesrv", "broker", "ha", "dledger", "store", "deploy", "chaos",
+    "spark_jobs",
 )
 #: folders whose Python files import the installed packages
 IMPORTERS = (*INSTALLED, "tests", "bench")
@@ -93,7 +94,7 @@ def test_pyproject_maps_every_package_folder() -> None:
 # --------------------------------------------------------------------------- layers
 
 #: What each part may import besides itself (design.md: imports go downward only). The client
-#: (``cluster/client``) sits on the kernel; no node imports it.
+#: (``client/``) sits on the kernel; no node imports it.
 LAYERS: dict[str, frozenset[str]] = {
     "cluster": frozenset(),
     "client": frozenset({"cluster"}),
@@ -114,6 +115,7 @@ PURE_CORES = (
     "cluster/protocol/message.py", "cluster/protocol/route.py", "cluster/protocol/fastjson.py",
     "cluster/filter/sql92.py", "cluster/acl/validator.py", "cluster/acl/rules.py",
     "cluster/acl/permission.py", "cluster/acl/signing.py", "cluster/config.py",
+    "cluster/clock.py",
     "namesrv/route_info.py", "namesrv/processor.py",
     "store/mapped_file.py", "store/commitlog.py", "store/consume_queue.py", "store/index_file.py",
     "store/checkpoint.py", "store/recovery.py", "store/dispatcher.py",
@@ -126,9 +128,7 @@ PURE_CORES = (
 
 
 def _part(parts: tuple[str, ...]) -> str:
-    """``("cluster", "client", "x")`` -> ``client``; ``("store", "x")`` -> ``store``."""
-    if parts[0] == "cluster" and len(parts) > 1 and parts[1] in ("client", "client.py"):
-        return "client"
+    """``("store", "x")`` -> ``store``: a part is a top-level folder."""
     return parts[0]
 
 

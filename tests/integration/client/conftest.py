@@ -14,7 +14,7 @@ import trio
 
 from rmq_cluster.broker.config import BrokerSettings, load_broker_config
 from rmq_cluster.broker.controller import BrokerController
-from rmq_cluster.cluster.client.config import ClientConfig
+from rmq_cluster.client.config import ClientConfig
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer
 

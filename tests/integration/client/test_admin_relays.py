@@ -8,7 +8,7 @@ import pytest
 import trio
 
 import rmq_cluster.broker.processors.relay as relay
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     Admin,
     ConsumeFromWhere,
     ConsumeResult,

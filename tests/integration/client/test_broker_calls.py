@@ -7,14 +7,14 @@ import json
 
 import trio
 
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
     Producer,
     PushConsumer,
 )
-from rmq_cluster.cluster.client.model import MessageQueue, ReceivedMessage
+from rmq_cluster.client.model import MessageQueue, ReceivedMessage
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.net import Connection

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import trio
 
-from rmq_cluster.cluster.client import ConsumeResult, Message, ReceivedMessage
-from rmq_cluster.cluster.client.sync import (
+from rmq_cluster.client import ConsumeResult, Message, ReceivedMessage
+from rmq_cluster.client.sync import (
     SyncAdmin,
     SyncProducer,
     SyncPullConsumer,
@@ -102,7 +102,7 @@ def _blocking_round_trip(ns: str) -> dict[str, Any]:
             done.set()
         return ConsumeResult.SUCCESS
 
-    from rmq_cluster.cluster.client import ConsumeFromWhere
+    from rmq_cluster.client import ConsumeFromWhere
 
     with SyncPushConsumer("SPUSH", listener, {"SYNC1": "*"}, namesrv_addr=ns,
                           consume_from=ConsumeFromWhere.FIRST_OFFSET):

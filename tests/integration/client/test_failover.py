@@ -7,10 +7,10 @@ from pathlib import Path
 
 import trio
 
-from rmq_cluster.cluster.client import ConsumeFromWhere, Message, Producer, PullConsumer, PullStatus
-from rmq_cluster.cluster.client.admin import Admin
-from rmq_cluster.cluster.client.errors import MQBrokerError
-from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.client import ConsumeFromWhere, Message, Producer, PullConsumer, PullStatus
+from rmq_cluster.client.admin import Admin
+from rmq_cluster.client.errors import MQBrokerError
+from rmq_cluster.client.model import MessageQueue
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 
 from .conftest import WAIT_S, running_cluster

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     ClientInstance,
     ConsumeFromWhere,
     ConsumeResult,
@@ -20,9 +20,9 @@ from rmq_cluster.cluster.client import (
     TransactionProducer,
     TransactionState,
 )
-from rmq_cluster.cluster.client.admin import Admin
-from rmq_cluster.cluster.client.consumer import PullConsumer
-from rmq_cluster.cluster.client.model import MessageQueue, dlq_topic
+from rmq_cluster.client.admin import Admin
+from rmq_cluster.client.consumer import PullConsumer
+from rmq_cluster.client.model import MessageQueue, dlq_topic
 
 from .conftest import WAIT_S, Cluster
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import trio
 
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
@@ -18,7 +18,7 @@ from rmq_cluster.cluster.client import (
     ReceivedMessage,
     SendStatus,
 )
-from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.client.model import MessageQueue
 from rmq_cluster.cluster.protocol.message import SYSFLAG_COMPRESSED
 
 from .conftest import WAIT_S, Cluster

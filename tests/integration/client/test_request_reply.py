@@ -9,7 +9,7 @@ import attrs
 import pytest
 import trio
 
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
@@ -23,11 +23,11 @@ from rmq_cluster.cluster.client import (
     create_reply_message,
     reply_listener,
 )
-from rmq_cluster.cluster.client.request_reply import (
+from rmq_cluster.client.request_reply import (
     CREATE_REPLY_MESSAGE_EXCEPTION,
     REQUEST_TIMEOUT_EXCEPTION,
 )
-from rmq_cluster.cluster.client.sync import SyncProducer, SyncPushConsumer
+from rmq_cluster.client.sync import SyncProducer, SyncPushConsumer
 from rmq_cluster.cluster.protocol.message import MessageConst as MC
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
 from rmq_cluster.cluster.remoting.codes import ResponseCode
@@ -182,7 +182,7 @@ async def test_reply_to_a_gone_requester_is_refused(cluster: Cluster) -> None:
 
 
 def test_create_reply_message_needs_the_cluster_property() -> None:
-    from rmq_cluster.cluster.client.model import MessageQueue
+    from rmq_cluster.client.model import MessageQueue
 
     req = ReceivedMessage(
         topic="T", body=b"x", properties={MC.PROPERTY_CORRELATION_ID: "c"},
@@ -230,7 +230,7 @@ def test_reply_pushed_by_a_java_broker_is_read() -> None:
     every value a string, hosts as InetSocketAddress.toString()), with a compressed body."""
     import zlib
 
-    from rmq_cluster.cluster.client.request_reply import reply_from_push
+    from rmq_cluster.client.request_reply import reply_from_push
     from rmq_cluster.cluster.remoting.headers import ReplyMessageRequestHeader
 
     ext = {

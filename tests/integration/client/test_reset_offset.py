@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import trio
 
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     Admin,
     ConsumeFromWhere,
     ConsumeResult,

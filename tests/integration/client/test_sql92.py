@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
@@ -19,8 +19,8 @@ from rmq_cluster.cluster.client import (
     PushConsumer,
     ReceivedMessage,
 )
-from rmq_cluster.cluster.client.errors import MQBrokerError
-from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.client.errors import MQBrokerError
+from rmq_cluster.client.model import MessageQueue
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     Admin,
     ConsumeFromWhere,
     Message,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import trio
 
-from rmq_cluster.cluster.client.config import ClientConfig
-from rmq_cluster.cluster.client.model import Message as WireMessage
-from rmq_cluster.cluster.client.producer import Producer
+from rmq_cluster.client.config import ClientConfig
+from rmq_cluster.client.model import Message as WireMessage
+from rmq_cluster.client.producer import Producer
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id, iter_records
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode

@@ -10,9 +10,9 @@ import time
 import pytest
 import trio
 
-from rmq_cluster.cluster.client.config import ClientConfig
-from rmq_cluster.cluster.client.model import Message
-from rmq_cluster.cluster.client.producer import Producer
+from rmq_cluster.client.config import ClientConfig
+from rmq_cluster.client.model import Message
+from rmq_cluster.client.producer import Producer
 from rmq_cluster.cluster.protocol.message import iter_records
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode

@@ -24,7 +24,7 @@ from typing import IO
 import pytest
 import trio
 
-from rmq_cluster.cluster.client import Message, Producer, PullConsumer, PullStatus, SendStatus
+from rmq_cluster.client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
 from rmq_cluster.cluster.protocol.route import KVTable, TopicRouteData
 from rmq_cluster.cluster.remoting.codec import RemotingCommand

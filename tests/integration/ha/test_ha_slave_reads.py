@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from rmq_cluster.broker.controller import BrokerController
-from rmq_cluster.cluster.client import MessageQueue, PullConsumer, PullStatus
+from rmq_cluster.client import MessageQueue, PullConsumer, PullStatus
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from tests.integration.broker.conftest import (

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import trio
 
-from rmq_cluster.cluster.acl.signing import Credentials
-from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     ConsumeResult,
     Message,
     Producer,
@@ -23,8 +21,10 @@ from rmq_cluster.cluster.client import (
     SendStatus,
     frames,
 )
-from rmq_cluster.cluster.client.admin import Admin
-from rmq_cluster.cluster.client.errors import MQBrokerError
+from rmq_cluster.client.admin import Admin
+from rmq_cluster.client.errors import MQBrokerError
+from rmq_cluster.cluster.acl.signing import Credentials
+from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
 from rmq_cluster.cluster.metrics import parse_exposition, sample_value
 from rmq_cluster.cluster.metrics_server import fetch_metrics
 from rmq_cluster.cluster.remoting.codec import RemotingCommand

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rmq_cluster.client import frames
 from rmq_cluster.cluster.acl.signing import Credentials
 from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
-from rmq_cluster.cluster.client import frames
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id, iter_records
 from rmq_cluster.cluster.remoting.codec import RemotingCommand

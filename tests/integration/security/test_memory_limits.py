@@ -16,8 +16,8 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmq_cluster.cluster.client import Message, Producer
-from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.client import Message, Producer
+from rmq_cluster.client.model import MessageQueue
 from rmq_cluster.cluster.protocol.route import KVTable
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode_into
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode

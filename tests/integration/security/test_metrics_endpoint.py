@@ -8,7 +8,7 @@ from pathlib import Path
 import trio
 
 from rmq_cluster.broker.controller import BrokerController
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     ConsumeResult,
     Message,
     Producer,

@@ -18,10 +18,7 @@ import pytest
 import trio
 
 from rmq_cluster.broker.controller import BrokerController
-from rmq_cluster.cluster.acl.local import local_admin
-from rmq_cluster.cluster.acl.signing import Credentials
-from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
-from rmq_cluster.cluster.client import (
+from rmq_cluster.client import (
     ConsumeResult,
     Message,
     Producer,
@@ -29,7 +26,10 @@ from rmq_cluster.cluster.client import (
     ReceivedMessage,
     SendStatus,
 )
-from rmq_cluster.cluster.client.config import ClientConfig
+from rmq_cluster.client.config import ClientConfig
+from rmq_cluster.cluster.acl.local import local_admin
+from rmq_cluster.cluster.acl.signing import Credentials
+from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
 from rmq_cluster.cluster.metrics import parse_exposition, sample_value
 from rmq_cluster.cluster.metrics_server import fetch_metrics
 from rmq_cluster.cluster.protocol.route import (

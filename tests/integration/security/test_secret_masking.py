@@ -24,12 +24,12 @@ from hypothesis import strategies as st
 
 from rmq_cluster.broker.controller import BrokerController
 from rmq_cluster.broker.processors.broker_config import _rewrite_file
+from rmq_cluster.client.admin import Admin
+from rmq_cluster.client.errors import MQBrokerError
 from rmq_cluster.cluster.acl.local import local_admin
 from rmq_cluster.cluster.acl.secret_keys import MASK, is_secret_key, mask_secrets
 from rmq_cluster.cluster.acl.signing import Credentials
 from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
-from rmq_cluster.cluster.client.admin import Admin
-from rmq_cluster.cluster.client.errors import MQBrokerError
 from rmq_cluster.cluster.config import format_properties, parse_properties
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode

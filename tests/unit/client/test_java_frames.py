@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from rmq_cluster.cluster.client import frames
-from rmq_cluster.cluster.client.model import Message, MessageQueue
-from rmq_cluster.cluster.client.subscription import ConsumerData, build_subscription, heartbeat_body
+from rmq_cluster.client import frames
+from rmq_cluster.client.model import Message, MessageQueue
+from rmq_cluster.client.subscription import ConsumerData, build_subscription, heartbeat_body
 from rmq_cluster.cluster.remoting.codec import encode
 
 MQ = MessageQueue("T", "broker-a", 1)
@@ -68,7 +68,7 @@ def test_send_message_v2_frame() -> None:
         '"serializeTypeCurrentRPC":"JSON","version":407}',
         b"hello",
     )
-    from rmq_cluster.cluster.client.subscription import java_properties_string
+    from rmq_cluster.client.subscription import java_properties_string
 
     wire = Message("T", b"hello", tags="TagA", keys=["k1", "k2"]).wire_properties()
     wire["UNIQ_KEY"] = uniq
@@ -85,7 +85,7 @@ def test_properties_string_is_the_encoded_java_map_order(seed: int) -> None:
     """The producer's one-join properties string equals encoding the Java-ordered map."""
     import random
 
-    from rmq_cluster.cluster.client.subscription import java_hashmap_order, java_properties_string
+    from rmq_cluster.client.subscription import java_hashmap_order, java_properties_string
     from rmq_cluster.cluster.protocol.message import encode_properties
 
     rnd = random.Random(seed)

@@ -10,18 +10,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq_cluster.cluster.client.allocate import allocate_averagely, allocate_by_circle
-from rmq_cluster.cluster.client.config import ClientConfig, split_namesrv
-from rmq_cluster.cluster.client.fault import LatencyFaultTolerance
-from rmq_cluster.cluster.client.ids import UniqIdGenerator, build_client_id
-from rmq_cluster.cluster.client.instance import (
+from rmq_cluster.client.allocate import allocate_averagely, allocate_by_circle
+from rmq_cluster.client.config import ClientConfig, split_namesrv
+from rmq_cluster.client.fault import LatencyFaultTolerance
+from rmq_cluster.client.ids import UniqIdGenerator, build_client_id
+from rmq_cluster.client.instance import (
     object_key_map,
     parse_offset_table,
     publish_queues,
     subscribe_queues,
 )
-from rmq_cluster.cluster.client.model import Message, MessageQueue, ReceivedMessage
-from rmq_cluster.cluster.client.subscription import build_subscription
+from rmq_cluster.client.model import Message, MessageQueue, ReceivedMessage
+from rmq_cluster.client.subscription import build_subscription
 from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_COMPRESSED,
     RecordError,
@@ -174,8 +174,8 @@ def test_subscription_matching() -> None:
 async def test_pull_follows_suggested_broker_and_never_commits_on_a_slave() -> None:
     """PullApi sends the next pull of a queue to ``suggestWhichBrokerId`` and clears the
     COMMIT_OFFSET bit when the target is a slave (Java PullAPIWrapper)."""
-    from rmq_cluster.cluster.client.consumer import PullApi
-    from rmq_cluster.cluster.client.instance import ClientInstance
+    from rmq_cluster.client.consumer import PullApi
+    from rmq_cluster.client.instance import ClientInstance
     from rmq_cluster.cluster.remoting.codec import RemotingCommand
 
     inst = ClientInstance(ClientConfig(namesrv_addr="127.0.0.1:1", client_ip="127.0.0.1"))

@@ -11,13 +11,13 @@ from typing import Any
 
 import attrs
 
-from rmq_cluster.cluster.client.config import (
+from rmq_cluster.client.config import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_TOPIC_QUEUE_NUMS,
     LANGUAGE,
     VERSION,
 )
-from rmq_cluster.cluster.client.model import MessageQueue
+from rmq_cluster.client.model import MessageQueue
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import SERIALIZE_JSON, RequestCode

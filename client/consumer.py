@@ -22,9 +22,9 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.cluster.client import frames
-from rmq_cluster.cluster.client.allocate import AllocateStrategy, allocate_averagely
-from rmq_cluster.cluster.client.config import (
+from rmq_cluster.client import frames
+from rmq_cluster.client.allocate import AllocateStrategy, allocate_averagely
+from rmq_cluster.client.config import (
     DEFAULT_BROKER_SUSPEND_MAX_S,
     DEFAULT_CONSUME_CONCURRENCY,
     DEFAULT_LOCK_INTERVAL_S,
@@ -37,20 +37,20 @@ from rmq_cluster.cluster.client.config import (
     PULL_ERROR_BACKOFF_S,
     ClientConfig,
 )
-from rmq_cluster.cluster.client.errors import (
+from rmq_cluster.client.errors import (
     MQBrokerError,
     MQClientError,
     MQRemotingError,
     NoRouteError,
 )
-from rmq_cluster.cluster.client.instance import (
+from rmq_cluster.client.instance import (
     MASTER_ID,
     ClientInstance,
     object_key_map,
     own_instance,
     subscribe_queues,
 )
-from rmq_cluster.cluster.client.model import (
+from rmq_cluster.client.model import (
     ConsumeFromWhere,
     ConsumeResult,
     ConsumeType,
@@ -62,18 +62,19 @@ from rmq_cluster.cluster.client.model import (
     ReceivedMessage,
     retry_topic,
 )
-from rmq_cluster.cluster.client.offset_store import (
+from rmq_cluster.client.offset_store import (
     OFFSET_NOT_FOUND,
     LocalOffsetStore,
     OffsetStore,
     RemoteOffsetStore,
     default_local_offset_dir,
 )
-from rmq_cluster.cluster.client.subscription import (
+from rmq_cluster.client.subscription import (
     ConsumerData,
     SubscriptionData,
     build_subscription,
 )
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.message import iter_records
 from rmq_cluster.cluster.protocol.route import TopicRouteData
@@ -86,10 +87,6 @@ _PULL_STATUS: dict[int, PullStatus] = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
@@ -314,11 +311,11 @@ class PushConsumer:
                   ) -> None:
         """``expression``: tags (``"TagA || TagB"``, ``"*"``) or, with
         ``expression_type="SQL92"``, a selector on message properties (``"a > 5"``)."""
-        sub = build_subscription(topic, expression, _now_ms(), expression_type)
+        sub = build_subscription(topic, expression, now_ms(), expression_type)
         self.subscriptions[topic] = sub
         if self.config.message_model is MessageModel.CLUSTERING:
             rt = retry_topic(self.group)
-            self.subscriptions.setdefault(rt, build_subscription(rt, "*", _now_ms()))
+            self.subscriptions.setdefault(rt, build_subscription(rt, "*", now_ms()))
         if self.running:
             self.instance.spawn(self._refresh_after_subscribe, topic)
 
@@ -573,7 +570,7 @@ class PushConsumer:
             return await self.pull_api.max_offset(mq)
         ts = self.config.consume_timestamp_ms
         if ts is None:
-            ts = _now_ms() - 30 * 60 * 1000
+            ts = now_ms() - 30 * 60 * 1000
         return await self.pull_api.search_offset(mq, ts)
 
     # ------------------------------------------------------------------ orderly locks
@@ -820,7 +817,7 @@ class PushConsumer:
             "PROP_CONSUME_TYPE": ConsumeType.PUSH.value,
             "PROP_CONSUMEORDERLY": str(self.config.orderly).lower(),
             "PROP_THREADPOOL_CORE_SIZE": str(self.config.consume_concurrency),
-            "PROP_CONSUMER_START_TIMESTAMP": str(_now_ms()),
+            "PROP_CONSUMER_START_TIMESTAMP": str(now_ms()),
             "messageModel": self.config.message_model.value,
             "consumeFromWhere": self.config.consume_from.value,
         }
@@ -1033,7 +1030,7 @@ class PullConsumer:
         for mq in sorted(wanted):
             if mq.topic not in self.subs:
                 self.subs[mq.topic] = build_subscription(
-                    mq.topic, expression or self.expression, _now_ms())
+                    mq.topic, expression or self.expression, now_ms())
             if mq in self.assigned:
                 continue
             if mq.topic not in self.instance.routes:

@@ -15,11 +15,11 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.cluster.client import frames
-from rmq_cluster.cluster.client.config import ClientConfig
-from rmq_cluster.cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
-from rmq_cluster.cluster.client.instance import ClientInstance, own_instance, parse_offset_table
-from rmq_cluster.cluster.client.model import MessageQueue, ReceivedMessage, retry_topic
+from rmq_cluster.client import frames
+from rmq_cluster.client.config import ClientConfig
+from rmq_cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
+from rmq_cluster.client.instance import ClientInstance, own_instance, parse_offset_table
+from rmq_cluster.client.model import MessageQueue, ReceivedMessage, retry_topic
 from rmq_cluster.cluster.config import format_properties, parse_properties
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id, iter_records

@@ -1,6 +1,6 @@
 """Blocking facade: the Trio client on a background thread, for code that is not async::
 
-    from rmq_cluster.cluster.client.sync import SyncProducer
+    from rmq_cluster.client.sync import SyncProducer
     with SyncProducer("PG", namesrv_addr="127.0.0.1:9876") as p:
         print(p.send(Message("T", b"hi")).msg_id)
 
@@ -18,18 +18,18 @@ from typing import Any, TypeVar
 
 import trio
 
-from rmq_cluster.cluster.client.admin import Admin
-from rmq_cluster.cluster.client.consumer import PullConsumer, PushConsumer
-from rmq_cluster.cluster.client.errors import ClientStateError
-from rmq_cluster.cluster.client.model import (
+from rmq_cluster.client.admin import Admin
+from rmq_cluster.client.consumer import PullConsumer, PushConsumer
+from rmq_cluster.client.errors import ClientStateError
+from rmq_cluster.client.model import (
     Message,
     MessageQueue,
     PullResult,
     ReceivedMessage,
     SendResult,
 )
-from rmq_cluster.cluster.client.producer import Producer
-from rmq_cluster.cluster.client.request_reply import DEFAULT_REQUEST_TIMEOUT_S
+from rmq_cluster.client.producer import Producer
+from rmq_cluster.client.request_reply import DEFAULT_REQUEST_TIMEOUT_S
 
 T = TypeVar("T")
 #: How long starting the background loop may take.

@@ -18,19 +18,19 @@ from typing import Any
 
 import trio
 
-from rmq_cluster.cluster.acl.secret_keys import mask_secrets
-from rmq_cluster.cluster.client.admin import Admin
-from rmq_cluster.cluster.client.config import ClientConfig
-from rmq_cluster.cluster.client.consumer import PushConsumer
-from rmq_cluster.cluster.client.errors import MQClientError
-from rmq_cluster.cluster.client.model import (
+from rmq_cluster.client.admin import Admin
+from rmq_cluster.client.config import ClientConfig
+from rmq_cluster.client.consumer import PushConsumer
+from rmq_cluster.client.errors import MQClientError
+from rmq_cluster.client.model import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
     ReceivedMessage,
     SendResult,
 )
-from rmq_cluster.cluster.client.producer import Producer
+from rmq_cluster.client.producer import Producer
+from rmq_cluster.cluster.acl.secret_keys import mask_secrets
 from rmq_cluster.cluster.protocol.route import ClusterInfo, TopicRouteData
 
 #: A progress line is redrawn at most this often.

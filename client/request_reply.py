@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import time
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from rmq_cluster.cluster.client.errors import MQClientError
-from rmq_cluster.cluster.client.model import ConsumeResult, Message, MessageQueue, ReceivedMessage
+from rmq_cluster.client.errors import MQClientError
+from rmq_cluster.client.model import ConsumeResult, Message, MessageQueue, ReceivedMessage
 from rmq_cluster.cluster.protocol.message import SYSFLAG_COMPRESSED, MessageConst, decode_properties
 from rmq_cluster.cluster.remoting.headers import ReplyMessageRequestHeader
 
 if TYPE_CHECKING:
-    from rmq_cluster.cluster.client.producer import Producer
+    from rmq_cluster.client.producer import Producer
 
 MC = MessageConst
 #: ``MSG_TYPE`` of a reply (Java ``MixAll.REPLY_MESSAGE_FLAG``).
@@ -158,10 +157,6 @@ class RequestFutureTable:
             return False
         fut.put(reply)
         return True
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 ReplyFn = Callable[[ReceivedMessage], "bytes | Awaitable[bytes | None] | None"]

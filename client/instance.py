@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from typing import Any, Protocol
@@ -20,16 +19,15 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.cluster.acl.signing import credentials_from
-from rmq_cluster.cluster.client import frames
-from rmq_cluster.cluster.client.config import (
+from rmq_cluster.client import frames
+from rmq_cluster.client.config import (
     AUTO_CREATE_TOPIC_KEY,
     CLIENT_INNER_PRODUCER_GROUP,
     DEFAULT_TOPIC_QUEUE_NUMS,
     ClientConfig,
     with_credentials,
 )
-from rmq_cluster.cluster.client.errors import (
+from rmq_cluster.client.errors import (
     ClientStateError,
     MQBrokerError,
     MQClientError,
@@ -37,10 +35,12 @@ from rmq_cluster.cluster.client.errors import (
     MQTimeoutError,
     NoRouteError,
 )
-from rmq_cluster.cluster.client.ids import build_client_id, default_instance_name, local_ip
-from rmq_cluster.cluster.client.model import MessageQueue
-from rmq_cluster.cluster.client.request_reply import RequestFutureTable, reply_from_push
-from rmq_cluster.cluster.client.subscription import ConsumerData, heartbeat_body
+from rmq_cluster.client.ids import build_client_id, default_instance_name, local_ip
+from rmq_cluster.client.model import MessageQueue
+from rmq_cluster.client.request_reply import RequestFutureTable, reply_from_push
+from rmq_cluster.client.subscription import ConsumerData, heartbeat_body
+from rmq_cluster.cluster.acl.signing import credentials_from
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.route import PermName, TopicRouteData
@@ -687,10 +687,6 @@ def _default_route(tmpl: TopicRouteData) -> TopicRouteData:
         for q in tmpl.queue_datas
     )
     return attrs.evolve(tmpl, queue_datas=qds)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def json_body(obj: Any) -> bytes:

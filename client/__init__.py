@@ -2,17 +2,17 @@
 rebalance, offset stores and admin calls; Trio-native, with a blocking facade in
 ``cluster.client.sync``.
 
-    from rmq_cluster.cluster.client import Producer, PushConsumer, Message, ConsumeResult
+    from rmq_cluster.client import Producer, PushConsumer, Message, ConsumeResult
 
     async with Producer("PG", namesrv_addr="127.0.0.1:9876") as p:
         await p.send(Message("T", b"hello", tags="A"))
 """
 
-from rmq_cluster.cluster.client.admin import Admin
-from rmq_cluster.cluster.client.allocate import allocate_averagely, allocate_by_circle
-from rmq_cluster.cluster.client.config import ClientConfig
-from rmq_cluster.cluster.client.consumer import PullConsumer, PushConfig, PushConsumer
-from rmq_cluster.cluster.client.errors import (
+from rmq_cluster.client.admin import Admin
+from rmq_cluster.client.allocate import allocate_averagely, allocate_by_circle
+from rmq_cluster.client.config import ClientConfig
+from rmq_cluster.client.consumer import PullConsumer, PushConfig, PushConsumer
+from rmq_cluster.client.errors import (
     ClientStateError,
     MQBrokerError,
     MQClientError,
@@ -21,8 +21,8 @@ from rmq_cluster.cluster.client.errors import (
     NoRouteError,
     TransactionError,
 )
-from rmq_cluster.cluster.client.instance import ClientInstance
-from rmq_cluster.cluster.client.model import (
+from rmq_cluster.client.instance import ClientInstance
+from rmq_cluster.client.model import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
@@ -36,14 +36,14 @@ from rmq_cluster.cluster.client.model import (
     SendStatus,
     TransactionState,
 )
-from rmq_cluster.cluster.client.producer import (
+from rmq_cluster.client.producer import (
     Producer,
     ProducerConfig,
     SendHandle,
     TransactionProducer,
     select_by_hash,
 )
-from rmq_cluster.cluster.client.request_reply import (
+from rmq_cluster.client.request_reply import (
     RequestTimeoutError,
     create_reply_message,
     reply_listener,

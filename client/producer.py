@@ -21,25 +21,25 @@ from typing import Any
 import attrs
 import trio
 
-from rmq_cluster.cluster.client import frames
-from rmq_cluster.cluster.client.config import (
+from rmq_cluster.client import frames
+from rmq_cluster.client.config import (
     DEFAULT_COMPRESS_OVER_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
     DEFAULT_SEND_TIMEOUT_S,
     ClientConfig,
 )
-from rmq_cluster.cluster.client.errors import (
+from rmq_cluster.client.errors import (
     MQBrokerError,
     MQClientError,
     MQRemotingError,
     NoRouteError,
     TransactionError,
 )
-from rmq_cluster.cluster.client.fault import FIRST_PENALIZED_LATENCY_MS, LatencyFaultTolerance
-from rmq_cluster.cluster.client.ids import UniqIdGenerator
-from rmq_cluster.cluster.client.instance import ClientInstance, own_instance, publish_queues
-from rmq_cluster.cluster.client.model import (
+from rmq_cluster.client.fault import FIRST_PENALIZED_LATENCY_MS, LatencyFaultTolerance
+from rmq_cluster.client.ids import UniqIdGenerator
+from rmq_cluster.client.instance import ClientInstance, own_instance, publish_queues
+from rmq_cluster.client.model import (
     RETRY_GROUP_TOPIC_PREFIX,
     Message,
     MessageQueue,
@@ -48,14 +48,15 @@ from rmq_cluster.cluster.client.model import (
     SendStatus,
     TransactionState,
 )
-from rmq_cluster.cluster.client.request_reply import (
+from rmq_cluster.client.request_reply import (
     DEFAULT_REQUEST_TIMEOUT_S,
     REPLY_MESSAGE_FLAG,
     REQUEST_TIMEOUT_EXCEPTION,
     RequestTimeoutError,
     is_reply,
 )
-from rmq_cluster.cluster.client.subscription import JavaMapOrder
+from rmq_cluster.client.subscription import JavaMapOrder
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_COMPRESSED,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
@@ -211,7 +212,7 @@ class Producer:
         if last_broker is None and not self.fault.items:
             return queues[next(self._counter) % n]  # nothing to avoid: plain round robin
         if self.config.send_latency_fault_enable:
-            now = _now_ms()
+            now = now_ms()
             for _ in range(n):
                 mq = queues[next(self._counter) % n]
                 if self.fault.is_available(mq.broker_name, now) and (
@@ -382,7 +383,7 @@ class Producer:
                 mq.broker_name not in self.fault.items
             ):
                 return  # nothing to remember: the broker stays available (the common case)
-            self.fault.update(mq.broker_name, latency, isolation, _now_ms())
+            self.fault.update(mq.broker_name, latency, isolation, now_ms())
 
     async def _send_kernel(self, msg: Message | _Batch, mq: MessageQueue, timeout: float | None,
                            *, oneway: bool = False, extra: dict[str, str] | None = None,
@@ -423,7 +424,7 @@ class Producer:
             topic=mq.topic,
             queue_id=mq.queue_id,
             sys_flag=sys_flag,
-            born_timestamp=_now_ms(),
+            born_timestamp=now_ms(),
             flag=0 if batch else msg.flag,  # type: ignore[union-attr]
             properties=self._map_order.properties_string(props),
             body=body,
@@ -635,10 +636,6 @@ class TransactionProducer(Producer):
             await conn.invoke_oneway(self.instance.sign(cmd))
         except RemotingError as exc:
             self.log.info("end transaction after check failed", error=str(exc))
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 #: Latency and send deadlines (cheaper than trio.current_time on the per-message path).
