@@ -10,16 +10,15 @@ hot path costs a few set lookups.
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Mapping
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.names import NAME_TABLE, NameCache, check_request
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import AsyncProcessor, Processor
+from rmq_cluster.cluster.remoting.net import Processor, checked
 
 #: Requests whose bad topic RocketMQ answers in its own words (``TopicValidator``): the header
 #: field holding the topic, and whether the answer is a send's (with MSG_REGION / TRACE_ON).
@@ -90,27 +89,7 @@ class NameGate:
         return refusal(request, bad)
 
     def wrap_one(self, processor: Processor) -> Processor:
-        gate_check = self.check
-        target = getattr(processor, "__call__", processor)  # noqa: B004
-        if inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(target):
-            async_p = cast(AsyncProcessor, processor)
-
-            async def gated_async(conn: Any, request: RemotingCommand) -> Any:
-                refusal = gate_check(conn, request)
-                if refusal is not None:
-                    return refusal
-                return await async_p(conn, request)
-
-            return gated_async
-        sync_p = processor
-
-        def gated(conn: Any, request: RemotingCommand) -> Any:
-            refusal = gate_check(conn, request)
-            if refusal is not None:
-                return refusal
-            return sync_p(conn, request)
-
-        return gated
+        return checked(processor, self.check)
 
     def wrap(self, processors: Mapping[int, Processor]) -> dict[int, Processor]:
         """Every processor whose code carries a name, gated; the others as they are."""

@@ -14,10 +14,9 @@ with the peer and counted (``denials``).
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, cast
+from typing import Final
 
 import trio
 
@@ -27,7 +26,7 @@ from rmq_cluster.cluster.acl.validator import AclDecider, AclDenied
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import FLAG_RESPONSE, ResponseCode
-from rmq_cluster.cluster.remoting.net import AsyncProcessor, Connection, Processor
+from rmq_cluster.cluster.remoting.net import Connection, Processor, checked
 
 #: RocketMQ's FileWatchService looks at the rules file every 500 ms.
 ACL_RELOAD_CHECK_INTERVAL_S: Final = 0.5
@@ -174,27 +173,7 @@ class AclGuard:
         )
 
     def wrap_one(self, processor: Processor) -> Processor:
-        guard_check = self.check
-        target = getattr(processor, "__call__", processor)  # noqa: B004
-        if inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(target):
-            async_p = cast(AsyncProcessor, processor)
-
-            async def guarded_async(conn: Connection, request: RemotingCommand) -> Any:
-                denial = guard_check(conn, request)
-                if denial is not None:
-                    return denial
-                return await async_p(conn, request)
-
-            return guarded_async
-        sync_p = processor
-
-        def guarded(conn: Connection, request: RemotingCommand) -> Any:
-            denial = guard_check(conn, request)
-            if denial is not None:
-                return denial
-            return sync_p(conn, request)
-
-        return guarded
+        return checked(processor, self.check)
 
     def wrap(self, processors: Mapping[int, Processor]) -> dict[int, Processor]:
         codes = self.guarded_codes

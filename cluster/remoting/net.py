@@ -141,6 +141,34 @@ SyncProcessor = Callable[
     "RemotingCommand | Awaitable[RemotingCommand | None] | Deferred | Held | None",
 ]
 Processor = AsyncProcessor | SyncProcessor
+#: A check run before a processor: None lets the request through, a response refuses it.
+ProcessorCheck = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
+
+
+def checked(processor: Processor, check: ProcessorCheck) -> Processor:
+    """``processor`` behind ``check`` (the ACL guard, the name gate): when ``check`` answers, that
+    answer is the response and the processor does not run. A plain processor stays plain (the
+    inline fast path), an ``async def`` one stays async."""
+    target = getattr(processor, "__call__", processor)  # noqa: B004
+    if inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(target):
+        async_p = cast(AsyncProcessor, processor)
+
+        async def checked_async(conn: Connection, request: RemotingCommand) -> Any:
+            refusal = check(conn, request)
+            if refusal is not None:
+                return refusal
+            return await async_p(conn, request)
+
+        return checked_async
+    sync_p = processor
+
+    def checked_sync(conn: Connection, request: RemotingCommand) -> Any:
+        refusal = check(conn, request)
+        if refusal is not None:
+            return refusal
+        return sync_p(conn, request)
+
+    return checked_sync
 
 
 class Deferred:
