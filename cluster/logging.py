@@ -1,14 +1,16 @@
 """structlog setup: a console renderer on a TTY, JSON lines otherwise.
 
 Processes call ``configure_logging`` once at their entry point; library code only calls
-``get_logger(**context)`` and binds ``node``, ``role`` and ``remote`` where it knows them.
+``get_logger(**context)`` and binds ``node``, ``role`` and ``remote`` where it knows them. A
+process that configures nothing logs warnings and errors to stderr (never to stdout, where a
+CLI's results and an application's own output go).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import orjson
 import structlog
@@ -72,6 +74,20 @@ def configure_logging(
         ),
         cache_logger_on_first_use=False,
     )
+
+
+#: Level of a process that never configures logging (an application using the client, a
+#: script): warnings and errors only, on stderr, never on stdout. Entry points configure theirs.
+LIBRARY_LOG_LEVEL: Final = "warning"
+
+
+def _quiet_unless_configured() -> None:
+    """structlog's own default prints every debug line to stdout; a library must not."""
+    if not structlog.is_configured():
+        configure_logging(LIBRARY_LOG_LEVEL)
+
+
+_quiet_unless_configured()
 
 
 def get_logger(**context: Any) -> Any:

@@ -8,8 +8,11 @@ so that none of them imports another upward.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib import metadata
+
+from rmq_cluster.cluster.logging import configure_logging
 
 
 def _version() -> str:
@@ -49,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # stdout carries results only: logs go to stderr, warnings and up unless asked for more
+    configure_logging(os.environ.get("RMQ_CLUSTER_LOG_LEVEL", "warning"))
     if args.command is None:
         parser.print_help()
         return 0
