@@ -841,26 +841,79 @@ public final class Scenarios {
         p.shutdown();
     }
 
-    /** a steady stream of numbered sync sends for failover tests: every SEND_OK and every failure. */
+    /**
+     * a steady stream of numbered sync sends for failover tests: every SEND_OK and every failure.
+     * System properties: stream.queues (4), stream.gap.ms (20), stream.max (2000),
+     * stream.stop (a path: the stream ends once that file exists), stream.poll.ms (the client's
+     * pollNameServerInterval, 1000: how soon it learns a new master's address).
+     */
     static void stream() throws Exception {
         String sc = "stream";
-        String t = prefix + "-stream";
-        int n = Integer.getInteger("stream.count", 300);
+        String t = rawTopic(prefix + "-stream", Integer.getInteger("stream.queues", 4));
+        int max = Integer.getInteger("stream.max", 2000);
         long gap = Long.getLong("stream.gap.ms", 20L);
-        DefaultMQProducer p = producer(prefix + "-pg-stream");
+        String stop = System.getProperty("stream.stop");
+        DefaultMQProducer p = new DefaultMQProducer(prefix + "-pg-stream", hook);
+        p.setNamesrvAddr(namesrv);
+        p.setInstanceName(inst());
+        p.setPollNameServerInterval(Integer.getInteger("stream.poll.ms", 1000));
         p.setRetryTimesWhenSendFailed(4);
         p.setSendLatencyFaultEnable(true);
         p.setSendMsgTimeout(3000);
-        for (int i = 0; i < n; i++) {
+        p.start();
+        long end = System.currentTimeMillis() + waitMs;
+        for (int i = 0; i < max; i++) {
+            if (stop != null && new java.io.File(stop).exists()) break;
+            if (System.currentTimeMillis() > end) throw new IllegalStateException("stream: no stop file in time");
             Message m = msg(t, i, "S", text(i));
+            long t0 = System.currentTimeMillis();
             try {
-                emitMap(sent(sc, i, m, p.send(m)));
+                Map<String, Object> s = sent(sc, i, m, p.send(m));
+                s.put("start_ms", t0);
+                s.put("ms", System.currentTimeMillis() - t0);
+                emitMap(s);
             } catch (Exception e) {
-                emit("scenario", sc, "event", "send_failed", "idx", i, "uniq_id", MessageClientIDSetter.getUniqID(m), "error", String.valueOf(e));
+                emit("scenario", sc, "event", "send_failed", "idx", i, "uniq_id", MessageClientIDSetter.getUniqID(m),
+                     "start_ms", t0, "ms", System.currentTimeMillis() - t0, "error", String.valueOf(e));
             }
             Thread.sleep(gap); // pacing of the workload, not a wait for a condition
         }
         p.shutdown();
+    }
+
+    /**
+     * a push consumer (fresh group, from the first offset) reads {@code PREFIX-stream} until every
+     * unique id listed in the file named by drain.ids has arrived; on timeout it names the missing.
+     */
+    static void drain() throws Exception {
+        String sc = "drain";
+        String t = prefix + "-stream";
+        Set<String> want = new HashSet<>();
+        for (String line : java.nio.file.Files.readAllLines(java.nio.file.Paths.get(System.getProperty("drain.ids")))) {
+            if (!line.isBlank()) want.add(line.trim());
+        }
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        DefaultMQPushConsumer c = pushConsumer(prefix + "-cg-stream");
+        c.subscribe(t, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt x : msgs) {
+                emitMap(received(sc, "drain", x));
+                seen.add(MessageClientIDSetter.getUniqID(x));
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        try {
+            await("every acked message of the stream", () -> seen.containsAll(want));
+        } catch (IllegalStateException e) {
+            List<String> missing = new ArrayList<>(want);
+            missing.removeAll(seen);
+            Collections.sort(missing);
+            emit("scenario", sc, "event", "missing", "uniq_ids", missing);
+            throw e;
+        } finally {
+            c.shutdown();
+        }
     }
 
     public static void main(String[] args) throws Exception {
@@ -894,6 +947,7 @@ public final class Scenarios {
                     case "acl": acl(); break;
                     case "trace": trace(); break;
                     case "stream": stream(); break;
+                    case "drain": drain(); break;
                     default: throw new IllegalArgumentException("unknown scenario " + sc);
                 }
                 emit("scenario", sc, "event", "done", "ms", System.currentTimeMillis() - t0);
