@@ -37,9 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     from rmq_cluster.deploy.commands import add_commands as add_cluster_commands
 
     add_cluster_commands(sub)
-    from rmq_cluster.client.cli import add_commands
+    from rmq_cluster.client.cli import add_commands as add_client_commands
 
-    add_commands(sub)
+    add_client_commands(sub)
+    from rmq_cluster.client.mqadmin_cli import add_commands as add_mqadmin_commands
+
+    add_mqadmin_commands(sub)
     from rmq_cluster.chaos.cli import add_chaos_command
 
     add_chaos_command(sub)
