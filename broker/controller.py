@@ -38,7 +38,11 @@ from rmq_cluster.broker.persist import (
     read_file,
     write_atomically,
 )
-from rmq_cluster.broker.processors.admin import MoreAdminProcessors, ResetOffsetProcessor
+from rmq_cluster.broker.processors.admin import (
+    MoreAdminProcessors,
+    ResetOffsetProcessor,
+    StatsProcessor,
+)
 from rmq_cluster.broker.processors.broker_config import BrokerConfigProcessor
 from rmq_cluster.broker.processors.common import TopicAccess
 from rmq_cluster.broker.processors.consumer import ConsumerProcessors
@@ -354,6 +358,7 @@ class BrokerController:
             rc.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
             rc.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
             rc.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: admin.get_system_topic_list,
+            rc.VIEW_BROKER_STATS_DATA: StatsProcessor(self).view_broker_stats_data,
             rc.SEND_REPLY_MESSAGE: reply.process,
             rc.SEND_REPLY_MESSAGE_V2: reply.process,
             rc.GET_CONSUMER_RUNNING_INFO: relay.get_consumer_running_info,

@@ -17,13 +17,21 @@ import trio
 
 from rmq_cluster.client import frames
 from rmq_cluster.client.config import ClientConfig
+from rmq_cluster.client.consumer import PullApi
 from rmq_cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
 from rmq_cluster.client.instance import ClientInstance, own_instance, parse_offset_table
-from rmq_cluster.client.model import MessageQueue, ReceivedMessage, retry_topic
+from rmq_cluster.client.model import MessageQueue, PullResult, ReceivedMessage, retry_topic
+from rmq_cluster.client.subscription import build_subscription
 from rmq_cluster.cluster.config import format_properties, parse_properties
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id, iter_records
-from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable, TopicList, TopicRouteData
+from rmq_cluster.cluster.protocol.route import (
+    NAMESPACE_ORDER_TOPIC_CONFIG,
+    ClusterInfo,
+    KVTable,
+    TopicList,
+    TopicRouteData,
+)
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 
 RC = RequestCode
@@ -59,6 +67,41 @@ _STATS_ROW = re.compile(
     r'\{"brokerName":"(?P<b>[^"]*)","queueId":(?P<q>-?\d+),"topic":"(?P<t>[^"]*)"\}:'
     r"(?P<v>\{[^{}]*\})"
 )
+
+
+_TOPIC_OFFSET_ROW = re.compile(
+    r'\{"brokerName":"(?P<b>[^"]*)","queueId":(?P<q>-?\d+),"topic":"(?P<t>[^"]*)"\}:'
+    r"(?P<v>\{[^{}]*\})"
+)
+#: DLQ topics of groups (``MixAll.DLQ_GROUP_TOPIC_PREFIX``).
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+#: mqadmin's group for its own pulls (``MixAll.TOOLS_CONSUMER_GROUP``).
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+#: VIEW_BROKER_STATS_DATA names mqadmin statsAll asks (``BrokerStatsManager``).
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+GROUP_GET_NUMS = "GROUP_GET_NUMS"
+
+
+@attrs.frozen
+class TopicOffset:
+    """One queue of GET_TOPIC_STATS_INFO (Java ``TopicOffset``)."""
+
+    queue: MessageQueue
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+
+def parse_topic_stats(body: bytes) -> list[TopicOffset]:
+    """TopicStatsTable JSON (``offsetTable`` keyed by MessageQueue objects) -> rows."""
+    text = bytes(body).decode("utf-8", "replace")
+    rows = []
+    for m in _TOPIC_OFFSET_ROW.finditer(text):
+        v = orjson.loads(m["v"])
+        rows.append(TopicOffset(
+            MessageQueue(m["t"], m["b"], int(m["q"])), int(v.get("minOffset", 0)),
+            int(v.get("maxOffset", 0)), int(v.get("lastUpdateTimestamp", 0))))
+    return sorted(rows, key=lambda r: r.queue)
 
 
 @attrs.frozen
@@ -118,6 +161,22 @@ class Admin:
         resp = await self.instance.invoke_ok(addr, frames.request(code, ext, body))
         return bytes(resp.body)
 
+    @property
+    def namesrv_addrs(self) -> tuple[str, ...]:
+        return tuple(self.instance.namesrv_addrs)
+
+    async def _each_ns(self, code: int, ext: dict[str, Any] | None = None
+                       ) -> list[tuple[str, dict[str, str]]]:
+        """The request on every NameServer (as mqadmin's cluster-wide writes do); each one's
+        address and answered extFields. The first refusal raises."""
+        out = []
+        for addr in self.namesrv_addrs:
+            resp = await self.instance.invoke(addr, frames.request(code, ext))
+            if resp.code != ResponseCode.SUCCESS:
+                raise MQBrokerError(resp.code, resp.remark, addr)
+            out.append((addr, dict(resp.ext_fields or {})))
+        return out
+
     # ------------------------------------------------------------------ mqadmin commands
 
     async def cluster_list(self) -> ClusterInfo:
@@ -166,7 +225,124 @@ class Admin:
         }
         for addr in addrs:
             await self._broker(addr, RC.UPDATE_AND_CREATE_TOPIC, ext)
+        if order:
+            await self._put_order_conf(topic, addrs, write_queue_nums)
         return addrs
+
+    async def _put_order_conf(self, topic: str, addrs: list[str], write_queue_nums: int) -> str:
+        """mqadmin ``updateTopic -o true``: the NameServers' ORDER_TOPIC_CONFIG entry for the
+        topic, ``brokerName:writeQueueNums`` of every broker updated, ``;``-joined."""
+        info = await self.cluster_list()
+        names = sorted({name for name, bd in info.broker_addr_table.items()
+                        if set(bd.broker_addrs.values()) & set(addrs)})
+        if not names:
+            raise MQClientError(f"no broker of {addrs} is registered: cannot set the order conf")
+        conf = ";".join(f"{name}:{write_queue_nums}" for name in names)
+        await self._each_ns(RC.PUT_KV_CONFIG, {
+            "namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": topic, "value": conf})
+        return conf
+
+    async def delete_topic(self, topic: str, cluster: str) -> dict[str, Any]:
+        """``mqadmin deleteTopic -t T -c C``: DELETE_TOPIC_IN_BROKER on every master of the
+        cluster, then DELETE_TOPIC_IN_NAMESRV and the order conf on every NameServer."""
+        addrs = await self.master_addrs(cluster)
+        for addr in addrs:
+            await self._broker(addr, RC.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+        await self._each_ns(RC.DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster})
+        await self._each_ns(RC.DELETE_KV_CONFIG, {
+            "namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": topic})
+        return {"topic": topic, "cluster": cluster, "brokers": addrs,
+                "namesrvs": list(self.namesrv_addrs)}
+
+    async def update_sub_group(self, config: dict[str, Any], addrs: list[str]) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (a SubscriptionGroupConfig body) on ``addrs``."""
+        body = fastjson.dumps(config)
+        for addr in addrs:
+            await self._broker(addr, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+
+    async def delete_sub_group(self, group: str, addrs: list[str]) -> None:
+        for addr in addrs:
+            await self._broker(addr, RC.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
+
+    async def topic_stats(self, topic: str) -> list[TopicOffset]:
+        """``mqadmin topicStatus``: GET_TOPIC_STATS_INFO from each broker of the route."""
+        route = await self.instance.fetch_route(topic)
+        rows: list[TopicOffset] = []
+        for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            addr = bd.select_broker_addr()
+            if addr:
+                rows += parse_topic_stats(
+                    await self._broker(addr, RC.GET_TOPIC_STATS_INFO, {"topic": topic}))
+        return sorted(rows, key=lambda r: r.queue)
+
+    async def producer_connection(self, group: str, topic: str) -> list[dict[str, Any]]:
+        """``mqadmin producerConnection -g G -t T``: the group's connections on the topic's
+        brokers (GET_PRODUCER_CONNECTION_LIST), one entry per client."""
+        route = await self.instance.fetch_route(topic)
+        found: dict[str, dict[str, Any]] = {}
+        last: MQBrokerError | None = None
+        for bd in route.broker_datas:
+            addr = bd.master_addr
+            if not addr:
+                continue
+            try:
+                body = await self._broker(addr, RC.GET_PRODUCER_CONNECTION_LIST,
+                                          {"producerGroup": group})
+            except MQBrokerError as exc:
+                last = exc
+                continue
+            obj = fastjson.loads(body)
+            for c in (obj or {}).get("connectionSet") or []:
+                found.setdefault(str(c.get("clientId")), c)
+        if not found:
+            raise last or MQClientError(f"the producer group[{group}] not exist")
+        return [found[k] for k in sorted(found)]
+
+    async def wipe_write_perm(self, broker_name: str, *, add: bool = False
+                              ) -> list[tuple[str, int]]:
+        """``mqadmin wipeWritePerm`` / ``addWritePerm -b BROKER_NAME``: on every NameServer;
+        (namesrv, topics changed) each."""
+        code = RC.ADD_WRITE_PERM_OF_BROKER if add else RC.WIPE_WRITE_PERM_OF_BROKER
+        key = "addTopicCount" if add else "wipeTopicCount"
+        done = await self._each_ns(code, {"brokerName": broker_name})
+        return [(addr, int(ext.get(key, "0") or 0)) for addr, ext in done]
+
+    async def view_broker_stats(self, broker_addr: str, name: str, key: str) -> dict[str, Any]:
+        """VIEW_BROKER_STATS_DATA: BrokerStatsData (statsMinute/statsHour/statsDay, each with
+        sum, tps, avgpt)."""
+        obj = fastjson.loads(await self._broker(
+            broker_addr, RC.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": key}))
+        return obj if isinstance(obj, dict) else {}
+
+    async def topic_consumed_by(self, topic: str, broker_addr: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO on one broker."""
+        obj = fastjson.loads(await self._broker(broker_addr, RC.QUERY_TOPIC_CONSUME_BY_WHO,
+                                                {"topic": topic}))
+        return sorted(str(g) for g in (obj or {}).get("groupList") or [])
+
+    # ------------------------------------------------------------------ reading queues
+
+    def pull_api(self, group: str = TOOLS_CONSUMER_GROUP) -> PullApi:
+        return PullApi(self.instance, group)
+
+    async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *,
+                   expression: str = "*", group: str = TOOLS_CONSUMER_GROUP) -> PullResult:
+        """One PULL_MESSAGE without suspending or committing (mqadmin's pull consumer)."""
+        sub = build_subscription(mq.topic, expression, 0)
+        return await self.pull_api(group).pull(mq, offset, sub=sub, max_nums=max_nums)
+
+    async def queues_of(self, topic: str, broker_name: str | None = None) -> list[MessageQueue]:
+        """The topic's read queues (of one broker), as mqadmin's pull tools list them."""
+        route = await self.instance.update_route(topic)
+        if route is None:
+            raise NoRouteError(f"no route for topic {topic!r}")
+        out = []
+        for q in route.queue_datas:
+            if broker_name is None or q.broker_name == broker_name:
+                out += [MessageQueue(topic, q.broker_name, i) for i in range(q.read_queue_nums)]
+        if broker_name is not None and not out:
+            raise MQClientError(f"broker {broker_name!r} has no queue of topic {topic!r}")
+        return sorted(out)
 
     async def consumer_progress(self, group: str) -> tuple[list[QueueProgress], float]:
         """Per-queue broker vs consumer offsets of ``group`` (GET_CONSUME_STATS on each

@@ -390,6 +390,8 @@ NO_NAME_CODES: Final = frozenset(
         _RC.GET_BROKER_RUNTIME_INFO,
         _RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
         _RC.UPDATE_BROKER_CONFIG,
+        # statsKey is a topic or "topic@group": the processor splits and validates it
+        _RC.VIEW_BROKER_STATS_DATA,
         # NameServer: KV entries live in one JSON file, broker/cluster names are table keys
         _RC.PUT_KV_CONFIG,
         _RC.GET_KV_CONFIG,
