@@ -2,6 +2,7 @@
 
     python3 bench/vs_java.py [--seconds 30] [--warmup 10] [--threads 32] [--size 1024]
                              [--repeats 1] [--modes single,sync,async] [--keep-logs DIR]
+                             [--no-consumer]
 
 For each repeat and mode, the Java cluster (Apache RocketMQ 4.9.7's NameServer + Broker) and ours
 run one after the other (the order alternates between repeats), each from the same rendered
@@ -11,7 +12,13 @@ published, on the 4.9.7 client: tests/interop/java/pom.xml ``-P bench``) sends `
 messages from ``--threads`` threads to topic BenchmarkTest (auto-created) until it has printed
 ``ceil(--warmup / 10)`` warm-up lines (at least one) and ``ceil(--seconds / 10)`` measured ones
 (it prints one every 10 s). Both brokers give the auto-created topic the same 1024 queues (the
-routes show it). Modes:
+routes show it). Beside it (unless ``--no-consumer``), ``org.apache.rocketmq.example.benchmark.
+Consumer`` (same jar, a push consumer with its default 20 consume threads, group
+``benchmark_consumer`` plus a fresh suffix, so it starts at the queues' ends) is started once the
+Producer printed its first line (the topic exists then) and consumes what the Producer sends;
+it too prints a line every 10 s: TPS, failures, average and max RT from the message's birth on
+the producer (B2C) and from its storing on the broker (S2C) to its consumption. Its first line
+(start-up, rebalance) is left out of its figures; the run waits for at least one more. Modes:
   * ``single``: one ASYNC_MASTER, ASYNC_FLUSH;
   * ``sync`` / ``async``: a SYNC_MASTER / ASYNC_MASTER and one SLAVE of the same kind; the run
     starts once the slave's HA connection to the master is ESTABLISHED (/proc/net/tcp).
@@ -25,7 +32,9 @@ prints them), the "steady" figures over the lines after the warm-up ones (those 
 compiling and the topic's creation), each node's CPU seconds over the steady window (from
 /proc/<pid>/stat), CPU ms per 1000 messages, and its VmRSS / RssAnon / VmHWM at the end (from
 /proc/<pid>/status). ``ratios`` is ours/Java per mode (mean over repeats): TPS above 1 means we
-are faster, RT and CPU and RSS below 1 mean we are lighter.
+are faster, RT and CPU and RSS below 1 mean we are lighter. With the Consumer: its lines
+(``consumer_lines``) and figures (``consumer_steady``), and ``consumer_tps`` and its average
+B2C / S2C RT among the ratios. The CPU and memory figures then cover both loads at once.
 
 The JVM (brokers and NameServer: oracle.JVM_BASE_OPTS without the tests' C1-only flags, so the
 full tiered C2 JIT runs): ``-server -Xms256m -Xmx512m -XX:+UseSerialGC
@@ -69,6 +78,7 @@ sys.path.insert(0, str(ROOT / "tests" / "interop"))
 import oracle  # noqa: E402  (tests/interop/oracle.py: starts and stops both kinds of cluster)
 
 PRODUCER_MAIN: Final = "org.apache.rocketmq.example.benchmark.Producer"
+CONSUMER_MAIN: Final = "org.apache.rocketmq.example.benchmark.Consumer"
 TOPIC: Final = "BenchmarkTest"
 CLIENT_JVM_OPTS: Final = (
     "-server", "-Xms256m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:ActiveProcessorCount=2",
@@ -87,6 +97,14 @@ _FIELD_NAMES: Final = {
     "Send Failed": "send_failed",
     "Response Failed": "response_failed",
 }
+#: "TPS: 1234 FAIL: 0 AVG(B2C) RT:   1.234 AVG(S2C) RT:   0.987 MAX(B2C) RT: 45 MAX(S2C) RT: 40"
+#: (the Consumer tool of rocketmq-example 4.7.0); "Send TPS" lines are the Producer's.
+CONSUMER_LINE_RE: Final = re.compile(
+    r"(?<![A-Za-z] )\bTPS:\s*(\d+)\s+FAIL:\s*(\d+)\s+AVG\(B2C\) RT:\s*(-?[\d.]+)\s+"
+    r"AVG\(S2C\) RT:\s*(-?[\d.]+)\s+MAX\(B2C\) RT:\s*(-?\d+)\s+MAX\(S2C\) RT:\s*(-?\d+)"
+)
+#: The Consumer's lines left out of its figures (the first one holds its start and rebalance).
+CONSUMER_WARMUP_LINES: Final = 1
 MODES: Final = {
     "single": None,
     "sync": "SYNC_MASTER",
@@ -145,12 +163,42 @@ def parse_line(line: str) -> dict[str, float] | None:
     return out if "tps" in out else None
 
 
-def tool_lines(node: oracle.Node) -> list[dict[str, float]]:
+def parse_consumer_line(line: str) -> dict[str, float] | None:
+    """One of the Consumer tool's ten-second lines as numbers; None for any other line."""
+    m = CONSUMER_LINE_RE.search(line)
+    if m is None:
+        return None
+    tps, failed, avg_b2c, avg_s2c, max_b2c, max_s2c = m.groups()
+    return {
+        "tps": int(tps), "consume_failed": int(failed),
+        "avg_b2c_rt_ms": float(avg_b2c), "avg_s2c_rt_ms": float(avg_s2c),
+        "max_b2c_rt_ms": int(max_b2c), "max_s2c_rt_ms": int(max_s2c),
+    }
+
+
+def tool_lines(node: oracle.Node, parse: Any = parse_line) -> list[dict[str, float]]:
     try:
         text = node.log.read_text(errors="replace")
     except OSError:
         return []
-    return [p for p in map(parse_line, text.splitlines()) if p is not None]
+    return [p for p in map(parse, text.splitlines()) if p is not None]
+
+
+def summarize_consumer(lines: list[dict[str, float]]) -> dict[str, Any]:
+    """The Consumer's figures over its lines after the first: TPS and average RTs are each
+    line's own 10 s, max RT the largest it printed."""
+    steady = lines[CONSUMER_WARMUP_LINES:]
+    if not steady:
+        return {}
+    return {
+        "lines": len(steady),
+        "tps": round(statistics.fmean(x["tps"] for x in steady)),
+        "avg_b2c_rt_ms": round(statistics.fmean(x["avg_b2c_rt_ms"] for x in steady), 3),
+        "avg_s2c_rt_ms": round(statistics.fmean(x["avg_s2c_rt_ms"] for x in steady), 3),
+        "max_b2c_rt_ms": max(x["max_b2c_rt_ms"] for x in steady),
+        "max_s2c_rt_ms": max(x["max_s2c_rt_ms"] for x in steady),
+        "consume_failed": sum(x["consume_failed"] for x in steady),
+    }
 
 
 def summarize(lines: list[dict[str, float]], warmup: int = 1) -> dict[str, Any]:
@@ -193,7 +241,7 @@ def _slave(
     conf = oracle.broker_conf(root, port, cluster.namesrv_addr, {
         "brokerId": 1, "brokerRole": "SLAVE", "haListenPort": port + 1,
     })
-    node = oracle._start_broker(kind, root, conf, cp, False)
+    node = oracle.start_broker(kind, root, conf, cp, False)
     try:
         node.wait_boot()
         ha_port = int(str(cluster.conf["haListenPort"]))
@@ -217,7 +265,7 @@ def _peer(
     kind: str, root: Path, cluster: oracle.Cluster, cp: str | None, extra: dict[str, object]
 ) -> Iterator[oracle.Node]:
     conf = oracle.broker_conf(root, oracle.free_broker_port(), cluster.namesrv_addr, extra)
-    node = oracle._start_broker(kind, root, conf, cp, False)
+    node = oracle.start_broker(kind, root, conf, cp, False)
     try:
         node.wait_boot()
         yield node
@@ -261,8 +309,16 @@ def run_once(
                 "-s", str(args.size), "-t", TOPIC,
             ]
             tool = oracle.spawn("producer", cmd, root, TPS_LINE_RE, oracle._java_env(root / "tool"))
+            consumer: oracle.Node | None = None
             try:
                 tool.wait_boot(FIRST_LINE_TIMEOUT_S)
+                if args.consumer:  # the topic exists once the Producer printed a line
+                    ccmd = [
+                        oracle._tool("java"), *CLIENT_JVM_OPTS, f"-Duser.home={root}", "-cp", cp,
+                        CONSUMER_MAIN, "-n", cluster.namesrv_addr, "-t", TOPIC,
+                    ]
+                    consumer = oracle.spawn("consumer", ccmd, root, CONSUMER_LINE_RE,
+                                            oracle._java_env(root / "consumer-tool"))
                 _wait(f"{warmup} warm-up lines", lambda: len(tool_lines(tool)) >= warmup,
                       (warmup + 2) * LINE_PERIOD_S, [tool, *nodes.values()])
                 cpu0 = {k: cpu_seconds(n.pid) for k, n in nodes.items()}
@@ -273,9 +329,19 @@ def run_once(
                 elapsed = time.monotonic() - t0
                 cpu = {k: round(cpu_seconds(n.pid) - cpu0[k], 2) for k, n in nodes.items()}
                 mem = {k: memory_mb(n.pid) for k, n in nodes.items()}
+                if consumer is not None:  # at least one line after its first, Producer still on
+                    want = CONSUMER_WARMUP_LINES + 1
+                    _wait(f"{want} lines from the Consumer tool",
+                          lambda: len(tool_lines(consumer, parse_consumer_line)) >= want,
+                          (want + 2) * LINE_PERIOD_S, [consumer, tool, *nodes.values()])
             finally:
+                if consumer is not None:
+                    consumer.stop()
                 tool.stop()
             lines = tool_lines(tool)
+            consumer_lines = (
+                tool_lines(consumer, parse_consumer_line) if consumer is not None else None
+            )
             if args.keep_logs is not None:
                 _keep_logs(root, args.keep_logs / f"{kind}-{mode}-{rep}")
     steady = summarize(lines, warmup)
@@ -291,6 +357,10 @@ def run_once(
         "all_brokers_cpu_ms_per_1000_msgs": round(
             sum(v for k, v in cpu.items() if k != "namesrv") / msgs * 1e6, 1),
         "memory_mb": mem,
+        **({} if consumer_lines is None else {
+            "consumer_lines": consumer_lines,
+            "consumer_steady": summarize_consumer(consumer_lines),
+        }),
     }
 
 
@@ -321,6 +391,9 @@ def ratios(runs: list[dict[str, Any]], mode: str) -> dict[str, float | None]:
         "all_brokers_cpu_ms_per_1000_msgs": lambda r: r["all_brokers_cpu_ms_per_1000_msgs"],
         "broker_rss_anon_mb": lambda r: r["memory_mb"]["broker"].get("RssAnon"),
         "broker_vm_rss_mb": lambda r: r["memory_mb"]["broker"].get("VmRSS"),
+        "consumer_tps": lambda r: r.get("consumer_steady", {}).get("tps"),
+        "consumer_avg_b2c_rt_ms": lambda r: r.get("consumer_steady", {}).get("avg_b2c_rt_ms"),
+        "consumer_avg_s2c_rt_ms": lambda r: r.get("consumer_steady", {}).get("avg_s2c_rt_ms"),
     }
     out: dict[str, float | None] = {}
     for name, get in getters.items():
@@ -340,6 +413,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                         help="copy every run's logs under DIR/<kind>-<mode>-<repeat>/")
+    parser.add_argument("--no-consumer", dest="consumer", action="store_false",
+                        help="the Producer tool alone (no benchmark Consumer beside it)")
     parser.add_argument("--modes", default="single",
                         help="comma-separated of: " + ", ".join(MODES))
     args = parser.parse_args()
@@ -363,11 +438,16 @@ def main() -> None:
                     result = {"kind": kind, "mode": mode, "error": str(exc)[-2000:]}
                 runs.append({"repeat": rep, **result})
                 print(json.dumps({k: runs[-1].get(k) for k in ("repeat", "kind", "mode",
-                                                               "steady", "error")}),
+                                                               "steady", "consumer_steady",
+                                                               "error")}),
                       file=sys.stderr, flush=True)
     report = {
-        "benchmark": "RocketMQ benchmark Producer: Apache RocketMQ 4.9.7 (Java) vs ours",
+        "benchmark": "RocketMQ benchmark Producer"
+                     + (" and Consumer" if args.consumer else "")
+                     + ": Apache RocketMQ 4.9.7 (Java) vs ours",
         "tool": f"{PRODUCER_MAIN} (rocketmq-example 4.7.0 on rocketmq-client 4.9.7)",
+        "consumer_tool": (f"{CONSUMER_MAIN} (rocketmq-example 4.7.0 on rocketmq-client 4.9.7)"
+                          if args.consumer else None),
         "threads": args.threads,
         "message_bytes": args.size,
         "seconds": args.seconds,

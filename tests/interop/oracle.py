@@ -219,11 +219,22 @@ class Node:
         self.proc.wait(STOP_TIMEOUT_S)
         self._join()
 
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, its sockets stay open, it answers nothing."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGCONT)
+
     def stop(self) -> None:
-        """SIGTERM (a clean shutdown), then SIGKILL if it lingers."""
+        """SIGTERM (a clean shutdown), then SIGKILL if it lingers (a paused node resumes)."""
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGTERM)
+                os.kill(self.pid, signal.SIGCONT)
             try:
                 self.proc.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -310,7 +321,7 @@ class Cluster:
     def restart_broker(self) -> None:
         """Start the broker again on the same conf and store (after ``broker.kill9()``)."""
         self.broker.stop()
-        self.broker = _start_broker(self.kind, self.root, self.conf, self.cp, self.quick_jvm)
+        self.broker = start_broker(self.kind, self.root, self.conf, self.cp, self.quick_jvm)
         self.broker.wait_boot()
 
 
@@ -342,9 +353,12 @@ def _our_env(root: Path) -> dict[str, str]:
     return env
 
 
-def _start_broker(
-    kind: str, root: Path, conf: Mapping[str, object], cp: str | None, quick_jvm: bool
+def start_broker(
+    kind: str, root: Path, conf: Mapping[str, object], cp: str | None = None,
+    quick_jvm: bool = True,
 ) -> Node:
+    """A broker of ``kind`` booting from ``conf`` (written to ``root``/conf/broker.conf; its
+    output goes to ``root``/logs); the caller waits for its boot and stops it."""
     path = write_properties(root / "conf" / "broker.conf", conf)
     if kind == "java":
         assert cp is not None
@@ -352,6 +366,44 @@ def _start_broker(
         return spawn(f"{kind}-broker", cmd, root, BROKER_BOOT_RE, _java_env(root))
     cmd = [sys.executable, "-m", "rmq_cluster.broker", "-c", str(path)]
     return spawn(f"{kind}-broker", cmd, root, BROKER_BOOT_RE, _our_env(root))
+
+
+def stop_nodes(nodes: list[Node]) -> None:
+    """Stop every node (in the order given), then report any that could not be stopped."""
+    errors = []
+    for node in nodes:
+        try:
+            node.stop()
+        except Exception as exc:  # stop the others, then report
+            errors.append(f"{node.name}: {exc!r}")
+    if errors:
+        raise OracleError("could not stop: " + "; ".join(errors))
+
+
+def start_namesrv(
+    kind: str, root: Path, cp: str | None = None, quick_jvm: bool = True
+) -> tuple[Node, str]:
+    """A NameServer of ``kind`` on a free loopback port under ``root`` (not waited for) and its
+    address."""
+    ns_port = free_port()
+    ns_conf = write_properties(
+        root / "conf" / "namesrv.properties",
+        {"listenPort": ns_port, "kvConfigPath": root / "namesrv" / "kvConfig.json"},
+    )
+    if kind == "java":
+        assert cp is not None
+        ns = spawn(
+            "java-namesrv",
+            _java_cmd(root, cp, "org.apache.rocketmq.namesrv.NamesrvStartup", ns_conf,
+                      quick=quick_jvm),
+            root, NAMESRV_BOOT_RE, _java_env(root),
+        )
+    else:
+        ns = spawn(
+            "ours-namesrv", [sys.executable, "-m", "rmq_cluster.namesrv", "-c", str(ns_conf)],
+            root, NAMESRV_BOOT_RE, _our_env(root),
+        )
+    return ns, f"127.0.0.1:{ns_port}"
 
 
 @contextlib.contextmanager
@@ -369,32 +421,14 @@ def running_cluster(
     if kind == "java" and cp is None:
         cp = java_classpath()
     root.mkdir(parents=True, exist_ok=True)
-    ns_port = free_port()
-    ns_conf = write_properties(
-        root / "conf" / "namesrv.properties",
-        {"listenPort": ns_port, "kvConfigPath": root / "namesrv" / "kvConfig.json"},
-    )
-    namesrv_addr = f"127.0.0.1:{ns_port}"
     started: list[Node] = []
     cluster: Cluster | None = None
     try:
-        if kind == "java":
-            assert cp is not None
-            ns = spawn(
-                "java-namesrv",
-                _java_cmd(root, cp, "org.apache.rocketmq.namesrv.NamesrvStartup", ns_conf,
-                          quick=quick_jvm),
-                root, NAMESRV_BOOT_RE, _java_env(root),
-            )
-        else:
-            ns = spawn(
-                "ours-namesrv", [sys.executable, "-m", "rmq_cluster.namesrv", "-c", str(ns_conf)],
-                root, NAMESRV_BOOT_RE, _our_env(root),
-            )
+        ns, namesrv_addr = start_namesrv(kind, root, cp, quick_jvm)
         started.append(ns)
         ns.wait_boot()
         conf = broker_conf(root, free_broker_port(), namesrv_addr, broker_extra)
-        broker = _start_broker(kind, root, conf, cp, quick_jvm)
+        broker = start_broker(kind, root, conf, cp, quick_jvm)
         started.append(broker)
         m = broker.wait_boot()
         cluster = Cluster(
@@ -403,11 +437,4 @@ def running_cluster(
         )
         yield cluster
     finally:
-        errors = []
-        for node in cluster.nodes() if cluster is not None else reversed(started):
-            try:
-                node.stop()
-            except Exception as exc:  # stop the others, then report
-                errors.append(f"{node.name}: {exc!r}")
-        if errors:
-            raise OracleError("could not stop: " + "; ".join(errors))
+        stop_nodes(cluster.nodes() if cluster is not None else started[::-1])
