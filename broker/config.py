@@ -308,6 +308,7 @@ NUMERIC_RANGES: Final[dict[str, tuple[float | None, float | None]]] = {
     "flushConsumeQueueLeastPages": (0, None),
     "flushConsumeQueueThoroughInterval": (1, None),
     "syncFlushTimeout": (1, None),
+    "slaveTimeout": (1, None),
     "maxMessageSize": (1, MAX_MESSAGE_SIZE_LIMIT_BYTES),
     "fileReservedTime": (0, None),
     "diskMaxUsedSpaceRatio": (1, 100),

@@ -10,7 +10,7 @@ Modules
   ``HAClient``.
 - ``ha.client``: ``HAClient`` - the slave side (connect, report, append_raw, reconnect, re-point).
 - ``ha.config``: ``HAConfig`` - haListenPort, haMasterAddress, haSendHeartbeatInterval,
-  haHousekeepingInterval, haTransferBatchSize, haSlaveFallbehindMax, syncFlushTimeout.
+  haHousekeepingInterval, haTransferBatchSize, haSlaveFallbehindMax, slaveTimeout.
 - ``ha.net``: the raw non-blocking socket helpers both sides use.
 - ``ha.access``: who may use the HA port (our extension; RocketMQ 4.x lets anyone connect and
   take any report as an ack): ``haAllowedSlaveAddresses`` (default: loopback peers for a

@@ -29,9 +29,9 @@ class HAConfig:
     ha_housekeeping_interval_ms: int = setting("haHousekeepingInterval", 1000 * 20)
     ha_transfer_batch_size: int = setting("haTransferBatchSize", 1024 * 32)
     ha_slave_fallbehind_max: int = setting("haSlaveFallbehindMax", 1024 * 1024 * 256)
-    #: How long a SYNC_MASTER put waits for a slave ack (RocketMQ <= 4.9.3 uses syncFlushTimeout;
-    #: the broker passes the store's value here).
-    sync_flush_timeout_ms: int = setting("syncFlushTimeout", 1000 * 5)
+    #: How long a SYNC_MASTER put waits for a slave ack before FLUSH_SLAVE_TIMEOUT (RocketMQ
+    #: 4.9.4+ ``slaveTimeout``; the local disk flush keeps its own ``syncFlushTimeout``).
+    slave_timeout_ms: int = setting("slaveTimeout", 1000 * 3)
     #: Extension key: who may connect to haListenPort (ha/access.py): comma-separated IPs,
     #: networks, host names or ``*``, each optionally ``:port``. Empty (the default): loopback
     #: peers for a loopback-bound broker, else the hosts of this group's slaves as the
@@ -57,7 +57,7 @@ class HAConfig:
 
     @property
     def sync_timeout_s(self) -> float:
-        return self.sync_flush_timeout_ms / 1000
+        return self.slave_timeout_ms / 1000
 
     @property
     def configured_master_address(self) -> str | None:

@@ -11,7 +11,7 @@ bytes, and each ack advance sets one event per group it covers, waking all of it
 
 A SYNC send answered by a plain ``def`` processor waits without a task: its answer is held in
 the broker's ``HeldAnswers`` (``hold_answers``), keyed by the message's end offset; each ack
-advance releases the answers it covers, and the sweeper expires the rest after syncFlushTimeout
+advance releases the answers it covers, and the sweeper expires the rest after slaveTimeout
 (FLUSH_SLAVE_TIMEOUT).
 
     ha = HAService(store, HAConfig(ha_listen_port=listen_port + 1, ...))
@@ -150,7 +150,7 @@ class HAService:
         self._sweeper_idle = False  # the sweeper waits for a first group (no deadline to watch)
         #: the run's clock (trio.current_time without its two wrapper calls: once per SYNC put)
         self._now: Callable[[], float] = trio.current_time
-        #: syncFlushTimeout in seconds, read once per put
+        #: slaveTimeout in seconds, read once per put
         self._sync_timeout_s = config.sync_timeout_s
         #: push2SlaveMaxOffset as a Watermark (for observers and tests; puts use ``groups``).
         self.ack_watermark = Watermark(0)
@@ -299,7 +299,7 @@ class HAService:
     async def replica_waiter(self, end_offset: int) -> PutMessageStatus:
         """The store's SYNC_MASTER hook: PUT_OK once a slave acked ``end_offset``;
         SLAVE_NOT_AVAILABLE at once without a usable slave; FLUSH_SLAVE_TIMEOUT after
-        syncFlushTimeout."""
+        slaveTimeout."""
         status = self.sync_status_nowait(end_offset)
         if status is not None:
             return status
@@ -319,7 +319,7 @@ class HAService:
 
     async def wait_replicated(self, end_offset: int) -> PutMessageStatus:
         """Join the open wait group; PUT_OK once a slave acked ``end_offset``, else
-        FLUSH_SLAVE_TIMEOUT (syncFlushTimeout passed, or this service stopped)."""
+        FLUSH_SLAVE_TIMEOUT (slaveTimeout passed, or this service stopped)."""
         self.deferred_puts += 1
         group = self.groups.join(end_offset, self._now() + self._sync_timeout_s)
         self._wake_sweeper()
@@ -330,7 +330,7 @@ class HAService:
 
     def hold_answers(self, held: HeldAnswers) -> None:
         """Release ``held``'s answers as slaves ack past their keys (end offsets), and expire
-        them after their deadline (syncFlushTimeout) or when this service stops."""
+        them after their deadline (slaveTimeout) or when this service stops."""
         self.held = held
         held.on_busy = self._wake_sweeper
 

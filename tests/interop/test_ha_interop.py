@@ -38,7 +38,7 @@ from tests.interop import oracle, scenario
 
 pytestmark = pytest.mark.slow  # boots one JVM broker per case
 
-#: How long a SYNC put waits for the slave (Java 4.9.7 reads slaveTimeout, we syncFlushTimeout).
+#: How long a SYNC put waits for the slave (slaveTimeout, read by both implementations).
 SLAVE_TIMEOUT_MS: Final = 1000
 #: The slave reports its offset at least this often (both sides' haSendHeartbeatInterval); a
 #: Java slave's first report waits for it.
@@ -88,7 +88,7 @@ def master_and_slave(
         common = {"haSendHeartbeatInterval": HEARTBEAT_MS}
         mconf = oracle.broker_conf(root / "master", master_port, ns_addr, {
             **common, "brokerRole": role,
-            "syncFlushTimeout": SLAVE_TIMEOUT_MS, "slaveTimeout": SLAVE_TIMEOUT_MS,
+            "slaveTimeout": SLAVE_TIMEOUT_MS,
         })
         master = oracle.start_broker(master_kind, root / "master", mconf, cp)
         nodes.append(master)

@@ -177,7 +177,7 @@ async def test_sync_master_answers_waiting_sends_on_ack_or_timeout(tmp_path: Pat
     are served meanwhile; a slave that never acks yields FLUSH_SLAVE_TIMEOUT (message stored, msgId
     given); once it acks, every waiting send hears SUCCESS."""
     async with running_cluster(
-        tmp_path, brokerRole="SYNC_MASTER", haListenPort="0", syncFlushTimeout="600"
+        tmp_path, brokerRole="SYNC_MASTER", haListenPort="0", slaveTimeout="600"
     ) as cluster:
         master = cluster.broker
         assert master.ha is not None and master.ha.port is not None

@@ -26,7 +26,7 @@ FILE_SIZE = 64 * 1024
 FAST_HA = dict(
     ha_send_heartbeat_interval_ms=200,
     ha_housekeeping_interval_ms=3000,
-    sync_flush_timeout_ms=3000,
+    slave_timeout_ms=3000,
 )
 
 

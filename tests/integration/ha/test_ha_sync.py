@@ -103,7 +103,7 @@ async def test_group_transfer_256_concurrent_sync_puts(tmp_path: Path) -> None:
 
 
 async def test_pending_sync_puts_end_when_the_service_stops(tmp_path: Path) -> None:
-    master = MasterNode(tmp_path / "m", SYNC, sync_flush_timeout_ms=60_000)
+    master = MasterNode(tmp_path / "m", SYNC, slave_timeout_ms=60_000)
     statuses: list[PutMessageStatus] = []
     with trio.fail_after(TIMEOUT_S):
         async with trio.open_nursery() as n:
@@ -126,7 +126,7 @@ async def test_pending_sync_puts_end_when_the_service_stops(tmp_path: Path) -> N
 
 
 async def test_sync_put_times_out_when_slave_never_acks(tmp_path: Path) -> None:
-    master = MasterNode(tmp_path / "m", SYNC, sync_flush_timeout_ms=300)
+    master = MasterNode(tmp_path / "m", SYNC, slave_timeout_ms=300)
     with trio.fail_after(TIMEOUT_S):
         async with trio.open_nursery() as n:
             await master.start(n)

@@ -149,7 +149,7 @@ async def test_ack_past_what_was_sent_closes_and_releases_nothing(
     """A peer that stops reading while the master streams, then acks the master's whole log:
     the bytes were never handed to its socket, so the ack is refused and closes it; the SYNC
     put it claimed to cover times out. A report beyond the master's log is refused too."""
-    master = AuthMaster(tmp_path / "m", BrokerRole.SYNC_MASTER, sync_flush_timeout_ms=300)
+    master = AuthMaster(tmp_path / "m", BrokerRole.SYNC_MASTER, slave_timeout_ms=300)
     await master.start(nursery)
     ha = master.h
     # ~12 MiB: more than the socket buffers of both ends hold, so the master's send blocks
@@ -195,7 +195,7 @@ async def test_fake_slave_claim_does_not_make_sync_master_answer_send_ok(tmp_pat
     Nothing was shipped to it, so the send hears FLUSH_SLAVE_TIMEOUT. A real slave broker
     then replicates and the next send hears SUCCESS."""
     async with running_cluster(
-        tmp_path, brokerRole="SYNC_MASTER", haListenPort="0", syncFlushTimeout="500"
+        tmp_path, brokerRole="SYNC_MASTER", haListenPort="0", slaveTimeout="500"
     ) as cluster:
         master = cluster.broker
         ha = master.ha

@@ -13,7 +13,7 @@ def test_defaults_are_rocketmqs() -> None:
     assert c.ha_housekeeping_interval_ms == 20000
     assert c.ha_transfer_batch_size == 32 * 1024
     assert c.ha_slave_fallbehind_max == 256 * 1024 * 1024
-    assert c.sync_flush_timeout_ms == 5000
+    assert c.slave_timeout_ms == 3000
     assert c.configured_master_address is None
 
 
@@ -26,7 +26,7 @@ def test_load_from_properties_with_listen_port_override() -> None:
         "haHousekeepingInterval": "3000",
         "haTransferBatchSize": "65536",
         "haSlaveFallbehindMax": "1048576",
-        "syncFlushTimeout": "2000",
+        "slaveTimeout": "2000",
     }
     loaded = load_config(HAConfig, props, ha_listen_port=10911 + 1)
     c = loaded.config

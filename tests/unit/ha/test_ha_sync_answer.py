@@ -1,7 +1,7 @@
 """SYNC_MASTER answers without a task: a waiting send's answer is encoded at append time and held
 (``HeldAnswers``) until a slave's ack covers it; the answers it gives, released or expired, are
 byte for byte those of the general path (``SendProcessor._answer_status``), and the HA service
-releases them on acks, expires them after syncFlushTimeout and when it stops."""
+releases them on acks, expires them after slaveTimeout and when it stops."""
 
 from __future__ import annotations
 
@@ -117,13 +117,13 @@ async def test_acks_release_held_answers_each_by_its_own_end(tmp_path: Path) -> 
 async def test_the_sweeper_expires_held_answers_and_a_stop_expires_the_rest(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """After syncFlushTimeout a held answer goes out as FLUSH_SLAVE_TIMEOUT (the sweeper wakes
+    """After slaveTimeout a held answer goes out as FLUSH_SLAVE_TIMEOUT (the sweeper wakes
     for it though it slept with nothing to watch); when the service stops, every answer still
     held does."""
     store = _store(tmp_path)
     try:
         ha = HAService(
-            store, HAConfig(ha_listen_port=0, sync_flush_timeout_ms=1000), host="127.0.0.1"
+            store, HAConfig(ha_listen_port=0, slave_timeout_ms=1000), host="127.0.0.1"
         )
         held = HeldAnswers(replica_timeout_answer, 1.0, clock=trio.current_time)
         ha.hold_answers(held)
