@@ -9,7 +9,8 @@ Differences from RocketMQ, each for tests and embedding:
 * ``listenPort=0`` binds an ephemeral port; the fast port is then ephemeral too
   (RocketMQ: fast port = listenPort - 2; ``fastListenPort`` overrides);
 * ``bindAddress`` defaults to ``127.0.0.1`` (RocketMQ: ``0.0.0.0``): set it to listen on other
-  interfaces; while it is a loopback address, ``brokerIP1`` defaults to it;
+  interfaces; while it is a loopback address, ``brokerIP1`` defaults to it, and a
+  non-loopback ``brokerIP1`` is refused (it would register an address nothing listens on);
 * ``brokerIP1`` defaults to ``127.0.0.1`` when the machine has no better address
   (RocketMQ picks the first non-loopback address);
 * ``advertisedListenPort`` / ``advertisedHaListenPort`` (extension keys, default 0 = the bound
@@ -28,6 +29,7 @@ from typing import Final
 
 import attrs
 
+from rmq_cluster.broker.controller_mode import ControllerModeConfig
 from rmq_cluster.cluster.config import (
     ConfigError,
     check_address_list,
@@ -224,6 +226,8 @@ class BrokerSettings:
     ha: HAConfig = attrs.field(factory=HAConfig)
     #: enableDLegerCommitLog and the other dLeger* keys (dledger/config.py)
     dledger: DLedgerConfig = attrs.field(factory=DLedgerConfig)
+    #: enableControllerMode, controllerAddr, ... (broker/controller_mode.py)
+    controller_mode: ControllerModeConfig = attrs.field(factory=ControllerModeConfig)
 
     @property
     def is_slave(self) -> bool:
@@ -249,17 +253,19 @@ def load_broker_config(
     store = load_config(MessageStoreConfig, values)
     ha = load_config(HAConfig, values, ha_listen_port=broker.config.ha_port)
     dl = load_config(DLedgerConfig, values)
+    cm = load_config(ControllerModeConfig, values)
     unknown = {
         k: v
         for k, v in broker.unknown.items()
-        if k in store.unknown and k in ha.unknown and k in dl.unknown
+        if k in store.unknown and k in ha.unknown and k in dl.unknown and k in cm.unknown
     }
     try:
         dl.config.validate()
     except DLedgerConfigError as exc:
         raise ConfigError(str(exc)) from None
-    settings = BrokerSettings(broker.config, store.config, ha.config, dl.config)
+    settings = BrokerSettings(broker.config, store.config, ha.config, dl.config, cm.config)
     check_settings(settings)
+    cm.config.validate(broker.config.broker_id, broker.config.listen_port)
     return LoadedSettings(settings, unknown)
 
 
@@ -343,6 +349,23 @@ def _check_name(key: str, value: str) -> None:
         raise ConfigError(f"{key}: {value!r} has a character a name cannot have")
 
 
+def _check_reachable(bind_address: str, broker_ip1: str) -> None:
+    """A broker listening on loopback only cannot be reached at a non-loopback ``brokerIP1``:
+    it would register an address nothing listens on. Advertising another address than a
+    non-loopback (or wildcard) bind stays allowed (NAT, a load balancer in front). A
+    ``brokerIP1`` that is a host name is not resolved here (no DNS at config time)."""
+    try:
+        advertised = ipaddress.ip_address(broker_ip1.strip().strip("[]"))
+    except ValueError:
+        return
+    if _is_loopback(bind_address) and not advertised.is_loopback:
+        raise ConfigError(
+            f"brokerIP1={broker_ip1} is not reachable: bindAddress={bind_address} listens on "
+            "loopback only; set bindAddress to that address (or 0.0.0.0), or brokerIP1 to a "
+            "loopback address"
+        )
+
+
 def check_settings(settings: BrokerSettings) -> None:
     """Every value of ``settings`` as the broker needs it (addresses parsed in full, numbers
     in range, names usable); ConfigError naming the first bad key."""
@@ -361,6 +384,7 @@ def check_settings(settings: BrokerSettings) -> None:
     if b.broker_ip2.strip():
         check_host("brokerIP2", b.broker_ip2)
     check_host("bindAddress", b.bind_address)
+    _check_reachable(b.bind_address, b.broker_ip1)
     _check_name("brokerName", b.broker_name)
     _check_name("brokerClusterName", b.broker_cluster_name)
     _check_name("msgTraceTopicName", b.msg_trace_topic_name)

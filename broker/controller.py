@@ -56,6 +56,7 @@ from rmq_cluster.broker.processors.send import (
     SendProcessor,
     replica_timeout_answer,
 )
+from rmq_cluster.broker.replicas_manager import ReplicasManager
 from rmq_cluster.broker.schedule import ScheduleMessageService
 from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC, TopicConfigManager
 from rmq_cluster.broker.transaction import HALF_TOPIC, OP_HALF_TOPIC, TransactionState
@@ -65,6 +66,7 @@ from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.metrics_server import serve_metrics
 from rmq_cluster.cluster.node_main import NodeSupervisor
+from rmq_cluster.cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
 from rmq_cluster.cluster.protocol.route import ClusterInfo, PermName, RegisterBrokerBody
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
@@ -92,6 +94,7 @@ from rmq_cluster.ha.access import is_loopback_host
 from rmq_cluster.ha.connection import HAService
 from rmq_cluster.store import flush as store_services
 from rmq_cluster.store.config import BrokerRole, FlushDiskType
+from rmq_cluster.store.epoch_file import EpochFile
 from rmq_cluster.store.message_store import MessageStore
 
 #: How long shutdown waits for UNREGISTER_BROKER answers.
@@ -154,8 +157,15 @@ class BrokerController:
         clock_ms: Callable[[], int] = now_ms,
         config_file: str | None = None,
         supervisor: NodeSupervisor | None = None,
+        managed: bool = False,
     ) -> None:
         self.settings = settings
+        #: controller mode: this is the broker proper, run by a ReplicasManager in its role
+        self.managed = managed
+        #: controller mode: the epoch file (GET_BROKER_EPOCH_CACHE) and this replica's id
+        self.epoch_file: EpochFile | None = None
+        self.replica_id: int | None = None
+        self.replicas: ReplicasManager | None = None
         #: the properties file it was started from (UPDATE_BROKER_CONFIG writes changes there)
         self.config_file = config_file
         #: called after UPDATE_BROKER_CONFIG installed new settings (processors caching a flag)
@@ -366,7 +376,23 @@ class BrokerController:
             rc.QUERY_CONSUME_TIME_SPAN: relay.query_consume_time_span,
             rc.GET_TOPIC_CONFIG: relay.get_topic_config,  # RocketMQ 5's tools ask it
             rc.UPDATE_BROKER_CONFIG: BrokerConfigProcessor(self).update_broker_config,
+            # controller mode only (a replica's epochs; 4.x brokers do not know the code)
+            **({ControllerRequestCode.GET_BROKER_EPOCH_CACHE: self.get_broker_epoch_cache}
+               if self.managed else {}),
         }
+
+    def get_broker_epoch_cache(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_EPOCH_CACHE (1007): this replica's epochs and CommitLog end (controller
+        mode; a slave asks its master before it replicates, the master its slaves)."""
+        if self.epoch_file is None or self._store is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, "not in controller mode")
+        end = self._store.max_phys_offset
+        cache = EpochEntryCache(
+            self.bcfg.broker_cluster_name, self.bcfg.broker_name,
+            self.replica_id if self.replica_id is not None else self.broker_id,
+            self.epoch_file.cache(end), end,
+        )
+        return request.response(ResponseCode.SUCCESS, None, {}, cache.encode())
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -402,6 +428,14 @@ class BrokerController:
     async def run(
         self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        if self.settings.controller_mode.enable and not self.managed:
+            # controller mode: the replicas manager runs the broker in the role it is given
+            self.replicas = ReplicasManager(self, functools.partial(
+                BrokerController, node=self.node, clock_ms=self.now_ms,
+                config_file=self.config_file, supervisor=self.supervisor, managed=True,
+            ))
+            await self.replicas.run(task_status=task_status)
+            return
         bcfg = self.bcfg
         scfg = self.settings.store
         await trio.to_thread.run_sync(self._load_configs)

@@ -460,10 +460,46 @@ def _fault_reports(
     return reports
 
 
-def check_file(path: str, *, mode: str, orderly_topics: Iterable[str] = ()) -> CheckResult:
-    """Check a history file (reading it is the only IO here)."""
+def recorded_run(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The run's ``phase start`` event (profile, fault, seed, mode, orderly topics); ``{}``
+    when the history has none."""
+    for ev in events:
+        if ev.get("type") == EV_PHASE and ev.get("name") == "start":
+            return ev
+    return {}
+
+
+def recorded_mode(events: Sequence[Mapping[str, Any]]) -> str:
+    """The mode the run recorded (HistoryError when it recorded none or a bad one)."""
+    mode = recorded_run(events).get("mode")
+    if mode is None:
+        raise HistoryError("the history records no mode (no 'phase start' event with a "
+                           "mode): pass --mode")
+    if mode not in MODES:
+        raise HistoryError(f"the history records mode {mode!r}, not one of {', '.join(MODES)}")
+    return str(mode)
+
+
+def recorded_orderly_topics(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The orderly topics the run recorded (none when it recorded none)."""
+    topics = recorded_run(events).get("orderly_topics") or []
+    if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+        raise HistoryError("the history's orderly_topics is not a list of topic names")
+    return topics
+
+
+def check_file(path: str, *, mode: str | None = None,
+               orderly_topics: Iterable[str] | None = None) -> CheckResult:
+    """Check a history file (reading it is the only IO here); ``mode`` and
+    ``orderly_topics`` default to what the run recorded in the history."""
     with open(path, encoding="utf-8") as f:
-        return check(parse_history(f), mode=mode, orderly_topics=orderly_topics)
+        events = parse_history(f)
+    return check(
+        events,
+        mode=recorded_mode(events) if mode is None else mode,
+        orderly_topics=recorded_orderly_topics(events) if orderly_topics is None
+        else orderly_topics,
+    )
 
 
 def _ms(x: float | None) -> str:

@@ -2,8 +2,10 @@
 
 ``run`` brings a fresh cluster up behind the chaos proxies, runs the workload under the
 nemesis, heals, drains, checks, prints a summary table (``--json``: the result object) and
-exits 0 only when the profile's promise held (1 when it did not, 2 on a usage or setup error).
-``check`` re-checks a recorded history.
+exits 0 only when the profile's promise held (1 when it did not or the run failed - a busy
+port, a node that did not start: one line on stderr -, 2 on a usage error). Progress goes to
+stderr in every mode. ``history.jsonl``, ``result.json`` and ``timeline.svg`` are written to
+``--out``. ``check`` re-checks a recorded history with the mode it recorded.
 """
 
 from __future__ import annotations
@@ -21,10 +23,21 @@ from typing import Any
 
 import trio
 
-from rmq_cluster.chaos.checker import MODES, CheckResult, HistoryError, check_file, summary_rows
-from rmq_cluster.chaos.faults import FAULTS, FaultError
+from rmq_cluster.chaos.checker import (
+    MODES,
+    CheckResult,
+    HistoryError,
+    check,
+    parse_history,
+    recorded_mode,
+    recorded_orderly_topics,
+    recorded_run,
+    summary_rows,
+)
+from rmq_cluster.chaos.faults import FAULTS, FaultError, make_fault
 from rmq_cluster.chaos.nemesis import DEFAULT_OFF_S, DEFAULT_ON_S
 from rmq_cluster.chaos.runner import RunOptions, run_chaos
+from rmq_cluster.chaos.timeline import render_svg
 from rmq_cluster.cluster.logging import configure_logging
 from rmq_cluster.deploy.supervisor import SupervisorError
 from rmq_cluster.deploy.topology import BUILTIN_PROFILES, ProfileError, resolve_profile
@@ -42,8 +55,35 @@ def _table(rows: list[tuple[str, str]]) -> str:
 
 
 def _say(line: str) -> None:
+    """Progress and notes: always on stderr (stdout holds only the result)."""
     with contextlib.suppress(BrokenPipeError):
-        print(line, flush=True)
+        # a leading newline ends a redrawn progress line on a terminal; elsewhere it is noise
+        sys.stderr.write((line if sys.stderr.isatty() else line.lstrip("\n")) + "\n")
+        sys.stderr.flush()
+
+
+#: Errors a run reports as one line (exit 1); anything else is a bug and keeps its traceback.
+_RUN_ERRORS = (SupervisorError, FaultError, OSError, ValueError, trio.TooSlowError)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, Cancelled dropped."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [] if isinstance(exc, trio.Cancelled) else [exc]
+
+
+def _one_line(exc: BaseException) -> str | None:
+    """The first line of the error a run failed with, when every part of it is an error
+    of the setup or of the environment (a busy port, a dead node, a bad profile, ...)."""
+    leaves = _leaves(exc)
+    if not leaves or not all(isinstance(e, _RUN_ERRORS) for e in leaves):
+        return None
+    first = leaves[0]
+    text = str(first).strip().splitlines()[0] if str(first).strip() else type(first).__name__
+    if isinstance(first, trio.TooSlowError):
+        text = "timed out waiting for the cluster"
+    return text
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -56,6 +96,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ProfileError as exc:
         _err(str(exc))
         return 2
+    if args.no_proxy and make_fault(args.fault).needs_proxy:
+        _err(f"{args.fault} needs the chaos proxy (drop --no-proxy)")
+        return 2
     own_tmp = not args.out
     out = Path(args.out) if args.out else Path(
         tempfile.mkdtemp(prefix=f"rmq-chaos-{Path(args.profile).stem}-{args.fault}-{args.seed}-")
@@ -67,23 +110,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         keep_cluster=args.keep_cluster, producers=args.producers, orderly=not args.no_orderly,
         keys=args.keys,
     )
-    say = (lambda _line: None) if args.json else _say
     started = time.monotonic()
     try:
-        result = trio.run(lambda: run_chaos(opts, say=say))
-    except (SupervisorError, ProfileError, FaultError, ValueError) as exc:
-        _err(str(exc).splitlines()[0] if args.json else str(exc))
-        if own_tmp and not (out / "history.jsonl").exists():
-            shutil.rmtree(out, ignore_errors=True)
-        return 2
+        # progress on stderr in every mode: a redrawn line on a terminal, else a line every
+        # few seconds (elapsed, sent, acked, failures, current fault)
+        result = trio.run(lambda: run_chaos(opts, say=_say))
     except KeyboardInterrupt:
         return 130
+    except BaseException as exc:
+        line = _one_line(exc)
+        if line is None:
+            raise
+        _err(line)
+        if own_tmp and not (out / "history.jsonl").exists():
+            shutil.rmtree(out, ignore_errors=True)
+        return 2 if isinstance(exc, ProfileError) else 1
     result["elapsed_s"] = round(time.monotonic() - started, 1)
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
         print(_table(_rows(result)))
-        print(f"history: {result['history']}\nresult:  {result['result']}")
+        print(f"history:  {result['history']}\nresult:   {result['result']}\n"
+              f"timeline: {result['timeline']}")
     return 0 if result["verdict"] == "PASS" else 1
 
 
@@ -123,9 +171,17 @@ def _rows(result: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """Check a recorded history; the mode and orderly topics are the run's (recorded in the
+    history) unless ``--mode``/``--orderly`` say otherwise; ``--timeline`` draws it."""
     try:
-        result: CheckResult = check_file(args.history, mode=args.mode,
-                                         orderly_topics=args.orderly or [])
+        with open(args.history, encoding="utf-8") as f:
+            events = parse_history(f)
+        mode = args.mode or recorded_mode(events)
+        orderly = args.orderly if args.orderly is not None else recorded_orderly_topics(events)
+        result: CheckResult = check(events, mode=mode, orderly_topics=orderly)
+        if args.timeline:
+            obj = {**recorded_run(events), **result.to_json()}
+            Path(args.timeline).write_text(render_svg(events, obj), encoding="utf-8")
     except (OSError, HistoryError) as exc:
         _err(str(exc))
         return 2
@@ -175,7 +231,10 @@ def add_chaos_command(sub: Any) -> None:
 
     p = csub.add_parser("check", help="check a recorded history.jsonl again")
     p.add_argument("history")
-    p.add_argument("--mode", required=True, choices=MODES)
-    p.add_argument("--orderly", action="append", help="an orderly topic (repeatable)")
+    p.add_argument("--mode", choices=MODES,
+                   help="the promise to check (default: the mode the run recorded)")
+    p.add_argument("--orderly", action="append",
+                   help="an orderly topic (repeatable; default: the ones the run recorded)")
+    p.add_argument("--timeline", metavar="FILE", help="also draw the timeline SVG to FILE")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check)

@@ -272,6 +272,11 @@ async def chaos_cluster(
             free_proxied_base_port if proxy else supervisor.free_base_port, spec
         )
     topo = attrs.evolve(build_topology(spec, base_port=base), chaos_proxy=proxy)
+    if base_port is not None:
+        # a chosen base port: say which planned port is taken (the proxies' public ones and
+        # the nodes' shifted ones) before anything binds, in one line
+        for plan in (attrs.evolve(topo, chaos_proxy=False), topo) if proxy else (topo,):
+            await trio.to_thread.run_sync(supervisor.check_ports, plan)
     cc = ChaosCluster(spec, topo, directory, None)
     if proxy:
         cc.proxies = ProxySet(

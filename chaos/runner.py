@@ -7,8 +7,8 @@
 3. the nemesis injects F in each window of the seeded schedule and undoes it after;
 4. everything is healed, producers keep sending for ``settle_s`` (recovery is observed),
    stop, and the consumer drains every queue;
-5. the checker gives the verdict for the profile's promise; ``history.jsonl`` and
-   ``result.json`` are written to the output directory.
+5. the checker gives the verdict for the profile's promise; ``history.jsonl``,
+   ``result.json`` and ``timeline.svg`` (chaos.timeline) are written to the output directory.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from rmq_cluster.chaos.checker import check
 from rmq_cluster.chaos.cluster import ChaosCluster, chaos_cluster
 from rmq_cluster.chaos.faults import Fault, FaultError, make_fault
 from rmq_cluster.chaos.nemesis import DEFAULT_OFF_S, DEFAULT_ON_S, Schedule, build_schedule
+from rmq_cluster.chaos.timeline import TIMELINE_FILE, render_svg
 from rmq_cluster.chaos.workload import History, Workload, WorkloadConfig, create_topics
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.remoting.codes import RequestCode
@@ -37,6 +38,8 @@ SETTLE_S: Final = 5.0
 TOPIC_SYNC_TIMEOUT_S: Final = 30.0
 TOPIC_SYNC_POLL_S: Final = 0.2
 PROGRESS_INTERVAL_S: Final = 1.0
+#: Without a terminal a progress line is printed this often.
+PROGRESS_LOG_S: Final = 5.0
 PROGRESS_BAR_WIDTH: Final = 20
 PROGRESS_LINE_CHARS: Final = 140
 HISTORY_FILE: Final = "history.jsonl"
@@ -94,23 +97,32 @@ async def _wait_slaves_know_topics(cc: ChaosCluster, topics: tuple[str, ...]) ->
                 await trio.sleep(TOPIC_SYNC_POLL_S)  # SlaveSynchronize runs on its own timer
 
 
+def progress_line(state: RunState, history: History, opts: RunOptions) -> str:
+    """One progress line: elapsed, sent, acked, failures, the current fault."""
+    total = opts.warmup_s + opts.duration_s
+    done = min(1.0, history.now() / total) if total > 0 else 1.0
+    bar = "#" * int(done * PROGRESS_BAR_WIDTH)
+    return (
+        f"[{bar:<{PROGRESS_BAR_WIDTH}}] {history.now():6.1f}s/{total:g}s {state.phase:<7} "
+        f"sent {history.invoked} acked {history.acked} failed {history.failed} "
+        f"unknown {history.unknown} recv {history.received} "
+        f"fault {state.windows_done}/{state.windows_total} {state.fault or '-'}"
+    )
+
+
 async def _progress(state: RunState, history: History, opts: RunOptions, say: Say,
                     tty: bool) -> None:
+    """On a terminal: one line on stderr redrawn every second; otherwise ``say`` a line
+    every ``PROGRESS_LOG_S`` (the CLI sends ``say`` to stderr, also with ``--json``)."""
+    last = -PROGRESS_LOG_S
     while True:
         await trio.sleep(PROGRESS_INTERVAL_S)  # the display's refresh period
-        total = opts.warmup_s + opts.duration_s
-        done = min(1.0, history.now() / total) if total > 0 else 1.0
-        bar = "#" * int(done * PROGRESS_BAR_WIDTH)
-        line = (
-            f"[{bar:<{PROGRESS_BAR_WIDTH}}] {history.now():6.1f}s/{total:g}s {state.phase:<7} "
-            f"fault {state.windows_done}/{state.windows_total} {state.fault or '-':<24} "
-            f"ok {history.acked} fail {history.failed} unknown {history.unknown} "
-            f"recv {history.received}"
-        )
+        line = progress_line(state, history, opts)
         if tty:
-            sys.stdout.write("\r" + line.ljust(PROGRESS_LINE_CHARS)[:PROGRESS_LINE_CHARS])
-            sys.stdout.flush()
-        elif int(history.now()) % 10 == 0:
+            sys.stderr.write("\r" + line.ljust(PROGRESS_LINE_CHARS)[:PROGRESS_LINE_CHARS])
+            sys.stderr.flush()
+        elif history.now() - last >= PROGRESS_LOG_S:
+            last = history.now()
             say(line)
 
 
@@ -138,10 +150,13 @@ async def _nemesis(cc: ChaosCluster, fault: Fault, schedule: Schedule, history: 
     return log_rows
 
 
-async def run_chaos(opts: RunOptions, *, say: Say | None = None) -> dict[str, Any]:
-    """Run, check, write history and result; the result object (``verdict`` PASS/FAIL)."""
+async def run_chaos(opts: RunOptions, *, say: Say | None = None,
+                    tty: bool | None = None) -> dict[str, Any]:
+    """Run, check, write history, result and timeline; the result object (``verdict``
+    PASS/FAIL). ``tty``: redraw one progress line on stderr (default: stderr is a
+    terminal); otherwise progress lines go to ``say``."""
     say = say or (lambda _line: None)
-    tty = sys.stdout.isatty()
+    tty = sys.stderr.isatty() if tty is None else tty
     fault = make_fault(opts.fault)
     if opts.fault == "kill-master" and not opts.restart:
         from rmq_cluster.chaos.faults import KillMaster
@@ -176,7 +191,8 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None) -> dict[str, An
             workload = Workload(cc.namesrv_addr, cfg, history)
             history.t0 = time.monotonic()  # history times count from the workload's start
             history.record("phase", name="start", profile=opts.profile, fault=opts.fault,
-                           seed=opts.seed, mode=cc.mode, schedule=schedule.to_json())
+                           seed=opts.seed, mode=cc.mode, schedule=schedule.to_json(),
+                           orderly_topics=[cfg.orderly_topic] if cfg.orderly_topic else [])
             async with trio.open_nursery() as nursery:
                 await nursery.start(workload.run_consumer)
                 nursery.start_soon(_progress, state, history, opts, say, tty)
@@ -203,7 +219,7 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None) -> dict[str, An
     finally:
         history.close()
         if tty:
-            sys.stdout.write("\n")
+            sys.stderr.write("\n")
     result = check(history.events, mode=mode,
                    orderly_topics=[cfg.orderly_topic] if cfg.orderly_topic else [])
     obj = result.to_json()
@@ -219,7 +235,9 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None) -> dict[str, An
             "schedule": schedule.to_json(),
             "history": str(out / HISTORY_FILE),
             "result": str(out / RESULT_FILE),
+            "timeline": str(out / TIMELINE_FILE),
         }
     )
     (out / RESULT_FILE).write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    (out / TIMELINE_FILE).write_text(render_svg(history.events, obj), encoding="utf-8")
     return obj

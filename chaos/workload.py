@@ -93,6 +93,7 @@ class History:
         self.path = path
         self._file: IO[bytes] | None = open(path, "wb") if path is not None else None  # noqa: SIM115
         self._unflushed = 0
+        self.invoked = 0
         self.acked = 0
         self.failed = 0
         self.unknown = 0
@@ -105,7 +106,9 @@ class History:
     def record(self, kind: str, **fields: Any) -> dict[str, Any]:
         ev = {"t": round(self.now(), 6), "type": kind, **fields}
         self.events.append(ev)
-        if kind == "ok":
+        if kind == "invoke":
+            self.invoked += 1
+        elif kind == "ok":
             self.acked += 1
         elif kind == "fail":
             self.failed += 1

@@ -3,6 +3,10 @@
 ``deploy/cli.py`` wires these into its parser (``add_commands``); each command runs one
 ``trio.run``. ``--json`` prints JSON (one object per line for per-message output, then a
 summary object); otherwise plain text. A progress line is drawn on a TTY only.
+
+``consume --count N`` hands exactly N messages to its listener and commits only their offsets
+(the push consumer's ``consume_limit``): the rest stay for the group's next consumer. Exit
+status 1 when fewer than N came, the NameServer cannot be reached or the topic has no route.
 """
 
 from __future__ import annotations
@@ -14,7 +18,18 @@ from typing import Any
 
 import trio
 
-from rmq_cluster.client.cli_common import Progress, add_ns, client_config, msg_row, out, runner
+from rmq_cluster.client.admin import Admin
+from rmq_cluster.client.cli_common import (
+    Progress,
+    add_ns,
+    client_config,
+    fail,
+    msg_row,
+    msg_text,
+    out,
+    runner,
+)
+from rmq_cluster.client.config import DEFAULT_MAX_MESSAGE_BYTES
 from rmq_cluster.client.consumer import PushConsumer
 from rmq_cluster.client.errors import MQClientError
 from rmq_cluster.client.model import (
@@ -39,25 +54,33 @@ def _send_row(i: int, r: SendResult) -> dict[str, Any]:
             "queueOffset": r.queue_offset}
 
 
+def _body(args: argparse.Namespace, i: int) -> bytes:
+    if args.body is not None:
+        return args.body.replace("{i}", str(i)).encode("utf-8")
+    if args.body_file is not None:
+        return bytes(args.body_file)
+    return (b"x" * args.size) if args.size > 0 else b"x"
+
+
 async def _produce(args: argparse.Namespace) -> int:
-    body_base = (b"x" * args.size) if args.size > 0 else b"x"
+    body_base = _body(args, 0)
+    body_varies = args.body is not None and "{i}" in args.body
     progress = Progress("sent", args.count)
     sent = 0
     errors = 0
+    first_error: list[str] = []
     start = time.monotonic()
-
-    user_props: list[tuple[str, str]] = []
-    for item in args.prop or ():
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise MQClientError(f"--prop needs KEY=VALUE, got {item!r}")
-        user_props.append((name, value))
+    user_props: list[tuple[str, str]] = list(args.prop or ())
 
     def make(i: int) -> Message:
-        tags = args.tags.format(i=i) if args.tags else None
-        keys = args.keys.format(i=i) if args.keys else None
-        props = {k: v.format(i=i) for k, v in user_props}
-        return Message(args.topic, body_base, tags=tags, keys=keys, properties=props)
+        # only "{i}" is replaced: a value may hold other braces (JSON, say)
+        n = str(i)
+        tags = args.tags.replace("{i}", n) if args.tags else None
+        keys = args.keys.replace("{i}", n) if args.keys else None
+        props = {k: v.replace("{i}", n) for k, v in user_props}
+        body = _body(args, i) if body_varies else body_base
+        return Message(args.topic, body, tags=tags, keys=keys, properties=props,
+                       delay_level=args.delay)
 
     async with Producer(args.group, client_config=client_config(args)) as p:
         if args.batch and args.batch > 1:
@@ -67,7 +90,7 @@ async def _produce(args: argparse.Namespace) -> int:
                     r = await p.send_batch(msgs)
                 except MQClientError as exc:
                     errors += len(msgs)
-                    _report_error(args, first, exc)
+                    _report_error(args, first, exc, first_error)
                     continue
                 for j, mid in enumerate(r.msg_id.split(",")):
                     if args.json:
@@ -91,7 +114,7 @@ async def _produce(args: argparse.Namespace) -> int:
                     progress.update(sent)
                 except MQClientError as exc:
                     errors += 1
-                    _report_error(args, i, exc)
+                    _report_error(args, i, exc, first_error)
                 finally:
                     limit.release()
 
@@ -113,21 +136,37 @@ async def _produce(args: argparse.Namespace) -> int:
     else:
         print(f"sent {sent} messages to {args.topic} in {elapsed:.2f}s "
               f"({summary['msgsPerSec']} msg/s), {errors} errors")
-    return 0 if errors == 0 else 1
+    if errors:
+        fail(f"{errors} of {args.count} sends to {args.topic} failed; first: {first_error[0]}")
+        return 1
+    return 0
 
 
-def _report_error(args: argparse.Namespace, i: int, exc: MQClientError) -> None:
+def _report_error(args: argparse.Namespace, i: int, exc: MQClientError,
+                  first: list[str]) -> None:
+    """A failed send: a JSON row with ``--json``; the first error is kept for the one line
+    on stderr at the end."""
+    if not first:
+        first.append(f"send {i}: {exc}")
     if args.json:
         out({"i": i, "error": str(exc), "code": exc.code})
-    else:
-        print(f"send {i} failed: {exc}", file=sys.stderr)
 
 
 # ====================================================================== consume
 
 
 
+async def _check_route(args: argparse.Namespace) -> None:
+    """The topic has a route: the NameServer answers and knows it (else MQClientError, one
+    line, exit 1 -- not "received 0 messages" after the idle timeout)."""
+    async with Admin(client_config=client_config(args)) as admin:
+        route = await admin.topic_route(args.topic)
+    if not route.queue_datas or not route.broker_datas:
+        raise MQClientError(f"topic {args.topic!r} has no queues on any broker")
+
+
 async def _consume(args: argparse.Namespace) -> int:
+    await _check_route(args)
     got: dict[str, ReceivedMessage] = {}
     enough = trio.Event()
     activity = trio.Event()
@@ -139,12 +178,11 @@ async def _consume(args: argparse.Namespace) -> int:
             if m.msg_id in got:
                 continue
             got[m.msg_id] = m
+            r = msg_row(m)
             if args.json:
-                out(msg_row(m))
+                out(r)
             else:
-                r = msg_row(m)
-                print(f"{r['msgId']} q={r['brokerName']}:{r['queueId']} off={r['queueOffset']} "
-                      f"keys={r['keys']} tags={r['tags']} crc={r['bodyCrc']}")
+                print(msg_text(r))
         progress.update(len(got))
         activity.set()
         activity = trio.Event()
@@ -154,8 +192,9 @@ async def _consume(args: argparse.Namespace) -> int:
 
     start = time.monotonic()
     how = {"first": ConsumeFromWhere.FIRST_OFFSET, "last": ConsumeFromWhere.LAST_OFFSET}[args.start]
+    # exactly --count messages reach the listener; only their offsets are committed
     consumer = PushConsumer(args.group, client_config=client_config(args), listener=listener,
-                            consume_from=how)
+                            consume_from=how, consume_limit=args.count)
     if args.sql is not None:
         consumer.subscribe(args.topic, args.sql, expression_type="SQL92")
     else:
@@ -181,32 +220,101 @@ async def _consume(args: argparse.Namespace) -> int:
         out({"summary": summary})
     else:
         print(f"received {len(got)} messages from {args.topic} in {elapsed:.2f}s")
-    return 0 if not args.count or len(got) >= args.count else 1
-
+    if args.count and len(got) < args.count:
+        fail(f"received {len(got)} of {args.count} messages from {args.topic} "
+             f"(none new for {args.timeout:g} s)")
+        return 1
+    return 0
 
 
 # ====================================================================== wiring
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return value
+
+
+def _prop(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"needs KEY=VALUE, got {text!r}")
+    return name.strip(), value
+
+
+def _body_file(path: str) -> bytes:
+    """``--body-file F`` (``-``: stdin), at most the client's message size limit."""
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(DEFAULT_MAX_MESSAGE_BYTES + 1)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(DEFAULT_MAX_MESSAGE_BYTES + 1)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > DEFAULT_MAX_MESSAGE_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"{path} is larger than a message may be ({DEFAULT_MAX_MESSAGE_BYTES} bytes)")
+    return data
+
+
 def add_commands(sub: Any) -> None:
     """Add produce and consume to ``sub`` (argparse subparsers); each parser gets
     ``func(args) -> exit code``."""
-    p = sub.add_parser("produce", help="send messages through the client")
+    p = sub.add_parser("produce", help="send messages through the client",
+                       description="Send --count messages to a topic. The body is --body TEXT, "
+                                   "--body-file F (- for stdin) or --size bytes of 'x'.")
     add_ns(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-g", "--group", default="rmq-cli-producer")
-    p.add_argument("--count", type=int, default=1)
-    p.add_argument("--size", type=int, default=128, help="body bytes")
+    p.add_argument("--count", type=_positive, default=1)
+    body = p.add_mutually_exclusive_group()
+    body.add_argument("--body", metavar="TEXT", help="the body, as UTF-8 ({i} is the index)")
+    body.add_argument("--body-file", type=_body_file, metavar="F",
+                      help="the body, the bytes of file F (- reads stdin)")
+    body.add_argument("--size", type=_non_negative, default=128,
+                      help="a body of this many bytes (default 128)")
     p.add_argument("--tags", help="tag ({i} is the message index)")
-    p.add_argument("--keys", help="keys ({i} is the message index)")
-    p.add_argument("--prop", action="append", metavar="KEY=VALUE",
+    p.add_argument("--keys", help="keys, space-separated ({i} is the message index)")
+    p.add_argument("--prop", action="append", type=_prop, metavar="KEY=VALUE",
                    help="a user property, repeatable ({i} is the message index); "
                         "consumers select on them with --sql")
-    p.add_argument("--batch", type=int, default=0, help="send batches of K messages")
-    p.add_argument("--in-flight", type=int, default=DEFAULT_PRODUCE_IN_FLIGHT)
+    p.add_argument("--delay", type=_positive, default=0, metavar="LEVEL",
+                   help="delay level (1s 5s 10s 30s 1m 2m ... by the broker's "
+                        "messageDelayLevel; default: none)")
+    p.add_argument("--batch", type=_non_negative, default=0, help="send batches of K messages")
+    p.add_argument("--in-flight", type=_positive, default=DEFAULT_PRODUCE_IN_FLIGHT)
     p.set_defaults(func=runner(_produce))
 
-    p = sub.add_parser("consume", help="receive messages with a push consumer")
+    p = sub.add_parser("consume", help="receive messages with a push consumer",
+                       description="Consume with a push consumer and print each message: ids, "
+                                   "queue, keys, tags, properties and the body (UTF-8 text, or "
+                                   "base64 with bodyEncoding=base64).")
     add_ns(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-g", "--group", required=True)
@@ -214,8 +322,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--sql", default=None, metavar="EXPR",
                    help="SQL92 selector on message properties instead of tags, e.g. "
                         "\"a BETWEEN 1 AND 5\" (the broker needs enablePropertyFilter=true)")
-    p.add_argument("--count", type=int, default=0, help="stop after N messages (0: no limit)")
-    p.add_argument("--timeout", type=float, default=10.0,
+    p.add_argument("--count", type=_non_negative, default=0,
+                   help="consume exactly N messages and commit only those (0: no limit); "
+                        "exit status 1 if fewer came")
+    p.add_argument("--timeout", type=_seconds, default=10.0,
                    help="stop after this many seconds without a new message")
     p.add_argument("--from", dest="start", choices=("first", "last"), default="first",
                    help="where a group without a committed offset starts")

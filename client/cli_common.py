@@ -4,6 +4,8 @@ the progress line and the runner that turns a client error into an exit code."""
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import json
 import os
 import sys
@@ -66,25 +68,74 @@ def add_ns(p: argparse.ArgumentParser) -> None:
 
 
 
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def fail(message: str) -> None:
+    """The one line on stderr a failed command leaves (``rmq-cluster: error: ...``)."""
+    sys.stderr.write(f"rmq-cluster: error: {one_line(message)}\n")
+    sys.stderr.flush()
+
+
 def runner(fn: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], int]:
+    """Run ``fn(args)`` under trio: its int is the exit status; a client error is one line on
+    stderr (and, with ``--json``, an ``{"error": ...}`` object on stdout) and exit status 1."""
+
     def run(args: argparse.Namespace) -> int:
         try:
             return int(trio.run(fn, args))
         except MQClientError as exc:
             if getattr(args, "json", False):
-                out({"error": str(exc), "code": exc.code, "remark": exc.remark})
-            else:
-                print(f"error: {exc}", file=sys.stderr)
+                out({"error": one_line(str(exc)), "code": exc.code, "remark": exc.remark})
+            fail(str(exc))
             return 1
         except KeyboardInterrupt:
             return 130
+        except BrokenPipeError:
+            # stdout closed by the reader (``| head``): nothing more to say
+            with contextlib.suppress(OSError):
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - interpreter exit flushes it
+            return 0
 
     return run
 
 
+#: ``bodyEncoding`` of a body shown as it is (UTF-8 text without control characters other
+#: than tab and line breaks) or as base64 (anything else).
+BODY_TEXT = "text"
+BODY_BASE64 = "base64"
+_TEXT_CONTROLS = frozenset("\t\n\r")
+
+
+def body_fields(body: bytes) -> dict[str, str]:
+    """``{"body": ..., "bodyEncoding": "text" | "base64"}``."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and all(ch.isprintable() or ch in _TEXT_CONTROLS for ch in text):
+        return {"body": text, "bodyEncoding": BODY_TEXT}
+    return {"body": base64.b64encode(body).decode("ascii"), "bodyEncoding": BODY_BASE64}
+
+
 def msg_row(m: ReceivedMessage) -> dict[str, Any]:
+    """One received message for the CLI: ids, queue, keys/tags, the body (text or base64,
+    ``bodyEncoding`` says which) and every property."""
     return {"msgId": m.msg_id, "offsetMsgId": m.offset_msg_id, "topic": m.topic,
             "brokerName": m.queue.broker_name, "queueId": m.queue_id,
             "queueOffset": m.queue_offset, "keys": m.keys, "tags": m.tags,
-            "bodyLength": len(m.body), "bodyCrc": m.checksum(),
+            "bodyLength": len(m.body), "bodyCrc": m.checksum(), **body_fields(m.body),
+            "properties": dict(m.properties),
             "reconsumeTimes": m.reconsume_times, "storeTimestamp": m.store_timestamp}
+
+
+def msg_text(row: dict[str, Any]) -> str:
+    """A ``msg_row`` as plain text: a header line, the properties, the body (indented)."""
+    head = (f"{row['msgId']} q={row['brokerName']}:{row['queueId']} off={row['queueOffset']} "
+            f"keys={row['keys']} tags={row['tags']} bytes={row['bodyLength']}")
+    props = " ".join(f"{k}={v}" for k, v in sorted(row["properties"].items()))
+    body = row["body"] if row["bodyEncoding"] == BODY_TEXT else f"base64:{row['body']}"
+    lines = [head, f"  properties: {props}" if props else "  properties: -"]
+    lines.extend(f"  | {line}" for line in (body.splitlines() or [""]))
+    return "\n".join(lines)

@@ -256,6 +256,10 @@ class PushConfig:
     offset_store_dir: str | None = None
     #: in-flight consumption allowed to finish on close, at most this long
     shutdown_grace_s: float = 5.0
+    #: hand at most this many messages to the listener over the consumer's life (0: no
+    #: limit); the rest stay pulled but unconsumed and their offsets uncommitted, so the
+    #: next consumer of the group gets them (``rmq-cluster consume --count N``)
+    consume_limit: int = attrs.field(default=0, validator=attrs.validators.ge(0))
 
 
 class PushConsumer:
@@ -304,6 +308,10 @@ class PushConsumer:
         self.running = False
         self.consumed_ok = 0
         self.consumed_failed = 0
+        #: messages handed to the listener so far (counted against ``consume_limit``)
+        self.handed = 0
+        #: set once ``consume_limit`` messages were handed to the listener
+        self.limit_reached = trio.Event()
 
     # ------------------------------------------------------------------ setup
 
@@ -695,14 +703,32 @@ class PushConsumer:
                 out = listener(view)
                 return await out if inspect.isawaitable(out) else out
             except Exception as exc:
-                self.log.info("listener raised", error=repr(exc))
+                self._listener_raised(exc, view)
                 return _FAILED
         async with self._limiter:
             try:
                 return await _call(listener, view)
             except Exception as exc:
-                self.log.info("listener raised", error=repr(exc))
+                self._listener_raised(exc, view)
                 return _FAILED
+
+    def _listener_raised(self, exc: Exception, msgs: list[ReceivedMessage]) -> None:
+        """An application bug: a warning with its traceback (the messages are retried)."""
+        self.log.warning("listener raised, messages will be consumed again",
+                         error=repr(exc), msg_ids=[m.msg_id for m in msgs], exc_info=exc)
+
+    def _take(self, msgs: list[ReceivedMessage]) -> list[ReceivedMessage]:
+        """The first of ``msgs`` the listener may still get under ``consume_limit`` (counted
+        as handed); the others are left in their process queue, uncommitted."""
+        limit = self.config.consume_limit
+        if not limit:
+            return msgs
+        room = limit - self.handed
+        taken = msgs[: max(0, room)]
+        self.handed += len(taken)
+        if self.handed >= limit:
+            self.limit_reached.set()
+        return taken
 
     async def _consume_in_order(self, pq: ProcessQueue, chunks: list[list[ReceivedMessage]]
                                 ) -> None:
@@ -726,6 +752,9 @@ class PushConsumer:
 
     async def _consume_concurrently(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
         try:
+            msgs = self._take(msgs)
+            if not msgs:
+                return  # over consume_limit: left for the group's next consumer
             while True:
                 status = await self._run_listener(msgs)
                 ok = status is None or status is ConsumeResult.SUCCESS or status is True
@@ -780,6 +809,8 @@ class PushConsumer:
                     await pq.changed.wait()
                     continue
                 first = next(iter(pq.msgs.values()))
+                if first.queue_offset not in pq.local_retries and not self._take([first]):
+                    await trio.sleep_forever()  # over consume_limit: until the consumer stops
                 self._consuming += 1
                 try:
                     status = await self._run_listener([first])

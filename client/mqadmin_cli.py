@@ -1009,3 +1009,106 @@ def add_commands(sub: Any) -> None:
     ap = admin_cmd("haStatus", "master/slave replication: each slave's ack offset and lag "
                    "(RocketMQ 5's haStatus)", _ha_status)
     where(ap)
+    add_controller_commands(sub)
+
+
+# ====================================================================== controller mode (issue 25)
+# getSyncStateSet asks the controller leader (CONTROLLER_GET_SYNC_STATE_DATA 1006); getBrokerEpoch
+# asks each replica of a group, found through the NameServers (GET_BROKER_EPOCH_CACHE 1007).
+
+
+async def _get_sync_state_set(admin: Admin, args: argparse.Namespace) -> Output:
+    from rmq_cluster.cluster.protocol.controller import (
+        ControllerRequestCode,
+        decode_replicas_table,
+        encode_broker_names,
+    )
+    from rmq_cluster.cluster.protocol.controller_client import (
+        ControllerClient,
+        parse_controller_addrs,
+    )
+    from rmq_cluster.cluster.remoting.codec import RemotingCommand
+    from rmq_cluster.cluster.remoting.net import open_remoting_client
+
+    try:
+        addrs = parse_controller_addrs(args.controller_address)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    names = [args.broker_name] if args.broker_name else []
+    if args.cluster:
+        info = await admin.cluster_list()
+        names = sorted(info.cluster_addr_table.get(args.cluster, ()))
+    async with open_remoting_client(node="mqadmin-controller") as client:
+        r = await ControllerClient(client, addrs).call(RemotingCommand.request(
+            ControllerRequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, encode_broker_names(names)))
+    if r.code != 0:
+        raise UsageError(f"controller answered {r.code}: {r.remark}")
+    table = decode_replicas_table(r.body or b"")
+    data = {name: i.to_json() for name, i in sorted(table.items())}
+    text = ""
+    for name, i in sorted(table.items()):
+        text += (f"\n#brokerName\t{name}\n#MasterBrokerId\t{i.master_broker_id}\n"
+                 f"#MasterAddr\t{i.master_address}\n#MasterEpoch\t{i.master_epoch}\n"
+                 f"#SyncStateSetEpoch\t{i.sync_state_set_epoch}\n"
+                 f"#SyncStateSetNums\t{len(i.in_sync)}\n")
+        for label, views in (("InSyncReplica", i.in_sync), ("NotInSyncReplica", i.not_in_sync)):
+            for v in views:
+                text += (f"\n{label}:\t{v.address}\tbrokerId:\t{v.broker_id}"
+                         f"\talive:\t{str(v.alive).lower()}")
+        text += "\n"
+    return Output(data, text)
+
+
+async def _get_broker_epoch(admin: Admin, args: argparse.Namespace) -> Output:
+    from rmq_cluster.cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
+    from rmq_cluster.cluster.remoting.codec import RemotingCommand
+    from rmq_cluster.cluster.remoting.net import open_remoting_client
+
+    info = await admin.cluster_list()
+    names = [args.broker_name] if args.broker_name else sorted(
+        info.cluster_addr_table.get(args.cluster or "", ()))
+    caches = []
+    async with open_remoting_client(node="mqadmin-epoch") as client:
+        for name in names:
+            bd = info.broker_addr_table.get(name)
+            for _bid, addr in sorted((bd.broker_addrs if bd else {}).items()):
+                r = await client.invoke(addr, RemotingCommand.request(
+                    ControllerRequestCode.GET_BROKER_EPOCH_CACHE), 5.0)
+                if r.code != 0:
+                    raise UsageError(f"{addr} answered {r.code}: {r.remark}")
+                caches.append((addr, EpochEntryCache.decode(r.body or b"")))
+    data = [{"addr": addr, "clusterName": c.cluster_name, "brokerName": c.broker_name,
+             "brokerId": c.broker_id, "maxOffset": c.max_offset,
+             "epochList": [{"epoch": e.epoch, "startOffset": e.start_offset,
+                            "endOffset": e.end_offset} for e in c.entries]}
+            for addr, c in caches]
+    text = ""
+    for addr, c in caches:
+        text += (f"\n#clusterName\t{c.cluster_name}\n#brokerName\t{c.broker_name}\n"
+                 f"#brokerAddr\t{addr}\n#brokerId\t{c.broker_id}\n")
+        for e in c.entries:
+            text += f"#Epoch: {e.epoch}\tStartOffset: {e.start_offset}\tEndOffset: {e.end_offset}\n"
+    return Output(data, text)
+
+
+def add_controller_commands(sub: Any) -> None:
+    """getSyncStateSet / getBrokerEpoch (controller mode; called by ``add_commands``)."""
+    def cmd(name: str, help_text: str, fn: Callable[..., Any]) -> argparse.ArgumentParser:
+        ap = sub.add_parser(name, help=help_text, description=help_text + (
+            ". Exit codes: 0 success, 1 failure, 2 usage."))
+        add_ns(ap)
+        ap.set_defaults(func=runner(_admin), admin_fn=fn, command_name=name)
+        return ap
+
+    ap = cmd("getSyncStateSet", "a controller-mode group's master, epoch and SyncStateSet",
+             _get_sync_state_set)
+    ap.add_argument("-a", "--controller-address", required=True,
+                    help="controller addresses host:port;host:port")
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("-b", "--broker-name", help="broker (group) name")
+    g.add_argument("-c", "--cluster", help="every group of this cluster")
+    ap = cmd("getBrokerEpoch", "each replica's epoch entries (controller mode)",
+             _get_broker_epoch)
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("-b", "--broker-name", help="broker (group) name")
+    g.add_argument("-c", "--cluster", help="every group of this cluster")

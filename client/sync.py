@@ -27,8 +27,9 @@ from rmq_cluster.client.model import (
     PullResult,
     ReceivedMessage,
     SendResult,
+    TransactionState,
 )
-from rmq_cluster.client.producer import Producer
+from rmq_cluster.client.producer import Producer, TransactionProducer
 from rmq_cluster.client.request_reply import DEFAULT_REQUEST_TIMEOUT_S
 
 T = TypeVar("T")
@@ -189,6 +190,34 @@ class SyncProducer(_Facade):
             return [r for r in out if r is not None]
 
         return self._loop.run(go)
+
+
+class SyncTransactionProducer(SyncProducer):
+    """``TransactionProducer``, blocking: ``execute_local(msg, arg)`` and ``check_local(msg)``
+    run in a worker thread (they may block, e.g. on a database) and return a
+    ``TransactionState``."""
+
+    def __init__(self, group: str, *,
+                 execute_local: Callable[[Message, Any], TransactionState],
+                 check_local: Callable[[ReceivedMessage], TransactionState],
+                 **kwargs: Any) -> None:
+        async def execute(msg: Message, arg: Any) -> TransactionState:
+            return await trio.to_thread.run_sync(execute_local, msg, arg)
+
+        async def check(msg: ReceivedMessage) -> TransactionState:
+            return await trio.to_thread.run_sync(check_local, msg)
+
+        _Facade.__init__(self, lambda: TransactionProducer(
+            group, execute_local=execute, check_local=check, **kwargs))
+        self.producer: TransactionProducer = self._obj
+
+    def __enter__(self) -> SyncTransactionProducer:
+        return self
+
+    def send_in_transaction(self, msg: Message, arg: Any = None
+                            ) -> tuple[SendResult, TransactionState]:
+        """Half message, ``execute_local`` (in a worker thread), END_TRANSACTION."""
+        return self._loop.run(self.producer.send_in_transaction, msg, arg)
 
 
 class SyncPullConsumer(_Facade):

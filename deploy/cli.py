@@ -3,16 +3,33 @@
 The entry module: it sits on top of every package and wires their commands together (cluster
 lifecycle from ``deploy``, the client's ``produce``/``consume``/admin, ``chaos``, the Spark audit),
 so that none of them imports another upward.
+
+Global options (before or after the command): ``-v``/``--verbose`` (info; ``-vv`` debug; the
+default is ``$RMQ_CLUSTER_LOG_LEVEL`` or warning) and ``--log-format json|console`` (default:
+console on a TTY, JSON lines otherwise). Logs always go to stderr; stdout carries results only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from importlib import metadata
 
-from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.cluster.logging import LOG_FORMATS, configure_logging, level_for_verbosity
+
+#: Exit statuses every command keeps (shown in each command's ``--help``).
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CODES_EPILOG = (
+    "exit status:\n"
+    "  0  success\n"
+    "  1  failure: an error, an unreachable NameServer, a missing topic, fewer messages than\n"
+    "     --count, a cluster or node that is not healthy (one line on stderr says which)\n"
+    "  2  usage: bad or missing arguments"
+)
 
 
 def _version() -> str:
@@ -22,6 +39,30 @@ def _version() -> str:
         return "0+unknown"
 
 
+def _add_log_options(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """``-v`` and ``--log-format``; on a command's own parser they default to SUPPRESS, so
+    ``rmq-cluster -v produce ...`` and ``rmq-cluster produce -v ...`` both work."""
+    default: dict[str, object] = {} if top else {"default": argparse.SUPPRESS}
+    # a command that uses -v itself keeps it (the global form still works)
+    with contextlib.suppress(argparse.ArgumentError):
+        p.add_argument("-v", "--verbose", action="count", **({"default": 0} if top else default),
+                       help="log more on stderr: -v info, -vv debug (default: warning, or "
+                            "$RMQ_CLUSTER_LOG_LEVEL)")
+    with contextlib.suppress(argparse.ArgumentError):
+        p.add_argument("--log-format", choices=LOG_FORMATS[1:],
+                       **({"default": None} if top else default),
+                       help="log lines on stderr as JSON or for a console (default: console "
+                            "on a TTY, JSON otherwise)")
+
+
+def _with_epilog(p: argparse.ArgumentParser) -> None:
+    """Every command documents the exit statuses in its ``--help``."""
+    if EXIT_CODES_EPILOG not in (p.epilog or ""):
+        p.epilog = f"{p.epilog}\n\n{EXIT_CODES_EPILOG}" if p.epilog else EXIT_CODES_EPILOG
+        if p.formatter_class is argparse.HelpFormatter:
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rmq-cluster",
@@ -29,10 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
             "A RocketMQ 4.x-compatible cluster in a box: NameServers and Brokers as local "
             "processes that speak RocketMQ's remoting protocol and write its store layout."
         ),
+        epilog=EXIT_CODES_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--version", action="version", version=f"rmq-cluster {_version()} (RocketMQ 4.9.7 protocol)"
     )
+    _add_log_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     from rmq_cluster.deploy.commands import add_commands as add_cluster_commands
 
@@ -49,22 +93,48 @@ def build_parser() -> argparse.ArgumentParser:
     from rmq_cluster.spark_jobs.cli import add_commands as add_spark_commands
 
     add_spark_commands(sub)
+    seen: set[int] = set()
+    stack = list(sub.choices.values())
+    while stack:  # commands and their own subcommands (chaos run | check ...)
+        p = stack.pop()
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        _with_epilog(p)
+        _add_log_options(p, top=False)
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
     return parser
+
+
+def _configure_logs(args: argparse.Namespace) -> None:
+    default = os.environ.get("RMQ_CLUSTER_LOG_LEVEL", "warning").strip().lower() or "warning"
+    try:
+        level = level_for_verbosity(getattr(args, "verbose", 0) or 0, default)
+        fmt = getattr(args, "log_format", None)
+        configure_logging(level, json=None if fmt is None else fmt == "json")
+    except (ValueError, KeyError):
+        sys.stderr.write(
+            f"rmq-cluster: error: RMQ_CLUSTER_LOG_LEVEL={default!r} is not a log level "
+            "(debug, info, warning, error, critical)\n"
+        )
+        raise SystemExit(EXIT_USAGE) from None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # stdout carries results only: logs go to stderr, warnings and up unless asked for more
-    configure_logging(os.environ.get("RMQ_CLUSTER_LOG_LEVEL", "warning"))
+    _configure_logs(args)
     if args.command is None:
         parser.print_help()
-        return 0
+        return EXIT_OK
     func = getattr(args, "func", None)
     if func is not None:
         return int(func(args))
     parser.error(f"unknown command {args.command!r}")  # exits 2
-    return 2
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -2,15 +2,18 @@
 render | demo``: the cluster-in-a-box commands.
 
 ``deploy/cli.py`` only wires these into its parser (``add_commands``); every parser gets
-``func(args) -> exit code``. Every command takes ``--dir`` (default ``./.rmq-cluster/<name>``),
-``--name`` (default ``default``) and ``--json``; an error is one line on stderr and exit status 1
-(``up`` adds the failed node's log tail below that line).
+``func(args) -> exit code``. Every command takes ``--dir`` (default
+``$RMQ_CLUSTER_HOME/<name>``, the home defaulting to ``./.rmq-cluster``), ``--name`` (default
+``default``) and ``--json``; an error is one line on stderr and exit status 1 (``up`` adds the
+failed node's log tail below that line); ``status`` exits 1 while any node is not running;
+``down`` on a stopped cluster is a success (exit 0).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -32,11 +35,11 @@ from rmq_cluster.cluster.acl.local import (
     write_private,
 )
 from rmq_cluster.cluster.acl.signing import Credentials
-from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.cluster.logging import pretty_line, rotated_paths
 from rmq_cluster.cluster.metrics import ExpositionError, parse_exposition, sample_value
 from rmq_cluster.cluster.metrics_server import fetch_metrics
 from rmq_cluster.deploy import supervisor
-from rmq_cluster.deploy.render import METRICS_PORT_AUTO, metrics_port_of
+from rmq_cluster.deploy.render import DEFAULT_INSTALL_DIR, METRICS_PORT_AUTO, metrics_port_of
 from rmq_cluster.deploy.supervisor import ClusterState, SupervisorError
 from rmq_cluster.deploy.topology import (
     BUILTIN_PROFILES,
@@ -81,9 +84,8 @@ def _state(args: argparse.Namespace) -> ClusterState:
 
 def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        # the client and probes log connection chatter at debug/info: keep the terminal for
-        # what the command says (RMQ_CLUSTER_LOG_LEVEL=debug to see it)
-        configure_logging(os.environ.get("RMQ_CLUSTER_LOG_LEVEL", "warning"))
+        # logging is configured once by the entry point (deploy/cli.py: -v, --log-format,
+        # $RMQ_CLUSTER_LOG_LEVEL); the client's and probes' chatter stays on stderr
         try:
             return fn(args)
         except (SupervisorError, ProfileError) as exc:
@@ -132,6 +134,8 @@ NODE_COLUMNS = [
 ]
 STATUS_COLUMNS = [*NODE_COLUMNS, ("commitlog_max_offset", "MAXOFFSET"), ("diff_bytes", "DIFF")]
 DLEDGER_STATUS_COLUMNS = [("term", "TERM"), ("leader", "LEADER"), ("commit_index", "COMMIT")]
+#: controller mode (issue 25): master epoch and the group's SyncStateSet (brokerIds)
+CONTROLLER_STATUS_COLUMNS = [("epoch", "EPOCH"), ("sync_state_set", "SYNCSTATESET")]
 
 
 def _node_rows(state: ClusterState) -> list[dict[str, Any]]:
@@ -192,16 +196,39 @@ def cmd_up(args: argparse.Namespace) -> int:
         spec = attrs.evolve(
             spec, broker_properties={**spec.broker_properties, "metricsPort": METRICS_PORT_AUTO}
         )
+    spec, hosts = _with_bind(spec, getattr(args, "bind", None))
     if getattr(args, "acl", False):
         created_dir = not directory.exists()
         spec, fresh = _with_acl(spec, directory)
         try:
-            return _cmd_up(args, spec, directory, say, fresh)
+            return _cmd_up(args, spec, directory, say, fresh, hosts)
         except BaseException:
             if created_dir and not (directory / supervisor.STATE_FILE).exists():
                 shutil.rmtree(directory, ignore_errors=True)  # nothing started: leave nothing
             raise
-    return _cmd_up(args, spec, directory, say, fresh)
+    return _cmd_up(args, spec, directory, say, fresh, hosts)
+
+
+def _with_bind(spec: ProfileSpec, bind: str | None) -> tuple[ProfileSpec, list[str] | None]:
+    """``up --bind ADDR`` (or a profile's ``broker_properties.bindAddress``): every node
+    listens on ADDR. A wildcard (0.0.0.0, ::) keeps the nodes advertising 127.0.0.1; any
+    other address is also what they advertise (brokerIP1, the NameServer addresses), as
+    nothing listens on loopback then. Returns the spec and the hosts of the plan."""
+    bind = bind or spec.broker_properties.get("bindAddress") or None
+    if bind is None:
+        return spec, None
+    try:
+        addr = ipaddress.IPv4Address(bind.strip())
+    except ValueError:
+        raise ProfileError(f"profile {spec.name}: bindAddress {bind!r} is not an IPv4 address") \
+            from None
+    bind = str(addr)
+    spec = attrs.evolve(
+        spec,
+        broker_properties={**spec.broker_properties, "bindAddress": bind},
+        namesrv_properties={**spec.namesrv_properties, "bindAddress": bind},
+    )
+    return spec, (None if addr.is_unspecified else [bind])
 
 
 def _cmd_up(
@@ -210,6 +237,7 @@ def _cmd_up(
     directory: Path,
     say: Callable[[str], None],
     fresh: Credentials | None,
+    hosts: list[str] | None = None,
 ) -> int:
     result = supervisor.up(
         spec,
@@ -218,6 +246,7 @@ def _cmd_up(
         base_port=args.base_port,
         timeout=args.timeout,
         progress=say,
+        hosts=hosts,
     )
     state = result.state
     rows = _node_rows(state)
@@ -294,7 +323,9 @@ def _foreground(state: ClusterState, *, quiet: bool) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     directory = _dir(args).resolve()
     if not (directory / supervisor.STATE_FILE).exists():
-        if args.purge and directory.exists():
+        if not directory.exists():
+            raise SupervisorError(f"no cluster in {directory} (no such directory)")
+        if args.purge:
             raise SupervisorError(
                 f"refusing to purge {directory}: no {supervisor.STATE_FILE} in it"
             )
@@ -323,12 +354,15 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     state = _state(args)
     report = supervisor.status(state)
+    nodes = report["nodes"]
+    # a script's health check: every node running (a paused or dead one is not)
+    healthy = all(n["state"] == "running" for n in nodes)
     if args.json:
         if getattr(args, "metrics", False):
             report["metrics"] = _metrics_rows(state)
+        report["healthy"] = healthy
         _print_json(report)
-        return 0
-    nodes = report["nodes"]
+        return 0 if healthy else 1
     alive = sum(1 for n in nodes if n["alive"])
     print(
         f"cluster {report['name']} ({report['profile']}): {alive}/{len(nodes)} nodes alive; "
@@ -337,9 +371,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     columns = STATUS_COLUMNS
     if any("term" in n for n in nodes):  # DLedger groups: who leads, in which term, how far
         columns = [*STATUS_COLUMNS, *DLEDGER_STATUS_COLUMNS]
+    if any("epoch" in n for n in nodes):
+        columns = [*columns, *CONTROLLER_STATUS_COLUMNS]
     print(format_table(nodes, columns))
     if getattr(args, "metrics", False):
         _print_metrics(state)
+    if not healthy:
+        down = [n["name"] for n in nodes if n["state"] != "running"]
+        _err(f"cluster {report['name']} is not healthy: {', '.join(down)} not running")
+        return 1
     return 0
 
 
@@ -467,28 +507,131 @@ def cmd_promote(args: argparse.Namespace) -> int:
     return 0
 
 
+def log_lines(path: str, lines: int) -> list[str]:
+    """The last ``lines`` lines of a node's log, read across its rotated files in order
+    (``<node>.log.N`` ... ``<node>.log.1``, ``<node>.log``)."""
+    if lines <= 0:
+        return []
+    out: list[str] = []
+    for part in reversed(rotated_paths(path)):  # newest first, until there are enough
+        out = [*supervisor.log_tail(part, lines - len(out)), *out]
+        # log_tail reads the last 64 KiB of a file: a rotated file's older lines are further
+        # back, but one file rarely holds fewer lines than a tail asks for
+        if len(out) >= lines:
+            break
+    return out[-lines:]
+
+
+def _show(line: str, pretty: bool) -> str:
+    return pretty_line(line) if pretty else line
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     state = _state(args)
     rec = state.node(args.node)
-    for line in supervisor.log_tail(rec.log, args.lines):
-        print(line)
+    pretty = getattr(args, "pretty", False)
+    if not rotated_paths(rec.log) and not args.follow:
+        raise SupervisorError(f"{rec.name} has no log yet ({rec.log})")
+    for line in log_lines(rec.log, args.lines):
+        print(_show(line, pretty))
     sys.stdout.flush()
     if not args.follow:
         return 0
     try:
-        with open(rec.log, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            while True:
-                chunk = f.read()
-                if chunk:
-                    sys.stdout.write(chunk.decode("utf-8", "replace"))
-                    sys.stdout.flush()
-                else:
-                    time.sleep(supervisor.FOLLOW_POLL_INTERVAL_S)
+        _follow(rec.log, pretty)
     except KeyboardInterrupt:
         return 0
-    except OSError as exc:
-        raise SupervisorError(f"cannot read {rec.log}: {exc.strerror}") from exc
+    return 0
+
+
+def _follow(path: str, pretty: bool) -> None:
+    """Print what is appended to ``path``; when the node rotates it, finish the old file and
+    go on with the new one from its start."""
+    f = None
+    from_start = False
+    buf = b""
+
+    def emit(data: bytes) -> bytes:
+        *done, rest = data.split(b"\n")
+        for raw in done:
+            sys.stdout.write(_show(raw.decode("utf-8", "replace"), pretty) + "\n")
+        sys.stdout.flush()
+        return rest
+
+    try:
+        while True:
+            if f is None:
+                try:
+                    f = open(path, "rb")  # noqa: SIM115 - kept open across loop turns
+                except FileNotFoundError:
+                    time.sleep(supervisor.FOLLOW_POLL_INTERVAL_S)
+                    continue
+                except OSError as exc:
+                    raise SupervisorError(f"cannot read {path}: {exc.strerror}") from exc
+                if not from_start:
+                    f.seek(0, os.SEEK_END)
+            chunk = f.read()
+            if chunk:
+                buf = emit(buf + chunk)
+                continue
+            try:
+                rotated = os.stat(path).st_ino != os.fstat(f.fileno()).st_ino
+            except FileNotFoundError:
+                rotated = True
+            if rotated:
+                buf = emit(buf + f.read())  # what was written before the switch
+                f.close()
+                f, from_start = None, True
+                continue
+            time.sleep(supervisor.FOLLOW_POLL_INTERVAL_S)
+    finally:
+        if f is not None:
+            f.close()
+
+
+# =========================================================================== ls
+
+
+def _cluster_summary(directory: Path) -> dict[str, Any]:
+    try:
+        state = supervisor.load_state(directory)
+    except SupervisorError as exc:
+        return {"name": directory.name, "dir": str(directory), "profile": None, "alive": 0,
+                "total": 0, "state": "unreadable", "error": str(exc)}
+    states = [r.state() for r in state.records()]
+    running = sum(1 for st in states if st == "running")
+    alive = sum(1 for st in states if st != "dead")
+    if running == len(states) and states:
+        what = "running"
+    elif alive == 0:
+        what = "stopped"
+    else:
+        what = "degraded"
+    return {"name": state.name, "dir": str(directory), "profile": state.profile,
+            "alive": alive, "total": len(states), "state": what,
+            "namesrv_addr": state.topology.namesrv_addr}
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    home = Path(args.home) if args.home else supervisor.cluster_home()
+    rows = []
+    if home.is_dir():
+        for entry in sorted(home.iterdir()):
+            if entry.is_dir() and (entry / supervisor.STATE_FILE).exists():
+                rows.append(_cluster_summary(entry.resolve()))
+    if args.json:
+        for row in rows:  # one JSON object per line (jq -c friendly)
+            sys.stdout.write(json.dumps(row, sort_keys=True) + "\n")
+        sys.stdout.flush()
+        return 0
+    if not rows:
+        print(f"no clusters in {home.resolve()}")
+        return 0
+    for row in rows:
+        row["nodes"] = f"{row['alive']}/{row['total']}"
+    print(format_table(rows, [("name", "NAME"), ("profile", "PROFILE"), ("nodes", "NODES"),
+                              ("state", "STATE"), ("dir", "DIR")]))
+    return 0
 
 
 # =========================================================================== render / demo
@@ -502,7 +645,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     topo = build_topology(
         spec, base_port=args.base_port if args.base_port is not None else 9876, hosts=hosts
     )
-    files = render.host_files(topo, data_root=args.data_root)
+    topo = render.per_host_plan(topo)  # each host's own plan: NameServer 9876, brokers 10911
+    files = render.host_files(topo, data_root=args.data_root, install_dir=args.install_dir)
     out = Path(args.out)
     written = []
     for rel, text in files.items():
@@ -549,8 +693,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # =========================================================================== wiring
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _bind_address(text: str) -> str:
+    """``up --bind``: an IPv4 address to listen on (0.0.0.0: every interface)."""
+    try:
+        return str(ipaddress.IPv4Address(text.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IPv4 address") from None
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dir", help="cluster directory (default ./.rmq-cluster/<name>)")
+    p.add_argument("--dir", help="cluster directory (default $RMQ_CLUSTER_HOME/<name>, the "
+                                 "home defaulting to ./.rmq-cluster)")
     p.add_argument("--name", default=supervisor.DEFAULT_NAME, help="cluster name (default default)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -579,6 +742,10 @@ def add_commands(sub: Any) -> None:
                         "credentials once")
     p.add_argument("--metrics", action="store_true",
                    help="brokers serve Prometheus /metrics on listenPort + 4")
+    p.add_argument("--bind", type=_bind_address, default=None, metavar="ADDR",
+                   help="every node listens on ADDR (default 127.0.0.1; 0.0.0.0: every "
+                        "interface, still advertising 127.0.0.1; another address is also "
+                        "advertised); a profile file may set broker_properties.bindAddress")
     p.set_defaults(func=_guarded(cmd_up))
 
     p = sub.add_parser("down", help="stop every node (--purge: and delete the data)")
@@ -624,12 +791,26 @@ def add_commands(sub: Any) -> None:
     _common(p)
     p.set_defaults(func=_guarded(cmd_promote))
 
-    p = sub.add_parser("logs", help="a node's log")
+    p = sub.add_parser(
+        "logs", help="a node's log (across its rotated files)",
+        description="A node's log, oldest to newest across logs/<node>.log.N ... <node>.log. "
+                    "Nodes rotate their log at $RMQ_CLUSTER_LOG_MAX_BYTES (default 64 MiB), "
+                    "keeping $RMQ_CLUSTER_LOG_BACKUPS files (default 5), read when a node starts.")
     _node_arg(p)
     _common(p)
     p.add_argument("-f", "--follow", action="store_true")
-    p.add_argument("-n", "--lines", type=int, default=DEFAULT_LOG_LINES)
+    p.add_argument("-n", "--lines", type=_non_negative, default=DEFAULT_LOG_LINES)
+    p.add_argument("--pretty", action="store_true",
+                   help="render JSON log lines for a human (time LEVEL [node] event key=value)")
     p.set_defaults(func=_guarded(cmd_logs))
+
+    p = sub.add_parser("ls", help="clusters under $RMQ_CLUSTER_HOME and their state",
+                       description="Every cluster directory under the home ($RMQ_CLUSTER_HOME, "
+                                   "default ./.rmq-cluster): profile, nodes alive/total, state "
+                                   "(running, degraded, stopped).")
+    p.add_argument("--home", help="look here instead of $RMQ_CLUSTER_HOME")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(func=_guarded(cmd_ls))
 
     p = sub.add_parser("render", help="per-host configs and start scripts for a deployment")
     p.add_argument("profile", help=f"{profiles} or a .toml file")
@@ -639,6 +820,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--groups", type=int, default=None)
     p.add_argument("--data-root", default="data",
                    help="each node's data parent directory (relative: under the host directory)")
+    p.add_argument("--install-dir", default=DEFAULT_INSTALL_DIR,
+                   help="where each host's directory is copied (the systemd units' paths)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_guarded(cmd_render))
 

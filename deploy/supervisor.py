@@ -34,6 +34,13 @@ import attrs
 import trio
 
 from rmq_cluster.cluster.acl.local import local_admin, write_private
+from rmq_cluster.cluster.logging import LOG_FILE_ENV, LogRotation, rotate_files
+from rmq_cluster.cluster.protocol.controller import (
+    ControllerRequestCode,
+    ReplicasInfo,
+    decode_replicas_table,
+    encode_broker_names,
+)
 from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable, TopicRouteData
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
@@ -41,8 +48,10 @@ from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_clien
 from rmq_cluster.deploy import render
 from rmq_cluster.deploy.topology import (
     KIND_BROKER,
+    KIND_CONTROLLER,
     KIND_NAMESRV,
     ROLE_ASYNC_MASTER,
+    ROLE_AUTO,
     ROLE_DLEDGER,
     ROLE_SLAVE,
     ROLE_SYNC_MASTER,
@@ -73,14 +82,25 @@ LOG_TAIL_LINES: Final = 20
 FOLLOW_POLL_INTERVAL_S: Final = 0.2
 #: ``mqnamesrv``/``mqbroker`` (and ours) print this once serving and registered.
 BOOT_MARKER: Final = b"boot success"
+#: The line ``spawn`` writes to a node's log before starting it.
+SPAWN_BANNER: Final = b"--- rmq-cluster: starting "
 
 
 class SupervisorError(Exception):
     """A one-line reason a command failed (printed on stderr, exit status 1)."""
 
 
+#: Where clusters live unless ``--dir`` says otherwise (default ``./.rmq-cluster``).
+HOME_ENV: Final = "RMQ_CLUSTER_HOME"
+
+
+def cluster_home() -> Path:
+    """``$RMQ_CLUSTER_HOME``, else ``./.rmq-cluster``."""
+    return Path(os.environ.get(HOME_ENV, "").strip() or DEFAULT_ROOT)
+
+
 def default_dir(name: str = DEFAULT_NAME) -> Path:
-    return Path(DEFAULT_ROOT) / name
+    return cluster_home() / name
 
 
 # =========================================================================== processes
@@ -152,9 +172,17 @@ class NodeRecord:
     log_offset: int = 0
 
     def booted(self) -> bool:
-        """The process printed RocketMQ's boot line (``... boot success ...``) since spawn."""
+        """The process printed RocketMQ's boot line (``... boot success ...``) since spawn
+        (in the log, or in ``<log>.1`` and the log when the node rotated it since)."""
         try:
             with open(self.log, "rb") as f:
+                f.seek(self.log_offset)
+                if f.read(len(SPAWN_BANNER)) == SPAWN_BANNER:  # not rotated since spawn
+                    return BOOT_MARKER in f.read()
+                f.seek(0)
+                if BOOT_MARKER in f.read():
+                    return True
+            with open(f"{self.log}.1", "rb") as f:
                 f.seek(self.log_offset)
                 return BOOT_MARKER in f.read()
         except OSError:
@@ -370,7 +398,9 @@ def busy_ports(topo: Topology, host: str = "127.0.0.1") -> list[tuple[int, str]]
 
 
 def check_ports(topo: Topology) -> None:
-    busy = busy_ports(topo)
+    hosts = {n.host for n in topo.nodes}
+    # one host (``up --bind ADDR``: ADDR) is probed there; anything else on loopback
+    busy = busy_ports(topo, hosts.pop()) if len(hosts) == 1 else busy_ports(topo)
     if busy:
         port, what = busy[0]
         more = f" (and {len(busy) - 1} more)" if len(busy) > 1 else ""
@@ -418,12 +448,31 @@ def free_base_port(
 # =========================================================================== spawning
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(log: str | None = None) -> dict[str, str]:
     """The environment of a node: this one, with unbuffered output (nodes import the installed
-    ``rmq_cluster``, whatever the current directory holds)."""
+    ``rmq_cluster``, whatever the current directory holds) and, given its ``log``, that file
+    named for the node to rotate (cluster/logging.py; $RMQ_CLUSTER_LOG_MAX_BYTES and
+    $RMQ_CLUSTER_LOG_BACKUPS pass through)."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
+    if log is not None:
+        env[LOG_FILE_ENV] = log
     return env
+
+
+def _rotate_before_spawn(log: str) -> None:
+    """A log already at its rotation size is rotated before a node appends to it (the node
+    itself rotates what it writes); bad rotation settings are a one-line error."""
+    try:
+        rotation = LogRotation.from_env({**os.environ, LOG_FILE_ENV: log})
+    except ValueError as exc:
+        raise SupervisorError(str(exc)) from None
+    assert rotation is not None
+    try:
+        if os.path.getsize(log) >= rotation.max_bytes:
+            rotate_files(log, rotation.backups)
+    except FileNotFoundError:
+        pass
 
 
 #: Popen objects of nodes this process started (kept so they are reaped, never collected early).
@@ -433,11 +482,12 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 def spawn(state: ClusterState, rec: NodeRecord) -> None:
     """Start ``rec``'s process in its own session, output appended to its log; record its pid."""
     Path(rec.log).parent.mkdir(parents=True, exist_ok=True)
+    _rotate_before_spawn(rec.log)
     with open(rec.log, "ab") as log:
         rec.log_offset = log.tell()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        banner = f"--- rmq-cluster: starting {rec.name} at {stamp}: {' '.join(rec.cmd)}\n"
-        log.write(banner.encode())
+        banner = f"{rec.name} at {stamp}: {' '.join(rec.cmd)}\n"
+        log.write(SPAWN_BANNER + banner.encode())
         log.flush()
         proc = subprocess.Popen(
             rec.cmd,
@@ -445,7 +495,7 @@ def spawn(state: ClusterState, rec: NodeRecord) -> None:
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=str(state.dir),
-            env=_child_env(),
+            env=_child_env(rec.log),
             start_new_session=True,
             close_fds=True,
         )
@@ -573,6 +623,32 @@ async def namesrv_ready(client: RemotingClient, rec: NodeRecord) -> bool:
     return resp is not None and resp.code == ResponseCode.SUCCESS
 
 
+async def controller_ready(client: RemotingClient, rec: NodeRecord) -> bool:
+    """A controller answers CONTROLLER_GET_METADATA_INFO (it is up, leader or not)."""
+    resp = await _call(client, rec.spec.addr, ControllerRequestCode.CONTROLLER_GET_METADATA_INFO)
+    return resp is not None and resp.code == ResponseCode.SUCCESS
+
+
+async def controller_sync_state(
+    client: RemotingClient, topo: Topology
+) -> dict[str, ReplicasInfo]:
+    """Every controller-mode group's replicas (master, epoch, SyncStateSet) from the controller
+    leader; {} when no controller answers as leader."""
+    names = encode_broker_names(topo.groups)
+    for ctl in topo.controllers:
+        try:
+            resp = await client.invoke(ctl.addr, RemotingCommand.request(
+                ControllerRequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, names), PROBE_TIMEOUT_S)
+        except Exception:  # not listening, reset, timeout: ask the next one
+            continue
+        if resp.code == ResponseCode.SUCCESS:
+            try:
+                return decode_replicas_table(resp.body)
+            except ValueError:
+                return {}
+    return {}
+
+
 async def broker_registered(client: RemotingClient, topo: Topology, spec: NodeSpec) -> bool:
     """The broker answers, every NameServer lists it in its cluster and routes its brokerName
     topic to it (a restarted broker answering means it registered again at boot)."""
@@ -618,7 +694,8 @@ async def wait_ready(
     pending = list(records)
     # a DLedger group is ready when it has elected a leader (registered as brokerId 0)
     leaderless = sorted(
-        {r.spec.group for r in records if r.spec.role == ROLE_DLEDGER and r.spec.group}
+        {r.spec.group for r in records
+         if r.spec.role in (ROLE_DLEDGER, ROLE_AUTO) and r.spec.group}
     )
     deadline = trio.current_time() + timeout
     async with open_remoting_client(node="rmq-cluster", rpc_hook=_acl_hook(state)) as client:
@@ -630,6 +707,8 @@ async def wait_ready(
                     continue
                 if rec.spec.kind == KIND_NAMESRV:
                     ok = await namesrv_ready(client, rec)
+                elif rec.spec.kind == KIND_CONTROLLER:
+                    ok = await controller_ready(client, rec)
                 else:
                     ok = await broker_registered(client, state.topology, rec.spec)
                 if ok:
@@ -693,11 +772,22 @@ async def gather_status(state: ClusterState) -> dict[str, Any]:
         infos[rec.name] = await _runtime_info(client, rec.spec.addr)
 
     hook = _acl_hook(state)
+    replicas: dict[str, ReplicasInfo] = {}
+    controller_roles: dict[str, str] = {}
     async with open_remoting_client(node="rmq-cluster-status", rpc_hook=hook) as client, \
             trio.open_nursery() as n:
         for rec in state.records(KIND_BROKER):
             if states[rec.name] == "running":
                 n.start_soon(one, client, rec)
+        if topo.controllers:
+            replicas = await controller_sync_state(client, topo)
+            for rec in state.records(KIND_CONTROLLER):
+                if states[rec.name] == "running":
+                    meta = await _call(client, rec.spec.addr,
+                                       ControllerRequestCode.CONTROLLER_GET_METADATA_INFO)
+                    if meta is not None and meta.code == ResponseCode.SUCCESS:
+                        leader = meta.ext_fields.get("isLeader") == "true"
+                        controller_roles[rec.name] = "LEADER" if leader else "FOLLOWER"
 
     nodes = []
     for rec in state.records():
@@ -716,6 +806,8 @@ async def gather_status(state: ClusterState) -> dict[str, Any]:
             "state": states[rec.name],
             "rss_bytes": rss_bytes(rec.pid) if alive and rec.pid else None,
         }
+        if spec.kind == KIND_CONTROLLER:
+            node["role"] = controller_roles.get(spec.name)
         if spec.kind == KIND_BROKER:
             max_offset = _int_or_none((info or {}).get("commitLogMaxOffset"))
             node["commitlog_max_offset"] = max_offset
@@ -735,6 +827,14 @@ async def gather_status(state: ClusterState) -> dict[str, Any]:
             elif spec.role in (ROLE_ASYNC_MASTER, ROLE_SYNC_MASTER) and info is not None:
                 node["ha_slaves"] = _int_or_none(info.get("haConnectionCount"))
                 node["ha_in_sync_slaves"] = _int_or_none(info.get("haInSyncSlaveNums"))
+            if spec.role == ROLE_AUTO:  # controller mode: the controller's view
+                group = replicas.get(spec.group or "")
+                if group is not None:
+                    is_master = group.master_broker_id == spec.broker_id
+                    node["role"] = "MASTER" if is_master else "SLAVE"
+                    node["epoch"] = group.master_epoch
+                    node["sync_state_set"] = sorted(r.broker_id for r in group.in_sync)
+                    node["in_sync"] = any(r.broker_id == spec.broker_id for r in group.in_sync)
             if spec.role == ROLE_DLEDGER:
                 live_role = (info or {}).get("brokerRole") or (info or {}).get("dLegerRole")
                 node["role"] = live_role
@@ -792,6 +892,7 @@ def up(
     timeout: float = READY_TIMEOUT_S,
     progress: Printer | None = None,
     chaos_proxy: bool = False,
+    hosts: Sequence[str] | None = None,
 ) -> UpResult:
     """Start the cluster (or find it running); raise SupervisorError when it cannot be ready.
 
@@ -804,6 +905,7 @@ def up(
             return _up_locked(
                 spec, directory=directory, name=name, base_port=base_port, python=python,
                 timeout=timeout, say=progress or (lambda _line: None), chaos_proxy=chaos_proxy,
+                hosts=hosts,
             )
     except BaseException:
         if not existed and not (directory / STATE_FILE).exists():
@@ -825,6 +927,7 @@ def _up_locked(
     timeout: float,
     say: Printer,
     chaos_proxy: bool = False,
+    hosts: Sequence[str] | None = None,
 ) -> UpResult:
     if (directory / STATE_FILE).exists():
         state = load_state(directory)
@@ -844,7 +947,10 @@ def _up_locked(
         # a stopped cluster starts again on its data with its own plan
         state.name = name if name != DEFAULT_NAME else state.name
     else:
-        topo = build_topology(spec, base_port=base_port if base_port is not None else 9876)
+        topo = build_topology(
+            spec, base_port=base_port if base_port is not None else 9876,
+            hosts=list(hosts) if hosts else None,
+        )
         topo = attrs.evolve(topo, chaos_proxy=chaos_proxy)
         state = new_state(name, directory, topo, python or sys.executable)
     check_ports(state.topology)
@@ -873,7 +979,7 @@ def start_batches(state: ClusterState) -> list[list[NodeRecord]]:
     together once the one before is ready. A slave learns its master's HA address from the
     answer to its REGISTER_BROKER, so it must register after its master (or wait for its next
     registration, 30 s later)."""
-    namesrvs = state.records(KIND_NAMESRV)
+    namesrvs = state.records(KIND_NAMESRV) + state.records(KIND_CONTROLLER)
     brokers = state.records(KIND_BROKER)
     masters = [r for r in brokers if r.spec.role != ROLE_SLAVE]
     slaves = [r for r in brokers if r.spec.role == ROLE_SLAVE]
@@ -888,6 +994,7 @@ def down(state: ClusterState, *, purge: bool = False) -> dict[str, Any]:
     """Stop every node (brokers first, so they unregister); ``purge`` deletes the directory."""
     was_alive = [r.name for r in state.records() if r.alive]
     killed = stop_nodes(state, state.records(KIND_BROKER))
+    killed += stop_nodes(state, state.records(KIND_CONTROLLER))
     killed += stop_nodes(state, state.records(KIND_NAMESRV))
     strays = stop_strays(state)
     left = [r.name for r in state.records() if r.alive]

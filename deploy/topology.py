@@ -6,7 +6,10 @@ A profile says how many NameServers, how many broker groups and how each group r
 * ``2m-noslave``   2 NameServers, masters broker-a and broker-b;
 * ``2m-2s-async``  2 NameServers, ASYNC_MASTER broker-a/broker-b, SLAVE broker-a-s/broker-b-s;
 * ``2m-2s-sync``   the same with SYNC_MASTER masters;
-* ``dledger``      2 NameServers, one DLedger group of 3 (broker-a-n0..n2); ``groups`` for more.
+* ``dledger``      2 NameServers, one DLedger group of 3 (broker-a-n0..n2); ``groups`` for more;
+* ``2m-2s-controller``  controller mode (RocketMQ 5.x RIP-44): 1 NameServer, 3 controllers
+  (controller-0..2), groups broker-a/broker-b of two replicas each (broker-a = brokerId 1,
+  broker-a-s = brokerId 2, role AUTO: the controller elects the master; SYNC replication).
 
 A profile may also be a user's TOML file (or YAML when a YAML library is installed)::
 
@@ -19,6 +22,7 @@ A profile may also be a user's TOML file (or YAML when a YAML library is install
     dledger = false              # true: every group is a DLedger group of `group_size` nodes
     group_size = 3
     cluster_name = "DefaultCluster"
+    controllers = 0              # > 0: controller mode (master/slave groups, roles elected)
     [broker_properties]          # extra broker.conf keys for every broker
     defaultTopicQueueNums = "8"
     [namesrv_properties]         # extra keys for every NameServer
@@ -28,6 +32,8 @@ Port plan (``base_port`` defaults to RocketMQ's 9876): NameServer ``i`` listens 
 ``base_port + i``; broker ``j`` (masters first, then slaves, then DLedger nodes) listens on
 ``base_port + 1035 + 10 * j`` (10911, 10921, ...), its fast port is ``listenPort - 2``, its HA
 port ``listenPort + 1`` and its DLedger port ``listenPort + 2``: a stride of 10 keeps them apart.
+Controller ``i`` listens on ``base_port + 20 + 2 * i`` (9896, 9898, 9900) and talks Raft to the
+other controllers on the port above it (``controllerDLegerPeers``).
 """
 
 from __future__ import annotations
@@ -48,6 +54,11 @@ BROKER_PORT_STRIDE: Final = 10
 FAST_PORT_OFFSET: Final = -2
 HA_PORT_OFFSET: Final = 1
 DLEDGER_PORT_OFFSET: Final = 2
+#: Controller ``i`` listens on base + CONTROLLER_PORT_OFFSET + CONTROLLER_PORT_STRIDE * i; its
+#: Raft peer port is the next one.
+CONTROLLER_PORT_OFFSET: Final = 20
+CONTROLLER_PORT_STRIDE: Final = 2
+MAX_CONTROLLERS: Final = 7
 MAX_NAMESRVS: Final = 10
 MAX_BROKER_GROUPS: Final = 26
 MAX_GROUP_SIZE: Final = 9
@@ -65,11 +76,14 @@ MODE_DLEDGER: Final = "dledger"
 
 KIND_NAMESRV: Final = "namesrv"
 KIND_BROKER: Final = "broker"
+KIND_CONTROLLER: Final = "controller"
 ROLE_ASYNC_MASTER: Final = "ASYNC_MASTER"
 ROLE_SYNC_MASTER: Final = "SYNC_MASTER"
 ROLE_SLAVE: Final = "SLAVE"
 #: A DLedger node's configured role: the group elects; the live role is read at status time.
 ROLE_DLEDGER: Final = "DLEDGER"
+#: A controller-mode replica's configured role: the controller elects; read live at status time.
+ROLE_AUTO: Final = "AUTO"
 
 
 class ProfileError(ValueError):
@@ -89,6 +103,8 @@ class ProfileSpec:
     dledger: bool = False
     group_size: int = 3
     cluster_name: str = DEFAULT_CLUSTER_NAME
+    #: controller mode: this many controllers elect each group's master (0: off)
+    controllers: int = 0
     broker_properties: Mapping[str, str] = attrs.field(factory=dict)
     #: extra namesrv keys for every NameServer (``up --acl``: aclEnable, aclFile)
     namesrv_properties: Mapping[str, str] = attrs.field(factory=dict)
@@ -112,6 +128,12 @@ class ProfileSpec:
             raise ProfileError(f"profile {self.name}: group_size must be 1..{MAX_GROUP_SIZE}")
         if self.dledger and self.slaves_per_master:
             raise ProfileError(f"profile {self.name}: dledger groups have no slaves_per_master")
+        if not 0 <= self.controllers <= MAX_CONTROLLERS:
+            raise ProfileError(f"profile {self.name}: controllers must be 0..{MAX_CONTROLLERS}")
+        if self.controllers and self.dledger:
+            raise ProfileError(f"profile {self.name}: controller mode is for master/slave groups")
+        if self.controllers and self.slaves_per_master < 1:
+            raise ProfileError(f"profile {self.name}: controller mode needs slaves_per_master")
         if not self.cluster_name or any(c.isspace() for c in self.cluster_name):
             raise ProfileError(f"profile {self.name}: cluster_name must be a non-empty word")
 
@@ -134,6 +156,10 @@ BUILTIN_PROFILES: Final[Mapping[str, ProfileSpec]] = {
         "2m-2s-sync", namesrvs=2, masters=2, slaves_per_master=1, replication="SYNC"
     ),
     "dledger": ProfileSpec("dledger", namesrvs=2, masters=1, dledger=True, group_size=3),
+    "2m-2s-controller": ProfileSpec(
+        "2m-2s-controller", namesrvs=1, masters=2, slaves_per_master=1, replication="SYNC",
+        controllers=3,
+    ),
 }
 
 
@@ -173,8 +199,14 @@ class NodeSpec:
     def dledger_port(self) -> int:
         return self.port + DLEDGER_PORT_OFFSET
 
+    @property
+    def controller_peer_port(self) -> int:
+        return self.port + 1
+
     def ports(self) -> dict[str, int]:
         """Every port this node binds, by RocketMQ's name for it."""
+        if self.kind == KIND_CONTROLLER:
+            return {"listenPort": self.port, "controllerDLegerPort": self.controller_peer_port}
         if not self.is_broker:
             return {"listenPort": self.port}
         ports = {
@@ -251,6 +283,21 @@ class Topology:
     @property
     def brokers(self) -> list[NodeSpec]:
         return [n for n in self.nodes if n.kind == KIND_BROKER]
+
+    @property
+    def controllers(self) -> list[NodeSpec]:
+        return [n for n in self.nodes if n.kind == KIND_CONTROLLER]
+
+    @property
+    def controller_addr(self) -> str:
+        """``controllerAddr`` of controller-mode brokers: ``h:p;h:p;h:p``."""
+        return ";".join(n.addr for n in self.controllers)
+
+    @property
+    def controller_peers(self) -> str:
+        """``controllerDLegerPeers``: ``n0-h:p;n1-h:p;...`` (the Raft ports)."""
+        return ";".join(f"{n.dledger_id}-{n.host}:{n.controller_peer_port}"
+                        for n in self.controllers)
 
     @property
     def namesrv_addr(self) -> str:
@@ -342,6 +389,16 @@ def build_topology(
                 port=base_port + i,
             )
         )
+    for i in range(spec.controllers):
+        nodes.append(
+            NodeSpec(
+                name=f"controller-{i}",
+                kind=KIND_CONTROLLER,
+                host=hosts[i % len(hosts)],
+                port=base_port + CONTROLLER_PORT_OFFSET + CONTROLLER_PORT_STRIDE * i,
+                dledger_id=f"n{i}",
+            )
+        )
     # name, group, role, brokerId, dledger id, host slot (group index + member index)
     brokers: list[tuple[str, str, str, int, str | None, int]] = []
     master_role = ROLE_SYNC_MASTER if spec.replication == "SYNC" else ROLE_ASYNC_MASTER
@@ -351,6 +408,13 @@ def build_topology(
             for k in range(spec.group_size):
                 # RocketMQ gives DLedger brokers brokerId by role at runtime; the plan says n0 = 0
                 brokers.append((f"{group}-n{k}", group, ROLE_DLEDGER, k, f"n{k}", g + k))
+    elif spec.controllers:
+        # controller mode: brokerId is each replica's identity (>= 1); the controller elects
+        for k in range(1 + spec.slaves_per_master):
+            suffix = "" if k == 0 else ("-s" if spec.slaves_per_master == 1 else f"-s{k}")
+            for g in range(spec.masters):
+                brokers.append((group_name(g) + suffix, group_name(g), ROLE_AUTO, k + 1, None,
+                                g + k))
     else:
         for g in range(spec.masters):
             brokers.append((group_name(g), group_name(g), master_role, 0, None, g))
@@ -409,6 +473,7 @@ _SPEC_KEYS: Final = {
     "dledger": bool,
     "group_size": int,
     "cluster_name": str,
+    "controllers": int,
 }
 
 

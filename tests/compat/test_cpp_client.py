@@ -108,7 +108,7 @@ def test_cpp_consumer_reads_acked_messages_from_the_slave_after_the_master_dies(
 
 def _masters(cluster: RunningCluster) -> set[str]:
     status = cluster.cli("status", "--json")
-    assert status.returncode == 0, status.stderr
+    assert status.returncode in (0, 1), status.stderr  # 1: a node is down
     nodes = json.loads(status.stdout)["nodes"]
     return {n["name"] for n in nodes if n.get("alive") and str(n.get("role")).endswith("MASTER")}
 

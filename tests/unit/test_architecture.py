@@ -18,7 +18,7 @@ NAMESPACE = "rmq_cluster"
 #: the repository's top-level folders that are installed, each as ``rmq_cluster.<folder>``
 INSTALLED = (
     "cluster", "client", "namesrv", "broker", "ha", "dledger", "store", "deploy", "chaos",
-    "spark_jobs",
+    "spark_jobs", "controller",
 )
 #: folders whose Python files import the installed packages
 IMPORTERS = (*INSTALLED, "tests", "bench")
@@ -103,6 +103,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "dledger": frozenset({"cluster", "store"}),
     "broker": frozenset({"cluster", "store", "ha", "dledger"}),
     "namesrv": frozenset({"cluster"}),
+    "controller": frozenset({"cluster", "store", "dledger"}),
     "spark_jobs": frozenset({"cluster", "dledger"}),
     "deploy": frozenset({"cluster", "client"}),
     "chaos": frozenset({"cluster", "client", "deploy"}),
@@ -124,6 +125,7 @@ PURE_CORES = (
     "cluster/protocol/names.py", "store/paths.py",
     "chaos/checker.py", "chaos/nemesis.py",
     "spark_jobs/decode.py",
+    "controller/state.py", "cluster/protocol/controller.py", "store/epoch_file.py",
 )
 
 

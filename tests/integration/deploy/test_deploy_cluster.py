@@ -39,7 +39,7 @@ def _status(d: Path) -> dict:
     without an interpreter start per call)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["status", "--json", "--dir", str(d)]) == 0
+        assert main(["status", "--json", "--dir", str(d)]) in (0, 1)  # 1: a node is down
     return json.loads(out.getvalue())
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from rmq_cluster.broker.config import load_broker_config
 from rmq_cluster.cluster.config import load_config, parse_properties
+from rmq_cluster.controller.config import ControllerConfig
 from rmq_cluster.deploy import render
 from rmq_cluster.deploy.commands import format_table
 from rmq_cluster.deploy.topology import (
@@ -45,6 +46,12 @@ EXPECTED = {
         ("namesrv-0", None, None), ("namesrv-1", None, None),
         ("broker-a-n0", "DLEDGER", 0), ("broker-a-n1", "DLEDGER", 1),
         ("broker-a-n2", "DLEDGER", 2),
+    ],
+    "2m-2s-controller": [
+        ("namesrv-0", None, None), ("controller-0", None, None), ("controller-1", None, None),
+        ("controller-2", None, None),
+        ("broker-a", "AUTO", 1), ("broker-b", "AUTO", 1),
+        ("broker-a-s", "AUTO", 2), ("broker-b-s", "AUTO", 2),
     ],
 }
 
@@ -142,6 +149,14 @@ def test_local_properties_load_in_our_nodes(profile: str, tmp_path: Path) -> Non
             assert loaded_ns.config.listen_port == node.port
             assert loaded_ns.config.bind_address == "127.0.0.1"
             continue
+        if node.kind == "controller":
+            loaded_ctl = load_config(ControllerConfig, props)
+            assert not loaded_ctl.unknown
+            loaded_ctl.config.validate()
+            assert loaded_ctl.config.listen_port == node.port
+            assert loaded_ctl.config.peer_map()[node.dledger_id or ""].endswith(
+                f":{node.controller_peer_port}")
+            continue
         loaded = load_broker_config(props)
         unknown = set(loaded.unknown)
         assert unknown <= DLEDGER_KEYS, unknown
@@ -155,6 +170,9 @@ def test_local_properties_load_in_our_nodes(profile: str, tmp_path: Path) -> Non
         if node.role == "DLEDGER":
             assert props["dLegerSelfId"] == node.dledger_id
             assert props["dLegerPeers"].count(";") == 2
+        elif node.role == "AUTO":  # controller mode: the controller elects the role
+            assert bcfg.broker_id == node.broker_id
+            assert loaded.settings.controller_mode.addrs == topo.controller_addr.split(";")
         else:
             assert bcfg.broker_id == node.broker_id
             assert scfg.broker_role.value == node.role
@@ -175,9 +193,9 @@ def test_render_for_hosts(profile: str) -> None:
             assert props["namesrvAddr"] == topo.namesrv_addr
             assert props["storePathRootDir"] == f"data/{node.name}"
         start = files[f"{node.host}/start.sh"]
-        module = "namesrv" if node.kind == "namesrv" else "broker"
+        module = node.kind if node.kind in ("namesrv", "controller") else "broker"
         assert f'"$PYTHON" -m rmq_cluster.{module} -c conf/{node.name}.properties' in start
-        real = "mqnamesrv" if node.kind == "namesrv" else "mqbroker"
+        real = {"namesrv": "mqnamesrv", "controller": "mqcontroller"}.get(node.kind, "mqbroker")
         assert f'"$ROCKETMQ_HOME/bin/{real}" -c conf/{node.name}.properties' in start
         assert f"run/{node.name}.pid" in files[f"{node.host}/stop.sh"]
     # a master and its slave (or a DLedger group's nodes) never share a host here
@@ -237,7 +255,7 @@ def test_render_command_writes_per_host_files(tmp_path: Path) -> None:
     assert start.stat().st_mode & 0o111
     props = parse_properties((out / "h2" / "conf" / "broker-a-s.properties").read_text())
     assert props["brokerIP1"] == "h2" and props["brokerRole"] == "SLAVE"
-    assert props["namesrvAddr"] == "h1:9876;h2:9877"
+    assert props["namesrvAddr"] == "h1:9876;h2:9876"  # each host its own plan
 
 
 def test_cli_has_both_command_sets() -> None:

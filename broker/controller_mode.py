@@ -1,0 +1,70 @@
+"""Controller-mode broker keys (RocketMQ 5.x ``BrokerConfig`` names where they exist).
+
+``enableControllerMode`` (false), ``controllerAddr`` (the controllers' ``host:port`` list, ``;``
+separated), ``brokerHeartbeatInterval`` (ms between heartbeats to the controller; RocketMQ 1000,
+ours 200 for fast failovers), ``controllerHeartBeatTimeoutMills`` (how long the controller
+waits before it counts this broker dead; RocketMQ 10000, ours 1000),
+``syncControllerMetadataPeriod`` (ms between replica-info reads; ours 200),
+``haMaxTimeSlaveNotCatchup`` (a slave behind for this long leaves the SyncStateSet;
+RocketMQ 15000, ours 3000).
+
+In controller mode ``brokerId`` is the replica's identity (>= 1: id 0 is the master's slot in
+routes) and ``brokerRole`` only says SYNC or ASYNC for the time this broker is master.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+from rmq_cluster.cluster.config import ConfigError, setting
+from rmq_cluster.cluster.protocol.controller_client import parse_controller_addrs
+
+DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: Final = 200
+DEFAULT_CONTROLLER_HEARTBEAT_TIMEOUT_MS: Final = 1_000
+DEFAULT_SYNC_CONTROLLER_METADATA_PERIOD_MS: Final = 200
+DEFAULT_HA_MAX_TIME_SLAVE_NOT_CATCHUP_MS: Final = 3_000
+
+
+@attrs.frozen
+class ControllerModeConfig:
+    enable: bool = setting("enableControllerMode", False)
+    controller_addr: str = setting("controllerAddr", "")
+    heartbeat_interval_ms: int = setting(
+        "brokerHeartbeatInterval", DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS
+    )
+    heartbeat_timeout_ms: int = setting(
+        "controllerHeartBeatTimeoutMills", DEFAULT_CONTROLLER_HEARTBEAT_TIMEOUT_MS
+    )
+    sync_metadata_period_ms: int = setting(
+        "syncControllerMetadataPeriod", DEFAULT_SYNC_CONTROLLER_METADATA_PERIOD_MS
+    )
+    max_time_slave_not_catchup_ms: int = setting(
+        "haMaxTimeSlaveNotCatchup", DEFAULT_HA_MAX_TIME_SLAVE_NOT_CATCHUP_MS
+    )
+
+    @property
+    def addrs(self) -> list[str]:
+        return parse_controller_addrs(self.controller_addr)
+
+    def validate(self, broker_id: int, listen_port: int) -> None:
+        if not self.enable:
+            return
+        try:
+            addrs = self.addrs
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if not addrs:
+            raise ConfigError("enableControllerMode=true needs controllerAddr")
+        if broker_id < 1:
+            raise ConfigError("brokerId: must be >= 1 in controller mode (0 is the master slot)")
+        if listen_port == 0:
+            raise ConfigError("listenPort: controller mode needs a fixed port (the replica's "
+                              "address the controller knows)")
+        for key, value in (("brokerHeartbeatInterval", self.heartbeat_interval_ms),
+                           ("controllerHeartBeatTimeoutMills", self.heartbeat_timeout_ms),
+                           ("syncControllerMetadataPeriod", self.sync_metadata_period_ms),
+                           ("haMaxTimeSlaveNotCatchup", self.max_time_slave_not_catchup_ms)):
+            if value < 1:
+                raise ConfigError(f"{key}: {value} must be > 0")

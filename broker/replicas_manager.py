@@ -1,0 +1,475 @@
+"""Controller mode on a broker (RocketMQ 5.x ``ReplicasManager``): the controller decides who is
+master; this broker follows.
+
+    enableControllerMode=true
+    controllerAddr=127.0.0.1:9878;127.0.0.1:9888;127.0.0.1:9898
+    brokerId=1            # this replica's identity (>= 1)
+
+``BrokerController.run`` hands over to :meth:`ReplicasManager.run`, which for the whole life of
+the process:
+
+* registers the replica with the controller (CONTROLLER_REGISTER_BROKER 1003) and heartbeats
+  (BROKER_HEARTBEAT 904: epoch, CommitLog max offset) every ``brokerHeartbeatInterval``;
+* reads the group's replica info (CONTROLLER_GET_REPLICA_INFO 1004: master id, address, epoch,
+  SyncStateSet) every ``syncControllerMetadataPeriod``;
+* runs the broker proper (an inner ``BrokerController``) in the role the controller names:
+  **master** = brokerId 0 in routes, SYNC_MASTER (ASYNC_MASTER if so configured); **slave** =
+  its own brokerId, SLAVE, replicating from the master.  A new master or a new epoch restarts
+  the inner broker in its new role (the store is closed and reopened, as a manual 4.x
+  promotion does; topics and offsets stay in memory and on disk);
+* before serving as master: appends (new epoch, its CommitLog end) to the epoch file; before
+  serving as slave: reads the master's epoch cache (GET_BROKER_EPOCH_CACHE 1007, which every
+  broker in controller mode answers), cuts its CommitLog at the consistent point (a tail an
+  old master wrote after it lost its role is never kept) and takes the master's epochs;
+* as master: asks each replica for its epoch cache every period and reports the SyncStateSet
+  (CONTROLLER_ALTER_SYNC_STATE_SET 1001): a slave whose log reached where the master was one
+  round earlier, in the master's epoch, joins; one that did not for
+  ``haMaxTimeSlaveNotCatchup`` leaves;
+* as slave: registers with the NameServers until their answer names the controller's master,
+  which points the HA client at it.
+
+Safety with SYNC replication: a SYNC_MASTER answers SEND_OK only after a slave acked the
+message, so with one slave per group (the ``2m-2s-controller`` layout) every acknowledged
+message is on the slave, and only SyncStateSet members can be elected.  With several slaves per
+group the SYNC ack comes from any one of them, which the SyncStateSet cannot tell apart: not a
+guarantee this layout gives (RocketMQ's allAckInSyncStateSet is not implemented).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import trio
+
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.protocol.controller import (
+    NO_MASTER,
+    AlterSyncStateSetRequestHeader,
+    BrokerHeartbeatRequestHeader,
+    ControllerBodyError,
+    ControllerRequestCode,
+    ControllerResponseCode,
+    EpochEntryCache,
+    GetReplicaInfoRequestHeader,
+    RegisterBrokerToControllerRequestHeader,
+    ReplicaInfoResponseHeader,
+    SyncStateSet,
+    decode_replicas_table,
+    encode_broker_names,
+)
+from rmq_cluster.cluster.protocol.controller_client import ControllerClient, is_host_port
+from rmq_cluster.cluster.protocol.route import PermName
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.headers import HeaderError
+from rmq_cluster.cluster.remoting.net import RemotingError, format_address, open_remoting_client
+from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
+from rmq_cluster.store.epoch_file import EpochFile, find_consistent_point, truncate_commitlog
+from rmq_cluster.store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from rmq_cluster.broker.config import BrokerSettings
+    from rmq_cluster.broker.controller import BrokerController
+
+#: A broker call (epoch cache of a peer) gives up after this.
+PEER_CALL_TIMEOUT_S: Final = 1.0
+#: Pause between retries of a registration or a master's epoch cache.
+RETRY_INTERVAL_S: Final = 0.1
+#: How often a slave re-registers until the NameServers name its master.
+FOLLOW_INTERVAL_S: Final = 0.3
+
+
+@attrs.frozen
+class Target:
+    master_id: int
+    master_address: str
+    epoch: int
+
+
+NO_TARGET: Final = Target(NO_MASTER, "", 0)
+
+
+def adopt_logged_topics(ctrl: BrokerController) -> list[str]:
+    """A new master serves every topic its log holds: topics created on the old master after
+    this replica's last SlaveSynchronize get a config (queues = highest queue id seen + 1)."""
+    highest: dict[str, int] = {}
+    for topic, queue_id in list(ctrl.store.cqs.queues):
+        highest[topic] = max(highest.get(topic, 0), queue_id + 1)
+    adopted = []
+    for topic, nums in sorted(highest.items()):
+        if ctrl.topics.select(topic) is None:
+            ctrl.topics.create_in_send_message_back(topic, nums, PermName.PERM_RW)
+            adopted.append(topic)
+    if adopted:
+        ctrl.topic_created(adopted[0])  # persist and re-register
+    return adopted
+
+
+def next_sync_state_set(
+    master_id: int, caught_now: dict[int, bool], current: set[int],
+    last_caught: dict[int, float], now: float, keep_s: float,
+) -> set[int]:
+    """The SyncStateSet a master reports after a round: itself; each replica that caught up
+    this round (its log reached where the master was a round earlier, in the master's epoch);
+    and each current member that caught up less than ``keep_s`` ago (haMaxTimeSlaveNotCatchup).
+    ``last_caught`` (replica -> time it last caught up) is updated."""
+    wanted = {master_id}
+    for bid, caught in caught_now.items():
+        if bid == master_id:
+            continue
+        if caught:
+            last_caught[bid] = now
+            wanted.add(bid)
+        elif bid in current and now - last_caught.get(bid, -float("inf")) < keep_s:
+            wanted.add(bid)
+    return wanted
+
+
+class ReplicasManager:
+    def __init__(
+        self, outer: BrokerController, factory: Callable[[BrokerSettings], BrokerController]
+    ) -> None:
+        self.outer = outer
+        self.factory = factory
+        self.settings = outer.settings
+        self.cm = outer.settings.controller_mode
+        b = outer.settings.broker
+        self.my_id = b.broker_id
+        self.group = b.broker_name
+        self.cluster = b.broker_cluster_name
+        self.address = format_address(b.broker_ip1, b.listen_port)
+        self.log = get_logger(node=outer.node, role="replicas-manager")
+        self.epoch_file: EpochFile | None = None
+        self.inner: BrokerController | None = None
+        self.target = NO_TARGET
+        self.running: Target | None = None
+        self.is_master = False
+        self.sync_state_set = SyncStateSet(frozenset(), 0)
+        self.last_max_offset = 0
+        self.switches = 0
+        self.truncated_bytes = 0
+        self._changed = trio.Event()
+        self._register_needed = trio.Event()
+        self.cc: ControllerClient | None = None
+        self._client: Any = None
+
+    # ------------------------------------------------------------------ observing
+
+    @property
+    def epoch(self) -> int:
+        return self.epoch_file.last_epoch if self.epoch_file is not None else 0
+
+    def max_offset(self) -> int:
+        inner = self.inner
+        store = inner._store if inner is not None else None
+        if store is not None:
+            self.last_max_offset = store.max_phys_offset
+        return self.last_max_offset
+
+    # ------------------------------------------------------------------ main
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        root = self.settings.store.store_path_root_dir
+        self.epoch_file = await trio.to_thread.run_sync(EpochFile, root)
+        async with open_remoting_client(node=f"{self.outer.node}-controller") as client:
+            self._client = client
+            self.cc = ControllerClient(client, self.cm.addrs)
+            async with trio.open_nursery() as nursery:
+                await self._register()
+                nursery.start_soon(self._heartbeat_loop)
+                nursery.start_soon(self._watch_loop)
+                await self._role_loop(task_status)
+
+    async def _role_loop(self, task_status: trio.TaskStatus[tuple[str, int]]) -> None:
+        started = False
+        while True:
+            target = await self._wait_for_master()
+            is_master = target.master_id == self.my_id
+            if is_master:
+                await trio.to_thread.run_sync(self._prepare_master, target.epoch)
+            else:
+                cache = await self._master_epochs(target)
+                if cache is None:
+                    continue  # the target changed meanwhile
+                await trio.to_thread.run_sync(self._prepare_slave, cache)
+            inner = self.factory(self._role_settings(is_master))
+            inner.epoch_file = self.epoch_file
+            inner.replica_id = self.my_id
+            self.is_master = is_master
+            self.running = target
+            self.switches += 1
+            self.log.info("replica role", broker_role="MASTER" if is_master else "SLAVE",
+                          replica_id=self.my_id, master=target.master_id, epoch=target.epoch)
+            async with trio.open_nursery() as nursery:
+                address = await nursery.start(inner.run)
+                self.inner = inner
+                if not started:
+                    started = True
+                    self.outer.broker_addr = inner.broker_addr
+                    self.outer.address = address
+                    task_status.started(address)
+                if is_master:
+                    adopt_logged_topics(inner)
+                    nursery.start_soon(self._sync_state_loop, inner, target)
+                else:
+                    nursery.start_soon(self._follow_master, inner, target)
+                await self._wait_role_change(target, is_master)
+                self.max_offset()
+                nursery.cancel_scope.cancel()
+            self.inner = None
+            self.running = None
+
+    def _role_settings(self, is_master: bool) -> BrokerSettings:
+        s = self.settings
+        if is_master:
+            role = (BrokerRole.ASYNC_MASTER if s.store.broker_role is BrokerRole.ASYNC_MASTER
+                    else BrokerRole.SYNC_MASTER)
+            broker_id = 0
+        else:
+            role, broker_id = BrokerRole.SLAVE, self.my_id
+        return attrs.evolve(
+            s, broker=attrs.evolve(s.broker, broker_id=broker_id),
+            store=attrs.evolve(s.store, broker_role=role),
+        )
+
+    # ------------------------------------------------------------------ store preparation
+
+    def _store_config(self) -> MessageStoreConfig:
+        return self.settings.store
+
+    def _prepare_master(self, epoch: int) -> None:
+        """Blocking: the new epoch begins at this store's CommitLog end."""
+        assert self.epoch_file is not None
+        store = MessageStore.open(self._store_config())
+        try:
+            end = store.max_phys_offset
+        finally:
+            store.close()
+        self.last_max_offset = end
+        if epoch > self.epoch_file.last_epoch:
+            self.epoch_file.append(epoch, end)
+        self.log.info("master epoch begins", epoch=epoch, start_offset=end)
+
+    def _prepare_slave(self, cache: EpochEntryCache) -> None:
+        """Blocking: cut a divergent tail, then take the master's epochs."""
+        assert self.epoch_file is not None
+        store = MessageStore.open(self._store_config())
+        try:
+            local_max = store.max_phys_offset
+            point = find_consistent_point(
+                self.epoch_file.entries, local_max, cache.entries, cache.max_offset
+            )
+            if point < local_max:
+                cut = truncate_commitlog(store, point)
+                self.truncated_bytes += cut
+                self.log.warning("divergent tail truncated", from_offset=point,
+                                 bytes=cut, master=cache.broker_id)
+            self.last_max_offset = min(point, local_max)
+        finally:
+            store.close()
+        self.epoch_file.truncate_after(self.last_max_offset)
+        self.epoch_file.replace(cache.entries)
+
+    async def _master_epochs(self, target: Target) -> EpochEntryCache | None:
+        """The master's epoch cache once it serves its epoch (None: the target changed)."""
+        request = RemotingCommand.request(ControllerRequestCode.GET_BROKER_EPOCH_CACHE)
+        while self.target == target:
+            try:
+                r = await self._client.invoke(target.master_address, request, PEER_CALL_TIMEOUT_S)
+                if r.code == ResponseCode.SUCCESS:
+                    cache = EpochEntryCache.decode(r.body or b"")
+                    if cache.entries and cache.entries[-1].epoch >= target.epoch:
+                        return cache
+            except (RemotingError, OSError, ValueError) as exc:
+                self.log.debug("master epoch cache not yet", master=target.master_address,
+                               error=str(exc))
+            await self._pause(RETRY_INTERVAL_S)
+        return None
+
+    # ------------------------------------------------------------------ following the controller
+
+    async def _pause(self, seconds: float) -> None:
+        with trio.move_on_after(seconds):
+            await self._changed.wait()
+
+    async def _wait_for_master(self) -> Target:
+        while self.target.master_id == NO_MASTER:
+            await self._changed.wait()
+        return self.target
+
+    async def _wait_role_change(self, running: Target, is_master: bool) -> None:
+        """Until the controller names another master or epoch (a slave keeps following while
+        the group has no master at all)."""
+        while True:
+            t = self.target
+            moved = (t.master_id, t.epoch) != (running.master_id, running.epoch)
+            if moved and (is_master or t.master_id != NO_MASTER):
+                return
+            await self._changed.wait()
+
+    def _set_target(self, t: Target) -> None:
+        if t != self.target:
+            self.target = t
+            self._changed.set()
+            self._changed = trio.Event()
+
+    async def _register(self) -> None:
+        assert self.cc is not None
+        h = RegisterBrokerToControllerRequestHeader(
+            cluster_name=self.cluster, broker_name=self.group, broker_id=self.my_id,
+            broker_address=self.address,
+        )
+        request = RemotingCommand.request(
+            ControllerRequestCode.CONTROLLER_REGISTER_BROKER, h.to_ext_fields()
+        )
+        while True:
+            try:
+                r = await self.cc.call(request)
+                if r.code == ResponseCode.SUCCESS:
+                    self._take_replica_info(r)
+                    self.log.info("registered with the controller", replica_id=self.my_id)
+                    return
+                self.log.warning("controller registration refused", code=r.code,
+                                 remark=r.remark)
+            except RemotingError as exc:
+                self.log.info("controller not reachable", error=str(exc))
+            await trio.sleep(RETRY_INTERVAL_S * 5)
+
+    def _take_replica_info(self, r: RemotingCommand) -> None:
+        try:
+            h = ReplicaInfoResponseHeader.from_ext_fields(r.ext_fields)
+            sss = SyncStateSet.decode(r.body) if r.body else SyncStateSet(frozenset(), 0)
+        except (HeaderError, ControllerBodyError) as exc:
+            self.log.warning("controller answer unreadable", error=str(exc))
+            return
+        master = h.master_broker_id if h.master_broker_id is not None else NO_MASTER
+        if master != NO_MASTER and not is_host_port(h.master_address or ""):
+            self.log.warning("controller named a master without an address",
+                             master=master, address=h.master_address)
+            return
+        self.sync_state_set = sss
+        self._set_target(Target(master, h.master_address or "", h.master_epoch or 0))
+
+    async def _heartbeat_loop(self) -> None:
+        assert self.cc is not None
+        interval = self.cm.heartbeat_interval_ms / 1000.0
+        while True:
+            h = BrokerHeartbeatRequestHeader(
+                cluster_name=self.cluster, broker_addr=self.address, broker_name=self.group,
+                broker_id=self.my_id, epoch=self.epoch, max_offset=self.max_offset(),
+                heartbeat_timeout_mills=self.cm.heartbeat_timeout_ms,
+            )
+            request = RemotingCommand.request(
+                ControllerRequestCode.BROKER_HEARTBEAT, h.to_ext_fields()
+            )
+            try:
+                r = await self.cc.call(request, interval * 2)
+                if r.code == ControllerResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
+                    await self._register()
+            except RemotingError as exc:
+                self.log.debug("controller heartbeat failed", error=str(exc))
+            await trio.sleep(interval)
+
+    async def _watch_loop(self) -> None:
+        assert self.cc is not None
+        period = self.cm.sync_metadata_period_ms / 1000.0
+        request = RemotingCommand.request(
+            ControllerRequestCode.CONTROLLER_GET_REPLICA_INFO,
+            GetReplicaInfoRequestHeader(broker_name=self.group).to_ext_fields(),
+        )
+        while True:
+            try:
+                r = await self.cc.call(request)
+                if r.code == ResponseCode.SUCCESS:
+                    self._take_replica_info(r)
+                elif r.code == ControllerResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
+                    await self._register()
+            except RemotingError as exc:
+                self.log.debug("replica info failed", error=str(exc))
+            await trio.sleep(period)
+
+    # ------------------------------------------------------------------ master: SyncStateSet
+
+    async def _peer_max_offset(self, addr: str) -> tuple[int, int] | None:
+        """(last epoch, max offset) of the replica at ``addr``, None if it does not answer."""
+        request = RemotingCommand.request(ControllerRequestCode.GET_BROKER_EPOCH_CACHE)
+        try:
+            r = await self._client.invoke(addr, request, PEER_CALL_TIMEOUT_S)
+            if r.code != ResponseCode.SUCCESS:
+                return None
+            cache = EpochEntryCache.decode(r.body or b"")
+        except (RemotingError, OSError, ValueError):
+            return None
+        return (cache.entries[-1].epoch if cache.entries else 0), cache.max_offset
+
+    async def _sync_state_loop(self, inner: BrokerController, target: Target) -> None:
+        assert self.cc is not None
+        period = max(self.cm.sync_metadata_period_ms, self.cm.heartbeat_interval_ms) / 1000.0
+        keep_s = self.cm.max_time_slave_not_catchup_ms / 1000.0
+        last_caught: dict[int, float] = {}
+        prev_max = self.max_offset()
+        names = encode_broker_names([self.group])
+        while True:
+            await trio.sleep(period)
+            now_max = self.max_offset()
+            try:
+                r = await self.cc.call(RemotingCommand.request(
+                    ControllerRequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, names))
+                info = decode_replicas_table(r.body or b"").get(self.group)
+            except (RemotingError, ControllerBodyError) as exc:
+                self.log.debug("sync state data failed", error=str(exc))
+                continue
+            if r.code != ResponseCode.SUCCESS or info is None:
+                continue
+            if (info.master_broker_id, info.master_epoch) != (self.my_id, target.epoch):
+                continue  # fenced: the watch loop restarts us
+            now = trio.current_time()
+            members = {v.broker_id: v.address for v in (*info.in_sync, *info.not_in_sync)}
+            current = {v.broker_id for v in info.in_sync}
+            caught_now = {}
+            for bid, addr in members.items():
+                if bid == self.my_id or not addr:
+                    continue
+                peer = await self._peer_max_offset(addr)
+                caught_now[bid] = (
+                    peer is not None and peer[0] == target.epoch and peer[1] >= prev_max
+                )
+            wanted = next_sync_state_set(
+                self.my_id, caught_now, current, last_caught, now, keep_s
+            )
+            prev_max = now_max
+            if wanted == current:
+                continue
+            h = AlterSyncStateSetRequestHeader(
+                broker_name=self.group, master_broker_id=self.my_id, master_epoch=target.epoch
+            )
+            body = SyncStateSet(frozenset(wanted), info.sync_state_set_epoch).encode()
+            try:
+                r = await self.cc.call(RemotingCommand.request(
+                    ControllerRequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, h.to_ext_fields(), body))
+            except RemotingError as exc:
+                self.log.info("alter SyncStateSet failed", error=str(exc))
+                continue
+            if r.code == ResponseCode.SUCCESS:
+                with contextlib.suppress(ControllerBodyError):
+                    self.sync_state_set = SyncStateSet.decode(r.body)
+                self.log.info("SyncStateSet reported", sync_state_set=sorted(wanted))
+            else:
+                self.log.info("alter SyncStateSet refused", code=r.code, remark=r.remark)
+
+    # ------------------------------------------------------------------ slave: find the master
+
+    async def _follow_master(self, inner: BrokerController, target: Target) -> None:
+        """Register with the NameServers until they name the controller's master (their
+        answer points the HA client at its HA port)."""
+        while inner.master_addr != target.master_address:
+            await inner.register_all()
+            if inner.master_addr == target.master_address:
+                break
+            await trio.sleep(FOLLOW_INTERVAL_S)
+        self.log.info("following master", master=target.master_address, epoch=target.epoch)
