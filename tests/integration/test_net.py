@@ -511,9 +511,9 @@ async def test_good_frame_before_garbage_is_still_answered(
 async def test_outbound_limit_applies_backpressure_without_hanging(
     server: tuple[str, Harness, RemotingServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rmq_cluster.cluster.remoting import net
+    from rmq_cluster.cluster.remoting import connection
 
-    monkeypatch.setattr(net, "MAX_OUTBOUND_BUFFER_BYTES", 8 * 1024)
+    monkeypatch.setattr(connection, "MAX_OUTBOUND_BUFFER_BYTES", 8 * 1024)
     addr, _, _ = server
     body = random.randbytes(64 * 1024)
     async with open_remoting_client() as client:

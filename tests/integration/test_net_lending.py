@@ -114,7 +114,7 @@ async def test_a_peer_request_between_lone_calls_is_answered(peer: tuple[str, Pe
         await _echo(conn, 1)
         # the peer spoke lately: the reader stays on the socket for a while
         assert conn._lender is None
-        assert conn._last_read - conn._peer_request_read <= LEND_QUIET_S
+        assert conn._state.last_read - conn._state.peer_request_read <= LEND_QUIET_S
 
 
 async def test_a_peer_request_during_a_lone_call_is_answered(peer: tuple[str, Peer]) -> None:
@@ -264,7 +264,7 @@ async def test_a_lone_call_timing_out_mid_send_keeps_the_rest_of_the_send(
         big = RemotingCommand.request(ECHO, {"i": "big"}, b"x" * (8 << 20))
         with trio.fail_after(5), pytest.raises(RemotingTimeoutError):
             await conn.invoke(big, timeout=0.3)
-        assert conn._flushing and not conn.is_closed  # the rest of the frame is still going out
+        assert conn._state.flushing and not conn.is_closed  # the rest of the frame goes out
         reading.set()
         with trio.fail_after(10):
             await _echo(conn, 1, timeout=10)  # behind the big frame: the stream stayed intact
@@ -280,7 +280,7 @@ async def test_only_connections_this_end_opened_lend_their_reading(peer: tuple[s
         await _echo(conn, 1)
         await _lending(conn)  # the client's own connection lends
         served = p.conns[0]
-        served._peer_request_read = -math.inf  # as if the client had been quiet for long
+        served._state.peer_request_read = -math.inf  # as if the client had been quiet for long
         answer = await served.invoke(RemotingCommand.request(NOTIFY, {"g": "S"}))
         assert answer.remark == "notified S"
         await trio.testing.wait_all_tasks_blocked()

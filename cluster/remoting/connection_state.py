@@ -1,0 +1,396 @@
+"""The state of one remoting connection, as a pure state machine (h11-style: no trio, no socket).
+
+The Trio shell (``connection.py``) owns the socket and the tasks; it feeds this machine what
+happens (frames decoded from a read, a call started, an answer ready, a deadline passed, the
+connection closed) and carries out what the machine asks for:
+
+* **send these bytes**: frames are encoded into ``out``; ``take_outbound()`` hands the shell
+  the bytes to send now (None while a flusher owns the send side, or nothing is queued);
+* **wake this call**: a pending call's slot (any object with ``deadline``, ``response``,
+  ``error``, ``reading`` and ``finish()``) is finished by ``complete``/``expire``/``close``;
+* **dispatch this request**: ``take`` answers plain processors inline, attaches ``Deferred``
+  answers, counts ``HELD`` ones, and returns the requests that need a task of their own
+  (``Spawn``: processor, request, awaitable) and, when a request must wait for room, the
+  ``Blocked`` rest of the read;
+* **close**: ``close`` fails every pending call; a malformed frame (``malformed``) answers what
+  came before it and the shell closes.
+
+Invariants (each method keeps them; the datadriven scripts in tests/unit/remoting check them):
+
+1. ``pending`` maps the opaque of every call started and not yet ended to its slot; a call
+   ends exactly once (response, deadline or close) and its slot is finished exactly then.
+   ``timer_deadline`` is at most the earliest deadline in ``pending`` (inf: none).
+2. Opaques this end allocates are 31-bit, strictly increasing modulo 2**31 (a peer's requests
+   carry their own opaques; answers echo them).
+3. ``running`` counts the peer's requests being processed: a task running, a ``Deferred``
+   unresolved, an answer held in ``HeldAnswers``. It rises only in ``take``/``resume`` and
+   ``malformed`` (for a HELD answer), falls only in ``request_ended`` (task ended, deferred
+   resolved, held answers released); it never goes below 0. A request is admitted only while
+   ``running < max_in_flight``; an admitted ``HELD`` answer may take it to ``max_in_flight``
+   + 1 at most, and then nothing more is taken until it is back at ``max_in_flight``. A request
+   that would pass the limit is answered SYSTEM_BUSY, unless it is already under way (a
+   ``Deferred``, a ``HELD`` answer): then the rest of the read is ``Blocked`` until room.
+4. Every non-oneway request gets exactly one answer in ``out`` (or in ``HeldAnswers``), in
+   the order the processors produce them; nothing is queued once ``closed``.
+5. ``flushing``: a flusher task owns the send side; ``take_outbound`` then returns None and
+   frames queue behind it. ``flush_soon``: a writer is gathering this scheduling batch's
+   frames, and sends them after its checkpoint. ``deferred_flush``: one task will send the
+   answers resolved by Deferreds in this batch.
+6. ``closed`` is final: ``pending`` is empty from then on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable
+from typing import Any, Final, Protocol, cast
+
+import attrs
+
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.remoting.codec import ProtocolError, RemotingCommand, encode_into
+from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from rmq_cluster.cluster.remoting.dispatch import (
+    HELD,
+    Deferred,
+    Dispatcher,
+    Held,
+    Processor,
+    SyncProcessor,
+)
+from rmq_cluster.cluster.remoting.errors import (
+    OVERLOAD_REMARK,
+    RemotingClosedError,
+    RemotingError,
+    RemotingUnsentError,
+    error_answer,
+    error_response,
+    exception_remark,
+)
+
+#: Requests of one connection being processed at once; past this, SYSTEM_BUSY.
+MAX_IN_FLIGHT_REQUESTS: Final = 65_536
+#: A busy connection logs its first refusal and then every this many.
+BUSY_LOG_EVERY: Final = 1000
+#: A connection lends its reading only when the peer sent no request for this long.
+LEND_QUIET_S: Final = 1.0
+
+
+class CallSlot(Protocol):
+    """One pending call as the machine sees it (the shell's waiter)."""
+
+    deadline: float
+    response: RemotingCommand | None
+    error: RemotingError | None
+    reading: bool
+
+    def finish(self) -> None: ...
+
+
+#: A request that needs a task: (processor or None when unknown, request, awaitable or None).
+Spawn = tuple["Processor | None", RemotingCommand, "Awaitable[RemotingCommand | None] | None"]
+
+
+@attrs.frozen
+class Blocked:
+    """``take`` stopped: a request already under way needs room (``running`` at most
+    ``limit``) before ``resume``; ``rest`` is what remained of the read."""
+
+    limit: int
+    request: RemotingCommand | None  # the Deferred's request (None: a HELD answer, counted)
+    deferred: Deferred | None
+    rest: list[RemotingCommand]
+
+
+class ConnectionState:
+    """See the module docstring. ``handle`` is what processors receive as their connection."""
+
+    def __init__(
+        self, handle: Any, dispatcher: Dispatcher, *, max_in_flight: int = MAX_IN_FLIGHT_REQUESTS,
+        peer: str = "?", log: Any = None,
+    ) -> None:
+        self.handle = handle
+        self.peer = peer
+        self.lookup = dispatcher.lookup
+        self.max_in_flight = max_in_flight
+        self.log = log if log is not None else get_logger(component="connection")
+        self.pending: dict[int, CallSlot] = {}
+        self.opaque = 0
+        self.timer_deadline = math.inf
+        self.running = 0
+        self.busy_refusals = 0
+        self.out = bytearray()
+        self.flushing = False
+        self.flush_soon = False
+        self.deferred_flush = False
+        self.closed = False
+        self.close_reason: str | None = None
+        self.last_read = 0.0  # when the shell last read (its clock)
+        self.peer_request_read = -math.inf  # the last read with a request of the peer
+
+    # ------------------------------------------------------------------ calls from this end
+
+    def start_call(self, slot: CallSlot) -> tuple[int, bool]:
+        """Register a call: its opaque, and whether the timer must be re-armed earlier.
+        Raises ``RemotingUnsentError`` once closed (nothing was sent)."""
+        if self.closed:
+            raise RemotingUnsentError(f"connection to {self.peer} is closed")
+        opaque = self.opaque = (self.opaque + 1) & 0x7FFFFFFF
+        self.pending[opaque] = slot
+        if slot.deadline < self.timer_deadline:
+            self.timer_deadline = slot.deadline
+            return opaque, True
+        return opaque, False
+
+    def end_call(self, opaque: int) -> None:
+        """The caller stopped waiting (answered, timed out, cancelled): forget its call."""
+        self.pending.pop(opaque, None)
+
+    def next_opaque(self) -> int:
+        """An opaque for a oneway request (no call waits for it)."""
+        self.opaque = (self.opaque + 1) & 0x7FFFFFFF
+        return self.opaque
+
+    def complete(self, response: RemotingCommand) -> None:
+        """A response arrived: wake its call (none: logged, dropped)."""
+        slot = self.pending.pop(response.opaque, None)
+        if slot is None:
+            self.log.debug("response for no pending call", opaque=response.opaque,
+                           code=response.code)
+            return
+        slot.response = response
+        slot.finish()
+
+    def expire(self, now: float) -> list[CallSlot]:
+        """End the calls whose deadline passed (woken with neither response nor error: a
+        timeout); re-arm ``timer_deadline``. The expired calls that read the socket themselves
+        (the shell must interrupt their wait)."""
+        earliest = math.inf
+        reading: list[CallSlot] = []
+        for opaque, slot in list(self.pending.items()):
+            if slot.deadline <= now:
+                del self.pending[opaque]
+                slot.finish()
+                if slot.reading:
+                    reading.append(slot)
+            elif slot.deadline < earliest:
+                earliest = slot.deadline
+        self.timer_deadline = earliest
+        return reading
+
+    # ------------------------------------------------------------------ the peer's requests
+
+    def take(
+        self, commands: list[RemotingCommand]
+    ) -> tuple[list[Spawn] | None, bool, Blocked | None]:
+        """Handle the frames of one read: responses end their calls, requests go to their
+        processors (answered inline into ``out``, deferred, held, or returned to be spawned).
+        Returns (the requests to spawn, whether a response ended a call, where it stopped)."""
+        max_in_flight = self.max_in_flight
+        lookup = self.lookup
+        spawns: list[Spawn] | None = None
+        answered = False
+        for i, cmd in enumerate(commands):
+            if cmd.flag & FLAG_RESPONSE:
+                self.complete(cmd)
+                answered = True
+                continue
+            self.peer_request_read = self.last_read
+            processor, is_async = lookup(cmd.code)
+            deferred = None
+            if processor is not None and not is_async:
+                deferred = self.answer_inline(processor, cmd)
+                if deferred is None:
+                    continue
+                if isinstance(deferred, Held):  # answered when HeldAnswers releases it
+                    self.running += 1
+                    if self.running > max_in_flight:
+                        return spawns, answered, Blocked(
+                            max_in_flight, None, None, commands[i + 1 :])
+                    continue
+            if self.running >= max_in_flight:
+                if isinstance(deferred, Deferred):  # already under way: wait for room
+                    return spawns, answered, Blocked(
+                        max_in_flight - 1, cmd, deferred, commands[i + 1 :])
+                close = getattr(deferred, "close", None)
+                if close is not None:
+                    close()  # a coroutine that never started
+                self.refuse_busy(cmd)
+                continue
+            self.running += 1
+            if isinstance(deferred, Deferred):
+                deferred._attach_connection(self.handle, cmd)
+                continue
+            if spawns is None:
+                spawns = []
+            spawns.append(
+                (processor, cmd, cast("Awaitable[RemotingCommand | None] | None", deferred)))
+        return spawns, answered, None
+
+    def resume(self, blocked: Blocked) -> None:
+        """Room came (``running <= blocked.limit``): the blocked request goes on; the shell
+        then ``take``s ``blocked.rest``."""
+        if blocked.deferred is not None:
+            self.running += 1
+            blocked.deferred._attach_connection(
+                self.handle, cast(RemotingCommand, blocked.request))
+
+    def answer_inline(
+        self, processor: SyncProcessor, request: RemotingCommand
+    ) -> Awaitable[RemotingCommand | None] | Deferred | Held | None:
+        """Run a plain ``def`` processor now; its answer is queued. An awaitable, a
+        ``Deferred`` or ``HELD`` instead is returned (the answer comes later)."""
+        try:
+            response = processor(self.handle, request)
+        except Exception as exc:
+            self.log.warning("processor failed", code=request.code, error=repr(exc),
+                             exc_info=True)
+            response = error_response(request, ResponseCode.SYSTEM_ERROR, exception_remark(exc))
+        if (
+            response is not None
+            and type(response) is not RemotingCommand
+            and (response is HELD or isinstance(response, Deferred)
+                 or inspect.isawaitable(response))
+        ):
+            return response
+        if not request.flag & FLAG_ONEWAY and not self.closed:
+            self.queue_answer(request.opaque, request.code,
+                              cast("RemotingCommand | None", response))
+        return None
+
+    def refuse_busy(self, request: RemotingCommand) -> None:
+        """Answer SYSTEM_BUSY as RocketMQ does when its request executor rejects a task."""
+        self.busy_refusals += 1
+        if self.busy_refusals == 1 or self.busy_refusals % BUSY_LOG_EVERY == 0:
+            self.log.warning("too many requests in flight, refusing", code=request.code,
+                             refused=self.busy_refusals)
+        if not request.flag & FLAG_ONEWAY and not self.closed:
+            self.queue_answer(request.opaque, request.code, error_response(
+                request, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK))
+
+    def queue_answer(self, opaque: int, code: int, response: RemotingCommand | None) -> None:
+        """Encode the answer to the request (``opaque``, ``code``) into ``out``."""
+        if response is None:
+            response = error_answer(
+                opaque, ResponseCode.SYSTEM_ERROR, f"no response for request code {code}")
+        elif not isinstance(response, RemotingCommand):
+            response = error_answer(
+                opaque, ResponseCode.SYSTEM_ERROR,
+                f"processor for code {code} returned {type(response).__name__}")
+        elif not response.flag & FLAG_RESPONSE:
+            response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
+        try:
+            encode_into(self.out, response, opaque)
+        except Exception as exc:  # e.g. a body over the frame limit: say so instead
+            self.log.warning("response not sendable", code=code, error=repr(exc))
+            encode_into(self.out, error_answer(
+                opaque, ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"), opaque)
+
+    def unsupported(self, request: RemotingCommand) -> RemotingCommand:
+        """The answer to a request no processor takes (RocketMQ's remark)."""
+        return error_response(request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                              f" request type {request.code} not supported")
+
+    def task_answer(self, request: RemotingCommand, response: RemotingCommand | None) -> bool:
+        """A spawned request's processor answered: queue it; whether anything was queued."""
+        if request.flag & FLAG_ONEWAY or self.closed:
+            return False
+        self.queue_answer(request.opaque, request.code, response)
+        return True
+
+    def deferred_done(
+        self, opaque: int, flag: int, code: int, response: RemotingCommand | None
+    ) -> bool:
+        """A ``Deferred`` answer arrived: it ends its request and is queued. True: the shell
+        must start the one task that flushes this batch's deferred answers."""
+        self.running -= 1
+        if flag & FLAG_ONEWAY or self.closed:
+            return False
+        self.queue_answer(opaque, code, response)
+        if self.deferred_flush:
+            return False
+        self.deferred_flush = True
+        return True
+
+    def held_released(self, frames: bytearray, n: int) -> bool:
+        """``HeldAnswers`` released ``n`` answers (``frames``, encoded): they end their requests
+        and are queued; whether to send."""
+        self.running -= n
+        if self.closed:
+            return False
+        if self.out:
+            self.out += frames
+        else:
+            self.out = frames
+        return True
+
+    def request_ended(self, n: int = 1) -> None:
+        self.running -= n
+
+    def malformed(self, exc: ProtocolError) -> None:
+        """A frame could not be decoded: answer what came before it (the shell closes)."""
+        self.close_reason = f"malformed frame: {exc}"
+        self.log.warning("malformed frame, closing connection", reason=str(exc))
+        for cmd in exc.commands:
+            if cmd.flag & FLAG_RESPONSE:
+                self.complete(cmd)
+                continue
+            processor, is_async = self.lookup(cmd.code)
+            if (
+                processor is not None
+                and not is_async
+                and isinstance(self.answer_inline(processor, cmd), Held)
+            ):
+                self.running += 1  # as ``take`` counts it (its release uncounts it)
+
+    # ------------------------------------------------------------------ sending
+
+    def queue_request(self, cmd: RemotingCommand, opaque: int) -> None:
+        encode_into(self.out, cmd, opaque)
+
+    def take_outbound(self) -> bytearray | None:
+        """The bytes to send now (None: a flusher owns the send side, nothing is queued, or
+        closed); ``out`` is empty after."""
+        if self.flushing or not self.out or self.closed:
+            return None
+        chunk, self.out = self.out, bytearray()
+        return chunk
+
+    # ------------------------------------------------------------------ lending, idling
+
+    def may_lend(self, answered: bool, drained: bool) -> bool:
+        """After a read: whether the reader may park and let lone calls read (a connection this
+        end opened checks it): a call just ended, the socket is drained, nothing is under way,
+        and the peer sent no request for ``LEND_QUIET_S``."""
+        return (
+            answered and drained and not self.pending and not self.running
+            and self.last_read - self.peer_request_read > LEND_QUIET_S
+        )
+
+    def lone_call_keeps_lending(self, slot: CallSlot) -> bool:
+        """A lone call ended: whether the reader may stay parked."""
+        return not (
+            slot.response is None or self.pending or self.running or self.closed
+            or self.last_read - self.peer_request_read <= LEND_QUIET_S
+        )
+
+    def busy(self) -> bool:
+        """Anything under way (an idle close waits for it)."""
+        return bool(self.pending or self.flushing or self.running)
+
+    # ------------------------------------------------------------------ closing
+
+    def close(self, reason: str) -> bool:
+        """Close: every pending call fails. False if it was closed already."""
+        if self.closed:
+            return False
+        self.closed = True
+        self.close_reason = self.close_reason or reason
+        for slot in self.pending.values():
+            slot.error = RemotingClosedError(
+                f"connection to {self.peer} closed: {self.close_reason}")
+            slot.finish()
+        self.pending.clear()
+        return True
+

@@ -1,0 +1,281 @@
+"""The Trio shell of a remoting server: accept loop, connection limit, partial-frame sweeper.
+
+A server accepts at most ``max_connections`` (more are closed at once, counted and logged at a
+limited rate); its connections share one ``InputShare`` (``serverMaxBufferedInputBytes``, see
+input_budget.py), and a frame still incomplete ``partial_frame_timeout`` seconds after it
+started closes its connection (a slow sender holds the budget no longer).
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import socket
+from collections.abc import Callable
+from typing import Any, Final
+
+import trio
+
+from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.remoting.address import format_address
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.connection_state import MAX_IN_FLIGHT_REQUESTS
+from rmq_cluster.cluster.remoting.dispatch import Dispatcher
+from rmq_cluster.cluster.remoting.input_budget import (
+    INPUT_RESERVE_BYTES,
+    MIN_MAX_BUFFERED_INPUT_BYTES,
+)
+from rmq_cluster.cluster.remoting.sockets import InputShare
+
+#: Connections a server keeps open at once (``serverMaxConnections``).
+DEFAULT_MAX_CONNECTIONS: Final = 10_000
+#: Bytes a server's connections may hold in partial frames (``serverMaxBufferedInputBytes``).
+DEFAULT_MAX_BUFFERED_INPUT_BYTES: Final = 256 * 1024 * 1024
+#: A frame must be complete this long after its first bytes arrived
+#: (``serverPartialFrameTimeoutSeconds``).
+DEFAULT_PARTIAL_FRAME_TIMEOUT_S: Final = 30.0
+#: Refused connections are logged at most once per this long (with the count so far).
+REFUSED_LOG_INTERVAL_S: Final = 10.0
+#: RocketMQ closes server-side connections idle this long (clients heartbeat every 30 s).
+DEFAULT_IDLE_TIMEOUT_S: Final = 120.0
+#: Pending connections the kernel queues for accept.
+LISTEN_BACKLOG: Final = 1024
+#: Pause after accept fails for lack of file descriptors or memory.
+ACCEPT_BACKOFF_S: Final = 0.1
+
+
+class RemotingServer:
+    """Serves a ``Dispatcher`` on one or more ports (a broker serves its listen and fast ports)."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        node: str = "server",
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S,
+        on_connect: Callable[[Connection], None] | None = None,
+        on_close: Callable[[Connection], None] | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT_REQUESTS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_buffered_input_bytes: int = DEFAULT_MAX_BUFFERED_INPUT_BYTES,
+        partial_frame_timeout: float = DEFAULT_PARTIAL_FRAME_TIMEOUT_S,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        if not partial_frame_timeout > 0:
+            raise ValueError(f"partial_frame_timeout must be positive, got {partial_frame_timeout}")
+        self.dispatcher = dispatcher
+        self.node = node
+        self.idle_timeout = idle_timeout
+        self.max_in_flight = max_in_flight
+        self.max_connections = max_connections
+        self.partial_frame_timeout = partial_frame_timeout
+        self.log = get_logger(node=node)
+        if max_buffered_input_bytes < MIN_MAX_BUFFERED_INPUT_BYTES:
+            self.log.warning(
+                "input cap raised to its minimum (one frame of the largest size beside the "
+                "reserve for small frames)",
+                asked=max_buffered_input_bytes, minimum=MIN_MAX_BUFFERED_INPUT_BYTES,
+            )
+            max_buffered_input_bytes = MIN_MAX_BUFFERED_INPUT_BYTES
+        self.max_buffered_input_bytes = max_buffered_input_bytes
+        self._input = InputShare(max_buffered_input_bytes, INPUT_RESERVE_BYTES)
+        self._on_connect = on_connect
+        self._on_close = on_close
+        self._connections: set[Connection] = set()
+        self._open = 0  # accepted sockets not yet finished (connections, and ones starting)
+        #: Connections closed at once because ``max_connections`` were open.
+        self.refused_connections = 0
+        self._refused_logged = 0  # refusals counted when the last one was logged
+        self._refused_logged_at = -math.inf
+        #: Connections closed because a frame stayed incomplete ``partial_frame_timeout``.
+        self.partial_frame_timeouts = 0
+
+    @property
+    def connections(self) -> frozenset[Connection]:
+        return frozenset(self._connections)
+
+    @property
+    def buffered_input_bytes(self) -> int:
+        """Bytes charged now for the partial frames of this server's connections."""
+        return self._input.used
+
+    @property
+    def buffered_input_peak_bytes(self) -> int:
+        """The most ever charged at once (never above ``max_buffered_input_bytes``)."""
+        return self._input.peak
+
+    @property
+    def input_pauses(self) -> int:
+        """Reads that waited for room in the input budget."""
+        return self._input.pauses
+
+    def runtime_info(self) -> dict[str, str]:
+        """The remoting figures for a broker's runtime info (our keys, not RocketMQ's)."""
+        return {
+            "remotingConnections": str(len(self._connections)),
+            "remotingMaxConnections": str(self.max_connections),
+            "remotingRefusedConnections": str(self.refused_connections),
+            "remotingBufferedInputBytes": str(self._input.used),
+            "remotingBufferedInputPeakBytes": str(self._input.peak),
+            "remotingMaxBufferedInputBytes": str(self.max_buffered_input_bytes),
+            "remotingInputPauses": str(self._input.pauses),
+            "remotingPartialFrameTimeouts": str(self.partial_frame_timeouts),
+        }
+
+    async def serve(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Listen on ``host:port`` (0 = ephemeral) and serve until cancelled.
+
+        ``task_status.started((host, port))`` reports the bound address.
+        """
+        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, _type, _proto, _canon, sockaddr = infos[0]
+        lsock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            lsock.bind(sockaddr)
+            lsock.listen(LISTEN_BACKLOG)
+            lsock.setblocking(False)
+        except OSError as exc:
+            lsock.close()
+            raise OSError(
+                exc.errno, f"cannot listen on {format_address(host, port)}: {exc.strerror}"
+            ) from None
+        sockname = lsock.getsockname()
+        bound = (sockname[0], sockname[1])
+        self.log.info("listening", address=format_address(*bound))
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._close_stale_partial_frames)
+                task_status.started(bound)
+                await self._accept_loop(lsock, nursery)
+        finally:
+            trio.lowlevel.notify_closing(lsock)
+            lsock.close()
+
+    async def _accept_loop(self, lsock: socket.socket, nursery: trio.Nursery) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(lsock)
+            while True:
+                try:
+                    sock, _addr = lsock.accept()
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                        self.log.error("accept failed, backing off", error=str(exc))
+                        await trio.sleep(ACCEPT_BACKOFF_S)  # a pause, not a wait on a condition
+                        break
+                    if exc.errno in (errno.EBADF, errno.EINVAL, errno.ENOTSOCK):
+                        raise  # the listening socket itself is gone
+                    # errors pending on that one new connection (reset, timed out, ...)
+                    self.log.debug("accept skipped a failed connection", error=str(exc))
+                    continue
+                if self._open >= self.max_connections:
+                    self._refuse(sock)
+                    continue
+                self._open += 1
+                nursery.start_soon(self._handle_socket, sock)
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Close a connection over ``max_connections`` at once (a frame would be of no use: a
+        client matches answers to its requests, and has sent none yet)."""
+        sock.close()
+        self.refused_connections += 1
+        now = trio.current_time()
+        if now - self._refused_logged_at >= REFUSED_LOG_INTERVAL_S:
+            self.log.warning(
+                "connection limit reached, refusing connections",
+                max_connections=self.max_connections,
+                refused=self.refused_connections,
+                refused_since_last_log=self.refused_connections - self._refused_logged,
+            )
+            self._refused_logged_at = now
+            self._refused_logged = self.refused_connections
+
+    async def _close_stale_partial_frames(self) -> None:
+        """Close the connections whose frame is still incomplete ``partial_frame_timeout``
+        after it started. Looks when the oldest partial frame is due, at most 8 times per
+        timeout (a connection goes at most 1/8 of the timeout late)."""
+        share = self._input
+        timeout = self.partial_frame_timeout
+        while True:
+            partial = share.partial
+            if not partial:
+                if share.partial_added is None:
+                    share.partial_added = trio.Event()
+                await share.partial_added.wait()
+                continue
+            now = trio.current_time()
+            due = min(partial.values()) + timeout
+            if due > now:
+                await trio.sleep_until(max(due, now + timeout / 8))
+                continue
+            stale = [conn for conn, since in partial.items() if since + timeout <= now]
+            for conn in stale:
+                partial.pop(conn, None)  # (whatever happens next: this loop moves on)
+                if conn.is_closed:
+                    continue
+                self.partial_frame_timeouts += 1
+                reason = f"frame incomplete for {timeout:g}s"
+                conn.close_reason = conn.close_reason or reason
+                conn.log.warning(
+                    "closing connection: frame incomplete in time",
+                    timeout_s=timeout, buffered=conn._decoder.buffered,
+                )
+                await conn._abort(reason)
+            await trio.lowlevel.checkpoint()
+
+    async def _handle_socket(self, sock: socket.socket) -> None:
+        try:
+            await self._serve_socket(sock)
+        finally:
+            self._open -= 1
+
+    async def _serve_socket(self, sock: socket.socket) -> None:
+        try:
+            conn = Connection(
+                sock, self.dispatcher, node=self.node, max_in_flight=self.max_in_flight,
+                input_share=self._input,
+            )
+        except OSError:  # the peer vanished between accept and getpeername
+            sock.close()
+            return
+        self._connections.add(conn)
+        conn.log.debug("connection accepted")
+        try:
+            if self._on_connect is not None:
+                self._on_connect(conn)
+            await conn.run(idle_timeout=self.idle_timeout)
+        except Exception:  # a bug in one connection must not take the server down
+            conn.log.exception("connection failed")
+        finally:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()  # a no-op after run(); closes it if run() never started
+            self._connections.discard(conn)
+            conn.log.debug("connection closed", reason=conn.close_reason)
+            if self._on_close is not None:
+                try:
+                    self._on_close(conn)
+                except Exception:
+                    conn.log.exception("on_close callback failed")
+
+
+async def serve_dispatcher(
+    dispatcher: Dispatcher,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    node: str = "server",
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+    **kwargs: Any,
+) -> None:
+    """Convenience: ``RemotingServer(dispatcher, ...).serve(host, port)``."""
+    server = RemotingServer(dispatcher, node=node, **kwargs)
+    await server.serve(host, port, task_status=task_status)
