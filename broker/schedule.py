@@ -10,7 +10,6 @@ Offsets per level persist in ``delayOffset.json``.
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 from rmq_cluster.broker.offsets import DelayOffsetTable
@@ -22,6 +21,7 @@ from rmq_cluster.cluster.protocol.message import (
     decode_record,
 )
 from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
+from rmq_cluster.store.record import parse_delay_levels
 
 #: Messages moved per call and level before yielding.
 MAX_DELIVER_PER_ROUND: Final = 256
@@ -29,21 +29,6 @@ MAX_DELIVER_PER_ROUND: Final = 256
 READ_BATCH: Final = 32
 #: A re-put the store refused is tried again after this long.
 RETRY_AFTER_FAILED_PUT_MS: Final = 1000
-_UNITS_MS: Final = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_LEVEL_RE: Final = re.compile(r"^(\d+)([smhd])$")
-
-
-def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """``"1s 5s 10s 30s 1m ..."`` -> delays in ms (level n is index n-1)."""
-    out = []
-    for part in text.split():
-        m = _LEVEL_RE.match(part.strip())
-        if m is None:
-            raise ValueError(f"messageDelayLevel: bad level {part!r}")
-        out.append(int(m.group(1)) * _UNITS_MS[m.group(2)])
-    if not out:
-        raise ValueError("messageDelayLevel: no levels")
-    return tuple(out)
 
 
 class ScheduleMessageService:

@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rmq_cluster.deploy.commands import add_commands as add_cluster_commands
 
     add_cluster_commands(sub)
+    from rmq_cluster.deploy.dledger_cli import add_commands as add_dledger_commands
+
+    add_dledger_commands(sub)
     from rmq_cluster.client.cli import add_commands as add_client_commands
 
     add_client_commands(sub)

@@ -162,7 +162,9 @@ def node_properties(
         if bind_address is not None:
             props["bindAddress"] = bind_address
     else:
-        extra = {"mappedFileSizeCommitLog": str(LOCAL_COMMITLOG_FILE_BYTES)} if local else None
+        extra = ({"mappedFileSizeCommitLog": str(LOCAL_COMMITLOG_FILE_BYTES)}
+                 if local and "mappedFileSizeCommitLog" not in topo.spec.broker_properties
+                 else None)
         props = broker_properties(
             node, topo, store_dir=data_dir, bind_address=bind_address, extra=extra
         )

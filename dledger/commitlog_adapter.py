@@ -38,8 +38,24 @@ and the ``abort`` marker of the plain store, but the CommitLog is the DLedger lo
   every ``dledger.node.STORE_FLUSH_INTERVAL_S`` and at close), which survives a process crash
   (``kill -9``).
 
-Not here: retention of DLedger files, upgrade from an existing CommitLog
-(``dividedCommitlogOffset``).
+* **Retention** (RocketMQ: DLedgerCommitLog hands ``fileReservedTime``/``deleteWhen``/
+  ``diskMaxUsedSpaceRatio`` to DLedger): the store's own policy (``store/retention.py``) runs over
+  the DLedger data files through :class:`DLedgerCommitLogView` (``files``,
+  ``delete_first_files``, ``min_offset``), every ``cleanResourceInterval``.  A file goes only
+  when every entry in it is applied (dispatched) and, on a leader, acknowledged by every
+  follower that has acknowledged anything; then ConsumeQueues drop their units below the new
+  minimum and their min offsets move up, so a pull below answers OFFSET_TOO_SMALL with the next
+  begin offset, as RocketMQ does.  Data files are ``mappedFileSizeCommitLog`` bytes (RocketMQ
+  sets DLedger's ``mappedFileSizeForEntryData`` from it); files already on disk keep their size.
+
+* **From master/slave** (RocketMQ's ``dividedCommitlogOffset``): a broker switched to
+  ``enableDLegerCommitLog=true`` on a store that holds a CommitLog keeps it, read-only: the
+  DLedger log begins at the end of its last file (:attr:`DLedgerCommitLogView.divided_offset`,
+  rounded up to a data file boundary), reads below that offset go to the old CommitLog, and the
+  existing ConsumeQueues, IndexFiles, topics and consumer offsets go on as they were.  Every
+  peer must start from the same old CommitLog (the old master's; a slave that was in sync has
+  the same bytes; a new member gets a copy), or their DLedger positions would differ.  The old
+  CommitLog's files are not subject to retention.
 """
 
 from __future__ import annotations
@@ -47,16 +63,12 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.message import (
-    I16,
-    MAGIC_V1,
     RECORD_FIXED_SIZE,
-    RECORD_HEADER,
     RECORD_HEADER_SIZE,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
@@ -71,7 +83,7 @@ from rmq_cluster.cluster.protocol.message import (
     encode_host,
     encode_properties,
     join_properties,
-    tags_code,
+    pack_record,
 )
 from rmq_cluster.dledger.config import DLedgerConfig
 from rmq_cluster.dledger.core import Role
@@ -79,20 +91,21 @@ from rmq_cluster.dledger.log_storage import BODY_OFFSET, FileLogStorage
 from rmq_cluster.dledger.messages import Entry, ResponseCode
 from rmq_cluster.store.checkpoint import StoreCheckpoint
 from rmq_cluster.store.commitlog import (
-    DISPATCH_HEADER,
-    PROP_DELAY,
-    PROP_KEYS,
-    PROP_TAGS,
-    PROP_UNIQ_KEY,
     AppendMessageResult,
     CommitLog,
     PutMessageResult,
     PutMessageStatus,
-    find_property,
 )
-from rmq_cluster.store.config import DELAY_LEVELS_MS, SCHEDULE_TOPIC, BrokerRole, MessageStoreConfig
+from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
 from rmq_cluster.store.message_store import MessageStore
 from rmq_cluster.store.paths import is_valid_component
+from rmq_cluster.store.record import (
+    SCAN_SKIP,
+    RecordScanner,
+    Scanned,
+    put_properties,
+    record_tags_code,
+)
 from rmq_cluster.store.recovery import rebuild_topic_queue_table
 
 if TYPE_CHECKING:
@@ -104,7 +117,7 @@ CHECKPOINT_FILE: Final = "checkpoint"
 KEY_END_INDEX: Final = "endIndex"
 KEY_COMMITTED_INDEX: Final = "committedIndex"
 TOPIC_CACHE_MAX_ENTRIES: Final = 100_000
-TAGS_CACHE_MAX_ENTRIES: Final = 4096
+MAX_SCANNED_RECORD_BYTES: Final = 0x7FFFFFFF
 MAX_TOPIC_BYTES: Final = 127
 MAX_PROPERTIES_BYTES: Final = 32767
 _NO_ADVANCE_TXN: Final = (SYSFLAG_TRANSACTION_PREPARED_TYPE, SYSFLAG_TRANSACTION_ROLLBACK_TYPE)
@@ -160,13 +173,29 @@ def write_checkpoint(path: str, end_index: int, committed_index: int) -> None:
     os.replace(tmp, path)
 
 
+class _DataFile:
+    """One DLedger data file as ``store/retention.py`` sees a CommitLog file."""
+
+    __slots__ = ("file_end", "file_from", "mtime")
+
+    def __init__(self, file_from: int, file_end: int, mtime: float) -> None:
+        self.file_from = file_from
+        self.file_end = file_end
+        self.mtime = mtime
+
+    def last_modified(self) -> float:
+        return self.mtime
+
+
 class DLedgerCommitLogView:
     """What ``MessageStore``'s read paths need of a CommitLog, served from the DLedger data files
     and bounded by the committed position."""
 
-    def __init__(self, storage: FileLogStorage, plain: CommitLog) -> None:
+    def __init__(self, storage: FileLogStorage, plain: CommitLog, divided_offset: int = 0) -> None:
         self.storage = storage
         self.plain = plain
+        #: below this: the old CommitLog of a group moved from master/slave (read-only)
+        self.divided_offset = divided_offset
         self.file_size = storage.data.file_bytes
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.max_record = plain.max_record
@@ -180,9 +209,29 @@ class DLedgerCommitLogView:
 
     @property
     def files(self) -> list[Any]:
-        return []
+        """The data files, oldest first (retention's view of them)."""
+        return [_DataFile(*f) for f in self.storage.data_files()]
+
+    #: the highest entry index retention may delete up to (the store sets it: applied index)
+    retention_max_index: Callable[[], int] = staticmethod(lambda: -1)
+
+    def delete_first_files(self, count: int) -> list[int]:
+        """Retention: delete up to ``count`` oldest data files (never the last, never one
+        holding an entry above ``retention_max_index()``)."""
+        gone = self.storage.delete_first_data_files(count, max_index=self.retention_max_index())
+        if gone:
+            log.info("dledger data files deleted", count=len(gone),
+                     first_index=self.storage.first_index(), min_offset=self.min_offset)
+        return gone
+
+    def retry_destroy(self) -> None:
+        pass
 
     def read(self, phys_offset: int, size: int) -> memoryview | None:
+        if phys_offset < self.divided_offset:
+            if phys_offset + size > self.divided_offset:
+                return None
+            return self.plain.queue.read(phys_offset, size)
         if phys_offset + size > self.committed_end:
             return None
         return self.storage.view(phys_offset, size)
@@ -208,7 +257,9 @@ class DLedgerCommitLogView:
 
     @property
     def min_offset(self) -> int:
-        return 0
+        if self.divided_offset and self.plain.queue.files:
+            return self.plain.min_offset
+        return self.storage.min_data_offset
 
     @property
     def flushed_offset(self) -> int:
@@ -242,7 +293,6 @@ class DLedgerMessageStore(MessageStore):
         #: called with no arguments whenever the role or the leader's readiness changes
         self.on_role_change: Callable[[], None] | None = None
         self._host_cache: dict[tuple[str, int], bytes] = {}
-        self._topics: dict[bytes, str] = {}
         self._topic_parts: dict[str, bytes] = {}
         #: the leader's own entries: what dispatch needs, known when the record was encoded
         #: (index -> (term, topic, queue id, queue offset, tagsCode, store time, uniq key, keys,
@@ -250,8 +300,11 @@ class DLedgerMessageStore(MessageStore):
         self._stash: dict[int, tuple[int, str, int, int, int, int, str, str, bool]] = {}
         self._flushed_data = 0  # DLedger data/index bytes below these were msync'd
         self._flushed_index = 0
-        self._tags: dict[bytes, int] = {}
-        self._tag_codes: dict[str, int] = {}
+        #: messageDelayLevel, as the file CommitLog has it
+        self.delay_levels = self.plain_commitlog.delay_levels
+        #: reads followers' (and recovered) records; any size: the entry bounds the record
+        self._scanner = RecordScanner(MAX_SCANNED_RECORD_BYTES, self.delay_levels)
+        self._scanned: list[Scanned] = []
 
     @classmethod
     def open_dledger(
@@ -273,11 +326,23 @@ class DLedgerMessageStore(MessageStore):
             self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
             if self.index is not None:
                 self.index.load()
-            storage = FileLogStorage(self.dledger_dir, fsync=False)
+            # a CommitLog left by master/slave stays readable below the DLedger log
+            divided = self._load_old_commitlog()
+            storage = FileLogStorage(
+                self.dledger_dir, fsync=False, data_file_bytes=cfg.mapped_file_size_commit_log,
+                start_pos=divided,
+            )
             self.storage = storage
-            view = DLedgerCommitLogView(storage, self.plain_commitlog)
+            divided = storage.origin if divided else 0
+            view = DLedgerCommitLogView(storage, self.plain_commitlog, divided)
+            view.retention_max_index = self._retention_max_index  # type: ignore[method-assign]
             self.view = view
             self.commitlog = view  # type: ignore[assignment]
+            # the store's retention policy runs over the DLedger data files
+            self.retention.commitlog = view  # type: ignore[assignment]
+            self.retention.safe_offset = lambda: view.committed_end
+            probe = self.retention.disk_usage  # the disk of the DLedger files, not commitlog/
+            self.retention.disk_usage = lambda _path: probe(self.dledger_dir)
             # ConsumeQueues never point past what the DLedger store holds
             written_end = storage.write_pos
             for cq in self.cqs.queues.values():
@@ -298,6 +363,8 @@ class DLedgerMessageStore(MessageStore):
             view.committed_end = storage.entry_end(applied)
             if self.index is not None:
                 self.index.write_headers()
+            for cq in self.cqs.queues.values():  # units below deleted data files are gone
+                cq.correct_min_offset(view.min_offset)
             rebuild_topic_queue_table(view, self.cqs)  # type: ignore[arg-type]
             with open(cfg.abort_path, "wb") as f:
                 os.fsync(f.fileno())
@@ -310,6 +377,30 @@ class DLedgerMessageStore(MessageStore):
             self._close_dledger_files()
             self._release_lock()
             raise
+
+    def _load_old_commitlog(self) -> int:
+        """Map the CommitLog files a master/slave broker left in this store (read-only);
+        the end of the last one (0: none)."""
+        queue = self.plain_commitlog.queue
+        queue.load()
+        if not queue.files:
+            return 0
+        end = queue.files[-1].file_end
+        log.info("old commitlog kept below the dledger log", files=len(queue.files),
+                 min_offset=queue.min_offset, divided_offset=end)
+        return end
+
+    def _retention_max_index(self) -> int:
+        """Retention deletes entries up to the applied index only, and on a leader not past
+        what a follower that acknowledged anything still needs (no snapshots: a follower
+        behind the first kept entry could never catch up)."""
+        bound = self.applied_index
+        node = self.node
+        if node is not None and node.role is Role.LEADER:
+            for pr in node.core.progress.values():
+                if pr.match >= 0:
+                    bound = min(bound, pr.match)
+        return bound
 
     @property
     def _checkpoint_path(self) -> str:
@@ -489,91 +580,44 @@ class DLedgerMessageStore(MessageStore):
         if listener is not None and dispatchable:
             listener(topic, queue_id, queue_offset + 1, code, store_ts)
 
-    def _tags_code_of(self, topic: str, pmap: Any, store_ts: int) -> int:
-        if topic == SCHEDULE_TOPIC:
-            level_text = pmap.get(MessageConst.PROPERTY_DELAY_TIME_LEVEL)
-            if level_text is not None:
-                try:
-                    level = min(max(int(level_text), 1), len(DELAY_LEVELS_MS))
-                except ValueError:
-                    level = 1
-                return int(store_ts + DELAY_LEVELS_MS[level - 1])
-        tags = pmap.get(MessageConst.PROPERTY_TAGS)
-        if not tags:
-            return 0
-        code = self._tag_codes.get(tags)
-        if code is None:
-            code = tags_code(tags)
-            if len(self._tag_codes) < TAGS_CACHE_MAX_ENTRIES:
-                self._tag_codes[tags] = code
-        return code
-
     def _dispatch_record(self, rec: bytes, phys: int) -> bool:
-        """ConsumeQueue unit, index keys and the long-polling wake-up for one committed record:
-        the dispatcher's reads (fixed fields through one struct, TAGS/KEYS/UNIQ_KEY by a bytes
-        search of the properties), without building a dict per message."""
+        """ConsumeQueue unit, index keys and the long-polling wake-up for one committed record,
+        read by the store's ``RecordScanner`` (as the file CommitLog's dispatcher reads its
+        records). False when ``rec`` is not one whole record."""
+        scanned = self._scanned
         size = len(rec)
-        if size < RECORD_FIXED_SIZE:
+        end, stop, _left = self._scanner.scan(rec, 0, size, 1, scanned, self.index is not None)
+        if stop == SCAN_SKIP:
+            # a topic the path guard refuses: skipped and counted, as the store does
+            skipped, topic, _ts = self._scanner.skipped
+            if skipped != size:
+                return False
+            self.dispatcher._skip(phys, topic, "topic is not a valid path name")
+            return True
+        if not scanned:
             return False
         (
-            total, magic, queue_id, queue_offset, _phys, sys_flag, store_ts, body_len,
-        ) = DISPATCH_HEADER.unpack_from(rec, 0)
-        if magic != MAGIC_V1 or total != size or body_len < 0 or body_len > size - 91:
+            _phys, _size, topic, queue_id, queue_offset, sys_flag, store_ts, code, uniq, keys,
+        ) = scanned.pop()
+        if end != size:
             return False
-        tp = RECORD_HEADER_SIZE + body_len
-        topic_len = rec[tp]
-        pp = tp + 1 + topic_len
-        if pp + 2 > size or topic_len == 0:
-            return False
-        (props_len,) = I16.unpack_from(rec, pp)
-        p0 = pp + 2
-        if props_len < 0 or p0 + props_len != size:
-            return False
-        topic_raw = rec[tp + 1 : pp]
-        topic = self._topics.get(topic_raw)
-        if topic is None:
-            try:
-                topic = topic_raw.decode()
-            except UnicodeDecodeError:
-                return False
-            if len(self._topics) < TOPIC_CACHE_MAX_ENTRIES:
-                self._topics[topic_raw] = topic
-        props = rec[p0:size]
-        code = 0
-        if props_len:
-            if topic == SCHEDULE_TOPIC and (
-                dl := find_property(props, PROP_DELAY, 0, props_len)
-            ) is not None:
-                try:
-                    level = min(max(int(dl.decode("utf-8", "replace")), 1), len(DELAY_LEVELS_MS))
-                except ValueError:
-                    level = 1
-                code = store_ts + DELAY_LEVELS_MS[level - 1]
-            else:
-                tags = find_property(props, PROP_TAGS, 0, props_len)
-                if tags is not None:
-                    cached = self._tags.get(tags)
-                    if cached is None:
-                        cached = tags_code(tags.decode("utf-8", "replace"))
-                        if len(self._tags) < TAGS_CACHE_MAX_ENTRIES:
-                            self._tags[tags] = cached
-                    code = cached
         txn = sys_flag & SYSFLAG_TRANSACTION_MASK
         dispatchable = txn in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE)
         if dispatchable:
             cq = self.cqs.queues.get((topic, queue_id))
             if cq is None:
-                # a topic the path guard refuses: skipped and counted, as the store does
+                # a queue the path guard refuses: skipped and counted, as the store does
                 cq = self.dispatcher.queue_for(topic, queue_id, phys)
                 if cq is None:
                     return True  # handled: skipped
             cq.put(queue_offset, phys, size, code)
         index = self.index
-        if index is not None and props_len and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
-            uniq = find_property(props, PROP_UNIQ_KEY, 0, props_len)
-            keys = find_property(props, PROP_KEYS, 0, props_len) if PROP_KEYS in props else None
-            if uniq is not None or keys is not None:
-                index.index_raw_keys(topic, uniq, keys, phys, store_ts)
+        if (
+            index is not None
+            and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE
+            and (uniq is not None or keys is not None)
+        ):
+            index.index_raw_keys(topic, uniq, keys, phys, store_ts)
         self.dispatcher.last_store_timestamp = store_ts
         assert self.view is not None
         self.view.last_store_timestamp = store_ts
@@ -627,25 +671,13 @@ class DLedgerMessageStore(MessageStore):
         assert node is not None and storage is not None and view is not None
         topic = msg.topic
         queue_id = msg.queue_id
-        txn = msg.sys_flag & SYSFLAG_TRANSACTION_MASK
-        pmap: Any = None
-        if props is None:
-            pmap = msg.properties
-            level_text = pmap.get(MessageConst.PROPERTY_DELAY_TIME_LEVEL)
-            if level_text is not None and txn in (
-                SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE
-            ):
-                try:
-                    level = int(level_text)
-                except ValueError:
-                    level = 0
-                if level > 0:
-                    level = min(level, len(DELAY_LEVELS_MS))
-                    pmap = dict(pmap)
-                    pmap[MessageConst.PROPERTY_REAL_TOPIC] = topic
-                    pmap[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-                    topic, queue_id = SCHEDULE_TOPIC, level - 1
-            props = encode_properties(pmap)
+        sys_flag = msg.sys_flag & ~_HOST_V6_FLAGS
+        txn = sys_flag & SYSFLAG_TRANSACTION_MASK
+        pmap: Mapping[str, str] | None = None
+        if props is None:  # a message (not an item of a batch, whose properties are text)
+            topic, queue_id, pmap, props = put_properties(
+                msg.properties, topic, queue_id, sys_flag, self.delay_levels
+            )
         # (topic length byte + topic bytes), cached per topic: the record's topic part
         topic_part = self._topic_parts.get(topic)
         if topic_part is None:
@@ -684,17 +716,16 @@ class DLedgerMessageStore(MessageStore):
         hosts = self._host_cache
         try:
             store_host = hosts.get(msg.store_host) or self._host(msg.store_host)
-            header = RECORD_HEADER.pack(
-                record_len, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, qo,
-                pos + BODY_OFFSET, msg.sys_flag & ~_HOST_V6_FLAGS, msg.born_timestamp,
-                hosts.get(msg.born_host) or self._host(msg.born_host), now, store_host,
-                msg.reconsume_times, msg.prepared_transaction_offset, body_len,
+            record = pack_record(
+                record_len, queue_id, msg.flag, qo, pos + BODY_OFFSET, sys_flag,
+                msg.born_timestamp, hosts.get(msg.born_host) or self._host(msg.born_host), now,
+                store_host, msg.reconsume_times, msg.prepared_transaction_offset, body,
+                topic_part, props,
             )
         except (OSError, TypeError, ValueError, struct.error) as exc:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, None, f"cannot encode the message: {exc}"
             ), None
-        record = b"".join((header, body, topic_part, I16.pack(props_len), props))
         waiter: Pending | None
         try:
             if sink is None:
@@ -712,7 +743,8 @@ class DLedgerMessageStore(MessageStore):
             table[key] = qo + 1
         if pmap is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
             self._stash[waiter.index] = (
-                waiter.term, topic, queue_id, qo, self._tags_code_of(topic, pmap, now), now,
+                waiter.term, topic, queue_id, qo,
+                record_tags_code(topic, pmap, now, self.delay_levels), now,
                 pmap.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or "",
                 pmap.get(MessageConst.PROPERTY_KEYS) or "",
                 txn in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE),
@@ -825,7 +857,7 @@ class DLedgerMessageStore(MessageStore):
 
     @property
     def min_phys_offset(self) -> int:
-        return 0
+        return self.view.min_offset if self.view is not None else 0
 
     @property
     def flushed_offset(self) -> int:
@@ -874,7 +906,8 @@ class DLedgerMessageStore(MessageStore):
         storage = self.storage
         if storage is None:
             return -1
-        for entry in storage.entries(0, min(storage.last_index(), self.applied_index) + 1):
+        first = storage.first_index()
+        for entry in storage.entries(first, min(storage.last_index(), self.applied_index) + 1):
             if entry.body and len(entry.body) >= 64:
                 return int.from_bytes(entry.body[56:64], "big", signed=True)
         return -1
@@ -895,6 +928,7 @@ class DLedgerMessageStore(MessageStore):
         }
         if storage is not None:
             info["dLegerEndIndex"] = str(storage.last_index())
+            info["dLegerBeginIndex"] = str(storage.first_index())
         if node is not None:
             core = node.core
             info["dLegerRole"] = core.role.value

@@ -68,7 +68,14 @@ Replication — Raft AppendEntries semantics carried in DLedger's push messages:
   transfers to the preferred peer when it is active and less than
   ``max_leadership_transfer_wait_index`` entries behind.
 
-Not here: log compaction/snapshots (``first index`` is always 0), membership changes.
+Retention (``storage.first_index()`` > 0 once old data files were deleted, always below this
+node's applied index): a follower treats a push whose ``prev_index`` lies below its first held
+entry as matching (that prefix was committed here, hence equal to every later leader's) and
+skips entries it no longer holds; a leader cannot serve a peer that needs entries it deleted
+(no snapshots, as DLedger without them): it keeps heartbeating that peer, sends it no pushes and
+lists it in ``behind_first_index``.
+
+Not here: snapshots, membership changes.
 """
 
 from __future__ import annotations
@@ -256,6 +263,8 @@ class DLedgerCore:
         self._must_sync = False
         self._want_send: set[str] = set()
         self._ready_pending = False
+        #: peers that need entries this leader's retention deleted (they cannot catch up)
+        self.behind_first_index: set[str] = set()
 
     # ------------------------------------------------------------------ public API
     def tick(self) -> None:
@@ -598,6 +607,10 @@ class DLedgerCore:
     def _send_append(self, peer: str) -> None:
         pr = self.progress[peer]
         last = self.storage.last_index()
+        if pr.next < self.storage.first_index() and pr.next <= last:
+            self.behind_first_index.add(peer)  # its next entries are gone here
+            return
+        self.behind_first_index.discard(peer)
         if not pr.replicate:
             if pr.probe_sent:
                 return
@@ -747,7 +760,9 @@ class DLedgerCore:
         if req.type is PushType.TRUNCATE:
             self._push_reply(req, ResponseCode.UNSUPPORTED, prev)
             return
-        if prev > last or self.storage.term_at(prev) != req.prev_term:
+        first = self.storage.first_index()
+        if prev > last or (prev >= first - 1 and self.storage.term_at(prev) != req.prev_term):
+            # (below first - 1: deleted by retention, committed here, so it matches)
             if req.type is not PushType.COMMIT:
                 self._push_reply(req, ResponseCode.INCONSISTENT_STATE, prev)
             return
@@ -756,6 +771,8 @@ class DLedgerCore:
             return
         ents = req.entries
         for i, e in enumerate(ents):
+            if e.index < first:
+                continue  # committed and deleted here: the leader's is the same
             if e.index > last:
                 self._append(ents[i:])
                 break

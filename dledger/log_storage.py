@@ -24,6 +24,16 @@ DLedger 0.3.x leaves both CRCs at 0; we fill them so recovery can find a torn ta
 structural checks only (magic, size, index, term, pos, channel 0).  A data file ends with a
 blank when the next entry would not fit: ``i32 -1 | i32 bytes remaining``.
 Index record (:data:`INDEX_RECORD`): ``magic i32 | pos i64 | size i32 | index i64 | term i64``.
+
+Retention (:meth:`FileLogStorage.delete_first_data_files`): whole data files at the head of the
+log go (the caller decides which: ``store/retention.py``'s policy, below the applied index);
+index files wholly below the first kept entry go with them.  Before anything is unlinked the
+``begin`` file (properties ``beginIndex``, ``prevTerm``) records the first kept entry and the
+term of the one before it, so a push whose ``prev_index`` is the last deleted entry can still be
+checked.  After a restart the log starts at the first data file left; the in-memory tables keep a
+placeholder per deleted index (32 bytes each) so every index-addressed lookup stays direct, and
+:meth:`FileLogStorage.first_index` says where real entries begin.  Reading a deleted entry raises
+:class:`CompactedError`; nothing ever recreates a deleted file.
 """
 
 from __future__ import annotations
@@ -64,6 +74,9 @@ CHAIN_STRUCT = struct.Struct(">qqqiI")
 #: above DISK_SPACE_WARNING_LEVEL_RATIO used (the rest is headroom for ConsumeQueue/index).
 RESERVE_CHUNK_BYTES = 4 * 1024 * 1024
 CURRTERM_FILE = "currterm"
+BEGIN_FILE = "begin"
+KEY_BEGIN_INDEX = "beginIndex"
+KEY_PREV_TERM = "prevTerm"
 KEY_CURR_TERM = "currTerm"
 KEY_VOTE_LEADER = "voteLeader"
 FILE_NAME_DIGITS = 20
@@ -80,6 +93,10 @@ class StorageError(Exception):
     """A request that would break the log (non-contiguous append, bad truncation)."""
 
 
+class CompactedError(StorageError, IndexError):
+    """A read of an entry that retention deleted (below :meth:`FileLogStorage.first_index`)."""
+
+
 @attrs.frozen(slots=True)
 class HardState:
     """What must survive a crash besides the log: DLedger's ``currterm`` file."""
@@ -91,6 +108,10 @@ class HardState:
 class LogStorage(Protocol):
     """What the core needs from a log.  Indexes are 0-based; an empty log has
     ``last_index() == -1`` and ``last_term() == 0``; ``term_at(-1) == 0``."""
+
+    def first_index(self) -> int:
+        """The first entry still held (0 unless retention deleted the head of the log)."""
+        ...
 
     def last_index(self) -> int: ...
 
@@ -152,6 +173,9 @@ class MemoryLogStorage:
         self._dirty_from = 0  # first list position changed since the last sync
         self._hs = HardState()
 
+    def first_index(self) -> int:
+        return 0
+
     def last_index(self) -> int:
         return len(self._log) - 1
 
@@ -206,6 +230,16 @@ def _file_name(offset: int) -> str:
     return f"{offset:0{FILE_NAME_DIGITS}d}"
 
 
+def _existing_file_size(directory: Path) -> int:
+    """The size of the oldest data file in ``directory`` (0: none)."""
+    try:
+        names = sorted(n for n in os.listdir(directory)
+                       if n.isdigit() and len(n) == FILE_NAME_DIGITS)
+        return (directory / names[0]).stat().st_size if names else 0
+    except OSError:
+        return 0
+
+
 def _data_ranges(path: Path, lo: int, hi: int) -> list[tuple[int, int]]:
     """The parts of ``[lo, hi)`` of a (sparse) file that are not holes, by SEEK_DATA /
     SEEK_HOLE (pages written through a mapping but not yet written back count as data);
@@ -251,6 +285,8 @@ class _MmapFileList:
         self.dirty: set[int] = set()
         #: file start -> bytes of that file with blocks reserved (``reserve``)
         self.limits: dict[int, int] = {}
+        #: files below this start were deleted by retention: never mapped (created) again
+        self.floor = 0
         for name in sorted(os.listdir(directory)):
             if name.isdigit() and len(name) == FILE_NAME_DIGITS:
                 start = int(name)
@@ -307,7 +343,25 @@ class _MmapFileList:
 
     def file_of(self, pos: int) -> tuple[int, mmap.mmap]:
         start = pos - pos % self.file_bytes
+        if start < self.floor:
+            raise CompactedError(f"position {pos} is in a file deleted by retention")
         return start, self._map(start)
+
+    def delete_below(self, bound: int) -> list[int]:
+        """Unmap and unlink every file that ends at or below ``bound``; returns their starts."""
+        gone = []
+        for start in self.starts():
+            if start + self.file_bytes > bound:
+                break
+            _close_map(self.maps.pop(start))
+            self.limits.pop(start, None)
+            self.dirty.discard(start)
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / _file_name(start)).unlink()
+            gone.append(start)
+        if gone:
+            self.floor = max(self.floor, gone[-1] + self.file_bytes)
+        return gone
 
     def write(self, pos: int, data: bytes) -> None:
         start, m = self.file_of(pos)
@@ -399,8 +453,12 @@ def _close_map(m: mmap.mmap) -> None:
 
 def write_hard_state(path: Path, hs: HardState, *, fsync: bool = True) -> None:
     """temp + fsync + rename + fsync(dir): the file is either the old or the new state."""
-    tmp = path.with_name(path.name + ".tmp")
     text = f"{KEY_CURR_TERM}={hs.term}\n{KEY_VOTE_LEADER}={hs.vote}\n".encode()
+    _write_atomically(path, text, fsync=fsync)
+
+
+def _write_atomically(path: Path, text: bytes, *, fsync: bool) -> None:
+    tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, text)
@@ -418,15 +476,31 @@ def write_hard_state(path: Path, hs: HardState, *, fsync: bool = True) -> None:
         os.close(dfd)
 
 
-def read_hard_state(path: Path) -> HardState:
-    if not path.exists():
-        return HardState()
+def _read_props(path: Path) -> dict[str, str]:
     props: dict[str, str] = {}
     for line in path.read_text().splitlines():
         key, sep, value = line.partition("=")
         if sep and not key.lstrip().startswith("#"):
             props[key.strip()] = value.strip()
+    return props
+
+
+def read_hard_state(path: Path) -> HardState:
+    if not path.exists():
+        return HardState()
+    props = _read_props(path)
     return HardState(int(props.get(KEY_CURR_TERM, "0") or 0), props.get(KEY_VOTE_LEADER, ""))
+
+
+def read_begin(path: Path) -> tuple[int, int]:
+    """The ``begin`` file: (first kept index, term of the entry before it); (0, 0) if none or
+    unreadable (then recovery trusts the data files alone)."""
+    try:
+        props = _read_props(path)
+        begin, prev = int(props.get(KEY_BEGIN_INDEX, "0")), int(props.get(KEY_PREV_TERM, "0"))
+    except (OSError, ValueError):
+        return 0, 0
+    return (begin, prev) if begin >= 0 and prev >= 0 else (0, 0)
 
 
 def encode_entry(
@@ -451,15 +525,29 @@ class FileLogStorage:
         data_file_bytes: int = DEFAULT_DATA_FILE_BYTES,
         index_file_bytes: int = DEFAULT_INDEX_FILE_BYTES,
         fsync: bool = True,
+        adopt_existing_size: bool = True,
+        start_pos: int = 0,
     ) -> None:
         """``fsync=False`` keeps the write order and atomic renames but skips msync/fsync
         (survives a process crash, not a power loss): for simulations and benchmarks of the
-        protocol rather than the disk."""
+        protocol rather than the disk.  ``adopt_existing_size``: data files already on disk
+        keep their size (the oldest file's) whatever ``data_file_bytes`` says, so a changed
+        setting never truncates or pads an existing log.  ``start_pos``: where a log with no
+        data file yet puts its first entry (rounded up to a data file boundary): a group moved
+        from master/slave keeps its old CommitLog below it (RocketMQ's
+        ``dividedCommitlogOffset``); ignored once data files exist."""
         if index_file_bytes % INDEX_UNIT_BYTES:
             raise ValueError("index file size must be a multiple of 32")
         self.dir = Path(directory)
         self.fsync = fsync
         self.dir.mkdir(parents=True, exist_ok=True)
+        if adopt_existing_size:
+            data_file_bytes = _existing_file_size(self.dir / "data") or data_file_bytes
+        self._first = 0  # first entry index held (retention deleted the ones before)
+        self._start_pos = 0
+        if start_pos > 0:
+            self._start_pos = -(-start_pos // data_file_bytes) * data_file_bytes
+        self._origin = 0  # data position of entry 0 (start_pos for a log that began there)
         self.data = _MmapFileList(self.dir / "data", data_file_bytes)
         self.index = _MmapFileList(self.dir / "index", index_file_bytes)
         self._terms = array("q")
@@ -481,13 +569,43 @@ class FileLogStorage:
         self._recover()
 
     # -- recovery -----------------------------------------------------------------------
+    def _head_entry(self, pos: int) -> tuple[int, int] | None:
+        """(index, term) of a plausible entry header at ``pos`` (the first kept data file)."""
+        _start, m = self.data.file_of(pos)
+        off = pos % self.data.file_bytes
+        magic, size, idx, term, epos = struct.unpack_from(">iiqqq", m, off)
+        if magic != ENTRY_MAGIC or size < BODY_OFFSET or epos != pos or idx < 0 or term < 1:
+            return None
+        return idx, term
+
     def _recover(self) -> None:
-        pos = 0
         prev_chain = 0
         prev_term = 0
         fb = self.data.file_bytes
         starts = self.data.starts()
         end_of_files = (starts[-1] + fb) if starts else 0
+        pos = starts[0] if starts else self._start_pos
+        self._origin = pos
+        check_chain = True
+        if not starts:
+            self.data.floor = pos
+        elif pos > 0:
+            # retention deleted the head of the log: start at the first file left, with a
+            # placeholder per deleted index (see the module docstring)
+            self.data.floor = pos
+            begin, begin_prev_term = read_begin(self.dir / BEGIN_FILE)
+            head = self._head_entry(pos)
+            base = head[0] if head is not None else begin
+            if begin == base and begin > 0:
+                prev_term = begin_prev_term
+            elif head is not None:
+                prev_term = head[1]  # committed history below: as good a guess as any
+            self._terms.extend(array("q", [prev_term]) * base)
+            self._pos.extend(array("q", [pos]) * base)
+            self._sizes.extend(array("q", [0]) * base)
+            self._chains.extend(array("q", [0]) * base)
+            self._first = base
+            check_chain = False  # the chain of the first kept entry starts in a deleted file
         while pos < end_of_files:
             start, m = self.data.file_of(pos)
             off = pos - start
@@ -512,8 +630,11 @@ class FileLogStorage:
                 body = m[off + BODY_OFFSET : off + size]
                 if zlib.crc32(body) != bcrc:
                     break
-                if zlib.crc32(CHAIN_STRUCT.pack(idx, term, pos, _ch, bcrc), prev_chain) != chain:
+                if check_chain and zlib.crc32(
+                    CHAIN_STRUCT.pack(idx, term, pos, _ch, bcrc), prev_chain
+                ) != chain:
                     break
+            check_chain = True
             self._terms.append(term)
             self._pos.append(pos)
             self._sizes.append(size)
@@ -522,8 +643,10 @@ class FileLogStorage:
             pos += size
         self._write_pos = pos
         self.data.truncate(pos)
+        # index files wholly below the first kept entry went with their data (or should have)
+        self.index.delete_below(self._first * INDEX_UNIT_BYTES)
         # rewrite the index from the data (it may disagree or be torn)
-        for i in range(len(self._terms)):
+        for i in range(self._first, len(self._terms)):
             rec = INDEX_RECORD.pack(
                 ENTRY_MAGIC, self._pos[i], self._sizes[i], i, self._terms[i]
             )
@@ -534,6 +657,9 @@ class FileLogStorage:
         self.sync()
 
     # -- LogStorage -------------------------------------------------------------------------
+    def first_index(self) -> int:
+        return self._first
+
     def last_index(self) -> int:
         return len(self._terms) - 1
 
@@ -550,6 +676,8 @@ class FileLogStorage:
     def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
         lo = max(lo, 0)
         hi = min(hi, len(self._terms))
+        if lo < self._first and lo < hi:
+            raise CompactedError(f"entries from {lo}: the log begins at {self._first}")
         base = self._cache_base
         if lo >= base and self._cache and lo < hi:
             key = (lo, hi, max_bytes, self._truncations)
@@ -776,10 +904,16 @@ class FileLogStorage:
             raise StorageError(f"truncate at {from_index}")
         if from_index >= len(self._terms):
             return
+        if from_index < self._first:
+            raise CompactedError(f"truncate at {from_index}: the log begins at {self._first}")
         self._truncations += 1
         self._last_read = None
-        # a blank just before this entry (file roll) goes too: cut at the end of the previous one
-        pos = self._pos[from_index - 1] + self._sizes[from_index - 1] if from_index > 0 else 0
+        # a blank just before this entry (file roll) goes too: cut at the end of the previous
+        # one (the first entry held starts its data file)
+        if from_index > self._first:
+            pos = self._pos[from_index - 1] + self._sizes[from_index - 1]
+        else:
+            pos = self._pos[from_index]
         self.data.truncate(pos, self._write_pos)
         self.index.truncate(from_index * INDEX_UNIT_BYTES, len(self._terms) * INDEX_UNIT_BYTES)
         del self._terms[from_index:]
@@ -827,6 +961,8 @@ class FileLogStorage:
 
     def body_at(self, index: int) -> bytes:
         """Entry ``index``'s body (from the cache of recent entries, else the data file)."""
+        if index < self._first:
+            raise CompactedError(f"entry {index}: the log begins at {self._first}")
         base = self._cache_base
         if index >= base and index - base < len(self._cache):
             return self._cache[index - base]
@@ -850,10 +986,16 @@ class FileLogStorage:
         return plan, data_to, index_to
 
     def entry_end(self, index: int) -> int:
-        """Data position just past entry ``index`` (0 for index -1)."""
+        """Data position just past entry ``index`` (for index -1: where entry 0 begins, 0
+        unless the log began at a ``start_pos``)."""
         if index < 0:
-            return 0
+            return self._origin
         return self._pos[index] + self._sizes[index]
+
+    @property
+    def origin(self) -> int:
+        """Data position of entry 0 (below it: an old CommitLog, if the log began there)."""
+        return self._origin
 
     def next_pos(self, body_len: int) -> int:
         """Where :meth:`append` will put the next entry with a ``body_len``-byte body (after a
@@ -867,7 +1009,59 @@ class FileLogStorage:
 
     def index_at_or_after(self, pos: int) -> int:
         """The first entry whose position is >= ``pos`` (``last_index() + 1`` if none)."""
-        return bisect.bisect_left(self._pos, pos)
+        return max(self._first, bisect.bisect_left(self._pos, pos))
+
+    # -- retention ------------------------------------------------------------------------
+    def data_files(self) -> list[tuple[int, int, float]]:
+        """(start, end, last modified in s since the epoch) of every data file, oldest first."""
+        out = []
+        fb = self.data.file_bytes
+        for start in self.data.starts():
+            try:
+                mtime = (self.data.dir / _file_name(start)).stat().st_mtime
+            except FileNotFoundError:
+                mtime = 0.0
+            out.append((start, start + fb, mtime))
+        return out
+
+    @property
+    def min_data_offset(self) -> int:
+        """Where the retained data begins (the first data file's start)."""
+        starts = self.data.starts()
+        return starts[0] if starts else self.data.floor
+
+    def delete_first_data_files(self, count: int, *, max_index: int) -> list[int]:
+        """Delete the ``count`` oldest data files (never the newest one) when every entry in
+        them is at or below ``max_index`` (the caller's applied index); index files wholly
+        below the new first entry go too.  The ``begin`` file is written first, so a crash
+        in between leaves files that the next round deletes again.  Returns the data file
+        starts deleted (fewer than asked when a file holds entries above ``max_index``)."""
+        starts = self.data.starts()
+        count = min(count, len(starts) - 1)
+        while count > 0:
+            new_first = self.index_at_or_after(starts[count])
+            if new_first - 1 <= max_index:
+                break
+            count -= 1
+        if count <= 0:
+            return []
+        keep_from = starts[count]
+        new_first = self.index_at_or_after(keep_from)
+        prev_term = self._terms[new_first - 1] if new_first > 0 else 0
+        _write_atomically(
+            self.dir / BEGIN_FILE,
+            f"{KEY_BEGIN_INDEX}={new_first}\n{KEY_PREV_TERM}={prev_term}\n".encode(),
+            fsync=self.fsync,
+        )
+        gone = self.data.delete_below(keep_from)
+        self.index.delete_below(new_first * INDEX_UNIT_BYTES)
+        self._first = max(self._first, new_first)
+        self._last_read = None
+        if self._cache_base < self._first:
+            drop = min(len(self._cache), self._first - self._cache_base)
+            del self._cache[:drop]
+            self._cache_base += drop
+        return gone
 
     def view(self, pos: int, size: int) -> memoryview | None:
         """A view of ``size`` data bytes at ``pos`` (None when that crosses a file end)."""

@@ -30,7 +30,11 @@ the connection retried after ``RECONNECT_BACKOFF_S`` (doubling up to
 ``RECONNECT_MAX_BACKOFF_S``) — the core resends what was lost.
 
 Broker mode (:func:`run_store_node`): the node of a ``DLedgerMessageStore`` with its peer server,
-transport, a 1 s msync/checkpoint/ConsumeQueue flush and a prefault task for the data file.
+transport, a 1 s msync/checkpoint/ConsumeQueue flush, a prefault task for the data file and the
+store's retention round (``store/flush.py``'s clean service over the DLedger data files).
+
+Admin (:func:`peer_dispatcher`): a *two-way* LEADERSHIP_TRANSFER on the peer port is DLedger's
+admin request (``dledger/admin.py``, :meth:`DLedgerNode.admin_transfer`).
 """
 
 from __future__ import annotations
@@ -58,6 +62,13 @@ from rmq_cluster.cluster.remoting.net import (
     RemotingServer,
     open_remoting_client,
 )
+from rmq_cluster.dledger.admin import (
+    DEFAULT_TRANSFER_TIMEOUT_S,
+    AdminRequestError,
+    TransferAnswer,
+    TransferCommand,
+    parse_transfer_request,
+)
 from rmq_cluster.dledger.core import DEFAULT_TICK_MS, CoreConfig, DLedgerCore, Ready, Role
 from rmq_cluster.dledger.log_storage import LogStorage
 from rmq_cluster.dledger.messages import (
@@ -76,6 +87,7 @@ from rmq_cluster.dledger.messages import (
     encode,
     encode_entries,
 )
+from rmq_cluster.store.flush import clean_service
 from rmq_cluster.store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
 from rmq_cluster.store.mapped_file import libc_msync as _msync
 
@@ -354,6 +366,54 @@ class DLedgerNode:
         self._wake()
         return code
 
+    async def admin_transfer(
+        self, cmd: TransferCommand, timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
+    ) -> TransferAnswer:
+        """DLedger's admin LEADERSHIP_TRANSFER on this peer: the leader hands leadership to
+        ``cmd.transferee_id`` (retrying when the core aborts a hand-over whose transferee did
+        not catch up in time) and answers once the transferee leads, or TAKE_LEADERSHIP_FAILED
+        after ``timeout_s``; a follower answers NOT_LEADER naming the leader (ask it there)."""
+        cfg = self.core.cfg
+        me = cfg.self_id
+
+        def answer(code: ResponseCode, remark: str = "") -> TransferAnswer:
+            return TransferAnswer(code, cfg.group, self.core.leader_id, self.core.term,
+                                  me, cmd.local_id, remark)
+
+        if cmd.group != cfg.group:
+            return answer(ResponseCode.UNKNOWN_GROUP, f"this peer serves group {cfg.group!r}")
+        if cmd.transferee_id not in cfg.peers:
+            return answer(ResponseCode.UNKNOWN_MEMBER,
+                          f"{cmd.transferee_id!r} is not among {', '.join(cfg.peers)}")
+        if cmd.transfer_id and cmd.transfer_id not in cfg.peers:
+            return answer(ResponseCode.UNKNOWN_MEMBER, f"{cmd.transfer_id!r} is not a member")
+        if self.core.leader_id == cmd.transferee_id:
+            return answer(ResponseCode.SUCCESS, "already the leader")
+        if self.core.role is not Role.LEADER:
+            return answer(ResponseCode.NOT_LEADER, "send it to the leader (leaderId)")
+        log = _log.bind(node=me, group=cfg.group, transferee=cmd.transferee_id)
+        log.info("leadership transfer requested", term=self.core.term)
+        with trio.move_on_after(timeout_s):
+            while True:
+                core = self.core
+                if core.leader_id == cmd.transferee_id:
+                    log.info("leadership transferred", term=core.term)
+                    return answer(ResponseCode.SUCCESS)
+                if core.role is not Role.LEADER and core.leader_id:
+                    # another member leads now (a preferred-leader hand-over won the race)
+                    return answer(ResponseCode.TAKE_LEADERSHIP_FAILED,
+                                  f"{core.leader_id} took leadership instead")
+                if core.role is Role.LEADER and not core.transferee:
+                    code = self.transfer_leadership(cmd.transferee_id)
+                    if code not in (ResponseCode.SUCCESS, ResponseCode.LEADER_TRANSFERRING):
+                        return answer(code)
+                with trio.move_on_after(self.tick_s * 2):
+                    await self.wait_for(lambda n: n.core.leader_id == cmd.transferee_id)
+        log.warning("leadership transfer timed out", term=self.core.term,
+                    leader=self.core.leader_id)
+        return answer(ResponseCode.TAKE_LEADERSHIP_FAILED,
+                      f"{cmd.transferee_id} did not take leadership within {timeout_s:g} s")
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._now = trio.current_time()
         async with trio.open_nursery() as nursery:
@@ -580,12 +640,30 @@ class RemotingTransport:
                 await failed()
 
 
-def peer_dispatcher(node: DLedgerNode) -> Dispatcher:
-    """Processors for DLedger's request codes: every frame's body goes to ``node.deliver``."""
+def peer_dispatcher(
+    node: DLedgerNode, *, transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
+) -> Dispatcher:
+    """Processors for DLedger's request codes: every oneway frame's body goes to
+    ``node.deliver``; a two-way LEADERSHIP_TRANSFER is DLedger's admin request
+    (``dledger/admin.py``), answered when the transfer is done."""
 
-    def on_message(conn: Any, request: RemotingCommand) -> RemotingCommand | None:
-        node.deliver(request.body)
-        return None
+    def on_message(conn: Any, request: RemotingCommand) -> Any:
+        if request.is_oneway:
+            node.deliver(request.body)
+            return None
+        if request.code != DLedgerRequestCode.LEADERSHIP_TRANSFER:
+            return request.response(
+                int(ResponseCode.UNSUPPORTED),
+                f"request code {request.code} is peer-to-peer (oneway) only",
+            )
+        try:
+            cmd = parse_transfer_request(request.body)
+        except AdminRequestError as exc:
+            bad = TransferAnswer(ResponseCode.UNEXPECTED_ARGUMENT, node.core.cfg.group,
+                                 node.core.leader_id, node.core.term, node.core.cfg.self_id,
+                                 remark=str(exc))
+            return _admin_response(request, bad)
+        return _admin_answer(node, request, cmd, transfer_timeout_s)
 
     codes = (
         DLedgerRequestCode.VOTE,
@@ -594,6 +672,18 @@ def peer_dispatcher(node: DLedgerNode) -> Dispatcher:
         DLedgerRequestCode.LEADERSHIP_TRANSFER,
     )
     return Dispatcher({int(c): on_message for c in codes}, None)
+
+
+def _admin_response(request: RemotingCommand, answer: TransferAnswer) -> RemotingCommand:
+    """DLedger answers every request with remoting code 200 and the outcome in the body."""
+    return request.response(int(ResponseCode.SUCCESS), answer.remark or None,
+                            body=answer.to_json())
+
+
+async def _admin_answer(
+    node: DLedgerNode, request: RemotingCommand, cmd: TransferCommand, timeout_s: float
+) -> RemotingCommand:
+    return _admin_response(request, await node.admin_transfer(cmd, timeout_s))
 
 
 async def serve_peers(
@@ -664,6 +754,8 @@ async def run_store_node(
         await nursery.start(node.run)
         nursery.start_soon(_store_flush_loop, store, STORE_FLUSH_INTERVAL_S)
         nursery.start_soon(_warm_loop, store)
+        # retention of DLedger data files: the store's policy (cleanResourceInterval)
+        nursery.start_soon(clean_service, store)
         task_status.started(bound)
 
 

@@ -1,15 +1,14 @@
 """The CommitLog: every message of every topic, appended as v1/IPv4 records (pure; no trio).
 
 The Trio event loop is the only writer, so an append runs start to end without yielding: that is
-RocketMQ's put lock. Records are packed straight into the mmap (one ``pack_into`` for the 88-byte
-header, one slice copy for the body, two small copies for topic and properties).
+RocketMQ's put lock. Records are written straight into the mmap by the record codec
+(``write_record``; ``store/record.py`` prepares a put's properties and a batch).
 """
 
 from __future__ import annotations
 
 import enum
 import errno
-import mmap
 import os
 import shutil
 import struct
@@ -20,8 +19,6 @@ import structlog
 
 from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.protocol.message import (
-    BATCH_ITEM_FIXED_SIZE,
-    BATCH_ITEM_HEAD,
     BLANK,
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
@@ -34,9 +31,7 @@ from rmq_cluster.cluster.protocol.message import (
     SIZE_MAGIC,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
-    SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_MASK,
-    SYSFLAG_TRANSACTION_NOT_TYPE,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
     HostAddr,
@@ -46,29 +41,30 @@ from rmq_cluster.cluster.protocol.message import (
     encode_host,
     encode_offset_msg_id_raw,
     encode_properties,
-    java_map_order,
-    tags_code,
+    write_batch_records,
+    write_record,
 )
 from rmq_cluster.store.config import (
-    DELAY_LEVELS_MS,
     DISK_SPACE_WARNING_LEVEL_RATIO,
     MAX_PROPERTIES_LENGTH_BYTES,
     RECORD_OVERHEAD_ALLOWANCE_BYTES,
-    SCHEDULE_TOPIC,
     MessageStoreConfig,
 )
 from rmq_cluster.store.mapped_file import MappedFile, MappedFileQueue
 from rmq_cluster.store.paths import is_valid_component
+from rmq_cluster.store.record import (
+    parse_delay_levels,
+    plan_batch,
+    put_properties,
+    record_tags_code,
+)
 
 log = structlog.get_logger(component="commitlog")
 
 _crc32: Final = __import__("zlib").crc32
 _NO_ADVANCE_TXN: Final = (SYSFLAG_TRANSACTION_PREPARED_TYPE, SYSFLAG_TRANSACTION_ROLLBACK_TYPE)
 _HOST_V6_FLAGS: Final = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
-_PROPS_LEN: Final = tuple(I16.pack(n) for n in range(256))  # short properties: no pack call
 HOST_CACHE_MAX_ENTRIES: Final = 65536
-_DELAY: Final = MessageConst.PROPERTY_DELAY_TIME_LEVEL
-_SEP: Final = b"\x02"
 _OFFSET_PACK: Final = struct.Struct(">q").pack  # the offset half of an offset msgId
 _BAD_TOPIC: Final = (
     f"topic must be 1..{MAX_TOPIC_LENGTH_BYTES} bytes of one valid file name "
@@ -199,6 +195,8 @@ class CommitLog:
         self.last_store_timestamp = 0  # of the newest appended record
         self._topic_cache: dict[str, bytes] = {}
         self.check_crc_on_recover = config.check_crc_on_recover
+        #: messageDelayLevel: a delayed put's schedule queue and a delayed record's tagsCode
+        self.delay_levels = parse_delay_levels(config.message_delay_level)
         self._host_cache: dict[HostAddr, bytes] = {}
         #: blocks are reserved this far ahead of the writer (at most a file)
         self.reserve_chunk = min(RESERVE_CHUNK_BYTES, self.file_size)
@@ -303,27 +301,11 @@ class CommitLog:
         return None
 
     def append(self, msg: Message) -> PutMessageResult:
-        props_map = msg.properties
-        topic = msg.topic
-        queue_id = msg.queue_id
         sys_flag = msg.sys_flag & ~_HOST_V6_FLAGS
         txn = sys_flag & SYSFLAG_TRANSACTION_MASK
-        if _DELAY in props_map and txn in (
-            SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE
-        ):
-            try:
-                level = int(props_map[MessageConst.PROPERTY_DELAY_TIME_LEVEL])
-            except ValueError:
-                level = 0
-            if level > 0:
-                level = min(level, len(DELAY_LEVELS_MS))
-                props_map = dict(props_map)
-                props_map[MessageConst.PROPERTY_REAL_TOPIC] = topic
-                props_map[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-                # RocketMQ writes a delayed message's properties again from its HashMap
-                props_map = java_map_order(props_map)
-                topic, queue_id = SCHEDULE_TOPIC, level - 1
-        props = "\x02".join(map("\x01".join, props_map.items())).encode() if props_map else b""
+        topic, queue_id, _props, props = put_properties(
+            msg.properties, msg.topic, msg.queue_id, sys_flag, self.delay_levels
+        )
         body = msg.body
         topic_b = self._topic_cache.get(topic) or self._topic_bytes(topic)
         if topic_b is None:
@@ -364,19 +346,11 @@ class CommitLog:
         pos = mf.wrote
         phys = mf.file_from + pos
         now = self.clock_ms()
-        mm = mf.mm
-        RECORD_HEADER.pack_into(
-            mm, pos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, msg.flag, qo, phys,
-            sys_flag, msg.born_timestamp, born_host, now, store_host, msg.reconsume_times,
-            msg.prepared_transaction_offset, body_len,
+        end = write_record(
+            mf.mm, pos, total, queue_id, msg.flag, qo, phys, sys_flag, msg.born_timestamp,
+            born_host, now, store_host, msg.reconsume_times, msg.prepared_transaction_offset,
+            body, topic_b, props,
         )
-        p = pos + RECORD_HEADER_SIZE
-        q = p + body_len
-        mm[p:q] = body
-        # topic and properties (with their lengths) in one copy
-        end = pos + total
-        plen = _PROPS_LEN[props_len] if props_len < 256 else I16.pack(props_len)
-        mm[q:end] = topic_b + plen + props
         mf.wrote = end
         self.last_store_timestamp = now
         return PutMessageResult(
@@ -405,44 +379,13 @@ class CommitLog:
             return _illegal("batch messages cannot be delayed")
         extra = encode_properties(batch.properties)
         src = memoryview(batch.body)
-        end = len(src)
-        # (body start, body len, props start, props len, record size) per item
-        items: list[tuple[int, int, int, int, int, int]] = []
-        fixed = RECORD_FIXED_SIZE - 1 + len(topic_b)
-        unpack_item = BATCH_ITEM_HEAD.unpack_from
-        unpack_i16 = I16.unpack_from
-        head_size = BATCH_ITEM_HEAD.size
-        item_min = BATCH_ITEM_FIXED_SIZE
-        max_body = self.max_body
-        len_extra = len(extra)
-        add = items.append
-        pos = 0
-        while pos < end:
-            if end - pos < item_min:
-                return _illegal("bad batch body: truncated item")
-            total, _magic, _crc, flag, body_len = unpack_item(src, pos)
-            b0 = pos + head_size
-            item_end = pos + total
-            if total < item_min or item_end > end or body_len < 0 or b0 + body_len + 2 > item_end:
-                return _illegal("bad batch body: bad item size")
-            (props_len,) = unpack_i16(src, b0 + body_len)
-            p0 = b0 + body_len + 2
-            if props_len < 0 or p0 + props_len != item_end:
-                return _illegal("bad batch body: item size mismatch")
-            if body_len > max_body:
-                return _illegal(f"message body {body_len} > maxMessageSize {max_body}")
-            joined = props_len + len_extra
-            if len_extra and props_len and src[item_end - 1] != 2:
-                joined += 1  # join_properties adds a 0x02 separator
-            if joined > MAX_PROPERTIES_LENGTH_BYTES:
-                return _illegal(
-                    f"properties {joined} > {MAX_PROPERTIES_LENGTH_BYTES}",
-                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                )
-            add((flag, b0, body_len, p0, props_len, fixed + body_len + joined))
-            pos = item_end
+        items, remark, too_long = plan_batch(src, len(topic_b), len(extra), self.max_body)
         if not items:
-            return _illegal("empty batch")
+            return _illegal(
+                remark,
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED if too_long
+                else PutMessageStatus.MESSAGE_ILLEGAL,
+            )
         try:
             store_host = encode_host(batch.store_host)
             born_host = encode_host(batch.born_host)
@@ -456,50 +399,15 @@ class CommitLog:
             return refused
         mf = self.queue.files[-1]
         key = (batch.topic, batch.queue_id)
-        first_qo = qo = self.topic_queue_table.get(key, 0)
-        wpos = mf.wrote
-        base = mf.file_from
-        first_phys = base + wpos
+        first_qo = self.topic_queue_table.get(key, 0)
+        first_phys = mf.file_from + mf.wrote
         now = self.clock_ms()
-        born_ts = batch.born_timestamp
-        reconsume = batch.reconsume_times
-        queue_id = batch.queue_id
-        mm = mf.mm
-        tlen = len(topic_b)
-        pack_into = RECORD_HEADER.pack_into
-        props_len_bytes = _PROPS_LEN
-        offsets: list[int] = []
-        add_offset = offsets.append
-        for flag, b0, body_len, p0, props_len, total in items:
-            body = src[b0 : b0 + body_len]
-            phys = base + wpos
-            add_offset(phys)
-            pack_into(
-                mm, wpos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, qo, phys,
-                sys_flag, born_ts, born_host, now, store_host, reconsume, 0, body_len,
-            )
-            p = wpos + RECORD_HEADER_SIZE + body_len
-            mm[p - body_len : p] = body
-            end = wpos + total
-            if len_extra:
-                # own properties + (0x02 when needed, as join_properties) + the header's, sized
-                # in the first pass: PROPLEN = what is left of the record after the topic
-                joined = end - p - tlen - 2
-                mm[p:end] = b"".join((
-                    topic_b,
-                    props_len_bytes[joined] if joined < 256 else I16.pack(joined),
-                    src[p0 : p0 + props_len],
-                    _SEP if joined - props_len - len_extra else b"",
-                    extra,
-                ))
-            else:
-                # the item already holds PROPLEN right before its properties: copy both
-                mm[p : p + tlen] = topic_b
-                mm[p + tlen : end] = src[p0 - 2 : p0 + props_len]
-            wpos = end
-            qo += 1
+        wpos, offsets = write_batch_records(
+            mf.mm, mf.wrote, mf.file_from, items, src, extra, topic_b, batch.queue_id, first_qo,
+            sys_flag, batch.born_timestamp, born_host, now, store_host, batch.reconsume_times,
+        )
         mf.wrote = wpos
-        self.topic_queue_table[key] = qo
+        self.topic_queue_table[key] = first_qo + len(items)
         self.last_store_timestamp = now
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
@@ -609,15 +517,7 @@ class CommitLog:
         if not want_request:
             return total, None
         props = decode_properties(props_raw) if props_len else {}
-        tags = props.get(MessageConst.PROPERTY_TAGS)
-        if topic == SCHEDULE_TOPIC and MessageConst.PROPERTY_DELAY_TIME_LEVEL in props:
-            try:
-                level = min(max(int(props[MessageConst.PROPERTY_DELAY_TIME_LEVEL]), 1), 18)
-            except ValueError:
-                level = 1
-            code = store_ts + DELAY_LEVELS_MS[level - 1]
-        else:
-            code = tags_code(tags)
+        code = record_tags_code(topic, props, store_ts, self.delay_levels)
         return total, DispatchRequest(
             topic, queue_id, phys, total, code, store_ts, queue_offset,
             props.get(MessageConst.PROPERTY_KEYS, ""),
@@ -658,41 +558,3 @@ class CommitLog:
 
     def close(self) -> None:
         self.queue.close()
-
-
-# The fields dispatch needs, at their fixed offsets in a v1/IPv4 record: TOTALSIZE, MAGIC,
-# QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN (the rest padded over)
-DISPATCH_HEADER: Final = struct.Struct(">iI4xi4xqqi16xq20xi")
-if DISPATCH_HEADER.size != RECORD_HEADER_SIZE:
-    raise RuntimeError("DISPATCH_HEADER must span the record header")
-
-PROP_TAGS: Final = b"TAGS\x01"
-PROP_KEYS: Final = b"KEYS\x01"
-PROP_UNIQ_KEY: Final = b"UNIQ_KEY\x01"
-PROP_DELAY: Final = b"DELAY\x01"
-
-
-def find_property(buf: bytes | mmap.mmap, key: bytes, start: int, end: int) -> bytes | None:
-    """The raw value ``decode_properties`` would keep for ``key`` (``name + 0x01``) among the
-    properties text at ``buf[start:end]``, found by a bytes search instead of a full decode:
-    the last entry with that name and a non-empty value (a later duplicate wins, as in the dict).
-    An entry starts at ``start`` or right after a 0x02; names never overlap themselves."""
-    i = buf.rfind(key, start, end)
-    while i >= 0:
-        if i == start or buf[i - 1] == 2:
-            v0 = i + len(key)
-            v1 = buf.find(b"\x02", v0, end)
-            if v1 < 0:
-                v1 = end
-            if v1 > v0:
-                return buf[v0:v1]
-        i = buf.rfind(key, start, i)
-    return None
-
-
-def is_dispatchable(sys_flag: int) -> bool:
-    """ConsumeQueue entries exist for plain and committed-transaction records only."""
-    return (sys_flag & SYSFLAG_TRANSACTION_MASK) in (
-        SYSFLAG_TRANSACTION_NOT_TYPE,
-        SYSFLAG_TRANSACTION_COMMIT_TYPE,
-    )

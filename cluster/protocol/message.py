@@ -21,7 +21,7 @@ import struct
 import sys
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
@@ -357,10 +357,147 @@ SIZE_MAGIC: Final = struct.Struct(">iI")
 I32: Final = struct.Struct(">i")
 I16: Final = struct.Struct(">h")
 I64: Final = struct.Struct(">q")
+_PROPS_LEN: Final = tuple(I16.pack(n) for n in range(256))  # short properties: no pack call
+_crc32: Final = zlib.crc32
 
 
 def record_size(body_len: int, topic_len: int, props_len: int) -> int:
     return RECORD_FIXED_SIZE + body_len + topic_len + props_len
+
+
+def write_record(
+    buf: bytearray | memoryview | Any,
+    pos: int,
+    total: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    phys_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_offset: int,
+    body: bytes | memoryview,
+    topic_part: bytes,
+    props: bytes | memoryview,
+) -> int:
+    """Write one v1/IPv4 record of ``total`` bytes at ``buf[pos:]`` (a writable buffer: an mmap,
+    a bytearray) and return its end. ``topic_part`` is the topic-length byte + the topic, hosts
+    are ``encode_host`` bytes, ``total`` is ``RECORD_FIXED_SIZE - 1 + len(body) +
+    len(topic_part) + len(props)`` (the caller sized the room for it already). ``pack_record``
+    (the same record as new bytes) and ``write_batch_records`` (a batch's records) are the
+    only other writers of the layout, all here."""
+    body_len = len(body)
+    RECORD_HEADER.pack_into(
+        buf, pos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+        phys_offset, sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+        reconsume_times, prepared_offset, body_len,
+    )
+    p = pos + RECORD_HEADER_SIZE
+    q = p + body_len
+    buf[p:q] = body
+    end = pos + total
+    n = len(props)  # the tail, as _record_tail (inlined: the put path's cost)
+    buf[q:end] = b"".join((topic_part, _PROPS_LEN[n] if n < 256 else I16.pack(n), props))
+    return end
+
+
+def pack_record(
+    total: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    phys_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_offset: int,
+    body: bytes | memoryview,
+    topic_part: bytes,
+    props: bytes | memoryview,
+) -> bytes:
+    """``write_record``'s record as new bytes (a DLedger entry body, a test's record): the
+    same header struct and tail, one join instead of a zeroed buffer and a copy."""
+    return b"".join((
+        RECORD_HEADER.pack(
+            total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+            phys_offset, sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+            reconsume_times, prepared_offset, len(body),
+        ),
+        body,
+        _record_tail(topic_part, props),
+    ))
+
+
+def write_batch_records(
+    buf: bytearray | memoryview | Any,
+    pos: int,
+    base: int,
+    items: Iterable[tuple[int, int, int, int, int, int]],
+    src: memoryview,
+    extra: bytes,
+    topic_part: bytes,
+    queue_id: int,
+    queue_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    reconsume_times: int,
+) -> tuple[int, list[int]]:
+    """The records of a SEND_BATCH_MESSAGE body at ``buf[pos:]`` (``base`` = the file offset of
+    ``buf[0]``), consecutive queue offsets from ``queue_offset``: ``write_record`` per item,
+    unrolled (the batch put's cost). ``items`` are (flag, body start, body length, properties
+    start, properties length, record size) of the items in ``src``; ``extra`` (the request's
+    own properties) is appended to each item's, after a 0x02 unless the item's text is empty or
+    ends with one (``join_properties``); the record sizes count it. -> (end, record offsets)."""
+    offsets: list[int] = []
+    add_offset = offsets.append
+    pack_into = RECORD_HEADER.pack_into
+    tlen = len(topic_part)
+    len_extra = len(extra)
+    for flag, b0, body_len, p0, props_len, total in items:
+        body = src[b0 : b0 + body_len]
+        phys = base + pos
+        add_offset(phys)
+        pack_into(
+            buf, pos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+            phys, sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+            reconsume_times, 0, body_len,
+        )
+        p = pos + RECORD_HEADER_SIZE + body_len
+        buf[p - body_len : p] = body
+        end = pos + total
+        if len_extra:
+            # PROPLEN = what is left of the record after the topic
+            joined = end - p - tlen - 2
+            buf[p:end] = b"".join((
+                topic_part,
+                _PROPS_LEN[joined] if joined < 256 else I16.pack(joined),
+                src[p0 : p0 + props_len],
+                b"\x02" if joined - props_len - len_extra else b"",
+                extra,
+            ))
+        else:
+            # the item holds PROPLEN right before its properties: copy both
+            buf[p : p + tlen] = topic_part
+            buf[p + tlen : end] = src[p0 - 2 : p0 + props_len]
+        pos = end
+        queue_offset += 1
+    return pos, offsets
+
+
+def _record_tail(topic_part: bytes, props: bytes | memoryview) -> bytes:
+    """TOPICLEN, TOPIC, PROPERTIESLENGTH, PROPERTIES."""
+    n = len(props)
+    return b"".join((topic_part, _PROPS_LEN[n] if n < 256 else I16.pack(n), props))
 
 
 def encode_record(
@@ -371,29 +508,18 @@ def encode_record(
     store_timestamp: int,
     properties: bytes | None = None,
 ) -> bytes:
-    """One complete v1/IPv4 record (the CommitLog writes the same bytes in place)."""
+    """One complete v1/IPv4 record of ``msg`` as it is (no delay rewrite: the store's
+    ``rmq_cluster.store.record`` prepares a put), through ``pack_record``."""
     props = encode_properties(msg.properties) if properties is None else properties
     topic = msg.topic.encode()
-    body = msg.body
-    total = record_size(len(body), len(topic), len(props))
-    header = RECORD_HEADER.pack(
-        total,
-        MAGIC_V1,
-        body_crc(body),
-        msg.queue_id,
-        msg.flag,
-        queue_offset,
-        phys_offset,
-        msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6),
-        msg.born_timestamp,
-        encode_host(msg.born_host),
-        store_timestamp,
-        encode_host(msg.store_host),
-        msg.reconsume_times,
-        msg.prepared_transaction_offset,
-        len(body),
+    total = record_size(len(msg.body), len(topic), len(props))
+    return pack_record(
+        total, msg.queue_id, msg.flag, queue_offset, phys_offset,
+        msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6), msg.born_timestamp,
+        encode_host(msg.born_host), store_timestamp, encode_host(msg.store_host),
+        msg.reconsume_times, msg.prepared_transaction_offset, msg.body,
+        bytes((len(topic),)) + topic, props,
     )
-    return b"".join((header, body, bytes((len(topic),)), topic, I16.pack(len(props)), props))
 
 
 class RecordError(ValueError):
@@ -521,29 +647,53 @@ def encode_batch(items: Iterable[tuple[int, bytes, Mapping[str, str]]]) -> bytes
     return b"".join(parts)
 
 
-def decode_batch(data: bytes | memoryview) -> list[BatchItem]:
-    """SEND_BATCH_MESSAGE body -> items; raises RecordError on a malformed body."""
-    view = memoryview(data)
-    out: list[BatchItem] = []
+BatchSpan = tuple[int, int, int, int, int, int]
+
+
+def batch_spans(
+    data: bytes | memoryview, record_fixed: int = 0, extra_len: int = 0
+) -> list[BatchSpan]:
+    """The items of a SEND_BATCH_MESSAGE body (§5.5) as (flag, body start, body length,
+    properties start, properties length, record size), nothing copied: the one parser of the
+    batch body. The record size is ``record_fixed + body length + properties length`` with
+    ``extra_len`` bytes of properties appended (``join_properties``: after a 0x02 unless the
+    item's own text is empty or ends with one). Raises RecordError on a malformed body."""
+    out: list[BatchSpan] = []
+    add = out.append
+    unpack_item = BATCH_ITEM_HEAD.unpack_from
+    unpack_i16 = I16.unpack_from
+    head_size = BATCH_ITEM_HEAD.size
     pos = 0
-    end = len(view)
+    end = len(data)
     while pos < end:
         if end - pos < BATCH_ITEM_FIXED_SIZE:
             raise RecordError("truncated batch item")
-        total, _magic, _crc, flag, body_len = BATCH_ITEM_HEAD.unpack_from(view, pos)
-        if total < BATCH_ITEM_FIXED_SIZE or pos + total > end or body_len < 0:
+        total, _magic, _crc, flag, body_len = unpack_item(data, pos)
+        item_end = pos + total
+        if total < BATCH_ITEM_FIXED_SIZE or item_end > end or body_len < 0:
             raise RecordError("bad batch item size")
-        b0 = pos + BATCH_ITEM_HEAD.size
-        if b0 + body_len + 2 > pos + total:
+        b0 = pos + head_size
+        if b0 + body_len + 2 > item_end:
             raise RecordError("batch body length beyond item")
-        body = bytes(view[b0 : b0 + body_len])
-        (props_len,) = I16.unpack_from(view, b0 + body_len)
+        (props_len,) = unpack_i16(data, b0 + body_len)
         p0 = b0 + body_len + 2
-        if props_len < 0 or p0 + props_len != pos + total:
+        if props_len < 0 or p0 + props_len != item_end:
             raise RecordError("batch item size mismatch")
-        out.append(BatchItem(flag, body, bytes(view[p0 : p0 + props_len])))
-        pos += total
+        joined = props_len + extra_len
+        if extra_len and props_len and data[item_end - 1] != 2:
+            joined += 1
+        add((flag, b0, body_len, p0, props_len, record_fixed + body_len + joined))
+        pos = item_end
     return out
+
+
+def decode_batch(data: bytes | memoryview) -> list[BatchItem]:
+    """SEND_BATCH_MESSAGE body -> items; raises RecordError on a malformed body."""
+    view = memoryview(data)
+    return [
+        BatchItem(flag, bytes(view[b0 : b0 + body_len]), bytes(view[p0 : p0 + props_len]))
+        for flag, b0, body_len, p0, props_len, _size in batch_spans(view)
+    ]
 
 
 def join_properties(own: bytes, extra: bytes) -> bytes:

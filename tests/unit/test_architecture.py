@@ -122,7 +122,7 @@ PURE_CORES = (
     "cluster/clock.py",
     "namesrv/route_info.py", "namesrv/processor.py",
     "store/mapped_file.py", "store/commitlog.py", "store/consume_queue.py", "store/index_file.py",
-    "store/checkpoint.py", "store/recovery.py", "store/dispatcher.py",
+    "store/checkpoint.py", "store/recovery.py", "store/dispatcher.py", "store/record.py",
     "dledger/core.py", "dledger/messages.py", "dledger/log_storage.py",
     "ha/protocol.py", "ha/master.py", "ha/access.py",
     "cluster/protocol/names.py", "store/paths.py",

@@ -39,9 +39,9 @@ from rmq_cluster.cluster.protocol.message import (
     encode_batch,
     encode_offset_msg_id,
 )
-from rmq_cluster.store.commitlog import is_dispatchable
 from rmq_cluster.store.index_file import _ascii_hash
 from rmq_cluster.store.message_store import MessageStore
+from rmq_cluster.store.record import is_dispatchable
 from tests.unit.store.store_testlib import java_hash, small_config
 
 HOST = ("127.0.0.1", 10911)

@@ -21,7 +21,9 @@ from rmq_cluster.cluster.protocol.message import (
     encode_record,
     index_key_hash,
 )
-from rmq_cluster.store.commitlog import (
+from rmq_cluster.store.config import SCHEDULE_TOPIC
+from rmq_cluster.store.message_store import MessageStore
+from rmq_cluster.store.record import (
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -29,8 +31,6 @@ from rmq_cluster.store.commitlog import (
     find_property,
     is_dispatchable,
 )
-from rmq_cluster.store.config import SCHEDULE_TOPIC
-from rmq_cluster.store.message_store import MessageStore
 from tests.unit.store.store_testlib import read_cq_dir, read_index_entries, small_config
 
 HOST = ("127.0.0.1", 10911)

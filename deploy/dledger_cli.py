@@ -1,0 +1,218 @@
+"""``rmq-cluster dledger transfer|leaders``: operate the DLedger groups of a local cluster.
+
+``transfer --group G --to n2`` sends DLedger's admin LEADERSHIP_TRANSFER request
+(``dledger/admin.py``) to the group's peers on their dLegerPeers ports: a follower answers
+NOT_LEADER naming the leader, the leader hands over and answers once ``n2`` leads (or
+TAKE_LEADERSHIP_FAILED).  ``leaders`` prints who leads each group, in which term.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.net import RemotingError, open_remoting_client
+from rmq_cluster.deploy import supervisor
+from rmq_cluster.deploy.commands import _guarded, _print_json, _state, format_table
+from rmq_cluster.deploy.topology import Topology
+
+PROG = "rmq-cluster dledger"
+#: DLedger's wire contract, as its admin tool speaks it (deploy imports no node package):
+#: ``DLedgerRequestCode.LEADERSHIP_TRANSFER`` and the ``DLedgerResponseCode`` numbers used here
+LEADERSHIP_TRANSFER_CODE = 51005
+DLEDGER_CODE_NAMES = {
+    -1: "UNKNOWN", 200: "SUCCESS", 300: "TIMEOUT", 303: "UNSUPPORTED", 400: "UNKNOWN_GROUP",
+    401: "UNKNOWN_MEMBER", 404: "NOT_LEADER", 411: "UNEXPECTED_ARGUMENT",
+    418: "TAKE_LEADERSHIP_FAILED", 506: "LEADER_TRANSFERRING",
+}
+CODE_SUCCESS = 200
+CODE_NOT_LEADER = 404
+#: the leader works on a hand-over for up to 10 s (dledger/admin.py); the client waits longer
+DEFAULT_WAIT_S = 15.0
+MAX_ANSWER_BYTES = 4096
+MAX_REDIRECTS = 3
+
+
+@attrs.frozen
+class TransferAnswer:
+    """DLedger's LeadershipTransferResponse (the fields the CLI shows)."""
+
+    code: int
+    leader_id: str
+    term: int
+    remark: str
+
+    @property
+    def code_name(self) -> str:
+        return DLEDGER_CODE_NAMES.get(self.code, str(self.code))
+
+    @classmethod
+    def parse(cls, body: bytes, remark: str | None) -> TransferAnswer:
+        if not body or len(body) > MAX_ANSWER_BYTES:
+            raise ValueError(f"answer body of {len(body)} bytes")
+        obj = orjson.loads(body)
+        if not isinstance(obj, dict):
+            raise ValueError("answer is not a JSON object")
+        code, term, leader = obj.get("code", -1), obj.get("term", -1), obj.get("leaderId", "")
+        if not isinstance(code, int) or not isinstance(term, int) or not isinstance(leader, str):
+            raise ValueError("answer fields of the wrong type")
+        text = obj.get("remark") or remark or ""
+        return cls(code, leader, term, str(text)[:1024])
+
+
+def transfer_request_json(group: str, to: str, remote_id: str) -> bytes:
+    """DLedger's LeadershipTransferRequest JSON, as its admin tool sends it."""
+    return orjson.dumps({
+        "group": group, "remoteId": remote_id, "localId": "rmq-cluster-admin",
+        "leaderId": "", "term": -1, "transferId": "", "transfereeId": to,
+        "takeLeadershipLedgerIndex": -1,
+    })
+
+
+@attrs.frozen
+class TransferOutcome:
+    ok: bool
+    answer: TransferAnswer | None
+    asked: tuple[str, ...]
+    error: str = ""
+
+
+def group_peers(topo: Topology, group: str) -> dict[str, str]:
+    """dLegerSelfId -> dLegerPeers address of every member of ``group``."""
+    return {
+        m.dledger_id: f"{m.host}:{m.dledger_port}"
+        for m in topo.group_members(group)
+        if m.dledger_id is not None
+    }
+
+
+async def transfer(
+    peers: dict[str, str], group: str, to: str, *,
+    timeout_s: float = DEFAULT_WAIT_S,
+) -> TransferOutcome:
+    """Ask the group's peers until the leader answers (following NOT_LEADER's leaderId)."""
+    asked: list[str] = []
+    order = list(peers)
+    errors: list[str] = []
+    async with open_remoting_client(node="rmq-cluster-dledger-admin") as client:
+        queue = list(order)
+        redirects = 0
+        while queue:
+            pid = queue.pop(0)
+            asked.append(pid)
+            body = transfer_request_json(group, to, pid)
+            req = RemotingCommand.request(LEADERSHIP_TRANSFER_CODE, {}, body)
+            try:
+                resp = await client.invoke(peers[pid], req, timeout_s)
+            except (RemotingError, OSError, trio.TooSlowError) as exc:
+                errors.append(f"{pid}: {exc}")
+                continue
+            try:
+                answer = TransferAnswer.parse(bytes(resp.body), resp.remark)
+            except ValueError as exc:
+                errors.append(f"{pid}: bad answer ({exc}); code {resp.code} {resp.remark!r}")
+                continue
+            if answer.code == CODE_NOT_LEADER:
+                leader = answer.leader_id
+                if leader in peers and leader != pid and redirects < MAX_REDIRECTS:
+                    redirects += 1
+                    queue = [leader] + [p for p in queue if p != leader]
+                continue
+            return TransferOutcome(answer.code == CODE_SUCCESS, answer, tuple(asked))
+    return TransferOutcome(False, None, tuple(asked),
+                           "; ".join(errors) or "no peer answered as the leader")
+
+
+def cmd_transfer(args: argparse.Namespace) -> int:
+    state = _state(args)
+    topo = state.topology
+    if args.group not in topo.groups:
+        sys.stderr.write(f"{PROG}: error: no group {args.group!r} (groups: "
+                         f"{', '.join(topo.groups)})\n")
+        return 2
+    peers = group_peers(topo, args.group)
+    if not peers:
+        sys.stderr.write(f"{PROG}: error: group {args.group!r} is not a DLedger group\n")
+        return 2
+    to = args.to
+    by_name = {m.name: m.dledger_id for m in topo.group_members(args.group)}
+    to = by_name.get(to) or to
+    if to not in peers:
+        sys.stderr.write(f"{PROG}: error: --to {args.to!r} is not a member of {args.group} "
+                         f"({', '.join(peers)})\n")
+        return 2
+    out = trio.run(lambda: transfer(peers, args.group, to, timeout_s=args.timeout))
+    report: dict[str, Any] = {
+        "group": args.group, "to": to, "ok": out.ok, "asked": list(out.asked),
+        "code": out.answer.code_name if out.answer else None,
+        "leader": out.answer.leader_id if out.answer else None,
+        "term": out.answer.term if out.answer else None,
+        "remark": (out.answer.remark if out.answer else "") or out.error,
+    }
+    if args.json:
+        _print_json(report)
+    elif out.ok:
+        print(f"group {args.group}: {to} leads (term {report['term']})")
+    if not out.ok:
+        sys.stderr.write(f"{PROG}: error: transfer to {to} failed: {report['code']} "
+                         f"{report['remark']}\n")
+        return 1
+    return 0
+
+
+def cmd_leaders(args: argparse.Namespace) -> int:
+    state = _state(args)
+    report = supervisor.status(state)
+    rows: dict[str, dict[str, Any]] = {}
+    for n in report["nodes"]:
+        if "term" not in n:
+            continue
+        row = rows.setdefault(n["group"], {"group": n["group"], "leader": None, "term": None,
+                                           "members": 0, "alive": 0})
+        row["members"] += 1
+        row["alive"] += 1 if n.get("alive") else 0
+        if n.get("alive") and n.get("leader") and (row["term"] or -1) < (n.get("term") or -1):
+            row["leader"], row["term"] = n["leader"], n["term"]
+    out = sorted(rows.values(), key=lambda r: r["group"])
+    if args.json:
+        _print_json(out)
+    else:
+        print(format_table(out, [("group", "GROUP"), ("leader", "LEADER"), ("term", "TERM"),
+                                 ("alive", "ALIVE"), ("members", "MEMBERS")]))
+    return 0 if out and all(r["leader"] for r in out) else 1
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 600:
+        raise argparse.ArgumentTypeError("must be in (0, 600] seconds")
+    return value
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("dledger", help="operate DLedger groups: transfer leadership, leaders")
+    dsub = p.add_subparsers(dest="dledger_command", metavar="SUBCOMMAND", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--dir", help="cluster directory (default $RMQ_CLUSTER_HOME/<name>)")
+        q.add_argument("--name", default=supervisor.DEFAULT_NAME, help="cluster name")
+        q.add_argument("--json", action="store_true", help="print JSON")
+
+    t = dsub.add_parser("transfer", help="make a member the leader of its DLedger group "
+                                         "(DLedger's LEADERSHIP_TRANSFER)")
+    t.add_argument("--group", required=True, help="the group (brokerName, e.g. broker-a)")
+    t.add_argument("--to", required=True, help="dLegerSelfId (n2) or node name (broker-a-n2)")
+    t.add_argument("--timeout", type=_positive, default=DEFAULT_WAIT_S,
+                   help="seconds to wait for the leader's answer (default %(default)s; the "
+                        "leader itself gives up after 10 s)")
+    common(t)
+    t.set_defaults(func=_guarded(cmd_transfer))
+    ls = dsub.add_parser("leaders", help="the leader and term of every DLedger group")
+    common(ls)
+    ls.set_defaults(func=_guarded(cmd_leaders))
