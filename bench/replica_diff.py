@@ -5,14 +5,18 @@
 Generates a 2-replica store (master + an identical slave, ``--gib`` GiB in total, CommitLog
 files of ``--file-mb`` MiB) and measures in the same run, on the same files:
   * raw_read: sequential read of every file (8 MiB reads, as ``cat > /dev/null``), the baseline;
-  * audit: the whole byte-exact job (checksums, the master's decode, findings, summary) on a
-    Spark session already started (``job_*`` below; issue 24's target: >= 0.5x raw read);
-  * checksum: the checksum stage alone (every byte of both replicas read and crc32'd);
-  * audit_header_only: the same with ``--header-only``;
-  * wall_small_s / wall_s: the CLI end to end (Spark's start included) on a 2 MB store and on
-    this one (``--wall``).
-Measured warm (both read the page cache) and cold (the bench's own files evicted from the page
-cache with POSIX_FADV_DONTNEED before each of the two reads).
+  * audit: the whole byte-exact job (byte comparison, findings, summary) on a Spark session
+    already started (issue 24's target: >= 0.5x raw read); with ``local[*]`` the comparison
+    runs in the driver's threads, no Spark job;
+  * compare_executors: the comparison stage alone as a Spark job (how it runs on a cluster);
+  * audit_header_only: the same audit with ``--header-only``;
+  * audit_check_stores: with ``--check-stores`` (every master record decoded: the old way);
+  * small_audit_s: the audit of a 2 MB store pair on the started session; with ``--wall``
+    also wall_small_s / wall_s: the CLI end to end, 2 MB and this store (a consistent local
+    audit starts no Spark), and wall_small_out_s / wall_out_s: the same with ``--out`` (Parquet
+    findings: Spark's start included).
+Measured warm (both read the page cache: equally warm) and cold (the bench's own files evicted
+from the page cache with POSIX_FADV_DONTNEED before each of the two reads).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import time
 from typing import Any
 
 from rmq_cluster.spark_jobs.model import make_replica, plan_scan
-from rmq_cluster.spark_jobs.replica_diff import build_session, checksum_replicas, run_job
+from rmq_cluster.spark_jobs.replica_diff import build_session, compare_replicas, run_job
 from rmq_cluster.spark_jobs.synth import make_msgs, write_commitlog_store
 
 MiB = 1 << 20
@@ -56,10 +60,10 @@ def evict(paths: list[str]) -> None:
             os.close(fd)
 
 
-def _cli_wall(specs: list[str]) -> float:
+def _cli_wall(specs: list[str], *extra: str) -> float:
     import subprocess
 
-    args = [a for sp in specs for a in ("--replica", sp)]
+    args = [a for sp in specs for a in ("--replica", sp)] + list(extra)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "rmq_cluster.spark_jobs.replica_diff", *args,
                     "--quiet", "--master", "local[2]"], check=False,
@@ -81,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time the CLI end to end (Spark start included), 2 MB and this")
     args = ap.parse_args(argv)
 
+    load0 = os.getloadavg()[0]
     base = args.dir or tempfile.mkdtemp(prefix="bench-replica-diff-")
     fb = args.file_mb * MiB
     per_replica = int(args.gib * (1 << 30) / 2)
@@ -100,20 +105,35 @@ def main(argv: list[str] | None = None) -> int:
         kw: dict[str, Any] = {"split_bytes": args.split_mb * MiB,
                               "block_bytes": args.block_mb * MiB}  # fmt: skip
 
+        small = os.path.join(base, "small")
+        if not os.path.isdir(os.path.join(small, "m")):
+            write_commitlog_store(os.path.join(small, "m"), make_msgs(1000, body_size=900),
+                                  1 * MiB)  # fmt: skip
+            shutil.copytree(os.path.join(small, "m"), os.path.join(small, "s"))
+        small_reps = [make_replica("g", "m", "MASTER", os.path.join(small, "m")),
+                      make_replica("g", "s", "SLAVE", os.path.join(small, "s"))]  # fmt: skip
         spark = build_session(args.master, app="bench-replica-diff", quiet=True)
         try:
             run_job(spark, reps, None, **kw)  # warm the Python workers and the page cache
+            compare_replicas(spark, reps, kw["block_bytes"], in_driver=False)
             raw_read(paths)
             raw_bytes, raw_s = raw_read(paths)
             t1 = time.perf_counter()
             summary = run_job(spark, reps, None, **kw)
             audit_s = time.perf_counter() - t1
             t1 = time.perf_counter()
-            checksum_replicas(spark, reps, kw["block_bytes"])
-            sums_s = time.perf_counter() - t1
+            compare_replicas(spark, reps, kw["block_bytes"], in_driver=False)
+            exec_s = time.perf_counter() - t1
             t1 = time.perf_counter()
             run_job(spark, reps, None, exact=False, **kw)
             header_s = time.perf_counter() - t1
+            t1 = time.perf_counter()
+            run_job(spark, reps, None, check_stores=True, **kw)
+            check_s = time.perf_counter() - t1
+            run_job(spark, small_reps, None)
+            t1 = time.perf_counter()
+            run_job(spark, small_reps, None)
+            small_s = time.perf_counter() - t1
             evict(paths)
             cold_raw_bytes, cold_raw_s = raw_read(paths)
             evict(paths)
@@ -125,13 +145,15 @@ def main(argv: list[str] | None = None) -> int:
         out: dict[str, Any] = {
             "bench": "replica_diff",
             "master": args.master,
-            "cache": "warm: page cache; cold_*: the files evicted (fadvise) before each read",
+            "cache": "warm: both from the page cache (equally warm); cold_*: the files "
+                     "evicted (fsync + POSIX_FADV_DONTNEED) before each of the two reads",
+            "load_1min_before": round(load0, 2),
             "store_bytes": raw_bytes,
             "replicas": 2,
             "files": len(paths),
             "file_bytes": fb,
             "body_bytes": args.body_bytes,
-            "records": summary["groups"]["g"]["replicas"]["m"]["messages"],
+            "records_per_replica": n,
             "block_bytes": args.block_mb * MiB,
             "generate_s": round(gen_s, 2),
             "raw_read_s": round(raw_s, 3),
@@ -140,27 +162,33 @@ def main(argv: list[str] | None = None) -> int:
             "audit_GBps": round(raw_bytes / audit_s / 1e9, 3),
             "audit_vs_raw": round(raw_s / audit_s, 3),
             "target_audit_vs_raw": 0.5,
-            "checksum_s": round(sums_s, 3),
-            "checksum_vs_raw": round(raw_s / sums_s, 3),
+            "compare_executors_s": round(exec_s, 3),
+            "compare_executors_vs_raw": round(raw_s / exec_s, 3),
             "audit_header_only_s": round(header_s, 3),
+            "audit_header_only_vs_raw": round(raw_s / header_s, 3),
+            "audit_check_stores_s": round(check_s, 3),
+            "small_store_bytes": sum(os.path.getsize(s.path) for ss in
+                                     plan_scan(small_reps, MiB, verify_crc=False)[2].values()
+                                     for s in ss),
+            "small_audit_s": round(small_s, 3),
             "cold_raw_read_GBps": round(cold_raw_bytes / cold_raw_s / 1e9, 3),
             "cold_audit_GBps": round(raw_bytes / cold_audit_s / 1e9, 3),
             "cold_audit_vs_raw": round(cold_raw_s / cold_audit_s, 3),
+            "load_1min_after": round(os.getloadavg()[0], 2),
             "audit_verdict": summary["verdict"],
             "byte_identical": summary["groups"]["g"]["replicas"]["s"]["byte_identical"],
         }
         if args.wall:
-            small = os.path.join(base, "small")
-            write_commitlog_store(os.path.join(small, "m"), make_msgs(1000, body_size=900),
-                                  1 * MiB)  # fmt: skip
-            shutil.copytree(os.path.join(small, "m"), os.path.join(small, "s"))
-            out["wall_small_bytes"] = sum(
-                os.path.getsize(os.path.join(d, f)) for x in ("m", "s")
-                for d in [os.path.join(small, x, "commitlog")] for f in os.listdir(d)
-            )  # fmt: skip
             out["wall_small_s"] = round(_cli_wall([f"g:m:MASTER:{small}/m",
                                                    f"g:s:SLAVE:{small}/s"]), 2)  # fmt: skip
             out["wall_s"] = round(_cli_wall([f"g:m:MASTER:{master}", f"g:s:SLAVE:{slave}"]), 2)
+            # with --out (Parquet findings): Spark is started whatever the verdict
+            out["wall_small_out_s"] = round(_cli_wall(
+                [f"g:m:MASTER:{small}/m", f"g:s:SLAVE:{small}/s"], "--out",
+                os.path.join(base, "out-small")), 2)
+            out["wall_out_s"] = round(_cli_wall(
+                [f"g:m:MASTER:{master}", f"g:s:SLAVE:{slave}"], "--out",
+                os.path.join(base, "out")), 2)
         print(json.dumps(out, indent=2))
         return 0
     finally:

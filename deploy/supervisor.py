@@ -34,6 +34,7 @@ import attrs
 import trio
 
 from rmq_cluster.cluster.acl.local import local_admin, write_private
+from rmq_cluster.cluster.home import DEFAULT_ROOT, cluster_home
 from rmq_cluster.cluster.logging import LOG_FILE_ENV, LogRotation, rotate_files
 from rmq_cluster.cluster.protocol.controller import (
     ControllerRequestCode,
@@ -66,7 +67,6 @@ STATE_FILE: Final = "cluster.json"
 #: Held (flock) by a command that changes the cluster: up, down, restart, promote.
 LOCK_FILE: Final = ".lock"
 STATE_VERSION: Final = 1
-DEFAULT_ROOT: Final = ".rmq-cluster"
 DEFAULT_NAME: Final = "default"
 #: ``up``/``restart``: every node must be ready within this.
 READY_TIMEOUT_S: Final = 30.0
@@ -88,15 +88,6 @@ SPAWN_BANNER: Final = b"--- rmq-cluster: starting "
 
 class SupervisorError(Exception):
     """A one-line reason a command failed (printed on stderr, exit status 1)."""
-
-
-#: Where clusters live unless ``--dir`` says otherwise (default ``./.rmq-cluster``).
-HOME_ENV: Final = "RMQ_CLUSTER_HOME"
-
-
-def cluster_home() -> Path:
-    """``$RMQ_CLUSTER_HOME``, else ``./.rmq-cluster``."""
-    return Path(os.environ.get(HOME_ENV, "").strip() or DEFAULT_ROOT)
 
 
 def default_dir(name: str = DEFAULT_NAME) -> Path:

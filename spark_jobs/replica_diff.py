@@ -27,6 +27,14 @@ from typing import Any
 
 import attrs
 
+from rmq_cluster.cluster.home import cluster_home
+from rmq_cluster.spark_jobs.compare import (
+    Diff,
+    compare_range,
+    plan_compare,
+    store_end,
+    windows,
+)
 from rmq_cluster.spark_jobs.decode import (
     A_BAD_CRC,
     A_EOF_BLANK,
@@ -61,9 +69,8 @@ from rmq_cluster.spark_jobs.model import (
 )
 
 DEFAULT_NAME = "default"
-DEFAULT_ROOT = ".rmq-cluster"  # as deploy's (rmq-cluster up --name N keeps N there)
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
-DEFAULT_BLOCK_BYTES = 4 * 1024 * 1024  # checksum granularity (aligned on absolute offsets)
+DEFAULT_BLOCK_BYTES = 4 * 1024 * 1024  # comparison granularity (aligned on absolute offsets)
 _READ_BYTES = 4 * 1024 * 1024
 FIRST_FINDINGS = 100
 DRIVER_FINDINGS = 50_000  # up to this many findings are counted on the driver
@@ -406,6 +413,140 @@ def checksum_replicas(
     return out, pre
 
 
+def _lazy(spark: Any) -> bool:
+    """A session-making function (started on first need), not a session."""
+    return callable(spark) and not hasattr(spark, "sparkContext")
+
+
+def _session(spark: Any) -> Any:
+    return spark() if _lazy(spark) else spark
+
+
+def compare_replicas(
+    spark: Any, replicas: list[Replica], block: int, *, in_driver: bool | None = None,
+) -> tuple[dict[int, int], dict[int, list[tuple[str, int, int]]], dict[str, int]]:
+    """Every member of a group compared byte for byte with its reference (declared master,
+    else first member), over data files and ConsumeQueues: in the driver's threads when Spark
+    runs locally (no Spark job: big reads and memcmp at memory speed), else one Spark job whose
+    tasks read and compare where they run; only differing block runs travel back.  Returns
+    {replica: reference} for the replicas proven byte-identical, {replica: [(area, a, b)]} for
+    the others' differing runs, and group -> reference."""
+    tasks, refs = plan_compare(replicas, block)
+    sc = None if spark is None else spark.sparkContext
+    if sc is None:
+        in_driver = True
+    elif in_driver is None:
+        in_driver = str(sc.master).startswith("local")
+    rows: list[Diff] = []
+    if tasks and in_driver:
+        from concurrent.futures import ThreadPoolExecutor
+
+        threads = (os.cpu_count() or 2) if sc is None else sc.defaultParallelism
+        with ThreadPoolExecutor(max(1, min(len(tasks), threads))) as pool:
+            for part in pool.map(compare_range, tasks):
+                rows.extend(part)
+    elif tasks and sc is not None:
+        rows = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism * 4))
+                              ).flatMap(compare_range).collect()  # fmt: skip
+    diffs: dict[int, list[tuple[str, int, int]]] = {}
+    for rid, area, runs in rows:
+        for a, b in runs:
+            diffs.setdefault(rid, []).append((area, a, b))
+    identical: dict[int, int] = {}
+    for g, ref in refs.items():
+        idx = [i for i, r in enumerate(replicas) if r.group == g and i != ref]
+        if replicas[ref].declared_master:
+            identical.update({i: ref for i in idx if i not in diffs})
+        elif not any(i in diffs for i in idx):  # DLedger, no declared leader: all or none
+            identical.update({i: ref for i in idx})
+    for found in diffs.values():
+        found.sort(key=lambda x: (x[0] != "data", x[1], x[0]))
+    return identical, diffs, refs
+
+
+def _probe_stats(replicas: list[Replica], rid: int) -> dict[str, Any]:
+    """A store not decoded: where its records end (its last file's tail), no counts."""
+    r = replicas[rid]
+    segs = list_segments(r.data_dir)
+    first = segs[0].start if segs else 0
+    end = store_end(r.kind, segs, r.limit)
+    return {"messages": None, "bytes": None, "first": first if end is not None else None,
+            "end": end if end is not None else first}  # fmt: skip
+
+
+def _proven(replicas: list[Replica], identical: dict[int, int], refs: dict[str, int],
+            quiet: bool) -> dict[str, Any]:  # fmt: skip
+    """Every replica byte-identical to its reference: nothing is decoded (the stores' own
+    soundness is --check-stores' business); ends from the references' file tails."""
+    _, file_findings, segs_by = plan_scan(replicas, DEFAULT_SPLIT_BYTES, verify_crc=False,
+                                          skip=frozenset(range(len(replicas))))  # fmt: skip
+    stats = {ref: _probe_stats(replicas, ref) for ref in refs.values()}
+    for rid, src in identical.items():
+        stats[rid] = dict(stats[src])
+    masters = choose_masters(replicas, {i: int(s["end"] or 0) for i, s in stats.items()})
+    _progress(quiet, "every replica byte-identical to its master; nothing decoded")
+    small = [
+        dict(zip(FINDING_COLUMNS, (replicas[f.rid].group, replicas[f.rid].node,
+                                   replicas[f.rid].role, f.kind, f.offset, f.end, 1, None, None,
+                                   None, f.detail), strict=True))
+        for f in file_findings
+    ]  # fmt: skip
+    return {
+        "findings": None, "findings_rows": small, "records": None, "joined": None,
+        "replicas": replicas, "masters": masters, "stats": stats, "segments": segs_by,
+        "identical": identical, "exact": True,
+    }  # fmt: skip
+
+
+def _window_tasks(replicas: list[Replica], skip: frozenset[int],
+                  wins: dict[str, list[tuple[int, int]]], segs_by: dict[int, list[Any]],
+                  exact: frozenset[int], split_bytes: int) -> list[ScanTask]:  # fmt: skip
+    """Decode tasks for the records starting inside each group's windows, on every decoded
+    member (the reference and the differing replicas), at most ``split_bytes`` each."""
+    out = []
+    for rid, r in enumerate(replicas):
+        if rid in skip or r.group not in wins:
+            continue
+        lim = -1 if r.limit is None else r.limit
+        for a, b in wins[r.group]:
+            for s in segs_by[rid]:
+                lo, hi = max(a, s.start) - s.start, min(b, s.start + s.length) - s.start
+                for x in range(lo, hi, max(1, split_bytes)):
+                    out.append(ScanTask(rid, r.kind, s.path, s.start, x,
+                                        min(x + split_bytes, hi), False, rid in exact, lim))
+    return out
+
+
+def _cq_pairwise(spark: Any, cq_tasks: list[CqTask], schema: str, others: Any) -> Any:
+    """cq_mismatch: a replica's unit whose (offset, size, tags code) differs from the master's
+    unit of the same index (units only one side has are the CommitLog's lag or tail)."""
+    from pyspark.sql import functions as F
+
+    sc = spark.sparkContext
+    cq = spark.createDataFrame(
+        sc.parallelize(cq_tasks, min(len(cq_tasks), sc.defaultParallelism * 2)).flatMap(_scan_cq),
+        schema,
+    )
+    mcq = cq.select(F.col("rid").alias("mrid"), "cq_topic", "cq_qid", "cq_index",
+                    F.col("phy_offset").alias("m_phy"), F.col("cq_size").alias("m_cqs"),
+                    F.col("cq_tags").alias("m_tags"))  # fmt: skip
+    return (
+        cq.join(others, "rid")
+        .join(mcq, ["mrid", "cq_topic", "cq_qid", "cq_index"])
+        .where((F.col("phy_offset") != F.col("m_phy")) | (F.col("cq_size") != F.col("m_cqs"))
+               | (F.col("cq_tags") != F.col("m_tags")))
+        .select(
+            "rid", F.lit(K_CQ_MISMATCH).alias("kind"), "phy_offset",
+            (F.col("phy_offset") + F.col("cq_size")).alias("end_offset"),
+            F.lit(1).cast("long").alias("count"),
+            F.col("cq_topic").alias("topic"), F.col("cq_qid").alias("queue_id"),
+            F.col("cq_index").alias("queue_offset"),
+            F.concat(F.lit("cq unit "), F.col("cq_index"),
+                     F.lit(" differs from master's (offset, size or tags code)")).alias("detail"),
+        )
+    )  # fmt: skip
+
+
 def run_diff(
     spark: Any,
     replicas: list[Replica],
@@ -415,28 +556,66 @@ def run_diff(
     quiet: bool = True,
     exact: bool = True,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    check_stores: bool = False,
 ) -> dict[str, Any]:
     """Decode, compare and return {findings DataFrame, stats}; no output written.
 
-    ``exact`` (the default): every byte of the replicas' data files and ConsumeQueues is
-    compared.  Checksums first (:func:`checksum_replicas`): a replica whose every block equals
-    its master's is proven identical and not decoded (its findings are its master's own);
-    the others are decoded with record digests and compared record by record, field by field.
-    Without ``exact`` only the decoded header fields (and the stored body CRC) are compared."""
+    By default (``check_stores`` False, no ``verify_crc``) the replicas are compared byte for
+    byte first (:func:`compare_replicas`); a group whose members are all identical is not
+    decoded at all (if every group is, nothing is and ``findings`` is None: the rows are in
+    ``findings_rows``); the other groups are decoded and compared record by record as below.
+    ``check_stores`` (or ``verify_crc``) also decodes every master record to check the stores'
+    own soundness (decode anomalies, queue gaps, ConsumeQueue pointers, consumer offsets).
+
+    With ``check_stores``: block checksums first (:func:`checksum_replicas`); a replica whose
+    every block equals its master's is not decoded (its findings are its master's own); the
+    masters and the others are decoded in full.  ``exact`` (the default): the decoded records
+    carry digests, so every byte is compared; without it only the decoded header fields (and
+    the stored body CRC) are.
+
+    ``spark`` may be a function returning the session (a local run): then it is started only
+    if something has to be decoded, and the comparison runs in the driver."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    lazy = _lazy(spark)
     check_groups(replicas)
     identical: dict[int, int] = {}
     pre = None
-    if exact:
+    probed: dict[int, dict[str, Any]] = {}
+    windowed = not check_stores and not verify_crc
+    wins: dict[str, list[tuple[int, int]]] = {}
+    cq_areas: dict[str, set[str]] = {}
+    if windowed:
+        identical, diffs, refs = compare_replicas(None if lazy else spark, replicas,
+                                                  max(1, block_bytes))
+        _progress(quiet, f"compared byte for byte: {len(identical)} of "
+                         f"{len(replicas) - len(refs)} replicas identical to their master")
+        quiet_groups = {g for g, ref in refs.items()
+                        if all(i in identical for i, r in enumerate(replicas)
+                               if r.group == g and i != ref)}  # fmt: skip
+        if len(quiet_groups) == len(refs):
+            return _proven(replicas, identical, refs, quiet)
+        # the others: decoded only inside their differing blocks (widened to whole records)
+        probed = {i: _probe_stats(replicas, i) for i in range(len(replicas))
+                  if i not in identical}  # fmt: skip
+        for g in set(refs) - quiet_groups:
+            members = [i for i, r in enumerate(replicas) if r.group == g and i not in identical]
+            runs = [(a, b) for i in members for area, a, b in diffs.get(i, ()) if area == "data"]
+            wins[g] = windows(replicas[refs[g]].kind,
+                              {i: list_segments(replicas[i].data_dir) for i in members}, runs)
+            cq_areas[g] = {area for i in members for area, _, _ in diffs.get(i, ())
+                           if area != "data"}  # fmt: skip
+        quiet_refs = frozenset(refs[g] for g in quiet_groups)
+    spark = _session(spark)  # something to decode: a session from here on
+    if not windowed and exact:
         identical, pre = checksum_replicas(spark, replicas, max(1, block_bytes),
                                            with_masters=not verify_crc, split_bytes=split_bytes)
         _progress(quiet, f"checksums: {len(identical)} of "
                          f"{len(replicas) - len({r.group for r in replicas})} replicas "
                          "byte-identical to their master")  # fmt: skip
-    skip = frozenset(identical)
-    if exact and len(identical) == len(replicas) - len({r.group for r in replicas}):
+    skip = frozenset(identical) | (quiet_refs if windowed else frozenset())
+    if pre is not None and len(identical) == len(replicas) - len({r.group for r in replicas}):
         fast = _all_identical(spark, replicas, identical, split_bytes, verify_crc, quiet, pre)
         if fast is not None:
             return fast
@@ -446,8 +625,11 @@ def run_diff(
         if exact and i not in skip and r.group in differing_groups
         and any(j not in skip and j != i for j, x in enumerate(replicas) if x.group == r.group)
     )  # fmt: skip
-    tasks, file_findings, segs_by = plan_scan(replicas, split_bytes, verify_crc=verify_crc,
-                                              skip=skip, exact=exact_rids)  # fmt: skip
+    tasks, file_findings, segs_by = plan_scan(
+        replicas, split_bytes, verify_crc=verify_crc,
+        skip=frozenset(range(len(replicas))) if windowed else skip, exact=exact_rids)
+    if windowed:
+        tasks = _window_tasks(replicas, skip, wins, segs_by, exact_rids, split_bytes)
     nfiles = sum(len(segs_by[i]) for i in range(len(replicas)) if i not in skip)
     _progress(quiet, f"decoding {nfiles} files of {len(replicas) - len(skip)} replicas in "
                      f"{len(tasks)} ranges")  # fmt: skip
@@ -475,6 +657,8 @@ def run_diff(
         st["end"] = max(st["end"], q["end"])
         st["first"] = min(st["first"], q["first"])
         qmax[(q["rid"], q["topic"], q["queue_id"])] = q["mx"] + 1
+    if windowed:  # decoded in windows only: ends from file tails, no counts
+        stats = {i: st for i, st in probed.items()}
     for rid, src in identical.items():  # proven identical: the master's figures
         if src in stats:
             stats[rid] = dict(stats[src])
@@ -483,8 +667,8 @@ def run_diff(
                 qmax[(rid, t, qid)] = mx
     ends = {rid: s["end"] for rid, s in stats.items()}
     masters = choose_masters(replicas, ends)
-    _progress(quiet, f"decoded {sum(s['messages'] for i, s in stats.items() if i not in skip)} "
-                     "records")  # fmt: skip
+    _progress(quiet, f"decoded {sum(q['messages'] for q in qrows)} records"
+                     + (f" in {sum(len(w) for w in wins.values())} windows" if windowed else ""))
 
     rep_rows = []
     for rid, r in enumerate(replicas):
@@ -594,11 +778,22 @@ def run_diff(
     )  # fmt: skip
     holes = j.where(
         m_only & (F.col("phy_offset") >= F.col("r_lo")) & (F.col("phy_offset") < F.col("r_end"))
-    ).withColumn(
-        "island", F.col("seq") - F.row_number().over(Window.partitionBy("rid").orderBy("seq"))
+    )
+    if windowed:  # a run of missing records never spans two windows (records between them)
+        wdf = spark.createDataFrame(
+            [(refs[g], a, b) for g, ws in wins.items() for a, b in ws] or [(-1, 0, 0)],
+            "w_mrid int, w_lo long, w_hi long")
+        holes = holes.join(F.broadcast(wdf), (F.col("mrid") == F.col("w_mrid"))
+                           & (F.col("phy_offset") >= F.col("w_lo"))
+                           & (F.col("phy_offset") < F.col("w_hi")), "left")  # fmt: skip
+    else:
+        holes = holes.withColumn("w_lo", F.lit(0))
+    holes = holes.withColumn(
+        "island", F.col("seq") - F.row_number().over(
+            Window.partitionBy("rid", "w_lo").orderBy("seq"))
     )
     missing = (
-        holes.groupBy("rid", "island")
+        holes.groupBy("rid", "w_lo", "island")
         .agg(F.min("phy_offset").alias("phy_offset"),
              F.max(F.col("m_phy_offset") + F.col("m_size")).alias("end_offset"),
              F.count("*").alias("count"))
@@ -647,10 +842,19 @@ def run_diff(
     )  # fmt: skip
 
     # ---- ConsumeQueue units against the same replica's records
-    cq_tasks = plan_cq(replicas, skip)
     parts: list[Any] = [divergent, stray, extra, lag, missing, blank_diff]
-    own: list[Any] = [anomalies, gaps]  # a replica's own defects (copied to identical ones)
-    if cq_tasks:
+    own: list[Any] = [anomalies]  # a replica's own defects (copied to identical ones)
+    cq_schema = ("rid int, cq_topic string, cq_qid int, cq_index long, phy_offset long, "
+                 "cq_size long, cq_tags long")  # fmt: skip
+    if windowed:  # only the differing queues' units, unit by unit against the master's
+        cq_tasks = [t for t in plan_cq(replicas, skip)
+                    if f"cq/{t.topic}/{t.queue_id}" in cq_areas.get(replicas[t.rid].group, ())]
+        if cq_tasks:
+            parts.append(_cq_pairwise(spark, cq_tasks, cq_schema, others))
+    else:
+        own.append(gaps)
+        cq_tasks = plan_cq(replicas, skip)
+    if cq_tasks and not windowed:
         cq = spark.createDataFrame(
             spark.sparkContext.parallelize(
                 cq_tasks, min(len(cq_tasks), spark.sparkContext.defaultParallelism * 2)
@@ -723,7 +927,8 @@ def run_diff(
     small: list[tuple[Any, ...]] = [
         (f.rid, f.kind, f.offset, f.end, 1, None, None, None, f.detail) for f in file_findings
     ]
-    small += consumer_offset_findings(replicas, masters, qmax)
+    if not windowed:  # the stores' own soundness: --check-stores
+        small += consumer_offset_findings(replicas, masters, qmax)
     if small:
         parts.append(
             spark.createDataFrame(
@@ -751,9 +956,14 @@ def run_diff(
     }
 
 
+def _int_or_none(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
 def summarize(result: dict[str, Any], findings_rows: list[Any], by_kind: list[Any],
               buckets: list[Any], *, allow_lag: bool, elapsed: float, verify_crc: bool,
-              bucket_width: dict[str, int]) -> dict[str, Any]:  # fmt: skip
+              bucket_width: dict[str, int],
+              lag_counts: dict[tuple[str, str], int] | None = None) -> dict[str, Any]:  # fmt: skip
     replicas: list[Replica] = result["replicas"]
     masters: dict[str, int] = result["masters"]
     stats: dict[int, dict[str, Any]] = result["stats"]
@@ -786,12 +996,17 @@ def summarize(result: dict[str, Any], findings_rows: list[Any], by_kind: list[An
             "store": r.store,
             "is_master": rid == m,
             "files": len(result["segments"][rid]),
-            "bytes": int(st.get("bytes") or 0),
-            "messages": int(st.get("messages") or 0),
+            # None: not decoded (proven byte-identical, or its group's reference)
+            "bytes": _int_or_none(st.get("bytes")),
+            "messages": _int_or_none(st.get("messages")),
             "first_offset": st.get("first"),
             "end_offset": end,
             "lag_bytes": max(0, mend - end),
-            "lag_messages": max(0, int(mst.get("messages") or 0) - int(st.get("messages") or 0)),
+            "lag_messages": (  # not decoded: the lag finding's count (records past its end)
+                (lag_counts or {}).get((r.group, r.node), 0)
+                if mst.get("messages") is None or st.get("messages") is None
+                else max(0, int(mst["messages"]) - int(st["messages"]))
+            ),
             "ahead_bytes": max(0, end - mend),
             "common_prefix": min(first_bad.get((r.group, r.node), min(end, mend)), end, mend),
             "byte_identical": rid in result["identical"],
@@ -835,6 +1050,7 @@ def run_job(
     quiet: bool = True,
     exact: bool = True,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
+    check_stores: bool = False,
 ) -> dict[str, Any]:
     """The whole job: diff, then (with ``out_dir``) ``findings/`` Parquet, ``summary.json`` and
     ``report.html``; returns the summary."""
@@ -844,9 +1060,15 @@ def run_job(
 
     t0 = time.monotonic()
     res = run_diff(spark, replicas, verify_crc=verify_crc, split_bytes=split_bytes, quiet=quiet,
-                   exact=exact, block_bytes=block_bytes)  # fmt: skip
-    known = res.get("findings_rows")  # the fast path knows them all: no Spark job to count them
-    f = res["findings"].coalesce(max(1, spark.sparkContext.defaultParallelism))
+                   exact=exact, block_bytes=block_bytes, check_stores=check_stores)  # fmt: skip
+    known = res.get("findings_rows")  # the fast paths know them all: no Spark job to count them
+    f = res["findings"]
+    if f is not None or out_dir is not None:  # Parquet out, or findings to count: a session
+        spark = _session(spark)
+    if f is None and out_dir is not None:
+        f = spark.createDataFrame([tuple(d.values()) for d in known or []], finding_schema())
+    if f is not None:
+        f = f.coalesce(max(1, spark.sparkContext.defaultParallelism))
     if known is None:
         f = f.persist()
     if out_dir is not None:
@@ -873,11 +1095,14 @@ def run_job(
         by_kind = [{"group": g, "node": n, "kind": k, "n": c} for (g, n, k), c in kinds.items()]
         buckets = [{"group": g, "node": n, "bucket": b, "n": c}
                    for (g, n, b), c in bucket_n.items()]  # fmt: skip
+        lag_counts = {(r["group"], r["node"]): int(r["count"]) for r in few if r["kind"] == K_LAG}
         rows = sorted(few, key=lambda r: (r["group"], r["phy_offset"] is None,
                                           r["phy_offset"] or 0, r["node"], r["kind"])
                       )[:FIRST_FINDINGS]  # fmt: skip
     else:
         by_kind = f.groupBy("group", "node", "kind").agg(F.count("*").alias("n")).collect()
+        lag_counts = {(r["group"], r["node"]): int(r["count"])
+                      for r in f.where(F.col("kind") == K_LAG).collect()}  # fmt: skip
         rows = (
             f.orderBy(F.col("group"), F.col("phy_offset").asc_nulls_last(), "node", "kind")
             .limit(FIRST_FINDINGS).collect()
@@ -893,8 +1118,9 @@ def run_job(
         )  # fmt: skip
     summary = summarize(res, rows, by_kind, buckets, allow_lag=allow_lag,
                         elapsed=time.monotonic() - t0, verify_crc=verify_crc,
-                        bucket_width=widths)  # fmt: skip
-    f.unpersist()
+                        bucket_width=widths, lag_counts=lag_counts)  # fmt: skip
+    if f is not None:
+        f.unpersist()
     for frame in ("records", "joined"):
         if res[frame] is not None:
             res[frame].unpersist()
@@ -917,11 +1143,14 @@ exit status:
   1  divergent (or lagging without --allow-lag)
   2  bad input (unreadable cluster directory, store or replica spec; no PySpark)
 
-By default every byte is compared: data files and ConsumeQueues are checksummed in
---block-mb blocks first, and only replicas whose checksums differ are decoded, record by
-record; --header-only compares the decoded header fields instead (--verify-crc: and the
-body CRCs).  The summary goes to stdout (--json: the whole summary as JSON), progress to
-stderr; --out adds findings/ (Parquet), summary.json and report.html.
+By default every byte is compared: each replica's data files and ConsumeQueues are
+compared with its master's (big reads, memcmp, in --block-mb blocks), and records are
+decoded only inside the blocks that differ, to name the first divergent record; a
+consistent cluster is never decoded.  --header-only judges only decoded header fields
+there; --check-stores (and --verify-crc: the body CRCs) decodes every record of every
+store to check the stores' own soundness too.  The summary goes to stdout (--json: the
+whole summary as JSON), progress to stderr; --out adds findings/ (Parquet), summary.json
+and report.html.
 """
 
 
@@ -929,7 +1158,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
     p.add_argument("--dir", help="cluster directory holding cluster.json "
-                                 "(default ./.rmq-cluster/<name> when no --replica is given)")
+                                 "(default $RMQ_CLUSTER_HOME/<name>, the home defaulting to "
+                                 "./.rmq-cluster, when no --replica is given)")
     p.add_argument("--name", default=DEFAULT_NAME, help="cluster name (default default)")
     p.add_argument("--replica", action="append", default=[], metavar="GROUP:NODE:ROLE:STORE",
                    help="a replica (repeatable); ROLE: MASTER/SYNC_MASTER/ASYNC_MASTER/SLAVE, "
@@ -944,12 +1174,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "divergent stores, blind to body/property bytes)")
     p.add_argument("--verify-crc", action="store_true",
                    help="also recompute every body CRC (bad_crc findings, master included)")
+    p.add_argument("--check-stores", action="store_true",
+                   help="also decode every master record: decode anomalies, queue gaps, "
+                        "ConsumeQueue pointers, consumer offsets (slower: record by record)")
     p.add_argument("--allow-lag", action="store_true",
                    help="a replica behind its master (a missing tail) is not a failure")
     p.add_argument("--split-mb", type=int, default=DEFAULT_SPLIT_BYTES >> 20,
                    help="decode range size within a file (MiB)")
     p.add_argument("--block-mb", type=float, default=DEFAULT_BLOCK_BYTES / (1 << 20),
-                   help="checksum block (MiB, aligned on offsets)")
+                   help="comparison block (MiB, aligned on offsets): decode windows "
+                        "start from the blocks that differ")
     p.add_argument("--live", action="store_true",
                    help="audit a running cluster (--dir/--name) up to each group's confirmed "
                         "offset, asked from its brokers (CommitLogs only)")
@@ -962,10 +1196,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _cluster_dir(args: argparse.Namespace) -> str | None:
     if args.dir or args.replica:
         return str(args.dir) if args.dir else None
-    # as the other commands: ./.rmq-cluster/<name>
+    # as the other commands: $RMQ_CLUSTER_HOME/<name>, the home defaulting to ./.rmq-cluster
     if not args.name or "/" in args.name or args.name in (".", ".."):
         raise BadInput(f"bad cluster name {args.name!r}")
-    return os.path.join(DEFAULT_ROOT, args.name)
+    return str(cluster_home() / args.name)
 
 
 def resolve_replicas(args: argparse.Namespace) -> list[Replica]:
@@ -1037,18 +1271,29 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 2
 
     owned = SparkSession.getActiveSession() is None  # in-process callers keep their session
-    spark = build_session(args.master, quiet=args.quiet)
+    started: list[Any] = []
+
+    def session() -> Any:  # started on first need: a consistent local audit needs none
+        if not started:
+            _progress(args.quiet, "starting Spark")
+            started.append(build_session(args.master, quiet=args.quiet))
+        return started[0]
+
+    local = (args.master or "").startswith("local") or (
+        not args.master and "PYSPARK_GATEWAY_PORT" not in os.environ)
     try:
-        summary = run_job(spark, replicas, args.out, verify_crc=args.verify_crc,
-                          allow_lag=args.allow_lag, split_bytes=args.split_mb << 20,
+        summary = run_job(session if local else session(), replicas, args.out,
+                          verify_crc=args.verify_crc, allow_lag=args.allow_lag,
+                          split_bytes=args.split_mb << 20,
                           quiet=args.quiet, exact=not args.header_only,
-                          block_bytes=max(1, int(args.block_mb * (1 << 20))))  # fmt: skip
+                          block_bytes=max(1, int(args.block_mb * (1 << 20))),
+                          check_stores=args.check_stores)  # fmt: skip
     except BadInput as exc:
         print(f"replica-diff: bad input: {exc}", file=sys.stderr)
         return 2
     finally:
-        if owned:
-            spark.stop()
+        if owned and started:
+            started[0].stop()
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
     else:

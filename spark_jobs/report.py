@@ -24,12 +24,19 @@ def _e(x: Any) -> str:
     return html.escape("" if x is None else str(x))
 
 
-def _human(n: float) -> str:
+def _human(n: float | None) -> str:
+    if n is None:
+        return "not counted"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def _n(x: int | None) -> str:
+    """A count, or why there is none (a store proven byte-identical is not decoded)."""
+    return "not counted" if x is None else str(x)
 
 
 def lag_chart(group: str, g: dict[str, Any]) -> str:
@@ -51,7 +58,7 @@ def lag_chart(group: str, g: dict[str, Any]) -> str:
         out.append(f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{bar_h - 6}" '
                    f'fill="{color}"><title>{_e(node)}: end {r["end_offset"]}</title></rect>')
         out.append(f'<text x="{left + w + 6:.1f}" y="{y + 15}">{_e(label)} '
-                   f'({r["messages"]} msgs)</text>')  # fmt: skip
+                   f'({_n(r["messages"])} msgs)</text>')  # fmt: skip
     out.append("</svg>")
     return "".join(out)
 
@@ -112,9 +119,10 @@ def render_html(summary: dict[str, Any]) -> str:
             fk = ", ".join(f"{k}: {n}" for k, n in r["findings"].items()) or "none"
             parts.append(
                 f"<tr><td class='l'>{_e(node)}</td><td class='l'>{_e(r['role'])}</td>"
-                f"<td class='l'>{_e(r['kind'])}</td><td>{r['files']}</td><td>{r['messages']}</td>"
+                f"<td class='l'>{_e(r['kind'])}</td><td>{r['files']}</td>"
+                f"<td>{_n(r['messages'])}</td>"
                 f"<td>{_human(r['bytes'])}</td><td>{r['end_offset']}</td><td>{r['lag_bytes']}</td>"
-                f"<td>{r['lag_messages']}</td><td>{r['common_prefix']}</td>"
+                f"<td>{_n(r['lag_messages'])}</td><td>{r['common_prefix']}</td>"
                 f"<td class='l'>{_e(fk)}</td>"
                 f"<td class='l {_CLS.get(r['verdict'], '')}'>{_e(r['verdict'])}</td></tr>"
             )

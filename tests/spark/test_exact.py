@@ -103,8 +103,9 @@ def test_a_flipped_consume_queue_byte_is_found(exact_run: dict[str, Any]) -> Non
 def test_identical_replicas_are_proven_by_checksums(exact_run: dict[str, Any]) -> None:
     g = exact_run["summary"]["groups"]["same"]["replicas"]["s"]
     assert g["byte_identical"] and g["verdict"] == "consistent" and not _of(exact_run, "same")
-    assert g["messages"] == len(exact_run["placed"])
-    assert g["proven_identical_to"] == g["end_offset"]
+    assert g["messages"] is None  # not decoded, so not counted
+    last = exact_run["placed"][-1]
+    assert g["proven_identical_to"] == g["end_offset"] == last.phy_offset + last.size
     assert exact_run["summary"]["mode"] == "exact"
 
 
@@ -182,7 +183,7 @@ def test_all_identical_fast_path_equals_the_reference(
         _flip(Path(list_segments(str(m / "commitlog"))[0].path), placed[3].phy_offset + 4)
     reps = [make_replica("g", "m", "MASTER", str(m)),
             make_replica("g", "s", "SLAVE", str(faults.copy_store(m, tmp_path / "s")))]
-    res = run_diff(spark, reps)
+    res = run_diff(spark, reps, check_stores=True)
     assert res["identical"] == {1: 0}
     assert (res["records"] is None) == (defect in ("none", "consumer"))  # the fast path
     got = sorted((r["group"], r["node"], r["kind"], r["phy_offset"], r["end_offset"],
@@ -190,3 +191,57 @@ def test_all_identical_fast_path_equals_the_reference(
     key = [(g, n, k, lo, hi, c) for g, n, k, lo, hi, c in reference_diff(reps)]
     assert sorted(got, key=str) == sorted(key, key=str)
     assert bool(got) == (defect != "none")
+    plain = run_diff(spark, reps)  # default: identical bytes are never decoded
+    assert plain["records"] is None and plain["findings"] is None
+    assert plain["findings_rows"] == [] and plain["identical"] == {1: 0}
+
+
+def test_records_are_decoded_only_inside_differing_blocks(spark: Any, tmp_path: Path) -> None:
+    """One flipped body byte in a 300-record store: the decoder sees only the records around
+    that block (on the master and the slave), not the stores."""
+    from rmq_cluster.spark_jobs.replica_diff import run_diff
+
+    m = tmp_path / "m"
+    placed = write_commitlog_store(str(m), make_msgs(300, body_size=150), FB)
+    s = faults.copy_store(m, tmp_path / "s")
+    victim = placed[200]
+    seg = [x for x in list_segments(str(s / "commitlog")) if x.start <= victim.phy_offset][-1]
+    _flip(Path(seg.path), victim.phy_offset - seg.start + 88 + 7)
+    reps = [make_replica("g", "m", "MASTER", str(m)), make_replica("g", "s", "SLAVE", str(s))]
+    from rmq_cluster.spark_jobs.replica_diff import compare_replicas
+
+    here = compare_replicas(spark, reps, 512, in_driver=True)
+    assert compare_replicas(spark, reps, 512, in_driver=False) == here  # as a Spark job
+    ((area, a, b),) = here[1][1]
+    assert area == "data" and a <= victim.phy_offset + 88 + 7 < b == a + 512
+    res = run_diff(spark, reps, block_bytes=512)
+    decoded = res["records"].where("anomaly is null").count()
+    assert 2 <= decoded <= 2 * 4, decoded  # a 512-byte block holds at most 3 records here
+    (f,) = [r.asDict() for r in res["findings"].collect()]
+    assert (f["node"], f["kind"], f["phy_offset"]) == ("s", "divergent", victim.phy_offset)
+    assert "body" in f["detail"]
+    res["records"].unpersist()
+    res["joined"].unpersist()
+
+
+def test_a_consistent_local_audit_starts_no_spark(spark: Any, tmp_path: Path) -> None:
+    """Given a session-making function, the job calls it only when it has something to
+    decode (or Parquet to write): a consistent audit runs without Spark."""
+    m = tmp_path / "m"
+    placed = write_commitlog_store(str(m), make_msgs(50, body_size=100), FB)
+    s = faults.copy_store(m, tmp_path / "s")
+    reps = [make_replica("g", "m", "MASTER", str(m)), make_replica("g", "s", "SLAVE", str(s))]
+    calls: list[int] = []
+
+    def session() -> Any:
+        calls.append(1)
+        return spark
+
+    summary = run_job(session, reps, None)
+    assert calls == [] and summary["exit_code"] == 0
+    assert summary["groups"]["g"]["replicas"]["s"]["end_offset"] == placed[-1].phy_offset + (
+        placed[-1].size)
+    _flip(Path(list_segments(str(s / "commitlog"))[0].path), placed[2].phy_offset + 90)
+    summary = run_job(session, reps, None)
+    assert calls and summary["exit_code"] == 1
+    assert summary["first_findings"][0]["phy_offset"] == placed[2].phy_offset

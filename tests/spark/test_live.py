@@ -51,4 +51,5 @@ def test_live_audit_under_load(spark: Any, tmp_path: Path) -> None:
                 assert r["verdict"] == "consistent"
                 assert r["proven_identical_to"] == r["end_offset"] <= r["audited_to"]
         audited = [r for g in s["groups"].values() for r in g["replicas"].values()]
-        assert sum(r["messages"] for r in audited) > 0
+        assert all(r["byte_identical"] or r["is_master"] for r in audited)
+    assert sum(r["end_offset"] for r in audited) > 0  # not decoded: ends, no message counts
