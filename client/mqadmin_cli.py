@@ -1012,7 +1012,7 @@ def add_commands(sub: Any) -> None:
     add_controller_commands(sub)
 
 
-# ====================================================================== controller mode (issue 25)
+# ====================================================================== controller mode
 # getSyncStateSet asks the controller leader (CONTROLLER_GET_SYNC_STATE_DATA 1006); getBrokerEpoch
 # asks each replica of a group, found through the NameServers (GET_BROKER_EPOCH_CACHE 1007).
 
@@ -1027,8 +1027,8 @@ async def _get_sync_state_set(admin: Admin, args: argparse.Namespace) -> Output:
         ControllerClient,
         parse_controller_addrs,
     )
+    from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
     from rmq_cluster.cluster.remoting.codec import RemotingCommand
-    from rmq_cluster.cluster.remoting.net import open_remoting_client
 
     try:
         addrs = parse_controller_addrs(args.controller_address)
@@ -1061,8 +1061,8 @@ async def _get_sync_state_set(admin: Admin, args: argparse.Namespace) -> Output:
 
 async def _get_broker_epoch(admin: Admin, args: argparse.Namespace) -> Output:
     from rmq_cluster.cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
+    from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
     from rmq_cluster.cluster.remoting.codec import RemotingCommand
-    from rmq_cluster.cluster.remoting.net import open_remoting_client
 
     info = await admin.cluster_list()
     names = [args.broker_name] if args.broker_name else sorted(

@@ -134,7 +134,7 @@ NODE_COLUMNS = [
 ]
 STATUS_COLUMNS = [*NODE_COLUMNS, ("commitlog_max_offset", "MAXOFFSET"), ("diff_bytes", "DIFF")]
 DLEDGER_STATUS_COLUMNS = [("term", "TERM"), ("leader", "LEADER"), ("commit_index", "COMMIT")]
-#: controller mode (issue 25): master epoch and the group's SyncStateSet (brokerIds)
+#: controller mode: master epoch and the group's SyncStateSet (brokerIds)
 CONTROLLER_STATUS_COLUMNS = [("epoch", "EPOCH"), ("sync_state_set", "SYNCSTATESET")]
 
 

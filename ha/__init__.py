@@ -1,4 +1,4 @@
-"""Classic RocketMQ 4.x master/slave replication (issue 7).
+"""Classic RocketMQ 4.x master/slave replication.
 
 Modules
 - ``ha.protocol``: sans-IO framing (8-byte slave offset reports; master frames of

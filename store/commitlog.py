@@ -73,10 +73,10 @@ _BAD_TOPIC: Final = (
 
 
 #: CommitLog blocks are reserved (posix_fallocate) this far ahead of the write position, so
-#: that no write through the mapping lands in a hole a full disk cannot fill (SIGBUS). Measured
-#: on ext4 here: ~7 µs per 4 MiB reservation (open + fallocate + close; a statvfs is 2 µs),
-#: once per 4 MiB of records; fallocating a whole 1 GiB file takes ~0.9 ms but holds 1 GiB of
-#: disk from the start, which the sparse segments of a cluster in a box avoid.
+#: that no write through the mapping lands in a hole a full disk cannot fill (SIGBUS). A
+#: reservation is one open + fallocate + close per chunk of records, cheap beside the chunk's
+#: puts; fallocating a whole file at creation would hold all of its disk from the start, which
+#: the sparse segments of a cluster in a box avoid (bench/store.py measures puts).
 RESERVE_CHUNK_BYTES: Final = 4 * 1024 * 1024
 
 

@@ -58,7 +58,7 @@ def _ascii_hash(raw: bytes) -> int:
     """Java ``hashCode`` mod 2**32 of ASCII ``raw`` (at most _HASH_UNITS bytes). The hash of
     all but the last 2 bytes is remembered: keys such as UNIQ_KEY share long heads (client
     address, pid, time, the high part of a counter), so usually only a table look-up of the
-    last two bytes is left (multiplying out even an 8-byte tail costs ~0.45 µs)."""
+    last two bytes is left (even multiplying out an 8-byte tail shows in bench/store.py)."""
     n = len(raw)
     if n <= _TAIL + 4:
         return sum(map(operator.mul, raw, _POW31_DESC[_HASH_UNITS - n :])) & _MASK32

@@ -195,8 +195,8 @@ class MappedFile:
 
         Through libc (ctypes releases the GIL for the call), not ``mmap.flush``: that holds the
         GIL while the kernel writes the pages back, so a flush "in a worker thread" stopped the
-        event loop for the whole msync (5-20 ms for the ~8 MB a 500 ms flush interval gathers
-        at 15k msgs/s: the p99 of HA replication lag). Same syscall, same range, same flags
+        event loop for the whole msync (milliseconds at a busy broker's flush interval: it was
+        the p99 of HA replication lag in bench/ha.py). Same syscall, same range, same flags
         (MS_SYNC). The address comes from a buffer export released at once; a map closed on
         the event loop meanwhile makes msync fail with ENOMEM, and what is gone needs no
         flush."""
