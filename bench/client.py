@@ -50,9 +50,9 @@ from rmq_cluster.client import (  # noqa: E402
 )
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
 from rmq_cluster.cluster.protocol.message import encode_batch  # noqa: E402
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client  # noqa: E402
 from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from rmq_cluster.cluster.remoting.net import open_remoting_client  # noqa: E402
 
 QUEUES = produce_bench.QUEUES
 BOOT_TIMEOUT_S = 30.0

@@ -44,9 +44,10 @@ from rmq_cluster.cluster.protocol.controller import (
 )
 from rmq_cluster.cluster.protocol.controller_client import ControllerClient
 from rmq_cluster.cluster.protocol.route import ClusterInfo
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import RemotingError, open_remoting_client
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.testing import RunningCluster, rmq_cluster
 

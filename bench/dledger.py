@@ -40,9 +40,9 @@ import produce as produce_bench  # noqa: E402  (bench/produce.py: broker start +
 
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
 from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable  # noqa: E402
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client  # noqa: E402
 from rmq_cluster.cluster.remoting.codec import RemotingCommand  # noqa: E402
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client  # noqa: E402
 
 GROUP = "bench-dl"
 TOPIC = produce_bench.TOPIC

@@ -42,9 +42,9 @@ import produce as produce_bench  # noqa: E402  (bench/produce.py: the raw pipeli
 
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
 from rmq_cluster.cluster.protocol.route import KVTable  # noqa: E402
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client  # noqa: E402
 from rmq_cluster.cluster.remoting.codec import RemotingCommand  # noqa: E402
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client  # noqa: E402
 
 BOOT_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 30.0

@@ -41,9 +41,9 @@ from rmq_cluster.cluster.protocol.route import (
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.route_info import RouteInfoManager
 from rmq_cluster.namesrv.server import serve

@@ -2,6 +2,7 @@
 ping-pong baseline measured in the same run.
 
     python3 bench/produce.py [--seconds 3] [--body 1024] [--inflight 256] [--batch 32]
+    python3 bench/produce.py --java-like-only [--java-inflight 32] [--seconds 20]
 
 The broker runs as ``mqbroker`` in a child process (ASYNC_FLUSH, a temp store, no
 NameServer), so client and broker each get a core. Cases, all over one connection:
@@ -10,6 +11,10 @@ NameServer), so client and broker each get a core. Cases, all over one connectio
   * batch send: SEND_BATCH_MESSAGE of ``--batch`` x ``--body`` bytes, ``--batch-inflight``
     requests in flight;
   * pull: PULL_MESSAGE of 32 messages, one request per queue in flight, over the sent messages;
+  * java-like send: ``--java-inflight`` (32) sync senders sharing one connection, each writing
+    its next frame alone (one ``send`` per frame) as soon as its answer is read: the load of
+    RocketMQ's benchmark Producer (``-w 32``) whose Netty client flushes every request;
+    ``--java-like-only`` runs just this case (for profiling the broker: bench/README.md);
   * baseline: bench/remoting.py's plain Trio length-prefixed echo, ping-pong (1 in flight).
 Prints one JSON object. Targets (issue 5): 1-in-flight send >= 0.6x ping-pong, batch >= 100 000
 msgs/s, pipelined >= 40 000 msgs/s.
@@ -26,6 +31,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,9 +46,9 @@ import remoting as remoting_bench  # noqa: E402  (bench/remoting.py: the Trio ba
 
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
 from rmq_cluster.cluster.protocol.message import encode_batch, encode_properties  # noqa: E402
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client  # noqa: E402
 from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from rmq_cluster.cluster.remoting.net import open_remoting_client  # noqa: E402
 
 TOPIC = "BenchProduce"
 BATCH_TOPIC = "BenchBatch"
@@ -95,6 +101,15 @@ def _start_broker(store: str, extra: str = "") -> tuple[subprocess.Popen[str], i
     raise RuntimeError("broker did not start")
 
 
+def _stop_broker(broker: subprocess.Popen[str]) -> None:
+    broker.terminate()
+    try:
+        broker.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        broker.kill()
+        broker.wait()
+
+
 def _send_ext(topic: str, queue_id: int, batch: bool = False) -> dict[str, str]:
     props = encode_properties({"TAGS": "TagA", "WAIT": "true"}).decode()
     return {
@@ -137,6 +152,11 @@ async def _bench_broker(
 
         # raw frames: the broker's own rates
         frames = _frames(RequestCode.SEND_MESSAGE_V2, TOPIC, body)
+        java = _java_like_case(port, requests, args.java_inflight, args.seconds,
+                               0.5, broker_pid)
+        out[f"send_{args.java_inflight}_java_like"] = java
+        if args.java_like_only:
+            return out
         one = await _raw_case(port, frames, 1, args.seconds, 0.3, broker_pid)
         many = await _raw_case(port, frames, args.inflight, args.seconds, 0.5, broker_pid)
         # the same through our Python client API (open_remoting_client + invoke)
@@ -338,6 +358,117 @@ async def _raw_case(
     }
 
 
+def _java_like_case(
+    port: int,
+    requests: list[RemotingCommand],
+    threads: int,
+    seconds: float,
+    warmup: float,
+    broker_pid: int | None = None,
+) -> dict[str, float]:
+    """The benchmark Producer's load without the JVM: ``threads`` threads share one blocking
+    socket, each sending a request (encoded with a fresh opaque, written under a lock in a
+    ``send`` of its own, as Netty's flush per request) and parking until a reader thread hands
+    it its answer. Threads wake one by one, so requests reach the broker spread out as they do
+    from a real client, not in bursts. Rate, latency percentiles, the broker's CPU time per
+    request (measured window)."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    write_lock = threading.Lock()
+    waiters: dict[int, list[Any]] = {}  # opaque -> [event, response code]
+    opaques = itertools.count(1)
+    clock = time.perf_counter
+    start = clock()
+    measure_from = start + warmup
+    stop_at = measure_from + seconds
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    failure: list[BaseException] = []
+    cpu_marks: list[float] = []
+
+    def sender(i: int) -> None:
+        mine = latencies[i]
+        n = i
+        try:
+            while not failure:
+                t0 = clock()
+                if t0 >= stop_at:
+                    return
+                opaque = next(opaques)
+                slot: list[Any] = [threading.Event(), None]
+                waiters[opaque] = slot
+                frame = encode(requests[n % len(requests)], opaque)
+                n += 1
+                with write_lock:
+                    sock.sendall(frame)
+                if not slot[0].wait(30):
+                    raise RuntimeError("no answer in 30 s")
+                if slot[1] != ResponseCode.SUCCESS:
+                    raise RuntimeError(f"request failed with code {slot[1]}")
+                t1 = clock()
+                if t0 >= measure_from:
+                    mine.append(t1 - t0)
+        except BaseException as exc:  # (reported by the caller)
+            failure.append(exc)
+
+    def reader() -> None:
+        buf = bytearray()
+        try:
+            while not failure:
+                data = sock.recv(256 * 1024)
+                if not data:
+                    return
+                buf += data
+                pos = 0
+                while len(buf) - pos >= 8:
+                    (length,) = _U32.unpack_from(buf, pos)
+                    if len(buf) - pos < 4 + length:
+                        break
+                    header_len = _U32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
+                    header = orjson.loads(bytes(buf[pos + 8 : pos + 8 + header_len]))
+                    pos += 4 + length
+                    slot = waiters.pop(header["opaque"], None)
+                    if slot is not None:
+                        slot[1] = header["code"]
+                        slot[0].set()
+                del buf[:pos]
+        except OSError:
+            return
+
+    read_thread = threading.Thread(target=reader, daemon=True)
+    read_thread.start()
+    workers = [threading.Thread(target=sender, args=(i,), daemon=True) for i in range(threads)]
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(max(0.0, measure_from - clock()))  # (a fixed warmup, not a condition)
+        cpu_marks.append(_cpu_seconds(broker_pid))
+        measured_start = clock()
+        for w in workers:
+            w.join(seconds + 60)
+        elapsed = clock() - measured_start
+        cpu_marks.append(_cpu_seconds(broker_pid))
+    finally:
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        read_thread.join(5)
+    if failure:
+        raise RuntimeError(f"java-like sender failed: {failure[0]!r}")
+    lat = sorted(x for mine in latencies for x in mine)
+    done = len(lat)
+
+    def pct(p: float) -> float:
+        return round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1e6, 1) if lat else 0.0
+
+    return {
+        "requests": done,
+        "req_per_s": round(done / elapsed),
+        "p50_us": pct(0.5),
+        "p99_us": pct(0.99),
+        "avg_rt_us": round(sum(lat) / max(1, done) * 1e6, 1),
+        "broker_cpu_us_per_req": round((cpu_marks[1] - cpu_marks[0]) / max(1, done) * 1e6, 2),
+    }
+
+
 def _frames(code: int, topic: str, body: bytes, batch: bool = False) -> list[bytes]:
     return [
         encode(RemotingCommand.request(code, _send_ext(topic, q, batch), body), 1 + q)
@@ -361,8 +492,22 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, default=256)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--batch-inflight", type=int, default=8)
+    parser.add_argument("--java-inflight", type=int, default=32)
+    parser.add_argument("--java-like-only", action="store_true",
+                        help="only the java-like send case (no baseline, no other cases)")
     args = parser.parse_args()
     configure_logging("warning")
+    if args.java_like_only:
+        with tempfile.TemporaryDirectory(prefix="bench-produce-") as store:
+            broker, bport = _start_broker(store, os.environ.get("BENCH_BROKER_EXTRA", ""))
+            try:
+                print(f"broker pid {broker.pid}", file=sys.stderr, flush=True)
+                results = trio.run(_bench_broker, bport, args, broker.pid)
+            finally:
+                _stop_broker(broker)
+        print(json.dumps({"benchmark": "broker java-like send", "body_bytes": args.body,
+                          "seconds": args.seconds, **results}, indent=2))
+        return
 
     proc, port = remoting_bench._start_server("baseline")
     try:
@@ -377,12 +522,7 @@ def main() -> None:
         try:
             results = trio.run(_bench_broker, bport, args, broker.pid)
         finally:
-            broker.terminate()
-            try:
-                broker.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                broker.kill()
-                broker.wait()
+            _stop_broker(broker)
 
     one = results["send_1_in_flight"]["msgs_per_s"]
     many = results[f"send_{args.inflight}_in_flight"]["msgs_per_s"]

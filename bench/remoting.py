@@ -8,7 +8,9 @@ Servers run in a child process (so client and server each get a core, as in a re
     request);
   * baseline: a plain Trio length-prefixed echo (read big, answer every frame in one send).
 Both are measured (a) with one request in flight and (b) with N in flight on one connection.
-Prints one JSON object. Targets (issue "Foundation"): (a) >= 0.7x the baseline, (b) >= 40 000 req/s.
+Each case also reports the server's CPU time per request (``server_cpu_us_per_req``, from
+/proc/<pid>/stat over the measured window). Prints one JSON object. Targets (issue
+"Foundation"): (a) >= 0.7x the baseline, (b) >= 40 000 req/s.
 """
 
 from __future__ import annotations
@@ -29,13 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checkout  # (bench/checkout.py: this tree's rmq_cluster first)
 
 from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.net import (
-    Connection,
-    Dispatcher,
-    RemotingServer,
-    open_remoting_client,
-)
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.dispatch import Dispatcher
+from rmq_cluster.cluster.remoting.server import RemotingServer
 
 ECHO_CODE = 1
 _LEN = struct.Struct(">I")
@@ -110,10 +110,27 @@ class _Stats:
         }
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """utime + stime of process ``pid`` (0.0 when unknown or not on Linux)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _drive(
-    call: Callable[[], Awaitable[None]], inflight: int, seconds: float, warmup: float
+    call: Callable[[], Awaitable[None]], inflight: int, seconds: float, warmup: float,
+    server_pid: int | None = None,
 ) -> dict[str, float]:
+    """Keep ``inflight`` calls going; rate and latency over the measured window, and (with
+    ``server_pid``) the server process's CPU time per request: barely moved by other load
+    on the machine, unlike the rate."""
     stats = _Stats()
+    cpu: list[float] = []
     measuring = False
     stop_at = trio.current_time() + warmup + seconds
 
@@ -132,12 +149,17 @@ async def _drive(
         await trio.sleep(warmup)  # fixed warm-up period of the benchmark, not a wait on a condition
         measuring = True
         started = time.perf_counter()
+        cpu.append(cpu_seconds(server_pid))
     elapsed = time.perf_counter() - started
-    return stats.summary(elapsed)
+    summary = stats.summary(elapsed)
+    if server_pid is not None:
+        used = cpu_seconds(server_pid) - cpu[0]
+        summary["server_cpu_us_per_req"] = round(used / max(1, stats.count) * 1e6, 2)
+    return summary
 
 
 async def _bench_ours(
-    port: int, body: bytes, inflight: int, seconds: float
+    port: int, body: bytes, inflight: int, seconds: float, server_pid: int | None = None
 ) -> dict[str, dict[str, float]]:
     async with open_remoting_client(node="bench-client") as client:
         conn = await client.connection(f"127.0.0.1:{port}")
@@ -148,13 +170,13 @@ async def _bench_ours(
             if len(response.body) != len(body):
                 raise RuntimeError("echo mismatch")
 
-        one = await _drive(call, 1, seconds, 0.3)
-        many = await _drive(call, inflight, seconds, 0.5)
+        one = await _drive(call, 1, seconds, 0.3, server_pid)
+        many = await _drive(call, inflight, seconds, 0.5, server_pid)
     return {"one_in_flight": one, f"{inflight}_in_flight": many}
 
 
 async def _bench_baseline(
-    port: int, body: bytes, inflight: int, seconds: float
+    port: int, body: bytes, inflight: int, seconds: float, server_pid: int | None = None
 ) -> dict[str, dict[str, float]]:
     """Plain Trio length-prefixed echo: (a) ping-pong in one task; (b) a pipeline that keeps
     ``inflight`` frames outstanding, a reader task waking one waiter per answered frame."""
@@ -177,7 +199,7 @@ async def _bench_baseline(
                 raise RuntimeError("baseline server closed")
             pending.extend(data)
 
-    one = await _drive(ping, 1, seconds, 0.3)
+    one = await _drive(ping, 1, seconds, 0.3, server_pid)
     await stream.aclose()
 
     # (b) pipeline
@@ -219,7 +241,7 @@ async def _bench_baseline(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reader)
-        many = await _drive(call, inflight, seconds, 0.5)
+        many = await _drive(call, inflight, seconds, 0.5, server_pid)
         nursery.cancel_scope.cancel()
     await stream.aclose()
     return {"one_in_flight": one, f"{inflight}_in_flight": many}
@@ -280,7 +302,7 @@ def main() -> None:
     ):
         proc, port = _start_server(name)
         try:
-            results[name] = trio.run(bench, port, body, args.inflight, args.seconds)
+            results[name] = trio.run(bench, port, body, args.inflight, args.seconds, proc.pid)
         finally:
             _stop(proc)
 

@@ -36,9 +36,9 @@ import produce  # noqa: E402  (bench/produce.py: broker start and raw load drive
 
 from rmq_cluster.cluster.acl.signing import Credentials  # noqa: E402
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client  # noqa: E402
 from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from rmq_cluster.cluster.remoting.net import open_remoting_client  # noqa: E402
 
 ACCOUNT = Credentials("benchUser01", "benchSecret01")
 RULES = """globalWhiteRemoteAddresses: [{white}]

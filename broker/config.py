@@ -44,6 +44,7 @@ from rmq_cluster.dledger.config import DLedgerConfig, DLedgerConfigError
 from rmq_cluster.ha.config import HAConfig
 from rmq_cluster.ha.protocol import MAX_FRAME_BODY_BYTES
 from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
+from rmq_cluster.store.record import parse_delay_levels
 
 DEFAULT_LISTEN_PORT: Final = 10911
 #: Nodes listen on loopback unless ``bindAddress`` says otherwise (RocketMQ binds 0.0.0.0): a
@@ -393,8 +394,6 @@ def check_settings(settings: BrokerSettings) -> None:
         text = part.strip()
         if not text.isdigit() or int(text) not in _HOURS:
             raise ConfigError(f"deleteWhen: {s.delete_when!r} is not hours 00..23 joined by ;")
-    from rmq_cluster.broker.schedule import parse_delay_levels  # (schedule imports this module)
-
     try:
         parse_delay_levels(s.message_delay_level)
     except ValueError as exc:

@@ -16,7 +16,6 @@ unregisters from every NameServer, writes the config files and closes the store 
 from __future__ import annotations
 
 import functools
-import time
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -58,18 +57,25 @@ from rmq_cluster.broker.processors.send import (
 )
 from rmq_cluster.broker.replicas_manager import ReplicasManager
 from rmq_cluster.broker.schedule import ScheduleMessageService
+from rmq_cluster.broker.stats import BrokerStats
 from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC, TopicConfigManager
 from rmq_cluster.broker.transaction import HALF_TOPIC, OP_HALF_TOPIC, TransactionState
 from rmq_cluster.cluster.acl.guard import AclGuard, default_acl_path
 from rmq_cluster.cluster.acl.signing import credentials_from
 from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.metrics import Histogram
 from rmq_cluster.cluster.metrics_server import serve_metrics
 from rmq_cluster.cluster.node_main import NodeSupervisor
 from rmq_cluster.cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
 from rmq_cluster.cluster.protocol.route import ClusterInfo, PermName, RegisterBrokerBody
+from rmq_cluster.cluster.remoting.address import format_address
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.cluster.remoting.headers import (
     CheckTransactionStateRequestHeader,
     NotifyConsumerIdsChangedRequestHeader,
@@ -77,17 +83,8 @@ from rmq_cluster.cluster.remoting.headers import (
     RegisterBrokerResponseHeader,
     UnregisterBrokerRequestHeader,
 )
-from rmq_cluster.cluster.remoting.net import (
-    Connection,
-    Dispatcher,
-    HeldAnswers,
-    Processor,
-    RemotingClient,
-    RemotingError,
-    RemotingServer,
-    format_address,
-    open_remoting_client,
-)
+from rmq_cluster.cluster.remoting.held import HeldAnswers
+from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.ha.access import is_loopback_host
@@ -101,8 +98,6 @@ from rmq_cluster.store.message_store import MessageStore
 UNREGISTER_TIMEOUT_S: Final = 3.0
 #: How often a slave copies its master's configs and offsets (RocketMQ: 10 s).
 SLAVE_SYNC_INTERVAL_S: Final = 10.0
-#: Window of the put/get TPS figures in GET_BROKER_RUNTIME_INFO.
-TPS_WINDOW_S: Final = 10.0
 #: Pause after an unexpected error in a background loop before it runs again.
 LOOP_ERROR_BACKOFF_S: Final = 1.0
 #: How long a heartbeat that created its group's retry topic waits for the NameServers to learn
@@ -111,41 +106,6 @@ LOOP_ERROR_BACKOFF_S: Final = 1.0
 TOPIC_REGISTER_WAIT_S: Final = 2.0
 #: Shortest pause between two lookups of this group's slave hosts (HA default allow-list).
 HA_SLAVE_HOSTS_REFRESH_MIN_S: Final = 1.0
-
-
-class BrokerStats:
-    """Counters for GET_BROKER_RUNTIME_INFO (msgPutTotalTodayNow, putTps, ...)."""
-
-    def __init__(self) -> None:
-        self.put_total = 0
-        self.get_total = 0
-        self._mark = time.monotonic()
-        self._put_mark = 0
-        self._get_mark = 0
-        self._put_tps = 0.0
-        self._get_tps = 0.0
-
-    def put(self, topic: str, count: int, size: int) -> None:
-        self.put_total += count
-
-    def get(self, topic: str, count: int) -> None:
-        self.get_total += count
-
-    def _roll(self) -> None:
-        now = time.monotonic()
-        elapsed = now - self._mark
-        if elapsed >= TPS_WINDOW_S:
-            self._put_tps = (self.put_total - self._put_mark) / elapsed
-            self._get_tps = (self.get_total - self._get_mark) / elapsed
-            self._mark, self._put_mark, self._get_mark = now, self.put_total, self.get_total
-
-    def put_tps(self) -> float:
-        self._roll()
-        return self._put_tps
-
-    def get_tps(self) -> float:
-        self._roll()
-        return self._get_tps
 
 
 class BrokerController:
@@ -236,6 +196,14 @@ class BrokerController:
         if self._store is None:
             raise RuntimeError("the broker is not running")
         return self._store
+
+    @property
+    def store_or_none(self) -> MessageStore | None:
+        return self._store
+
+    @property
+    def send_latency(self) -> Histogram | None:
+        return self.metrics.send_latency if self.metrics is not None else None
 
     @property
     def schedule(self) -> ScheduleMessageService:

@@ -6,7 +6,11 @@ ours 200 for fast failovers), ``controllerHeartBeatTimeoutMills`` (how long the 
 waits before it counts this broker dead; RocketMQ 10000, ours 1000),
 ``syncControllerMetadataPeriod`` (ms between replica-info reads; ours 200),
 ``haMaxTimeSlaveNotCatchup`` (a slave behind for this long leaves the SyncStateSet;
-RocketMQ 15000, ours 3000).
+RocketMQ 15000, ours 3000); ``masterLeaseMills`` (extension: a master that has not renewed
+with the controller - a successful heartbeat - for this long stops taking sends, read-only in
+its routes, until it renews; -1 (default) = ``controllerHeartBeatTimeoutMills`` minus two
+heartbeat intervals, so it fences itself before the controller can elect another master;
+0 = never, as RocketMQ 5).
 
 In controller mode ``brokerId`` is the replica's identity (>= 1: id 0 is the master's slot in
 routes) and ``brokerRole`` only says SYNC or ASYNC for the time this broker is master.
@@ -25,6 +29,8 @@ DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: Final = 200
 DEFAULT_CONTROLLER_HEARTBEAT_TIMEOUT_MS: Final = 1_000
 DEFAULT_SYNC_CONTROLLER_METADATA_PERIOD_MS: Final = 200
 DEFAULT_HA_MAX_TIME_SLAVE_NOT_CATCHUP_MS: Final = 3_000
+#: masterLeaseMills: derived from the heartbeat timeout and interval.
+LEASE_DERIVED: Final = -1
 
 
 @attrs.frozen
@@ -43,6 +49,14 @@ class ControllerModeConfig:
     max_time_slave_not_catchup_ms: int = setting(
         "haMaxTimeSlaveNotCatchup", DEFAULT_HA_MAX_TIME_SLAVE_NOT_CATCHUP_MS
     )
+    master_lease_ms: int = setting("masterLeaseMills", LEASE_DERIVED)
+
+    @property
+    def lease_ms(self) -> int:
+        """How long a master goes on taking sends without renewing (0: for ever)."""
+        if self.master_lease_ms != LEASE_DERIVED:
+            return self.master_lease_ms
+        return max(1, self.heartbeat_timeout_ms - 2 * self.heartbeat_interval_ms)
 
     @property
     def addrs(self) -> list[str]:
@@ -68,3 +82,10 @@ class ControllerModeConfig:
                            ("haMaxTimeSlaveNotCatchup", self.max_time_slave_not_catchup_ms)):
             if value < 1:
                 raise ConfigError(f"{key}: {value} must be > 0")
+        lease = self.master_lease_ms
+        if lease != LEASE_DERIVED and not 0 <= lease < self.heartbeat_timeout_ms:
+            raise ConfigError(
+                f"masterLeaseMills: {lease} must be -1, 0 or below "
+                f"controllerHeartBeatTimeoutMills ({self.heartbeat_timeout_ms}): a longer lease "
+                "outlives the controller's patience (two masters could take sends)"
+            )

@@ -24,13 +24,13 @@ import trio
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.route import PermName
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.net import Deferred, SyncProcessor
+from rmq_cluster.cluster.remoting.dispatch import Deferred, SyncProcessor
 from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore, put_status_of
 from rmq_cluster.dledger.messages import ResponseCode as DLedgerCode
 from rmq_cluster.store.commitlog import PutMessageResult
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerHost
     from rmq_cluster.broker.processors.send import SendProcessor
     from rmq_cluster.dledger.node import AppendResult
 
@@ -43,7 +43,7 @@ MASTER_LOOKUP_INTERVAL_S = 0.5
 
 
 class DLedgerRoleHandler:
-    def __init__(self, ctrl: BrokerController, store: DLedgerMessageStore) -> None:
+    def __init__(self, ctrl: BrokerHost, store: DLedgerMessageStore) -> None:
         self.ctrl = ctrl
         self.store = store
         self.log = get_logger(node=ctrl.node, role="dledger-role")
@@ -157,7 +157,7 @@ class _CommitAnswer(Deferred):
                 put_status_of(ack.code), result.result, f"DLedger append: {ack.code.name}"
             )
         try:
-            answer = self.send._answer(self.request, self.msg, result)
+            answer = self.send.answer(self.request, self.msg, result)
         except Exception:
             log.warning("commit answer failed", index=self.index, exc_info=True)
             answer = None  # the connection answers SYSTEM_ERROR
@@ -184,16 +184,16 @@ class _BatchCommitAnswer:
             result = PutMessageResult(
                 put_status_of(ack.code), result.result, f"DLedger append: {ack.code.name}"
             )
-        self.deferred.resolve(self.send._answer(self.request, self.msg, result))
+        self.deferred.resolve(self.send.answer(self.request, self.msg, result))
 
 
-def dledger_send_processor(send: SendProcessor, ctrl: BrokerController) -> SyncProcessor:
+def dledger_send_processor(send: SendProcessor, ctrl: BrokerHost) -> SyncProcessor:
     """SEND_MESSAGE / V2 / BATCH in DLedger mode: the send processor's checks, the entry
     appended at once, and the answer sent when it commits through a ``Deferred`` (no task per
     send: one Ready that commits many entries answers them all in one write per connection).
     Refusals (not the leader, bad message) are answered inline."""
     def process(conn: Any, request: RemotingCommand) -> RemotingCommand | Deferred:
-        prepared = send._prepare(conn, request)
+        prepared = send.prepare(conn, request)
         if isinstance(prepared, RemotingCommand):
             return prepared
         msg, batch, _wait = prepared  # DLedger always waits for the quorum (RocketMQ too)
@@ -202,14 +202,14 @@ def dledger_send_processor(send: SendProcessor, ctrl: BrokerController) -> SyncP
         if batch:
             result, waiter = store.propose_message(msg, batch)
             if waiter is None:
-                return send._answer(request, msg, result)
+                return send.answer(request, msg, result)
             pending = _BatchCommitAnswer(send, request, msg, result)
             store.on_committed(waiter, pending.committed)
             return pending.deferred
         answer = _CommitAnswer(send, request, msg)
         result = store.propose_with(msg, answer)
         if answer.index < 0:  # refused: never registered with the node
-            return send._answer(request, msg, result)
+            return send.answer(request, msg, result)
         answer.put_result = result
         return answer
 

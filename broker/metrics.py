@@ -19,7 +19,7 @@ from rmq_cluster.cluster.metrics import Histogram, RateTracker, Registry
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerContext
 
 Rows = Iterable[tuple[Mapping[str, object] | None, float]]
 
@@ -27,7 +27,7 @@ PUT_LATENCY_METRIC = "rmq_broker_send_latency_seconds"
 
 
 class BrokerMetrics:
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
         self.registry = Registry()
         self._rates = RateTracker()
@@ -85,7 +85,7 @@ class BrokerMetrics:
                 "brokerIP": self.ctrl.broker_addr}
 
     def _store(self) -> Any:
-        return self.ctrl._store  # None until the store is open
+        return self.ctrl.store_or_none  # None until the store is open
 
     def _broker_tps(self) -> Rows:
         return [(self._base(), self.ctrl.stats.put_tps())]
@@ -301,7 +301,7 @@ class RuntimeStats:
 
     def table(
         self,
-        ctrl: BrokerController,
+        ctrl: BrokerContext,
         commitlog_disk: tuple[int, int],
         consume_queue_disk: tuple[int, int],
         now_s: float | None = None,
@@ -341,6 +341,5 @@ class RuntimeStats:
             ),
             "startAcceptSendRequestTimeStamp": "0",
         }
-        metrics = ctrl.metrics
-        out.update(put_latency_figures(metrics.send_latency if metrics is not None else None))
+        out.update(put_latency_figures(ctrl.send_latency))
         return out

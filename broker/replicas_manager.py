@@ -26,7 +26,13 @@ the process:
   round earlier, in the master's epoch, joins; one that did not for
   ``haMaxTimeSlaveNotCatchup`` leaves;
 * as slave: registers with the NameServers until their answer names the controller's master,
-  which points the HA client at it.
+  which points the HA client at it;
+* as master, a lease (``masterLeaseMills``): without a successful heartbeat to the controller
+  for that long (cut off from the controllers: they will elect another master after
+  ``controllerHeartBeatTimeoutMills``) the master fences itself: its broker permission loses
+  WRITE (sends answer NO_PERMISSION, routes say read-only) until a heartbeat succeeds again.
+  RocketMQ 5 has no such lease (it fences only while a role is undecided and relies on
+  SyncStateSet acks); with it an old master stops acknowledging before a new one exists.
 
 Safety with SYNC replication: a SYNC_MASTER answers SEND_OK only after a slave acked the
 message, so with one slave per group (the ``2m-2s-controller`` layout) every acknowledged
@@ -44,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
+from rmq_cluster.broker.processors.broker_config import install_settings
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.controller import (
     NO_MASTER,
@@ -62,17 +69,19 @@ from rmq_cluster.cluster.protocol.controller import (
 )
 from rmq_cluster.cluster.protocol.controller_client import ControllerClient, is_host_port
 from rmq_cluster.cluster.protocol.route import PermName
+from rmq_cluster.cluster.remoting.address import format_address
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.cluster.remoting.headers import HeaderError
-from rmq_cluster.cluster.remoting.net import RemotingError, format_address, open_remoting_client
 from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
 from rmq_cluster.store.epoch_file import EpochFile, find_consistent_point, truncate_commitlog
 from rmq_cluster.store.message_store import MessageStore
 
 if TYPE_CHECKING:
     from rmq_cluster.broker.config import BrokerSettings
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerHost
 
 #: A broker call (epoch cache of a peer) gives up after this.
 PEER_CALL_TIMEOUT_S: Final = 1.0
@@ -80,6 +89,8 @@ PEER_CALL_TIMEOUT_S: Final = 1.0
 RETRY_INTERVAL_S: Final = 0.1
 #: How often a slave re-registers until the NameServers name its master.
 FOLLOW_INTERVAL_S: Final = 0.3
+#: The master's lease is checked this often (at most; a quarter of the lease when shorter).
+LEASE_CHECK_S: Final = 0.05
 
 
 @attrs.frozen
@@ -92,7 +103,7 @@ class Target:
 NO_TARGET: Final = Target(NO_MASTER, "", 0)
 
 
-def adopt_logged_topics(ctrl: BrokerController) -> list[str]:
+def adopt_logged_topics(ctrl: BrokerHost) -> list[str]:
     """A new master serves every topic its log holds: topics created on the old master after
     this replica's last SlaveSynchronize get a config (queues = highest queue id seen + 1)."""
     highest: dict[str, int] = {}
@@ -128,9 +139,23 @@ def next_sync_state_set(
     return wanted
 
 
+def lease_expired(last_renewed: float | None, now: float, lease_s: float) -> bool:
+    """A master's lease (seconds since its last successful heartbeat, measured from when that
+    heartbeat was *sent*, so never later than the controller's own clock starts): expired
+    when ``lease_s`` > 0 and it has not renewed for that long (or ever)."""
+    if lease_s <= 0:
+        return False
+    return last_renewed is None or now - last_renewed >= lease_s
+
+
+def fenced_permission(perm: int, fenced: bool) -> int:
+    """The broker permission while fenced (no WRITE) or not (as configured)."""
+    return perm & ~PermName.PERM_WRITE if fenced else perm
+
+
 class ReplicasManager:
     def __init__(
-        self, outer: BrokerController, factory: Callable[[BrokerSettings], BrokerController]
+        self, outer: BrokerHost, factory: Callable[[BrokerSettings], BrokerHost]
     ) -> None:
         self.outer = outer
         self.factory = factory
@@ -140,10 +165,12 @@ class ReplicasManager:
         self.my_id = b.broker_id
         self.group = b.broker_name
         self.cluster = b.broker_cluster_name
-        self.address = format_address(b.broker_ip1, b.listen_port)
+        # the address others dial (advertisedListenPort behind a proxy): what the controller
+        # names as master, what the NameServers list (so a slave sees its master named there)
+        self.address = format_address(b.broker_ip1, b.advertised_listen_port or b.listen_port)
         self.log = get_logger(node=outer.node, role="replicas-manager")
         self.epoch_file: EpochFile | None = None
-        self.inner: BrokerController | None = None
+        self.inner: BrokerHost | None = None
         self.target = NO_TARGET
         self.running: Target | None = None
         self.is_master = False
@@ -151,6 +178,10 @@ class ReplicasManager:
         self.last_max_offset = 0
         self.switches = 0
         self.truncated_bytes = 0
+        #: trio time the last successful heartbeat was sent (the master's lease)
+        self.last_renewed: float | None = None
+        self.fenced = False
+        self.fences = 0
         self._changed = trio.Event()
         self._register_needed = trio.Event()
         self.cc: ControllerClient | None = None
@@ -216,11 +247,13 @@ class ReplicasManager:
                 if is_master:
                     adopt_logged_topics(inner)
                     nursery.start_soon(self._sync_state_loop, inner, target)
+                    nursery.start_soon(self._lease_loop, inner, target)
                 else:
                     nursery.start_soon(self._follow_master, inner, target)
                 await self._wait_role_change(target, is_master)
                 self.max_offset()
                 nursery.cancel_scope.cancel()
+            self.fenced = False
             self.inner = None
             self.running = None
 
@@ -328,9 +361,11 @@ class ReplicasManager:
             ControllerRequestCode.CONTROLLER_REGISTER_BROKER, h.to_ext_fields()
         )
         while True:
+            sent_at = trio.current_time()
             try:
                 r = await self.cc.call(request)
                 if r.code == ResponseCode.SUCCESS:
+                    self.last_renewed = sent_at  # registration counts as a heartbeat
                     self._take_replica_info(r)
                     self.log.info("registered with the controller", replica_id=self.my_id)
                     return
@@ -367,9 +402,12 @@ class ReplicasManager:
             request = RemotingCommand.request(
                 ControllerRequestCode.BROKER_HEARTBEAT, h.to_ext_fields()
             )
+            sent_at = trio.current_time()
             try:
                 r = await self.cc.call(request, interval * 2)
-                if r.code == ControllerResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
+                if r.code == ResponseCode.SUCCESS:
+                    self.last_renewed = sent_at
+                elif r.code == ControllerResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
                     await self._register()
             except RemotingError as exc:
                 self.log.debug("controller heartbeat failed", error=str(exc))
@@ -407,7 +445,7 @@ class ReplicasManager:
             return None
         return (cache.entries[-1].epoch if cache.entries else 0), cache.max_offset
 
-    async def _sync_state_loop(self, inner: BrokerController, target: Target) -> None:
+    async def _sync_state_loop(self, inner: BrokerHost, target: Target) -> None:
         assert self.cc is not None
         period = max(self.cm.sync_metadata_period_ms, self.cm.heartbeat_interval_ms) / 1000.0
         keep_s = self.cm.max_time_slave_not_catchup_ms / 1000.0
@@ -462,9 +500,40 @@ class ReplicasManager:
             else:
                 self.log.info("alter SyncStateSet refused", code=r.code, remark=r.remark)
 
+    # ------------------------------------------------------------------ master: the lease
+
+    async def _lease_loop(self, inner: BrokerHost, target: Target) -> None:
+        """Fence this master (no WRITE permission) while its lease is expired; unfence once
+        a heartbeat succeeds again (the controller still names it: else the watch loop
+        restarts it in its new role)."""
+        lease_s = self.cm.lease_ms / 1000.0
+        if lease_s <= 0:
+            return
+        configured = inner.bcfg.broker_permission
+        check_s = min(LEASE_CHECK_S, lease_s / 4)
+        while True:
+            expired = lease_expired(self.last_renewed, trio.current_time(), lease_s)
+            if expired != self.fenced:
+                self.fenced = expired
+                self.fences += expired
+                perm = fenced_permission(configured, expired)
+                s = inner.settings
+                install_settings(inner, attrs.evolve(
+                    s, broker=attrs.evolve(s.broker, broker_permission=perm)))
+                self.log.warning("master fenced: no controller renewal" if expired
+                                 else "master lease renewed", epoch=target.epoch,
+                                 lease_ms=self.cm.lease_ms)
+                # as a brokerPermission update does: a new topic data version, registered
+                # at once, so the routes say read-only (or writable again)
+                topics = inner.topics
+                topics.data_version = topics.data_version.next_version(inner.now_ms())
+                with trio.move_on_after(max(lease_s, 1.0)):
+                    await inner.register_all()
+            await trio.sleep(check_s)  # the lease is a deadline on the trio clock
+
     # ------------------------------------------------------------------ slave: find the master
 
-    async def _follow_master(self, inner: BrokerController, target: Target) -> None:
+    async def _follow_master(self, inner: BrokerHost, target: Target) -> None:
         """Register with the NameServers until they name the controller's master (their
         answer points the HA client at its HA port)."""
         while inner.master_addr != target.master_address:

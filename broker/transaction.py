@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 import attrs
 
@@ -28,9 +28,6 @@ from rmq_cluster.cluster.protocol.message import (
 )
 from rmq_cluster.store.message_store import MessageStore
 
-if TYPE_CHECKING:
-    from rmq_cluster.broker.controller import BrokerController
-
 HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 REMOVETAG: Final = "d"
@@ -42,8 +39,14 @@ READ_BATCH: Final = 32
 MAX_CHECKS_PER_ROUND: Final = 256
 
 
+class HalfTopicsOwner(Protocol):
+    """What storing a half message needs of the broker: its two transaction topics exist."""
+
+    def ensure_transaction_topics(self) -> None: ...
+
+
 def prepare_half_message(
-    ctrl: BrokerController, msg: Message, wait: str | None = None
+    ctrl: HalfTopicsOwner, msg: Message, wait: str | None = None
 ) -> Message:
     """The half message RocketMQ's ``TransactionalMessageBridge.parseHalfMessageInner`` stores:
     the real topic and queue in REAL_TOPIC / REAL_QID, the transaction type cleared, and the

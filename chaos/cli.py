@@ -108,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         out_dir=out, rate=args.rate, base_port=args.base_port, on_s=args.fault_on,
         off_s=args.fault_off, proxy=not args.no_proxy, restart=not args.no_restart,
         keep_cluster=args.keep_cluster, producers=args.producers, orderly=not args.no_orderly,
-        keys=args.keys,
+        keys=args.keys, replica_audit=False if args.no_replica_audit else None,
     )
     started = time.monotonic()
     try:
@@ -166,6 +166,12 @@ def _rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append((f"fault {n}: {f['fault']} {','.join(f['nodes'])}",
                      f"at {f['start_s']:.1f} s, group ok again after {rec} "
                      f"({heal} after heal); p99 {f['latency_p99_ms']} ms"))
+    audit = result.get("replica_audit") or {}
+    if audit:
+        detail = audit.get("reason") or audit.get("error") or ", ".join(
+            f"{g}: master {a.get('master')}" for g, a in (audit.get("groups") or {}).items())
+        rows.append(("replica audit", f"{audit.get('verdict')} ({detail})" if detail
+                     else str(audit.get("verdict"))))
     rows.extend(("broken", r) for r in result["reasons"])
     return rows
 
@@ -226,6 +232,9 @@ def add_chaos_command(sub: Any) -> None:
                    help="kill-master: leave the master dead (consumers read the slave)")
     p.add_argument("--keep-cluster", action="store_true",
                    help="keep the cluster's data directory after the run")
+    p.add_argument("--no-replica-audit", action="store_true",
+                   help="skip the replica audit at the end (by default every group's members "
+                        "catch up, the nodes stop and replica-diff proves no divergent tail)")
     p.add_argument("--json", action="store_true", help="print the result JSON")
     p.set_defaults(func=cmd_run)
 

@@ -6,8 +6,11 @@ proxies'), yields a ``ChaosCluster`` and always tears everything down: proxies h
 nodes continued, every node stopped (SIGKILL by pid for anything left).
 
 ``ChaosCluster`` answers live questions over the wire (who is the master of a group now, a
-broker's CommitLog max offset) and signals nodes by pid through the supervisor's records (only
-processes it started).
+broker's CommitLog max offset, in controller mode the controllers' master and leader) and
+signals nodes by pid through the supervisor's records (only processes it started).
+``audit_replicas`` ends a run: members catch up with their live master, the nodes stop, and
+``rmq-cluster replica-diff`` (a subprocess; chaos.audit builds its arguments and reads its
+summary) compares the stores.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -22,19 +26,28 @@ from pathlib import Path
 from typing import Any, Final
 
 import attrs
+import orjson
 import trio
 
+from rmq_cluster.chaos.audit import AUDIT_SKIPPED, audit_command, audit_members, summarize
 from rmq_cluster.chaos.checker import MODE_ASYNC, MODE_DLEDGER, MODE_NONE, MODE_SYNC
 from rmq_cluster.chaos.proxy import ProxySet, Route
 from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.protocol.controller import (
+    ControllerRequestCode,
+    GetMetaDataResponseHeader,
+    GetReplicaInfoRequestHeader,
+    ReplicaInfoResponseHeader,
+)
 from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
 from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.supervisor import ClusterState, NodeRecord, SupervisorError
 from rmq_cluster.deploy.testing import kill_leftovers
 from rmq_cluster.deploy.topology import (
+    KIND_CONTROLLER,
     ROLE_SLAVE,
     ProfileSpec,
     Topology,
@@ -49,6 +62,11 @@ PROBE_TIMEOUT_S: Final = 2.0
 #: A SIGKILLed node is gone within this (else the fault fails loudly).
 KILL_WAIT_S: Final = 10.0
 EXIT_POLL_INTERVAL_S: Final = 0.02
+#: The replica audit: members get this long to catch up with their master before the stop.
+CATCH_UP_TIMEOUT_S: Final = 20.0
+CATCH_UP_POLL_S: Final = 0.2
+#: ``rmq-cluster replica-diff`` on the stopped stores may take this long.
+AUDIT_TIMEOUT_S: Final = 180.0
 BASE_PORT_TRIES: Final = 50
 
 log = get_logger(component="chaos.cluster")
@@ -124,9 +142,17 @@ class ChaosCluster:
     def slaves_of(self, group: str) -> list[str]:
         return [n.name for n in self.topology.group_members(group) if n.role == ROLE_SLAVE]
 
+    def controllers(self) -> list[str]:
+        return [n.name for n in self.topology.controllers]
+
     def node_by_addr(self, addr: str) -> str | None:
+        """The node at ``addr``: its planned (public) address, or the port it binds behind
+        the proxy (the address a node may report about itself)."""
         for n in self.topology.nodes:
             if n.addr == addr:
+                return n.name
+        for n in self.topology.nodes:
+            if f"{n.host}:{self.topology.bind_ports(n)['listenPort']}" == addr:
                 return n.name
         return None
 
@@ -155,6 +181,38 @@ class ChaosCluster:
             name = self.node_by_addr(addr) if addr else None
             if name is not None and self.record(name).alive:
                 return name
+        return None
+
+    async def controller_master(self, group: str) -> tuple[str | None, int] | None:
+        """(master node or None, master epoch) of ``group`` as the controller leader says
+        (controller mode); None when no controller answers as the ready leader."""
+        ext = GetReplicaInfoRequestHeader(broker_name=group).to_ext_fields()
+        for ctl in self.controllers():
+            resp = await self._call(self.topology.node(ctl).addr,
+                                    ControllerRequestCode.CONTROLLER_GET_REPLICA_INFO, ext)
+            if resp is None:
+                continue
+            try:
+                h = ReplicaInfoResponseHeader.from_ext_fields(resp.ext_fields)
+            except ValueError:
+                continue
+            name = self.node_by_addr(h.master_address) if h.master_address else None
+            return name, int(h.master_epoch or 0)
+        return None
+
+    async def controller_leader(self) -> str | None:
+        """The controller that answers GET_METADATA_INFO as the Raft leader (None: none)."""
+        for ctl in self.controllers():
+            resp = await self._call(self.topology.node(ctl).addr,
+                                    ControllerRequestCode.CONTROLLER_GET_METADATA_INFO)
+            if resp is None:
+                continue
+            try:
+                h = GetMetaDataResponseHeader.from_ext_fields(resp.ext_fields)
+            except ValueError:
+                continue
+            if h.is_leader:
+                return ctl
         return None
 
     async def runtime_info(self, node: str) -> dict[str, str] | None:
@@ -224,6 +282,63 @@ class ChaosCluster:
             await self.start(name)
             done.append(f"started {name}")
         return done
+
+    # ------------------------------------------------------------------ replica audit
+
+    async def _catch_up(self, group: str, master: str) -> dict[str, bool]:
+        """Wait until every member's CommitLog max offset reaches its master's (read again
+        each round: a late send may still land); {member: caught up}."""
+        others = [m for m in self.members(group) if m != master]
+        done = dict.fromkeys(others, False)
+        with trio.move_on_after(CATCH_UP_TIMEOUT_S):
+            while True:
+                top = await self.max_offset(master)
+                for m in others:
+                    off = await self.max_offset(m)
+                    done[m] = top is not None and off is not None and off >= top
+                if all(done.values()):
+                    break
+                await trio.sleep(CATCH_UP_POLL_S)  # replication runs in the nodes
+        return done
+
+    async def audit_replicas(self) -> dict[str, Any]:
+        """Let every group's members catch up with its live master, stop the cluster (the
+        controllers first, so nobody is elected meanwhile) and compare the stores with
+        ``rmq-cluster replica-diff`` (chaos.audit); the ``replica_audit`` object."""
+        assert self.state is not None
+        groups = {g: self.members(g) for g in self.groups()}
+        if all(len(m) < 2 for m in groups.values()):
+            return {"verdict": AUDIT_SKIPPED, "reason": "no group has a replica"}
+        masters: dict[str, str | None] = {}
+        caught_up: dict[str, bool] = {}
+        for g in groups:
+            masters[g] = await self.live_master(g)
+            if masters[g] is not None:
+                caught_up.update(await self._catch_up(g, masters[g]))
+        configured = {
+            g: next((n.name for n in self.topology.group_members(g) if n.broker_id == 0), None)
+            for g in groups
+        }
+        stores = {n: str(self.dir / "store" / n) for n in self.brokers()}
+        members = audit_members(groups, masters, configured, stores, dledger=self.spec.dledger)
+        self._remember_pids()
+        await trio.to_thread.run_sync(
+            supervisor.stop_nodes, self.state, self.state.records(KIND_CONTROLLER)
+        )
+        await trio.to_thread.run_sync(functools.partial(supervisor.down, self.state))
+        argv = [sys.executable, "-m", "rmq_cluster.deploy", *audit_command(members)]
+        with trio.fail_after(AUDIT_TIMEOUT_S):
+            proc = await trio.run_process(argv, capture_stdout=True, capture_stderr=True,
+                                          check=False)
+        try:
+            summary = orjson.loads(proc.stdout) if proc.stdout.strip() else None
+        except orjson.JSONDecodeError:
+            summary = None
+        audit = summarize(summary, proc.returncode, stderr=proc.stderr.decode(errors="replace"),
+                          caught_up=caught_up)
+        audit["masters"] = {g: m for g, m in masters.items()}
+        self.log.info("replica audit", verdict=audit["verdict"], divergent=audit["divergent"])
+        return audit
 
     def _teardown(self, purge: bool) -> None:
         if self.state is not None:

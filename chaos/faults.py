@@ -15,6 +15,21 @@ partition-group cut the live master off from its group's other members   proxies
 slow-network    delay + emulated loss on every connection to the master  proxies pass again
 =============== ======================================================= ======================
 
+Controller mode (``2m-2s-controller``; RocketMQ 5.x RIP-44):
+
+=========================== =========================================== =======================
+fault                       inject                                      undo (heal)
+=========================== =========================================== =======================
+kill-master-in-election     SIGKILL the master, wait until the          start both, the newer
+                            controller names a new one (polled every    master first (the only
+                            20 ms), SIGKILL that one at once (it is     SyncStateSet member)
+                            still switching roles)
+partition-master-controller cut the master off from the controllers     proxies pass again
+                            only (proxy: clients, NameServers and its
+                            slave still reach it)
+restart-controller-leader   SIGKILL the controller Raft leader          start it again
+=========================== =========================================== =======================
+
 ``kill-master`` on a master/slave group records the replication window: the slaves' CommitLog
 max offset once the master is dead (an ASYNC master may have acknowledged messages beyond it).
 Targets are chosen with the nemesis window's ``pick`` among sorted candidates, so a seed
@@ -28,12 +43,16 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
+import trio
 
 from rmq_cluster.chaos.cluster import ChaosCluster
 from rmq_cluster.chaos.nemesis import Window
 
 DEFAULT_DELAY_S: Final = 0.2
 DEFAULT_DROP_P: Final = 0.3
+#: kill-master-in-election: the controller names a new master within this (else no 2nd kill).
+ELECTION_WAIT_S: Final = 10.0
+ELECTION_POLL_S: Final = 0.02
 
 
 class FaultError(Exception):
@@ -220,6 +239,84 @@ class SlowNetwork(Fault):
         return {}
 
 
+def _controller_mode(cc: ChaosCluster, fault: str) -> None:
+    if not cc.controllers():
+        raise FaultError(f"{fault} needs controller mode (a profile with controllers)")
+
+
+class KillMasterInElection(Fault):
+    """Kill the master, then the master the controller elects in its place, as soon as the
+    controller names it (while that broker still restarts in its new role)."""
+
+    name = "kill-master-in-election"
+
+    async def inject(self, cc: ChaosCluster, window: Window) -> Injected:
+        _controller_mode(cc, self.name)
+        group, master = await _pick_master(cc, window)
+        before = await cc.controller_master(group)
+        epoch0 = before[1] if before is not None else 0
+        pid = await cc.kill(master)
+        killed_at = trio.current_time()
+        done = Injected(self.name, group, [master], info={"pid": pid, "epoch_before": epoch0})
+        elected: tuple[str | None, int] | None = None
+        with trio.move_on_after(ELECTION_WAIT_S):
+            while True:
+                now = await cc.controller_master(group)
+                if now is not None and now[1] > epoch0 and now[0] != master:
+                    elected = now
+                    break
+                await trio.sleep(ELECTION_POLL_S)  # the controller elects on its own timer
+        if elected is None or elected[0] is None:
+            done.info["elected"] = None
+            return done
+        new, epoch = elected
+        done.info.update(elected=new, epoch=epoch,
+                         elected_after_s=round(trio.current_time() - killed_at, 3))
+        done.info["pid2"] = await cc.kill(new)
+        done.nodes.append(new)
+        return done
+
+    async def heal(self, cc: ChaosCluster, done: Injected) -> dict[str, Any]:
+        # the newest master first: it is the SyncStateSet's only member, the only one the
+        # controller may elect (the older one waits for a master to follow)
+        return await _restart_all(cc, list(reversed(done.nodes)))
+
+
+class PartitionMasterController(Fault):
+    """The master loses the controllers (through their proxies: it cannot heartbeat, read the
+    replica info or alter the SyncStateSet) but still reaches clients, NameServers and its
+    slave; the controller elects the slave, the old master must not keep acknowledging."""
+
+    name = "partition-master-controller"
+    needs_proxy = True
+
+    async def inject(self, cc: ChaosCluster, window: Window) -> Injected:
+        _controller_mode(cc, self.name)
+        proxies = _proxies(cc, self.name)
+        group, master = await _pick_master(cc, window)
+        proxies.partition([master], peers=cc.controllers())
+        return Injected(self.name, group, [master], info={"from": cc.controllers()})
+
+    async def heal(self, cc: ChaosCluster, done: Injected) -> dict[str, Any]:
+        _proxies(cc, self.name).heal()
+        return {}
+
+
+class RestartControllerLeader(Fault):
+    name = "restart-controller-leader"
+
+    async def inject(self, cc: ChaosCluster, window: Window) -> Injected:
+        _controller_mode(cc, self.name)
+        leader = await cc.controller_leader()
+        if leader is None:
+            raise FaultError("no controller answers as the leader")
+        pid = await cc.kill(leader)
+        return Injected(self.name, None, [leader], info={"pid": pid})
+
+    async def heal(self, cc: ChaosCluster, done: Injected) -> dict[str, Any]:
+        return await _restart_all(cc, done.nodes)
+
+
 FAULTS: Final[Mapping[str, type[Fault]]] = {
     "kill-master": KillMaster,
     "minor-kill": MinorKill,
@@ -229,6 +326,9 @@ FAULTS: Final[Mapping[str, type[Fault]]] = {
     "partition": Partition,
     "partition-group": Partition,
     "slow-network": SlowNetwork,
+    "kill-master-in-election": KillMasterInElection,
+    "partition-master-controller": PartitionMasterController,
+    "restart-controller-leader": RestartControllerLeader,
 }
 
 

@@ -7,7 +7,9 @@
 3. the nemesis injects F in each window of the seeded schedule and undoes it after;
 4. everything is healed, producers keep sending for ``settle_s`` (recovery is observed),
    stop, and the consumer drains every queue;
-5. the checker gives the verdict for the profile's promise; ``history.jsonl``,
+5. the replica audit (chaos.audit): members catch up with their live master, the nodes stop
+   and ``rmq-cluster replica-diff`` proves zero divergent tails (profiles with replicas);
+6. the checker gives the verdict for the profile's promise; ``history.jsonl``,
    ``result.json`` and ``timeline.svg`` (chaos.timeline) are written to the output directory.
 """
 
@@ -23,6 +25,7 @@ import attrs
 import orjson
 import trio
 
+from rmq_cluster.chaos.audit import AUDIT_SKIPPED, with_audit
 from rmq_cluster.chaos.checker import check
 from rmq_cluster.chaos.cluster import ChaosCluster, chaos_cluster
 from rmq_cluster.chaos.faults import Fault, FaultError, make_fault
@@ -72,6 +75,8 @@ class RunOptions:
     #: and consumers read its slave, as in a 4.x group without a manual switch).
     restart: bool = True
     keep_cluster: bool = False
+    #: end with the replica audit (None: when the profile has replicas)
+    replica_audit: bool | None = None
 
 
 @attrs.define
@@ -175,6 +180,7 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None,
     state = RunState(windows_total=len(schedule.windows))
     drained = False
     healed: list[str] = []
+    audit: dict[str, Any] = {"verdict": AUDIT_SKIPPED, "reason": "--no-replica-audit"}
     try:
         async with chaos_cluster(
             opts.profile, directory=out / "cluster", base_port=opts.base_port,
@@ -216,13 +222,17 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None,
                 history.record("phase", name="done", drained=drained)
                 nursery.cancel_scope.cancel()
             mode = cc.mode
+            if opts.replica_audit is not False:
+                state.phase = "audit"
+                history.record("phase", name="audit")
+                audit = await cc.audit_replicas()
     finally:
         history.close()
         if tty:
             sys.stderr.write("\n")
     result = check(history.events, mode=mode,
                    orderly_topics=[cfg.orderly_topic] if cfg.orderly_topic else [])
-    obj = result.to_json()
+    obj = with_audit(result.to_json(), audit)
     obj.update(
         {
             "profile": opts.profile,

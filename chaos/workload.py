@@ -36,7 +36,7 @@ from rmq_cluster.client import (
 )
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
-from rmq_cluster.cluster.remoting.net import RemotingConnectError
+from rmq_cluster.cluster.remoting.errors import RemotingConnectError
 
 #: Clients poll the NameServers this often (Java: pollNameServerInterval, 30 s) so a dead or
 #: restarted master is noticed within a second, as chaos runs want.

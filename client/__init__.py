@@ -1,6 +1,6 @@
 """The pure-Python RocketMQ 4.x client: route discovery, producers, push/pull consumers,
 rebalance, offset stores and admin calls; Trio-native, with a blocking facade in
-``cluster.client.sync``.
+``rmq_cluster.client.sync``.
 
     from rmq_cluster.client import Producer, PushConsumer, Message, ConsumeResult
 

@@ -44,8 +44,15 @@ from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.route import PermName, TopicRouteData
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.errors import (
+    RemotingError,
+    RemotingTimeoutError,
+    RemotingUnsentError,
+)
 from rmq_cluster.cluster.remoting.headers import (
     CheckTransactionStateRequestHeader,
     ConsumeMessageDirectlyResultRequestHeader,
@@ -53,14 +60,6 @@ from rmq_cluster.cluster.remoting.headers import (
     NotifyConsumerIdsChangedRequestHeader,
     ReplyMessageRequestHeader,
     ResetOffsetRequestHeader,
-)
-from rmq_cluster.cluster.remoting.net import (
-    Connection,
-    RemotingClient,
-    RemotingError,
-    RemotingTimeoutError,
-    RemotingUnsentError,
-    open_remoting_client,
 )
 
 MASTER_ID = 0

@@ -68,8 +68,9 @@ from rmq_cluster.cluster.protocol.message import (
 )
 from rmq_cluster.cluster.protocol.route import TopicRouteData
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.cluster.remoting.headers import CheckTransactionStateRequestHeader
-from rmq_cluster.cluster.remoting.net import Connection, RemotingError
 
 MC = MessageConst
 #: Java compresses with zlib level 5 and marks the type in sysFlag bits 8-10 (0x300 = ZLIB).

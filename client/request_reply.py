@@ -25,7 +25,7 @@ import contextlib
 import inspect
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
@@ -33,9 +33,6 @@ from rmq_cluster.client.errors import MQClientError
 from rmq_cluster.client.model import ConsumeResult, Message, MessageQueue, ReceivedMessage
 from rmq_cluster.cluster.protocol.message import SYSFLAG_COMPRESSED, MessageConst, decode_properties
 from rmq_cluster.cluster.remoting.headers import ReplyMessageRequestHeader
-
-if TYPE_CHECKING:
-    from rmq_cluster.client.producer import Producer
 
 MC = MessageConst
 #: ``MSG_TYPE`` of a reply (Java ``MixAll.REPLY_MESSAGE_FLAG``).
@@ -162,7 +159,16 @@ class RequestFutureTable:
 ReplyFn = Callable[[ReceivedMessage], "bytes | Awaitable[bytes | None] | None"]
 
 
-def reply_listener(producer: Producer, fn: ReplyFn) -> Callable[[list[ReceivedMessage]], Any]:
+class ReplySender(Protocol):
+    """What ``reply_listener`` needs of a producer (``client.producer.Producer``, which imports
+    this module): sending a reply, and a logger."""
+
+    log: Any
+
+    async def send_reply(self, reply: Message, *, timeout: float | None = None) -> Any: ...
+
+
+def reply_listener(producer: ReplySender, fn: ReplyFn) -> Callable[[list[ReceivedMessage]], Any]:
     """A push-consumer listener that answers each request with ``fn(msg)`` (bytes; None sends
     no reply) through ``producer``. Messages that are not requests (no ``REPLY_TO_CLIENT``)
     are passed to ``fn`` and not answered. A failed reply makes the batch consume later."""

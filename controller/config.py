@@ -5,10 +5,11 @@ peers' port), ``controllerDLegerSelfId``, ``controllerStorePath`` (the Raft log;
 ``~/DledgerController``), ``enableElectUncleanMaster`` (false: only SyncStateSet members may
 become master), ``scanNotActiveBrokerInterval`` (ms between liveness scans), plus ``listenPort``
 (the controller's remoting port that brokers and admin tools call, default 9878; 0 = ephemeral)
-and ``bindAddress`` (default 127.0.0.1, as every node here).  Extension keys:
-``controllerBrokerHeartbeatTimeoutMs`` (a broker unheard for this long is not alive; default
-1000, brokers beat every 200 ms) and ``controllerTickMs``/``controllerHeartbeatIntervalMs``/
-``controllerElectionTimeoutMs`` (the Raft timings).
+and ``bindAddress`` (default 127.0.0.1, as every node here); ``advertisedListenPort`` (extension,
+as on brokers: the port others dial when a proxy fronts the controller; 0 = the bound one).
+Extension keys: ``controllerBrokerHeartbeatTimeoutMs`` (a broker unheard for this long is not
+alive; default 1000, brokers beat every 200 ms) and ``controllerTickMs``/
+``controllerHeartbeatIntervalMs``/``controllerElectionTimeoutMs`` (the Raft timings).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class ControllerConfig:
     )
     listen_port: int = setting("listenPort", DEFAULT_LISTEN_PORT)
     bind_address: str = setting("bindAddress", "127.0.0.1")
+    advertised_listen_port: int = setting("advertisedListenPort", 0)
     tick_ms: int = setting("controllerTickMs", DEFAULT_TICK_MS)
     raft_heartbeat_ms: int = setting("controllerHeartbeatIntervalMs", DEFAULT_RAFT_HEARTBEAT_MS)
     raft_election_timeout_ms: int = setting(
@@ -78,6 +80,8 @@ class ControllerConfig:
             raise ConfigError("controllerDLegerGroup: empty")
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listenPort: {self.listen_port} is not a port")
+        if not 0 <= self.advertised_listen_port <= 65535:
+            raise ConfigError(f"advertisedListenPort: {self.advertised_listen_port} is not a port")
         if self.scan_interval_ms < 1 or self.broker_heartbeat_timeout_ms < 1:
             raise ConfigError("scanNotActiveBrokerInterval and the heartbeat timeout must be > 0")
         if not 0 < self.tick_ms <= self.raft_heartbeat_ms < self.raft_election_timeout_ms:

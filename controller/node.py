@@ -44,8 +44,9 @@ from rmq_cluster.cluster.protocol.controller import (
 )
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.headers import HeaderError
-from rmq_cluster.cluster.remoting.net import Dispatcher, RemotingServer
+from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.controller.config import ControllerConfig
 from rmq_cluster.controller.state import (
     ApplyOutcome,
@@ -54,6 +55,7 @@ from rmq_cluster.controller.state import (
     EventError,
     GroupState,
     Heartbeat,
+    LeaderEvent,
     Liveness,
     Refusal,
     RegisterEvent,
@@ -103,6 +105,8 @@ class ControllerNode:
         self._ready_index = 1 << 62
         self._applied = trio.Event()
         self.address: tuple[str, int] | None = None
+        #: ``host:port`` brokers dial (advertisedListenPort behind a proxy)
+        self.listen_address = ""
         self.peer_address: tuple[str, int] | None = None
         self.elections = 0
         self.bad_events = 0
@@ -143,6 +147,9 @@ class ControllerNode:
             self.elections += 1
             self.log.info("master elected", group=ev.group, master=ev.master_id,
                           epoch=ev.new_epoch, leader=self.is_leader)
+        elif isinstance(ev, LeaderEvent):
+            self.log.info("controller leader address", controller=ev.controller_id,
+                          address=ev.address)
         elif not isinstance(ev, RegisterEvent):
             self.log.info("SyncStateSet altered", group=ev.group,
                           sync_state_set=sorted(ev.sync_state_set), sse_epoch=ev.new_sse_epoch)
@@ -213,6 +220,10 @@ class ControllerNode:
                 self.address = await nursery.start(
                     server.serve, cfg.bind_address, cfg.listen_port
                 )
+                host, port = self.address
+                if host in ("0.0.0.0", "::", ""):  # a wildcard bind: the host peers know us by
+                    host = peers[cfg.self_id].rpartition(":")[0]
+                self.listen_address = f"{host}:{cfg.advertised_listen_port or port}"
                 nursery.start_soon(self._scan_loop)
                 self.log.info("controller serving", address=self.address,
                               peers=self.peer_address, group=cfg.group)
@@ -228,6 +239,9 @@ class ControllerNode:
             await trio.sleep(interval)
             if not self.is_ready_leader:
                 continue
+            me = self.config.self_id
+            if self.listen_address and self.state.controllers.get(me) != self.listen_address:
+                await self.propose(LeaderEvent(me, self.listen_address))
             for ev in groups_needing_election(
                 self.state, self.liveness, self.clock_ms(),
                 unclean=self.config.elect_unclean_master,
@@ -378,12 +392,20 @@ class ControllerNode:
                                     f"no alive replica of {h.broker_name} may become master")
         return self._replica_answer(request, g)
 
+    def leader_listen_address(self) -> str | None:
+        """The Raft leader's listen address (what brokers dial), as it announced it; None
+        while the leader is unknown or has not announced itself yet."""
+        if self.is_leader and self.listen_address:
+            return self.listen_address
+        leader = self.leader_id
+        return self.state.controllers.get(leader) if leader else None
+
     def on_get_metadata(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
         peers = self.config.peer_map()
         leader = self.leader_id
         header = GetMetaDataResponseHeader(
             group=self.config.group, controller_leader_id=leader or None,
-            controller_leader_address=peers.get(leader) if leader else None,
+            controller_leader_address=self.leader_listen_address(),
             is_leader=self.is_leader, peers=";".join(f"{k}-{v}" for k, v in peers.items()),
         )
         return request.response(ResponseCode.SUCCESS, None, header.to_ext_fields())

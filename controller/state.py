@@ -39,6 +39,8 @@ from rmq_cluster.cluster.protocol.controller import (
 )
 
 MAX_GROUPS: Final = 10_000
+#: Controllers whose listen address the state keeps (a Raft group is a handful).
+MAX_CONTROLLERS: Final = 64
 MAX_NAME_CHARS: Final = 127
 MAX_ADDRESS_CHARS: Final = 255
 DEFAULT_HEARTBEAT_TIMEOUT_MS: Final = 1_000
@@ -108,13 +110,25 @@ class AlterEvent:
     """Applied only if it is the group's SyncStateSet epoch + 1."""
 
 
-Event = RegisterEvent | ElectEvent | AlterEvent
+@attrs.frozen
+class LeaderEvent:
+    """A controller that became the ready leader names its listen address (the one brokers
+    and admin tools call), so every controller can answer GET_METADATA_INFO with the leader's
+    listen address, not its Raft peer address."""
+
+    controller_id: str
+    address: str
+
+
+Event = RegisterEvent | ElectEvent | AlterEvent | LeaderEvent
 
 
 def encode_event(ev: Event) -> bytes:
     if isinstance(ev, RegisterEvent):
         obj: dict[str, Any] = {"t": "register", "cluster": ev.cluster, "group": ev.group,
                                "id": ev.broker_id, "addr": ev.address}
+    elif isinstance(ev, LeaderEvent):
+        obj = {"t": "leader", "id": ev.controller_id, "addr": ev.address}
     elif isinstance(ev, ElectEvent):
         obj = {"t": "elect", "group": ev.group, "master": ev.master_id, "epoch": ev.new_epoch}
     else:
@@ -132,6 +146,8 @@ def decode_event(body: bytes) -> Event:
     if type(obj) is not dict:
         raise EventError("event is not an object")
     kind = obj.get("t")
+    if kind == "leader":
+        return LeaderEvent(_check_name(obj.get("id"), "id"), check_address(obj.get("addr")))
     group = _check_name(obj.get("group"), "group")
     if kind == "register":
         return RegisterEvent(
@@ -199,6 +215,8 @@ class ReplicasState:
 
     def __init__(self) -> None:
         self.groups: dict[str, GroupState] = {}
+        #: controller id -> the listen address it announced when it became leader
+        self.controllers: dict[str, str] = {}
         self.applied = 0
 
     def group(self, name: str) -> GroupState | None:
@@ -206,6 +224,12 @@ class ReplicasState:
 
     def apply(self, ev: Event) -> ApplyOutcome:
         self.applied += 1
+        if isinstance(ev, LeaderEvent):
+            if ev.controller_id not in self.controllers and len(
+                    self.controllers) >= MAX_CONTROLLERS:
+                return ApplyOutcome.REFUSED
+            self.controllers[ev.controller_id] = ev.address
+            return ApplyOutcome.APPLIED
         g = self.groups.get(ev.group)
         if isinstance(ev, RegisterEvent):
             if g is None:

@@ -16,8 +16,9 @@ import attrs
 import orjson
 import trio
 
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.net import RemotingError, open_remoting_client
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.commands import _guarded, _print_json, _state, format_table
 from rmq_cluster.deploy.topology import Topology

@@ -180,6 +180,15 @@ def chaos_proxy_properties(node: NodeSpec, topo: Topology) -> dict[str, str]:
     so each node's ``dLegerPeers`` names its own shifted port and the others' planned ones."""
     bound = topo.bind_ports(node)
     props = {"listenPort": str(bound["listenPort"])}
+    if node.kind == KIND_CONTROLLER:
+        # a controller binds its own controllerDLegerPeers entry (as a DLedger node does) and
+        # announces the proxy's port as its listen address (GET_METADATA_INFO's leader address)
+        props["advertisedListenPort"] = str(node.port)
+        props["controllerDLegerPeers"] = ";".join(
+            f"{n.dledger_id}-{n.host}:"
+            f"{bound['controllerDLegerPort'] if n.name == node.name else n.controller_peer_port}"
+            for n in topo.controllers
+        )
     if node.is_broker:
         props["fastListenPort"] = str(bound["fastListenPort"])
         props["haListenPort"] = str(bound["haListenPort"])

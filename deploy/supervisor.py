@@ -43,9 +43,9 @@ from rmq_cluster.cluster.protocol.controller import (
     encode_broker_names,
 )
 from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable, TopicRouteData
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
 from rmq_cluster.deploy import render
 from rmq_cluster.deploy.topology import (
     KIND_BROKER,

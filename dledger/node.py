@@ -53,15 +53,12 @@ import attrs
 import trio
 
 from rmq_cluster.cluster.logging import get_logger
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.net import (
-    Connection,
-    Dispatcher,
-    RemotingClient,
-    RemotingError,
-    RemotingServer,
-    open_remoting_client,
-)
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.dispatch import Dispatcher
+from rmq_cluster.cluster.remoting.errors import RemotingError
+from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.dledger.admin import (
     DEFAULT_TRANSFER_TIMEOUT_S,
     AdminRequestError,
@@ -92,7 +89,39 @@ from rmq_cluster.store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
 from rmq_cluster.store.mapped_file import libc_msync as _msync
 
 if TYPE_CHECKING:
-    from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
+    from rmq_cluster.dledger.config import DLedgerConfig
+    from rmq_cluster.dledger.log_storage import FileLogStorage
+    from rmq_cluster.store.config import MessageStoreConfig
+    from rmq_cluster.store.retention import CleanResult
+
+
+class StoreMember(Protocol):
+    """What ``run_store_node`` drives of a broker's DLedger store (``DLedgerMessageStore``,
+    which imports this module): config and log, the apply and role callbacks, the flush, the
+    checkpoint and retention."""
+
+    dcfg: DLedgerConfig
+    storage: FileLogStorage | None
+    applied_index: int
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+
+    def attach(self, node: DLedgerNode) -> None: ...
+
+    def apply_committed_range(self, lo: int, hi: int) -> None: ...
+
+    def applied_batch_done(self) -> None: ...
+
+    def node_role_changed(self, role: Role, term: int, leader_id: str) -> None: ...
+
+    def dledger_flush_plan(self) -> list[tuple[Any, int, int]]: ...
+
+    def write_dledger_checkpoint(self) -> None: ...
+
+    async def flush_logics(self) -> None: ...
+
+    def clean_once(self, now_ms: int | None = None) -> CleanResult: ...
 
 _log = get_logger(component="dledger_node")
 
@@ -703,7 +732,7 @@ async def serve_peers(
 
 
 async def run_store_node(
-    store: DLedgerMessageStore,
+    store: StoreMember,
     *,
     host: str = "0.0.0.0",
     rng: random.Random | None = None,
@@ -759,7 +788,7 @@ async def run_store_node(
         task_status.started(bound)
 
 
-async def _store_flush_loop(store: DLedgerMessageStore, interval_s: float) -> None:
+async def _store_flush_loop(store: StoreMember, interval_s: float) -> None:
     log = get_logger(node=store.dcfg.self_id, role="dledger-flush")
     while True:
         await trio.sleep(interval_s)
@@ -794,7 +823,7 @@ def _msync_ranges(plan: list[tuple[Any, int, int]]) -> None:
         _msync(address, length, MS_SYNC)
 
 
-async def _warm_loop(store: DLedgerMessageStore) -> None:
+async def _warm_loop(store: StoreMember) -> None:
     """Keep the DLedger data pages just past the write position prefaulted (in a worker
     thread), so appends on the event loop do not page-fault on a fresh sparse file."""
     storage = store.storage

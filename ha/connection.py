@@ -62,10 +62,10 @@ from rmq_cluster.ha.net import CONNECTION_ERRORS
 from rmq_cluster.ha.protocol import OffsetReportDecoder, append_frame, encode_heartbeat
 from rmq_cluster.store.commitlog import PutMessageStatus
 from rmq_cluster.store.config import BrokerRole
-from rmq_cluster.store.flush import Watermark
+from rmq_cluster.store.watermark import Watermark
 
 if TYPE_CHECKING:
-    from rmq_cluster.cluster.remoting.net import HeldAnswers
+    from rmq_cluster.cluster.remoting.held import HeldAnswers
     from rmq_cluster.store.message_store import MessageStore
 
 log = get_logger(component="ha_service")

@@ -22,15 +22,12 @@ from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.metrics import Registry
 from rmq_cluster.cluster.metrics_server import serve_metrics
 from rmq_cluster.cluster.node_main import NodeSupervisor
+from rmq_cluster.cluster.remoting.address import format_address
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import (
-    Connection,
-    Dispatcher,
-    Processor,
-    RemotingServer,
-    format_address,
-)
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
+from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.kv_config import load_file, write_atomically
 from rmq_cluster.namesrv.processor import (

@@ -1,51 +1,33 @@
-"""The store's Trio shell: flush, reput, file-allocation and clean services as tasks, plus
-``Watermark``.
+"""The store's Trio shell: flush, reput, file-allocation and clean services as tasks (and
+``Watermark``, from ``store/watermark.py``, re-exported here).
 
 A broker runs ``from store import flush`` then ``await nursery.start(flush.run, store)`` next
 to its servers, and cancels that scope before ``store.close()``. Every blocking disk call
 (msync, file creation) goes to ``trio.to_thread.run_sync``; the event loop never waits on the
 disk (except a rollover that finds no preallocated file, which creates one inline).
 
-``Watermark`` is the group-commit primitive: one ``trio.Event`` per advance wakes every waiter
-whose target the new value reaches (SYNC_FLUSH here; SYNC_MASTER replication later).
+``Watermark`` is the group-commit primitive the services advance (``store.flush_watermark``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 import trio
 
 from rmq_cluster.store.config import OS_PAGE_SIZE_BYTES, FlushDiskType
+from rmq_cluster.store.watermark import Watermark as Watermark  # re-export: ha, tests
 
 if TYPE_CHECKING:
+    from rmq_cluster.store.config import MessageStoreConfig
     from rmq_cluster.store.message_store import MessageStore
+    from rmq_cluster.store.retention import CleanResult
 
 log = structlog.get_logger(component="store_services")
 
 WARM_AHEAD_BYTES = 8 * 1024 * 1024  # CommitLog bytes kept prefaulted past the write position
 WARM_STEP_BYTES = 1024 * 1024
-
-
-class Watermark:
-    """A monotonically rising offset that tasks can wait on."""
-
-    __slots__ = ("_event", "value")
-
-    def __init__(self, value: int = 0) -> None:
-        self.value = value
-        self._event = trio.Event()
-
-    def advance(self, value: int) -> None:
-        if value > self.value:
-            self.value = value
-            event, self._event = self._event, trio.Event()
-            event.set()
-
-    async def wait_for(self, target: int) -> None:
-        while self.value < target:
-            await self._event.wait()
 
 
 async def commitlog_flush_service(store: MessageStore) -> None:
@@ -135,7 +117,17 @@ async def logics_flush_service(store: MessageStore) -> None:
         await store.flush_logics()
 
 
-async def clean_service(store: MessageStore) -> None:
+class Cleanable(Protocol):
+    """What ``clean_service`` needs of a store: its config and one retention pass (a
+    ``MessageStore``, or the DLedger store run by ``dledger/node.py``)."""
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+
+    def clean_once(self, now_ms: int | None = None) -> CleanResult: ...
+
+
+async def clean_service(store: Cleanable) -> None:
     interval_s = store.config.clean_resource_interval_ms / 1000
     while True:
         await trio.sleep(interval_s)

@@ -54,12 +54,12 @@ from rmq_cluster.store.dispatcher import (
     ConsumeQueueTable,
     Dispatcher,
 )
-from rmq_cluster.store.flush import Watermark
 from rmq_cluster.store.index_file import IndexFile, IndexService
 from rmq_cluster.store.mapped_file import FlushPlan, run_flush_plan
 from rmq_cluster.store.paths import StorePathError
 from rmq_cluster.store.recovery import RecoveryResult, rebuild_topic_queue_table, recover
 from rmq_cluster.store.retention import CleanResult, DiskUsageProbe, Retention, default_disk_usage
+from rmq_cluster.store.watermark import Watermark
 
 log = structlog.get_logger(component="message_store")
 

@@ -23,6 +23,8 @@ from rmq_cluster.cluster.protocol.names import (
 from rmq_cluster.cluster.protocol.route import TOPIC_FILTER_TYPES, KVTable, TopicConfig
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, Version
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.cluster.remoting.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
@@ -30,10 +32,9 @@ from rmq_cluster.cluster.remoting.headers import (
     GetConsumeStatsRequestHeader,
     ResetOffsetRequestHeader,
 )
-from rmq_cluster.cluster.remoting.net import Connection, RemotingError
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerContext
 
 BROKER_VERSION_DESC = "V4_9_7"
 
@@ -53,7 +54,7 @@ def disk_space(path: str) -> tuple[int, int]:
 
 
 class AdminProcessors:
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
         self.runtime = RuntimeStats()
 
@@ -359,7 +360,7 @@ class StatsProcessor:
     So they survive a restart, and a message consumed twice counts once. ``avgpt`` (time per
     call) is not measured here and is 0."""
 
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
 
     def view_broker_stats_data(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
@@ -425,7 +426,7 @@ class ResetOffsetProcessor:
     earlier; every online consumer of the group gets RESET_CONSUMER_CLIENT_OFFSET (oneway) and
     moves there. Offline groups answer CONSUMER_NOT_ONLINE (the admin then commits offsets)."""
 
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
 
     @header_errors

@@ -47,7 +47,7 @@ from rmq_cluster.cluster.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
     from rmq_cluster.broker.config import BrokerSettings
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerContext
 
 #: Keys the running broker follows at once: every BrokerConfig key (read per request from the
 #: installed config; loop periods excepted, see above) and maxMessageSize.
@@ -61,7 +61,7 @@ _LIVE_KEYS: Final = (
 }
 
 
-def install_settings(ctrl: BrokerController, settings: BrokerSettings) -> None:
+def install_settings(ctrl: BrokerContext, settings: BrokerSettings) -> None:
     """Make ``settings`` the running broker's: every holder of a config sees the new one."""
     ctrl.settings = settings
     ctrl.bcfg = settings.broker
@@ -114,7 +114,7 @@ def _rewrite_file(path: str, updates: dict[str, str]) -> None:
 
 
 class BrokerConfigProcessor:
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
         self._lock = trio.Lock()  # one update at a time (RocketMQ: synchronized)
 

@@ -38,7 +38,7 @@ from rmq_cluster.cluster.remoting.headers import (
 )
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerContext
 
 #: A message further than this share of RAM behind the CommitLog's end is "on disk"
 #: (RocketMQ accessMessageInMemoryMaxRatio = 40).
@@ -69,7 +69,7 @@ def _mq_obj(key: tuple[str, str, int]) -> dict[str, Any]:
 
 
 class ConsumerProcessors:
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
 
     # ------------------------------------------------------------------ clients

@@ -16,14 +16,14 @@ from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.cluster.remoting.headers import EndTransactionRequestHeader, HeaderError
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerContext
 
 COMMIT: Final = SYSFLAG_TRANSACTION_COMMIT_TYPE  # 8
 ROLLBACK: Final = SYSFLAG_TRANSACTION_ROLLBACK_TYPE  # 12
 
 
 class EndTransactionProcessor:
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
 
     def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand | None:

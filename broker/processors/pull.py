@@ -39,7 +39,7 @@ from rmq_cluster.cluster.remoting.headers import HeaderError, PullMessageRequest
 from rmq_cluster.store.message_store import GetMessageStatus
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerContext
     from rmq_cluster.broker.offsets import SubscriptionGroupConfig
 
 FLAG_COMMIT_OFFSET: Final = 0x1
@@ -116,7 +116,7 @@ class Park:
 
 
 class PullProcessor:
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
 
     async def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
@@ -309,7 +309,7 @@ class PullProcessor:
                         status=result.status.value)
 
 
-def replicated_topic(ctrl: BrokerController, topic: str, queue_id: int) -> TopicConfig | None:
+def replicated_topic(ctrl: BrokerContext, topic: str, queue_id: int) -> TopicConfig | None:
     """A slave's stand-in config for a topic whose messages it replicated before it copied the
     master's topic configs (SlaveSynchronize runs every 10 s; a master dying in between would
     leave the topic unreadable here, where RocketMQ answers TOPIC_NOT_EXIST). Its ConsumeQueues
@@ -353,7 +353,7 @@ def _last_phys_offset(buffers: list[memoryview]) -> int:
     return int(_PHYS_OFFSET.unpack_from(buffers[-1], _PHYS_OFFSET_AT)[0])
 
 
-def suggest_broker_id(ctrl: BrokerController, sgc: SubscriptionGroupConfig, lag: int) -> int:
+def suggest_broker_id(ctrl: BrokerContext, sgc: SubscriptionGroupConfig, lag: int) -> int:
     """``suggestWhichBrokerId`` (RocketMQ 4.9 PullMessageProcessor + DefaultMessageStore):
     without slaveReadEnable always the master; with it, the group's whichBrokerWhenConsumeSlowly
     when the consumer is more than accessMessageInMemoryMaxRatio % of RAM behind the CommitLog's

@@ -30,16 +30,17 @@ from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.message import RecordError, decode_offset_msg_id, decode_record
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.errors import RemotingError, RemotingTimeoutError
 from rmq_cluster.cluster.remoting.headers import (
     ConsumeMessageDirectlyResultRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     HeaderError,
     QueryConsumeTimeSpanRequestHeader,
 )
-from rmq_cluster.cluster.remoting.net import Connection, RemotingError, RemotingTimeoutError
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerContext
 
 #: RocketMQ ``Broker2Client.callClient`` waits this long for the client.
 CALL_CLIENT_TIMEOUT_S: Final = 10.0
@@ -48,7 +49,7 @@ MIN_CLIENT_VERSION: Final = 62
 
 
 class ConsumerRelayProcessors:
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
 
     async def get_consumer_running_info(

@@ -34,16 +34,17 @@ from rmq_cluster.cluster.protocol.message import (
 from rmq_cluster.cluster.protocol.route import PermName
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.cluster.remoting.headers import (
     HeaderError,
     ReplyMessageRequestHeader,
     SendMessageRequestHeader,
     parse_send_header,
 )
-from rmq_cluster.cluster.remoting.net import Connection, RemotingError
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerContext
 
 #: How long the broker waits for the requester to acknowledge a pushed reply (RocketMQ
 #: ``Broker2Client.callClient``: 10 s).
@@ -56,7 +57,7 @@ def java_socket_address(host: str, port: int) -> str:
     return f"/{host}:{port}"
 
 
-def find_producer_channel(ctrl: BrokerController, client_id: str) -> Connection | None:
+def find_producer_channel(ctrl: BrokerContext, client_id: str) -> Connection | None:
     """The live connection of a client that heartbeats as a producer (Java
     ``ProducerManager.findChannel``); any of its producer groups will do."""
     for channels in ctrl.clients.producers.values():
@@ -71,7 +72,7 @@ def find_producer_channel(ctrl: BrokerController, client_id: str) -> Connection 
 
 
 class ReplyProcessor:
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
 
     def _check(

@@ -44,18 +44,19 @@ from rmq_cluster.cluster.protocol.message import (
     new_message,
 )
 from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
+from rmq_cluster.cluster.remoting.address import parse_address
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
+from rmq_cluster.cluster.remoting.dispatch import Held
 from rmq_cluster.cluster.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     HeaderError,
     parse_send_header,
 )
-from rmq_cluster.cluster.remoting.net import Held, parse_address
 from rmq_cluster.store.commitlog import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.context import BrokerContext
 
 DLQ_NUMS_PER_GROUP: Final = 1
 #: Client addresses whose parsed form is remembered (bornHost of sends).
@@ -188,14 +189,14 @@ def _slow(code: int, ext: Any) -> SendHeader:
 def replica_timeout_answer(ok: RemotingCommand) -> RemotingCommand:
     """A held SYNC_MASTER answer (``HeldAnswers``) whose slave ack did not come within
     syncFlushTimeout: the message is stored, so the answer keeps the PUT_OK answer's fields
-    (msgId, queueId, queueOffset, ...) under FLUSH_SLAVE_TIMEOUT, exactly what ``_answer``
+    (msgId, queueId, queueOffset, ...) under FLUSH_SLAVE_TIMEOUT, exactly what ``answer``
     builds for that status."""
     code, remark = put_status_code(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
     return ok.response(code, remark, ok.ext_fields)
 
 
 class SendProcessor:
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
         # (DLedger mode flips is_slave after this: the store refuses a follower's writes)
         self._role_writable = not ctrl.is_slave
@@ -219,13 +220,13 @@ class SendProcessor:
 
     def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
         """Inline form: append and answer at once (ASYNC_FLUSH without replica waits)."""
-        prepared = self._prepare(conn, request)
+        prepared = self.prepare(conn, request)
         if isinstance(prepared, RemotingCommand):
             return prepared
         msg, batch, _wait = prepared
         store = self.ctrl.store
         result = store.append_messages(msg) if batch else store.append_message(msg)
-        return self._answer(request, msg, result)
+        return self.answer(request, msg, result)
 
     def process_replicated(
         self, conn: Any, request: RemotingCommand
@@ -236,7 +237,7 @@ class SendProcessor:
         slave acks past the message (one ack releases every answer it covers, one send per
         connection), or FLUSH_SLAVE_TIMEOUT after syncFlushTimeout. No task or object per
         send."""
-        prepared = self._prepare(conn, request)
+        prepared = self.prepare(conn, request)
         if isinstance(prepared, RemotingCommand):
             return prepared
         msg, batch, wait = prepared
@@ -245,7 +246,7 @@ class SendProcessor:
         appended = result.result
         waiter = store.replica_waiter
         if not wait or appended is None or waiter is None or request.flag & FLAG_ONEWAY:
-            return self._answer(request, msg, result)
+            return self.answer(request, msg, result)
         end = appended.end_offset
         ha = self.ctrl.ha
         held = self.ctrl.held_answers
@@ -259,7 +260,7 @@ class SendProcessor:
         status = ha.sync_status_nowait(end)
         if status is not None:
             return self._answer_status(request, msg, result, status)
-        return held.hold(conn, request.opaque, self._answer(request, msg, result), end)
+        return held.hold(conn, request.opaque, self.answer(request, msg, result), end)
 
     async def _answer_after(
         self,
@@ -279,11 +280,11 @@ class SendProcessor:
     ) -> RemotingCommand:
         if status is not PutMessageStatus.PUT_OK:
             result = PutMessageResult(status, result.result, result.remark)
-        return self._answer(request, msg, result)
+        return self.answer(request, msg, result)
 
     async def process_async(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
         """Waiting form: SYNC_FLUSH and SYNC_MASTER wait for the flush/replica watermark."""
-        prepared = self._prepare(conn, request)
+        prepared = self.prepare(conn, request)
         if isinstance(prepared, RemotingCommand):
             return prepared
         msg, batch, wait = prepared
@@ -294,13 +295,20 @@ class SendProcessor:
             result = await store.put_messages(msg)
         else:
             result = await store.put_message(msg)
-        return self._answer(request, msg, result)
+        return self.answer(request, msg, result)
 
     # ------------------------------------------------------------------ checks
 
-    def _prepare(
+    def prepare(
         self, conn: Any, request: RemotingCommand
     ) -> RemotingCommand | tuple[Message, bool, bool]:
+        """The send pipeline's first half, shared by every write path (master inline, held,
+        waiting, and the DLedger role): decode and check the request (header, topic, queue,
+        permissions, size, retry/DLQ, transaction) and build the message to store.
+
+        Returns the refusal to answer (a ``RemotingCommand``), or ``(msg, batch, wait)``:
+        ``batch`` when ``msg`` is a SEND_BATCH_MESSAGE body, ``wait`` unless the producer's WAIT
+        property is "false" (the answer may then wait for flush or replicas). Stores nothing."""
         ctrl = self.ctrl
         header = _fast_v2(request) if request.code != RequestCode.SEND_MESSAGE else None
         if header is None:
@@ -450,9 +458,12 @@ class SendProcessor:
 
     # ------------------------------------------------------------------ answers
 
-    def _answer(
+    def answer(
         self, request: RemotingCommand, msg: Message, result: PutMessageResult
     ) -> RemotingCommand:
+        """The send pipeline's second half: the response to ``request`` once ``msg`` (from
+        ``prepare``) was stored with ``result`` (msgId, queueId, queueOffset, MSG_REGION,
+        TRACE_ON; a refusal code and remark when it was not stored). Counts the messages put."""
         status = result.status
         appended = result.result
         if appended is None or not status.stored:
@@ -482,7 +493,7 @@ class SendProcessor:
 class SendBackProcessor:
     """CONSUMER_SEND_MSG_BACK: a consumer gives a message back for later redelivery."""
 
-    def __init__(self, ctrl: BrokerController) -> None:
+    def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
 
     def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand:

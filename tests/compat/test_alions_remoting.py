@@ -10,7 +10,9 @@ from pathlib import Path
 import trio
 
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.net import Connection, Dispatcher, RemotingServer
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.dispatch import Dispatcher
+from rmq_cluster.cluster.remoting.server import RemotingServer
 
 ECHO, FAIL = 1, 2
 

@@ -15,17 +15,13 @@ import trio
 import trio.testing
 from hypothesis import given, settings
 
+from rmq_cluster.cluster.remoting.address import format_address
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
-from rmq_cluster.cluster.remoting.net import (
-    HELD,
-    Connection,
-    Dispatcher,
-    Held,
-    HeldAnswers,
-    RemotingServer,
-    format_address,
-    open_remoting_client,
-)
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.dispatch import HELD, Dispatcher, Held
+from rmq_cluster.cluster.remoting.held import HeldAnswers
+from rmq_cluster.cluster.remoting.server import RemotingServer
 
 HOLD = 7
 EXPIRED = 17  # the code the expired form answers with

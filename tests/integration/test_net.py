@@ -9,19 +9,18 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
+from rmq_cluster.cluster.remoting.address import format_address
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.net import (
-    Connection,
-    Deferred,
-    Dispatcher,
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.dispatch import Deferred, Dispatcher
+from rmq_cluster.cluster.remoting.errors import (
     RemotingClosedError,
     RemotingConnectError,
-    RemotingServer,
     RemotingTimeoutError,
-    format_address,
-    open_remoting_client,
 )
+from rmq_cluster.cluster.remoting.server import RemotingServer
 
 ECHO, HOLD, BOOM, ONEWAY_SINK, NOTHING, JITTER, CALL_BACK = 1, 2, 3, 4, 5, 6, 7
 SYNC_ECHO, SYNC_BOOM, SYNC_NOTHING, SYNC_SINK = 11, 12, 13, 14

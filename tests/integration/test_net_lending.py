@@ -15,20 +15,18 @@ import pytest
 import trio
 import trio.testing
 
+from rmq_cluster.cluster.remoting.address import format_address
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
-from rmq_cluster.cluster.remoting.net import (
-    LEND_QUIET_S,
-    Connection,
-    Deferred,
-    Dispatcher,
-    RemotingClient,
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.connection_state import LEND_QUIET_S
+from rmq_cluster.cluster.remoting.dispatch import Deferred, Dispatcher
+from rmq_cluster.cluster.remoting.errors import (
     RemotingClosedError,
-    RemotingServer,
     RemotingTimeoutError,
     RemotingUnsentError,
-    format_address,
-    open_remoting_client,
 )
+from rmq_cluster.cluster.remoting.server import RemotingServer
 
 ECHO, HOLD, CALL_BACK, NOTIFY = 1, 2, 3, 40
 

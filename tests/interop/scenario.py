@@ -35,9 +35,10 @@ from rmq_cluster.cluster.protocol.message import (
     encode_properties,
     iter_records,
 )
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode as RC
-from rmq_cluster.cluster.remoting.net import RemotingError, open_remoting_client
+from rmq_cluster.cluster.remoting.errors import RemotingError
 
 #: Steps marked ``until`` repeat (both sides alike) until their condition holds or this passes:
 #: route registration and the index are asynchronous on both brokers.

@@ -30,10 +30,10 @@ import pytest
 import trio
 
 from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode as RC
 from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 from tests.interop import oracle, scenario
 
 pytestmark = pytest.mark.slow  # boots one JVM broker per case

@@ -26,9 +26,10 @@ import attrs
 import pytest
 import trio
 
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode as RC
-from rmq_cluster.cluster.remoting.net import RemotingError, open_remoting_client
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from tests.interop import oracle, scenario
 
 pytestmark = pytest.mark.slow  # boots a JVM NameServer + Broker

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,3 +166,167 @@ def test_pure_cores_import_no_trio() -> None:
             if module.split(".")[0] == "trio":
                 offenders.append(f"{rel}:{line}: import {module}")
     assert not offenders, "trio in a pure core:\n" + "\n".join(offenders)
+
+
+# --------------------------------------------------------------------------- no import cycles
+
+
+def _module_names() -> dict[str, Path]:
+    """Every installed module (``rmq_cluster.broker.processors.send``; a package by its
+    ``__init__.py``) and its file."""
+    out = {}
+    for top in INSTALLED:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join((NAMESPACE, *parts))] = path
+    return out
+
+
+def _module_edges(
+    module: str, tree: ast.AST, known: frozenset[str] | set[str], is_package: bool = False
+) -> Iterator[tuple[int, str]]:
+    """The installed modules ``module`` imports, wherever the import stands (module level, in a
+    function, under ``TYPE_CHECKING``): ``import a.b`` and ``from a.b import x`` are edges to
+    ``a.b``, except that ``from a import b`` naming a submodule ``a.b`` is an edge to it (and
+    to ``a`` as well when it also names something else). Relative imports are resolved."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in known:
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+            if len(subs) < len(node.names) and base in known:
+                yield node.lineno, base
+            for sub in subs:
+                yield node.lineno, sub
+
+
+def _import_graph() -> dict[str, dict[str, str]]:
+    """module -> {imported module: "file:line" of the (first) import}."""
+    modules = _module_names()
+    known = frozenset(modules)
+    graph: dict[str, dict[str, str]] = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        edges = graph.setdefault(module, {})
+        for line, dst in _module_edges(module, tree, known, path.name == "__init__.py"):
+            if dst != module:
+                edges.setdefault(dst, f"{path.relative_to(ROOT)}:{line}")
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """One shortest cycle (as a closed path) per strongly connected component of more than one
+    module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, {}))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, {})))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        component.append(w)
+                        if w == v:
+                            break
+                    if len(component) > 1:
+                        components.append(sorted(component))
+    cycles = []
+    for component in components:
+        inside = set(component)
+        start = component[0]
+        # breadth-first from start back to start, inside the component: a shortest cycle
+        parents: dict[str, str] = {}
+        frontier = [start]
+        found = None
+        while frontier and found is None:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph.get(v, {})):
+                    if w == start:
+                        found = v
+                        break
+                    if w in inside and w not in parents:
+                        parents[w] = v
+                        nxt.append(w)
+                if found is not None:
+                    break
+            frontier = nxt
+        assert found is not None
+        path = [start, found]
+        while path[-1] != start:
+            path.append(parents.get(path[-1], start))
+        path.reverse()  # start -> ... -> found -> start
+        cycles.append(path)
+    return cycles
+
+
+def _describe(cycle: list[str], graph: dict[str, dict[str, str]]) -> str:
+    hops = [f"    {a} -> {b}  ({graph[a][b]})" for a, b in itertools.pairwise(cycle)]
+    return "\n".join([" -> ".join(m.removeprefix(NAMESPACE + ".") for m in cycle), *hops])
+
+
+def test_no_import_cycles() -> None:
+    """The module import graph (every import: module level, in functions, under
+    ``TYPE_CHECKING``) has no cycle: a part that needs something of a higher one takes a
+    ``typing.Protocol`` defined below (``broker/context.py``) or the shared piece moves down."""
+    graph = _import_graph()
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(_describe(c, graph) for c in cycles)
+
+
+def test_cycle_rule_sees_hidden_imports() -> None:
+    """The rule's own machinery: imports under TYPE_CHECKING, inside functions, relative and
+    ``from pkg import submodule`` are edges, and a cycle through them is found and printed."""
+    known = {"rmq_cluster.p", "rmq_cluster.p.a", "rmq_cluster.p.b", "rmq_cluster.p.c"}
+    a = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from rmq_cluster.p.b import B\n"
+    )
+    b = ast.parse("def f():\n    from rmq_cluster.p import c\n")
+    c = ast.parse("from . import a\nfrom .. import p\n")
+    graph = {
+        name: {dst: f"{name}:{line}" for line, dst in _module_edges(name, tree, known)}
+        for name, tree in (("rmq_cluster.p.a", a), ("rmq_cluster.p.b", b), ("rmq_cluster.p.c", c))
+    }
+    assert graph["rmq_cluster.p.a"] == {"rmq_cluster.p.b": "rmq_cluster.p.a:3"}
+    assert set(graph["rmq_cluster.p.b"]) == {"rmq_cluster.p.c"}
+    assert set(graph["rmq_cluster.p.c"]) == {"rmq_cluster.p.a", "rmq_cluster.p"}
+    (cycle,) = _cycles(graph)
+    assert cycle == ["rmq_cluster.p.a", "rmq_cluster.p.b", "rmq_cluster.p.c", "rmq_cluster.p.a"]
+    assert "p.a -> p.b -> p.c -> p.a" in _describe(cycle, graph)
+    del graph["rmq_cluster.p.c"]["rmq_cluster.p.a"]
+    assert _cycles(graph) == []

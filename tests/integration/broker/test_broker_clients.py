@@ -9,9 +9,10 @@ import trio
 
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.route import TopicConfigSerializeWrapper
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import Connection, open_remoting_client
+from rmq_cluster.cluster.remoting.connection import Connection
 
 from .conftest import WAIT_S, Cluster, messages, ok, running_cluster
 

@@ -15,9 +15,9 @@ from typing import IO
 import trio
 
 from rmq_cluster.cluster.protocol.route import ClusterInfo
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 
 from .conftest import messages
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import orjson
 import trio
 
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import Connection, open_remoting_client
+from rmq_cluster.cluster.remoting.connection import Connection
 
 from .conftest import WAIT_S, messages, ok, running_cluster
 

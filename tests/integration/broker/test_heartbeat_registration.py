@@ -11,9 +11,10 @@ from pathlib import Path
 import trio
 
 from rmq_cluster.broker.controller import TOPIC_REGISTER_WAIT_S
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import Connection, open_remoting_client
+from rmq_cluster.cluster.remoting.connection import Connection
 
 from .conftest import WAIT_S, Cluster, ok, running_cluster
 from .test_broker_clients import heartbeat_body

@@ -10,9 +10,9 @@ import trio
 
 from rmq_cluster.broker.config_update import rewrite_properties
 from rmq_cluster.cluster.config import parse_properties
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 
 from .test_broker_process import _free_port, _start, _stop
 

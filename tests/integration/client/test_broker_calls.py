@@ -17,7 +17,7 @@ from rmq_cluster.client import (
 from rmq_cluster.client.model import MessageQueue, ReceivedMessage
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import Connection
+from rmq_cluster.cluster.remoting.connection import Connection
 
 from .conftest import WAIT_S, Cluster
 
@@ -87,7 +87,7 @@ async def test_broker_to_client_requests(cluster: Cluster) -> None:
 
 async def cluster_view(cluster: Cluster, offset: int) -> bytes:
     """The stored record at ``offset`` as VIEW_MESSAGE_BY_ID returns it."""
-    from rmq_cluster.cluster.remoting.net import open_remoting_client
+    from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 
     async with open_remoting_client() as rc:
         resp = await rc.invoke(cluster.addr, RemotingCommand.request(

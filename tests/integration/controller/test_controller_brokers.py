@@ -16,9 +16,9 @@ import trio
 
 from rmq_cluster.broker.controller import BrokerController
 from rmq_cluster.cluster.protocol.route import TopicRouteData
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer
 from rmq_cluster.store.message_store import MessageStore

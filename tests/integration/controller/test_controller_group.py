@@ -17,9 +17,10 @@ from rmq_cluster.cluster.protocol.controller import (
     encode_broker_names,
 )
 from rmq_cluster.cluster.protocol.controller_client import ControllerClient
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.net import RemotingError, open_remoting_client
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from tests.integration.controller.controller_testlib import (
     heartbeat_request,
     register_request,

@@ -26,9 +26,10 @@ from rmq_cluster.cluster.protocol.controller import (
 )
 from rmq_cluster.cluster.protocol.controller_client import ControllerClient
 from rmq_cluster.cluster.protocol.message import iter_records
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import RemotingClient, RemotingError, open_remoting_client
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.deploy.testing import RunningCluster, cli, rmq_cluster
 
 TOPIC = "CtlProcTopic"

@@ -12,9 +12,9 @@ import trio
 
 from rmq_cluster.broker.controller import BrokerController
 from rmq_cluster.cluster.protocol.route import ClusterInfo
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
 from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer

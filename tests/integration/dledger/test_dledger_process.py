@@ -14,9 +14,9 @@ from rmq_cluster.client.config import ClientConfig
 from rmq_cluster.client.model import Message
 from rmq_cluster.client.producer import Producer
 from rmq_cluster.cluster.protocol.message import iter_records
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
 from rmq_cluster.deploy.testing import RunningCluster, rmq_cluster
 from rmq_cluster.dledger.log_storage import FileLogStorage
 

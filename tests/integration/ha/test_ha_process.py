@@ -27,9 +27,9 @@ import trio
 from rmq_cluster.client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
 from rmq_cluster.cluster.protocol.route import KVTable, TopicRouteData
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
 
 REPO = Path(__file__).resolve().parents[3]
 BOOT_WAIT_S = 30.0

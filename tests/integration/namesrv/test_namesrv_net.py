@@ -25,9 +25,9 @@ from rmq_cluster.cluster.protocol.route import (
     TopicConfigSerializeWrapper,
     TopicRouteData,
 )
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.processor import NamesrvState
 from rmq_cluster.namesrv.server import NamesrvServer

@@ -27,9 +27,9 @@ from rmq_cluster.cluster.acl.signing import Credentials
 from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
 from rmq_cluster.cluster.metrics import parse_exposition, sample_value
 from rmq_cluster.cluster.metrics_server import fetch_metrics
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 from tests.integration.client.conftest import WAIT_S, running_cluster
 
 ADMIN = Credentials("adminKey01", "adminSecret01")

@@ -14,10 +14,10 @@ from rmq_cluster.cluster.acl.signing import Credentials
 from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id, iter_records
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode as RC
 from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 from tests.integration.client.conftest import running_cluster
 
 ADMIN = Credentials("adminKey01", "adminSecret01")

@@ -27,9 +27,9 @@ import trio
 from rmq_cluster.broker.config import load_broker_config
 from rmq_cluster.cluster.config import ConfigError, parse_properties
 from rmq_cluster.cluster.node_main import EXIT_SERVICE_FAILED, EXIT_STOP_STUCK
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer
 from tests.integration.broker.conftest import WAIT_S, ok, running_cluster

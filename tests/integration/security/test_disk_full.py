@@ -14,9 +14,9 @@ from pathlib import Path
 import trio
 
 from rmq_cluster.cluster.protocol.message import Message
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 from rmq_cluster.store.commitlog import RESERVE_CHUNK_BYTES
 from rmq_cluster.store.config import MessageStoreConfig
 from rmq_cluster.store.message_store import MessageStore

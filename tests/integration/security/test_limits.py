@@ -10,17 +10,14 @@ import trio.testing
 
 from rmq_cluster.cluster.acl.signing import Credentials
 from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
+from rmq_cluster.cluster.remoting.address import format_address
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import (
-    OVERLOAD_REMARK,
-    Connection,
-    Deferred,
-    Dispatcher,
-    RemotingServer,
-    format_address,
-    open_remoting_client,
-)
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.dispatch import Deferred, Dispatcher
+from rmq_cluster.cluster.remoting.errors import OVERLOAD_REMARK
+from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer
 from tests.integration.client.conftest import WAIT_S, broker_settings

@@ -19,18 +19,18 @@ from hypothesis import strategies as st
 from rmq_cluster.client import Message, Producer
 from rmq_cluster.client.model import MessageQueue
 from rmq_cluster.cluster.protocol.route import KVTable
+from rmq_cluster.cluster.remoting.address import format_address
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode_into
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import (
+from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.dispatch import Dispatcher
+from rmq_cluster.cluster.remoting.input_budget import (
     INPUT_RESERVE_BYTES,
     MIN_MAX_BUFFERED_INPUT_BYTES,
     READ_CHUNK_BYTES,
-    Connection,
-    Dispatcher,
-    RemotingServer,
-    format_address,
-    open_remoting_client,
 )
+from rmq_cluster.cluster.remoting.server import RemotingServer
 from tests.integration.client.conftest import WAIT_S, running_cluster
 
 ECHO = 7001  # answers with the request's body

@@ -38,13 +38,13 @@ from rmq_cluster.cluster.protocol.route import (
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.headers import (
     RegisterBrokerRequestHeader,
     UnregisterBrokerRequestHeader,
 )
-from rmq_cluster.cluster.remoting.net import RemotingClient, open_remoting_client
 from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.testing import UP_TIMEOUT_S, become_subreaper, cli, kill_leftovers
 from rmq_cluster.deploy.topology import resolve_profile

@@ -31,9 +31,9 @@ from rmq_cluster.cluster.acl.secret_keys import MASK, is_secret_key, mask_secret
 from rmq_cluster.cluster.acl.signing import Credentials
 from rmq_cluster.cluster.acl.validator import ACL_EXCEPTION
 from rmq_cluster.cluster.config import format_properties, parse_properties
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.testing import UP_TIMEOUT_S, become_subreaper, cli, kill_leftovers
 from rmq_cluster.deploy.topology import resolve_profile

@@ -14,9 +14,9 @@ import pytest
 import trio
 
 from rmq_cluster.cluster.protocol.message import RECORD_HEADER_SIZE, Message
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import open_remoting_client
 from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
 from tests.integration.broker.conftest import messages
 from tests.integration.broker.test_broker_process import _start_broker, _stop

@@ -10,7 +10,7 @@ import pytest
 from rmq_cluster.chaos.checker import check, parse_history
 from rmq_cluster.chaos.workload import History, WorkloadConfig, _classify
 from rmq_cluster.client import MQBrokerError, MQClientError, MQRemotingError, MQTimeoutError
-from rmq_cluster.cluster.remoting.net import RemotingClosedError, RemotingConnectError
+from rmq_cluster.cluster.remoting.errors import RemotingClosedError, RemotingConnectError
 
 
 def _caused(exc: Exception, cause: Exception) -> Exception:

@@ -17,7 +17,7 @@ from rmq_cluster.broker.transaction import HALF_TOPIC, TRANSACTION_ID_PROPERTY
 from rmq_cluster.cluster.protocol.message import Message
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.net import HeldAnswers
+from rmq_cluster.cluster.remoting.held import HeldAnswers
 from rmq_cluster.ha.config import HAConfig
 from rmq_cluster.ha.connection import HAService
 from rmq_cluster.store.commitlog import AppendMessageResult, PutMessageResult, PutMessageStatus
@@ -26,7 +26,7 @@ from rmq_cluster.store.message_store import MessageStore
 
 
 def _processor() -> SendProcessor:
-    """A SendProcessor whose ``_answer`` can run: it needs only ``ctrl.stats``."""
+    """A SendProcessor whose ``answer`` can run: it needs only ``ctrl.stats``."""
     proc = SendProcessor.__new__(SendProcessor)
     proc.ctrl = types.SimpleNamespace(stats=types.SimpleNamespace(put_total=0))  # type: ignore[assignment]
     return proc
@@ -53,7 +53,7 @@ def test_held_answers_are_the_general_paths_answers(
     general = _processor()._answer_status(request, msg, result, status)
 
     proc = _processor()
-    (held,) = FrameDecoder().feed(encode(proc._answer(request, msg, result), 7))
+    (held,) = FrameDecoder().feed(encode(proc.answer(request, msg, result), 7))
     got = held if status is PutMessageStatus.PUT_OK else replica_timeout_answer(held)
     assert encode(got, 7) == encode(general, 7)
     if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:

@@ -15,7 +15,8 @@ from rmq_cluster.cluster.remoting.codec import (
     FrameDecoder,
     ProtocolError,
 )
-from rmq_cluster.cluster.remoting.net import DEFAULT_IDLE_TIMEOUT_S, MAX_IN_FLIGHT_REQUESTS
+from rmq_cluster.cluster.remoting.connection_state import MAX_IN_FLIGHT_REQUESTS
+from rmq_cluster.cluster.remoting.server import DEFAULT_IDLE_TIMEOUT_S
 from rmq_cluster.namesrv.config import NamesrvConfig
 
 

@@ -1,0 +1,139 @@
+"""What the parts of a broker may use of it: the narrow interfaces ``BrokerController`` satisfies.
+
+``BrokerContext`` is a request processor's whole view of its broker (``processors/*``, the
+metrics endpoint): its settings, the store, the tables (topics, offsets, groups, clients, locks,
+parked pulls, transactions), the clock and the few hooks that tell the broker something changed.
+``BrokerHost`` adds what the components that *drive* a broker use (the DLedger role handler and
+the controller-mode replicas manager: identity, role, registration, the service loops they
+start and stop). Both are ``typing.Protocol``: the controller satisfies them structurally, and
+no module below ``broker/controller.py`` imports it, so the import graph has no cycle.
+
+Attributes (not read-only properties) are the ones their users assign: ``settings``/``bcfg``
+(UPDATE_BROKER_CONFIG), ``is_slave``/``broker_id``/``master_addr`` (role changes),
+``broker_addr``/``address``/``epoch_file``/``replica_id`` (controller mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import trio
+
+    from rmq_cluster.broker.clients import ClientManager, RebalanceLockManager
+    from rmq_cluster.broker.config import BrokerConfig, BrokerSettings
+    from rmq_cluster.broker.long_polling import PullRequestHoldService
+    from rmq_cluster.broker.offsets import ConsumerOffsetManager, SubscriptionGroupManager
+    from rmq_cluster.broker.processors.common import TopicAccess
+    from rmq_cluster.broker.schedule import ScheduleMessageService
+    from rmq_cluster.broker.stats import BrokerStats
+    from rmq_cluster.broker.topic_config import TopicConfigManager
+    from rmq_cluster.broker.transaction import TransactionState
+    from rmq_cluster.cluster.acl.guard import AclGuard
+    from rmq_cluster.cluster.metrics import Histogram
+    from rmq_cluster.cluster.remoting.held import HeldAnswers
+    from rmq_cluster.cluster.remoting.server import RemotingServer
+    from rmq_cluster.ha.connection import HAService
+    from rmq_cluster.store.epoch_file import EpochFile
+    from rmq_cluster.store.message_store import MessageStore
+
+
+class BrokerContext(Protocol):
+    """A request processor's view of its broker."""
+
+    # -- settings (UPDATE_BROKER_CONFIG installs new ones: read them per request)
+    settings: BrokerSettings
+    bcfg: BrokerConfig
+    #: the properties file the broker was started from (None: not written back)
+    config_file: str | None
+    #: called after new settings were installed (processors caching a flag re-read it)
+    config_listeners: list[Callable[[], None]]
+    is_slave: bool
+    broker_id: int
+    #: (brokerIP1, listenPort): the store host written into every stored message
+    store_host: tuple[str, int]
+    #: ip:port registered with the NameServers ("" before the server listens)
+    broker_addr: str
+    boot_timestamp_ms: int
+    now_ms: Callable[[], int]
+    log: Any
+
+    # -- state
+    topics: TopicConfigManager
+    offsets: ConsumerOffsetManager
+    groups: SubscriptionGroupManager
+    clients: ClientManager
+    locks: RebalanceLockManager
+    hold: PullRequestHoldService
+    stats: BrokerStats
+    transactions: TransactionState
+    #: ACL on the topic of a message read by offset or id (None: no ACL)
+    topic_access: TopicAccess | None
+    acl: AclGuard | None
+    server: RemotingServer | None
+    ha: HAService | None
+    #: SYNC_MASTER send answers waiting for a slave's ack
+    held_answers: HeldAnswers | None
+
+    @property
+    def store(self) -> MessageStore:
+        """The open store (raises RuntimeError before the broker runs)."""
+        ...
+
+    @property
+    def store_or_none(self) -> MessageStore | None:
+        """The store once open, else None (for readers that may run before it opens)."""
+        ...
+
+    @property
+    def schedule(self) -> ScheduleMessageService: ...
+
+    @property
+    def send_latency(self) -> Histogram | None:
+        """Send handling time histogram (None without a metrics endpoint)."""
+        ...
+
+    # -- hooks: tell the broker something changed
+    def topic_created(self, topic: str) -> None:
+        """A topic was created, changed or deleted: persist and re-register."""
+
+    def mark_dirty(self) -> None:
+        """Offsets or groups changed: persist the config files soon."""
+
+    async def register_topics_now(self, topics: Sequence[str]) -> None:
+        """Wait (bounded) until the NameServers were told about ``topics``."""
+
+    async def register_all(self) -> None:
+        """REGISTER_BROKER to every NameServer at once."""
+
+    def ensure_transaction_topics(self) -> None: ...
+
+    def notify_consumer_ids_changed(self, group: str) -> None: ...
+
+    def state_changed(self) -> None:
+        """Client tables or parked pulls changed: wake waiters."""
+
+
+class BrokerHost(BrokerContext, Protocol):
+    """What the components that drive a broker's role use of it (``dledger_role.py``,
+    ``replicas_manager.py``): a ``BrokerContext`` plus identity, role and service loops."""
+
+    node: str
+    master_addr: str | None
+    address: tuple[str, int] | None
+    epoch_file: EpochFile | None
+    replica_id: int | None
+    #: the store or None (the replicas manager reads it while the inner broker may be closed)
+    _store: MessageStore | None
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[tuple[str, int]] = ...
+    ) -> None: ...
+
+    # the master-only services a role change starts and stops
+    async def _schedule_loop(self) -> None: ...
+
+    async def _slave_sync_loop(self) -> None: ...
+
+    async def _transaction_check_loop(self) -> None: ...
