@@ -22,7 +22,7 @@ remoting request on the peer's dLegerPeers port, with DLedger's request codes
 (:class:`DLedgerRequestCode`: VOTE 51001, HEART_BEAT 51002, PUSH 51004, LEADERSHIP_TRANSFER 51005);
 the body is ``dledger.messages.encode``.  Answers (vote/push/heartbeat responses) travel the same
 way back, as oneway requests with the same code, because the core is message-driven.  Per peer,
-one sender task drains a bounded queue over one connection of ``cluster/remoting/net.py``
+one sender task drains a bounded queue over one connection of ``cluster/remoting/connection.py``
 (pipelined: the connection coalesces every frame queued in a scheduling round into one send);
 the core bounds what is in flight (``max_inflight_pushes``), the queue bound
 (``MAX_OUTBOUND_MESSAGES_PER_PEER``) drops the excess, and a dead peer's queue is dropped and

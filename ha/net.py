@@ -1,5 +1,6 @@
 """Raw non-blocking sockets with trio waits for the HA streams (the same approach as
-``cluster/remoting/net.py``: a receive or send that can complete at once costs no scheduler trip).
+``cluster/remoting/sockets.py``: a receive or send that can complete at once costs no scheduler
+trip).
 """
 
 from __future__ import annotations

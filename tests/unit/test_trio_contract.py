@@ -1,7 +1,7 @@
 """What the remoting shell relies on in Trio beyond its documented API, checked on the installed
 Trio (pyproject.toml bounds Trio to the versions this passed on).
 
-``cluster/remoting/net.py`` ends a lone call's wait at its deadline with
+``cluster/remoting/connection.py`` ends a lone call's wait at its deadline with
 ``trio.lowlevel.notify_closing`` on a socket that stays open (no cancel scope per call): the waiter
 is woken with ``ClosedResourceError``, and the next wait on the same fd registers it again and
 works. Trio documents ``notify_closing`` only as the step before a close.
