@@ -418,6 +418,14 @@ class BrokerController:
                 lambda: MessageStore.open(scfg, on_arrival=self._on_arrival)
             )
         self._store = store
+        if not dcfg.enable and not self.is_slave:
+            # a master serves what its store holds (the DLedger role and the replicas manager
+            # do the same when they take the lead)
+            adopted = self.topics.adopt_stored(list(store.cqs.queues))
+            if adopted:
+                self.log.warning("topics in the store but not in topics.json adopted",
+                                 topics=adopted)
+                self.topic_created(adopted[0])  # persist and register
         try:
             async with trio.open_nursery() as outer:
                 self._ns_client = await self.supervisor.start(

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.route import PermName
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.dispatch import Deferred, SyncProcessor
 from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore, put_status_of
@@ -74,14 +73,7 @@ class DLedgerRoleHandler:
         leader after this node's last SlaveSynchronize get a config (queues = highest queue id
         seen + 1), so their messages stay readable and routable."""
         ctrl = self.ctrl
-        highest: dict[str, int] = {}
-        for topic, queue_id in list(self.store.cqs.queues):
-            highest[topic] = max(highest.get(topic, 0), queue_id + 1)
-        adopted = []
-        for topic, nums in sorted(highest.items()):
-            if ctrl.topics.select(topic) is None:
-                ctrl.topics.create_in_send_message_back(topic, nums, PermName.PERM_RW)
-                adopted.append(topic)
+        adopted = ctrl.topics.adopt_stored(list(self.store.cqs.queues))
         if adopted:
             self.log.info("topics adopted from the log", topics=adopted)
             ctrl.topic_created(adopted[0])  # persist and re-register

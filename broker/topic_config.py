@@ -217,6 +217,22 @@ class TopicConfigManager:
         self._bump()
         return tc, True, ""
 
+    def adopt_stored(self, queues: Iterable[tuple[str, int]]) -> list[str]:
+        """Give a config to every topic the store holds queues of but this table lacks (queues
+        = highest queue id + 1, read-write) -> the topics adopted, sorted. A master serves what
+        its log holds: topics created on an old leader/master after this replica last synced,
+        or a topic auto-created by a send that was answered just before a ``kill -9`` and whose
+        ``topics.json`` write never happened (RocketMQ writes it before answering)."""
+        highest: dict[str, int] = {}
+        for topic, queue_id in queues:
+            highest[topic] = max(highest.get(topic, 0), queue_id + 1)
+        adopted = []
+        for topic, nums in sorted(highest.items()):
+            if topic not in self.table:
+                self.create_in_send_message_back(topic, nums, PermName.PERM_RW)
+                adopted.append(topic)
+        return adopted
+
     def create_in_send_message_back(
         self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0
     ) -> tuple[TopicConfig, bool]:

@@ -3,6 +3,7 @@ clean SIGTERM stop that unregisters the broker."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -220,3 +221,58 @@ async def test_second_broker_on_the_same_store_refuses_to_start(tmp_path: Path) 
             assert await first.wait() == 0
     finally:
         await _stop(first)
+
+
+async def test_topic_missing_from_topics_json_is_adopted_from_the_store(tmp_path: Path) -> None:
+    """A send auto-creates its topic and is answered; the broker dies before topics.json is
+    written (simulated: the topic is taken out of the file). On restart the master adopts the
+    topic its store holds, so the acknowledged message stays readable."""
+    conf = tmp_path / "b.properties"
+    store = tmp_path / "store"
+
+    def conf_text(port: int) -> str:
+        return (
+            f"brokerName=broker-a\nlistenPort={port}\nhaListenPort=0\nbindAddress=127.0.0.1\n"
+            f"brokerIP1=127.0.0.1\nstorePathRootDir={store}\nmappedFileSizeCommitLog=1048576\n"
+        )
+
+    def send_ext(topic: str) -> dict[str, str]:
+        return {"a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": "1", "f": "0",
+                "g": "0", "h": "0", "i": "", "j": "0", "k": "false"}
+
+    args = ["-m", "rmq_cluster.broker", "-c", str(conf)]
+    proc = None
+    try:
+        proc, port = await _start_broker(conf, conf_text, args, tmp_path / "1.log",
+                                         b"boot success")
+        async with open_remoting_client() as client:
+            sent = await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2, send_ext("Lost"), b"acked"))
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            qid = sent.ext_fields["queueId"]
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(15):
+            assert await proc.wait() == 0
+        topics_json = store / "config" / "topics.json"
+        data = json.loads(topics_json.read_text())
+        assert data["topicConfigTable"].pop("Lost")
+        topics_json.write_text(json.dumps(data))
+
+        proc, port = await _start_broker(conf, conf_text, args, tmp_path / "2.log",
+                                         b"boot success")
+        async with open_remoting_client() as client:
+            pull = {"consumerGroup": "CG", "topic": "Lost", "queueId": qid, "queueOffset": "0",
+                    "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
+                    "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}
+            with trio.fail_after(10):
+                got = await client.invoke(
+                    f"127.0.0.1:{port}", RemotingCommand.request(RequestCode.PULL_MESSAGE, pull)
+                )
+            assert got.code == ResponseCode.SUCCESS, got.remark
+            assert [m.body for m in messages(got)] == [b"acked"]
+        assert "Lost" in json.loads(topics_json.read_text())["topicConfigTable"]
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(15):
+            assert await proc.wait() == 0
+    finally:
+        await _stop(proc)
