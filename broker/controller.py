@@ -85,7 +85,7 @@ from rmq_cluster.cluster.remoting.headers import (
 )
 from rmq_cluster.cluster.remoting.held import HeldAnswers
 from rmq_cluster.cluster.remoting.server import RemotingServer
-from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
+from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.ha.access import is_loopback_host
 from rmq_cluster.ha.connection import HAService
@@ -287,8 +287,8 @@ class BrokerController:
             and store_cfg.broker_role is BrokerRole.SYNC_MASTER
         ):
             send_fn = send.process_replicated  # answers held until the slave's ack
-        if self.settings.dledger.enable:
-            send_fn = dledger_send_processor(send, self)  # answered when its entry commits
+        if self.dledger_role is not None:  # answered when its entry commits
+            send_fn = dledger_send_processor(send, self.dledger_role.backend)
         pull = PullProcessor(self)
         cons = ConsumerProcessors(self)
         admin = MoreAdminProcessors(self)
@@ -409,9 +409,10 @@ class BrokerController:
         await trio.to_thread.run_sync(self._load_configs)
         dcfg = self.settings.dledger
         store: MessageStore
+        dledger: DLedgerCommitLog | None = None
         if dcfg.enable:
-            store = await trio.to_thread.run_sync(
-                lambda: DLedgerMessageStore.open_dledger(scfg, dcfg, on_arrival=self._on_arrival)
+            store, dledger = await trio.to_thread.run_sync(
+                lambda: open_dledger_store(scfg, dcfg, on_arrival=self._on_arrival)
             )
         else:
             store = await trio.to_thread.run_sync(
@@ -432,7 +433,7 @@ class BrokerController:
                     outer, "namesrv_client", self._ns_client_task
                 )
                 try:
-                    await self._serve(store, task_status)
+                    await self._serve(store, dledger, task_status)
                 finally:
                     with trio.CancelScope(shield=True):
                         try:
@@ -460,19 +461,22 @@ class BrokerController:
                 await self._ns_client_done.wait()
 
     async def _serve(
-        self, store: MessageStore, task_status: trio.TaskStatus[tuple[str, int]]
+        self,
+        store: MessageStore,
+        dledger: DLedgerCommitLog | None,
+        task_status: trio.TaskStatus[tuple[str, int]],
     ) -> None:
         bcfg = self.bcfg
         scfg = self.settings.store
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            if isinstance(store, DLedgerMessageStore):
+            if dledger is not None:
                 # DLedger mode: the Raft member replaces the store services and HA; the role
                 # handler makes this broker a master or a slave as the group elects
-                self.dledger_role = DLedgerRoleHandler(self, store)
+                self.dledger_role = DLedgerRoleHandler(self, store, dledger)
                 await self.supervisor.start(
                     nursery, "dledger_node",
-                    functools.partial(run_store_node, store, host=bcfg.bind_address),
+                    functools.partial(run_store_node, dledger, host=bcfg.bind_address),
                 )
             else:
                 await self.supervisor.start(nursery, "store_services", store_services.run, store)

@@ -8,9 +8,10 @@ waits before it counts this broker dead; RocketMQ 10000, ours 1000),
 ``haMaxTimeSlaveNotCatchup`` (a slave behind for this long leaves the SyncStateSet;
 RocketMQ 15000, ours 3000); ``masterLeaseMills`` (extension: a master that has not renewed
 with the controller - a successful heartbeat - for this long stops taking sends, read-only in
-its routes, until it renews; -1 (default) = ``controllerHeartBeatTimeoutMills`` minus two
-heartbeat intervals, so it fences itself before the controller can elect another master;
-0 = never, as RocketMQ 5).
+its routes, until it renews; -1 (default) = ``controllerHeartBeatTimeoutMills`` minus one
+heartbeat interval: the lease runs from when a heartbeat was *sent*, the controller's timeout
+from when it arrived, so the master fences itself before the controller may elect another
+master; 0 = never, as RocketMQ 5).
 
 In controller mode ``brokerId`` is the replica's identity (>= 1: id 0 is the master's slot in
 routes) and ``brokerRole`` only says SYNC or ASYNC for the time this broker is master.
@@ -56,7 +57,7 @@ class ControllerModeConfig:
         """How long a master goes on taking sends without renewing (0: for ever)."""
         if self.master_lease_ms != LEASE_DERIVED:
             return self.master_lease_ms
-        return max(1, self.heartbeat_timeout_ms - 2 * self.heartbeat_interval_ms)
+        return max(1, self.heartbeat_timeout_ms - self.heartbeat_interval_ms)
 
     @property
     def addrs(self) -> list[str]:

@@ -1,8 +1,8 @@
 """DLedger role changes -> broker roles (RocketMQ ``DLedgerRoleChangeHandler``).
 
-The DLedger store (``dledger/commitlog_adapter.py``) reports every role change and the moment a
-new leader is ready to serve (its no-op committed and dispatched, queue offsets rebuilt).  This
-task turns that into the broker's role:
+The store's DLedger CommitLog (``dledger/commitlog_adapter.py``) reports every role change and
+the moment a new leader is ready to serve (its no-op committed and dispatched, queue offsets
+rebuilt).  This task turns that into the broker's role:
 
 * **ready leader -> master**: brokerId 0, writes accepted, the delay-level and transaction check
   services run, registered with every NameServer at once (so routes follow the leader);
@@ -24,9 +24,10 @@ import trio
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.dispatch import Deferred, SyncProcessor
-from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore, put_status_of
+from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, put_status_of
 from rmq_cluster.dledger.messages import ResponseCode as DLedgerCode
 from rmq_cluster.store.commitlog import PutMessageResult
+from rmq_cluster.store.message_store import MessageStore
 
 if TYPE_CHECKING:
     from rmq_cluster.broker.context import BrokerHost
@@ -42,14 +43,18 @@ MASTER_LOOKUP_INTERVAL_S = 0.5
 
 
 class DLedgerRoleHandler:
-    def __init__(self, ctrl: BrokerHost, store: DLedgerMessageStore) -> None:
+    def __init__(
+        self, ctrl: BrokerHost, store: MessageStore, backend: DLedgerCommitLog
+    ) -> None:
         self.ctrl = ctrl
         self.store = store
+        #: the store's CommitLog backend: role, readiness and the node live there
+        self.backend = backend
         self.log = get_logger(node=ctrl.node, role="dledger-role")
         self._changed = trio.Event()
         self.is_master = False
         self.changes = 0
-        store.on_role_change = self.notify
+        backend.on_role_change = self.notify
         # register as a slave until elected; ``is_slave`` itself flips in run(), after the
         # processors were built (the send processor leaves the refusal to the store, which
         # names the leader)
@@ -84,10 +89,10 @@ class DLedgerRoleHandler:
         ctrl = self.ctrl
         while True:
             self._changed = trio.Event()
-            master = self.store.leader_ready
+            master = self.backend.leader_ready
             self.apply_role(master=master)
             self.changes += 1
-            node = self.store.node
+            node = self.backend.node
             self.log.info(
                 "broker role follows dledger",
                 broker_role="MASTER" if master else "SLAVE",
@@ -179,7 +184,7 @@ class _BatchCommitAnswer:
         self.deferred.resolve(self.send.answer(self.request, self.msg, result))
 
 
-def dledger_send_processor(send: SendProcessor, ctrl: BrokerHost) -> SyncProcessor:
+def dledger_send_processor(send: SendProcessor, store: DLedgerCommitLog) -> SyncProcessor:
     """SEND_MESSAGE / V2 / BATCH in DLedger mode: the send processor's checks, the entry
     appended at once, and the answer sent when it commits through a ``Deferred`` (no task per
     send: one Ready that commits many entries answers them all in one write per connection).
@@ -189,8 +194,6 @@ def dledger_send_processor(send: SendProcessor, ctrl: BrokerHost) -> SyncProcess
         if isinstance(prepared, RemotingCommand):
             return prepared
         msg, batch, _wait = prepared  # DLedger always waits for the quorum (RocketMQ too)
-        store = ctrl.store
-        assert isinstance(store, DLedgerMessageStore)
         if batch:
             result, waiter = store.propose_message(msg, batch)
             if waiter is None:

@@ -106,14 +106,7 @@ NO_TARGET: Final = Target(NO_MASTER, "", 0)
 def adopt_logged_topics(ctrl: BrokerHost) -> list[str]:
     """A new master serves every topic its log holds: topics created on the old master after
     this replica's last SlaveSynchronize get a config (queues = highest queue id seen + 1)."""
-    highest: dict[str, int] = {}
-    for topic, queue_id in list(ctrl.store.cqs.queues):
-        highest[topic] = max(highest.get(topic, 0), queue_id + 1)
-    adopted = []
-    for topic, nums in sorted(highest.items()):
-        if ctrl.topics.select(topic) is None:
-            ctrl.topics.create_in_send_message_back(topic, nums, PermName.PERM_RW)
-            adopted.append(topic)
+    adopted = ctrl.topics.adopt_stored(list(ctrl.store.cqs.queues))
     if adopted:
         ctrl.topic_created(adopted[0])  # persist and re-register
     return adopted

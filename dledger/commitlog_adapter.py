@@ -1,9 +1,10 @@
 """DLedgerCommitLog: the broker's CommitLog on a DLedger (Raft) log (RocketMQ ``DLedgerCommitLog``).
 
-With ``enableDLegerCommitLog=true`` the broker opens a :class:`DLedgerMessageStore` instead of
-a plain ``MessageStore``.  It keeps the ConsumeQueues, the IndexFiles, the checkpoint, the lock
-and the ``abort`` marker of the plain store, but the CommitLog is the DLedger log in
-``<storePathRootDir>/dledger-<selfId>/{data,index}`` (``storePathDLedgerCommitLog`` moves it):
+With ``enableDLegerCommitLog=true`` the broker opens its ``MessageStore`` over a
+:class:`DLedgerCommitLog` backend (:func:`open_dledger_store`) instead of the file CommitLog.  The
+store keeps its ConsumeQueues, IndexFiles, checkpoint, lock and ``abort`` marker, but the
+CommitLog is the DLedger log in ``<storePathRootDir>/dledger-<selfId>/{data,index}``
+(``storePathDLedgerCommitLog`` moves it):
 
 * **One entry per message**; the entry body is a complete v1 CommitLog record, a batch becomes
   one entry per message.  The **physical offset** of a message is ``entry pos + 48`` (the entry
@@ -66,6 +67,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.message import (
     RECORD_FIXED_SIZE,
@@ -89,7 +91,6 @@ from rmq_cluster.dledger.config import DLedgerConfig
 from rmq_cluster.dledger.core import Role
 from rmq_cluster.dledger.log_storage import BODY_OFFSET, FileLogStorage
 from rmq_cluster.dledger.messages import Entry, ResponseCode
-from rmq_cluster.store.checkpoint import StoreCheckpoint
 from rmq_cluster.store.commitlog import (
     AppendMessageResult,
     CommitLog,
@@ -107,6 +108,7 @@ from rmq_cluster.store.record import (
     record_tags_code,
 )
 from rmq_cluster.store.recovery import rebuild_topic_queue_table
+from rmq_cluster.store.retention import CleanResult
 
 if TYPE_CHECKING:
     from rmq_cluster.dledger.node import AppendResult, DLedgerNode, Pending, Waiter
@@ -269,18 +271,37 @@ class DLedgerCommitLogView:
         pass
 
 
-class DLedgerMessageStore(MessageStore):
-    """A MessageStore whose CommitLog is a DLedger group member (see the module docstring)."""
+def open_dledger_store(
+    config: MessageStoreConfig,
+    dledger: DLedgerConfig,
+    *,
+    clock_ms: Callable[[], int] = now_ms,
+    **kwargs: Any,
+) -> tuple[MessageStore, DLedgerCommitLog]:
+    """Lock, load and recover a store over a DLedger CommitLog (blocking: call it from a worker
+    thread); the store and its backend (the broker's DLedger role and node use the latter)."""
+    backend = DLedgerCommitLog(config, dledger, clock_ms=clock_ms)
+    return MessageStore.open(config, backend=backend, clock_ms=clock_ms, **kwargs), backend
+
+
+class DLedgerCommitLog:
+    """A ``MessageStore``'s CommitLog backend (``store/backend.py``) on a DLedger group member
+    (see the module docstring); also the broker's handle on the Raft-specific parts."""
 
     def __init__(
         self,
         config: MessageStoreConfig,
         dledger: DLedgerConfig,
-        **kwargs: Any,
+        *,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> None:
-        super().__init__(config, **kwargs)
+        self.config = config
         self.dcfg = dledger
-        self.plain_commitlog: CommitLog = self.commitlog
+        self.plain_commitlog = CommitLog(config, clock_ms=clock_ms)
+        #: the CommitLog as the store's reads see it: the plain one until open() (its
+        #: ``queue.on_create`` hook, the dispatcher), then the view of the DLedger files
+        self.commitlog: Any = self.plain_commitlog
+        self.store: MessageStore
         self.storage: FileLogStorage | None = None
         self.view: DLedgerCommitLogView | None = None
         self.node: DLedgerNode | None = None
@@ -288,7 +309,6 @@ class DLedgerMessageStore(MessageStore):
         self.applied_index = -1
         self.leader_ready = False
         self._noop_index = -1
-        self.role = BrokerRole.SLAVE
         self.wait_ack_s = dledger.max_wait_ack_ms / 1000
         #: called with no arguments whenever the role or the leader's readiness changes
         self.on_role_change: Callable[[], None] | None = None
@@ -306,77 +326,68 @@ class DLedgerMessageStore(MessageStore):
         self._scanner = RecordScanner(MAX_SCANNED_RECORD_BYTES, self.delay_levels)
         self._scanned: list[Scanned] = []
 
-    @classmethod
-    def open_dledger(
-        cls, config: MessageStoreConfig, dledger: DLedgerConfig, **kwargs: Any
-    ) -> DLedgerMessageStore:
-        """Lock, load and recover (blocking: call it from a worker thread)."""
-        store = cls(config, dledger, **kwargs)
-        store._open()
-        return store
+    def bind(self, store: MessageStore) -> None:
+        self.store = store
+        self.cqs = store.cqs
+        self.index = store.index
+        self.dispatcher = store.dispatcher
+        self.retention = store.retention
+        store.role = BrokerRole.SLAVE  # until this member is the serving leader
 
     # ================================================================== lifecycle
 
-    def _open(self) -> None:
+    def open(self, *, last_exit_ok: bool) -> None:
+        """Recover (the store holds the lock and loaded ConsumeQueues, checkpoint and index)."""
         cfg = self.config
-        os.makedirs(cfg.store_path_root_dir, exist_ok=True)
-        self._take_lock()
-        try:
-            self.cqs.load()
-            self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
-            if self.index is not None:
-                self.index.load()
-            # a CommitLog left by master/slave stays readable below the DLedger log
-            divided = self._load_old_commitlog()
-            storage = FileLogStorage(
-                self.dledger_dir, fsync=False, data_file_bytes=cfg.mapped_file_size_commit_log,
-                start_pos=divided,
-            )
-            self.storage = storage
-            divided = storage.origin if divided else 0
-            view = DLedgerCommitLogView(storage, self.plain_commitlog, divided)
-            view.retention_max_index = self._retention_max_index  # type: ignore[method-assign]
-            self.view = view
-            self.commitlog = view  # type: ignore[assignment]
-            # the store's retention policy runs over the DLedger data files
-            self.retention.commitlog = view  # type: ignore[assignment]
-            self.retention.safe_offset = lambda: view.committed_end
-            probe = self.retention.disk_usage  # the disk of the DLedger files, not commitlog/
-            self.retention.disk_usage = lambda _path: probe(self.dledger_dir)
-            # ConsumeQueues never point past what the DLedger store holds
-            written_end = storage.write_pos
-            for cq in self.cqs.queues.values():
-                cq.recover()
-                cq.truncate_dirty(written_end)
-            if self.index is not None:
-                self.index.truncate_beyond(written_end, None)
-            cq_end = max(self.cqs.max_physic_offset(), 0)
-            _end, ckpt_commit = read_checkpoint(self._checkpoint_path)
-            # CQ units exist only for committed entries: everything up to the CQ end committed
-            first_undispatched = storage.index_at_or_after(cq_end)
-            applied = min(max(ckpt_commit, first_undispatched - 1), storage.last_index())
-            if first_undispatched > 0:
-                view.committed_end = storage.entry_end(first_undispatched - 1)
-            for entry in storage.entries(first_undispatched, applied + 1):
-                self._apply_entry(entry)
-            self.applied_index = applied
-            view.committed_end = storage.entry_end(applied)
-            if self.index is not None:
-                self.index.write_headers()
-            for cq in self.cqs.queues.values():  # units below deleted data files are gone
-                cq.correct_min_offset(view.min_offset)
-            rebuild_topic_queue_table(view, self.cqs)  # type: ignore[arg-type]
-            with open(cfg.abort_path, "wb") as f:
-                os.fsync(f.fileno())
-            self.shutdown = False
-            log.info(
-                "dledger store opened", dir=self.dledger_dir, last_index=storage.last_index(),
-                applied=applied, committed_end=view.committed_end,
-            )
-        except BaseException:
-            self._close_dledger_files()
-            self._release_lock()
-            raise
+        # a CommitLog left by master/slave stays readable below the DLedger log
+        divided = self._load_old_commitlog()
+        storage = FileLogStorage(
+            self.dledger_dir, fsync=False, data_file_bytes=cfg.mapped_file_size_commit_log,
+            start_pos=divided,
+        )
+        self.storage = storage
+        divided = storage.origin if divided else 0
+        view = DLedgerCommitLogView(storage, self.plain_commitlog, divided)
+        view.retention_max_index = self._retention_max_index  # type: ignore[method-assign]
+        self.view = view
+        self.commitlog = view
+        # the store's retention policy runs over the DLedger data files
+        self.retention.commitlog = view  # type: ignore[assignment]
+        self.retention.safe_offset = lambda: view.committed_end
+        probe = self.retention.disk_usage  # the disk of the DLedger files, not commitlog/
+        self.retention.disk_usage = lambda _path: probe(self.dledger_dir)
+        # ConsumeQueues never point past what the DLedger store holds
+        written_end = storage.write_pos
+        for cq in self.cqs.queues.values():
+            cq.recover()
+            cq.truncate_dirty(written_end)
+        if self.index is not None:
+            self.index.truncate_beyond(written_end, None)
+        cq_end = max(self.cqs.max_physic_offset(), 0)
+        _end, ckpt_commit = read_checkpoint(self._checkpoint_path)
+        # CQ units exist only for committed entries: everything up to the CQ end committed
+        first_undispatched = storage.index_at_or_after(cq_end)
+        applied = min(max(ckpt_commit, first_undispatched - 1), storage.last_index())
+        if first_undispatched > 0:
+            view.committed_end = storage.entry_end(first_undispatched - 1)
+        for entry in storage.entries(first_undispatched, applied + 1):
+            self._apply_entry(entry)
+        self.applied_index = applied
+        view.committed_end = storage.entry_end(applied)
+        if self.index is not None:
+            self.index.write_headers()
+        for cq in self.cqs.queues.values():  # units below deleted data files are gone
+            cq.correct_min_offset(view.min_offset)
+        rebuild_topic_queue_table(view, self.cqs)  # type: ignore[arg-type]
+
+    def opened(self) -> None:
+        view = self.view
+        storage = self.storage
+        assert view is not None and storage is not None
+        log.info(
+            "dledger store opened", dir=self.dledger_dir, last_index=storage.last_index(),
+            applied=self.applied_index, committed_end=view.committed_end,
+        )
 
     def _load_old_commitlog(self) -> int:
         """Map the CommitLog files a master/slave broker left in this store (read-only);
@@ -406,6 +417,14 @@ class DLedgerMessageStore(MessageStore):
     def _checkpoint_path(self) -> str:
         return os.path.join(self.dledger_dir, CHECKPOINT_FILE)
 
+    async def flush_logics(self) -> None:
+        """The store's ConsumeQueue / index / checkpoint flush (the node's 1 s flush loop)."""
+        await self.store.flush_logics()
+
+    def clean_once(self, now_ms: int | None = None) -> CleanResult:
+        """One retention round of the store over the DLedger data files."""
+        return self.store.clean_once(now_ms)
+
     def write_dledger_checkpoint(self) -> None:
         if self.storage is not None:
             write_checkpoint(self._checkpoint_path, self.storage.last_index(), self.applied_index)
@@ -431,29 +450,16 @@ class DLedgerMessageStore(MessageStore):
         self.write_dledger_checkpoint()
 
     def close(self) -> None:
-        if self.shutdown and self._lock_fd is None:
-            return
-        self.shutdown = True
-        try:
-            self.flush_logics_sync()
-            if self.checkpoint is not None:
-                self.checkpoint.flush()
-            with contextlib.suppress(OSError, ValueError):
-                self.flush_dledger()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.config.abort_path)
-        finally:
-            self._close_dledger_files()
-            self._release_lock()
+        self.store.flush_logics_sync()
+        if self.store.checkpoint is not None:
+            self.store.checkpoint.flush()
+        with contextlib.suppress(OSError, ValueError):
+            self.flush_dledger()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.config.abort_path)
 
-    def _close_dledger_files(self) -> None:
+    def close_files(self) -> None:
         self.plain_commitlog.close()
-        self.cqs.close()
-        if self.index is not None:
-            self.index.close()
-        if self.checkpoint is not None:
-            self.checkpoint.close()
-            self.checkpoint = None
         if self.storage is not None:
             try:
                 self.storage.close()
@@ -474,7 +480,7 @@ class DLedgerMessageStore(MessageStore):
         self.leader_ready = False
         if role is not Role.LEADER:
             self._stash.clear()  # our uncommitted entries may be replaced by the new leader
-        self.role = BrokerRole.SLAVE
+        self.store.role = BrokerRole.SLAVE
         if role is Role.LEADER and self.storage is not None:
             self._noop_index = self.storage.last_index()
             self._check_leader_ready()
@@ -496,7 +502,7 @@ class DLedgerMessageStore(MessageStore):
         assert self.view is not None
         rebuild_topic_queue_table(self.view, self.cqs)  # type: ignore[arg-type]
         self.leader_ready = True
-        self.role = BrokerRole.SYNC_MASTER
+        self.store.role = BrokerRole.SYNC_MASTER
         log.info("dledger leader ready", term=node.term, applied=self.applied_index)
         if self.on_role_change is not None:
             self.on_role_change()
@@ -628,8 +634,8 @@ class DLedgerMessageStore(MessageStore):
 
     # ================================================================== writes
 
-    def _refusal(self) -> PutMessageResult | None:
-        if self.shutdown:
+    def refusal(self) -> PutMessageResult | None:
+        if self.store.shutdown:
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "store is shut down"
             )
@@ -662,7 +668,7 @@ class DLedgerMessageStore(MessageStore):
         """Encode ``msg`` at the next entry's position and append it (leader, ready).  The
         second value is the waiter for its commit: ``sink`` itself when given (see
         :meth:`DLedgerNode.propose_with`), else a new :class:`Waiter`; None when refused."""
-        refused = self._refusal()
+        refused = self.refusal()
         if refused is not None:
             return refused, None
         node = self.node
@@ -712,7 +718,7 @@ class DLedgerMessageStore(MessageStore):
         qo = 0 if txn in _NO_ADVANCE_TXN else table.get(key, 0)
         record_len = RECORD_FIXED_SIZE - 1 + body_len + len(topic_part) + props_len
         pos = storage.next_pos(record_len)
-        now = self.clock_ms()
+        now = self.store.clock_ms()
         hosts = self._host_cache
         try:
             store_host = hosts.get(msg.store_host) or self._host(msg.store_host)
@@ -755,7 +761,7 @@ class DLedgerMessageStore(MessageStore):
         ), waiter
 
     def _propose_batch(self, batch: Message) -> tuple[PutMessageResult, Pending | None]:
-        refused = self._refusal()
+        refused = self.refusal()
         if refused is not None:
             return refused, None
         if batch.sys_flag & SYSFLAG_TRANSACTION_MASK:
@@ -852,20 +858,20 @@ class DLedgerMessageStore(MessageStore):
     # ================================================================== reads and status
 
     @property
-    def max_phys_offset(self) -> int:
+    def max_offset(self) -> int:
         return self.view.committed_end if self.view is not None else 0
 
     @property
-    def min_phys_offset(self) -> int:
+    def min_offset(self) -> int:
         return self.view.min_offset if self.view is not None else 0
 
     @property
     def flushed_offset(self) -> int:
-        return self.max_phys_offset
+        return self.max_offset
 
     @property
     def confirm_offset(self) -> int:
-        return self.max_phys_offset
+        return self.max_offset
 
     def dispatch(self, max_bytes: int = 0) -> int:
         """Apply what is committed but not applied yet, now (the node answers a send before it
@@ -900,9 +906,7 @@ class DLedgerMessageStore(MessageStore):
         if self.view is not None:
             rebuild_topic_queue_table(self.view, self.cqs)  # type: ignore[arg-type]
 
-    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
-        if topic is not None:
-            return super().get_earliest_message_time(topic, queue_id)
+    def earliest_store_time(self) -> int:
         storage = self.storage
         if storage is None:
             return -1
@@ -920,7 +924,7 @@ class DLedgerMessageStore(MessageStore):
         node = self.node
         storage = self.storage
         info: dict[str, str] = {
-            "brokerRole": self.role.value,
+            "brokerRole": self.store.role.value,
             "dLegerGroup": self.dcfg.group,
             "dLegerSelfId": self.dcfg.self_id,
             "dLegerLeaderReady": "true" if self.leader_ready else "false",

@@ -29,7 +29,7 @@ the core bounds what is in flight (``max_inflight_pushes``), the queue bound
 the connection retried after ``RECONNECT_BACKOFF_S`` (doubling up to
 ``RECONNECT_MAX_BACKOFF_S``) — the core resends what was lost.
 
-Broker mode (:func:`run_store_node`): the node of a ``DLedgerMessageStore`` with its peer server,
+Broker mode (:func:`run_store_node`): the node of a ``DLedgerCommitLog`` with its peer server,
 transport, a 1 s msync/checkpoint/ConsumeQueue flush, a prefault task for the data file and the
 store's retention round (``store/flush.py``'s clean service over the DLedger data files).
 
@@ -96,7 +96,7 @@ if TYPE_CHECKING:
 
 
 class StoreMember(Protocol):
-    """What ``run_store_node`` drives of a broker's DLedger store (``DLedgerMessageStore``,
+    """What ``run_store_node`` drives of a broker's DLedger CommitLog (``DLedgerCommitLog``,
     which imports this module): config and log, the apply and role callbacks, the flush, the
     checkpoint and retention."""
 
@@ -147,8 +147,8 @@ WARM_CHECK_INTERVAL_S: Final = 0.05
 STORE_MAX_INFLIGHT_PUSHES: Final = 64
 """A broker's pushes in flight per follower (each up to STORE_MAX_BATCH_PUSH_BYTES)."""
 STORE_MAX_BATCH_PUSH_BYTES: Final = 256 * 1024
-"""Entry bytes per push for a broker (DLedger's batch push packs 4 KiB; bigger batches are
-what makes ~30k msgs/s possible in Python)."""
+"""Entry bytes per push for a broker (DLedger's batch push packs 4 KiB; bigger batches keep the
+per-push cost in Python off the per-message path: bench/dledger.py)."""
 
 
 class DLedgerRequestCode(enum.IntEnum):
@@ -739,9 +739,10 @@ async def run_store_node(
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a broker's DLedger member until cancelled: the peer server on its dLegerPeers port,
-    the transport to the other peers, the core's driver wired to ``store`` (apply -> dispatch,
-    role changes -> the broker), the ConsumeQueue flush and the DLedger flush/checkpoint.
-    ``task_status`` gets the bound peer address.  The owner calls ``store.close()`` after."""
+    the transport to the other peers, the core's driver wired to ``store`` (a store's DLedger
+    CommitLog: apply -> dispatch, role changes -> the broker), the ConsumeQueue flush and the
+    DLedger flush/checkpoint.  ``task_status`` gets the bound peer address.  The owner closes
+    the store after."""
     dcfg = store.dcfg
     peers = dcfg.peer_map()
     others = {pid: addr for pid, addr in peers.items() if pid != dcfg.self_id}

@@ -35,6 +35,7 @@ from rmq_cluster.cluster.protocol.message import (
     decode_offset_msg_id,
     decode_record,
 )
+from rmq_cluster.store.backend import CommitLogBackend
 from rmq_cluster.store.checkpoint import StoreCheckpoint
 from rmq_cluster.store.commitlog import (
     CommitLog,
@@ -67,11 +68,12 @@ MAX_FILTER_MESSAGE_COUNT = 16000  # CQ units examined per pull
 DEFAULT_PULL_MAX_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 MAX_QUERY_RESULTS = 64
 LOCK_FILE_CONTENT = b"lock"
+
+
 #: Dispatch a single put inline when the reput is caught up (saves the reput task's wake-up, a
-#: scheduler round per send). Off: measured on a quiet machine (bench/produce.py, 2 runs each),
-#: inline dispatch puts ~5 µs on the critical path before the answer is sent, so 1-in-flight
-#: sends went 0.61-0.63x -> 0.67-0.70x of ping-pong and pipelined 39.8-41.3k -> 41.6-42.2k/s
-#: with it off (the reput task dispatches while the client handles the answer).
+#: scheduler round per send). Off: inline dispatch puts the dispatch on the critical path before
+#: the answer is sent (bench/produce.py measured it slower); the reput task dispatches while the
+#: client handles the answer.
 INLINE_DISPATCH = False
 INLINE_DISPATCH_MAX_BYTES = 64 * 1024
 
@@ -138,17 +140,25 @@ ReplicaWaiter = Callable[[int], Awaitable[PutMessageStatus]]
 
 
 class MessageStore:
+    """One store over a CommitLog ``backend`` (``store/backend.py``): the file CommitLog by
+    default, or DLedger's (``rmq_cluster.dledger.commitlog_adapter.DLedgerCommitLog``)."""
+
     def __init__(
         self,
         config: MessageStoreConfig,
         *,
+        backend: CommitLogBackend | None = None,
         clock_ms: Callable[[], int] = now_ms,
         disk_usage: DiskUsageProbe = default_disk_usage,
         on_arrival: ArrivalListener | None = None,
     ) -> None:
         self.config = config
         self.clock_ms = clock_ms
-        self.commitlog = CommitLog(config, clock_ms=clock_ms)
+        if backend is None:
+            backend = FileCommitLog(config, clock_ms=clock_ms)
+        self.backend = backend
+        #: the CommitLog as reads, dispatch and retention see it (the backend's)
+        self.commitlog: CommitLog = backend.commitlog
         self.cqs = ConsumeQueueTable(config)
         self.index: IndexService | None = (
             IndexService(
@@ -195,6 +205,7 @@ class MessageStore:
         self.recovery: RecoveryResult | None = None
         self.shutdown = True
         self._lock_fd: int | None = None
+        backend.bind(self)
 
     # ================================================================== lifecycle
 
@@ -203,44 +214,37 @@ class MessageStore:
         cls,
         config: MessageStoreConfig,
         *,
+        backend: CommitLogBackend | None = None,
         clock_ms: Callable[[], int] = now_ms,
         disk_usage: DiskUsageProbe = default_disk_usage,
         on_arrival: ArrivalListener | None = None,
     ) -> MessageStore:
-        """Lock, load and recover the store at ``config.store_path_root_dir``. Blocking: call
-        it via ``trio.to_thread.run_sync`` when a loop is already serving others."""
-        store = cls(config, clock_ms=clock_ms, disk_usage=disk_usage, on_arrival=on_arrival)
+        """Lock, load and recover the store at ``config.store_path_root_dir`` over ``backend``
+        (the file CommitLog when None). Blocking: call it via ``trio.to_thread.run_sync`` when
+        a loop is already serving others."""
+        store = cls(
+            config, backend=backend, clock_ms=clock_ms, disk_usage=disk_usage,
+            on_arrival=on_arrival,
+        )
         store._open()
         return store
 
     def _open(self) -> None:
         cfg = self.config
         os.makedirs(cfg.store_path_root_dir, exist_ok=True)
-        os.makedirs(cfg.commit_log_dir, exist_ok=True)
         self._take_lock()
         try:
             last_exit_ok = not os.path.exists(cfg.abort_path)
-            self.commitlog.queue.load()
             self.cqs.load()
             self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
             if self.index is not None:
                 self.index.load()
-            self.recovery = recover(
-                cfg, self.commitlog, self.cqs, self.index, self.checkpoint,
-                last_exit_ok=last_exit_ok,
-            )
-            self.dispatcher.reput_from = self.recovery.reput_from
-            while self.dispatch() > 0:
-                pass
-            rebuild_topic_queue_table(self.commitlog, self.cqs)
-            self.boot_max_offset = self.commitlog.max_offset
-            for cq in self.cqs.queues.values():
-                cq.correct_min_offset(self.commitlog.min_offset)
-            self.flush_watermark = Watermark(self.commitlog.flushed_offset)
+            self.backend.open(last_exit_ok=last_exit_ok)
+            self.commitlog = self.backend.commitlog
             with open(cfg.abort_path, "wb") as f:
                 os.fsync(f.fileno())
             self.shutdown = False
-            self.retention.check_disk()
+            self.backend.opened()
         except BaseException:
             self._close_files()
             self._release_lock()
@@ -273,25 +277,13 @@ class MessageStore:
             return
         self.shutdown = True
         try:
-            while self.dispatch() > 0:
-                pass
-            clean = self.dispatcher.behind == 0
-            self.commitlog.queue.flush()
-            self.flush_logics_sync()
-            if self.checkpoint is not None:
-                self.checkpoint.physic_msg_timestamp = max(
-                    self.checkpoint.physic_msg_timestamp, self.commitlog.last_store_timestamp
-                )
-                self.checkpoint.flush()
-            if clean:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.config.abort_path)
+            self.backend.close()
         finally:
             self._close_files()
             self._release_lock()
 
     def _close_files(self) -> None:
-        self.commitlog.close()
+        self.backend.close_files()
         self.cqs.close()
         if self.index is not None:
             self.index.close()
@@ -302,88 +294,21 @@ class MessageStore:
     # ================================================================== writes
 
     def _check_writable(self) -> PutMessageResult | None:
-        if self.shutdown:
-            return PutMessageResult(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "store is shut down"
-            )
-        if self.role is BrokerRole.SLAVE:
-            return PutMessageResult(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "the broker role is SLAVE"
-            )
-        # the flag is refreshed by the clean service every cleanResourceInterval; while it is
-        # set, each refused put probes again (one statvfs) so writes resume as soon as space
-        # is freed
-        if self.retention.disk_full:
-            self.retention.check_disk()
-        if self.retention.disk_full:
-            return PutMessageResult(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "the broker's disk is full"
-            )
-        return None
+        return self.backend.refusal()
 
     def append_message(self, msg: Message) -> PutMessageResult:
-        """Append without waiting for flush or replication (the synchronous half of a put)."""
-        if self.shutdown or self.role is BrokerRole.SLAVE or self.retention.disk_full:
-            refused = self._check_writable()
-            assert refused is not None
-            return refused
-        result = self.commitlog.append(msg)
-        appended = result.result
-        if appended is None:
-            self.put_failed_times += 1
-        else:
-            dispatcher = self.dispatcher
-            if (
-                self.services_running
-                and self.inline_dispatch
-                and dispatcher.reput_from == appended.wrote_offset
-                and appended.wrote_bytes <= INLINE_DISPATCH_MAX_BYTES
-            ):
-                # the reput was caught up: dispatch this record now instead of paying a
-                # scheduler round to wake the reput task (long polling is notified at once)
-                try:
-                    dispatcher.dispatch()
-                except Exception:  # the put stands: leave the failure to the reput service
-                    log.exception("inline_dispatch_failed", offset=appended.wrote_offset)
-                    self.inline_dispatch = False
-                    self._wake_reput()
-            elif self._reput_wake is not None:
-                self._wake_reput()
-            if self._appended is not None:
-                self._notify_appended()
-            if self.warm_wake is not None and appended.wrote_offset >= self.warm_at:
-                self._wake_warm()
-        return result
+        """Append without waiting until the message is stored (the synchronous half of a put)."""
+        return self.backend.append_message(msg)
 
     def append_messages(self, batch: Message) -> PutMessageResult:
-        refused = self._check_writable()
-        if refused is not None:
-            return refused
-        result = self.commitlog.append_batch(batch)
-        if result.result is None:
-            self.put_failed_times += 1
-        else:
-            if self._reput_wake is not None:
-                self._wake_reput()
-            if self._appended is not None:
-                self._notify_appended()
-            if self.warm_wake is not None and result.result.end_offset >= self.warm_at:
-                self._wake_warm()
-        return result
+        return self.backend.append_messages(batch)
 
-    async def put_message(self, msg: Message) -> PutMessageResult:
-        result = self.append_message(msg)
-        if result.result is None or (not self.sync_flush and self.replica_waiter is None):
-            return result
-        wait = msg.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
-        return await self._wait_stored(result, wait)
+    def put_message(self, msg: Message) -> Awaitable[PutMessageResult]:
+        """Append, then wait until the message is stored (flush and replicas, or the commit)."""
+        return self.backend.put_message(msg)
 
-    async def put_messages(self, batch: Message) -> PutMessageResult:
-        result = self.append_messages(batch)
-        if result.result is None or (not self.sync_flush and self.replica_waiter is None):
-            return result
-        wait = batch.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
-        return await self._wait_stored(result, wait)
+    def put_messages(self, batch: Message) -> Awaitable[PutMessageResult]:
+        return self.backend.put_messages(batch)
 
     def _notify_appended(self) -> None:
         event, self._appended = self._appended, None
@@ -475,8 +400,8 @@ class MessageStore:
         """Flush ConsumeQueues, a newly full IndexFile and the checkpoint (off the event loop).
 
         The IndexFile being written is not flushed on this timer (RocketMQ flushes one when it
-        is full, and every file at shutdown): its hash slots are written all over 20 MB, so a
-        1 s msync wrote back ~20 MB/s at 20k msgs/s, and walked its 420 MB mapping each time.
+        is full, and every file at shutdown): its hash slots are written all over the file, so a
+        periodic msync wrote back most of it every time and walked its whole mapping.
         ``indexMsgTimestamp`` is the end of the last flushed file; after a crash, recovery
         drops the files past it and rebuilds them from the CommitLog (``truncate_beyond``)."""
         plans, ts = self._logics_flush_plan()
@@ -532,61 +457,52 @@ class MessageStore:
     # ================================================================== replication (slave side)
 
     def append_raw(self, phys_offset: int, data: bytes | memoryview) -> None:
-        """Append raw CommitLog bytes from a master at ``phys_offset`` (our max offset, or a file
-        boundary when empty). The CommitLog stays a byte-identical prefix of the master's;
-        dispatch builds ConsumeQueue and Index from it. Raises ValueError on a mismatch."""
-        if self.shutdown:
-            raise ValueError("store is shut down")
-        self.commitlog.append_raw(phys_offset, data)
-        if self._reput_wake is not None:
-            self._wake_reput()
-        if self.warm_wake is not None and self.commitlog.max_offset >= self.warm_at:
-            self._wake_warm()
-        if self._appended is not None:
-            self._notify_appended()
+        """Append raw CommitLog bytes from a master at ``phys_offset`` (file CommitLog only;
+        raises ValueError on a mismatch)."""
+        self.backend.append_raw(phys_offset, data)
 
     def read_raw(self, phys_offset: int, max_bytes: int) -> memoryview | None:
         """Up to ``max_bytes`` readable CommitLog bytes at ``phys_offset`` (one file at most)."""
-        return self.commitlog.read_raw(phys_offset, max_bytes)
+        return self.backend.read_raw(phys_offset, max_bytes)
 
     def rebuild_queue_offsets(self) -> None:
         """After a role change to master: queue offsets continue from the ConsumeQueues."""
-        self.dispatch_all()
-        rebuild_topic_queue_table(self.commitlog, self.cqs)
+        self.backend.rebuild_queue_offsets()
 
     @property
     def max_phys_offset(self) -> int:
-        return self.commitlog.max_offset
+        return self.backend.max_offset
 
     @property
     def min_phys_offset(self) -> int:
-        return self.commitlog.min_offset
+        return self.backend.min_offset
 
     @property
     def flushed_offset(self) -> int:
-        return self.commitlog.flushed_offset
+        return self.backend.flushed_offset
 
     @property
     def confirm_offset(self) -> int:
-        """Offset readers may trust; without DLedger, everything written."""
-        return self.commitlog.max_offset
+        """Offset readers may trust (file CommitLog: everything written; DLedger: committed)."""
+        return self.backend.confirm_offset
 
     # ================================================================== dispatch
 
     def dispatch(self, max_bytes: int = MAX_DISPATCH_BYTES_PER_ROUND) -> int:
         """One reput round (about ``max_bytes``); returns the records dispatched."""
-        return self.dispatcher.dispatch(max_bytes)
+        return self.backend.dispatch(max_bytes)
 
     def dispatch_all(self) -> int:
         """Dispatch until caught up (or stopped before an incomplete/corrupt record)."""
-        total = 0
-        while (count := self.dispatcher.dispatch()) > 0:
-            total += count
-        return total
+        return self.backend.dispatch_all()
 
     @property
     def dispatch_behind_bytes(self) -> int:
-        return self.dispatcher.behind
+        return self.backend.dispatch_behind_bytes
+
+    def runtime_info(self) -> dict[str, str]:
+        """The backend's GET_BROKER_RUNTIME_INFO keys (DLedger: role, term, commit, ...)."""
+        return self.backend.runtime_info()
 
     # ================================================================== reads
 
@@ -734,8 +650,7 @@ class MessageStore:
             if cq is None:
                 return -1
             return self.get_message_store_timestamp(topic, queue_id, cq.min_offset_in_queue)
-        files = self.commitlog.queue.files
-        return self.commitlog.first_store_timestamp(files[0]) if files else -1
+        return self.backend.earliest_store_time()
 
     def read_record(self, phys_offset: int) -> memoryview | None:
         """The raw record at ``phys_offset`` (a view), or None."""
@@ -827,3 +742,220 @@ class MessageStore:
 
     def is_writable(self) -> bool:
         return self._check_writable() is None
+
+
+class FileCommitLog:
+    """The file CommitLog (``store/commitlog.py``) as a store's backend: records are visible as
+    soon as they are appended; a put waits for the flush (SYNC_FLUSH) and the slaves
+    (``store.replica_waiter``) as configured."""
+
+    def __init__(
+        self, config: MessageStoreConfig, *, clock_ms: Callable[[], int] = now_ms
+    ) -> None:
+        self.config = config
+        self.commitlog = CommitLog(config, clock_ms=clock_ms)
+        self.store: MessageStore
+
+    def bind(self, store: MessageStore) -> None:
+        self.store = store
+        self.dispatcher = store.dispatcher
+
+    # ================================================================== lifecycle
+
+    def open(self, *, last_exit_ok: bool) -> None:
+        store = self.store
+        cfg = self.config
+        os.makedirs(cfg.commit_log_dir, exist_ok=True)
+        commitlog = self.commitlog
+        commitlog.queue.load()
+        assert store.checkpoint is not None
+        store.recovery = recover(
+            cfg, commitlog, store.cqs, store.index, store.checkpoint, last_exit_ok=last_exit_ok,
+        )
+        self.dispatcher.reput_from = store.recovery.reput_from
+        while self.dispatcher.dispatch() > 0:
+            pass
+        rebuild_topic_queue_table(commitlog, store.cqs)
+        store.boot_max_offset = commitlog.max_offset
+        for cq in store.cqs.queues.values():
+            cq.correct_min_offset(commitlog.min_offset)
+        store.flush_watermark = Watermark(commitlog.flushed_offset)
+
+    def opened(self) -> None:
+        self.store.retention.check_disk()
+
+    def close(self) -> None:
+        store = self.store
+        while self.dispatcher.dispatch() > 0:
+            pass
+        clean = self.dispatcher.behind == 0
+        self.commitlog.queue.flush()
+        store.flush_logics_sync()
+        checkpoint = store.checkpoint
+        if checkpoint is not None:
+            checkpoint.physic_msg_timestamp = max(
+                checkpoint.physic_msg_timestamp, self.commitlog.last_store_timestamp
+            )
+            checkpoint.flush()
+        if clean:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.config.abort_path)
+
+    def close_files(self) -> None:
+        self.commitlog.close()
+
+    # ================================================================== writes
+
+    def refusal(self) -> PutMessageResult | None:
+        store = self.store
+        if store.shutdown:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "store is shut down"
+            )
+        if store.role is BrokerRole.SLAVE:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "the broker role is SLAVE"
+            )
+        # the flag is refreshed by the clean service every cleanResourceInterval; while it is
+        # set, each refused put probes again (one statvfs) so writes resume as soon as space
+        # is freed
+        retention = store.retention
+        if retention.disk_full:
+            retention.check_disk()
+        if retention.disk_full:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "the broker's disk is full"
+            )
+        return None
+
+    def append_message(self, msg: Message) -> PutMessageResult:
+        """Append without waiting for flush or replication (the synchronous half of a put)."""
+        store = self.store
+        if store.shutdown or store.role is BrokerRole.SLAVE or store.retention.disk_full:
+            refused = self.refusal()
+            assert refused is not None
+            return refused
+        result = self.commitlog.append(msg)
+        appended = result.result
+        if appended is None:
+            store.put_failed_times += 1
+        else:
+            dispatcher = self.dispatcher
+            if (
+                store.services_running
+                and store.inline_dispatch
+                and dispatcher.reput_from == appended.wrote_offset
+                and appended.wrote_bytes <= INLINE_DISPATCH_MAX_BYTES
+            ):
+                # the reput was caught up: dispatch this record now instead of paying a
+                # scheduler round to wake the reput task (long polling is notified at once)
+                try:
+                    dispatcher.dispatch()
+                except Exception:  # the put stands: leave the failure to the reput service
+                    log.exception("inline_dispatch_failed", offset=appended.wrote_offset)
+                    store.inline_dispatch = False
+                    store._wake_reput()
+            elif store._reput_wake is not None:
+                store._wake_reput()
+            if store._appended is not None:
+                store._notify_appended()
+            if store.warm_wake is not None and appended.wrote_offset >= store.warm_at:
+                store._wake_warm()
+        return result
+
+    def append_messages(self, batch: Message) -> PutMessageResult:
+        store = self.store
+        refused = self.refusal()
+        if refused is not None:
+            return refused
+        result = self.commitlog.append_batch(batch)
+        if result.result is None:
+            store.put_failed_times += 1
+        else:
+            if store._reput_wake is not None:
+                store._wake_reput()
+            if store._appended is not None:
+                store._notify_appended()
+            if store.warm_wake is not None and result.result.end_offset >= store.warm_at:
+                store._wake_warm()
+        return result
+
+    async def put_message(self, msg: Message) -> PutMessageResult:
+        result = self.append_message(msg)
+        store = self.store
+        if result.result is None or (not store.sync_flush and store.replica_waiter is None):
+            return result
+        wait = msg.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        return await store._wait_stored(result, wait)
+
+    async def put_messages(self, batch: Message) -> PutMessageResult:
+        result = self.append_messages(batch)
+        store = self.store
+        if result.result is None or (not store.sync_flush and store.replica_waiter is None):
+            return result
+        wait = batch.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
+        return await store._wait_stored(result, wait)
+
+    # ================================================================== replication (slave side)
+
+    def append_raw(self, phys_offset: int, data: bytes | memoryview) -> None:
+        """Append raw CommitLog bytes from a master at ``phys_offset`` (our max offset, or a file
+        boundary when empty). The CommitLog stays a byte-identical prefix of the master's;
+        dispatch builds ConsumeQueue and Index from it. Raises ValueError on a mismatch."""
+        store = self.store
+        if store.shutdown:
+            raise ValueError("store is shut down")
+        self.commitlog.append_raw(phys_offset, data)
+        if store._reput_wake is not None:
+            store._wake_reput()
+        if store.warm_wake is not None and self.commitlog.max_offset >= store.warm_at:
+            store._wake_warm()
+        if store._appended is not None:
+            store._notify_appended()
+
+    def read_raw(self, phys_offset: int, max_bytes: int) -> memoryview | None:
+        """Up to ``max_bytes`` readable CommitLog bytes at ``phys_offset`` (one file at most)."""
+        return self.commitlog.read_raw(phys_offset, max_bytes)
+
+    # ================================================================== positions and dispatch
+
+    @property
+    def max_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.commitlog.flushed_offset
+
+    @property
+    def confirm_offset(self) -> int:
+        """Offset readers may trust: everything written."""
+        return self.commitlog.max_offset
+
+    def dispatch(self, max_bytes: int) -> int:
+        return self.dispatcher.dispatch(max_bytes)
+
+    def dispatch_all(self) -> int:
+        total = 0
+        while (count := self.dispatcher.dispatch()) > 0:
+            total += count
+        return total
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return self.dispatcher.behind
+
+    def rebuild_queue_offsets(self) -> None:
+        self.dispatch_all()
+        rebuild_topic_queue_table(self.commitlog, self.store.cqs)
+
+    def earliest_store_time(self) -> int:
+        files = self.commitlog.queue.files
+        return self.commitlog.first_store_timestamp(files[0]) if files else -1
+
+    def runtime_info(self) -> dict[str, str]:
+        return {}

@@ -127,7 +127,8 @@ PURE_CORES = (
     "dledger/core.py", "dledger/messages.py", "dledger/log_storage.py",
     "ha/protocol.py", "ha/master.py", "ha/access.py",
     "cluster/protocol/names.py", "store/paths.py",
-    "chaos/checker.py", "chaos/nemesis.py",
+    "chaos/checker.py", "chaos/nemesis.py", "chaos/audit.py", "dledger/admin.py",
+    "store/backend.py",
     "spark_jobs/decode.py",
     "controller/state.py", "cluster/protocol/controller.py", "store/epoch_file.py",
 )

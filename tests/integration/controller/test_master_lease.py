@@ -14,8 +14,8 @@ from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from tests.integration.controller.controller_testlib import until, wait_for
 from tests.integration.controller.test_controller_brokers import GROUP, TOPIC, group_of_two
 
-#: group_of_two: controllerHeartBeatTimeoutMills=700, beats every 200 ms -> a 300 ms lease.
-LEASE_S = 0.3
+#: group_of_two: controllerHeartBeatTimeoutMills=700, beats every 200 ms -> a 500 ms lease.
+LEASE_S = 0.5
 
 
 async def test_a_master_without_controllers_fences_itself_then_resumes(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ async def test_a_master_without_controllers_fences_itself_then_resumes(tmp_path:
             lambda: next((r for r in replicas if r.serving_as(True)), None), 15)
         slave = next(r for r in replicas if r is not master)
         await wait_for(lambda: master.manager.sync_state_set.broker_ids == {1, 2}, 15)
-        assert master.manager.cm.lease_ms == 300
+        assert master.manager.cm.lease_ms == 500
         caller.addr = master.addr
         r = await caller.send(TOPIC, b"before", queue_id=0)
         assert r.code == ResponseCode.SUCCESS, r.remark

@@ -15,7 +15,7 @@ from rmq_cluster.cluster.protocol.route import ClusterInfo
 from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
+from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer
 from tests.integration.broker.conftest import _run_broker, broker_settings
@@ -48,11 +48,10 @@ class Member:
     addr: str = ""
 
     @property
-    def store(self) -> DLedgerMessageStore:
-        assert self.ctrl is not None
-        store = self.ctrl.store
-        assert isinstance(store, DLedgerMessageStore)
-        return store
+    def store(self) -> DLedgerCommitLog:
+        """The DLedger CommitLog of this member's store (role, node, applied index)."""
+        assert self.ctrl is not None and self.ctrl.dledger_role is not None
+        return self.ctrl.dledger_role.backend
 
     @property
     def running(self) -> bool:

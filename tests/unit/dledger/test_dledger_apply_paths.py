@@ -1,5 +1,5 @@
 """The leader's fast paths agree with the general ones, through a real single-member
-DLedgerMessageStore (its peer port on 127.0.0.1, its files in a temp dir):
+a store over a DLedgerCommitLog (its peer port on 127.0.0.1, its files in a temp dir):
 
 * sends proposed with the caller's own commit waiter (``propose_with``, the broker's send
   path), with a node Waiter (``propose_message``) and without waiting (``append_message``),
@@ -21,10 +21,11 @@ import trio
 
 from rmq_cluster.broker.config import load_broker_config
 from rmq_cluster.cluster.protocol.message import MessageConst, new_message
-from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
+from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from rmq_cluster.dledger.messages import ResponseCode
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.store.commitlog import PutMessageStatus
+from rmq_cluster.store.message_store import MessageStore
 from tests.unit.dledger.sink import Sink
 
 WAIT_S = 20.0
@@ -42,7 +43,7 @@ def _free_port() -> int:
     return port
 
 
-def _open(root: Path, port: int) -> DLedgerMessageStore:
+def _open(root: Path, port: int) -> tuple[MessageStore, DLedgerCommitLog]:
     values = {
         "storePathRootDir": str(root), "brokerName": "b", "enableDLegerCommitLog": "true",
         "dLegerGroup": "g", "dLegerPeers": f"n0-127.0.0.1:{port}", "dLegerSelfId": "n0",
@@ -52,7 +53,7 @@ def _open(root: Path, port: int) -> DLedgerMessageStore:
         "maxIndexNum": "4000",
     }
     settings = load_broker_config(values).settings
-    return DLedgerMessageStore.open_dledger(settings.store, settings.dledger)
+    return open_dledger_store(settings.store, settings.dledger)
 
 
 def _digest(root: Path, sub: str) -> list[tuple[str, str]]:
@@ -100,24 +101,24 @@ def _message(i: int) -> Any:
 async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path: Path) -> None:
     port = _free_port()
     leader_root = tmp_path / "leader"
-    store = await trio.to_thread.run_sync(_open, leader_root, port)
+    store, dl = await trio.to_thread.run_sync(_open, leader_root, port)
     sinks: list[Sink] = []
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(functools.partial(run_store_node, store, host="127.0.0.1"))
-            node = store.node
+            await nursery.start(functools.partial(run_store_node, dl, host="127.0.0.1"))
+            node = dl.node
             assert node is not None
             with trio.fail_after(WAIT_S):
-                await node.wait_for(lambda _n: store.leader_ready)
+                await node.wait_for(lambda _n: dl.leader_ready)
             for i in range(MESSAGES):
                 msg = _message(i)
                 if i % 3 == 0:
                     sink = Sink()
-                    result = store.propose_with(msg, sink)
+                    result = dl.propose_with(msg, sink)
                     assert result.status is PutMessageStatus.PUT_OK and sink.index >= 0
                     sinks.append(sink)
                 elif i % 3 == 1:
-                    result, waiter = store.propose_message(msg, False)
+                    result, waiter = dl.propose_message(msg, False)
                     assert waiter is not None
                 else:
                     assert store.append_message(msg).status is PutMessageStatus.PUT_OK
@@ -126,15 +127,15 @@ async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path:
             last = node.core.storage.last_index()
             with trio.fail_after(WAIT_S):
                 await node.wait_for(
-                    lambda _n: store.applied_index >= last and all(s.calls for s in sinks)
+                    lambda _n: dl.applied_index >= last and all(s.calls for s in sinks)
                 )
             # a refused send never registers its sink
-            store.leader_ready = False
+            dl.leader_ready = False
             refused = Sink()
-            assert store.propose_with(_message(0), refused).status is (
+            assert dl.propose_with(_message(0), refused).status is (
                 PutMessageStatus.SERVICE_NOT_AVAILABLE
             )
-            store.leader_ready = True
+            dl.leader_ready = True
             assert refused.index == -1 and not refused.calls
             nursery.cancel_scope.cancel()
     finally:
@@ -148,9 +149,9 @@ async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path:
     parsed_root.mkdir()
     dledger_dir = next(p.name for p in leader_root.iterdir() if p.name.startswith("dledger-"))
     _copy_sparse(leader_root / dledger_dir, parsed_root / dledger_dir)
-    parsed = await trio.to_thread.run_sync(_open, parsed_root, port)
+    parsed, parsed_dl = await trio.to_thread.run_sync(_open, parsed_root, port)
     try:
-        assert parsed.applied_index == last
+        assert parsed_dl.applied_index == last
     finally:
         parsed.close()
     queues = _digest(leader_root, "consumequeue")

@@ -31,29 +31,29 @@ async def test_hostile_topic_refused_and_a_hostile_record_skipped(
     tmp_path: Path, hostile: str
 ) -> None:
     root = tmp_path / "store"
-    store = await trio.to_thread.run_sync(_open, root, _free_port())
+    store, dl = await trio.to_thread.run_sync(_open, root, _free_port())
     try:
         async with trio.open_nursery() as nursery:
             from rmq_cluster.dledger.node import run_store_node
 
-            await nursery.start(functools.partial(run_store_node, store, host="127.0.0.1"))
-            node = store.node
+            await nursery.start(functools.partial(run_store_node, dl, host="127.0.0.1"))
+            node = dl.node
             assert node is not None
             with trio.fail_after(WAIT_S):
-                await node.wait_for(lambda _n: store.leader_ready)
+                await node.wait_for(lambda _n: dl.leader_ready)
             refused = store.append_message(_msg(hostile))
             assert refused.status is PutMessageStatus.MESSAGE_ILLEGAL
             assert store.append_message(_msg("Good")).status is PutMessageStatus.PUT_OK
             last = node.core.storage.last_index()
             with trio.fail_after(WAIT_S):
-                await node.wait_for(lambda _n: store.applied_index >= last)
+                await node.wait_for(lambda _n: dl.applied_index >= last)
             nursery.cancel_scope.cancel()
         # a committed record naming a hostile topic reaches apply: skipped, counted, no raise
         record = encode_record(
             _msg(hostile), queue_offset=0, phys_offset=0, store_timestamp=1_700_000_000_001
         )
         skipped = store.dispatcher.skipped_records
-        assert store._dispatch_record(record, 1 << 20) is True
+        assert dl._dispatch_record(record, 1 << 20) is True
         assert store.dispatcher.skipped_records == skipped + 1
     finally:
         store.close()

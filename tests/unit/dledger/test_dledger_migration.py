@@ -14,7 +14,7 @@ import trio
 
 from rmq_cluster.broker.config import load_broker_config
 from rmq_cluster.cluster.protocol.message import iter_records, new_message
-from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
+from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from rmq_cluster.dledger.log_storage import BODY_OFFSET
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
@@ -91,22 +91,22 @@ async def test_dledger_keeps_the_old_commitlog_readable_below_its_log(tmp_path: 
     port = _free_port()
     settings = load_broker_config(_dledger_values(root, port)).settings
 
-    def open_dl() -> DLedgerMessageStore:
-        return DLedgerMessageStore.open_dledger(settings.store, settings.dledger)
+    def open_dl() -> tuple[MessageStore, DLedgerCommitLog]:
+        return open_dledger_store(settings.store, settings.dledger)
 
-    store = await trio.to_thread.run_sync(open_dl)
+    store, dl = await trio.to_thread.run_sync(open_dl)
     try:
-        assert store.view is not None and store.view.divided_offset == divided
+        assert dl.view is not None and dl.view.divided_offset == divided
         # before the group elects anyone: the old messages are there
         for q in (0, 1):
             assert _read_all(store, q) == _expected(OLD, q)
         assert store.min_phys_offset == 0
         async with trio.open_nursery() as nursery:
-            await nursery.start(functools.partial(run_store_node, store, host="127.0.0.1"))
-            node = store.node
+            await nursery.start(functools.partial(run_store_node, dl, host="127.0.0.1"))
+            node = dl.node
             assert node is not None
             with trio.fail_after(WAIT_S):
-                await node.wait_for(lambda _n: store.leader_ready)
+                await node.wait_for(lambda _n: dl.leader_ready)
             # queue offsets go on from the old ConsumeQueues
             for i in range(OLD, OLD + NEW):
                 res = await store.put_message(_msg(i))
@@ -114,10 +114,10 @@ async def test_dledger_keeps_the_old_commitlog_readable_below_its_log(tmp_path: 
                 assert res.result is not None
                 assert res.result.wrote_offset >= divided + BODY_OFFSET
                 assert res.result.logics_offset == i // 2
-            storage = store.storage
+            storage = dl.storage
             assert storage is not None
             with trio.fail_after(WAIT_S):
-                await node.wait_for(lambda _n: store.applied_index >= storage.last_index())
+                await node.wait_for(lambda _n: dl.applied_index >= storage.last_index())
             for q in (0, 1):
                 assert _read_all(store, q) == _expected(OLD + NEW, q)
             # a key of an old message is found in the old CommitLog
@@ -130,9 +130,9 @@ async def test_dledger_keeps_the_old_commitlog_readable_below_its_log(tmp_path: 
             nursery.cancel_scope.cancel()
     finally:
         store.close()
-    again = await trio.to_thread.run_sync(open_dl)
+    again, again_dl = await trio.to_thread.run_sync(open_dl)
     try:
-        assert again.view is not None and again.view.divided_offset == divided
+        assert again_dl.view is not None and again_dl.view.divided_offset == divided
         for q in (0, 1):
             assert _read_all(again, q) == _expected(OLD + NEW, q)
     finally:

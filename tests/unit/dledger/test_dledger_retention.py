@@ -5,10 +5,10 @@
   first file left (term of the entry before it included);
 * the Raft core keeps working over a log whose head is gone (a follower skips what it deleted,
   a leader does not try to push what it deleted);
-* a single-member DLedgerMessageStore runs the store's retention policy (``fileReservedTime``,
-  ``deleteWhen``) over its data files: nothing young goes, old applied files go, ConsumeQueue
-  min offsets move up, a pull below answers OFFSET_TOO_SMALL with the next begin offset, and
-  reads of what remains work, also after a restart.
+* a single-member store over a DLedgerCommitLog runs the store's retention policy
+  (``fileReservedTime``, ``deleteWhen``) over its data files: nothing young goes, old applied
+  files go, ConsumeQueue min offsets move up, a pull below answers OFFSET_TOO_SMALL with the
+  next begin offset, and reads of what remains work, also after a restart.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import trio
 
 from rmq_cluster.broker.config import load_broker_config
 from rmq_cluster.cluster.protocol.message import iter_records, new_message
-from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
+from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from rmq_cluster.dledger.core import CoreConfig, DLedgerCore, Role
 from rmq_cluster.dledger.log_storage import (
     BEGIN_FILE,
@@ -43,7 +43,7 @@ from rmq_cluster.dledger.messages import (
     VoteResult,
 )
 from rmq_cluster.dledger.node import run_store_node
-from rmq_cluster.store.message_store import GetMessageStatus
+from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
 
 FB = 4096
 IFB = INDEX_UNIT_BYTES * 16
@@ -172,7 +172,7 @@ def _free_port() -> int:
     return port
 
 
-def _open(root: Path, port: int) -> DLedgerMessageStore:
+def _open(root: Path, port: int) -> tuple[MessageStore, DLedgerCommitLog]:
     values = {
         "storePathRootDir": str(root), "brokerName": "b", "enableDLegerCommitLog": "true",
         "dLegerGroup": "g", "dLegerPeers": f"n0-127.0.0.1:{port}", "dLegerSelfId": "n0",
@@ -181,7 +181,7 @@ def _open(root: Path, port: int) -> DLedgerMessageStore:
         "deleteWhen": ALL_HOURS, "cleanResourceInterval": str(3600 * 1000),
     }
     settings = load_broker_config(values).settings
-    return DLedgerMessageStore.open_dledger(settings.store, settings.dledger)
+    return open_dledger_store(settings.store, settings.dledger)
 
 
 def _msg(i: int) -> object:
@@ -189,7 +189,7 @@ def _msg(i: int) -> object:
                        ("127.0.0.1", 40000), ("127.0.0.1", 10911), 0)
 
 
-def _read_all(store: DLedgerMessageStore, queue_id: int, offset: int) -> list[bytes]:
+def _read_all(store: MessageStore, queue_id: int, offset: int) -> list[bytes]:
     out: list[bytes] = []
     while True:
         res = store.get_message(TOPIC, queue_id, offset, 32)
@@ -205,21 +205,21 @@ async def test_store_retention_by_age_moves_queue_minimums_and_reads_go_on(
 ) -> None:
     port = _free_port()
     root = tmp_path / "s"
-    store = await trio.to_thread.run_sync(_open, root, port)
+    store, dl = await trio.to_thread.run_sync(_open, root, port)
     total = 400  # ~1 KiB each: ~7 data files of 64 KiB
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(functools.partial(run_store_node, store, host="127.0.0.1"))
-            node = store.node
+            await nursery.start(functools.partial(run_store_node, dl, host="127.0.0.1"))
+            node = dl.node
             assert node is not None
             with trio.fail_after(WAIT_S):
-                await node.wait_for(lambda _n: store.leader_ready)
+                await node.wait_for(lambda _n: dl.leader_ready)
             for i in range(total):
                 assert (await store.put_message(_msg(i))).status.name == "PUT_OK"  # type: ignore[arg-type]
-            storage = store.storage
+            storage = dl.storage
             assert storage is not None
             with trio.fail_after(WAIT_S):
-                await node.wait_for(lambda _n: store.applied_index >= storage.last_index())
+                await node.wait_for(lambda _n: dl.applied_index >= storage.last_index())
             files = storage.data_files()
             assert len(files) >= 5
             now_ms = int(time.time() * 1000)
@@ -242,11 +242,11 @@ async def test_store_retention_by_age_moves_queue_minimums_and_reads_go_on(
             # the queue still takes messages
             assert (await store.put_message(_msg(total))).status.name == "PUT_OK"  # type: ignore[arg-type]
             with trio.fail_after(WAIT_S):
-                await node.wait_for(lambda _n: store.applied_index >= storage.last_index())
+                await node.wait_for(lambda _n: dl.applied_index >= storage.last_index())
             nursery.cancel_scope.cancel()
     finally:
         store.close()
-    reopened = await trio.to_thread.run_sync(_open, root, port)
+    reopened, _reopened_dl = await trio.to_thread.run_sync(_open, root, port)
     try:
         assert reopened.min_phys_offset == min_phys
         for q, m in mins.items():

@@ -37,11 +37,12 @@ from rmq_cluster.cluster.protocol.message import (
     java_map_order,
     java_string_hash,
 )
-from rmq_cluster.dledger.commitlog_adapter import DLedgerMessageStore
+from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from rmq_cluster.dledger.log_storage import BODY_OFFSET
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.store.commitlog import CommitLog, PutMessageStatus
 from rmq_cluster.store.config import DELAY_LEVELS_MS, SCHEDULE_TOPIC
+from rmq_cluster.store.message_store import MessageStore
 from rmq_cluster.store.record import (
     SCAN_MORE,
     SCAN_WAIT,
@@ -387,7 +388,7 @@ def _free_port() -> int:
     return port
 
 
-def _open_dledger(root: Path, port: int) -> DLedgerMessageStore:
+def _open_dledger(root: Path, port: int) -> tuple[MessageStore, DLedgerCommitLog]:
     values = {
         "storePathRootDir": str(root), "brokerName": "b", "enableDLegerCommitLog": "true",
         "dLegerGroup": "g", "dLegerPeers": f"n0-127.0.0.1:{port}", "dLegerSelfId": "n0",
@@ -395,7 +396,7 @@ def _open_dledger(root: Path, port: int) -> DLedgerMessageStore:
         "maxHashSlotNum": "1000", "maxIndexNum": "4000",
     }
     settings_ = load_broker_config(values).settings
-    return DLedgerMessageStore.open_dledger(settings_.store, settings_.dledger)
+    return open_dledger_store(settings_.store, settings_.dledger)
 
 
 def _random_message(rng: random.Random) -> Message:
@@ -422,7 +423,7 @@ async def test_dledger_entries_hold_the_oracle_bytes(tmp_path: Path) -> None:
     """A one-member DLedger store: every entry body is the oracle's record (delayed messages,
     transactions, batches), and what it applied matches the records' scan."""
     port = _free_port()
-    store = await trio.to_thread.run_sync(_open_dledger, tmp_path / "s", port)
+    store, dl = await trio.to_thread.run_sync(_open_dledger, tmp_path / "s", port)
     store.clock_ms = lambda: STORE_TS
     rng = random.Random(20)
     msgs = [_random_message(rng) for _ in range(150)]
@@ -430,11 +431,11 @@ async def test_dledger_entries_hold_the_oracle_bytes(tmp_path: Path) -> None:
     expected: list[tuple[int, bytes]] = []
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(functools.partial(run_store_node, store, host="127.0.0.1"))
-            node = store.node
+            await nursery.start(functools.partial(run_store_node, dl, host="127.0.0.1"))
+            node = dl.node
             assert node is not None
             with trio.fail_after(WAIT_S):
-                await node.wait_for(lambda _n: store.leader_ready)
+                await node.wait_for(lambda _n: dl.leader_ready)
             for i, msg in enumerate(msgs):
                 result = store.append_message(msg)
                 assert result.status is PutMessageStatus.PUT_OK, result.remark
@@ -473,8 +474,8 @@ async def test_dledger_entries_hold_the_oracle_bytes(tmp_path: Path) -> None:
                 )
             last = node.core.storage.last_index()
             with trio.fail_after(WAIT_S):
-                await node.wait_for(lambda _n: store.applied_index >= last)
-            storage = store.storage
+                await node.wait_for(lambda _n: dl.applied_index >= last)
+            storage = dl.storage
             assert storage is not None
             got = [
                 (storage.entry_pos(i) + BODY_OFFSET, bytes(storage.body_at(i)))

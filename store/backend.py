@@ -1,0 +1,96 @@
+"""The CommitLog backend a ``MessageStore`` holds: what the file CommitLog and DLedger differ in.
+
+``MessageStore`` (``store/message_store.py``) owns what every broker store has: the lock and
+``abort`` files, ConsumeQueues, IndexFiles, the checkpoint, the dispatcher, retention, the pull
+and query paths. The CommitLog itself, and everything that follows from where its records live
+and when they become visible, is the backend's:
+
+* **open / close**: recovery of the log (and of the ConsumeQueues and index against it), the
+  flush at a clean shutdown, closing its files;
+* **writes**: ``append_message(s)`` (the synchronous half of a put) and ``put_message(s)``
+  (a put that waits until the message is stored: flush and replica for the file CommitLog, the
+  quorum's commit for DLedger); ``append_raw`` (master/slave replication, file only);
+* **positions**: max / min / flushed / confirm offsets, ``read_raw``;
+* **dispatch source**: ``dispatch`` / ``dispatch_all`` / ``dispatch_behind_bytes`` (the file
+  CommitLog's reput, DLedger's apply of committed entries), ``rebuild_queue_offsets``;
+* **retention view and runtime info**: ``commitlog`` is the CommitLog as the read paths,
+  dispatcher and retention see it; ``earliest_store_time`` and ``runtime_info`` feed
+  GET_BROKER_RUNTIME_INFO.
+
+``message_store.FileCommitLog`` is the plain backend (RocketMQ ``CommitLog``); the DLedger one is
+``rmq_cluster.dledger.commitlog_adapter.DLedgerCommitLog``, which also carries the Raft-specific
+parts (attach the node, role changes, apply committed entries, propose with a pending sink)
+that the broker's DLedger role reaches through it. The store never imports ``dledger``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+from rmq_cluster.cluster.protocol.message import Message
+from rmq_cluster.store.commitlog import PutMessageResult
+
+
+class CommitLogBackend(Protocol):
+    """What a ``MessageStore`` asks of its CommitLog (see the module docstring)."""
+
+    #: the CommitLog as the read paths, the dispatcher and retention see it
+    commitlog: Any
+
+    def bind(self, store: Any) -> None:
+        """Called once by the store's constructor, before anything else."""
+
+    def open(self, *, last_exit_ok: bool) -> None:
+        """Load and recover the log, and the store's ConsumeQueues and index against it (the
+        store holds the lock and has loaded its ConsumeQueues, checkpoint and index)."""
+
+    def opened(self) -> None:
+        """Called once the store is open (its ``abort`` marker written)."""
+
+    def close(self) -> None:
+        """A clean shutdown's flush (the store closes the files and unlocks after)."""
+
+    def close_files(self) -> None: ...
+
+    def append_message(self, msg: Message) -> PutMessageResult: ...
+
+    def append_messages(self, batch: Message) -> PutMessageResult: ...
+
+    def put_message(self, msg: Message) -> Awaitable[PutMessageResult]: ...
+
+    def put_messages(self, batch: Message) -> Awaitable[PutMessageResult]: ...
+
+    def refusal(self) -> PutMessageResult | None:
+        """Why a put would be refused now (None: writable)."""
+
+    def append_raw(self, phys_offset: int, data: bytes | memoryview) -> None: ...
+
+    def read_raw(self, phys_offset: int, max_bytes: int) -> memoryview | None: ...
+
+    @property
+    def max_offset(self) -> int: ...
+
+    @property
+    def min_offset(self) -> int: ...
+
+    @property
+    def flushed_offset(self) -> int: ...
+
+    @property
+    def confirm_offset(self) -> int: ...
+
+    def dispatch(self, max_bytes: int) -> int: ...
+
+    def dispatch_all(self) -> int: ...
+
+    @property
+    def dispatch_behind_bytes(self) -> int: ...
+
+    def rebuild_queue_offsets(self) -> None: ...
+
+    def earliest_store_time(self) -> int:
+        """Store time of the log's first record (-1: none)."""
+
+    def runtime_info(self) -> dict[str, str]:
+        """The backend's own GET_BROKER_RUNTIME_INFO keys."""
