@@ -193,9 +193,9 @@ class AdminProcessors:
             table.update(ctrl.ha.runtime_info())  # replication state (per-slave ack, diff)
         if ctrl.server is not None:  # connections, refusals, buffered input (our keys)
             table.update(ctrl.server.runtime_info())
-        runtime_info = getattr(store, "runtime_info", None)
-        if runtime_info is not None:
-            table.update(runtime_info())  # DLedger: role, term, leader, commit, match indexes
+        backend_info = store.runtime_info()  # DLedger: role, term, leader, commit, match indexes
+        if backend_info:  # (the file CommitLog has no keys of its own)
+            table.update(backend_info)
             # our key: the id this broker registers now (0 while it is the group's leader)
             table["brokerId"] = str(ctrl.broker_id)
         return request.response(ResponseCode.SUCCESS, None, None, KVTable(table).encode())
