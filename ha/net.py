@@ -6,11 +6,12 @@ trip).
 from __future__ import annotations
 
 import contextlib
-import errno
 import socket
 from typing import Final
 
 import trio
+
+from rmq_cluster.cluster.remoting.sockets import connect_socket
 
 #: Bytes asked of the socket per receive (the slave decodes every frame in them at once).
 HA_READ_CHUNK_BYTES: Final = 256 * 1024
@@ -89,32 +90,13 @@ class HASocket:
 
 
 async def connect(host: str, port: int) -> HASocket:
-    infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    last: OSError | None = None
-    for family, type_, proto, _canon, sockaddr in infos:
-        sock = socket.socket(family, type_, proto)
-        try:
-            sock.setblocking(False)
-            with trio.fail_after(HA_CONNECT_TIMEOUT_S):
-                try:
-                    sock.connect(sockaddr)
-                except BlockingIOError:
-                    await trio.lowlevel.wait_writable(sock)
-                    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                    if err:
-                        raise OSError(
-                            err, f"{errno.errorcode.get(err, err)}: connect failed"
-                        ) from None
-            return HASocket(sock)
-        except (OSError, trio.TooSlowError) as exc:
-            sock.close()
-            last = (
-                exc if isinstance(exc, OSError) else OSError(f"connect to {host}:{port} timed out")
-            )
-        except BaseException:
-            sock.close()
-            raise
-    raise last or OSError(f"no address for {host}")
+    """Connect as the remoting layer does (``cluster/remoting/sockets.connect_socket``: every
+    address getaddrinfo gives, non-blocking), bounded by HA_CONNECT_TIMEOUT_S."""
+    try:
+        with trio.fail_after(HA_CONNECT_TIMEOUT_S):
+            return HASocket(await connect_socket(host, port))
+    except trio.TooSlowError:
+        raise OSError(f"connect to {host}:{port} timed out") from None
 
 
 def listen(host: str, port: int) -> socket.socket:
