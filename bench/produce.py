@@ -3,6 +3,7 @@ ping-pong baseline measured in the same run.
 
     python3 bench/produce.py [--seconds 3] [--body 1024] [--inflight 256] [--batch 32]
     python3 bench/produce.py --java-like-only [--java-inflight 32] [--seconds 20]
+    python3 bench/produce.py --produce-consume [--pc-queues 1024] [--seconds 10]
 
 The broker runs as ``mqbroker`` in a child process (ASYNC_FLUSH, a temp store, no
 NameServer), so client and broker each get a core. Cases, all over one connection:
@@ -15,6 +16,11 @@ NameServer), so client and broker each get a core. Cases, all over one connectio
     its next frame alone (one ``send`` per frame) as soon as its answer is read: the load of
     RocketMQ's benchmark Producer (``-w 32``) whose Netty client flushes every request;
     ``--java-like-only`` runs just this case (for profiling the broker: bench/README.md);
+  * produce-consume (``--produce-consume``, run alone): the java-like send to a topic of
+    ``--pc-queues`` queues while a consumer in a child process keeps up with long-polling
+    PULL_MESSAGE frames (suspendTimeoutMillis 15 s, one pull in flight per queue, each sent
+    in a ``send`` of its own as the Java consumer's Netty does): the load of RocketMQ's
+    benchmark Producer + Consumer. Broker CPU per message (sent, each also consumed);
   * baseline: bench/remoting.py's plain Trio length-prefixed echo, ping-pong (1 in flight).
 Prints one JSON object. Targets (issue 5): 1-in-flight send >= 0.6x ping-pong, batch >= 100 000
 msgs/s, pipelined >= 40 000 msgs/s.
@@ -72,14 +78,16 @@ def _free_port_pair() -> int:
     raise RuntimeError("no free port pair")
 
 
-def _start_broker(store: str, extra: str = "") -> tuple[subprocess.Popen[str], int]:
+def _start_broker(
+    store: str, extra: str = "", queues: int = QUEUES
+) -> tuple[subprocess.Popen[str], int]:
     port = _free_port_pair()
     conf = Path(store) / "broker.properties"
     conf.write_text(
         "brokerClusterName=BenchCluster\nbrokerName=bench\nbrokerIP1=127.0.0.1\n"
         f"bindAddress=127.0.0.1\nlistenPort={port}\nstorePathRootDir={store}/data\n"
         "flushDiskType=ASYNC_FLUSH\nmappedFileSizeCommitLog=1073741824\n"
-        f"defaultTopicQueueNums={QUEUES}\n" + extra
+        f"defaultTopicQueueNums={queues}\n" + extra
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "rmq_cluster.broker", "-c", str(conf), "--log-level", "warning"],
@@ -469,6 +477,148 @@ def _java_like_case(
     }
 
 
+PC_TOPIC = "BenchPC"
+PC_GROUP = "BenchPCG"
+#: The Java consumer's long-polling suspend (DefaultMQPushConsumer: 15 s).
+PC_SUSPEND_MS = 15_000
+
+
+def _pull_frame(queue_id: int, offset: int, opaque: int) -> bytes:
+    ext = {
+        "consumerGroup": PC_GROUP,
+        "topic": PC_TOPIC,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": str(PULL_BATCH),
+        "sysFlag": str(0x2 | 0x4),  # suspend + subscription (no commit: no group state)
+        "commitOffset": "0",
+        "suspendTimeoutMillis": str(PC_SUSPEND_MS),
+        "subscription": "*",
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
+    return encode(RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), opaque)
+
+
+def _consumer_child(
+    port: int, queues: int, measure_from: float, stop_at: float, out: Any
+) -> None:
+    """The consumer (a process of its own, as the benchmark Consumer's JVM): one long-polling
+    pull in flight per queue over one connection; counts the messages it receives between the
+    wall-clock marks ``measure_from`` and ``stop_at``; sends (counted, pulls answered, pulls
+    answered with messages) on ``out``."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.settimeout(1.0)
+    offsets = [0] * queues
+    for q in range(queues):
+        sock.sendall(_pull_frame(q, 0, q + 1))  # opaque - 1 = queue
+    buf = bytearray()
+    counted = answers = found = 0
+    try:
+        while time.time() < stop_at:
+            try:
+                data = sock.recv(256 * 1024)
+            except TimeoutError:
+                continue
+            if not data:
+                raise RuntimeError("broker closed the consumer's connection")
+            buf += data
+            pos = 0
+            while len(buf) - pos >= 8:
+                (length,) = _U32.unpack_from(buf, pos)
+                if len(buf) - pos < 4 + length:
+                    break
+                header_len = _U32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
+                header = orjson.loads(bytes(buf[pos + 8 : pos + 8 + header_len]))
+                body = memoryview(buf)[pos + 8 + header_len : pos + 4 + length]
+                q = (header["opaque"] - 1) % queues
+                code = header["code"]
+                ext = header.get("extFields") or {}
+                if code == ResponseCode.SUCCESS:
+                    n = _count_records(body)
+                    found += 1
+                    if measure_from <= time.time() < stop_at:
+                        counted += n
+                elif code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+                                  ResponseCode.PULL_OFFSET_MOVED):
+                    raise RuntimeError(f"pull failed: {code} {header.get('remark')}")
+                body.release()
+                answers += 1
+                offsets[q] = int(ext.get("nextBeginOffset", offsets[q]))
+                pos += 4 + length
+                sock.sendall(_pull_frame(q, offsets[q], q + 1 + queues * (answers % 1000)))
+            del buf[:pos]
+    finally:
+        sock.close()
+        out.send((counted, answers, found))
+        out.close()
+
+
+def _produce_consume_case(port: int, args: argparse.Namespace, broker_pid: int) -> dict[str, Any]:
+    """The java-like send (``--java-inflight`` senders, 1 KiB) to a ``--pc-queues`` topic while
+    a consumer process keeps up with long-polling pulls; the broker's CPU per message."""
+    import multiprocessing
+
+    queues = args.pc_queues
+    body = os.urandom(args.body)
+    requests = []
+    for q in range(queues):
+        ext = _send_ext(PC_TOPIC, q)
+        ext["d"] = str(queues)
+        requests.append(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body))
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        # create the topic, then one message per queue (every ConsumeQueue file exists before
+        # the measured window)
+        for batch in ([requests[0]], requests):
+            sock.sendall(b"".join(encode(r, i + 1) for i, r in enumerate(batch)))
+            buf = bytearray()
+            for _ in batch:
+                while len(buf) < 8 or len(buf) < 4 + _U32.unpack_from(buf, 0)[0]:
+                    data = sock.recv(256 * 1024)
+                    if not data:
+                        raise RuntimeError("broker closed the connection")
+                    buf += data
+                header_len = _U32.unpack_from(buf, 4)[0] & 0xFFFFFF
+                code = orjson.loads(bytes(buf[8 : 8 + header_len]))["code"]
+                if code != ResponseCode.SUCCESS:
+                    raise RuntimeError(f"priming send failed: {code}")
+                del buf[: 4 + _U32.unpack_from(buf, 0)[0]]
+    warmup = args.pc_warmup
+    start = time.time()
+    measure_from, stop_at = start + 1.0 + warmup, start + 1.0 + warmup + args.seconds
+    ctx = multiprocessing.get_context("spawn")
+    recv_end, send_end = ctx.Pipe(duplex=False)
+    consumer = ctx.Process(target=_consumer_child,
+                           args=(port, queues, measure_from, stop_at, send_end), daemon=True)
+    consumer.start()
+    send_end.close()
+    try:
+        time.sleep(1.0)  # (the consumer parks its pulls first; a fixed start, not a condition)
+        sent = _java_like_case(port, requests, args.java_inflight, args.seconds,
+                               max(0.0, measure_from - time.time()), broker_pid)
+        if not recv_end.poll(30):
+            raise RuntimeError("the consumer did not report")
+        consumed, answers, found = recv_end.recv()
+    finally:
+        consumer.join(10)
+        if consumer.is_alive():
+            consumer.kill()
+            consumer.join()
+    return {
+        "queues": queues,
+        "senders": args.java_inflight,
+        "sent_per_s": sent["req_per_s"],
+        "consumed_per_s": round(consumed / args.seconds),
+        "avg_send_rt_us": sent["avg_rt_us"],
+        "p99_send_us": sent["p99_us"],
+        "pull_answers": answers,
+        "pull_answers_with_messages": found,
+        "msgs_per_found_pull": round(consumed / max(1, found), 2) if found else 0,
+        "broker_cpu_us_per_msg": sent["broker_cpu_us_per_req"],
+    }
+
+
 def _frames(code: int, topic: str, body: bytes, batch: bool = False) -> list[bytes]:
     return [
         encode(RemotingCommand.request(code, _send_ext(topic, q, batch), body), 1 + q)
@@ -495,8 +645,24 @@ def main() -> None:
     parser.add_argument("--java-inflight", type=int, default=32)
     parser.add_argument("--java-like-only", action="store_true",
                         help="only the java-like send case (no baseline, no other cases)")
+    parser.add_argument("--produce-consume", action="store_true",
+                        help="only the produce-consume case (java-like send + long-polling pulls)")
+    parser.add_argument("--pc-queues", type=int, default=1024)
+    parser.add_argument("--pc-warmup", type=float, default=3.0)
     args = parser.parse_args()
     configure_logging("warning")
+    if args.produce_consume:
+        with tempfile.TemporaryDirectory(prefix="bench-produce-") as store:
+            broker, bport = _start_broker(store, os.environ.get("BENCH_BROKER_EXTRA", ""),
+                                          queues=args.pc_queues)
+            try:
+                print(f"broker pid {broker.pid}", file=sys.stderr, flush=True)
+                results = _produce_consume_case(bport, args, broker.pid)
+            finally:
+                _stop_broker(broker)
+        print(json.dumps({"benchmark": "broker produce-consume", "body_bytes": args.body,
+                          "seconds": args.seconds, **results}, indent=2))
+        return
     if args.java_like_only:
         with tempfile.TemporaryDirectory(prefix="bench-produce-") as store:
             broker, bport = _start_broker(store, os.environ.get("BENCH_BROKER_EXTRA", ""))

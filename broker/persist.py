@@ -41,7 +41,8 @@ def read_file(path: str) -> bytes:
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    """temp file + fsync + rename + fsync of the directory; keeps the previous file as .bak."""
+    """temp file + fsync + rename + fsync of the directory; keeps the previous file as .bak (a
+    hard link, so ``path`` exists at every moment: a reader or a crash never finds it missing)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     tmp = f"{path}.tmp"
@@ -49,9 +50,12 @@ def write_atomically(path: str, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    if os.path.exists(path):
+    if os.path.exists(path):  # the previous file stays in place until the new one replaces it
+        bak = path + ".bak"
         with contextlib.suppress(OSError):
-            os.replace(path, path + ".bak")
+            os.unlink(bak)
+        with contextlib.suppress(OSError):
+            os.link(path, bak)
     os.replace(tmp, path)
     fd = os.open(directory, os.O_RDONLY)
     try:
