@@ -285,18 +285,6 @@ class _RawDriver:
         return codes
 
 
-def _cpu_seconds(pid: int | None) -> float:
-    """utime + stime of process ``pid`` (0.0 when unknown or not on Linux)."""
-    if pid is None:
-        return 0.0
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _raw_case(
     port: int,
     frames: list[bytes],
@@ -313,7 +301,7 @@ async def _raw_case(
     sent_at: list[float] = []
     latencies: list[float] = []
     done = 0
-    cpu_start = _cpu_seconds(broker_pid)
+    cpu_start = remoting_bench.cpu_seconds(broker_pid)
     cycle = itertools.cycle(frames)
     clock = time.perf_counter
     try:
@@ -334,7 +322,7 @@ async def _raw_case(
             if now >= measure_from:
                 if measured_start is None:
                     measured_start = now
-                    cpu_start = _cpu_seconds(broker_pid)
+                    cpu_start = remoting_bench.cpu_seconds(broker_pid)
                 latencies.append(now - sent_at[head])
                 done += 1
             head += 1
@@ -349,7 +337,7 @@ async def _raw_case(
                     sent_at.extend([clock()] * n)
                     await stream.send_all(b"".join(next(cycle) for _ in range(n)))
         elapsed = clock() - (measured_start or start)
-        cpu = _cpu_seconds(broker_pid) - cpu_start
+        cpu = remoting_bench.cpu_seconds(broker_pid) - cpu_start
     finally:
         await stream.aclose()
     lat = sorted(latencies)
@@ -449,12 +437,12 @@ def _java_like_case(
         w.start()
     try:
         time.sleep(max(0.0, measure_from - clock()))  # (a fixed warmup, not a condition)
-        cpu_marks.append(_cpu_seconds(broker_pid))
+        cpu_marks.append(remoting_bench.cpu_seconds(broker_pid))
         measured_start = clock()
         for w in workers:
             w.join(seconds + 60)
         elapsed = clock() - measured_start
-        cpu_marks.append(_cpu_seconds(broker_pid))
+        cpu_marks.append(remoting_bench.cpu_seconds(broker_pid))
     finally:
         sock.shutdown(socket.SHUT_RDWR)
         sock.close()

@@ -40,6 +40,7 @@ from rmq_cluster.client.model import (
     SendResult,
 )
 from rmq_cluster.client.producer import Producer
+from rmq_cluster.cluster.cli_args import non_negative, positive, seconds
 
 #: produce: sends outstanding at once when not batching.
 DEFAULT_PRODUCE_IN_FLIGHT = 64
@@ -230,36 +231,6 @@ async def _consume(args: argparse.Namespace) -> int:
 # ====================================================================== wiring
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
-    return value
-
-
 def _prop(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
@@ -292,23 +263,23 @@ def add_commands(sub: Any) -> None:
     add_ns(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-g", "--group", default="rmq-cli-producer")
-    p.add_argument("--count", type=_positive, default=1)
+    p.add_argument("--count", type=positive, default=1)
     body = p.add_mutually_exclusive_group()
     body.add_argument("--body", metavar="TEXT", help="the body, as UTF-8 ({i} is the index)")
     body.add_argument("--body-file", type=_body_file, metavar="F",
                       help="the body, the bytes of file F (- reads stdin)")
-    body.add_argument("--size", type=_non_negative, default=128,
+    body.add_argument("--size", type=non_negative, default=128,
                       help="a body of this many bytes (default 128)")
     p.add_argument("--tags", help="tag ({i} is the message index)")
     p.add_argument("--keys", help="keys, space-separated ({i} is the message index)")
     p.add_argument("--prop", action="append", type=_prop, metavar="KEY=VALUE",
                    help="a user property, repeatable ({i} is the message index); "
                         "consumers select on them with --sql")
-    p.add_argument("--delay", type=_positive, default=0, metavar="LEVEL",
+    p.add_argument("--delay", type=positive, default=0, metavar="LEVEL",
                    help="delay level (1s 5s 10s 30s 1m 2m ... by the broker's "
                         "messageDelayLevel; default: none)")
-    p.add_argument("--batch", type=_non_negative, default=0, help="send batches of K messages")
-    p.add_argument("--in-flight", type=_positive, default=DEFAULT_PRODUCE_IN_FLIGHT)
+    p.add_argument("--batch", type=non_negative, default=0, help="send batches of K messages")
+    p.add_argument("--in-flight", type=positive, default=DEFAULT_PRODUCE_IN_FLIGHT)
     p.set_defaults(func=runner(_produce))
 
     p = sub.add_parser("consume", help="receive messages with a push consumer",
@@ -322,10 +293,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--sql", default=None, metavar="EXPR",
                    help="SQL92 selector on message properties instead of tags, e.g. "
                         "\"a BETWEEN 1 AND 5\" (the broker needs enablePropertyFilter=true)")
-    p.add_argument("--count", type=_non_negative, default=0,
+    p.add_argument("--count", type=non_negative, default=0,
                    help="consume exactly N messages and commit only those (0: no limit); "
                         "exit status 1 if fewer came")
-    p.add_argument("--timeout", type=_seconds, default=10.0,
+    p.add_argument("--timeout", type=seconds, default=10.0,
                    help="stop after this many seconds without a new message")
     p.add_argument("--from", dest="start", choices=("first", "last"), default="first",
                    help="where a group without a committed offset starts")

@@ -43,6 +43,7 @@ from rmq_cluster.client.model import (
 from rmq_cluster.client.producer import Producer
 from rmq_cluster.client.tables import Col, human_time, json_lines, render_kv, render_table
 from rmq_cluster.cluster.acl.secret_keys import mask_secrets
+from rmq_cluster.cluster.cli_args import at_most, non_negative
 from rmq_cluster.cluster.protocol.names import (
     RETRY_GROUP_TOPIC_PREFIX,
     validate_group,
@@ -102,25 +103,6 @@ def _group(text: str) -> str:
     if bad is not None:
         raise argparse.ArgumentTypeError(bad)
     return text.strip()
-
-
-def _bounded(limit: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        n = _nonneg(text)
-        if n > limit:
-            raise argparse.ArgumentTypeError(f"at most {limit}, not {n}")
-        return n
-    return parse
-
-
-def _nonneg(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, not {n}")
-    return n
 
 
 def body_view(body: bytes) -> tuple[str, str]:
@@ -870,8 +852,8 @@ def add_commands(sub: Any) -> None:
     ap = admin_cmd("updateTopic", "create or update a topic", _update_topic)
     ap.add_argument("-t", "--topic", required=True, type=_topic)
     where(ap)
-    ap.add_argument("-r", "--read-queues", type=_nonneg, default=8)
-    ap.add_argument("-w", "--write-queues", type=_nonneg, default=8)
+    ap.add_argument("-r", "--read-queues", type=non_negative, default=8)
+    ap.add_argument("-w", "--write-queues", type=non_negative, default=8)
     ap.add_argument("-p", "--perm", type=int, default=6, choices=range(8), metavar="PERM")
     ap.add_argument("-o", "--order", type=bool_arg, default=False, metavar="true|false",
                     help="ordered topic: also sets the NameServers' orderConf")
@@ -897,10 +879,10 @@ def add_commands(sub: Any) -> None:
                     metavar="true|false")
     ap.add_argument("-d", "--consume-broadcast-enable", type=bool_arg, default=False,
                     metavar="true|false")
-    ap.add_argument("-q", "--retry-queue-nums", type=_nonneg, default=1)
-    ap.add_argument("-r", "--retry-max-times", type=_nonneg, default=16)
-    ap.add_argument("-i", "--broker-id", type=_nonneg, default=0)
-    ap.add_argument("-w", "--which-broker-when-consume-slowly", type=_nonneg, default=1)
+    ap.add_argument("-q", "--retry-queue-nums", type=non_negative, default=1)
+    ap.add_argument("-r", "--retry-max-times", type=non_negative, default=16)
+    ap.add_argument("-i", "--broker-id", type=non_negative, default=0)
+    ap.add_argument("-w", "--which-broker-when-consume-slowly", type=non_negative, default=1)
     ap.add_argument("-a", "--notify-consumer-ids-changed", type=bool_arg, default=True,
                     metavar="true|false")
     ap = admin_cmd("deleteSubGroup", "delete a subscription group (with -c also its retry "
@@ -935,8 +917,8 @@ def add_commands(sub: Any) -> None:
     ap = admin_cmd("queryMsgByOffset", "the message at a queue offset", _query_by_offset)
     ap.add_argument("-t", "--topic", required=True, type=_topic)
     ap.add_argument("-b", "--broker-name", required=True, help="broker name")
-    ap.add_argument("-i", "--queue-id", required=True, type=_nonneg)
-    ap.add_argument("-o", "--offset", required=True, type=_nonneg)
+    ap.add_argument("-i", "--queue-id", required=True, type=non_negative)
+    ap.add_argument("-o", "--offset", required=True, type=non_negative)
     ap = admin_cmd("resetOffsetByTime", "move a group's offsets on a topic to a time",
                    _reset_offset)
     ap.add_argument("-g", "--group", required=True, type=_group)
@@ -951,20 +933,20 @@ def add_commands(sub: Any) -> None:
     ap.add_argument("-k", "--keys")
     ap.add_argument("-c", "--tags")
     ap.add_argument("-b", "--broker-name", help="send to this broker")
-    ap.add_argument("-i", "--queue-id", type=_nonneg, help="and this queue (with -b)")
+    ap.add_argument("-i", "--queue-id", type=non_negative, help="and this queue (with -b)")
     ap.add_argument("-m", "--msg-trace-enable", type=bool_arg, default=False,
                     metavar="true|false", help="accepted for mqadmin's sake; no trace is sent")
     ap = admin_cmd("consumeMessage", "read messages of a topic (or one queue from an offset) "
                    "without committing", _consume_message)
     ap.add_argument("-t", "--topic", required=True, type=_topic)
     ap.add_argument("-b", "--broker-name", help="only this broker")
-    ap.add_argument("-i", "--queue-id", type=_nonneg, help="only this queue (with -b)")
-    ap.add_argument("-o", "--offset", type=_nonneg, help="from this offset (with -b)")
+    ap.add_argument("-i", "--queue-id", type=non_negative, help="only this queue (with -b)")
+    ap.add_argument("-o", "--offset", type=non_negative, help="from this offset (with -b)")
     ap.add_argument("-g", "--group", type=_group, help="the pulling group (default "
                     f"{TOOLS_CONSUMER_GROUP})")
     ap.add_argument("-s", "--begin", help="from this time (ms or yyyy-MM-dd#HH:mm:ss:SSS)")
     ap.add_argument("-e", "--end", help="up to this time")
-    ap.add_argument("-c", "--count", type=_nonneg, default=CONSUME_MESSAGE_DEFAULT_COUNT,
+    ap.add_argument("-c", "--count", type=non_negative, default=CONSUME_MESSAGE_DEFAULT_COUNT,
                     help=f"at most this many messages (default {CONSUME_MESSAGE_DEFAULT_COUNT})")
     ap = admin_cmd("printMsg", "print every message of a topic (or a time range)", _print_msg)
     ap.add_argument("-t", "--topic", required=True, type=_topic)
@@ -993,15 +975,15 @@ def add_commands(sub: Any) -> None:
     ap.add_argument("-t", "--topic", type=_topic, help="only this topic")
     ap = admin_cmd("clusterRT", "send probe messages to every broker and print the round "
                    "trip (JSON lines with --json)", _cluster_rt)
-    ap.add_argument("-a", "--amount", type=_bounded(CLUSTER_RT_MAX_AMOUNT),
+    ap.add_argument("-a", "--amount", type=at_most(CLUSTER_RT_MAX_AMOUNT),
                     default=CLUSTER_RT_AMOUNT,
                     help=f"messages per broker and round (default {CLUSTER_RT_AMOUNT})")
-    ap.add_argument("-s", "--size", type=_bounded(CLUSTER_RT_MAX_SIZE), default=CLUSTER_RT_SIZE,
+    ap.add_argument("-s", "--size", type=at_most(CLUSTER_RT_MAX_SIZE), default=CLUSTER_RT_SIZE,
                     help=f"body bytes (default {CLUSTER_RT_SIZE})")
     ap.add_argument("-c", "--cluster", help="only this cluster")
-    ap.add_argument("-i", "--interval", type=_nonneg, default=CLUSTER_RT_INTERVAL_S,
+    ap.add_argument("-i", "--interval", type=non_negative, default=CLUSTER_RT_INTERVAL_S,
                     help="seconds between rounds")
-    ap.add_argument("--rounds", type=_nonneg, default=1,
+    ap.add_argument("--rounds", type=non_negative, default=1,
                     help="rounds to run (mqadmin runs until stopped; default 1)")
     ap.add_argument("-p", "--print-log", type=bool_arg, default=False, metavar="true|false",
                     help="accepted for mqadmin's sake")

@@ -35,6 +35,7 @@ from rmq_cluster.cluster.acl.local import (
     write_private,
 )
 from rmq_cluster.cluster.acl.signing import Credentials
+from rmq_cluster.cluster.cli_args import non_negative
 from rmq_cluster.cluster.logging import pretty_line, rotated_paths
 from rmq_cluster.cluster.metrics import ExpositionError, parse_exposition, sample_value
 from rmq_cluster.cluster.metrics_server import fetch_metrics
@@ -693,16 +694,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # =========================================================================== wiring
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
 def _bind_address(text: str) -> str:
     """``up --bind``: an IPv4 address to listen on (0.0.0.0: every interface)."""
     try:
@@ -799,7 +790,7 @@ def add_commands(sub: Any) -> None:
     _node_arg(p)
     _common(p)
     p.add_argument("-f", "--follow", action="store_true")
-    p.add_argument("-n", "--lines", type=_non_negative, default=DEFAULT_LOG_LINES)
+    p.add_argument("-n", "--lines", type=non_negative, default=DEFAULT_LOG_LINES)
     p.add_argument("--pretty", action="store_true",
                    help="render JSON log lines for a human (time LEVEL [node] event key=value)")
     p.set_defaults(func=_guarded(cmd_logs))
