@@ -253,11 +253,12 @@ def _throughput(
         await produce_bench._raw_case(port, frames, args.inflight, WARMUP_S, 0.0)
         addr = f"127.0.0.1:{port}"
         counters = await _batching(addr) if dledger else {}
-        before = {name: produce_bench._cpu_seconds(pid) for name, pid in pids.items()}
+        cpu_seconds = produce_bench.remoting_bench.cpu_seconds
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         started = time.monotonic()
         stats = await produce_bench._raw_case(port, frames, args.inflight, args.seconds, 0.0)
         elapsed = time.monotonic() - started
-        used = {name: produce_bench._cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+        used = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
         done = max(1, int(stats["requests"]))
         out: dict[str, Any] = {
             "msgs_per_s": stats["req_per_s"], "p50_us": stats["p50_us"],
