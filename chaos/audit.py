@@ -58,7 +58,7 @@ def audit_members(
 ) -> list[Member]:
     """One member per node of every group with more than one node. The declared master is the
     live one (``masters``), else the configured one, else the group's first node by name."""
-    out = []
+    out: list[Member] = []
     for group in sorted(groups):
         nodes = sorted(groups[group])
         if len(nodes) < 2:

@@ -312,9 +312,9 @@ class ChaosCluster:
         masters: dict[str, str | None] = {}
         caught_up: dict[str, bool] = {}
         for g in groups:
-            masters[g] = await self.live_master(g)
-            if masters[g] is not None:
-                caught_up.update(await self._catch_up(g, masters[g]))
+            master = masters[g] = await self.live_master(g)
+            if master is not None:
+                caught_up.update(await self._catch_up(g, master))
         configured = {
             g: next((n.name for n in self.topology.group_members(g) if n.broker_id == 0), None)
             for g in groups

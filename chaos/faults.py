@@ -266,10 +266,10 @@ class KillMasterInElection(Fault):
                     elected = now
                     break
                 await trio.sleep(ELECTION_POLL_S)  # the controller elects on its own timer
-        if elected is None or elected[0] is None:
+        new, epoch = elected if elected is not None else (None, 0)
+        if new is None:
             done.info["elected"] = None
             return done
-        new, epoch = elected
         done.info.update(elected=new, epoch=epoch,
                          elected_after_s=round(trio.current_time() - killed_at, 3))
         done.info["pid2"] = await cc.kill(new)

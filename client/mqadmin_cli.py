@@ -797,15 +797,16 @@ async def _ha_status(admin: Admin, args: argparse.Namespace) -> Output:
         st = await admin.broker_status(addr)
         max_offset = int(st.get("commitLogMaxOffset", "0") or 0)
         if "haMasterAddress" in st:  # a slave
+            last_read = int(st.get("haClientLastReadTimestamp", "0") or 0)
             b = {"addr": addr, "role": "SLAVE", "masterAddr": st.get("haMasterAddress"),
                  "commitLogMaxOffset": max_offset,
                  "connected": st.get("haClientConnected") == "true",
-                 "lastReadTimestamp": int(st.get("haClientLastReadTimestamp", "0") or 0)}
+                 "lastReadTimestamp": last_read}
             brokers.append(b)
             text += render_kv([("#SlaveAddr", addr), ("#MasterAddr", b["masterAddr"]),
                                ("#CommitLogMaxOffset", max_offset),
                                ("#Connected", b["connected"]),
-                               ("#LastReadTime", human_time(b["lastReadTimestamp"]))], 26)
+                               ("#LastReadTime", human_time(last_read))], 26)
             text += "\n"
             continue
         slaves = [_parse_slave(v) for k, v in sorted(st.items())

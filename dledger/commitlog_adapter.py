@@ -348,7 +348,7 @@ class DLedgerCommitLog:
         self.storage = storage
         divided = storage.origin if divided else 0
         view = DLedgerCommitLogView(storage, self.plain_commitlog, divided)
-        view.retention_max_index = self._retention_max_index  # type: ignore[method-assign]
+        view.retention_max_index = self._retention_max_index
         self.view = view
         self.commitlog = view
         # the store's retention policy runs over the DLedger data files
