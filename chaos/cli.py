@@ -127,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2 if isinstance(exc, ProfileError) else 1
     result["elapsed_s"] = round(time.monotonic() - started, 1)
     if args.json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        sys.stdout.write(json.dumps(result) + "\n")
     else:
         print(_table(_rows(result)))
         print(f"history:  {result['history']}\nresult:   {result['result']}\n"
@@ -192,7 +192,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     if args.json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(result.to_json()) + "\n")
     else:
         print(_table(summary_rows(result)))
     return 0 if result.passed else 1

@@ -63,7 +63,7 @@ def _err(message: str) -> None:
 
 
 def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 
 

@@ -1295,7 +1295,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         if owned and started:
             started[0].stop()
     if args.json:
-        sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(summary, default=str) + "\n")
     else:
         _print_text(summary)
     sys.stdout.flush()

@@ -59,6 +59,7 @@ def test_json_run_progress_timeline_and_check(tmp_path: Path) -> None:
                   "--fault-on", "2", "--fault-off", "1", "--rate", "40", "--producers", "2",
                   "--out", str(out), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
+    assert len(done.stdout.splitlines()) == 1  # --json: JSON lines
     result = json.loads(done.stdout)  # stdout is the result and nothing else
     assert result["verdict"] == "PASS" and result["mode"] == "NONE"
     progress = [ln for ln in done.stderr.splitlines() if re.search(r"s/6s ", ln)]

@@ -68,6 +68,7 @@ def _cluster(home: Path, name: str, *extra: str) -> Iterator[tuple[Cli, dict]]:
     try:
         done = cli("up", "single", "--name", name, "--base-port", str(base), "--json", *extra)
         assert done.returncode == 0, done.stderr
+        assert len(done.stdout.splitlines()) == 1  # --json: one JSON object per line
         info = json.loads(done.stdout)
         for n in info["nodes"]:
             seen[n["name"]] = n["pid"]
