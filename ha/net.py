@@ -1,17 +1,24 @@
-"""Raw non-blocking sockets with trio waits for the HA streams (the same approach as
-``cluster/remoting/sockets.py``: a receive or send that can complete at once costs no scheduler
-trip).
+"""The HA streams on the one socket layer (``cluster/remoting/sockets.py``): a receive or send
+that can complete at once costs no scheduler trip. What HA sets differently from remoting: a
+256 KiB receive buffer per socket (the slave decodes every frame in it at once) and no input
+budget, bigger kernel buffers, its own write timeout, and a checkpoint after every read that did
+not wait.
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
 from typing import Final
 
 import trio
 
-from rmq_cluster.cluster.remoting.sockets import connect_socket
+from rmq_cluster.cluster.remoting.sockets import (
+    InputShare,
+    StreamSocket,
+    accept,
+    connect_socket,
+    listen_socket,
+)
 
 #: Bytes asked of the socket per receive (the slave decodes every frame in them at once).
 HA_READ_CHUNK_BYTES: Final = 256 * 1024
@@ -32,66 +39,42 @@ CONNECTION_ERRORS: Final = (
     ValueError,
 )
 
+__all__ = [
+    "CONNECTION_ERRORS", "HA_CONNECT_TIMEOUT_S", "HA_LISTEN_BACKLOG", "HA_READ_CHUNK_BYTES",
+    "HA_SOCKET_BUFFER_BYTES", "HA_WRITE_TIMEOUT_S", "HASocket", "accept", "connect", "listen",
+]
 
-class HASocket:
-    __slots__ = ("_buf", "_view", "peer", "sock")
+
+class HASocket(StreamSocket):
+    """One HA stream: reads into a buffer of its own (an uncapped share nobody else reads
+    into: the reader never waits for room), sends with ``HA_WRITE_TIMEOUT_S``."""
+
+    __slots__ = ("peer",)
+
+    write_timeout_s = HA_WRITE_TIMEOUT_S
 
     def __init__(self, sock: socket.socket, read_chunk: int = HA_READ_CHUNK_BYTES) -> None:
-        sock.setblocking(False)
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, opt, HA_SOCKET_BUFFER_BYTES)
-        self.sock = sock
+        super().__init__(
+            sock, InputShare(read_bytes=read_chunk), kernel_buffer_bytes=HA_SOCKET_BUFFER_BYTES
+        )
         try:
             host, port = sock.getpeername()[:2]
             self.peer = f"{host}:{port}"
         except OSError:
             self.peer = "?"
-        self._buf = bytearray(read_chunk)
-        self._view = memoryview(self._buf)
 
     async def receive(self) -> memoryview:
         """The next bytes (a view valid until the next call); empty at EOF. Always a
         checkpoint: a peer that keeps the socket full cannot starve the other tasks."""
-        waited = False
-        while True:
-            try:
-                n = self.sock.recv_into(self._buf)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(self.sock)
-                waited = True
-                continue
-            except OSError as exc:
-                raise trio.BrokenResourceError(str(exc)) from exc
-            if not waited:
-                await trio.lowlevel.checkpoint()
-            return self._view[:n]
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                n = self.sock.send(view)
-            except BlockingIOError:
-                n = 0
-            except OSError as exc:
-                raise trio.BrokenResourceError(str(exc)) from exc
-            view = view[n:]
-            if view:
-                with trio.fail_after(HA_WRITE_TIMEOUT_S):
-                    await trio.lowlevel.wait_writable(self.sock)
-
-    def close(self) -> None:
-        if self.sock.fileno() >= 0:
-            trio.lowlevel.notify_closing(self.sock)
-            self.sock.close()
+        data, waited = await self.read()
+        if not waited:
+            await trio.lowlevel.checkpoint()
+        return data
 
 
 async def connect(host: str, port: int) -> HASocket:
-    """Connect as the remoting layer does (``cluster/remoting/sockets.connect_socket``: every
-    address getaddrinfo gives, non-blocking), bounded by HA_CONNECT_TIMEOUT_S."""
+    """Connect as the remoting layer does (``connect_socket``: every address getaddrinfo gives,
+    non-blocking), bounded by HA_CONNECT_TIMEOUT_S."""
     try:
         with trio.fail_after(HA_CONNECT_TIMEOUT_S):
             return HASocket(await connect_socket(host, port))
@@ -100,23 +83,6 @@ async def connect(host: str, port: int) -> HASocket:
 
 
 def listen(host: str, port: int) -> socket.socket:
+    """The HA listener on ``host:port`` (an IPv6 literal binds IPv6)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(HA_LISTEN_BACKLOG)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-async def accept(listener: socket.socket) -> socket.socket:
-    while True:
-        try:
-            conn, _addr = listener.accept()
-            return conn
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(listener)
+    return listen_socket(family, (host, port), HA_LISTEN_BACKLOG)

@@ -25,7 +25,12 @@ from rmq_cluster.cluster.remoting.input_budget import (
     INPUT_RESERVE_BYTES,
     MIN_MAX_BUFFERED_INPUT_BYTES,
 )
-from rmq_cluster.cluster.remoting.sockets import InputShare
+from rmq_cluster.cluster.remoting.sockets import (
+    InputShare,
+    close_socket,
+    listen_socket,
+    try_accept,
+)
 
 #: Connections a server keeps open at once (``serverMaxConnections``).
 DEFAULT_MAX_CONNECTIONS: Final = 10_000
@@ -136,14 +141,9 @@ class RemotingServer:
         """
         infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         family, _type, _proto, _canon, sockaddr = infos[0]
-        lsock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            lsock.bind(sockaddr)
-            lsock.listen(LISTEN_BACKLOG)
-            lsock.setblocking(False)
+            lsock = listen_socket(family, sockaddr, LISTEN_BACKLOG)
         except OSError as exc:
-            lsock.close()
             raise OSError(
                 exc.errno, f"cannot listen on {format_address(host, port)}: {exc.strerror}"
             ) from None
@@ -156,17 +156,14 @@ class RemotingServer:
                 task_status.started(bound)
                 await self._accept_loop(lsock, nursery)
         finally:
-            trio.lowlevel.notify_closing(lsock)
-            lsock.close()
+            close_socket(lsock)
 
     async def _accept_loop(self, lsock: socket.socket, nursery: trio.Nursery) -> None:
         while True:
             await trio.lowlevel.wait_readable(lsock)
             while True:
                 try:
-                    sock, _addr = lsock.accept()
-                except BlockingIOError:
-                    break
+                    sock = try_accept(lsock)
                 except OSError as exc:
                     if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                         self.log.error("accept failed, backing off", error=str(exc))
@@ -177,6 +174,8 @@ class RemotingServer:
                     # errors pending on that one new connection (reset, timed out, ...)
                     self.log.debug("accept skipped a failed connection", error=str(exc))
                     continue
+                if sock is None:  # none left: wait for more
+                    break
                 if self._open >= self.max_connections:
                     self._refuse(sock)
                     continue
