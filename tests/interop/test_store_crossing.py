@@ -41,6 +41,9 @@ FLOOD_SENDERS: Final = 4
 KILL_AFTER_ACKS: Final = 150
 PULL_BATCH: Final = 32
 RECOVERY_TIMEOUT_S: Final = 30.0
+#: How long the writer may take to serve the first messages it acked, and how often to look.
+SERVED_TIMEOUT_S: Final = 10.0
+SERVED_POLL_S: Final = 0.05
 CALL_ERRORS: Final = (
     RemotingError, OSError, trio.BrokenResourceError, trio.ClosedResourceError,
 )
@@ -80,7 +83,14 @@ async def _fill_and_read(broker: str) -> dict[int, dict[str, Any]]:
             req = RemotingCommand.request(RC.SEND_MESSAGE_V2, ext, body)
             resp = await client.invoke(broker, req)
             assert resp.code == 0, resp.remark
-        records = await _read_all(client, broker)
+        # Apache's broker builds its ConsumeQueues in a thread of its own (ReputMessageService):
+        # a pull right after the last send may not see it yet; read until all are served
+        with trio.fail_after(SERVED_TIMEOUT_S):
+            while True:
+                records = await _read_all(client, broker)
+                if len(records) >= MESSAGES:
+                    break
+                await trio.sleep(SERVED_POLL_S)  # polling the broker, bounded by the deadline
     return {int(rec["commitlog_offset"]): rec for rec in records}
 
 

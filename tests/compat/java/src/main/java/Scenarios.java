@@ -11,6 +11,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
@@ -52,14 +53,23 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * received). The Python tests assert on those lines field by field.
  *
  * Usage: java -cp ... Scenarios NAMESRV PREFIX SCENARIO...
- * System properties: ak / sk (sign with AclClientRPCHook), deadline.ms (per wait, default 30000).
+ * System properties: ak / sk (sign with AclClientRPCHook), deadline.ms (per wait, default 70000).
  */
 public final class Scenarios {
     static String namesrv;
     static String prefix;
     static RPCHook hook;
     static DefaultMQAdminExt admin;
-    static long waitMs = Long.getLong("deadline.ms", 30000L);
+    /** Per wait. Longer than two of the client's 30 s heartbeat periods: a 5.x push consumer bumps
+     * its subscriptions' versions when its first rebalance assigns queues and tells the broker
+     * with a heartbeat that it only tries to lock; when the client's periodic heartbeat (first
+     * run 1 s after start) holds the lock at that moment, the new versions reach the broker only
+     * with the next periodic heartbeat, and until then the broker answers every pull
+     * SUBSCRIPTION_NOT_LATEST (Apache's broker does the same; the client logs "the
+     * subscription is not latest" once a second). Under load that happens now and then. */
+    /** Tag of a message sent only to see that a consumer is pulling; collectors do not report it. */
+    static final String PROBE_TAG = "Probe";
+    static long waitMs = Long.getLong("deadline.ms", 70000L);
     static int instances;
 
     // ------------------------------------------------------------------ JSON lines
@@ -234,7 +244,7 @@ public final class Scenarios {
         c.subscribe(topic, expr);
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             for (MessageExt m : msgs) {
-                emitMap(received(scenario, group, m));
+                if (!PROBE_TAG.equals(m.getTags())) emitMap(received(scenario, group, m));
                 into.add(m);
             }
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
@@ -463,6 +473,12 @@ public final class Scenarios {
         DefaultMQProducer p = producer(prefix + "-pg-delay");
         List<MessageExt> got = new CopyOnWriteArrayList<>();
         DefaultMQPushConsumer c = collector(sc, prefix + "-cg-delay", t, "*", got);
+        // the delays are measured from a consumer that is pulling (see waitMs): a probe first,
+        // which the collector counts but does not report
+        Message probe = new Message(t, PROBE_TAG, text(0));
+        p.send(probe);
+        await("the delay consumer's probe", () -> !got.isEmpty());
+        got.clear();
         for (int level = 1; level <= 2; level++) {
             Message m = msg(t, level, "Delay", text(level));
             m.setDelayTimeLevel(level);
@@ -641,12 +657,14 @@ public final class Scenarios {
         a.seek(q0, 2);
         emit("scenario", sc, "event", "seek", "broker", q0.getBrokerName(), "queue_id", q0.getQueueId(), "offset", 2);
         Set<String> seen = new HashSet<>();
+        Map<Integer, Set<Long>> offsetsSeen = new TreeMap<>();  // queue -> offsets (for a failure)
         long end = System.currentTimeMillis() + waitMs;
         // everything but the first two of q0 (the test checks what came)
         while (true) {
             for (MessageExt x : a.poll(200)) {
                 emitMap(received(sc, "assign", x));
                 seen.add(x.getMsgId());
+                offsetsSeen.computeIfAbsent(x.getQueueId(), k -> new TreeSet<>()).add(x.getQueueOffset());
             }
             long want = 0;
             for (MessageQueue mq : mqs) {
@@ -654,7 +672,12 @@ public final class Scenarios {
                 want += mq.equals(q0) ? Math.max(0, max - 2) : max;
             }
             if (seen.size() >= want) break;
-            if (System.currentTimeMillis() >= end) throw new IllegalStateException("assign: got " + seen.size() + " of " + want);
+            if (System.currentTimeMillis() >= end) {
+                Map<Integer, Long> committed = new TreeMap<>();
+                for (MessageQueue mq : mqs) committed.put(mq.getQueueId(), a.committed(mq));
+                throw new IllegalStateException("assign: got " + seen.size() + " of " + want
+                    + "; offsets seen per queue " + offsetsSeen + ", committed " + committed);
+            }
         }
         a.commitSync();
         a.shutdown();
