@@ -498,6 +498,8 @@ class BrokerController:
                 self.ha_port = await self.supervisor.start(nursery, "ha", self.ha.run)
                 self.config_listeners.append(self._ha_config_changed)
             processors = self.processors()
+            # parked pulls (long polling) are woken by this one task, not a task each
+            await self.supervisor.start(nursery, "long_polling", self.hold.run)
             if bcfg.metrics_port >= 0:
                 self.metrics = BrokerMetrics(self)
                 for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,

@@ -1,20 +1,22 @@
 """PULL_MESSAGE (11) with long polling (RocketMQ 4.9 ``PullMessageProcessor``).
 
 ``decide`` is the synchronous core: checks, subscription, the store read, the response, and
-whether the pull may be parked. ``process`` parks it in ``PullRequestHoldService`` until a
+whether the pull may be parked. ``process`` (a plain processor: a pull that finds messages is
+answered inline, in the read's batch) parks the others in ``PullRequestHoldService`` until a
 matching message arrives or ``suspendTimeoutMillis`` passes, then answers with a second,
-non-suspending read.
+non-suspending read, through a ``Deferred`` (no task per parked pull).
 """
 
 from __future__ import annotations
 
 import functools
 import struct
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
 
 from rmq_cluster.broker.clients import SubscriptionData, build_subscription
+from rmq_cluster.broker.long_polling import Parked
 from rmq_cluster.broker.processors.common import FAQ_SUGGEST
 from rmq_cluster.broker.processors.consumer import TOTAL_MEMORY_BYTES as _RAM_BYTES
 from rmq_cluster.broker.topic_config import OFFSET_MOVED_EVENT
@@ -35,6 +37,8 @@ from rmq_cluster.cluster.protocol.message import (
 from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.dispatch import Deferred
+from rmq_cluster.cluster.remoting.errors import exception_remark
 from rmq_cluster.cluster.remoting.headers import HeaderError, PullMessageRequestHeader
 from rmq_cluster.store.message_store import GetMessageStatus
 
@@ -101,44 +105,103 @@ def offset_moved_message(
 
 
 class Park:
-    """A pull to hold: its queue, offset and filter."""
+    """A pull to hold: its queue, offset and filter, and its parsed header and subscription
+    (the wake's second read takes them as they were: neither can change)."""
 
-    __slots__ = ("offset", "queue_id", "sub", "timeout_s", "topic")
+    __slots__ = ("header", "offset", "queue_id", "sub", "timeout_s", "topic")
 
     def __init__(
-        self, topic: str, queue_id: int, offset: int, timeout_s: float, sub: SubscriptionData
+        self, topic: str, queue_id: int, offset: int, timeout_s: float, sub: SubscriptionData,
+        header: PullMessageRequestHeader | None = None,
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.offset = offset
         self.timeout_s = timeout_s
         self.sub = sub
+        self.header = header
+
+
+class _ParkedPull(Parked):
+    """A parked pull: woken, it is decided again (no suspending) and answered through its
+    ``Deferred`` on its connection; nothing of it is a task."""
+
+    __slots__ = ("conn", "deferred", "header", "processor", "request", "sub")
+
+    def __init__(
+        self, processor: PullProcessor, conn: Any, request: RemotingCommand, park: Park
+    ) -> None:
+        sub = park.sub
+        super().__init__(park.offset,
+                         None if sub.matches_all else sub.is_matched_by_tags_code)
+        self.processor: PullProcessor | None = processor
+        self.conn = conn
+        self.request: RemotingCommand | None = request
+        self.header = park.header
+        self.sub: SubscriptionData | None = sub
+        self.deferred = Deferred()
+
+    def wake(self) -> None:
+        processor, request, conn = self.processor, self.request, self.conn
+        if processor is None or request is None:
+            return
+        self.processor = self.request = self.conn = None  # a woken pull holds nothing
+        try:
+            response, _ = processor.decide(conn, request, allow_suspend=False,
+                                           header=self.header, sub=self.sub)
+        except Exception as exc:
+            log.warning("parked pull failed", error=repr(exc), exc_info=True)
+            response = request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
+        self.deferred.resolve(response)
+
+
+#: Subscriptions a pull carries (FLAG_SUBSCRIPTION), built once per distinct text: the cache's
+#: bound (cleared when full; a consumer sends the same few over and over).
+SUBSCRIPTION_CACHE_MAX: Final = 4096
 
 
 class PullProcessor:
     def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
+        self._subs: dict[tuple[str, str | None, int, str | None], SubscriptionData] = {}
 
-    async def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+    def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
+        """``build_subscription`` of the pull's own subscription, cached (SubscriptionData is
+        frozen; a bad expression raises ValueError every time, uncached)."""
+        key = (h.topic, h.subscription, h.sub_version, h.expression_type)
+        sub = self._subs.get(key)
+        if sub is None:
+            sub = build_subscription(h.topic, h.subscription, h.sub_version, h.expression_type)
+            if len(self._subs) >= SUBSCRIPTION_CACHE_MAX:
+                self._subs.clear()
+            self._subs[key] = sub
+        return sub
+
+    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand | Deferred:
+        """A plain processor (answered inline when it need not wait); a pull to hold is
+        parked and answered later through a ``Deferred`` (no task per parked pull)."""
         response, park = self.decide(conn, request, allow_suspend=True)
         if park is None:
-            return response
-        sub = park.sub
-        tags_filter = None if sub.matches_all else sub.is_matched_by_tags_code
-        await self.ctrl.hold.hold(
-            park.topic, park.queue_id, park.offset, park.timeout_s, tags_filter
-        )
-        response, _ = self.decide(conn, request, allow_suspend=False)
-        return response
+            return cast(RemotingCommand, response)  # (decide answers when it does not park)
+        parked = _ParkedPull(self, conn, request, park)
+        self.ctrl.hold.park(park.topic, park.queue_id, parked, park.timeout_s)
+        return parked.deferred
 
     def decide(
-        self, conn: Any, request: RemotingCommand, *, allow_suspend: bool
-    ) -> tuple[RemotingCommand, Park | None]:
+        self, conn: Any, request: RemotingCommand, *, allow_suspend: bool,
+        header: PullMessageRequestHeader | None = None, sub: SubscriptionData | None = None,
+    ) -> tuple[RemotingCommand | None, Park | None]:
+        """The answer to the pull, or (None, Park) when it is to be held. ``header`` and
+        ``sub``: the parked pull's own, parsed and built when it first came (its wake)."""
         ctrl = self.ctrl
-        try:
-            h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
-        except HeaderError as exc:
-            return request.response(ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}"), None
+        if header is None:
+            try:
+                h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+            except HeaderError as exc:
+                return request.response(
+                    ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}"), None
+        else:
+            h = header
         if not PermName.is_readable(ctrl.bcfg.broker_permission):
             return request.response(
                 ResponseCode.NO_PERMISSION,
@@ -175,7 +238,8 @@ class PullProcessor:
         sys_flag = h.sys_flag
         if sys_flag & FLAG_SUBSCRIPTION:
             try:
-                sub = build_subscription(h.topic, h.subscription, h.sub_version, h.expression_type)
+                if sub is None:
+                    sub = self._subscription(h)
             except ValueError as exc:
                 return request.response(
                     ResponseCode.SUBSCRIPTION_PARSE_FAILED,
@@ -268,8 +332,8 @@ class PullProcessor:
                 else bcfg.short_polling_time_mills
             )
             if timeout_ms > 0:
-                return request.response(code), Park(
-                    h.topic, h.queue_id, h.queue_offset, timeout_ms / 1000.0, sub
+                return None, Park(
+                    h.topic, h.queue_id, h.queue_offset, timeout_ms / 1000.0, sub, h
                 )
         suggest = suggest_broker_id(ctrl, sgc, lag)
         if code == ResponseCode.PULL_OFFSET_MOVED and ctrl.is_slave:

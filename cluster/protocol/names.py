@@ -436,16 +436,19 @@ class NameCache:
     """Names already found valid, per kind, bounded: a node keeps one so the send hot path
     costs one set lookup per field. Starts afresh when ``MAX_CACHED_NAMES`` is reached."""
 
-    __slots__ = ("_valid",)
+    __slots__ = ("_by_value", "_valid")
 
     def __init__(self) -> None:
         self._valid: dict[Kind, set[Any]] = {kind: set() for kind in Kind}
+        # the same sets keyed by the Kind's ``_value_`` (a plain str attribute) for ``check``:
+        # hashing the Enum member runs ``Enum.__hash__`` in Python on every field checked
+        self._by_value: dict[str, set[Any]] = {k._value_: v for k, v in self._valid.items()}
 
     def problem(self, name: Name) -> str | None:
         return self.check(name.kind, name.value, name.field)
 
     def check(self, kind: Kind, value: Any, field: str) -> str | None:
-        known = self._valid[kind]
+        known = self._by_value[kind._value_]
         try:
             if value in known:
                 return None
