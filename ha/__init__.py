@@ -11,7 +11,9 @@ Modules
 - ``ha.client``: ``HAClient`` - the slave side (connect, report, append_raw, reconnect, re-point).
 - ``ha.config``: ``HAConfig`` - haListenPort, haMasterAddress, haSendHeartbeatInterval,
   haHousekeepingInterval, haTransferBatchSize, haSlaveFallbehindMax, slaveTimeout.
-- ``ha.net``: the raw non-blocking socket helpers both sides use.
+- ``ha.net``: ``HASocket`` and listen/connect, on the nodes' one socket layer
+  (``cluster/remoting/sockets.py``) with HA's settings (256 KiB reads, 1 MiB kernel buffers,
+  a checkpoint after a read that did not wait).
 - ``ha.access``: who may use the HA port (our extension; RocketMQ 4.x lets anyone connect and
   take any report as an ack): ``haAllowedSlaveAddresses`` (default: loopback peers for a
   loopback-bound broker, else the group's slave hosts from the NameServers), and with

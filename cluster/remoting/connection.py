@@ -1,22 +1,29 @@
-"""The Trio shell of one remoting connection: its socket and its tasks.
+"""The Trio shell of one remoting connection: its calls, its reader and its close.
 
 What the connection knows (pending calls, opaques, requests in flight, what to send and when) is
 ``ConnectionState`` (pure, connection_state.py); what its reads may hold is ``InputBudget``
-(pure, input_budget.py). This module only moves bytes and parks and wakes tasks.
+(pure, input_budget.py). The shell only moves bytes and parks and wakes tasks, in four pieces,
+each holding what it is given and nothing more:
 
-A ``Connection`` is symmetric: it reads frames, hands requests to a ``Dispatcher`` (one task per
-request that must wait, so a long poll never blocks the others), matches responses to pending
-calls by opaque, and writes frames through one coalescing writer: a frame is sent at once when
-it is the only one ready; when several are ready they are gathered and sent by one ``send`` at
-the end of the scheduling batch. Sockets are plain non-blocking stdlib sockets driven with
-``trio.lowlevel.wait_readable`` / ``wait_writable``: an operation that can complete at once does
-so without a trip through the scheduler.
+* ``Socket`` (sockets.py): plain non-blocking stdlib sockets driven with trio's
+  ``wait_readable`` / ``wait_writable``: what can complete at once does so without a trip
+  through the scheduler;
+* ``Writer`` (writer.py): the send side, one coalescing writer (a frame ready alone goes at
+  once; frames ready together go in one ``send`` at the end of the scheduling batch);
+* ``Lending`` (lending.py): lone calls read their own answers while the reader is parked;
+* ``Connection`` (here): calls and their timer, the reader (frames to the state machine, one
+  task per request that must wait, so a long poll never blocks the others), and close.
 
-Lone calls read their own answers ("lending"): a connection this end opened, whose calls have
-all been answered and whose peer sent no request lately, parks its reader; the next call made
-alone sends, then reads in its own task until its answer, handling whatever else arrives as the
-reader would, and hands the reading back when something has to be waited for. A round trip then
-wakes one task instead of two.
+A ``Connection`` is symmetric: either end calls, and either end serves the other's requests.
+
+Invariants kept here (the pieces state theirs):
+
+1. Exactly one task reads the socket at a time: the reader, or a lone call while the reader is
+   parked in ``Lending.lend`` (the reader reads only once ``lend`` returned).
+2. A call ends exactly once (``ConnectionState``); its caller forgets it (``end_call``) on every
+   way out of ``invoke``, cancellation included.
+3. ``run`` ends with the connection closed: every pending call failed, the socket closed, the
+   input budget released, ``closed`` set; nothing it started outlives it.
 """
 
 from __future__ import annotations
@@ -40,26 +47,20 @@ from rmq_cluster.cluster.remoting.connection_state import (
 )
 from rmq_cluster.cluster.remoting.dispatch import AsyncProcessor, Dispatcher, Processor
 from rmq_cluster.cluster.remoting.errors import (
-    RemotingClosedError,
     RemotingError,
     RemotingTimeoutError,
-    RemotingUnsentError,
     error_response,
     exception_remark,
 )
 from rmq_cluster.cluster.remoting.input_budget import READ_CHUNK_BYTES
+from rmq_cluster.cluster.remoting.lending import Lending
 from rmq_cluster.cluster.remoting.sockets import InputShare, Socket
+from rmq_cluster.cluster.remoting.writer import Writer
 
 #: RocketMQ's default client call timeout.
 DEFAULT_CALL_TIMEOUT_S: Final = 3.0
-#: A send that cannot complete in this long means the peer stopped reading: the connection closes.
-WRITE_TIMEOUT_S: Final = 30.0
 #: Encoded frames waiting for the socket; past this, writers wait for the peer to read.
 MAX_OUTBOUND_BUFFER_BYTES: Final = 32 * 1024 * 1024
-#: While the reader lends its reading, it goes back to the socket once a whole period this long
-#: passes without a lone call (a request the peer sends between calls, or its close, is seen
-#: within about twice this).
-LEND_IDLE_S: Final = 0.05
 
 
 class _Pending:
@@ -115,16 +116,13 @@ class Connection:
             self, dispatcher, max_in_flight=max_in_flight, peer=self.peer, log=self.log)
         self._state.last_read = trio.current_time()
         self._decoder = FrameDecoder()
+        self._writer = Writer(self._state, self._sock, self._abort, limit=MAX_OUTBOUND_BUFFER_BYTES)
+        self._lending = Lending(self._state, self._sock, self._writer, ingest=self._ingest,
+                                take=self._take, abort=self._abort)
+        self._lends = lend_reading  # only connections this end opened lend their reading
         self._timer_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
-        self._drained: trio.Event | None = None
         self._room: trio.Event | None = None  # the reader waits on it for a request to end
-        self._lends = lend_reading  # only connections this end opened lend their reading
-        self._lender: trio.lowlevel.Task | None = None  # the reader, parked while lending
-        self._reading_call: _Pending | None = None  # the lone call reading now
-        self._reader_wanted = False  # a call ended that needs the reader back on the socket
-        self._stash: Blocked | None = None  # what a lone call could not take without waiting
-        self.lone_calls = 0  # calls that read their own response
         self.closed = trio.Event()
 
     def __repr__(self) -> str:
@@ -134,7 +132,10 @@ class Connection:
     pending_calls = property(lambda self: len(self._state.pending))
     #: requests answered SYSTEM_BUSY because max_in_flight were already running
     busy_refusals = property(lambda self: self._state.busy_refusals)
+    #: calls that read their own response
+    lone_calls = property(lambda self: self._lending.lone_calls)
     _running = property(lambda self: self._state.running)  # (tests look)
+    _lender = property(lambda self: self._lending.lender)  # (tests look)
 
     @property
     def close_reason(self) -> str | None:
@@ -164,12 +165,13 @@ class Connection:
         opaque, rearm = st.start_call(slot)
         if rearm and self._timer_scope is not None:
             self._timer_scope.deadline = slot.deadline
-        try:
-            if self._lender is not None and self._reading_call is None and len(st.pending) == 1:
-                if await self._call_reading(request, opaque, slot):  # handed to the reader
+        lending = self._lending
+        try:  # alone, with the reader parked and no call reading: this call reads for itself
+            if lending.lender is not None and lending.reading_call is None and len(st.pending) == 1:
+                if await lending.call(request, opaque, slot):  # handed back to the reader
                     await slot.wait()
             else:
-                await self._write(request, opaque, len(st.pending) > 1)
+                await self._writer.write(request, opaque, len(st.pending) > 1)
                 await slot.wait()
         finally:
             st.end_call(opaque)
@@ -184,7 +186,7 @@ class Connection:
         """Send ``request`` with the oneway bit; nothing comes back."""
         if not request.is_oneway:
             request = attrs.evolve(request, flag=request.flag | FLAG_ONEWAY)
-        await self._write(request, self._state.next_opaque())
+        await self._writer.write(request, self._state.next_opaque())
 
     async def _expire_calls(self) -> None:
         """Fail calls whose deadline passed; sleeps until the earliest deadline."""
@@ -196,94 +198,6 @@ class Connection:
             if self._state.expire(trio.current_time()):
                 self._sock.interrupt()  # a lone call waits on the socket itself: wake it
 
-    # ---------------------------------------------------------------- writing
-
-    async def _write(self, cmd: RemotingCommand, opaque: int, gather: bool = False) -> None:
-        """Queue one frame and see it on its way. ``gather``: more frames are likely in this
-        scheduling batch: let them queue (one checkpoint) and send them in one go."""
-        st = self._state
-        if st.closed:
-            raise RemotingClosedError(f"connection to {self.peer} is closed")
-        st.queue_request(cmd, opaque)
-        if gather and not st.flush_soon and not st.flushing:
-            await self._gather()
-        if not st.flush_soon:
-            self._send_queued()
-        if len(st.out) > MAX_OUTBOUND_BUFFER_BYTES:
-            await self._backpressure()
-
-    async def _gather(self) -> None:
-        """Let this scheduling batch's other frames queue (the caller sends them all)."""
-        st = self._state
-        st.flush_soon = True
-        try:  # not cancellable: the frame is queued and this task owes it a send
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        finally:
-            st.flush_soon = False
-
-    async def _backpressure(self) -> None:
-        """Wait for the peer to read while more than ``MAX_OUTBOUND_BUFFER_BYTES`` is queued."""
-        if len(self._state.out) > MAX_OUTBOUND_BUFFER_BYTES and not self._state.closed:
-            if self._drained is None:
-                self._drained = trio.Event()
-            await self._drained.wait()
-
-    def _send_queued(self) -> None:
-        """Send what is queued as far as the kernel takes it now; a flusher task does the rest."""
-        chunk = self._state.take_outbound()
-        if chunk is None:
-            return
-        try:
-            sent = self._sock.try_send(chunk)
-        except trio.BrokenResourceError as exc:
-            self._fail_soon(f"send failed: {exc}")
-            return
-        if sent == len(chunk):
-            if self._drained is not None:
-                self._drained.set()
-                self._drained = None
-            return
-        if self._nursery is None:
-            raise RuntimeError("connection is not running")
-        self._state.flushing = True
-        self._nursery.start_soon(self._flusher, memoryview(chunk)[sent:])
-
-    async def _flusher(self, view: memoryview) -> None:
-        """Send ``view`` and whatever queues behind it, as the peer makes room."""
-        st = self._state
-        try:
-            while not st.closed:
-                while view:
-                    with trio.move_on_after(WRITE_TIMEOUT_S) as scope:
-                        try:
-                            await trio.lowlevel.wait_writable(self._sock.sock)
-                        except trio.ClosedResourceError:
-                            if st.closed:
-                                raise
-                            continue  # a timed-out call's interrupt, not a close: wait again
-                    if scope.cancelled_caught:
-                        self.close_reason = f"peer took nothing for {WRITE_TIMEOUT_S:g}s"
-                        await self._abort(self.close_reason)
-                        return
-                    view = view[self._sock.try_send(view) :]
-                if self._drained is not None and len(st.out) <= MAX_OUTBOUND_BUFFER_BYTES:
-                    self._drained.set()
-                    self._drained = None
-                if not st.out:
-                    return
-                chunk, st.out = st.out, bytearray()
-                view = memoryview(chunk)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError) as exc:
-            await self._abort(f"send failed: {exc}")  # ValueError: fd -1 (closed meanwhile)
-        finally:
-            st.flushing = False
-
-    def _fail_soon(self, reason: str) -> None:
-        self.close_reason = self.close_reason or reason
-        if self._nursery is not None:  # RuntimeError: run() is ending (it aborts on its way)
-            with contextlib.suppress(RuntimeError):
-                self._nursery.start_soon(self._abort, reason)
-
     # ---------------------------------------------------------------- reading and serving
 
     async def run(
@@ -293,7 +207,7 @@ class Connection:
         """Read and dispatch until the peer closes, a frame is malformed, or it idles."""
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+                self._nursery = self._writer.nursery = nursery
                 nursery.start_soon(self._expire_calls)
                 if idle_timeout is not None:
                     nursery.start_soon(self._close_when_idle, idle_timeout)
@@ -320,14 +234,6 @@ class Connection:
             if quiet:  # busy with requests: look again a full period from now
                 st.last_read = trio.current_time()
 
-    def _read_failed(self, exc: Exception) -> bool:
-        """A read raised: whether the connection must close (not when it is closed already, or
-        when a lone call's wait was interrupted at its deadline)."""
-        if self._state.closed or (self._reading_call is not None and self._reading_call.done):
-            return False
-        self.close_reason = self.close_reason or f"read failed: {exc}"
-        return True
-
     def _ingest(self, data: memoryview) -> list[RemotingCommand] | None:
         """Decode and account one read; None: the reading ends and the connection must close
         (the peer closed, or a frame is malformed: what came before it is answered)."""
@@ -340,7 +246,7 @@ class Connection:
             commands = self._decoder.feed(data)
         except ProtocolError as exc:
             st.malformed(exc)
-            self._send_queued()
+            self._writer.send_queued()
             return None
         if (sock.charge or self._decoder.buffered) and not st.closed:  # a partial frame
             sock.share.account(sock, self, now, data, bool(commands), self._decoder.buffered)
@@ -353,19 +259,19 @@ class Connection:
             try:
                 data, waited = await sock.receive(drained)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                self._read_failed(exc)
+                if not st.closed:  # (no lone call reads while the reader does: a real failure)
+                    self.close_reason = self.close_reason or f"read failed: {exc}"
                 return
             commands = self._ingest(data)
             if commands is None:
                 return
             drained = len(data) < READ_CHUNK_BYTES
-            spawned, answered = await self._take(commands, nursery)
+            spawned, answered, _ = await self._take(commands, nursery)
             if answered and self._lends and st.may_lend(answered, drained):
-                await self._lend_reading()  # the next lone call reads its own response
+                blocked = await self._lending.lend(nursery)  # lone calls read their responses
                 if st.closed:
                     return
-                if self._stash is not None:
-                    blocked, self._stash = self._stash, None
+                if blocked is not None:  # a lone call's stash
                     await self._unblock(blocked, nursery)
                 drained = False
             elif not drained and (spawned or commands or not waited):
@@ -375,24 +281,25 @@ class Connection:
 
     async def _take(
         self, commands: list[RemotingCommand], nursery: trio.Nursery, lone: bool = False
-    ) -> tuple[bool, bool]:
+    ) -> tuple[bool, bool, Blocked | None]:
         """Hand one read's frames to the state machine and carry out its actions: spawn, send,
         wait for room (``lone``: a lone call reads and must not wait in its task, so a request
-        that needs room is stashed for the reader). Whether it spawned, and answered a call."""
+        that needs room is returned, for the reader). Whether it spawned, whether it answered
+        a call, and (``lone``) where it stopped."""
+        writer = self._writer
         spawns, answered, blocked = self._state.take(commands)
         if spawns is not None:
             gather = len(commands) > 1
             for processor, cmd, awaitable in spawns:
                 nursery.start_soon(self._serve_request, processor, cmd, gather, awaitable)
-        self._send_queued()  # every inline answer of this read in one send
+        writer.send_queued()  # every inline answer of this read in one send
+        if lone:
+            return spawns is not None, answered, blocked
         if blocked is not None:
-            if lone:
-                self._stash = blocked
-            else:
-                await self._unblock(blocked, nursery)
-        if not lone and len(self._state.out) > MAX_OUTBOUND_BUFFER_BYTES:
-            await self._backpressure()  # stop reading until the peer reads its answers
-        return spawns is not None, answered
+            await self._unblock(blocked, nursery)
+        if len(self._state.out) > writer.limit:
+            await writer.backpressure()  # stop reading until the peer reads its answers
+        return spawns is not None, answered, None
 
     async def _unblock(self, blocked: Blocked, nursery: trio.Nursery) -> None:
         while self._state.running > blocked.limit:
@@ -424,9 +331,9 @@ class Connection:
             st = self._state
             if st.task_answer(request, response):
                 if gather and not st.flush_soon and not st.flushing:
-                    await self._gather()
+                    await self._writer.gather()
                 if not st.flush_soon:
-                    self._send_queued()
+                    self._writer.send_queued()
         finally:
             self._request_ended()
 
@@ -449,7 +356,7 @@ class Connection:
 
     async def _flush_deferred(self) -> None:
         self._state.deferred_flush = False
-        self._send_queued()
+        self._writer.send_queued()
 
     def _held_released(self, frames: bytearray, n: int) -> None:
         """``HeldAnswers`` released ``n`` answers of this connection: one send."""
@@ -457,7 +364,7 @@ class Connection:
         self._request_ended(0)  # (counted down above: wakes a reader waiting for room)
         if send:
             with contextlib.suppress(RuntimeError):  # shutting down: nothing more goes out
-                self._send_queued()
+                self._writer.send_queued()
 
     def _request_ended(self, n: int = 1) -> None:
         self._state.running -= n
@@ -466,110 +373,15 @@ class Connection:
             self._room = None
             room.set()
 
-    # ---------------------------------------------------------------- lending the reading
-
-    async def _lend_reading(self) -> None:
-        """Park the reader while lone calls read their own responses; back on the socket when a
-        lone call wakes it, when a whole ``LEND_IDLE_S`` passes without a lone call, or on
-        close. (Oneway requests do not count: they never read.)"""
-        st = self._state
-        self._reader_wanted = False
-        while True:
-            calls = self.lone_calls
-            woken = False
-            with trio.move_on_after(LEND_IDLE_S):
-                self._lender = trio.lowlevel.current_task()
-
-                def abort(_: Any) -> trio.lowlevel.Abort:
-                    self._lender = None
-                    return trio.lowlevel.Abort.SUCCEEDED
-
-                await trio.lowlevel.wait_task_rescheduled(abort)
-                woken = True
-            self._lender = None
-            if st.closed:
-                return
-            if self._reading_call is not None:
-                continue  # a call took the reading just after the wake; ask again later
-            if woken or self._reader_wanted or st.pending or self.lone_calls == calls:
-                self._reader_wanted = False
-                return
-
-    def _wake_lender(self) -> None:
-        """Put the reader back on the socket (now, or as soon as it runs if it is waking)."""
-        task, self._lender = self._lender, None
-        if task is not None:
-            trio.lowlevel.reschedule(task)
-        else:
-            self._reader_wanted = True
-
-    async def _call_reading(self, request: RemotingCommand, opaque: int, slot: _Pending) -> bool:
-        """A lone call: send, then read in this task until the response (or the deadline, or
-        close), handling other frames as the reader would. True if it handed the reading back
-        (something must be waited for): the caller then waits as any call does. It reads what
-        is already there before sending: a peer that closed meanwhile fails the call with
-        ``RemotingUnsentError`` (nothing was sent)."""
-        st = self._state
-        self._reading_call = slot
-        slot.reading = True
-        self.lone_calls += 1
-        sent = handed_back = False
-        try:
-            drained = not self._sock.readable_now()
-            while not slot.done:
-                if drained and not sent:
-                    if st.closed:
-                        break
-                    st.queue_request(request, opaque)
-                    sent = True
-                    if not st.flush_soon:
-                        self._send_queued()
-                    if len(st.out) > MAX_OUTBOUND_BUFFER_BYTES:
-                        handed_back = True  # the reader applies the backpressure
-                        break
-                try:
-                    data, _ = await self._sock.receive(drained)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    if self._read_failed(exc):
-                        await self._abort(self.close_reason or "closed")
-                    break
-                commands = self._ingest(data)
-                if commands is None:
-                    await self._abort(self.close_reason or "closed")
-                    break
-                drained = len(data) < READ_CHUNK_BYTES
-                if st.closed or self._nursery is None:
-                    break
-                await self._take(commands, self._nursery, lone=True)
-                if self._stash is not None:
-                    handed_back = True
-                    break
-                if not drained:
-                    await trio.lowlevel.checkpoint()  # (everything read is handled)
-        finally:
-            slot.reading = False
-            self._reading_call = None
-            if not handed_back:
-                st.end_call(opaque)
-            if not st.lone_call_keeps_lending(slot):
-                self._wake_lender()  # not a lone call any more: the reader reads again
-        if handed_back and not sent:  # the reader took over before this call's turn to send
-            await self._write(request, opaque)
-        if not sent and not handed_back and st.closed:
-            slot.error = RemotingUnsentError(
-                f"connection to {self.peer} closed: {self.close_reason}")
-        return handed_back
-
     # ---------------------------------------------------------------- closing
 
     async def _abort(self, reason: str) -> None:
         if not self._state.close(reason):
             return
-        if self._drained is not None:
-            self._drained.set()
+        self._writer.release()
         self._sock.close()
         self._sock.share.release(self._sock, self)
-        self._wake_lender()  # a parked reader ends (run() returns)
+        self._lending.wake()  # a parked reader ends (run() returns)
         self.closed.set()
         await trio.lowlevel.checkpoint()
 

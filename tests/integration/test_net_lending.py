@@ -1,4 +1,4 @@
-"""Lone calls read their own responses (``Connection._call_reading``) over real loopback sockets:
+"""Lone calls read their own responses (``Lending.call``, lending.py) over real loopback sockets:
 every way a call can end, and the peer's requests before, during and after such calls."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ async def _until(condition: Callable[[], bool]) -> None:
 
 async def _lending(conn: Connection) -> None:
     """Wait until the reader has parked, lending its reading to the next lone call."""
-    await _until(lambda: conn._lender is not None)
+    await _until(lambda: conn._lending.lender is not None)
 
 
 @contextlib.asynccontextmanager
@@ -111,7 +111,7 @@ async def test_a_peer_request_between_lone_calls_is_answered(peer: tuple[str, Pe
         assert answer.remark == "notified A"
         await _echo(conn, 1)
         # the peer spoke lately: the reader stays on the socket for a while
-        assert conn._lender is None
+        assert conn._lending.lender is None
         assert conn._state.last_read - conn._state.peer_request_read <= LEND_QUIET_S
 
 
@@ -136,7 +136,7 @@ async def test_other_calls_during_a_lone_call_are_matched(peer: tuple[str, Peer]
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(hold)  # a lone call: it reads while held
-            await _until(lambda: conn._reading_call is not None)
+            await _until(lambda: conn._lending.reading_call is not None)
             with trio.fail_after(5):
                 for i in range(1, 51):  # these are not alone: the holder reads their answers
                     await _echo(conn, i)
@@ -185,7 +185,7 @@ async def test_the_peer_closing_fails_a_lone_call(peer: tuple[str, Peer]) -> Non
     async with _lending_connection(addr) as (client, conn):
 
         async def drop() -> None:
-            await _until(lambda: conn._reading_call is not None)
+            await _until(lambda: conn._lending.reading_call is not None)
             await p.conns[0].aclose()
 
         async with trio.open_nursery() as nursery:
@@ -282,7 +282,7 @@ async def test_only_connections_this_end_opened_lend_their_reading(peer: tuple[s
         answer = await served.invoke(RemotingCommand.request(NOTIFY, {"g": "S"}))
         assert answer.remark == "notified S"
         await trio.testing.wait_all_tasks_blocked()
-        assert served._lender is None and served.lone_calls == 0
+        assert served._lending.lender is None and served.lone_calls == 0
 
 
 async def test_oneway_requests_do_not_keep_the_reader_parked(peer: tuple[str, Peer]) -> None:
@@ -367,7 +367,7 @@ async def test_a_lone_call_hands_over_what_it_must_not_wait_for(nursery: trio.Nu
     assert trio.current_time() - started < 1.0
     assert conn.lone_calls == 1 and len(deferreds) == 2
     deferreds[0].resolve(RemotingCommand(code=0, flag=1))  # room: the reader attaches #2
-    await _until(lambda: conn._running == 1 and conn._stash is None)
+    await _until(lambda: conn._running == 1 and conn._lending.stash is None)
     deferreds[1].resolve(RemotingCommand(code=0, flag=1))
     await _until(lambda: conn._running == 0)
     await _echo(conn, 1)
