@@ -414,19 +414,13 @@ def _java_like_case(
                 if not data:
                     return
                 buf += data
-                pos = 0
-                while len(buf) - pos >= 8:
-                    (length,) = _U32.unpack_from(buf, pos)
-                    if len(buf) - pos < 4 + length:
-                        break
-                    header_len = _U32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
-                    header = orjson.loads(bytes(buf[pos + 8 : pos + 8 + header_len]))
-                    pos += 4 + length
+                frames, used = _split_frames(buf)
+                for header, _start, _end in frames:
                     slot = waiters.pop(header["opaque"], None)
                     if slot is not None:
                         slot[1] = header["code"]
                         slot[0].set()
-                del buf[:pos]
+                del buf[:used]
         except OSError:
             return
 
@@ -471,6 +465,22 @@ PC_GROUP = "BenchPCG"
 PC_SUSPEND_MS = 15_000
 
 
+def _split_frames(buf: bytearray) -> tuple[list[tuple[dict[str, Any], int, int]], int]:
+    """The whole remoting frames at the start of ``buf``: (JSON header, body start, body end)
+    each, and how many bytes they take (the bench's readers parse answers without our codec)."""
+    frames = []
+    pos = 0
+    while len(buf) - pos >= 8:
+        (length,) = _U32.unpack_from(buf, pos)
+        if len(buf) - pos < 4 + length:
+            break
+        header_len = _U32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
+        header = orjson.loads(bytes(buf[pos + 8 : pos + 8 + header_len]))
+        frames.append((header, pos + 8 + header_len, pos + 4 + length))
+        pos += 4 + length
+    return frames, pos
+
+
 def _pull_frame(queue_id: int, offset: int, opaque: int) -> bytes:
     ext = {
         "consumerGroup": PC_GROUP,
@@ -512,14 +522,9 @@ def _consumer_child(
             if not data:
                 raise RuntimeError("broker closed the consumer's connection")
             buf += data
-            pos = 0
-            while len(buf) - pos >= 8:
-                (length,) = _U32.unpack_from(buf, pos)
-                if len(buf) - pos < 4 + length:
-                    break
-                header_len = _U32.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
-                header = orjson.loads(bytes(buf[pos + 8 : pos + 8 + header_len]))
-                body = memoryview(buf)[pos + 8 + header_len : pos + 4 + length]
+            frames, used = _split_frames(buf)
+            for header, start, end in frames:
+                body = memoryview(buf)[start:end]
                 q = (header["opaque"] - 1) % queues
                 code = header["code"]
                 ext = header.get("extFields") or {}
@@ -534,9 +539,8 @@ def _consumer_child(
                 body.release()
                 answers += 1
                 offsets[q] = int(ext.get("nextBeginOffset", offsets[q]))
-                pos += 4 + length
                 sock.sendall(_pull_frame(q, offsets[q], q + 1 + queues * (answers % 1000)))
-            del buf[:pos]
+            del buf[:used]
     finally:
         sock.close()
         out.send((counted, answers, found))
