@@ -126,6 +126,8 @@ class StoreMember(Protocol):
 _log = get_logger(component="dledger_node")
 
 MAX_INBOUND_QUEUE: Final = 10_000
+REJECTION_LOG_PER_S: Final = 20
+"""Refused-message warnings logged per second at most (the rest are only counted)."""
 """Received messages waiting for the driver; beyond this, messages are dropped."""
 MAX_WAIT_ACK_S: Final = 2.5
 """DLedger's maxWaitAckTimeMs: an append not committed by then answers WAIT_QUORUM_ACK_TIMEOUT."""
@@ -281,6 +283,8 @@ class DLedgerNode:
         self._io_busy = False
         self._wake_queued = False
         self.dropped_inbound = 0
+        self._log = _log.bind(node=config.self_id, group=config.group)
+        self._rejection_window = (-math.inf, 0)  # (window start, warnings logged in it)
         #: batching counters (how many messages one cycle carries; per Ready, not per message)
         self.readies = 0
         self.pushes = 0
@@ -299,12 +303,18 @@ class DLedgerNode:
     def leader_id(self) -> str:
         return self._role[2]
 
+    @property
+    def rejected(self) -> int:
+        """Well-formed messages the core refused as impossible (see ``dledger/core.py``)."""
+        return self.core.rejected
+
     def deliver(self, data: bytes | bytearray | memoryview) -> None:
         """Bytes received from a peer (drops malformed messages and overflow)."""
         try:
             msg = decode(data)
-        except DecodeError:
+        except DecodeError as exc:
             self.dropped_inbound += 1
+            self._warn_refused(f"undecodable message: {exc}")
             return
         try:
             self._send_ch.send_nowait(msg)
@@ -451,6 +461,17 @@ class DLedgerNode:
             await self._drive()
 
     # -- internals
+    def _warn_refused(self, reason: str) -> None:
+        """Log a refused message, at most REJECTION_LOG_PER_S a second (all are counted)."""
+        now = trio.current_time()
+        start, logged = self._rejection_window
+        if now - start >= 1.0:
+            start, logged = now, 0
+        if logged < REJECTION_LOG_PER_S:
+            self._log.warning("dledger message refused", reason=reason,
+                              rejected=self.core.rejected, undecodable=self.dropped_inbound)
+        self._rejection_window = (start, logged + 1)
+
     def _wake(self) -> None:
         if not self._wake_queued:
             try:
@@ -489,6 +510,8 @@ class DLedgerNode:
                     item = self._recv_ch.receive_nowait()
                 except trio.WouldBlock:
                     break
+            for note in core.take_rejections():
+                self._warn_refused(note)
             while core.has_ready():
                 await self._process(core.ready())
 
