@@ -201,6 +201,15 @@ class BrokerConfig:
             raise ValueError(f"brokerPermission: {value} is not a permission (0..15)")
 
     @property
+    def ha_secret(self) -> str | None:
+        """What HA slaves must prove on the HA port (ha/access.py): ``clusterSecret`` when set,
+        else under ``aclEnable`` the shared ``aclSecretKey`` (as before ``clusterSecret``
+        existed; "" = nobody can), else None (RocketMQ's open HA port)."""
+        if self.cluster_secret:
+            return self.cluster_secret
+        return self.acl_secret_key if self.acl_enable else None
+
+    @property
     def namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
 

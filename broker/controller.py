@@ -487,7 +487,7 @@ class BrokerController:
                 # slave acks.
                 self.ha = HAService(
                     store, self.settings.ha, host=bcfg.bind_address,
-                    auth_secret=bcfg.acl_secret_key if bcfg.acl_enable else None,
+                    auth_secret=bcfg.ha_secret,
                     on_peer_refused=self._ha_peer_refused,
                 )
                 if store.role is BrokerRole.SYNC_MASTER:

@@ -51,6 +51,7 @@ import attrs
 import trio
 
 from rmq_cluster.broker.processors.broker_config import install_settings
+from rmq_cluster.cluster.acl.signing import credentials_from
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.controller import (
     NO_MASTER,
@@ -179,6 +180,9 @@ class ReplicasManager:
         self._register_needed = trio.Event()
         self.cc: ControllerClient | None = None
         self._client: Any = None
+        #: calls to the other replicas' broker ports (GET_BROKER_EPOCH_CACHE), signed with the
+        #: broker's own credentials when their ports enforce ACL
+        self._peers: Any = None
 
     # ------------------------------------------------------------------ observing
 
@@ -200,8 +204,13 @@ class ReplicasManager:
     ) -> None:
         root = self.settings.store.store_path_root_dir
         self.epoch_file = await trio.to_thread.run_sync(EpochFile, root)
-        async with open_remoting_client(node=f"{self.outer.node}-controller") as client:
+        b = self.settings.broker
+        creds = credentials_from(b.acl_access_key, b.acl_secret_key)
+        async with open_remoting_client(node=f"{self.outer.node}-controller") as client, \
+                open_remoting_client(node=f"{self.outer.node}-replicas",
+                                     rpc_hook=creds.sign if creds is not None else None) as peers:
             self._client = client
+            self._peers = peers
             self.cc = ControllerClient(client, self.cm.addrs)
             async with trio.open_nursery() as nursery:
                 await self._register()
@@ -306,7 +315,7 @@ class ReplicasManager:
         request = RemotingCommand.request(ControllerRequestCode.GET_BROKER_EPOCH_CACHE)
         while self.target == target:
             try:
-                r = await self._client.invoke(target.master_address, request, PEER_CALL_TIMEOUT_S)
+                r = await self._peers.invoke(target.master_address, request, PEER_CALL_TIMEOUT_S)
                 if r.code == ResponseCode.SUCCESS:
                     cache = EpochEntryCache.decode(r.body or b"")
                     if cache.entries and cache.entries[-1].epoch >= target.epoch:
@@ -430,7 +439,7 @@ class ReplicasManager:
         """(last epoch, max offset) of the replica at ``addr``, None if it does not answer."""
         request = RemotingCommand.request(ControllerRequestCode.GET_BROKER_EPOCH_CACHE)
         try:
-            r = await self._client.invoke(addr, request, PEER_CALL_TIMEOUT_S)
+            r = await self._peers.invoke(addr, request, PEER_CALL_TIMEOUT_S)
             if r.code != ResponseCode.SUCCESS:
                 return None
             cache = EpochEntryCache.decode(r.body or b"")

@@ -20,6 +20,7 @@ import errno
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -339,6 +340,11 @@ def locked(directory: Path) -> Iterator[None]:
 
 def load_state(directory: Path) -> ClusterState:
     return ClusterState.load(directory)
+
+
+def new_cluster_secret() -> str:
+    """A fresh ``clusterSecret`` (256 random bits, URL-safe text)."""
+    return secrets.token_urlsafe(32)
 
 
 def new_state(name: str, directory: Path, topo: Topology, python: str) -> ClusterState:
@@ -943,12 +949,14 @@ def _up_locked(
             return _start_dead(state, dead, timeout=timeout, say=say)
         # a stopped cluster starts again on its data with its own plan
         state.name = name if name != DEFAULT_NAME else state.name
+        if not state.topology.cluster_secret:  # made before peer authentication existed
+            state.topology = attrs.evolve(state.topology, cluster_secret=new_cluster_secret())
     else:
         topo = build_topology(
             spec, base_port=base_port if base_port is not None else 9876,
             hosts=list(hosts) if hosts else None,
         )
-        topo = attrs.evolve(topo, chaos_proxy=chaos_proxy)
+        topo = attrs.evolve(topo, chaos_proxy=chaos_proxy, cluster_secret=new_cluster_secret())
         state = new_state(name, directory, topo, python or sys.executable)
     check_ports(state.topology)
     write_files(state)
