@@ -3,8 +3,9 @@ PUSH frames on the dLegerPeers ports -- an APPEND in the next term whose entry 0
 committed log.  On the old main one such frame made a member exit with ``AssertionError('...
 conflict at committed index 0')`` and three frames (one per member) killed the group.  Now no
 member exits (same pids), the group keeps taking sends, and every acknowledged message reads
-back from the leader.  (With a clusterSecret the gate closes such connections unread; without
-one the core refuses the push: either way nothing changes.)"""
+back from the leader.  ``up`` gives the group a clusterSecret, so the gate closes such
+connections unread (logged); the core's own refusal of the same push, for a peer that does know
+the secret, is tested in tests/unit/dledger/test_dledger_core_hostile.py and by the fuzzer."""
 
 from __future__ import annotations
 
@@ -56,6 +57,9 @@ def test_forged_push_frames_kill_no_member_under_acl(tmp_path: Path) -> None:
         acked += produce(cluster, "after-one", 100)  # (the frame was stepped long before)
         nodes = cluster.wait_settled()
         assert {n: v["pid"] for n, v in nodes.items()} == pids
+        # up gives the group a clusterSecret: the gate closed the connection unread, and said so
+        log = (cluster.dir / "logs" / f"{follower}.log").read_text()
+        assert '"peer_auth_refused"' in log and "frame before peer authentication" in log
 
         _attack(cluster, list(addrs))  # one frame per member, the leader included
         acked += produce(cluster, "after-three", 100)
