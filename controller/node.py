@@ -61,8 +61,10 @@ from rmq_cluster.controller.state import (
     RegisterEvent,
     ReplicasState,
     check_address,
+    check_heartbeat,
     decide_alter,
     decide_elect,
+    decide_register,
     decode_event,
     encode_event,
     groups_needing_election,
@@ -296,10 +298,9 @@ class ControllerNode:
                 raise HeaderError("BrokerHeartbeatRequestHeader", "brokerId", "is required")
         except (HeaderError, EventError) as exc:
             return self._invalid(request, exc)
-        g = self.state.group(h.broker_name)
-        if g is None or h.broker_id not in g.member_map:
-            return request.response(CC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
-                                    f"broker {h.broker_name}/{h.broker_id} is not registered")
+        refusal = check_heartbeat(self.state.group(h.broker_name), h.broker_id, h.broker_addr)
+        if refusal is not None:
+            return self._refused(request, refusal)
         timeout = h.heartbeat_timeout_mills or self.config.broker_heartbeat_timeout_ms
         timeout = max(1, min(timeout, MAX_HEARTBEAT_TIMEOUT_MS))
         self.liveness.beat(h.broker_name, h.broker_id, Heartbeat(
@@ -317,16 +318,19 @@ class ControllerNode:
             decode_event(encode_event(ev))  # the same checks the state machine makes
         except (HeaderError, EventError) as exc:
             return self._invalid(request, exc)
-        g = self.state.group(h.broker_name)
-        known = g is not None and g.cluster == ev.cluster
-        if g is None or not known or g.member_map.get(h.broker_id) != h.broker_address:
-            code = await self.propose(ev)
+        decided = decide_register(self.state, ev, self.liveness, self.clock_ms())
+        if isinstance(decided, Refusal):
+            self.log.warning("registration refused", group=ev.group, broker_id=ev.broker_id,
+                             address=ev.address, reason=decided.remark)
+            return self._refused(request, decided)
+        if decided is not None:
+            code = await self.propose(decided)
             if code != ResponseCode.SUCCESS:
                 return request.response(code, "registration not committed; retry")
-            g = self.state.group(h.broker_name)
-            if g is None or h.broker_id not in g.member_map:
-                return request.response(CC.CONTROLLER_INVALID_REQUEST,
-                                        "registration refused: too many groups or replicas")
+        g = self.state.group(h.broker_name)
+        if g is None or g.member_map.get(h.broker_id) != h.broker_address:
+            return request.response(CC.CONTROLLER_INVALID_REQUEST,
+                                    "registration refused: too many groups or replicas")
         self.liveness.beat(h.broker_name, h.broker_id, Heartbeat(
             self.clock_ms(), self.config.broker_heartbeat_timeout_ms, 0, 0, h.broker_address,
         ))
@@ -356,15 +360,18 @@ class ControllerNode:
         except (HeaderError, ControllerBodyError) as exc:
             return self._invalid(request, exc)
         decided = decide_alter(self.state, h.broker_name, h.master_broker_id, h.master_epoch,
-                               wanted.broker_ids, wanted.epoch)
+                               wanted.broker_ids, wanted.epoch,
+                               live=self.liveness, now_ms=self.clock_ms())
         if isinstance(decided, Refusal):
+            self.log.info("SyncStateSet change refused", group=h.broker_name,
+                          master=h.master_broker_id, wanted=sorted(wanted.broker_ids),
+                          reason=decided.remark)
             return self._refused(request, decided)
         code = await self.propose(decided)
         if code != ResponseCode.SUCCESS:
             return request.response(code, "SyncStateSet change not committed; retry")
         g = self.state.group(h.broker_name)
-        assert g is not None
-        if g.sse_epoch != decided.new_sse_epoch or g.master_epoch != h.master_epoch:
+        if g is None or g.sse_epoch != decided.new_sse_epoch or g.master_epoch != h.master_epoch:
             return request.response(CC.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
                                     "the group changed meanwhile; read it again")
         return request.response(ResponseCode.SUCCESS, None, {}, g.sync_state().encode())
@@ -380,14 +387,15 @@ class ControllerNode:
         decided = decide_elect(self.state, h.broker_name, self.liveness, self.clock_ms(),
                                unclean=self.config.elect_unclean_master, designated=designated)
         if isinstance(decided, Refusal):
+            self.log.info("election refused", group=h.broker_name, designated=designated,
+                          reason=decided.remark)
             return self._refused(request, decided)
         if decided is not None:
             code = await self.propose(decided)
             if code != ResponseCode.SUCCESS:
                 return request.response(code, "election not committed; retry")
         g = self.state.group(h.broker_name)
-        assert g is not None
-        if g.master_id == NO_MASTER:
+        if g is None or g.master_id == NO_MASTER:
             return request.response(CC.CONTROLLER_MASTER_NOT_AVAILABLE,
                                     f"no alive replica of {h.broker_name} may become master")
         return self._replica_answer(request, g)
