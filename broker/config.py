@@ -33,6 +33,7 @@ from rmq_cluster.broker.controller_mode import ControllerModeConfig
 from rmq_cluster.cluster.config import (
     ConfigError,
     check_address_list,
+    check_cluster_secret,
     check_host,
     check_host_port,
     check_range,
@@ -180,6 +181,14 @@ class BrokerConfig:
     #: registration, a slave's sync from its master) when those peers enforce ACL.
     acl_access_key: str = setting("aclAccessKey", "")
     acl_secret_key: str = setting("aclSecretKey", "", secret=True)
+    #: Extension key: the secret this broker's peer ports (HA, DLedger) and its calls to the
+    #: controller prove (cluster/remoting/peer_auth.py); "" = open peer ports, as RocketMQ's.
+    #: ``rmq-cluster up`` generates one per cluster.
+    cluster_secret: str = setting("clusterSecret", "", secret=True)
+
+    @cluster_secret.validator
+    def _check_cluster_secret(self, attribute: attrs.Attribute, value: str) -> None:
+        check_cluster_secret(value)
 
     @listen_port.validator
     def _check_port(self, attribute: attrs.Attribute, value: int) -> None:

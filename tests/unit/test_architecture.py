@@ -131,6 +131,7 @@ PURE_CORES = (
     "store/backend.py",
     "spark_jobs/decode.py",
     "controller/state.py", "cluster/protocol/controller.py", "store/epoch_file.py",
+    "cluster/remoting/peer_auth.py",
 )
 
 
