@@ -12,6 +12,13 @@ Reads are answered by the leader once it applied everything up to its own no-op 
 answers from a view older than what a previous leader committed).  Followers answer every
 request CONTROLLER_NOT_LEADER (2007), naming the leader in the remark; brokers then try the
 next controller.  Heartbeats (BROKER_HEARTBEAT 904) are kept by the leader only.
+
+Peer authentication (``clusterSecret``): both ports -- the listen port brokers and admin tools
+call and the Raft peer port -- are served behind a ``PeerAuthGate``, and this node's Raft
+transport proves the secret on every connection it opens (``peer_handshake``): a peer without
+the secret gets no answer, its connection is closed, logged and counted (``listen_gate.refused``,
+``peer_gate.refused``).  Without a secret both ports are open, as Apache RocketMQ's; the node
+says so at boot with a warning.
 """
 
 from __future__ import annotations
@@ -42,10 +49,12 @@ from rmq_cluster.cluster.protocol.controller import (
     decode_broker_names,
     encode_replicas_table,
 )
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.headers import HeaderError
+from rmq_cluster.cluster.remoting.peer_auth import Handshake, PeerAuthGate, peer_handshake
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.controller.config import ControllerConfig
 from rmq_cluster.controller.state import (
@@ -74,7 +83,12 @@ from rmq_cluster.dledger.core import CoreConfig, Role
 from rmq_cluster.dledger.log_storage import FileLogStorage
 from rmq_cluster.dledger.messages import Entry
 from rmq_cluster.dledger.messages import ResponseCode as RaftCode
-from rmq_cluster.dledger.node import DLedgerNode, RemotingTransport, serve_peers
+from rmq_cluster.dledger.node import (
+    PEER_CONNECT_TIMEOUT_S,
+    DLedgerNode,
+    RemotingTransport,
+    peer_dispatcher,
+)
 
 #: How long a write waits for its event to commit and apply before answering SYSTEM_BUSY.
 PROPOSE_TIMEOUT_S: Final = 3.0
@@ -83,6 +97,23 @@ MAX_HEARTBEAT_TIMEOUT_MS: Final = 60_000
 
 RC = ControllerRequestCode
 CC = ControllerResponseCode
+
+
+class AuthenticatingTransport(RemotingTransport):
+    """The Raft transport, proving the cluster secret on every connection it opens."""
+
+    def __init__(self, peers: dict[str, str], *, node: str, handshake: Handshake) -> None:
+        super().__init__(peers, node=node)
+        self.handshake = handshake
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_remoting_client(
+            node=f"{self.node}-dledger", connect_timeout=PEER_CONNECT_TIMEOUT_S,
+            handshake=self.handshake,
+        ) as client, trio.open_nursery() as nursery:
+            for link in self.links.values():
+                nursery.start_soon(self._sender, client, link)
+            task_status.started()
 
 
 class ControllerNode:
@@ -112,6 +143,12 @@ class ControllerNode:
         self.peer_address: tuple[str, int] | None = None
         self.elections = 0
         self.bad_events = 0
+        secret = config.cluster_secret
+        name = f"controller-{config.self_id}"
+        #: None without clusterSecret (open ports, Apache-compatible)
+        self.listen_gate = PeerAuthGate(secret, node=name, port="controller") if secret else None
+        self.peer_gate = PeerAuthGate(secret, node=name, port="controller-raft") if secret else None
+        self.handshake: Handshake | None = peer_handshake(secret) if secret else None
 
     # ------------------------------------------------------------------ observing
 
@@ -203,20 +240,29 @@ class ControllerNode:
                               data_file_bytes=16 * 1024 * 1024, index_file_bytes=32 * 65536)
         )
         others = {pid: addr for pid, addr in peers.items() if pid != cfg.self_id}
-        transport = RemotingTransport(others, node=f"controller-{cfg.self_id}")
+        name = f"controller-{cfg.self_id}"
+        transport = (
+            AuthenticatingTransport(others, node=name, handshake=self.handshake)
+            if self.handshake is not None else RemotingTransport(others, node=name)
+        )
         self.raft = DLedgerNode(
             core_cfg, storage, transport, rng=self.rng, tick_ms=tick,
             on_apply=self._on_apply, on_role_change=self._on_role_change,
             offload_io=self.fsync,
         )
-        server = RemotingServer(self.dispatcher(), node=f"controller-{cfg.self_id}")
+        server = RemotingServer(self._gated(self.listen_gate, self.dispatcher()), node=name)
+        peer_server = RemotingServer(
+            self._gated(self.peer_gate, peer_dispatcher(self.raft)), node=f"{name}-dledger")
         _h, _sep, peer_port = peers[cfg.self_id].rpartition(":")
+        if self.listen_gate is None:
+            self.log.warning("controller ports are open: no clusterSecret, so anyone who reaches "
+                             "the listen or Raft port may register, elect or vote "
+                             "(Apache-compatible)", listen_port=cfg.listen_port,
+                             raft_port=int(peer_port))
         try:
             async with trio.open_nursery() as nursery:
-                self.peer_address = await nursery.start(functools.partial(
-                    serve_peers, self.raft, cfg.bind_address, int(peer_port),
-                    name=f"controller-{cfg.self_id}",
-                ))
+                self.peer_address = await nursery.start(
+                    peer_server.serve, cfg.bind_address, int(peer_port))
                 await nursery.start(transport.run)
                 await nursery.start(self.raft.run)
                 self.address = await nursery.start(
@@ -253,6 +299,10 @@ class ControllerNode:
                 await self.propose(ev)
 
     # ------------------------------------------------------------------ processors
+
+    @staticmethod
+    def _gated(gate: PeerAuthGate | None, dispatcher: Dispatcher) -> Dispatcher:
+        return gate.wrap(dispatcher) if gate is not None else dispatcher
 
     def dispatcher(self) -> Dispatcher:
         return Dispatcher({
