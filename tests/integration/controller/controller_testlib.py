@@ -3,6 +3,7 @@ controller-mode group of real brokers (``controller_group``) beside them."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -12,17 +13,20 @@ import trio
 
 from rmq_cluster.broker.controller import BrokerController
 from rmq_cluster.cluster.protocol.controller import (
+    AlterSyncStateSetRequestHeader,
     BrokerHeartbeatRequestHeader,
     ControllerRequestCode,
+    ElectMasterRequestHeader,
     GetReplicaInfoRequestHeader,
     RegisterBrokerToControllerRequestHeader,
     ReplicaInfoResponseHeader,
     SyncStateSet,
 )
 from rmq_cluster.cluster.protocol.controller_client import ControllerClient
-from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
+from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
+from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.controller.config import ControllerConfig
 from rmq_cluster.controller.node import ControllerNode
 from rmq_cluster.namesrv.config import NamesrvConfig
@@ -32,6 +36,7 @@ from tests.integration.dledger.dledger_testlib import free_ports
 
 WAIT_S = 10.0
 TOPIC = "CtlTopic"
+GROUP = "broker-a"
 
 
 @attrs.define
@@ -212,11 +217,13 @@ async def stop(r: Replica) -> None:
 @asynccontextmanager
 async def controller_group(
     tmp_path: Path, *, replicas: int = 2, started: int | None = None, secret: str = "",
+    heartbeat_timeout_ms: int = 700, **controller_overrides: object,
 ) -> AsyncIterator[tuple[Controllers, list[Replica], Cluster]]:
     """A NameServer, three controllers and ``replicas`` controller-mode replicas of broker-a
     (SYNC; brokerId 1..n), the first ``started`` (default all) running; ``secret`` is every
     node's clusterSecret ("" = open ports)."""
-    async with running_controllers(tmp_path, cluster_secret=secret) as ctl, \
+    async with running_controllers(tmp_path, 3, cluster_secret=secret,
+                                   **controller_overrides) as ctl, \
             trio.open_nursery() as nursery:
         ns = NamesrvServer(NamesrvConfig(
             kv_config_path=str(tmp_path / "ns" / "kv.json"),
@@ -233,7 +240,8 @@ async def controller_group(
                 store_dir, ns_addr, brokerId=str(i), brokerRole="SYNC_MASTER",
                 listenPort=str(listen), fastListenPort=str(fast), haListenPort=str(ha),
                 enableControllerMode="true", controllerAddr=";".join(ctl.addrs),
-                controllerHeartBeatTimeoutMills="700", haMaxTimeSlaveNotCatchup="1500",
+                controllerHeartBeatTimeoutMills=str(heartbeat_timeout_ms),
+                haMaxTimeSlaveNotCatchup=str(max(1500, 2 * heartbeat_timeout_ms)),
                 mappedFileSizeCommitLog=str(1024 * 1024), clusterSecret=secret,
             )
             group.append(Replica(settings, store_dir))
@@ -281,7 +289,7 @@ async def send_some(caller: Cluster, addr: str, n: int, start: int,
 
 async def read_all(caller: Cluster, addr: str) -> list[bytes]:
     caller.addr = addr
-    out = []
+    out: list[bytes] = []
     for q in range(4):
         offset = 0
         while True:
@@ -299,3 +307,44 @@ async def read_all(caller: Cluster, addr: str) -> list[bytes]:
 def commitlog_bytes(store_dir: Path) -> bytes:
     d = store_dir / "commitlog"
     return b"".join(p.read_bytes() for p in sorted(d.iterdir())).rstrip(b"\0")
+
+
+# ----------------------------------------------------------------- the forged election (issue 31)
+
+#: The replica id a stranger makes up; how long each of its calls may take.
+FAKE_ID = 3
+CALL_S = 2.0
+
+
+async def attempt(client: RemotingClient, addr: str, request: RemotingCommand) -> str:
+    try:
+        r = await client.invoke(addr, request, CALL_S)
+    except (RemotingError, OSError) as exc:
+        return f"refused: {type(exc).__name__}"
+    return f"answered {r.code}"
+
+
+async def forge_election(client: RemotingClient, addr: str, fake: str) -> list[str]:
+    """The forged sequence against the controller at ``addr``; what happened to each frame."""
+    master, epoch, sse = 1, 1, 2  # guesses, unless the port answers a stranger
+    with contextlib.suppress(RemotingError, OSError, ValueError):
+        r = await client.invoke(addr, RemotingCommand.request(
+            ControllerRequestCode.CONTROLLER_GET_REPLICA_INFO,
+            GetReplicaInfoRequestHeader(broker_name=GROUP).to_ext_fields()), CALL_S)
+        h = ReplicaInfoResponseHeader.from_ext_fields(r.ext_fields)
+        master, epoch = h.master_broker_id or master, h.master_epoch or epoch
+        sse = SyncStateSet.decode(r.body).epoch
+    lie = heartbeat_request(GROUP, FAKE_ID, fake, max_offset=10**12, epoch=epoch)
+    alter = RemotingCommand.request(
+        ControllerRequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+        AlterSyncStateSetRequestHeader(broker_name=GROUP, master_broker_id=master,
+                                       master_epoch=epoch).to_ext_fields(),
+        SyncStateSet(frozenset({1, 2, FAKE_ID}), sse).encode())
+    elect = RemotingCommand.request(
+        ControllerRequestCode.CONTROLLER_ELECT_MASTER,
+        ElectMasterRequestHeader(cluster_name="c", broker_name=GROUP, broker_id=FAKE_ID,
+                                 designate_elect=True).to_ext_fields())
+    out: list[str] = []
+    for request in (register_request(GROUP, FAKE_ID, fake), lie, alter, lie, elect):
+        out.append(await attempt(client, addr, request))
+    return out
