@@ -16,6 +16,7 @@ is empty -- the master.
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.errors import RemotingConnectError
 from rmq_cluster.cluster.remoting.peer_auth import peer_handshake
 from rmq_cluster.cluster.remoting.server import RemotingServer
+from rmq_cluster.deploy.testing import cli
 from tests.integration.controller.controller_testlib import (
     CALL_S,
     FAKE_ID,
@@ -118,6 +120,14 @@ async def test_forged_election_is_refused_at_the_gate_and_the_group_keeps_its_ma
         assert len(more) == 10
         got = await read_all(caller, master.addr)
         assert set(acked + more) <= set(got)
+        # the admin path proves the secret too (and gets nothing without it)
+        args = ["getSyncStateSet", "-n", caller.ns_addr, "-a", ";".join(ctl.addrs), "-b", G,
+                "--json"]
+        done = await trio.to_thread.run_sync(lambda: cli(*args, "--cluster-secret", SECRET))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)[G]["masterEpoch"] == before[1]
+        done = await trio.to_thread.run_sync(lambda: cli(*args))
+        assert done.returncode != 0
         nursery.cancel_scope.cancel()
 
 
