@@ -53,6 +53,7 @@ from tests.integration.controller.controller_testlib import (
 
 G = "broker-a"
 SECRET = "test-cluster-secret-0123456789abcdef"
+OPEN_PORTS_WARNING = "controller ports are open"
 
 
 def commitlog_raw(store_dir: Path) -> bytes:
@@ -88,11 +89,12 @@ def group_view(ctl: Controllers) -> tuple[int, int, frozenset[int], tuple[int, .
 
 @pytest.mark.slow
 async def test_forged_election_is_refused_at_the_gate_and_the_group_keeps_its_master(
-    tmp_path: Path,
+    tmp_path: Path, capfd: pytest.CaptureFixture[str],
 ) -> None:
     async with controller_group(tmp_path, secret=SECRET) as (ctl, replicas, caller), \
             trio.open_nursery() as nursery:
         master, _slave = await master_and_slave(replicas)
+        assert OPEN_PORTS_WARNING not in capfd.readouterr().err
         acked = await send_some(caller, master.addr, 40, 0, "acked")
         assert len(acked) == 40
         before = group_view(ctl)
@@ -132,10 +134,13 @@ async def test_forged_election_is_refused_at_the_gate_and_the_group_keeps_its_ma
 
 
 @pytest.mark.slow
-async def test_replicas_refuse_a_forged_master_that_lacks_acked_data(tmp_path: Path) -> None:
+async def test_replicas_refuse_a_forged_master_that_lacks_acked_data(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str],
+) -> None:
     async with controller_group(tmp_path) as (ctl, replicas, caller), \
             trio.open_nursery() as nursery:
         master, slave = await master_and_slave(replicas)
+        assert capfd.readouterr().err.count(OPEN_PORTS_WARNING) == 3  # one per controller
         acked = await send_some(caller, master.addr, 40, 0, "acked")
         assert len(acked) == 40
         leader = ctl.leader()
