@@ -602,7 +602,7 @@ def _acl_hook(state: ClusterState) -> Callable[[RemotingCommand], RemotingComman
     return creds.sign if creds is not None else None
 
 
-def _controller_handshake(state: ClusterState) -> Handshake | None:
+def controller_handshake(state: ClusterState) -> Handshake | None:
     """Prove the controllers' ``clusterSecret`` (from their rendered config) when they have
     one: their ports answer nobody else."""
     for rec in state.records(KIND_CONTROLLER):
@@ -704,7 +704,7 @@ async def wait_ready(
     deadline = trio.current_time() + timeout
     async with open_remoting_client(node="rmq-cluster", rpc_hook=_acl_hook(state)) as client, \
             open_remoting_client(node="rmq-cluster-controllers",
-                                 handshake=_controller_handshake(state)) as controllers:
+                                 handshake=controller_handshake(state)) as controllers:
         while pending or leaderless:
             for rec in list(pending):
                 if not rec.alive:
@@ -782,7 +782,7 @@ async def gather_status(state: ClusterState) -> dict[str, Any]:
     controller_roles: dict[str, str] = {}
     async with open_remoting_client(node="rmq-cluster-status", rpc_hook=hook) as client, \
             open_remoting_client(node="rmq-cluster-status-controllers",
-                                 handshake=_controller_handshake(state)) as controllers, \
+                                 handshake=controller_handshake(state)) as controllers, \
             trio.open_nursery() as n:
         for rec in state.records(KIND_BROKER):
             if states[rec.name] == "running":
