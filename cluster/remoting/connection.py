@@ -381,6 +381,7 @@ class Connection:
         self._writer.release()
         self._sock.close()
         self._sock.share.release(self._sock, self)
+        self._decoder.release()  # a closed connection keeps no input buffer (others hold it)
         self._lending.wake()  # a parked reader ends (run() returns)
         self.closed.set()
         await trio.lowlevel.checkpoint()
