@@ -50,6 +50,11 @@ _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _BIN_INT32 = struct.Struct(">i")
 _BIN_INT16 = struct.Struct(">h")
 
+#: A big frame's buffer: private anonymous memory, its pages faulted in at once when mapped
+#: (one call instead of a fault per page: as fast as a bytearray; the input budget charged the
+#: whole frame when it admitted it).
+_BIG_FRAME_MAP_FLAGS: Final = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
+
 _LANGUAGE_BY_ORDINAL: Final = {lang.value: lang.name for lang in LanguageCode}
 _LANGUAGE_NAMES: Final = frozenset(_LANGUAGE_BY_ORDINAL.values())
 
@@ -488,9 +493,8 @@ class FrameDecoder:
     brings, at most twice its capacity). A longer frame stays there for the read that carried
     its length word; from its next read on (a server's input budget admits it first, see
     input_budget.py) it is assembled in an anonymous ``mmap`` of exactly its size: one
-    allocation, never grown or copied while it fills, pages taken only as bytes arrive, and
-    unmapped (given back to the OS, whatever the allocator keeps) as soon as the frame is
-    decoded or ``release`` is called.
+    allocation, never grown or copied while it fills, and unmapped (given back to the OS,
+    whatever the allocator keeps) as soon as the frame is decoded or ``release`` is called.
 
     After a ``ProtocolError`` the stream is out of sync; the decoder refuses further input.
     """
@@ -553,7 +557,7 @@ class FrameDecoder:
         (length,) = _UINT32.unpack_from(buf, 0)
         if length + 4 <= self.big_frame_bytes:
             return
-        big = mmap.mmap(-1, length)
+        big = mmap.mmap(-1, length, flags=_BIG_FRAME_MAP_FLAGS)
         held = len(buf) - 4
         big[:held] = buf[4:]
         self._big, self._big_fill, self._buf = big, held, bytearray()
