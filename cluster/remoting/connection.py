@@ -129,6 +129,8 @@ class Connection:
         return f"<Connection {self.local}->{self.peer}>"
 
     is_closed = property(lambda self: self._state.closed)
+    #: when this end last read from the peer (trio time)
+    last_read = property(lambda self: self._state.last_read)
     pending_calls = property(lambda self: len(self._state.pending))
     #: requests answered SYSTEM_BUSY because max_in_flight were already running
     busy_refusals = property(lambda self: self._state.busy_refusals)

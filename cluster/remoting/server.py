@@ -1,8 +1,10 @@
 """The Trio shell of a remoting server: accept loop, connection limit, partial-frame sweeper.
 
-A server accepts at most ``max_connections``, and at most ``max_connections_per_address`` from
-one peer address (admission.py; more are closed at once, counted per reason and logged at a
-limited rate); its connections share one ``InputShare`` (``serverMaxBufferedInputBytes``, see
+A server keeps at most ``max_connections`` open, and at most ``max_connections_per_address``
+from one peer address; at the node's limit a newcomer from an address holding fewer takes the
+place of the connection idle longest of the address holding the most (admission.py). A refused
+connection is closed at once; refusals and evictions are counted and logged at a limited rate.
+Its connections share one ``InputShare`` (``serverMaxBufferedInputBytes``, see
 input_budget.py), and a frame still incomplete ``partial_frame_timeout`` seconds after it
 started closes its connection (a slow sender holds the budget no longer).
 """
@@ -94,9 +96,11 @@ class RemotingServer:
         self._on_connect = on_connect
         self._on_close = on_close
         self._connections: set[Connection] = set()
-        #: per reason: refusals counted when the last one was logged, and when
-        self._refused_logged = dict.fromkeys(Refused, 0)
-        self._refused_logged_at = dict.fromkeys(Refused, -math.inf)
+        self._by_host: dict[str, set[Connection]] = {}  # the open connections of each address
+        #: per event (a refusal reason, or an eviction): its count when it was last logged, and
+        #: when
+        self._logged: dict[Refused | str, int] = {}
+        self._logged_at: dict[Refused | str, float] = {}
         #: Connections closed because a frame stayed incomplete ``partial_frame_timeout``.
         self.partial_frame_timeouts = 0
 
@@ -123,6 +127,11 @@ class RemotingServer:
         return self._admission.refused[Refused.ADDRESS_FULL]
 
     @property
+    def evicted_connections(self) -> int:
+        """Connections closed at the node's limit to let in one from an address holding fewer."""
+        return self._admission.evictions
+
+    @property
     def buffered_input_bytes(self) -> int:
         """Bytes charged now for the partial frames of this server's connections."""
         return self._input.used
@@ -145,6 +154,7 @@ class RemotingServer:
             "remotingRefusedConnections": str(self.refused_connections),
             "remotingMaxConnectionsPerAddress": str(self.max_connections_per_address),
             "remotingRefusedConnectionsPerAddress": str(self.refused_connections_per_address),
+            "remotingEvictedConnections": str(self.evicted_connections),
             "remotingBufferedInputBytes": str(self._input.used),
             "remotingBufferedInputPeakBytes": str(self._input.peak),
             "remotingMaxBufferedInputBytes": str(self.max_buffered_input_bytes),
@@ -200,35 +210,56 @@ class RemotingServer:
                     continue
                 if sock is None:  # none left: wait for more
                     break
-                self._admit(sock, nursery)
+                await self._admit(sock, nursery)
 
-    def _admit(self, sock: socket.socket, nursery: trio.Nursery) -> None:
+    async def _admit(self, sock: socket.socket, nursery: trio.Nursery) -> None:
         """Serve ``sock``, or close it at once when a connection limit refuses its address (a
         frame would be of no use: a client matches answers to its requests, and has sent none
-        yet)."""
+        yet). At the node's limit, make room by closing a connection of an address that holds
+        at least two more."""
         try:
             host = str(sock.getpeername()[0])
         except OSError:  # the peer already vanished
             sock.close()
             return
-        refused = self._admission.admit(host)
+        limits = self._admission
+        victim = self._fair_share_victim(host) if limits.open >= limits.max_connections else None
+        refused = limits.admit(host, evicting=victim is not None)
         if refused is None:
+            if victim is not None:
+                self._log_limited("evicted", "connection limit reached, closing the connection "
+                                  "idle longest of the address holding the most",
+                                  limits.evictions, evicted=victim.peer, remote_host=host)
+                victim.close_reason = "evicted: the node is full and its address holds the most"
+                await victim.aclose()
             nursery.start_soon(self._handle_socket, sock, host)
             return
         sock.close()
-        count = self._admission.refused[refused]
+        self._log_limited(refused, "connection limit reached, refusing connections",
+                          limits.refused[refused], limit=refused.value, remote_host=host)
+
+    def _fair_share_victim(self, host: str) -> Connection | None:
+        """The open connection idle longest of the address holding the most, if that address
+        holds at least two more than ``host``."""
+        heaviest = self._admission.fair_share_victim(host)
+        if heaviest is None:
+            return None
+        live = [c for c in self._by_host.get(heaviest, ()) if not c.is_closed]
+        return min(live, key=lambda c: c.last_read, default=None)
+
+    def _log_limited(self, what: Refused | str, message: str, count: int, **fields: Any) -> None:
+        """Log ``message`` at most every REFUSED_LOG_INTERVAL_S per ``what`` (with its count)."""
         now = trio.current_time()
-        if now - self._refused_logged_at[refused] >= REFUSED_LOG_INTERVAL_S:
-            limits = self._admission
-            self.log.warning(
-                "connection limit reached, refusing connections", limit=refused.value,
-                max_connections=limits.max_connections,
-                max_connections_per_address=limits.max_per_address,
-                remote_host=host, refused=count,
-                refused_since_last_log=count - self._refused_logged[refused],
-            )
-            self._refused_logged_at[refused] = now
-            self._refused_logged[refused] = count
+        if now - self._logged_at.get(what, -math.inf) < REFUSED_LOG_INTERVAL_S:
+            return
+        limits = self._admission
+        self.log.warning(
+            message, max_connections=limits.max_connections,
+            max_connections_per_address=limits.max_per_address, count=count,
+            since_last_log=count - self._logged.get(what, 0), **fields,
+        )
+        self._logged_at[what] = now
+        self._logged[what] = count
 
     async def _close_stale_partial_frames(self) -> None:
         """Close the connections whose frame is still incomplete ``partial_frame_timeout``
@@ -265,11 +296,11 @@ class RemotingServer:
 
     async def _handle_socket(self, sock: socket.socket, host: str) -> None:
         try:
-            await self._serve_socket(sock)
+            await self._serve_socket(sock, host)
         finally:
             self._admission.closed(host)
 
-    async def _serve_socket(self, sock: socket.socket) -> None:
+    async def _serve_socket(self, sock: socket.socket, host: str) -> None:
         try:
             conn = Connection(
                 sock, self.dispatcher, node=self.node, max_in_flight=self.max_in_flight,
@@ -279,6 +310,8 @@ class RemotingServer:
             sock.close()
             return
         self._connections.add(conn)
+        peers = self._by_host.setdefault(host, set())
+        peers.add(conn)
         conn.log.debug("connection accepted")
         try:
             if self._on_connect is not None:
@@ -290,6 +323,9 @@ class RemotingServer:
             with trio.CancelScope(shield=True):
                 await conn.aclose()  # a no-op after run(); closes it if run() never started
             self._connections.discard(conn)
+            peers.discard(conn)
+            if not peers:
+                self._by_host.pop(host, None)
             conn.log.debug("connection closed", reason=conn.close_reason)
             if self._on_close is not None:
                 try:

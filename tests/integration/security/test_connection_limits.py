@@ -23,6 +23,7 @@ from tests.integration.security.test_memory_limits import (
     _frame,
     _read_frames,
     _server,
+    _until,
 )
 
 HOG = "127.0.0.1"  # the address that holds all it may
@@ -39,34 +40,68 @@ async def _echoes(stream: trio.SocketStream, body: bytes) -> bool:
 
 
 async def test_one_address_at_its_limit_leaves_room_for_the_others(nursery: trio.Nursery) -> None:
-    srv = _server(max_connections=6, max_connections_per_address=3)
+    srv = _server(max_connections_per_address=3)
     host, port = await nursery.start(srv.serve, "127.0.0.1", 0)
     streams = [await _connect(host, port, HOG) for _ in range(3)]
     try:
         for s in streams:
             assert await _echoes(s, b"hog")
-        async with await _connect(host, port, HOG) as over:  # a fourth from the same address
-            assert await _closed_by_peer(over)
-        assert srv.refused_connections_per_address == 1 and srv.refused_connections == 0
+        for _ in range(2):  # more from the same address: closed at once, counted
+            async with await _connect(host, port, HOG) as over:
+                assert await _closed_by_peer(over)
+        assert srv.refused_connections_per_address == 2 and srv.refused_connections == 0
         for source in OTHERS:  # other addresses are served meanwhile
             other = await _connect(host, port, source)
             streams.append(other)
             assert await _echoes(other, source.encode())
-        streams.append(await _connect(host, port, OTHERS[0]))  # 6 open: the node's limit
-        assert await _echoes(streams[-1], b"six")
-        async with await _connect(host, port, OTHERS[1]) as over:
-            assert await _closed_by_peer(over)
-        assert srv.refused_connections == 1 and srv.refused_connections_per_address == 1
+        for s in streams[:3]:  # and the hog's own connections go on
+            assert await _echoes(s, b"still")
         info = srv.runtime_info()
         assert info["remotingMaxConnectionsPerAddress"] == "3"
-        assert info["remotingRefusedConnectionsPerAddress"] == "1"
-        assert info["remotingRefusedConnections"] == "1"
+        assert info["remotingRefusedConnectionsPerAddress"] == "2"
         await streams.pop(0).aclose()  # the hog lets one go: it may connect once more
-        with trio.fail_after(10):
-            while len(srv.connections) > 5:  # noqa: ASYNC110 - the server state is the condition
-                await trio.sleep(0.002)
+        await _until(lambda: len(srv.connections) == 4)
         streams.append(await _connect(host, port, HOG))
         assert await _echoes(streams[-1], b"again")
+    finally:
+        for s in streams:
+            await s.aclose()
+
+
+async def test_a_full_node_lets_newcomers_in_at_the_cost_of_the_biggest_holder(
+    nursery: trio.Nursery,
+) -> None:
+    """At serverMaxConnections, a connection from an address holding fewer replaces the
+    connection idle longest of the address holding the most, until every address holds about
+    the same; then newcomers are refused."""
+    srv = _server(max_connections=4, max_connections_per_address=3)
+    host, port = await nursery.start(srv.serve, "127.0.0.1", 0)
+    hog = [await _connect(host, port, HOG) for _ in range(3)]
+    first = await _connect(host, port, "127.0.0.2")
+    streams = [*hog, first]
+    try:
+        for s in streams:  # hog[0] is the one idle longest
+            assert await _echoes(s, b"x")
+        await _until(lambda: len(srv.connections) == 4)
+        newcomer = await _connect(host, port, "127.0.0.3")  # the node is full: hog[0] goes
+        streams.append(newcomer)
+        assert await _echoes(newcomer, b"in")
+        assert await _closed_by_peer(hog[0])
+        assert srv.evicted_connections == 1 and srv.refused_connections == 0
+        for s in hog[1:]:
+            assert await _echoes(s, b"kept")
+        await _until(lambda: len(srv.connections) == 4)
+        # 127.0.0.1 holds 2, the others 1: a newcomer holding none takes one more from it
+        streams.append(await _connect(host, port, "127.0.0.4"))
+        assert await _echoes(streams[-1], b"in too")
+        assert srv.evicted_connections == 2
+        await _until(lambda: len(srv.connections) == 4)
+        # every address holds 1 now: a newcomer is refused, and nobody else is closed
+        async with await _connect(host, port, "127.0.0.5") as over:
+            assert await _closed_by_peer(over)
+        assert srv.refused_connections == 1 and srv.evicted_connections == 2
+        assert srv.runtime_info()["remotingEvictedConnections"] == "2"
+        assert len(srv.connections) == 4
     finally:
         for s in streams:
             await s.aclose()
