@@ -152,7 +152,7 @@ class BrokerConfig:
     server_channel_max_idle_time_seconds: int = setting("serverChannelMaxIdleTimeSeconds", 120)
     #: Extension keys (remoting memory limits; RemotingServer documents them): connections
     #: open at once (more are closed as soon as accepted), bytes all connections may hold in
-    #: incomplete frames (reads pause past it; raised to about 22 MiB if lower: one frame of
+    #: incomplete frames (reads pause past it; raised to about 20 MiB if lower: one frame of
     #: the largest size must fit), and seconds a started frame has to complete (else its
     #: connection closes). ``serverMaxConnectionsPerAddress``: connections one peer address
     #: may hold (more are closed as soon as accepted); a tenth of ``serverMaxConnections``, so
