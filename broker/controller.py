@@ -521,6 +521,7 @@ class BrokerController:
                 idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
                 on_close=self._on_close,
                 max_connections=bcfg.server_max_connections,
+                max_connections_per_address=bcfg.server_max_connections_per_address,
                 max_buffered_input_bytes=bcfg.server_max_buffered_input_bytes,
                 partial_frame_timeout=bcfg.server_partial_frame_timeout_seconds,
             )
