@@ -70,7 +70,9 @@ def _create_topic() -> RemotingCommand:
 
 async def _wait_in_log(log: Path, needle: bytes) -> None:
     with trio.fail_after(WAIT_S):
-        while needle not in await trio.Path(log).read_bytes():
+        while True:  # another process writes it: polled, under the deadline
+            if needle in await trio.Path(log).read_bytes():
+                return
             await trio.sleep(LOG_POLL_S)
 
 
