@@ -482,8 +482,8 @@ def fuzz_machine(g: Group) -> type[RuleBasedStateMachine]:
             first = {
                 "zero": 0, "end": master_max, "inside": int(master_max * frac),
                 "past-end": master_max + 1 + int(frac * 4096),
-                "far": UNREACHABLE_OFFSET + int(frac * (MAX_OFFSET - UNREACHABLE_OFFSET)),
-                "negative": -1 - int(frac * MAX_OFFSET),
+                "far": min(MAX_OFFSET, UNREACHABLE_OFFSET + int(frac * MAX_OFFSET)),
+                "negative": max(-MAX_OFFSET - 1, -1 - int(frac * MAX_OFFSET)),
             }[start]
             data = answer + _report(first)
             peer.send(data[:split])
