@@ -57,6 +57,7 @@ from rmq_cluster.ha.access import (
     auth_answer,
     decode_challenge,
 )
+from rmq_cluster.ha.connection import HA_AUTH_TIMEOUT_S, HA_MAX_PENDING_HANDSHAKES
 from rmq_cluster.ha.protocol import MAX_OFFSET, OFFSET_REPORT
 from rmq_cluster.ha.protocol import FrameDecoder as HAFrameDecoder
 from tests.integration.security.acl_cluster_testlib import ADMIN, AclCluster, acl_cluster
@@ -683,3 +684,61 @@ def test_ha_port_fuzz(group: Group) -> None:
           f"acked={len(acked)}, not acked={g.load.other}, master info: "
           f"refused={info['haRefusedConnections']} authFailures={info['haAuthFailures']} "
           f"overAcks={info['haOverAcks']}")
+
+
+# ----------------------------------------------------------------------------- held handshakes
+
+#: Connections that connect, read the challenge and never answer.
+HELD_HANDSHAKES: Final = 400
+#: What one such connection may cost the master in resident memory, at most (measured from
+#: /proc: a socket, a task and a small read buffer; a 256 KiB buffer apiece fails it).
+MAX_RSS_PER_HELD_HANDSHAKE_BYTES: Final = 64 * 1024
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def test_held_handshakes_cost_bounded_memory(tmp_path: Path) -> None:
+    """Peers from an allowed address that open the HA port and never answer the challenge:
+    the master's real RSS grows by less than MAX_RSS_PER_HELD_HANDSHAKE_BYTES apiece, and those
+    beyond HA_MAX_PENDING_HANDSHAKES are closed at accept and counted."""
+    with acl_cluster(tmp_path, profile={"base": "single"}) as cluster:
+        pid = cluster.pid(MASTER)
+        port = cluster.ha_port(MASTER)
+        rpc = Rpc(cluster.addr(MASTER))
+        held: list[socket.socket] = []
+        challenged = 0
+        try:
+            before = _rss_bytes(pid)
+            started = time.monotonic()
+            for _ in range(HELD_HANDSHAKES):
+                sock = _connect_ha(port)
+                held.append(sock)
+                got = _recv_exact(sock, HA_AUTH_CHALLENGE_BYTES)
+                if got:
+                    decode_challenge(got)
+                    challenged += 1
+                # else closed at accept: too many handshakes under way
+            during = _rss_bytes(pid)
+            # none of the challenged ones timed out meanwhile: all were held at once
+            all_held = time.monotonic() - started < HA_AUTH_TIMEOUT_S
+            info = _runtime_info(rpc)
+        finally:
+            for sock in held:
+                sock.close()
+            rpc.close()
+        grown = during - before
+        print(f"held handshakes: {challenged} challenged, rss {before >> 20} -> "
+              f"{during >> 20} MiB ({grown // max(1, challenged)} bytes each); "
+              f"refused={info['haRefusedConnections']}")
+        assert challenged > 0
+        if all_held:
+            assert challenged <= HA_MAX_PENDING_HANDSHAKES
+        assert grown < challenged * MAX_RSS_PER_HELD_HANDSHAKE_BYTES
+        assert int(info["haRefusedConnections"]) == HELD_HANDSHAKES - challenged
+        assert pid_running(pid)
