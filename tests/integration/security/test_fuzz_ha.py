@@ -467,6 +467,32 @@ def fuzz_machine(g: Group) -> type[RuleBasedStateMachine]:
             peer.send(b"".join(_report(o) for o in tail))
             self._refused(peer)
 
+        @rule(n=st.integers(1, HA_MAX_PENDING_HANDSHAKES + 40))
+        @counted
+        def handshake_burst(self, n: int) -> None:
+            """``n`` peers that connect and never answer (beyond HA_MAX_PENDING_HANDSHAKES
+            pending, closed at accept); then they go, and the master takes new peers again."""
+            burst: list[socket.socket] = []
+            challenged = 0
+            try:
+                for _ in range(n):
+                    sock = _connect_ha(g.ha_port)
+                    burst.append(sock)
+                    got = _recv_exact(sock, HA_AUTH_CHALLENGE_BYTES)
+                    if got:
+                        decode_challenge(got)
+                        challenged += 1
+            finally:
+                for sock in burst:
+                    sock.close()
+            g.tally.refused += n - challenged
+            g.tally.auth_failures += challenged + len(self.peers)
+            for peer in self.peers:  # held too: they go with the burst
+                peer.sock.close()
+            self.peers.clear()
+            _until(lambda: int(g.master_info()["haAuthFailures"]) >= g.tally.auth_failures,
+                   "the master to count the burst's handshakes as failed")
+
         # ------------------------------------------------------------------ signed
 
         @precondition(lambda self: len(self.signed) < 3)
