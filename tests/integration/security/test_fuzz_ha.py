@@ -5,15 +5,20 @@ SYNC_MASTER), so the master challenges every peer (ha/access.py), under a light 
 The fuzzer connects to the master's HA port as a stranger (an address outside
 ``haAllowedSlaveAddresses``: refused at accept), as an unauthenticated peer (garbage, partial
 answers, wrong HMACs, answers replayed from an earlier session for a new nonce, whole replayed
-sessions, Java-style offset reports, garbled and huge offsets) and as a signed peer that knows
-the secret (the answer a real slave computes for that nonce, then partial, garbled, negative,
-huge and over-acking reports). Throughout: no node exits, no unauthenticated connection is ever
-counted as a slave. Each example's refusals show in the master's runtime-info counters
-(haRefusedConnections, haAuthFailures, haOverAcks). With the real slave stopped (SIGSTOP) and
+sessions, Java-style offset reports, garbled and huge offsets, bursts of peers that never
+answer, past HA_MAX_PENDING_HANDSHAKES) and as a signed peer that knows the secret (the answer
+a real slave computes for that nonce, then partial, garbled, negative, huge and over-acking
+reports). The replayed material is what this fuzzer's own signed sessions sent: byte for byte
+what the real slave sends for the same nonce (the answer is HMAC(secret, nonce)).
+
+Throughout: no node exits, no unauthenticated connection is ever counted as a slave, and the
+refusals show in the master's runtime-info counters (haRefusedConnections, haAuthFailures,
+haOverAcks). With the real slave stopped (SIGSTOP) and
 only forged acks arriving, push2SlaveMaxOffset never covers a message sent meanwhile: a
 SYNC_MASTER send answers FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE, never SEND_OK. At the end
 every SEND_OK message of the load is read back, by its CommitLog offset, from the master and,
-once it caught up, from the slave.
+once it caught up, from the slave. A second test holds 400 unanswered handshakes and reads the
+master's real RSS from /proc.
 
 The fake-master half is not here: a slave learns its master from the NameServers (whose
 registrations need the admin account under ``--acl``) or from ``haMasterAddress`` in its own
@@ -259,11 +264,10 @@ def _secret(cluster: AclCluster) -> str:
     """The secret the master's HA challenge is answered with: the broker's ``clusterSecret``
     when its config has one, else ``aclSecretKey`` (what ``up --acl`` gives every broker)."""
     values: dict[str, str] = {}
-    for path in sorted((cluster.dir / "conf").glob(f"{MASTER}*.properties")):
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition("=")
-            if sep:
-                values.setdefault(key.strip(), value.strip())
+    for line in (cluster.dir / "conf" / f"{MASTER}.properties").read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.lstrip().startswith("#"):
+            values[key.strip()] = value.strip()
     secret = values.get("clusterSecret") or values.get("aclSecretKey")
     assert secret, "the master's config holds no HA secret"
     return secret
