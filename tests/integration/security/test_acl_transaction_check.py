@@ -12,8 +12,15 @@ from pathlib import Path
 from typing import Final
 
 import orjson
+import pytest
 import trio
 
+from rmq_cluster.broker.clients import ClientChannelInfo
+from rmq_cluster.broker.transaction import (
+    WITHHELD_CHECK_LOG_INTERVAL_MS,
+    TransactionState,
+    check_recipient,
+)
 from rmq_cluster.client import frames
 from rmq_cluster.cluster.acl.signing import Credentials
 from rmq_cluster.cluster.protocol.message import decode_record, encode_properties
@@ -80,6 +87,7 @@ async def _register(client: RemotingClient, addr: str, who: Credentials) -> None
     _ok(await client.invoke(addr, who.sign(_heartbeat(who.access_key)), WAIT_S))
 
 
+@pytest.mark.slow
 async def test_check_reaches_only_a_producer_allowed_to_publish(tmp_path: Path) -> None:
     attacker_got: list[bytes] = []
     victim_got: list[bytes] = []
@@ -120,3 +128,24 @@ async def test_check_reaches_only_a_producer_allowed_to_publish(tmp_path: Path) 
             await _register(attacker, addr, ATTACKER)
             await _wait_in_log(cluster.log("broker-a"), WITHHELD)
             assert attacker_got == []
+
+
+def test_recipient_choice_and_withheld_log_rate() -> None:
+    """The pure parts: ACL off, the group's first producer; on, the first allowed one, else
+    none; withheld checks are logged once per WITHHELD_CHECK_LOG_INTERVAL_MS with a count."""
+    first, second = (ClientChannelInfo(f"ch{i}", f"c{i}", "JAVA", 1, "127.0.0.1:1", 0,
+                                       key) for i, key in enumerate(("deny", "allow")))
+    allowed = {"allow"}
+
+    def may(info: ClientChannelInfo, topic: str) -> bool:
+        return topic == TOPIC and info.access_key in allowed
+
+    assert check_recipient([first, second], TOPIC, None) is first
+    assert check_recipient([first, second], TOPIC, may) is second
+    assert check_recipient([first], TOPIC, may) is None
+    assert check_recipient([first, second], "Other", may) is None
+    state = TransactionState()
+    step = WITHHELD_CHECK_LOG_INTERVAL_MS
+    logged = [state.withhold(t) for t in (0, 1, step - 1, step, step + 1, 3 * step)]
+    assert logged == [1, 0, 0, 3, 0, 2]
+    assert state.withheld_checks == 6
