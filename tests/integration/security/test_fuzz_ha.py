@@ -74,7 +74,7 @@ SLAVE: Final = "broker-a-s"
 TOPIC: Final = "HaFuzz"
 QUEUES: Final = 4
 #: Examples x steps per replication mode: ~15-25 s of fuzzing each on a busy 2-core machine.
-FUZZ_EXAMPLES: Final = 10
+FUZZ_EXAMPLES: Final = 8
 FUZZ_STEPS: Final = 20
 #: Forged-ack rounds with the slave stopped, at most, per example (each costs ~slaveTimeout).
 MAX_PAUSES_PER_EXAMPLE: Final = 1
@@ -471,7 +471,7 @@ def fuzz_machine(g: Group) -> type[RuleBasedStateMachine]:
             peer.send(b"".join(_report(o) for o in tail))
             self._refused(peer)
 
-        @rule(n=st.integers(1, HA_MAX_PENDING_HANDSHAKES + 40))
+        @rule(n=st.integers(1, HA_MAX_PENDING_HANDSHAKES + 8))
         @counted
         def handshake_burst(self, n: int) -> None:
             """``n`` peers that connect and never answer (beyond HA_MAX_PENDING_HANDSHAKES
