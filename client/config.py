@@ -55,6 +55,9 @@ LOCAL_RECONSUME_DELAY_S: Final = 5.0
 DEFAULT_LOCK_INTERVAL_S: Final = 20.0
 DEFAULT_ORDERLY_SUSPEND_S: Final = 1.0
 #: Java: DefaultMQProducer.checkThreadPoolMinSize etc -- transaction checks answered at once.
+#: Java: DefaultMQProducer.checkRequestHoldMax -- transaction checks queued at once; a broker's
+#: checks beyond it are dropped (logged) and come again at its next check round.
+MAX_PENDING_TRANSACTION_CHECKS: Final = 2000
 LANGUAGE: Final = "JAVA"
 VERSION: Final = CURRENT_VERSION
 
