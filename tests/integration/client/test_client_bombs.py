@@ -1,0 +1,217 @@
+"""The client defends itself (issue 31 item 5), through a real broker, with the client in a
+process of its own (``bomb_child.py``) whose peak RSS (VmHWM) is measured:
+
+* a compression bomb (about 1 MB of zlib inflating to 1 GiB, stored by a raw SEND_MESSAGE_V2
+  whose sysFlag says COMPRESSED) between two normal messages: a PullConsumer and a PushConsumer
+  log it, skip it, deliver the next message and commit past it, their RSS bounded;
+* a stranger's SEND_REPLY carrying such a bomb, and a forged reply, both for a correlation id
+  the requester never sent: dropped with a logged reason before the body is touched, RSS
+  bounded, and the requester's real request-reply still works.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import uuid
+import zlib
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import trio
+
+from rmq_cluster.client import (
+    Message,
+    MessageQueue,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    frames,
+    reply_listener,
+)
+from rmq_cluster.cluster.protocol.message import MessageConst as MC
+from rmq_cluster.cluster.protocol.message import encode_properties
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+
+from .conftest import WAIT_S, Cluster
+
+#: What the bomb inflates to (1 GiB; about 1 MB compressed, under the broker's maxMessageSize).
+BOMB_INFLATED_BYTES: Final = 1 << 30
+#: How much the client process's peak RSS may grow while it meets the bomb.
+RSS_GROWTH_BOUND_BYTES: Final = 200 * 1024 * 1024
+#: COMPRESSED | ZLIB, as Java 4.9 marks a compressed body.
+SYSFLAG_ZLIB_COMPRESSED: Final = 0x301
+CHILD: Final = Path(__file__).with_name("bomb_child.py")
+CHILD_TIMEOUT_S: Final = 60.0
+_MIB: Final = 1 << 20
+
+
+@cache
+def zlib_bomb(inflated: int = BOMB_INFLATED_BYTES) -> bytes:
+    """A valid zlib stream of ``inflated`` zero bytes, made in a blink: after a full flush,
+    each MiB of zeros compresses to the same block, so the block is repeated and the Adler-32
+    of n zeros ((n mod 65521) << 16 | 1) closes the stream."""
+    zeros = bytes(_MIB)
+    c = zlib.compressobj(9)
+    head = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
+    block = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
+    tail = c.flush()[:-4]
+    adler = ((inflated % 65521) << 16) | 1
+    return head + block * (inflated // _MIB - 1) + tail + struct.pack(">I", adler)
+
+
+def test_zlib_bomb_is_what_it_says() -> None:
+    small = zlib_bomb(8 * _MIB)
+    assert zlib.decompress(small) == bytes(8 * _MIB)
+    assert len(zlib_bomb()) < 2 * _MIB
+
+
+async def _raw(addr: str, cmd: Any) -> Any:
+    """One request from a stranger's connection (not a client instance)."""
+    async with open_remoting_client(node="stranger") as stranger:
+        return await stranger.invoke(addr, cmd, WAIT_S)
+
+
+def _raw_send(topic: str, broker: str, queue_id: int, body: bytes, props: dict[str, str],
+              code: int = RequestCode.SEND_MESSAGE_V2) -> Any:
+    cmd = frames.send_message(
+        group="StrangerPG", topic=topic, queue_id=queue_id, sys_flag=SYSFLAG_ZLIB_COMPRESSED,
+        born_timestamp=1, flag=0, properties=encode_properties(props).decode(), body=body,
+        broker_name=broker,
+    )
+    return attrs.evolve(cmd, code=int(code))
+
+
+@attrs.define
+class Handshake:
+    """For a child that prints a first line and then waits for ``go`` on stdin."""
+
+    first_line: dict[str, Any] | None = None
+    first_line_ready: trio.Event = attrs.field(factory=trio.Event)
+    go: trio.Event = attrs.field(factory=trio.Event)
+
+
+async def _run_child(*args: str, handshake: Handshake | None = None
+                     ) -> tuple[dict[str, Any], str]:
+    """Run bomb_child.py; (its last JSON line, its stderr). Killed on timeout or failure."""
+    out = bytearray()
+    err = bytearray()
+
+    async def read_err(stream: Any) -> None:
+        async for chunk in stream:
+            err.extend(chunk)
+
+    async def read_out(stream: Any) -> None:
+        async for chunk in stream:
+            out.extend(chunk)
+            if handshake is not None and handshake.first_line is None and b"\n" in out:
+                handshake.first_line = json.loads(out.split(b"\n", 1)[0])
+                handshake.first_line_ready.set()
+
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, str(CHILD), *args], stdin=-1, stdout=-1, stderr=-1)
+    try:
+        async with trio.open_nursery() as n:
+            n.start_soon(read_err, proc.stderr)
+            n.start_soon(read_out, proc.stdout)
+            with trio.fail_after(CHILD_TIMEOUT_S):
+                if handshake is not None:
+                    await handshake.go.wait()
+                    assert proc.stdin is not None
+                    await proc.stdin.send_all(b"go\n")
+                await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
+    text = err.decode(errors="replace")
+    assert proc.returncode == 0, text[-4000:]
+    return json.loads(out.strip().splitlines()[-1]), text
+
+
+async def _bomb_between_two(cluster: Cluster, topic: str) -> tuple[str, int]:
+    """``before``, the bomb, ``after`` in queue 0 of ``topic``; (broker name, bomb offset)."""
+    cc = cluster.client_config()
+    async with Producer("BombPG", client_config=cc) as p:
+        first = await p.send(Message(topic, b"before"), queue=MessageQueue(topic, "broker-a", 0))
+        resp = await _raw(cluster.addr, _raw_send(topic, "broker-a", 0, zlib_bomb(),
+                                                  {MC.PROPERTY_KEYS: "bomb"}))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        await p.send(Message(topic, b"after"), queue=first.queue)
+    return first.queue.broker_name, first.queue_offset + 1
+
+
+def _assert_skipped(result: dict[str, Any], log: str, bomb_offset: int) -> None:
+    print("client process:", result)  # the RSS figure, shown with -s
+    assert result["bodies"] == ["before", "after"], result["bodies"]
+    assert result["skipped"] == 1
+    assert result["hwm_growth"] < RSS_GROWTH_BOUND_BYTES, result["hwm_growth"]
+    skipped = [json.loads(line) for line in log.splitlines()
+               if "message skipped" in line and line.startswith("{")]
+    assert len(skipped) == 1, log[-4000:]
+    assert skipped[0]["queue_offset"] == bomb_offset and skipped[0]["queue_id"] == 0
+    assert "inflates past" in skipped[0]["reason"] and skipped[0]["msg_id"]
+
+
+async def test_pull_consumer_skips_a_compression_bomb(cluster: Cluster) -> None:
+    broker, bomb_offset = await _bomb_between_two(cluster, "BombPullT")
+    result, log = await _run_child("pull", cluster.ns_addr, "BombPullT", "BombPullCG", "after")
+    _assert_skipped(result, log, bomb_offset)
+    async with PullConsumer("BombPullCG", client_config=cluster.client_config()) as pc:
+        assert await pc.committed(MessageQueue("BombPullT", broker, 0)) == bomb_offset + 2
+
+
+async def test_push_consumer_skips_a_compression_bomb(cluster: Cluster) -> None:
+    broker, bomb_offset = await _bomb_between_two(cluster, "BombPushT")
+    result, log = await _run_child("push", cluster.ns_addr, "BombPushT", "BombPushCG", "after")
+    _assert_skipped(result, log, bomb_offset)
+    async with PullConsumer("BombPushCG", client_config=cluster.client_config()) as pc:
+        assert await pc.committed(MessageQueue("BombPushT", broker, 0)) == bomb_offset + 2
+
+
+async def test_forged_and_bomb_replies_are_dropped_and_request_reply_works(
+    cluster: Cluster,
+) -> None:
+    cc = cluster.client_config()
+    topic = "BombRequestT"
+    reply_topic = "TestCluster_REPLY_TOPIC"
+    handshake = Handshake()
+    async with Producer("BombReplierPG", client_config=cc) as replier:
+        await replier.send(Message(topic, b"create"))
+        consumer = PushConsumer("BombReplierCG", client_config=cc,
+                                listener=reply_listener(replier, lambda m: b"re:" + m.body))
+        consumer.subscribe(topic)
+        async with consumer, trio.open_nursery() as n:
+            results: list[tuple[dict[str, Any], str]] = []
+
+            async def child() -> None:
+                results.append(await _run_child(
+                    "request", cluster.ns_addr, topic, "BombRequesterPG", "ping",
+                    handshake=handshake))
+
+            n.start_soon(child)
+            with trio.fail_after(CHILD_TIMEOUT_S):
+                await handshake.first_line_ready.wait()
+            assert handshake.first_line is not None
+            client_id = handshake.first_line["client_id"]
+            for body in (zlib_bomb(), zlib.compress(b"forged")):
+                props = {MC.PROPERTY_MESSAGE_TYPE: "reply",
+                         MC.PROPERTY_MESSAGE_REPLY_TO_CLIENT: client_id,
+                         MC.PROPERTY_CORRELATION_ID: str(uuid.uuid4())}
+                resp = await _raw(cluster.addr, _raw_send(
+                    reply_topic, "broker-a", 0, body, props, RequestCode.SEND_REPLY_MESSAGE_V2))
+                # the broker answers once the requester answered its push
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+            handshake.go.set()
+    (result, log), = results
+    print("client process:", result)  # the RSS figure, shown with -s
+    assert result["reply"] == "re:ping" and result["waiting"] == 0
+    assert result["hwm_growth"] < RSS_GROWTH_BOUND_BYTES, result["hwm_growth"]
+    dropped = [json.loads(line) for line in log.splitlines()
+               if "reply dropped: no request waits for it" in line and line.startswith("{")]
+    assert len(dropped) == 2, log[-4000:]
