@@ -21,21 +21,29 @@ from pathlib import Path
 from typing import Any, Final
 
 import attrs
+import pytest
 import trio
 
 from rmq_cluster.client import (
+    ConsumeFromWhere,
     Message,
     MessageQueue,
+    MQClientError,
     Producer,
     PullConsumer,
     PushConsumer,
+    RequestTimeoutError,
     frames,
     reply_listener,
 )
+from rmq_cluster.client.config import ClientConfig
+from rmq_cluster.client.instance import REFUSED_NOT_A_BROKER
 from rmq_cluster.cluster.protocol.message import MessageConst as MC
 from rmq_cluster.cluster.protocol.message import encode_properties
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.dispatch import Dispatcher
+from rmq_cluster.cluster.remoting.server import RemotingServer
 
 from .conftest import WAIT_S, Cluster
 
@@ -48,6 +56,14 @@ SYSFLAG_ZLIB_COMPRESSED: Final = 0x301
 CHILD: Final = Path(__file__).with_name("bomb_child.py")
 CHILD_TIMEOUT_S: Final = 60.0
 _MIB: Final = 1 << 20
+#: A PUSH_REPLY_MESSAGE_TO_CLIENT header as a 4.9 broker writes it.
+REPLY_HEADER: Final = {
+    "producerGroup": "RepPG", "topic": "TestCluster_REPLY_TOPIC", "defaultTopic": "TBW102",
+    "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": str(SYSFLAG_ZLIB_COMPRESSED),
+    "bornTimestamp": "1", "flag": "0", "properties": "MSG_TYPE\x01reply\x02CORRELATION_ID\x01c",
+    "reconsumeTimes": "0", "unitMode": "false", "bornHost": "/127.0.0.1:1",
+    "storeHost": "/127.0.0.1:2", "storeTimestamp": "2",
+}
 
 
 @cache
@@ -184,7 +200,8 @@ async def test_forged_and_bomb_replies_are_dropped_and_request_reply_works(
     async with Producer("BombReplierPG", client_config=cc) as replier:
         await replier.send(Message(topic, b"create"))
         consumer = PushConsumer("BombReplierCG", client_config=cc,
-                                listener=reply_listener(replier, lambda m: b"re:" + m.body))
+                                listener=reply_listener(replier, lambda m: b"re:" + m.body),
+                                consume_from=ConsumeFromWhere.FIRST_OFFSET)
         consumer.subscribe(topic)
         async with consumer, trio.open_nursery() as n:
             results: list[tuple[dict[str, Any], str]] = []
@@ -215,3 +232,68 @@ async def test_forged_and_bomb_replies_are_dropped_and_request_reply_works(
     dropped = [json.loads(line) for line in log.splitlines()
                if "reply dropped: no request waits for it" in line and line.startswith("{")]
     assert len(dropped) == 2, log[-4000:]
+
+
+async def test_broker_to_client_requests_refused_on_a_connection_that_is_not_a_broker(
+    nursery: trio.Nursery,
+) -> None:
+    """A NameServer (or any address the client dialed that is not a broker of its routes)
+    that calls the client back gets nothing: not a consumer's running info, not a listener run
+    on its message, not a reply read."""
+    answers: dict[int, Any] = {}
+
+    async def on_route(conn: Any, req: Any) -> Any:
+        calls = {
+            RequestCode.GET_CONSUMER_RUNNING_INFO: frames.request(
+                RequestCode.GET_CONSUMER_RUNNING_INFO,
+                {"consumerGroup": "GateCG", "clientId": "x"}),
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: frames.request(
+                RequestCode.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": "GateCG"}),
+            RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: frames.request(
+                RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, REPLY_HEADER, zlib.compress(b"x")),
+        }
+        for code, cmd in calls.items():
+            answers[code] = await conn.invoke(cmd, WAIT_S)
+        return req.response(ResponseCode.TOPIC_NOT_EXIST, "no route")
+
+    hostile = RemotingServer(Dispatcher({RequestCode.GET_ROUTEINFO_BY_TOPIC: on_route}),
+                             node="hostile-namesrv")
+    host, port = await nursery.start(hostile.serve, "127.0.0.1", 0)
+    seen: list[Any] = []
+    consumer = PushConsumer("GateCG", namesrv_addr=f"{host}:{port}",
+                            client_config=ClientConfig(client_ip="127.0.0.1"),
+                            listener=seen.append)
+    consumer.subscribe("GateT")
+    with trio.fail_after(WAIT_S):
+        async with consumer:
+            pass
+    assert set(answers) == {RequestCode.GET_CONSUMER_RUNNING_INFO,
+                            RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                            RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT}
+    for resp in answers.values():
+        assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark == REFUSED_NOT_A_BROKER
+        assert not resp.body
+    assert not seen
+
+
+async def test_reply_over_the_requesters_bound_fails_the_request_at_once(
+    cluster: Cluster,
+) -> None:
+    """A reply for a request that does wait, but inflating past the requester's
+    max_message_bytes: refused (not inflated past the bound), and the request fails with that
+    reason instead of waiting for its timeout."""
+    cc = cluster.client_config()
+    topic = "BoundedReplyT"
+    async with Producer("BoundedReqPG", client_config=cc, max_message_bytes=16 * 1024
+                        ) as requester, Producer("BoundedRepPG", client_config=cc) as replier:
+        await replier.send(Message(topic, b"create"))
+        consumer = PushConsumer("BoundedRepCG", client_config=cc,
+                                listener=reply_listener(replier, lambda m: b"z" * 65536),
+                                consume_from=ConsumeFromWhere.FIRST_OFFSET)
+        consumer.subscribe(topic)
+        async with consumer:
+            with trio.fail_after(WAIT_S), pytest.raises(MQClientError) as caught:
+                await requester.request(Message(topic, b"big?"), timeout=2 * WAIT_S)
+    assert not isinstance(caught.value, RequestTimeoutError)
+    assert "reply was refused" in str(caught.value) and "16384" in str(caught.value)
+    assert len(requester.instance.request_futures) == 0
