@@ -136,7 +136,7 @@ def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
 
 _MQ_KEY = re.compile(
     r'\{"brokerName":"(?P<b>[^"]*)","queueId":(?P<q>-?\d{1,10}),"topic":"(?P<t>[^"]*)"\}'
-    r':(?P<o>-?\d{1,19})'
+    r':(?P<o>-?\d{1,19})(?!\d)'
 )
 #: A queue offset is a Java long: anything outside [0, 2^63) in an offset table is dropped.
 MAX_QUEUE_OFFSET = 2**63 - 1
