@@ -905,8 +905,7 @@ class PushConsumer:
         except (StopIteration, ValueError) as exc:
             return orjson.dumps({"autoCommit": True, "consumeResult": "CR_THROW_EXCEPTION",
                                  "order": False, "remark": str(exc), "spentTimeMills": 0})
-        async with self._limiter:
-            status = await self._run_listener([msg])
+        status = await self._run_listener([msg])  # within the consume concurrency
         ok = status is None or status in (ConsumeResult.SUCCESS, OrderlyResult.SUCCESS, True)
         result = {
             "autoCommit": True,
