@@ -97,6 +97,9 @@ class ClientConfig:
     #: Plain ACL credentials: when set, every request is signed as RocketMQ's AclClientRPCHook
     #: signs it (AccessKey, optional SecurityToken, Signature = HmacSHA1 over the sorted
     #: extFields values and the body).
+    #: transaction checks being answered at once; more are dropped (the broker checks again)
+    max_pending_transaction_checks: int = attrs.field(
+        default=MAX_PENDING_TRANSACTION_CHECKS, validator=attrs.validators.ge(1))
     access_key: str | None = None
     secret_key: str | None = attrs.field(default=None, repr=False)
     security_token: str | None = attrs.field(default=None, repr=False)

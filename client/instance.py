@@ -24,7 +24,6 @@ from rmq_cluster.client.config import (
     AUTO_CREATE_TOPIC_KEY,
     CLIENT_INNER_PRODUCER_GROUP,
     DEFAULT_TOPIC_QUEUE_NUMS,
-    MAX_PENDING_TRANSACTION_CHECKS,
     ClientConfig,
     with_credentials,
 )
@@ -240,8 +239,10 @@ class ClientInstance:
         self._heartbeat_lock = trio.Lock()
         #: Producer.request calls waiting for their replies, by correlation id
         self.request_futures = RequestFutureTable()
-        #: transaction checks being answered (at most MAX_PENDING_TRANSACTION_CHECKS)
+        #: transaction checks being answered (at most config.max_pending_transaction_checks)
         self._pending_checks = 0
+        #: transaction checks dropped because that many were being answered already
+        self.dropped_transaction_checks = 0
         self.running = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -697,10 +698,11 @@ class ClientInstance:
         if producer is None:
             self.log.info("transaction check for an unknown group", group=group)
             return None
-        if self._pending_checks >= MAX_PENDING_TRANSACTION_CHECKS:
+        if self._pending_checks >= self.config.max_pending_transaction_checks:
+            self.dropped_transaction_checks += 1
             self.log.warning("transaction check dropped: too many pending", group=group,
-                             pending=self._pending_checks,
-                             transaction_id=header.transaction_id)
+                             pending=self._pending_checks, transaction_id=header.transaction_id,
+                             dropped_total=self.dropped_transaction_checks)
             return None  # the broker checks again later
         self._pending_checks += 1
         self.spawn(self._check_transaction, producer, conn, header, bytes(req.body))
