@@ -1010,8 +1010,9 @@ class PullConsumer:
         self.offsets = RemoteOffsetStore(instance, group)
         self.assigned: dict[MessageQueue, _Assigned] = {}
         self.subs: dict[str, SubscriptionData] = {}
+        #: (queue, generation, messages, the offset past the batch's last message or skipped one)
         self._send, self._recv = trio.open_memory_channel[
-            tuple[MessageQueue, int, list[ReceivedMessage]]](buffered_batches)
+            tuple[MessageQueue, int, list[ReceivedMessage], int]](buffered_batches)
         self._nursery: trio.Nursery | None = None
         self._stack: AsyncExitStack | None = None
         self.running = False
@@ -1155,13 +1156,14 @@ class PullConsumer:
         """The next batch of messages (one queue's pull), or [] after ``timeout``."""
         with trio.move_on_after(timeout):
             while True:
-                mq, gen, msgs = await self._recv.receive()
+                mq, gen, msgs, past = await self._recv.receive()
                 st = self.assigned.get(mq)
-                if st is None or st.generation != gen or not msgs:
+                if st is None or st.generation != gen:
                     continue
-                if msgs[-1].queue_offset + 1 > st.consumed:
-                    st.consumed = msgs[-1].queue_offset + 1
-                return msgs
+                if past > st.consumed:  # a skipped message counts as consumed once reached
+                    st.consumed = past
+                if msgs:
+                    return msgs
         return []
 
     def _sync_consumed(self) -> None:
@@ -1205,5 +1207,6 @@ class PullConsumer:
                 if gen != st.generation:
                     continue
                 st.offset = result.next_begin_offset
-                if result.messages:
-                    await self._send.send((st.mq, gen, list(result.messages)))
+                if result.messages or result.skipped:
+                    past = max(m.queue_offset + 1 for m in (*result.messages, *result.skipped))
+                    await self._send.send((st.mq, gen, list(result.messages), past))

@@ -150,15 +150,18 @@ async def _run_child(*args: str, handshake: Handshake | None = None
     return json.loads(out.strip().splitlines()[-1]), text
 
 
-async def _bomb_between_two(cluster: Cluster, topic: str) -> tuple[str, int]:
-    """``before``, the bomb, ``after`` in queue 0 of ``topic``; (broker name, bomb offset)."""
+async def _bomb_between_two(cluster: Cluster, topic: str, *, after: bool = True
+                            ) -> tuple[str, int]:
+    """``before``, the bomb, ``after`` (unless not ``after``) in queue 0 of ``topic``; (broker
+    name, bomb offset)."""
     cc = cluster.client_config()
     async with Producer("BombPG", client_config=cc) as p:
         first = await p.send(Message(topic, b"before"), queue=MessageQueue(topic, "broker-a", 0))
         resp = await _raw(cluster.addr, _raw_send(topic, "broker-a", 0, zlib_bomb(),
                                                   {MC.PROPERTY_KEYS: "bomb"}))
         assert resp.code == ResponseCode.SUCCESS, resp.remark
-        await p.send(Message(topic, b"after"), queue=first.queue)
+        if after:
+            await p.send(Message(topic, b"after"), queue=first.queue)
     return first.queue.broker_name, first.queue_offset + 1
 
 
@@ -180,6 +183,17 @@ async def test_pull_consumer_skips_a_compression_bomb(cluster: Cluster) -> None:
     _assert_skipped(result, log, bomb_offset)
     async with PullConsumer("BombPullCG", client_config=cluster.client_config()) as pc:
         assert await pc.committed(MessageQueue("BombPullT", broker, 0)) == bomb_offset + 2
+
+
+async def test_pull_consumer_commits_past_a_bomb_at_the_end_of_its_queue(
+    cluster: Cluster,
+) -> None:
+    broker, bomb_offset = await _bomb_between_two(cluster, "BombTailT", after=False)
+    result, _log = await _run_child("pull", cluster.ns_addr, "BombTailT", "BombTailCG", "before")
+    assert result["bodies"] == ["before"] and result["skipped"] == 1
+    assert result["hwm_growth"] < RSS_GROWTH_BOUND_BYTES, result["hwm_growth"]
+    async with PullConsumer("BombTailCG", client_config=cluster.client_config()) as pc:
+        assert await pc.committed(MessageQueue("BombTailT", broker, 0)) == bomb_offset + 1
 
 
 async def test_push_consumer_skips_a_compression_bomb(cluster: Cluster) -> None:
