@@ -1208,5 +1208,6 @@ class PullConsumer:
                     continue
                 st.offset = result.next_begin_offset
                 if result.messages or result.skipped:
-                    past = max(m.queue_offset + 1 for m in (*result.messages, *result.skipped))
+                    past = 1 + max([m.queue_offset for m in result.messages]
+                                   + [s.queue_offset for s in result.skipped])
                     await self._send.send((st.mq, gen, list(result.messages), past))
