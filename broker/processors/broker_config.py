@@ -56,8 +56,8 @@ _LIVE_KEYS: Final = (
 ) - {
     "registerNameServerPeriod", "clientHousekeepingInterval", "clientChannelExpiredTime",
     "transactionCheckInterval", "flushConsumerOffsetInterval", "flushDelayOffsetInterval",
-    "serverChannelMaxIdleTimeSeconds", "serverMaxConnections", "serverMaxBufferedInputBytes",
-    "serverPartialFrameTimeoutSeconds",
+    "serverChannelMaxIdleTimeSeconds", "serverMaxConnections", "serverMaxConnectionsPerAddress",
+    "serverMaxBufferedInputBytes", "serverPartialFrameTimeoutSeconds",
 }
 
 
