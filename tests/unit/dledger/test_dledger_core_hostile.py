@@ -157,7 +157,7 @@ messages = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(messages, st.booleans()), max_size=20))
 def test_any_message_sequence_never_raises_nor_cuts_committed(
     seq: list[tuple[Message, bool]],
