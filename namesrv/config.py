@@ -16,12 +16,27 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import check_host, check_range, setting
+from rmq_cluster.cluster.config import check_host, check_range, check_ranges, setting
 
 DEFAULT_LISTEN_PORT: Final = 9876
 DEFAULT_SCAN_INTERVAL_MS: Final = 10_000
 DEFAULT_BROKER_EXPIRED_MS: Final = 120_000
 DEFAULT_CHANNEL_MAX_IDLE_S: Final = 120
+#: Longest period or expiry, in ms (a day).
+MAX_INTERVAL_MS: Final = 86_400_000
+#: THE range of every numeric key of ``NamesrvConfig``, inclusive, checked whenever one is
+#: built (the file at boot, UPDATE_NAMESRV_CONFIG); tests/unit/test_config_ranges.py
+#: fails when a numeric key is missing here.
+NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
+    "scanNotActiveBrokerInterval": (1, MAX_INTERVAL_MS),
+    "brokerChannelExpiredTime": (1, MAX_INTERVAL_MS),
+    "listenPort": (0, 65535),  # 0: ephemeral
+    "serverChannelMaxIdleTimeSeconds": (0, MAX_INTERVAL_MS // 1000),
+    "serverMaxConnections": (1, 1_000_000),
+    "serverMaxBufferedInputBytes": (1, 64 * 1024**3),
+    "serverPartialFrameTimeoutSeconds": (0.001, 600.0),
+    "metricsPort": (-1, 65535),  # -1: off, 0: ephemeral
+}
 #: Keys UPDATE_NAMESRV_CONFIG may not change (RocketMQ's ``configBlackList`` default).
 CONFIG_BLACK_LIST: Final = frozenset({"configBlackList", "configStorePath", "kvConfigPath"})
 
@@ -107,6 +122,9 @@ class NamesrvConfig:
     def _check_expiry(self, attr: attrs.Attribute, value: int) -> None:
         if value <= 0:
             raise ValueError(f"{attr.metadata['key']}: must be positive, got {value}")
+
+    def __attrs_post_init__(self) -> None:
+        check_ranges(self, NUMERIC_RANGES)
 
     @property
     def scan_interval_s(self) -> float:
