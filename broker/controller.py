@@ -541,8 +541,10 @@ class BrokerController:
             if self.metrics is not None:
                 self.metrics_address = await sup.start(
                     nursery, "metrics", functools.partial(
-                        serve_metrics, self.metrics.render, host=bcfg.bind_address,
+                        serve_metrics, build=self.metrics.build, host=bcfg.bind_address,
                         port=bcfg.metrics_port, node=self.node,
+                        max_age_s=lambda: self.bcfg.metrics_cache_seconds,
+                        token=lambda: self.bcfg.metrics_token,
                     )
                 )
             port = bcfg.advertised_listen_port or self.address[1]
