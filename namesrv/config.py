@@ -16,7 +16,13 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import check_host, check_range, check_ranges, setting
+from rmq_cluster.cluster.config import (
+    check_host,
+    check_range,
+    check_ranges,
+    config_keys,
+    setting,
+)
 
 DEFAULT_LISTEN_PORT: Final = 9876
 DEFAULT_SCAN_INTERVAL_MS: Final = 10_000
@@ -37,6 +43,13 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
     "serverPartialFrameTimeoutSeconds": (0.001, 600.0),
     "metricsPort": (-1, 65535),  # -1: off, 0: ephemeral
 }
+#: The keys a running NameServer follows at once (read per request or per scan, or pushed to
+#: the route table); UPDATE_NAMESRV_CONFIG refuses a change of any other key (it needs a
+#: restart) instead of storing a value nothing reads.
+LIVE_KEYS: Final = frozenset({
+    "orderMessageEnable", "returnOrderTopicConfigToBroker", "scanNotActiveBrokerInterval",
+    "brokerChannelExpiredTime", "metricsToken",
+})
 #: Keys UPDATE_NAMESRV_CONFIG may not change (RocketMQ's ``configBlackList`` default).
 CONFIG_BLACK_LIST: Final = frozenset({"configBlackList", "configStorePath", "kvConfigPath"})
 
@@ -99,6 +112,8 @@ class NamesrvConfig:
     acl_file: str = setting("aclFile", "")
     #: Extension key: port of the Prometheus ``/metrics`` listener (-1 = off, 0 = ephemeral).
     metrics_port: int = setting("metricsPort", -1)
+    #: Extension key: when set, ``/metrics`` answers only ``Authorization: Bearer <token>``.
+    metrics_token: str = setting("metricsToken", "", secret=True)
 
     @bind_address.validator
     def _check_bind(self, attr: attrs.Attribute, value: str) -> None:
@@ -133,3 +148,11 @@ class NamesrvConfig:
     @property
     def broker_expired_s(self) -> float:
         return self.broker_channel_expired_time_ms / 1000.0
+
+
+def restart_only_changes(old: NamesrvConfig, new: NamesrvConfig) -> list[str]:
+    """The keys outside ``LIVE_KEYS`` whose value differs between ``old`` and ``new``."""
+    return sorted(
+        key for name, key in config_keys(NamesrvConfig).items()
+        if key not in LIVE_KEYS and getattr(old, name) != getattr(new, name)
+    )

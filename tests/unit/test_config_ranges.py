@@ -56,3 +56,9 @@ def test_nan_and_infinity_are_out_of_every_range() -> None:
 
 def test_live_keys_are_broker_keys() -> None:
     assert known_keys() >= LIVE_KEYS
+
+
+def test_namesrv_live_keys_are_namesrv_keys() -> None:
+    keys = set(namesrv_config.config_keys(namesrv_config.NamesrvConfig).values())
+    assert keys >= namesrv_config.LIVE_KEYS
+    assert not namesrv_config.LIVE_KEYS & namesrv_config.CONFIG_BLACK_LIST

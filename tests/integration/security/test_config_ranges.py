@@ -108,7 +108,20 @@ async def test_namesrv_refuses_every_numeric_key_out_of_range_at_run_time(
             resp = await client.invoke(f"{host}:{port}", req, WAIT_S)
             assert resp.code != ResponseCode.SUCCESS, (key, value)
             assert key in (resp.remark or ""), (key, value, resp.remark)
-    assert ns.config == config
+        assert ns.config == config
+        # a key read at boot only: refused (it needs a restart), not stored and ignored
+        for body in (b"serverMaxConnections=5\n", b"listenPort=1234\norderMessageEnable=true\n"):
+            req = RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, None, body)
+            resp = await client.invoke(f"{host}:{port}", req, WAIT_S)
+            assert resp.code == ResponseCode.SYSTEM_ERROR, body
+            assert "cannot change while the NameServer runs (it needs a restart)" in (
+                resp.remark or ""), resp.remark
+        assert ns.config == config
+        # a live one is taken
+        req = RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, None,
+                                      b"brokerChannelExpiredTime=60000\n")
+        ok(await client.invoke(f"{host}:{port}", req, WAIT_S))
+        assert ns.config.broker_channel_expired_time_ms == 60_000
 
 
 async def test_a_runtime_change_of_a_boot_time_key_is_refused(tmp_path: Path) -> None:

@@ -320,3 +320,21 @@ async def test_scrape_connections_are_bounded_and_a_token_is_required(tmp_path: 
             authorized = get + f"Authorization: Bearer {token}\r\n\r\n".encode()
             while not (await _http(port, authorized)).startswith(b"HTTP/1.1 200"):
                 pass
+
+
+async def test_namesrv_metrics_token(tmp_path: Path) -> None:
+    cfg = NamesrvConfig(
+        kv_config_path=str(tmp_path / "kv.json"), config_store_path=str(tmp_path / "ns.props"),
+        bind_address="127.0.0.1", listen_port=0, metrics_port=0, metrics_token="ns-token",
+    )
+    async with trio.open_nursery() as nursery:
+        ns = NamesrvServer(cfg)
+        await nursery.start(ns.serve)
+        assert ns.metrics_address is not None
+        addr = f"127.0.0.1:{ns.metrics_address[1]}"
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            await trio.to_thread.run_sync(fetch_metrics, addr)
+        text = await trio.to_thread.run_sync(
+            functools.partial(fetch_metrics, addr, token="ns-token"))
+        assert sample_value(parse_exposition(text), "rmq_namesrv_live_brokers") == 0
+        nursery.cancel_scope.cancel()
