@@ -308,6 +308,8 @@ JAVA_INT_MAX: Final = 2**31 - 1
 #: Most index entries and hash slots of an IndexFile (its size stays under 2 GiB).
 MAX_INDEX_NUM: Final = 80_000_000
 MAX_HASH_SLOT_NUM: Final = 50_000_000
+#: Longest idle time a connection may be given before it is closed (a week).
+MAX_IDLE_SECONDS: Final = 7 * 86_400
 #: Longest time a metrics exposition is served from cache, in seconds.
 MAX_METRICS_CACHE_S: Final = 3600.0
 #: Most connections and buffered input bytes a remoting server may be configured with.
@@ -345,7 +347,7 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
     "advertisedHaListenPort": _PORT_OR_BOUND,
     "metricsPort": _PORT_OR_DEFAULT,
     "metricsCacheSeconds": (0, MAX_METRICS_CACHE_S),
-    "serverChannelMaxIdleTimeSeconds": (0, MAX_INTERVAL_MS // 1000),
+    "serverChannelMaxIdleTimeSeconds": (0, MAX_IDLE_SECONDS),
     "serverMaxConnections": (1, MAX_SERVER_CONNECTIONS),
     "serverMaxBufferedInputBytes": (1, MAX_SERVER_BUFFERED_INPUT_BYTES),
     "serverPartialFrameTimeoutSeconds": (0.001, MAX_TIMEOUT_MS / 1000),

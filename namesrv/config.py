@@ -30,6 +30,8 @@ DEFAULT_BROKER_EXPIRED_MS: Final = 120_000
 DEFAULT_CHANNEL_MAX_IDLE_S: Final = 120
 #: Longest period or expiry, in ms (a day).
 MAX_INTERVAL_MS: Final = 86_400_000
+#: Longest idle time a connection may be given before it is closed (a week).
+MAX_IDLE_SECONDS: Final = 7 * 86_400
 #: THE range of every numeric key of ``NamesrvConfig``, inclusive, checked whenever one is
 #: built (the file at boot, UPDATE_NAMESRV_CONFIG); tests/unit/test_config_ranges.py
 #: fails when a numeric key is missing here.
@@ -37,7 +39,7 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
     "scanNotActiveBrokerInterval": (1, MAX_INTERVAL_MS),
     "brokerChannelExpiredTime": (1, MAX_INTERVAL_MS),
     "listenPort": (0, 65535),  # 0: ephemeral
-    "serverChannelMaxIdleTimeSeconds": (0, MAX_INTERVAL_MS // 1000),
+    "serverChannelMaxIdleTimeSeconds": (0, MAX_IDLE_SECONDS),
     "serverMaxConnections": (1, 1_000_000),
     "serverMaxBufferedInputBytes": (1, 64 * 1024**3),
     "serverPartialFrameTimeoutSeconds": (0.001, 600.0),
