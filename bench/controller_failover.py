@@ -48,6 +48,7 @@ from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.errors import RemotingError
+from rmq_cluster.cluster.remoting.peer_auth import Handshake
 from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.testing import RunningCluster, rmq_cluster
 
@@ -89,8 +90,11 @@ async def routed_master(client: Any, ns_addr: str, group: str) -> str | None:
 async def one_kill(cluster: RunningCluster, group: str, controllers: list[str]) -> dict[str, Any]:
     members = {n.broker_id: n for n in supervisor.load_state(cluster.dir).topology.brokers
                if n.group == group}
-    async with open_remoting_client(node="bench-ctl") as client:
-        cc = ControllerClient(client, controllers)
+    state = supervisor.load_state(cluster.dir)
+    async with open_remoting_client(node="bench-ctl") as client, open_remoting_client(
+        node="bench-ctl-controllers", handshake=supervisor.controller_handshake(state)
+    ) as ctl:
+        cc = ControllerClient(ctl, controllers)
         with trio.fail_after(WAIT_S):
             while True:
                 info = await replica(cc, group)
@@ -121,9 +125,11 @@ async def one_kill(cluster: RunningCluster, group: str, controllers: list[str]) 
             "routed_s": round(routed, 3)}
 
 
-async def controller_latency(controllers: list[str], group: str, n: int = 50) -> float:
+async def controller_latency(
+    controllers: list[str], group: str, handshake: Handshake | None, n: int = 50
+) -> float:
     samples = []
-    async with open_remoting_client(node="bench-ctl-rtt") as client:
+    async with open_remoting_client(node="bench-ctl-rtt", handshake=handshake) as client:
         cc = ControllerClient(client, controllers)
         for _ in range(n):
             t0 = time.monotonic()
@@ -139,9 +145,10 @@ def main() -> int:
     args = parser.parse_args()
     samples = []
     with rmq_cluster("2m-2s-controller") as cluster:
-        topo = supervisor.load_state(cluster.dir).topology
-        controllers = [n.addr for n in topo.controllers]
-        rtt = trio.run(controller_latency, controllers, args.group)
+        state = supervisor.load_state(cluster.dir)
+        controllers = [n.addr for n in state.topology.controllers]
+        rtt = trio.run(controller_latency, controllers, args.group,
+                       supervisor.controller_handshake(state))
         for _ in range(args.kills):
             sample = trio.run(one_kill, cluster, args.group, controllers)
             samples.append(sample)

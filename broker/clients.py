@@ -269,6 +269,9 @@ class ClientChannelInfo:
     version: int
     addr: str
     last_update_ms: int
+    #: Producer rows, ACL on: the AccessKey of the connection's latest heartbeat for the group
+    #: (the account the ACL admitted it as); None with ACL off.
+    access_key: str | None = None
 
 
 @attrs.define
@@ -306,6 +309,7 @@ class ClientManager:
             channels[info.channel] = info
         else:
             old.last_update_ms = info.last_update_ms
+            old.access_key = info.access_key
 
     def unregister_producer(self, group: str, channel: Hashable) -> None:
         channels = self.producers.get(group)
@@ -402,6 +406,10 @@ class ClientManager:
 
     def producer_channels(self, group: str) -> list[Hashable]:
         return list(self.producers.get(group, {}))
+
+    def producer_infos(self, group: str) -> list[ClientChannelInfo]:
+        """The group's producer connections, first registered first."""
+        return list(self.producers.get(group, {}).values())
 
     def groups_subscribing(self, topic: str) -> list[str]:
         return [g for g, info in self.consumers.items() if topic in info.subscriptions]

@@ -33,6 +33,7 @@ from rmq_cluster.broker.controller_mode import ControllerModeConfig
 from rmq_cluster.cluster.config import (
     ConfigError,
     check_address_list,
+    check_cluster_secret,
     check_host,
     check_host_port,
     check_ranges,
@@ -151,10 +152,13 @@ class BrokerConfig:
     server_channel_max_idle_time_seconds: int = setting("serverChannelMaxIdleTimeSeconds", 120)
     #: Extension keys (remoting memory limits; RemotingServer documents them): connections
     #: open at once (more are closed as soon as accepted), bytes all connections may hold in
-    #: incomplete frames (reads pause past it; raised to about 22 MiB if lower: one frame of
+    #: incomplete frames (reads pause past it; raised to about 20 MiB if lower: one frame of
     #: the largest size must fit), and seconds a started frame has to complete (else its
-    #: connection closes).
+    #: connection closes). ``serverMaxConnectionsPerAddress``: connections one peer address
+    #: may hold (more are closed as soon as accepted); a tenth of ``serverMaxConnections``, so
+    #: one address cannot fill the node, and far above what one machine's clients open.
     server_max_connections: int = setting("serverMaxConnections", 10_000)
+    server_max_connections_per_address: int = setting("serverMaxConnectionsPerAddress", 1_000)
     server_max_buffered_input_bytes: int = setting(
         "serverMaxBufferedInputBytes", 256 * 1024 * 1024
     )
@@ -163,6 +167,7 @@ class BrokerConfig:
     )
 
     @server_max_connections.validator
+    @server_max_connections_per_address.validator
     @server_max_buffered_input_bytes.validator
     @server_partial_frame_timeout_seconds.validator
     def _check_remoting_limit(self, attr: attrs.Attribute, value: float) -> None:
@@ -188,6 +193,14 @@ class BrokerConfig:
     #: registration, a slave's sync from its master) when those peers enforce ACL.
     acl_access_key: str = setting("aclAccessKey", "")
     acl_secret_key: str = setting("aclSecretKey", "", secret=True)
+    #: Extension key: the secret this broker's peer ports (HA, DLedger) and its calls to the
+    #: controller prove (cluster/remoting/peer_auth.py); "" = open peer ports, as RocketMQ's.
+    #: ``rmq-cluster up`` generates one per cluster.
+    cluster_secret: str = setting("clusterSecret", "", secret=True)
+
+    @cluster_secret.validator
+    def _check_cluster_secret(self, attribute: attrs.Attribute, value: str) -> None:
+        check_cluster_secret(value)
 
     @listen_port.validator
     def _check_port(self, attribute: attrs.Attribute, value: int) -> None:
@@ -198,6 +211,15 @@ class BrokerConfig:
     def _check_perm(self, attribute: attrs.Attribute, value: int) -> None:
         if not 0 <= value <= 15:
             raise ValueError(f"brokerPermission: {value} is not a permission (0..15)")
+
+    @property
+    def ha_secret(self) -> str | None:
+        """What HA slaves must prove on the HA port (ha/access.py): ``clusterSecret`` when set,
+        else under ``aclEnable`` the shared ``aclSecretKey`` (as before ``clusterSecret``
+        existed; "" = nobody can), else None (RocketMQ's open HA port)."""
+        if self.cluster_secret:
+            return self.cluster_secret
+        return self.acl_secret_key if self.acl_enable else None
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -349,6 +371,7 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
     "metricsCacheSeconds": (0, MAX_METRICS_CACHE_S),
     "serverChannelMaxIdleTimeSeconds": (0, MAX_IDLE_SECONDS),
     "serverMaxConnections": (1, MAX_SERVER_CONNECTIONS),
+    "serverMaxConnectionsPerAddress": (1, MAX_SERVER_CONNECTIONS),
     "serverMaxBufferedInputBytes": (1, MAX_SERVER_BUFFERED_INPUT_BYTES),
     "serverPartialFrameTimeoutSeconds": (0.001, MAX_TIMEOUT_MS / 1000),
     # MessageStoreConfig

@@ -60,8 +60,15 @@ from rmq_cluster.broker.replicas_manager import ReplicasManager
 from rmq_cluster.broker.schedule import ScheduleMessageService
 from rmq_cluster.broker.stats import BrokerStats
 from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC, TopicConfigManager
-from rmq_cluster.broker.transaction import HALF_TOPIC, OP_HALF_TOPIC, TransactionState
+from rmq_cluster.broker.transaction import (
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
+    HalfCheck,
+    TransactionState,
+    check_recipient,
+)
 from rmq_cluster.cluster.acl.guard import AclGuard, default_acl_path
+from rmq_cluster.cluster.acl.permission import PUB
 from rmq_cluster.cluster.acl.signing import credentials_from
 from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
@@ -492,7 +499,7 @@ class BrokerController:
                 # slave acks.
                 self.ha = HAService(
                     store, self.settings.ha, host=bcfg.bind_address,
-                    auth_secret=bcfg.acl_secret_key if bcfg.acl_enable else None,
+                    auth_secret=bcfg.ha_secret,
                     on_peer_refused=self._ha_peer_refused,
                 )
                 if store.role is BrokerRole.SYNC_MASTER:
@@ -527,6 +534,7 @@ class BrokerController:
                 idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
                 on_close=self._on_close,
                 max_connections=bcfg.server_max_connections,
+                max_connections_per_address=bcfg.server_max_connections_per_address,
                 max_buffered_input_bytes=bcfg.server_max_buffered_input_bytes,
                 partial_frame_timeout=bcfg.server_partial_frame_timeout_seconds,
             )
@@ -877,10 +885,8 @@ class BrokerController:
                 self.log.error("transaction check failed", error=repr(exc))
                 continue
             for check in checks:
-                channels = self.clients.producer_channels(check.group)
-                conn = next((c for c in channels if isinstance(c, Connection)), None)
+                conn = self._check_recipient(check)
                 if conn is None:
-                    self.log.info("no producer online for check", group=check.group)
                     continue
                 header = CheckTransactionStateRequestHeader(
                     tran_state_table_offset=check.queue_offset,
@@ -899,6 +905,30 @@ class BrokerController:
                     await conn.invoke_oneway(request)
                 except RemotingError as exc:
                     self.log.info("transaction check send failed", error=str(exc))
+
+    def _check_recipient(self, check: HalfCheck) -> Connection | None:
+        """The producer connection to ask about ``check`` (``transaction.check_recipient``:
+        under ACL one whose account may publish to its topic); None, logged, if none."""
+        producers = [
+            p for p in self.clients.producer_infos(check.group) if isinstance(p.channel, Connection)
+        ]
+        if not producers:
+            self.log.info("no producer online for check", group=check.group)
+            return None
+        acl = self.acl
+        may_publish = None if acl is None else (
+            lambda p, topic: acl.account_may(p.access_key, p.addr, (topic,), PUB)
+        )
+        chosen = check_recipient(producers, check.topic, may_publish)
+        if chosen is None:
+            withheld = self.transactions.withhold(self.now_ms())
+            if withheld:
+                self.log.warning(
+                    "transaction check withheld: no producer of the group may publish to the "
+                    "topic", group=check.group, topic=check.topic, withheld=withheld,
+                )
+            return None
+        return chosen.channel if isinstance(chosen.channel, Connection) else None
 
     # ------------------------------------------------------------------ observing
 

@@ -20,13 +20,21 @@ the process:
 * before serving as master: appends (new epoch, its CommitLog end) to the epoch file; before
   serving as slave: reads the master's epoch cache (GET_BROKER_EPOCH_CACHE 1007, which every
   broker in controller mode answers), cuts its CommitLog at the consistent point (a tail an
-  old master wrote after it lost its role is never kept) and takes the master's epochs;
+  old master wrote after it lost its role is never kept) and takes the master's epochs --
+  unless that cut would drop data this replica knows was acknowledged (its acked mark: as
+  master, what a slave acked; as slave, what it acked to its master; kept in
+  ``ackedOffsetCheckpoint``): then the named master lacks acked data (a wrong election, e.g. a
+  forged one), so this replica does not follow it, cuts nothing, logs an error and waits for
+  the controller to name another master (``refused_masters`` counts it);
 * as master: asks each replica for its epoch cache every period and reports the SyncStateSet
   (CONTROLLER_ALTER_SYNC_STATE_SET 1001): a slave whose log reached where the master was one
   round earlier, in the master's epoch, joins; one that did not for
   ``haMaxTimeSlaveNotCatchup`` leaves;
 * as slave: registers with the NameServers until their answer names the controller's master,
   which points the HA client at it;
+* calls the controllers with the cluster secret (``clusterSecret``: every connection proves it
+  first, ``peer_handshake``) and the other replicas (epoch caches) with the ACL account when
+  ``aclEnable`` is on (their remoting port checks signatures);
 * as master, a lease (``masterLeaseMills``): without a successful heartbeat to the controller
   for that long (cut off from the controllers: they will elect another master after
   ``controllerHeartBeatTimeoutMills``) the master fences itself: its broker permission loses
@@ -51,6 +59,7 @@ import attrs
 import trio
 
 from rmq_cluster.broker.processors.broker_config import install_settings
+from rmq_cluster.cluster.acl.signing import credentials_from
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.controller import (
     NO_MASTER,
@@ -75,8 +84,15 @@ from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.cluster.remoting.headers import HeaderError
+from rmq_cluster.cluster.remoting.peer_auth import peer_handshake
 from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
-from rmq_cluster.store.epoch_file import EpochFile, find_consistent_point, truncate_commitlog
+from rmq_cluster.store.epoch_file import (
+    AckedMark,
+    EpochFile,
+    cut_is_safe,
+    find_consistent_point,
+    truncate_commitlog,
+)
 from rmq_cluster.store.message_store import MessageStore
 
 if TYPE_CHECKING:
@@ -91,6 +107,8 @@ RETRY_INTERVAL_S: Final = 0.1
 FOLLOW_INTERVAL_S: Final = 0.3
 #: The master's lease is checked this often (at most; a quarter of the lease when shorter).
 LEASE_CHECK_S: Final = 0.05
+#: How often the acked mark is read from the HA service and saved when it grew.
+ACKED_MARK_INTERVAL_S: Final = 0.5
 
 
 @attrs.frozen
@@ -163,6 +181,9 @@ class ReplicasManager:
         self.address = format_address(b.broker_ip1, b.advertised_listen_port or b.listen_port)
         self.log = get_logger(node=outer.node, role="replicas-manager")
         self.epoch_file: EpochFile | None = None
+        self.acked: AckedMark | None = None
+        #: masters this replica refused to follow: they lack data it knows was acked
+        self.refused_masters = 0
         self.inner: BrokerHost | None = None
         self.target = NO_TARGET
         self.running: Target | None = None
@@ -200,9 +221,17 @@ class ReplicasManager:
     ) -> None:
         root = self.settings.store.store_path_root_dir
         self.epoch_file = await trio.to_thread.run_sync(EpochFile, root)
-        async with open_remoting_client(node=f"{self.outer.node}-controller") as client:
+        self.acked = await trio.to_thread.run_sync(AckedMark, root)
+        b = self.settings.broker
+        creds = credentials_from(b.acl_access_key, b.acl_secret_key)
+        handshake = peer_handshake(b.cluster_secret) if b.cluster_secret else None
+        async with open_remoting_client(
+            node=f"{self.outer.node}-controller", handshake=handshake
+        ) as controllers, open_remoting_client(
+            node=f"{self.outer.node}-replicas", rpc_hook=creds.sign if creds else None
+        ) as client:
             self._client = client
-            self.cc = ControllerClient(client, self.cm.addrs)
+            self.cc = ControllerClient(controllers, self.cm.addrs)
             async with trio.open_nursery() as nursery:
                 await self._register()
                 nursery.start_soon(self._heartbeat_loop)
@@ -220,7 +249,9 @@ class ReplicasManager:
                 cache = await self._master_epochs(target)
                 if cache is None:
                     continue  # the target changed meanwhile
-                await trio.to_thread.run_sync(self._prepare_slave, cache)
+                if not await trio.to_thread.run_sync(self._prepare_slave, cache):
+                    await self._wait_target_change(target)
+                    continue
             inner = self.factory(self._role_settings(is_master))
             inner.epoch_file = self.epoch_file
             inner.replica_id = self.my_id
@@ -237,6 +268,7 @@ class ReplicasManager:
                     self.outer.broker_addr = inner.broker_addr
                     self.outer.address = address
                     task_status.started(address)
+                nursery.start_soon(self._acked_loop, inner)
                 if is_master:
                     adopt_logged_topics(inner)
                     nursery.start_soon(self._sync_state_loop, inner, target)
@@ -245,6 +277,7 @@ class ReplicasManager:
                     nursery.start_soon(self._follow_master, inner, target)
                 await self._wait_role_change(target, is_master)
                 self.max_offset()
+                self._note_acked(inner)
                 nursery.cancel_scope.cancel()
             self.fenced = False
             self.inner = None
@@ -281,15 +314,26 @@ class ReplicasManager:
             self.epoch_file.append(epoch, end)
         self.log.info("master epoch begins", epoch=epoch, start_offset=end)
 
-    def _prepare_slave(self, cache: EpochEntryCache) -> None:
-        """Blocking: cut a divergent tail, then take the master's epochs."""
-        assert self.epoch_file is not None
+    def _prepare_slave(self, cache: EpochEntryCache) -> bool:
+        """Blocking: cut a divergent tail, then take the master's epochs; False (nothing cut or
+        taken) when the cut would drop data this replica knows was acknowledged."""
+        assert self.epoch_file is not None and self.acked is not None
+        self.acked.save()
         store = MessageStore.open(self._store_config())
         try:
             local_max = store.max_phys_offset
             point = find_consistent_point(
                 self.epoch_file.entries, local_max, cache.entries, cache.max_offset
             )
+            if not cut_is_safe(point, local_max, self.acked.offset):
+                self.refused_masters += 1
+                self.last_max_offset = local_max
+                self.log.error("refusing to follow a master that lacks acknowledged data: "
+                               "nothing cut, waiting for another election",
+                               master=cache.broker_id, master_max_offset=cache.max_offset,
+                               consistent_point=point, acked_offset=self.acked.offset,
+                               local_max_offset=local_max)
+                return False
             if point < local_max:
                 cut = truncate_commitlog(store, point)
                 self.truncated_bytes += cut
@@ -300,6 +344,26 @@ class ReplicasManager:
             store.close()
         self.epoch_file.truncate_after(self.last_max_offset)
         self.epoch_file.replace(cache.entries)
+        return True
+
+    def _note_acked(self, inner: BrokerHost) -> bool:
+        """Raise the acked mark to what ``inner``'s HA service knows was acked: as master the
+        highest offset a slave acked, as slave the highest it reported to its master."""
+        ha = inner.ha
+        if ha is None or self.acked is None:
+            return False
+        if ha.client is not None:
+            acked = ha.client.last_reported_offset
+        else:
+            acked = ha.table.push_to_slave_max_offset
+        return self.acked.raise_to(acked)
+
+    async def _acked_loop(self, inner: BrokerHost) -> None:
+        assert self.acked is not None
+        while True:
+            await trio.sleep(ACKED_MARK_INTERVAL_S)
+            if self._note_acked(inner):
+                await trio.to_thread.run_sync(self.acked.save)
 
     async def _master_epochs(self, target: Target) -> EpochEntryCache | None:
         """The master's epoch cache once it serves its epoch (None: the target changed)."""
@@ -327,6 +391,10 @@ class ReplicasManager:
         while self.target.master_id == NO_MASTER:
             await self._changed.wait()
         return self.target
+
+    async def _wait_target_change(self, target: Target) -> None:
+        while self.target == target:
+            await self._changed.wait()
 
     async def _wait_role_change(self, running: Target, is_master: bool) -> None:
         """Until the controller names another master or epoch (a slave keeps following while

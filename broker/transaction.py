@@ -7,14 +7,20 @@
   ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` whose body is the half message's queue offset and tag ``d``.
 * The check service walks half messages without an op record, older than transactionTimeOut,
   and asks the producer group (CHECK_TRANSACTION_STATE) up to transactionCheckMax times.
+* A check carries the half message's body, so it goes only to a producer connection that could
+  end the transaction itself: under ACL, one whose account may publish (PUB) to the message's
+  real topic, as END_TRANSACTION requires (``check_recipient``). With none, the check is
+  withheld for the round, and said at most every ``WITHHELD_CHECK_LOG_INTERVAL_MS``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Final, Protocol
 
 import attrs
 
+from rmq_cluster.broker.clients import ClientChannelInfo
 from rmq_cluster.cluster.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_NOT_TYPE,
@@ -37,6 +43,9 @@ TRANSACTION_ID_PROPERTY: Final = "__transactionId__"
 READ_BATCH: Final = 32
 #: Check-backs sent per round of the check service at most.
 MAX_CHECKS_PER_ROUND: Final = 256
+#: Checks withheld (no producer of the group may publish to the topic) are logged at most
+#: this often, with how many were withheld since the last line.
+WITHHELD_CHECK_LOG_INTERVAL_MS: Final = 10_000
 
 
 class HalfTopicsOwner(Protocol):
@@ -114,6 +123,8 @@ class HalfCheck:
     """One half message to ask its producer group about."""
 
     group: str
+    #: the topic the half message is bound for (its REAL_TOPIC)
+    topic: str
     queue_offset: int
     commitlog_offset: int
     body: bytes
@@ -130,6 +141,10 @@ class TransactionState:
         self.op_offset = 0  # next op-topic queue offset to read
         self.half_offset = 0  # every half message below this is resolved or given up
         self.check_times: dict[int, int] = {}
+        #: checks withheld since the broker started (no producer may publish to the topic)
+        self.withheld_checks = 0
+        self._withheld_unlogged = 0
+        self._withheld_logged_ms: int | None = None
 
     def is_resolved(self, half_queue_offset: int) -> bool:
         return half_queue_offset in self.removed or half_queue_offset < self.half_offset
@@ -137,6 +152,18 @@ class TransactionState:
     def resolved(self, half_queue_offset: int) -> None:
         self.removed.add(half_queue_offset)
         self.check_times.pop(half_queue_offset, None)
+
+    def withhold(self, now_ms: int) -> int:
+        """Count a check withheld; the number to log now (withheld since the last line), or 0
+        while the last line is younger than ``WITHHELD_CHECK_LOG_INTERVAL_MS``."""
+        self.withheld_checks += 1
+        self._withheld_unlogged += 1
+        last = self._withheld_logged_ms
+        if last is not None and 0 <= now_ms - last < WITHHELD_CHECK_LOG_INTERVAL_MS:
+            return 0
+        count, self._withheld_unlogged = self._withheld_unlogged, 0
+        self._withheld_logged_ms = now_ms
+        return count
 
     def read_ops(self, store: MessageStore) -> None:
         """Fold op records written since the last call into ``removed``."""
@@ -221,6 +248,7 @@ class TransactionState:
                 out.append(
                     HalfCheck(
                         group=props.get(MessageConst.PROPERTY_PRODUCER_GROUP, ""),
+                        topic=real.topic,
                         queue_offset=qo,
                         commitlog_offset=rec.commitlog_offset,
                         body=body,
@@ -234,3 +262,16 @@ class TransactionState:
             if stop:
                 break
         return out
+
+
+def check_recipient(
+    producers: Iterable[ClientChannelInfo],
+    topic: str,
+    may_publish: Callable[[ClientChannelInfo, str], bool] | None,
+) -> ClientChannelInfo | None:
+    """The producer to ask about a half message bound for ``topic``: the first of its group's
+    ``producers`` that ``may_publish`` to it (None: ACL off, any producer), else None."""
+    for info in producers:
+        if may_publish is None or may_publish(info, topic):
+            return info
+    return None

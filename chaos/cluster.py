@@ -101,6 +101,8 @@ class ChaosCluster:
         self.state: ClusterState | None = None
         self.mode = mode_of(spec)
         self.client: RemotingClient | None = None
+        #: calls to the controllers, proving the cluster's clusterSecret (opened once it is up)
+        self.controller_client: RemotingClient | None = None
         self.log = log.bind(cluster=str(directory))
         #: every pid a node ever had (kill_leftovers checks each is still ours).
         self.seen_pids: dict[str, int] = {}
@@ -158,11 +160,13 @@ class ChaosCluster:
 
     # ------------------------------------------------------------------ live status
 
-    async def _call(self, addr: str, code: int, ext: dict[str, str] | None = None
-                    ) -> RemotingCommand | None:
-        assert self.client is not None
+    async def _call(self, addr: str, code: int, ext: dict[str, str] | None = None, *,
+                    controller: bool = False) -> RemotingCommand | None:
+        client = self.controller_client if controller else self.client
+        if client is None:
+            return None
         try:
-            resp = await self.client.invoke(
+            resp = await client.invoke(
                 addr, RemotingCommand.request(code, ext or {}), PROBE_TIMEOUT_S
             )
         except Exception:  # unreachable, reset, timed out: no answer
@@ -189,7 +193,8 @@ class ChaosCluster:
         ext = GetReplicaInfoRequestHeader(broker_name=group).to_ext_fields()
         for ctl in self.controllers():
             resp = await self._call(self.topology.node(ctl).addr,
-                                    ControllerRequestCode.CONTROLLER_GET_REPLICA_INFO, ext)
+                                    ControllerRequestCode.CONTROLLER_GET_REPLICA_INFO, ext,
+                                    controller=True)
             if resp is None:
                 continue
             try:
@@ -204,7 +209,8 @@ class ChaosCluster:
         """The controller that answers GET_METADATA_INFO as the Raft leader (None: none)."""
         for ctl in self.controllers():
             resp = await self._call(self.topology.node(ctl).addr,
-                                    ControllerRequestCode.CONTROLLER_GET_METADATA_INFO)
+                                    ControllerRequestCode.CONTROLLER_GET_METADATA_INFO,
+                                    controller=True)
             if resp is None:
                 continue
             try:
@@ -418,7 +424,12 @@ async def chaos_cluster(
             cc._remember_pids()
             say(f"cluster {spec.name} ready in {result.ready_s:.1f} s (base port {base})")
             try:
-                yield cc
+                async with open_remoting_client(
+                    node="rmq-chaos-controllers",
+                    handshake=supervisor.controller_handshake(result.state),
+                ) as controllers:
+                    cc.controller_client = controllers
+                    yield cc
             finally:
                 with trio.CancelScope(shield=True):
                     if cc.proxies is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -24,7 +25,12 @@ from rmq_cluster.client.model import MessageQueue, PullResult, ReceivedMessage, 
 from rmq_cluster.client.subscription import build_subscription
 from rmq_cluster.cluster.config import format_properties, parse_properties
 from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.message import decode_offset_msg_id, iter_records
+from rmq_cluster.cluster.protocol.message import (
+    BodyInflateError,
+    StoredMessage,
+    decode_offset_msg_id,
+    iter_records,
+)
 from rmq_cluster.cluster.protocol.route import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     ClusterInfo,
@@ -386,7 +392,7 @@ class Admin:
             name = self._broker_name_of(addr)
             try:
                 body = await self._broker(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": offset})
-                msgs = [ReceivedMessage.from_stored(r, name) for r in iter_records(body)]
+                msgs = self._readable(iter_records(body), name)
                 if msgs and (msgs[0].offset_msg_id == msg_id.upper() or topic is None):
                     return msgs
             except MQClientError:
@@ -402,6 +408,21 @@ class Admin:
                                ) -> list[ReceivedMessage]:
         msgs = await self._query(topic, key, unique=False, max_num=max_num)
         return [m for m in msgs if key in (m.keys or "").split(" ")]
+
+    def _readable(self, records: Iterable[StoredMessage], broker_name: str
+                  ) -> list[ReceivedMessage]:
+        """The records as messages; one whose body cannot be inflated within maxMessageSize (a
+        compression bomb, a corrupt body) is left out with a logged reason."""
+        out = []
+        for r in records:
+            try:
+                out.append(ReceivedMessage.from_stored(r, broker_name))
+            except BodyInflateError as exc:
+                self.instance.log.warning(
+                    "message skipped: body cannot be inflated", topic=r.topic,
+                    queue_id=r.queue_id, queue_offset=r.queue_offset,
+                    commitlog_offset=r.commitlog_offset, reason=str(exc))
+        return out
 
     def _broker_name_of(self, addr: str) -> str:
         for name, addrs in self.instance.broker_addrs.items():
@@ -425,8 +446,7 @@ class Admin:
         async def one(name: str, addr: str) -> None:
             resp = await self.instance.invoke(addr, frames.request(RC.QUERY_MESSAGE, ext))
             if resp.code == ResponseCode.SUCCESS:
-                out.extend(ReceivedMessage.from_stored(r, name)
-                           for r in iter_records(bytes(resp.body), check_crc=False))
+                out.extend(self._readable(iter_records(bytes(resp.body), check_crc=False), name))
             elif resp.code != ResponseCode.QUERY_NOT_FOUND:
                 raise MQBrokerError(resp.code, resp.remark, addr)
 

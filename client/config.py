@@ -55,6 +55,9 @@ LOCAL_RECONSUME_DELAY_S: Final = 5.0
 DEFAULT_LOCK_INTERVAL_S: Final = 20.0
 DEFAULT_ORDERLY_SUSPEND_S: Final = 1.0
 #: Java: DefaultMQProducer.checkThreadPoolMinSize etc -- transaction checks answered at once.
+#: Java: DefaultMQProducer.checkRequestHoldMax -- transaction checks queued at once; a broker's
+#: checks beyond it are dropped (logged) and come again at its next check round.
+MAX_PENDING_TRANSACTION_CHECKS: Final = 2000
 LANGUAGE: Final = "JAVA"
 VERSION: Final = CURRENT_VERSION
 
@@ -94,6 +97,9 @@ class ClientConfig:
     #: Plain ACL credentials: when set, every request is signed as RocketMQ's AclClientRPCHook
     #: signs it (AccessKey, optional SecurityToken, Signature = HmacSHA1 over the sorted
     #: extFields values and the body).
+    #: transaction checks being answered at once; more are dropped (the broker checks again)
+    max_pending_transaction_checks: int = attrs.field(
+        default=MAX_PENDING_TRANSACTION_CHECKS, validator=attrs.validators.ge(1))
     access_key: str | None = None
     secret_key: str | None = attrs.field(default=None, repr=False)
     security_token: str | None = attrs.field(default=None, repr=False)

@@ -28,6 +28,7 @@ from rmq_cluster.client.config import (
     DEFAULT_BROKER_SUSPEND_MAX_S,
     DEFAULT_CONSUME_CONCURRENCY,
     DEFAULT_LOCK_INTERVAL_S,
+    DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_RECONSUME_TIMES,
     DEFAULT_ORDERLY_SUSPEND_S,
     DEFAULT_PULL_BATCH_SIZE,
@@ -60,6 +61,7 @@ from rmq_cluster.client.model import (
     PullResult,
     PullStatus,
     ReceivedMessage,
+    SkippedMessage,
     retry_topic,
 )
 from rmq_cluster.client.offset_store import (
@@ -103,9 +105,15 @@ class PullApi:
     """PULL_MESSAGE with the broker's suggestions followed (Java ``PullAPIWrapper``): the next
     pull of a queue goes to ``suggestWhichBrokerId``; a slave never gets COMMIT_OFFSET."""
 
-    def __init__(self, instance: ClientInstance, group: str) -> None:
+    def __init__(self, instance: ClientInstance, group: str, *, log: Any = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.instance = instance
         self.group = group
+        self.log = log if log is not None else instance.log.bind(consumer=group)
+        #: a COMPRESSED body inflating past this is skipped (logged, counted), never delivered
+        self.max_message_bytes = max_message_bytes
+        #: messages skipped so far because their bodies could not be inflated within the bound
+        self.skipped_messages = 0
         self.suggested: dict[MessageQueue, int] = {}
 
     async def pull(
@@ -153,8 +161,12 @@ class PullApi:
         suggest = int(ext.get("suggestWhichBrokerId", MASTER_ID) or 0)
         self.suggested[mq] = suggest
         msgs: tuple[ReceivedMessage, ...] = ()
+        skipped: tuple[SkippedMessage, ...] = ()
         if status is PullStatus.FOUND and resp.body:
-            decoded = ReceivedMessage.decode_all(resp.body, mq.broker_name)
+            decoded, bad = ReceivedMessage.decode_pulled(
+                resp.body, mq.broker_name, max_body_bytes=self.max_message_bytes)
+            if bad:
+                skipped = self._skipped(bad)
             if sub is None:
                 msgs = tuple(decoded)
             else:
@@ -167,7 +179,20 @@ class PullApi:
             max_offset=int(ext.get("maxOffset", 0)),
             messages=msgs,
             suggest_which_broker_id=suggest,
+            skipped=skipped,
         )
+
+    def _skipped(self, bad: list[SkippedMessage]) -> tuple[SkippedMessage, ...]:
+        """Log and count the messages a pull found but cannot deliver: the consumer moves past
+        them as past filtered ones (Java's decoder drops an undecodable message, and the rest of
+        its batch, without a word; here only that message is dropped, and it is said why)."""
+        self.skipped_messages += len(bad)
+        for s in bad:
+            self.log.warning("message skipped: body cannot be inflated", topic=s.topic,
+                             queue_id=s.queue_id, queue_offset=s.queue_offset,
+                             commitlog_offset=s.commitlog_offset, msg_id=s.msg_id,
+                             reason=s.reason, skipped_total=self.skipped_messages)
+        return tuple(bad)
 
     async def max_offset(self, mq: MessageQueue) -> int:
         return await self._offset_call(mq, frames.get_max_offset(mq))
@@ -247,6 +272,9 @@ class PushConfig:
     max_in_flight_per_queue: int = DEFAULT_CONSUME_CONCURRENCY
     pull_threshold_for_queue: int = DEFAULT_PULL_THRESHOLD_FOR_QUEUE
     max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES
+    #: a compressed body that inflates past this (Java maxMessageSize) is skipped and logged
+    max_message_bytes: int = attrs.field(default=DEFAULT_MAX_MESSAGE_BYTES,
+                                         validator=attrs.validators.ge(1))
     suspend_s: float = DEFAULT_BROKER_SUSPEND_MAX_S
     pull_error_backoff_s: float = PULL_ERROR_BACKOFF_S
     local_reconsume_delay_s: float = LOCAL_RECONSUME_DELAY_S
@@ -290,7 +318,8 @@ class PushConsumer:
         self.subscriptions: dict[str, SubscriptionData] = {}
         self.topic_queues: dict[str, list[MessageQueue]] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
-        self.pull_api = PullApi(instance, group)
+        self.pull_api = PullApi(instance, group, log=self.log,
+                                max_message_bytes=self.config.max_message_bytes)
         self.offsets: OffsetStore
         if self.config.message_model is MessageModel.BROADCASTING:
             d = self.config.offset_store_dir
@@ -866,14 +895,17 @@ class PushConsumer:
                 + fastjson.dumps(props) + b',"statusTable":{},"subscriptionSet":' + subs + b"}")
 
     async def consume_directly(self, body: bytes, broker_name: str | None) -> bytes:
+        """CONSUME_MESSAGE_DIRECTLY: the listener on the one message in ``body`` (inflated
+        within ``max_message_bytes``), within the consumer's consume concurrency."""
         start = time.monotonic()
         try:
             rec = next(iter_records(body, check_crc=False))
+            msg = ReceivedMessage.from_stored(rec, broker_name or "",
+                                              max_body_bytes=self.config.max_message_bytes)
         except (StopIteration, ValueError) as exc:
             return orjson.dumps({"autoCommit": True, "consumeResult": "CR_THROW_EXCEPTION",
                                  "order": False, "remark": str(exc), "spentTimeMills": 0})
-        msg = ReceivedMessage.from_stored(rec, broker_name or "")
-        status = await self._run_listener([msg])
+        status = await self._run_listener([msg])  # within the consume concurrency
         ok = status is None or status in (ConsumeResult.SUCCESS, OrderlyResult.SUCCESS, True)
         result = {
             "autoCommit": True,
@@ -885,10 +917,16 @@ class PushConsumer:
         return fastjson.dumps(result)
 
     async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
-        """RESET_CONSUMER_CLIENT_OFFSET: drop the queues, store the new offsets, rebalance."""
+        """RESET_CONSUMER_CLIENT_OFFSET: drop the queues, store the new offsets, rebalance.
+        Only queues of ``topic`` this consumer knows (its route, its assignment) are reset."""
+        known = set(self.topic_queues.get(topic) or ()) | {
+            mq for mq in self.process_queues if mq.topic == topic}
+        wanted = {mq: off for mq, off in offsets.items() if mq in known}
+        if len(wanted) < len(offsets):
+            self.log.warning("reset offset: unknown queues ignored", topic=topic,
+                             ignored=len(offsets) - len(wanted))
+        offsets = wanted
         for mq, offset in offsets.items():
-            if mq.topic != topic:
-                continue
             pq = self.process_queues.pop(mq, None)
             if pq is not None:
                 pq.dropped = True
@@ -951,7 +989,10 @@ class PullConsumer:
         auto_commit: bool = True,
         buffered_batches: int = 64,
         pull_error_backoff_s: float = PULL_ERROR_BACKOFF_S,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
+        if max_message_bytes < 1:
+            raise MQClientError(f"max_message_bytes must be positive, not {max_message_bytes}")
         self.group = group
         self._own_instance = instance is None
         if instance is None:
@@ -964,12 +1005,14 @@ class PullConsumer:
         self.suspend_s = suspend_s
         self.auto_commit = auto_commit
         self.pull_error_backoff_s = pull_error_backoff_s
-        self.pull_api = PullApi(instance, group)
+        self.pull_api = PullApi(instance, group, log=self.log,
+                                max_message_bytes=max_message_bytes)
         self.offsets = RemoteOffsetStore(instance, group)
         self.assigned: dict[MessageQueue, _Assigned] = {}
         self.subs: dict[str, SubscriptionData] = {}
+        #: (queue, generation, messages, the offset past the batch's last message or skipped one)
         self._send, self._recv = trio.open_memory_channel[
-            tuple[MessageQueue, int, list[ReceivedMessage]]](buffered_batches)
+            tuple[MessageQueue, int, list[ReceivedMessage], int]](buffered_batches)
         self._nursery: trio.Nursery | None = None
         self._stack: AsyncExitStack | None = None
         self.running = False
@@ -1041,7 +1084,7 @@ class PullConsumer:
 
     async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
         for mq, off in offsets.items():
-            if mq in self.assigned:
+            if mq.topic == topic and mq in self.assigned:
                 self.seek(mq, off)
 
     # API
@@ -1113,13 +1156,14 @@ class PullConsumer:
         """The next batch of messages (one queue's pull), or [] after ``timeout``."""
         with trio.move_on_after(timeout):
             while True:
-                mq, gen, msgs = await self._recv.receive()
+                mq, gen, msgs, past = await self._recv.receive()
                 st = self.assigned.get(mq)
-                if st is None or st.generation != gen or not msgs:
+                if st is None or st.generation != gen:
                     continue
-                if msgs[-1].queue_offset + 1 > st.consumed:
-                    st.consumed = msgs[-1].queue_offset + 1
-                return msgs
+                if past > st.consumed:  # a skipped message counts as consumed once reached
+                    st.consumed = past
+                if msgs:
+                    return msgs
         return []
 
     def _sync_consumed(self) -> None:
@@ -1163,5 +1207,7 @@ class PullConsumer:
                 if gen != st.generation:
                     continue
                 st.offset = result.next_begin_offset
-                if result.messages:
-                    await self._send.send((st.mq, gen, list(result.messages)))
+                if result.messages or result.skipped:
+                    past = 1 + max([m.queue_offset for m in result.messages]
+                                   + [s.queue_offset for s in result.skipped])
+                    await self._send.send((st.mq, gen, list(result.messages), past))

@@ -37,17 +37,24 @@ from rmq_cluster.client.errors import (
 )
 from rmq_cluster.client.ids import build_client_id, default_instance_name, local_ip
 from rmq_cluster.client.model import MessageQueue
-from rmq_cluster.client.request_reply import RequestFutureTable, reply_from_push
+from rmq_cluster.client.request_reply import (
+    RequestFutureTable,
+    reply_from_push,
+    reply_properties,
+)
 from rmq_cluster.client.subscription import ConsumerData, heartbeat_body
 from rmq_cluster.cluster.acl.signing import credentials_from
 from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.message import BodyInflateError, MessageConst
+from rmq_cluster.cluster.protocol.names import MAX_QUEUE_NUMS
 from rmq_cluster.cluster.protocol.route import PermName, TopicRouteData
 from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.dispatch import checked
 from rmq_cluster.cluster.remoting.errors import (
     RemotingError,
     RemotingTimeoutError,
@@ -65,6 +72,8 @@ from rmq_cluster.cluster.remoting.headers import (
 MASTER_ID = 0
 #: A failing periodic task waits this long before its next round (it is logged, not fatal).
 LOOP_ERROR_BACKOFF_S = 1.0
+#: The remark of a broker -> client request refused because it did not come from a broker.
+REFUSED_NOT_A_BROKER = "request refused: not a connection to a broker of this client"
 
 
 class ProducerHook(Protocol):
@@ -125,17 +134,36 @@ def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
 
 
 _MQ_KEY = re.compile(
-    r'\{"brokerName":"(?P<b>[^"]*)","queueId":(?P<q>-?\d+),"topic":"(?P<t>[^"]*)"\}:(?P<o>-?\d+)'
+    r'\{"brokerName":"(?P<b>[^"]*)","queueId":(?P<q>-?\d{1,10}),"topic":"(?P<t>[^"]*)"\}'
+    r':(?P<o>-?\d{1,19})(?!\d)'
 )
+#: A queue offset is a Java long: anything outside [0, 2^63) in an offset table is dropped.
+MAX_QUEUE_OFFSET = 2**63 - 1
+
+
+def _offset_entry(topic: Any, broker: Any, queue_id: Any, offset: Any
+                  ) -> tuple[MessageQueue, int] | None:
+    """One checked entry of an offset table: names are strings, the queue id a valid one and
+    the offset a Java long >= 0; None for anything else."""
+    if not (isinstance(topic, str) and isinstance(broker, str)):
+        return None
+    try:
+        qid, off = int(queue_id), int(offset)
+    except (TypeError, ValueError):
+        return None
+    if not (0 <= qid < MAX_QUEUE_NUMS and 0 <= off <= MAX_QUEUE_OFFSET):
+        return None
+    return MessageQueue(topic, broker, qid), off
 
 
 def parse_offset_table(body: bytes) -> dict[MessageQueue, int]:
     """``{"offsetTable":{{mq}:offset,...}}`` (Java, MessageQueue object keys) or the C++ form
-    ``{"offsetTable":[{"brokerName","offset","queueId","topic"}]}``."""
+    ``{"offsetTable":[{"brokerName","offset","queueId","topic"}]}``. Entries that are not
+    well-formed (a name that is not a string, a queue id or offset out of range) are left
+    out: a peer's table never raises."""
     text = bytes(body).decode("utf-8", "replace")
-    out = {
-        MessageQueue(m["t"], m["b"], int(m["q"])): int(m["o"]) for m in _MQ_KEY.finditer(text)
-    }
+    out = dict(filter(None, (_offset_entry(m["t"], m["b"], m["q"], m["o"])
+                             for m in _MQ_KEY.finditer(text))))
     if out:
         return out
     try:
@@ -145,8 +173,11 @@ def parse_offset_table(body: bytes) -> dict[MessageQueue, int]:
     table = obj.get("offsetTable") if isinstance(obj, dict) else None
     if isinstance(table, list):
         for item in table:
-            mq = MessageQueue(str(item["topic"]), str(item["brokerName"]), int(item["queueId"]))
-            out[mq] = int(item["offset"])
+            if isinstance(item, dict):
+                entry = _offset_entry(item.get("topic"), item.get("brokerName"),
+                                      item.get("queueId"), item.get("offset"))
+                if entry is not None:
+                    out[entry[0]] = entry[1]
     return out
 
 
@@ -208,6 +239,10 @@ class ClientInstance:
         self._heartbeat_lock = trio.Lock()
         #: Producer.request calls waiting for their replies, by correlation id
         self.request_futures = RequestFutureTable()
+        #: transaction checks being answered (at most config.max_pending_transaction_checks)
+        self._pending_checks = 0
+        #: transaction checks dropped because that many were being answered already
+        self.dropped_transaction_checks = 0
         self.running = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -575,7 +610,7 @@ class ClientInstance:
 
     def _processors(self) -> dict[int, Any]:
         rc = RequestCode
-        return {
+        table = {
             rc.NOTIFY_CONSUMER_IDS_CHANGED: self._on_notify_ids_changed,
             rc.CHECK_TRANSACTION_STATE: self._on_check_transaction,
             rc.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
@@ -583,22 +618,53 @@ class ClientInstance:
             rc.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
             rc.PUSH_REPLY_MESSAGE_TO_CLIENT: self._on_push_reply,
         }
+        return {code: checked(p, self._broker_only) for code, p in table.items()}
+
+    def is_broker_connection(self, conn: Connection) -> bool:
+        """Whether ``conn`` is a connection this client opened to a broker it knows from the
+        routes (the client listens on no port: every connection is one it opened, but a
+        NameServer's or any other address's is not a broker's)."""
+        known = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
+        return conn.peer in known or any(self._conns.get(a) is conn for a in known)
+
+    def _broker_only(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+        """The gate in front of every broker -> client request: refused unless it comes on a
+        connection to a known broker."""
+        if self.is_broker_connection(conn):
+            return None
+        self.log.warning("request refused: not from a broker this client knows",
+                         code=req.code, peer=conn.peer)
+        return req.response(ResponseCode.SYSTEM_ERROR, REFUSED_NOT_A_BROKER)
 
     def _on_push_reply(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        """A reply to one of our requests (Java ``receiveReplyMessage``): SUCCESS once read,
-        whether or not a request still waits for it (a late reply is logged)."""
+        """A reply to one of our requests (Java ``receiveReplyMessage``). Only a reply whose
+        correlation id names a request still waiting is read, and only within that request's
+        ``max_message_bytes`` (before and after inflation); any other is dropped with a
+        logged reason before its body is touched. SUCCESS unless the reply was refused."""
         try:
             header = ReplyMessageRequestHeader.from_ext_fields(req.ext_fields)
-            reply = reply_from_push(header, bytes(req.body), now_ms())
+            props = reply_properties(header)
         except ValueError as exc:
-            self.log.warning("bad reply message", error=str(exc))
+            self.log.warning("reply dropped: bad header", error=str(exc), peer=conn.peer)
             return req.response(ResponseCode.SYSTEM_ERROR, "process reply message fail")
-        if not self.request_futures.deliver(reply):
-            self.log.warning(
-                "receive reply message, but not matched any request",
-                correlation_id=reply.properties.get("CORRELATION_ID"),
-                born_host=header.born_host,
-            )
+        cid = props.get(MessageConst.PROPERTY_CORRELATION_ID)
+        fut = self.request_futures.waiting(cid)
+        if fut is None:
+            self.log.warning("reply dropped: no request waits for it", correlation_id=cid,
+                             born_host=header.born_host, body_bytes=len(req.body))
+            return req.response(ResponseCode.SUCCESS)  # as Java: a late reply is no error
+        try:
+            if len(req.body) > fut.max_body_bytes:
+                raise BodyInflateError(f"reply body of {len(req.body)} bytes is over "
+                                       f"{fut.max_body_bytes} (max_message_bytes)")
+            reply = reply_from_push(header, bytes(req.body), now_ms(),
+                                    max_body_bytes=fut.max_body_bytes, properties=props)
+        except BodyInflateError as exc:
+            self.log.warning("reply refused", correlation_id=cid, born_host=header.born_host,
+                             reason=str(exc))
+            fut.fail(str(exc))
+            return req.response(ResponseCode.SYSTEM_ERROR, "process reply message fail")
+        self.request_futures.deliver(reply)
         return req.response(ResponseCode.SUCCESS)
 
     def _on_notify_ids_changed(self, conn: Connection, req: RemotingCommand
@@ -632,8 +698,22 @@ class ClientInstance:
         if producer is None:
             self.log.info("transaction check for an unknown group", group=group)
             return None
-        self.spawn(producer.check_transaction, conn, header, bytes(req.body))
+        if self._pending_checks >= self.config.max_pending_transaction_checks:
+            self.dropped_transaction_checks += 1
+            self.log.warning("transaction check dropped: too many pending", group=group,
+                             pending=self._pending_checks, transaction_id=header.transaction_id,
+                             dropped_total=self.dropped_transaction_checks)
+            return None  # the broker checks again later
+        self._pending_checks += 1
+        self.spawn(self._check_transaction, producer, conn, header, bytes(req.body))
         return None
+
+    async def _check_transaction(self, producer: ProducerHook, conn: Connection,
+                                 header: CheckTransactionStateRequestHeader, body: bytes) -> None:
+        try:
+            await producer.check_transaction(conn, header, body)
+        finally:
+            self._pending_checks -= 1
 
     def _on_running_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         header = GetConsumerRunningInfoRequestHeader.from_ext_fields(req.ext_fields)
@@ -655,7 +735,9 @@ class ClientInstance:
                                ) -> RemotingCommand | None:
         header = ResetOffsetRequestHeader.from_ext_fields(req.ext_fields)
         consumer = self.consumers.get(header.group)
-        if consumer is None:
+        if consumer is None or header.topic not in set(consumer.subscribed_topics()):
+            self.log.info("reset offset for a group or topic not consumed here",
+                          group=header.group, topic=header.topic)
             return None
         offsets = parse_offset_table(bytes(req.body))
         await consumer.reset_offsets(header.topic, offsets)

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from rmq_cluster.cluster.protocol.message import (
-    SYSFLAG_COMPRESSED,
+    MAX_MESSAGE_SIZE_BYTES,
+    BodyInflateError,
     MessageConst,
     StoredMessage,
     body_crc,
     decode_host,
     encode_offset_msg_id,
     encode_offset_msg_id_raw,
+    inflate_body,
     record_fields,
 )
 
@@ -157,17 +157,31 @@ class ReceivedMessage:
 
     @classmethod
     def decode_all(
-        cls, data: bytes | bytearray | memoryview, broker_name: str, *, check_crc: bool = False
+        cls, data: bytes | bytearray | memoryview, broker_name: str, *, check_crc: bool = False,
+        max_body_bytes: int = MAX_MESSAGE_SIZE_BYTES,
     ) -> list[ReceivedMessage]:
+        """The messages of ``decode_pulled`` (a body that cannot be inflated is left out)."""
+        return cls.decode_pulled(
+            data, broker_name, check_crc=check_crc, max_body_bytes=max_body_bytes)[0]
+
+    @classmethod
+    def decode_pulled(
+        cls, data: bytes | bytearray | memoryview, broker_name: str, *, check_crc: bool = False,
+        max_body_bytes: int = MAX_MESSAGE_SIZE_BYTES,
+    ) -> tuple[list[ReceivedMessage], list[SkippedMessage]]:
         """Every record of a PULL (or QUERY) body, as ``from_stored`` would make each, without
         the intermediate ``StoredMessage``: the records of one body share their queue and hosts,
-        which are made once per body. Raises ``RecordError`` on a bad record."""
+        which are made once per body. A COMPRESSED body that cannot be inflated within
+        ``max_body_bytes`` (corrupt, or a bomb) is not delivered: it comes back as a
+        ``SkippedMessage`` and the records after it are decoded as usual. Raises ``RecordError``
+        on a bad record."""
         view = memoryview(data)
         end = len(view)
         hosts: dict[bytes, tuple[str, int]] = {}
         queues: dict[tuple[str, int], MessageQueue] = {}
         uniq_key = MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
         out = []
+        skipped = []
         pos = 0
         while pos < end:
             (
@@ -175,9 +189,13 @@ class ReceivedMessage:
                 store_ts, store_raw, reconsume, _prepared, body, topic, props,
             ) = record_fields(view, pos, check_crc=check_crc)
             pos += total
-            if sys_flag & SYSFLAG_COMPRESSED:
-                with contextlib.suppress(zlib.error):  # else the consumer sees the stored bytes
-                    body = zlib.decompress(body)
+            msg_id = props.get(uniq_key) or encode_offset_msg_id_raw(store_raw, phys)
+            try:
+                body = inflate_body(body, sys_flag, max_body_bytes)
+            except BodyInflateError as exc:
+                skipped.append(SkippedMessage(topic, queue_id, queue_offset, phys, msg_id,
+                                              str(exc)))
+                continue
             born_host = hosts.get(born_raw)
             if born_host is None:
                 born_host = hosts[born_raw] = decode_host(born_raw)
@@ -194,7 +212,7 @@ class ReceivedMessage:
                 queue=queue,
                 queue_offset=queue_offset,
                 commitlog_offset=phys,
-                msg_id=props.get(uniq_key) or encode_offset_msg_id_raw(store_raw, phys),
+                msg_id=msg_id,
                 reconsume_times=reconsume,
                 born_timestamp=born_ts,
                 store_timestamp=store_ts,
@@ -204,14 +222,16 @@ class ReceivedMessage:
                 store_host=store_host,
                 body_crc=crc,
             ))
-        return out
+        return out, skipped
 
     @classmethod
-    def from_stored(cls, stored: StoredMessage, broker_name: str) -> ReceivedMessage:
-        body = stored.body
-        if stored.sys_flag & SYSFLAG_COMPRESSED:
-            with contextlib.suppress(zlib.error):  # else the consumer sees the stored bytes
-                body = zlib.decompress(body)
+    def from_stored(
+        cls, stored: StoredMessage, broker_name: str, *,
+        max_body_bytes: int = MAX_MESSAGE_SIZE_BYTES,
+    ) -> ReceivedMessage:
+        """Raises ``BodyInflateError`` (a ValueError) when a COMPRESSED body cannot be inflated
+        within ``max_body_bytes``."""
+        body = inflate_body(stored.body, stored.sys_flag, max_body_bytes)
         props = stored.properties
         uniq = props.get(MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if not uniq:
@@ -248,6 +268,20 @@ class ReceivedMessage:
 
 
 @attrs.frozen
+class SkippedMessage:
+    """A pulled message a consumer does not deliver: its body cannot be inflated within the
+    consumer's ``max_message_bytes`` (``reason`` says why). It stays in the store; the consumer
+    moves past it as past a filtered message."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    msg_id: str
+    reason: str
+
+
+@attrs.frozen
 class PullResult:
     status: PullStatus
     next_begin_offset: int
@@ -255,6 +289,8 @@ class PullResult:
     max_offset: int
     messages: tuple[ReceivedMessage, ...] = ()
     suggest_which_broker_id: int = 0
+    #: messages found but not delivered (their bodies cannot be inflated within the bound)
+    skipped: tuple[SkippedMessage, ...] = ()
 
 
 class ConsumeResult(enum.Enum):

@@ -15,6 +15,7 @@ import argparse
 import base64
 import contextlib
 import datetime
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -1012,6 +1013,7 @@ async def _get_sync_state_set(admin: Admin, args: argparse.Namespace) -> Output:
     )
     from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
     from rmq_cluster.cluster.remoting.codec import RemotingCommand
+    from rmq_cluster.cluster.remoting.peer_auth import peer_handshake
 
     try:
         addrs = parse_controller_addrs(args.controller_address)
@@ -1021,7 +1023,10 @@ async def _get_sync_state_set(admin: Admin, args: argparse.Namespace) -> Output:
     if args.cluster:
         info = await admin.cluster_list()
         names = sorted(info.cluster_addr_table.get(args.cluster, ()))
-    async with open_remoting_client(node="mqadmin-controller") as client:
+    secret = args.cluster_secret
+    async with open_remoting_client(
+        node="mqadmin-controller", handshake=peer_handshake(secret) if secret else None
+    ) as client:
         r = await ControllerClient(client, addrs).call(RemotingCommand.request(
             ControllerRequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, encode_broker_names(names)))
     if r.code != 0:
@@ -1087,6 +1092,9 @@ def add_controller_commands(sub: Any) -> None:
              _get_sync_state_set)
     ap.add_argument("-a", "--controller-address", required=True,
                     help="controller addresses host:port;host:port")
+    ap.add_argument("--cluster-secret", default=os.environ.get("RMQ_CLUSTER_SECRET"),
+                    help="the controllers' clusterSecret, proved on connecting "
+                         "(default: $RMQ_CLUSTER_SECRET)")
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("-b", "--broker-name", help="broker (group) name")
     g.add_argument("-c", "--cluster", help="every group of this cluster")

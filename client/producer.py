@@ -492,7 +492,7 @@ class Producer:
             await self.queues_for(msg.topic)
             await self.instance.send_heartbeat_to_all()
         futures = self.instance.request_futures
-        fut = futures.register(correlation_id)
+        fut = futures.register(correlation_id, self.config.max_message_bytes)
         try:
             remaining = timeout - (_clock() - start)
             try:
@@ -505,6 +505,11 @@ class Producer:
                 ) from exc
             with trio.move_on_after(max(0.0, timeout - (_clock() - start))):
                 await fut.arrived.wait()
+            if fut.error is not None:
+                raise MQClientError(
+                    f"send request message to <{msg.topic}> OK, but its reply was refused: "
+                    f"{fut.error}"
+                )
             if fut.reply is None:
                 raise RequestTimeoutError(
                     f"send request message to <{msg.topic}> OK, but wait reply message "
@@ -615,7 +620,14 @@ class TransactionProducer(Producer):
         except (StopIteration, ValueError) as exc:
             self.log.info("bad transaction check body", error=str(exc))
             return
-        msg = ReceivedMessage.from_stored(stored, "")
+        try:
+            msg = ReceivedMessage.from_stored(
+                stored, "", max_body_bytes=self.config.max_message_bytes)
+        except ValueError as exc:
+            self.log.warning("transaction check skipped: body cannot be inflated",
+                             topic=stored.topic, commitlog_offset=stored.commitlog_offset,
+                             transaction_id=header.transaction_id, reason=str(exc))
+            return
         try:
             state = await _call(self.check_local, msg)
             if not isinstance(state, TransactionState):

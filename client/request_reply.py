@@ -21,9 +21,7 @@ client instance hands it to the waiting ``request`` by correlation id.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
@@ -31,7 +29,12 @@ import trio
 
 from rmq_cluster.client.errors import MQClientError
 from rmq_cluster.client.model import ConsumeResult, Message, MessageQueue, ReceivedMessage
-from rmq_cluster.cluster.protocol.message import SYSFLAG_COMPRESSED, MessageConst, decode_properties
+from rmq_cluster.cluster.protocol.message import (
+    MAX_MESSAGE_SIZE_BYTES,
+    MessageConst,
+    decode_properties,
+    inflate_body,
+)
 from rmq_cluster.cluster.remoting.headers import ReplyMessageRequestHeader
 
 MC = MessageConst
@@ -89,14 +92,20 @@ def _host(text: str) -> tuple[str, int]:
         return "0.0.0.0", 0
 
 
+def reply_properties(header: ReplyMessageRequestHeader) -> dict[str, str]:
+    return decode_properties(header.properties) if header.properties else {}
+
+
 def reply_from_push(
-    header: ReplyMessageRequestHeader, body: bytes, arrive_ms: int
+    header: ReplyMessageRequestHeader, body: bytes, arrive_ms: int, *,
+    max_body_bytes: int = MAX_MESSAGE_SIZE_BYTES, properties: dict[str, str] | None = None,
 ) -> ReceivedMessage:
-    """The reply a broker pushed (Java ``ClientRemotingProcessor.receiveReplyMessage``)."""
-    if header.sys_flag & SYSFLAG_COMPRESSED:
-        with contextlib.suppress(zlib.error):  # Java logs and keeps the bytes as they came
-            body = zlib.decompress(body)
-    props = decode_properties(header.properties) if header.properties else {}
+    """The reply a broker pushed (Java ``ClientRemotingProcessor.receiveReplyMessage``).
+    ``properties``: ``reply_properties(header)`` when the caller has them already. Raises
+    ``BodyInflateError`` (a ValueError) when a COMPRESSED body cannot be inflated within
+    ``max_body_bytes`` (Java inflates without a bound)."""
+    body = inflate_body(body, header.sys_flag, max_body_bytes)
+    props = dict(properties) if properties is not None else reply_properties(header)
     props[MC.PROPERTY_REPLY_MESSAGE_ARRIVE_TIME] = str(arrive_ms)
     return ReceivedMessage(
         topic=header.topic,
@@ -118,15 +127,23 @@ def reply_from_push(
 
 
 class RequestFuture:
-    """One request waiting for its reply (Java ``RequestResponseFuture``)."""
+    """One request waiting for its reply (Java ``RequestResponseFuture``); a reply larger
+    than ``max_body_bytes`` (before or after inflation) is refused with ``error`` set."""
 
-    def __init__(self, correlation_id: str) -> None:
+    def __init__(self, correlation_id: str, max_body_bytes: int = MAX_MESSAGE_SIZE_BYTES
+                 ) -> None:
         self.correlation_id = correlation_id
+        self.max_body_bytes = max_body_bytes
         self.reply: ReceivedMessage | None = None
+        self.error: str | None = None
         self.arrived = trio.Event()
 
     def put(self, reply: ReceivedMessage) -> None:
         self.reply = reply
+        self.arrived.set()
+
+    def fail(self, reason: str) -> None:
+        self.error = reason
         self.arrived.set()
 
 
@@ -139,9 +156,15 @@ class RequestFutureTable:
     def __len__(self) -> int:
         return len(self._table)
 
-    def register(self, correlation_id: str) -> RequestFuture:
-        fut = self._table[correlation_id] = RequestFuture(correlation_id)
+    def register(self, correlation_id: str, max_body_bytes: int = MAX_MESSAGE_SIZE_BYTES
+                 ) -> RequestFuture:
+        fut = self._table[correlation_id] = RequestFuture(correlation_id, max_body_bytes)
         return fut
+
+    def waiting(self, correlation_id: str | None) -> RequestFuture | None:
+        """The request still waiting under ``correlation_id``, if any (None for a late,
+        forged or foreign reply)."""
+        return self._table.get(correlation_id) if correlation_id is not None else None
 
     def remove(self, correlation_id: str) -> None:
         self._table.pop(correlation_id, None)

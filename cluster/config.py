@@ -16,7 +16,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
@@ -31,6 +31,20 @@ def setting(key: str, default: Any, *, secret: bool = False) -> Any:
     """Declare a config field read from the properties key ``key``; a ``secret`` one never
     shows in the config value's repr (a logged config object)."""
     return attrs.field(default=default, kw_only=True, metadata={"key": key}, repr=not secret)
+
+
+#: The shortest ``clusterSecret`` a node accepts (``rmq-cluster up`` generates 43 characters).
+MIN_CLUSTER_SECRET_CHARS: Final = 16
+
+
+def check_cluster_secret(value: str) -> None:
+    """``clusterSecret``: empty (open peer ports) or at least ``MIN_CLUSTER_SECRET_CHARS``
+    printable ASCII characters without spaces."""
+    if value and (len(value) < MIN_CLUSTER_SECRET_CHARS or len(value) > 1024
+                  or not value.isascii() or not value.isprintable() or " " in value):
+        raise ValueError(
+            f"clusterSecret: must be {MIN_CLUSTER_SECRET_CHARS}..1024 printable ASCII characters "
+            "without spaces (or empty)")
 
 
 # --------------------------------------------------------------------------- .properties text

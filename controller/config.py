@@ -19,7 +19,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import ConfigError, check_ranges, setting
+from rmq_cluster.cluster.config import ConfigError, check_cluster_secret, check_ranges, setting
 
 DEFAULT_LISTEN_PORT: Final = 9878
 DEFAULT_SCAN_INTERVAL_MS: Final = 100
@@ -64,6 +64,13 @@ class ControllerConfig:
     raft_election_timeout_ms: int = setting(
         "controllerElectionTimeoutMs", DEFAULT_RAFT_ELECTION_TIMEOUT_MS
     )
+    #: Extension key: the secret brokers and the other controllers prove on both ports
+    #: (cluster/remoting/peer_auth.py); "" = open ports, as RocketMQ's.
+    cluster_secret: str = setting("clusterSecret", "", secret=True)
+
+    @cluster_secret.validator
+    def _check_cluster_secret(self, attribute: attrs.Attribute, value: str) -> None:
+        check_cluster_secret(value)
 
     def peer_map(self) -> dict[str, str]:
         out: dict[str, str] = {}

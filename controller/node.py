@@ -12,6 +12,13 @@ Reads are answered by the leader once it applied everything up to its own no-op 
 answers from a view older than what a previous leader committed).  Followers answer every
 request CONTROLLER_NOT_LEADER (2007), naming the leader in the remark; brokers then try the
 next controller.  Heartbeats (BROKER_HEARTBEAT 904) are kept by the leader only.
+
+Peer authentication (``clusterSecret``): both ports -- the listen port brokers and admin tools
+call and the Raft peer port -- are served behind a ``PeerAuthGate``, and this node's Raft
+transport proves the secret on every connection it opens (``peer_handshake``): a peer without
+the secret gets no answer, its connection is closed, logged and counted (``listen_gate.refused``,
+``peer_gate.refused``).  Without a secret both ports are open, as Apache RocketMQ's; the node
+says so at boot with a warning.
 """
 
 from __future__ import annotations
@@ -42,10 +49,12 @@ from rmq_cluster.cluster.protocol.controller import (
     decode_broker_names,
     encode_replicas_table,
 )
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.headers import HeaderError
+from rmq_cluster.cluster.remoting.peer_auth import Handshake, PeerAuthGate, peer_handshake
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.controller.config import ControllerConfig
 from rmq_cluster.controller.state import (
@@ -61,8 +70,10 @@ from rmq_cluster.controller.state import (
     RegisterEvent,
     ReplicasState,
     check_address,
+    check_heartbeat,
     decide_alter,
     decide_elect,
+    decide_register,
     decode_event,
     encode_event,
     groups_needing_election,
@@ -72,7 +83,12 @@ from rmq_cluster.dledger.core import CoreConfig, Role
 from rmq_cluster.dledger.log_storage import FileLogStorage
 from rmq_cluster.dledger.messages import Entry
 from rmq_cluster.dledger.messages import ResponseCode as RaftCode
-from rmq_cluster.dledger.node import DLedgerNode, RemotingTransport, serve_peers
+from rmq_cluster.dledger.node import (
+    PEER_CONNECT_TIMEOUT_S,
+    DLedgerNode,
+    RemotingTransport,
+    peer_dispatcher,
+)
 
 #: How long a write waits for its event to commit and apply before answering SYSTEM_BUSY.
 PROPOSE_TIMEOUT_S: Final = 3.0
@@ -81,6 +97,23 @@ MAX_HEARTBEAT_TIMEOUT_MS: Final = 60_000
 
 RC = ControllerRequestCode
 CC = ControllerResponseCode
+
+
+class AuthenticatingTransport(RemotingTransport):
+    """The Raft transport, proving the cluster secret on every connection it opens."""
+
+    def __init__(self, peers: dict[str, str], *, node: str, handshake: Handshake) -> None:
+        super().__init__(peers, node=node)
+        self.handshake = handshake
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_remoting_client(
+            node=f"{self.node}-dledger", connect_timeout=PEER_CONNECT_TIMEOUT_S,
+            handshake=self.handshake,
+        ) as client, trio.open_nursery() as nursery:
+            for link in self.links.values():
+                nursery.start_soon(self._sender, client, link)
+            task_status.started()
 
 
 class ControllerNode:
@@ -110,6 +143,12 @@ class ControllerNode:
         self.peer_address: tuple[str, int] | None = None
         self.elections = 0
         self.bad_events = 0
+        secret = config.cluster_secret
+        name = f"controller-{config.self_id}"
+        #: None without clusterSecret (open ports, Apache-compatible)
+        self.listen_gate = PeerAuthGate(secret, node=name, port="controller") if secret else None
+        self.peer_gate = PeerAuthGate(secret, node=name, port="controller-raft") if secret else None
+        self.handshake: Handshake | None = peer_handshake(secret) if secret else None
 
     # ------------------------------------------------------------------ observing
 
@@ -201,20 +240,29 @@ class ControllerNode:
                               data_file_bytes=16 * 1024 * 1024, index_file_bytes=32 * 65536)
         )
         others = {pid: addr for pid, addr in peers.items() if pid != cfg.self_id}
-        transport = RemotingTransport(others, node=f"controller-{cfg.self_id}")
+        name = f"controller-{cfg.self_id}"
+        transport = (
+            AuthenticatingTransport(others, node=name, handshake=self.handshake)
+            if self.handshake is not None else RemotingTransport(others, node=name)
+        )
         self.raft = DLedgerNode(
             core_cfg, storage, transport, rng=self.rng, tick_ms=tick,
             on_apply=self._on_apply, on_role_change=self._on_role_change,
             offload_io=self.fsync,
         )
-        server = RemotingServer(self.dispatcher(), node=f"controller-{cfg.self_id}")
+        server = RemotingServer(self._gated(self.listen_gate, self.dispatcher()), node=name)
+        peer_server = RemotingServer(
+            self._gated(self.peer_gate, peer_dispatcher(self.raft)), node=f"{name}-dledger")
         _h, _sep, peer_port = peers[cfg.self_id].rpartition(":")
+        if self.listen_gate is None:
+            self.log.warning("controller ports are open: no clusterSecret, so anyone who reaches "
+                             "the listen or Raft port may register, elect or vote "
+                             "(Apache-compatible)", listen_port=cfg.listen_port,
+                             raft_port=int(peer_port))
         try:
             async with trio.open_nursery() as nursery:
-                self.peer_address = await nursery.start(functools.partial(
-                    serve_peers, self.raft, cfg.bind_address, int(peer_port),
-                    name=f"controller-{cfg.self_id}",
-                ))
+                self.peer_address = await nursery.start(
+                    peer_server.serve, cfg.bind_address, int(peer_port))
                 await nursery.start(transport.run)
                 await nursery.start(self.raft.run)
                 self.address = await nursery.start(
@@ -251,6 +299,10 @@ class ControllerNode:
                 await self.propose(ev)
 
     # ------------------------------------------------------------------ processors
+
+    @staticmethod
+    def _gated(gate: PeerAuthGate | None, dispatcher: Dispatcher) -> Dispatcher:
+        return gate.wrap(dispatcher) if gate is not None else dispatcher
 
     def dispatcher(self) -> Dispatcher:
         return Dispatcher({
@@ -296,10 +348,9 @@ class ControllerNode:
                 raise HeaderError("BrokerHeartbeatRequestHeader", "brokerId", "is required")
         except (HeaderError, EventError) as exc:
             return self._invalid(request, exc)
-        g = self.state.group(h.broker_name)
-        if g is None or h.broker_id not in g.member_map:
-            return request.response(CC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
-                                    f"broker {h.broker_name}/{h.broker_id} is not registered")
+        refusal = check_heartbeat(self.state.group(h.broker_name), h.broker_id, h.broker_addr)
+        if refusal is not None:
+            return self._refused(request, refusal)
         timeout = h.heartbeat_timeout_mills or self.config.broker_heartbeat_timeout_ms
         timeout = max(1, min(timeout, MAX_HEARTBEAT_TIMEOUT_MS))
         self.liveness.beat(h.broker_name, h.broker_id, Heartbeat(
@@ -317,16 +368,19 @@ class ControllerNode:
             decode_event(encode_event(ev))  # the same checks the state machine makes
         except (HeaderError, EventError) as exc:
             return self._invalid(request, exc)
-        g = self.state.group(h.broker_name)
-        known = g is not None and g.cluster == ev.cluster
-        if g is None or not known or g.member_map.get(h.broker_id) != h.broker_address:
-            code = await self.propose(ev)
+        decided = decide_register(self.state, ev, self.liveness, self.clock_ms())
+        if isinstance(decided, Refusal):
+            self.log.warning("registration refused", group=ev.group, broker_id=ev.broker_id,
+                             address=ev.address, reason=decided.remark)
+            return self._refused(request, decided)
+        if decided is not None:
+            code = await self.propose(decided)
             if code != ResponseCode.SUCCESS:
                 return request.response(code, "registration not committed; retry")
-            g = self.state.group(h.broker_name)
-            if g is None or h.broker_id not in g.member_map:
-                return request.response(CC.CONTROLLER_INVALID_REQUEST,
-                                        "registration refused: too many groups or replicas")
+        g = self.state.group(h.broker_name)
+        if g is None or g.member_map.get(h.broker_id) != h.broker_address:
+            return request.response(CC.CONTROLLER_INVALID_REQUEST,
+                                    "registration refused: too many groups or replicas")
         self.liveness.beat(h.broker_name, h.broker_id, Heartbeat(
             self.clock_ms(), self.config.broker_heartbeat_timeout_ms, 0, 0, h.broker_address,
         ))
@@ -356,15 +410,18 @@ class ControllerNode:
         except (HeaderError, ControllerBodyError) as exc:
             return self._invalid(request, exc)
         decided = decide_alter(self.state, h.broker_name, h.master_broker_id, h.master_epoch,
-                               wanted.broker_ids, wanted.epoch)
+                               wanted.broker_ids, wanted.epoch,
+                               live=self.liveness, now_ms=self.clock_ms())
         if isinstance(decided, Refusal):
+            self.log.info("SyncStateSet change refused", group=h.broker_name,
+                          master=h.master_broker_id, wanted=sorted(wanted.broker_ids),
+                          reason=decided.remark)
             return self._refused(request, decided)
         code = await self.propose(decided)
         if code != ResponseCode.SUCCESS:
             return request.response(code, "SyncStateSet change not committed; retry")
         g = self.state.group(h.broker_name)
-        assert g is not None
-        if g.sse_epoch != decided.new_sse_epoch or g.master_epoch != h.master_epoch:
+        if g is None or g.sse_epoch != decided.new_sse_epoch or g.master_epoch != h.master_epoch:
             return request.response(CC.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
                                     "the group changed meanwhile; read it again")
         return request.response(ResponseCode.SUCCESS, None, {}, g.sync_state().encode())
@@ -380,14 +437,15 @@ class ControllerNode:
         decided = decide_elect(self.state, h.broker_name, self.liveness, self.clock_ms(),
                                unclean=self.config.elect_unclean_master, designated=designated)
         if isinstance(decided, Refusal):
+            self.log.info("election refused", group=h.broker_name, designated=designated,
+                          reason=decided.remark)
             return self._refused(request, decided)
         if decided is not None:
             code = await self.propose(decided)
             if code != ResponseCode.SUCCESS:
                 return request.response(code, "election not committed; retry")
         g = self.state.group(h.broker_name)
-        assert g is not None
-        if g.master_id == NO_MASTER:
+        if g is None or g.master_id == NO_MASTER:
             return request.response(CC.CONTROLLER_MASTER_NOT_AVAILABLE,
                                     f"no alive replica of {h.broker_name} may become master")
         return self._replica_answer(request, g)

@@ -12,14 +12,30 @@ epochs), so an event decided on a stale view is a no-op: each election bumps the
 exactly once, and an ALTER_SYNC_STATE_SET from a fenced master changes nothing.
 
 Election (``decide_elect``, RocketMQ's DefaultElectPolicy in spirit): candidates are the alive
-members of the SyncStateSet (any alive member with ``enableElectUncleanMaster``, or while the
-group never had a master); the one with the highest reported CommitLog max offset wins, ties
-to the lower brokerId.  No candidate: the master is cleared (NO_MASTER) and the epoch bumped, so
-the old master is fenced; a SyncStateSet member that comes back is elected then.
+members of the SyncStateSet that this leader heard heartbeat (any alive member with
+``enableElectUncleanMaster``, or while the group never had a master); the one with the highest
+reported CommitLog max offset wins, ties to the lower brokerId.  No candidate: the master is
+cleared (NO_MASTER) and the epoch bumped, so the old master is fenced; a SyncStateSet member
+that comes back is elected then.
+
+Whoever sends a request (even an authenticated broker that misbehaves), the controller only
+trusts what it saw itself (defence in depth under the cluster secret of the peer ports):
+
+* ALTER_SYNC_STATE_SET comes from the current master at the current epochs; it may drop
+  members, and it may add only a replica that heartbeats (heard, alive), at the master's epoch,
+  and *caught up* as the heartbeats show it: its reported max offset reaches what the master
+  reported ``CATCHUP_SLACK_MS`` before (``Liveness.caught_up``);
+* a designated ELECT_MASTER elects only a heard, alive SyncStateSet member, and moves the role
+  away from a live master only to such a member that is caught up (an admin transfer);
+* a REGISTER never moves a live replica (one heartbeating from its registered address) to
+  another address, and a heartbeat from another address than the registered one is refused;
+* applying an event never moves an epoch backwards: an election applies only at epoch + 1, a
+  SyncStateSet change only at the current master epoch and SyncStateSet epoch + 1.
 """
 
 from __future__ import annotations
 
+import collections
 import enum
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -44,6 +60,13 @@ MAX_CONTROLLERS: Final = 64
 MAX_NAME_CHARS: Final = 127
 MAX_ADDRESS_CHARS: Final = 255
 DEFAULT_HEARTBEAT_TIMEOUT_MS: Final = 1_000
+#: Largest master epoch (an int on the wire); an election past it is refused.
+MAX_EPOCH: Final = 2**31 - 1
+#: Heartbeats the leader keeps per replica (to know where the master was a moment ago).
+HEARTBEAT_HISTORY: Final = 64
+#: A replica is caught up when its reported max offset reaches what the master reported this
+#: long before the replica's heartbeat (brokers beat every 200 ms; SYNC keeps slaves close).
+CATCHUP_SLACK_MS: Final = 1_000
 
 
 class EventError(ValueError):
@@ -289,18 +312,26 @@ class Heartbeat:
 class Liveness:
     """Brokers' last heartbeats, on the controller leader (not replicated).  A leader that
     just took over counts everyone alive for one timeout from ``since_ms`` (it has not heard
-    anyone yet)."""
+    anyone yet), but only replicas it *heard* can be elected or join a SyncStateSet."""
 
     def __init__(self, since_ms: int, default_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS):
         self.since_ms = since_ms
         self.default_timeout_ms = default_timeout_ms
-        self.beats: dict[tuple[str, int], Heartbeat] = {}
+        self.beats: dict[tuple[str, int], collections.deque[Heartbeat]] = {}
 
     def beat(self, group: str, broker_id: int, hb: Heartbeat) -> None:
-        self.beats[(group, broker_id)] = hb
+        history = self.beats.get((group, broker_id))
+        if history is None:
+            history = self.beats[(group, broker_id)] = collections.deque(
+                maxlen=HEARTBEAT_HISTORY)
+        history.append(hb)
+
+    def last(self, group: str, broker_id: int) -> Heartbeat | None:
+        history = self.beats.get((group, broker_id))
+        return history[-1] if history else None
 
     def alive(self, group: str, broker_id: int, now_ms: int) -> bool:
-        hb = self.beats.get((group, broker_id))
+        hb = self.last(group, broker_id)
         if hb is None:
             return now_ms - self.since_ms < self.default_timeout_ms
         return now_ms - hb.at_ms < hb.timeout_ms
@@ -308,12 +339,38 @@ class Liveness:
     def heard(self, group: str, broker_id: int) -> bool:
         return (group, broker_id) in self.beats
 
+    def heard_alive(self, group: str, broker_id: int, now_ms: int) -> bool:
+        return self.heard(group, broker_id) and self.alive(group, broker_id, now_ms)
+
     def max_offset(self, group: str, broker_id: int) -> int:
-        hb = self.beats.get((group, broker_id))
+        hb = self.last(group, broker_id)
         return hb.max_offset if hb is not None else -1
+
+    def offset_before(self, group: str, broker_id: int, at_ms: int) -> int | None:
+        """What ``broker_id`` reported in its last heartbeat at or before ``at_ms`` (its
+        oldest one kept if all are later: the stricter bound); None if never heard."""
+        history = self.beats.get((group, broker_id))
+        if not history:
+            return None
+        older = [hb for hb in history if hb.at_ms <= at_ms]
+        return (older[-1] if older else history[0]).max_offset
+
+    def caught_up(self, g: GroupState, broker_id: int, now_ms: int) -> bool:
+        """``broker_id`` heartbeats, at the group's master epoch, and its reported max offset
+        reaches what the (heard) master reported CATCHUP_SLACK_MS before that heartbeat."""
+        hb = self.last(g.name, broker_id)
+        if hb is None or not self.alive(g.name, broker_id, now_ms) or hb.epoch != g.master_epoch:
+            return False
+        if broker_id == g.master_id:
+            return True
+        floor = self.offset_before(g.name, g.master_id, hb.at_ms - CATCHUP_SLACK_MS)
+        return floor is not None and hb.max_offset >= floor
 
     def alive_ids(self, g: GroupState, now_ms: int) -> set[int]:
         return {i for i, _a in g.members if self.alive(g.name, i, now_ms)}
+
+    def heard_alive_ids(self, g: GroupState, now_ms: int) -> set[int]:
+        return {i for i, _a in g.members if self.heard_alive(g.name, i, now_ms)}
 
 
 # ----------------------------------------------------------------------------- decisions
@@ -325,9 +382,43 @@ class Refusal:
     remark: str
 
 
+def decide_register(
+    state: ReplicasState, ev: RegisterEvent, live: Liveness, now_ms: int
+) -> RegisterEvent | Refusal | None:
+    """The event that registers ``ev``'s replica, a refusal, or None (already registered as
+    is).  A live replica (heard from its registered address within its timeout) is never moved
+    to another address: that would point its group at whoever sent the registration."""
+    g = state.group(ev.group)
+    if g is None:
+        return ev
+    current = g.member_map.get(ev.broker_id)
+    if current == ev.address and g.cluster == ev.cluster:
+        return None
+    if current is not None and current != ev.address and live.heard_alive(
+            ev.group, ev.broker_id, now_ms):
+        return Refusal(ControllerResponseCode.CONTROLLER_INVALID_REQUEST,
+                       f"broker {ev.group}/{ev.broker_id} is alive at {current}; "
+                       f"not moved to {ev.address}")
+    return ev
+
+
+def check_heartbeat(g: GroupState | None, broker_id: int, address: str) -> Refusal | None:
+    """A heartbeat counts only for a registered replica, from its registered address."""
+    rc = ControllerResponseCode
+    if g is None or broker_id not in g.member_map:
+        return Refusal(rc.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                       f"broker {g.name if g else '?'}/{broker_id} is not registered")
+    if g.member_map[broker_id] != address:
+        return Refusal(rc.CONTROLLER_INVALID_REQUEST,
+                       f"broker {g.name}/{broker_id} is registered at "
+                       f"{g.member_map[broker_id]}, not {address}")
+    return None
+
+
 def decide_alter(
     state: ReplicasState, group: str, master_id: int, master_epoch: int,
-    new_set: frozenset[int], sse_epoch_seen: int | None = None,
+    new_set: frozenset[int], sse_epoch_seen: int | None = None, *,
+    live: Liveness, now_ms: int,
 ) -> AlterEvent | Refusal:
     g = state.group(group)
     rc = ControllerResponseCode
@@ -345,7 +436,33 @@ def decide_alter(
     if master_id not in new_set or not new_set <= set(g.member_map):
         return Refusal(rc.CONTROLLER_INVALID_REPLICAS,
                        f"SyncStateSet {sorted(new_set)} must hold the master and members only")
+    if not live.heard_alive(group, master_id, now_ms):
+        return Refusal(rc.CONTROLLER_INVALID_MASTER,
+                       f"master {master_id} does not heartbeat to this controller")
+    behind = sorted(i for i in new_set - g.sync_state_set if not live.caught_up(g, i, now_ms))
+    if behind:
+        return Refusal(rc.CONTROLLER_INVALID_REPLICAS,
+                       f"brokers {behind} may not join: not alive or not caught up with the "
+                       f"master at epoch {g.master_epoch} as their heartbeats show")
     return AlterEvent(group, master_id, master_epoch, new_set, g.sse_epoch + 1)
+
+
+def _check_designated(
+    g: GroupState, designated: int, live: Liveness, now_ms: int, unclean: bool
+) -> Refusal | None:
+    """Why ``designated`` may not be elected now, or None."""
+    rc = ControllerResponseCode
+    if designated not in g.member_map or not live.heard_alive(g.name, designated, now_ms):
+        return Refusal(rc.CONTROLLER_BROKER_NOT_ALIVE, f"broker {designated} is not alive")
+    master_alive = g.master_id != NO_MASTER and live.alive(g.name, g.master_id, now_ms)
+    if designated not in g.sync_state_set and g.sync_state_set and (master_alive or not unclean):
+        return Refusal(rc.CONTROLLER_INVALID_REPLICAS,
+                       f"broker {designated} is not in the SyncStateSet")
+    if master_alive and designated != g.master_id and not live.caught_up(g, designated, now_ms):
+        return Refusal(rc.CONTROLLER_INVALID_REPLICAS,
+                       f"broker {designated} is not caught up with the live master "
+                       f"{g.master_id}: the master stays")
+    return None
 
 
 def decide_elect(
@@ -358,18 +475,18 @@ def decide_elect(
     rc = ControllerResponseCode
     if g is None:
         return Refusal(rc.CONTROLLER_BROKER_METADATA_NOT_EXIST, f"group {group} is unknown")
-    alive = live.alive_ids(g, now_ms)
+    if g.master_epoch >= MAX_EPOCH:
+        return Refusal(rc.CONTROLLER_INVALID_REQUEST, f"epoch {g.master_epoch} is the last one")
     if designated is not None:
-        if designated not in g.member_map or designated not in alive:
-            return Refusal(rc.CONTROLLER_BROKER_NOT_ALIVE, f"broker {designated} is not alive")
-        if designated not in g.sync_state_set and not unclean and g.sync_state_set:
-            return Refusal(rc.CONTROLLER_INVALID_REPLICAS,
-                           f"broker {designated} is not in the SyncStateSet")
+        refusal = _check_designated(g, designated, live, now_ms, unclean)
+        if refusal is not None:
+            return refusal
         if designated == g.master_id:
             return None
         return ElectEvent(group, designated, g.master_epoch + 1)
-    if g.master_id != NO_MASTER and g.master_id in alive:
+    if g.master_id != NO_MASTER and live.alive(group, g.master_id, now_ms):
         return None
+    alive = live.heard_alive_ids(g, now_ms)
     never_had_master = g.master_epoch == 0 and not g.sync_state_set
     pool = alive if (unclean or never_had_master) else alive & g.sync_state_set
     if not pool:

@@ -30,6 +30,7 @@ from typing import Final
 import attrs
 
 from rmq_cluster.cluster.config import format_properties
+from rmq_cluster.cluster.remoting.peer_auth import CLUSTER_SECRET_KEY
 from rmq_cluster.deploy.topology import (
     KIND_CONTROLLER,
     KIND_NAMESRV,
@@ -127,6 +128,8 @@ def broker_properties(
     )
     if bind_address is not None:
         props["bindAddress"] = bind_address
+    if topo.cluster_secret:
+        props[CLUSTER_SECRET_KEY] = topo.cluster_secret
     props.update(spec.broker_properties)
     if props.get("metricsPort") == METRICS_PORT_AUTO:
         props["metricsPort"] = str(metrics_port_of(node))
@@ -161,6 +164,8 @@ def node_properties(
         }
         if bind_address is not None:
             props["bindAddress"] = bind_address
+        if topo.cluster_secret:
+            props[CLUSTER_SECRET_KEY] = topo.cluster_secret
     else:
         extra = ({"mappedFileSizeCommitLog": str(LOCAL_COMMITLOG_FILE_BYTES)}
                  if local and "mappedFileSizeCommitLog" not in topo.spec.broker_properties

@@ -20,6 +20,7 @@ import errno
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -46,6 +47,7 @@ from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable, TopicRouteD
 from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from rmq_cluster.cluster.remoting.peer_auth import Handshake, peer_handshake
 from rmq_cluster.deploy import render
 from rmq_cluster.deploy.topology import (
     KIND_BROKER,
@@ -341,6 +343,11 @@ def load_state(directory: Path) -> ClusterState:
     return ClusterState.load(directory)
 
 
+def new_cluster_secret() -> str:
+    """A fresh ``clusterSecret`` (256 random bits, URL-safe text)."""
+    return secrets.token_urlsafe(32)
+
+
 def new_state(name: str, directory: Path, topo: Topology, python: str) -> ClusterState:
     directory = directory.resolve()
     nodes = {}
@@ -600,6 +607,13 @@ def _acl_hook(state: ClusterState) -> Callable[[RemotingCommand], RemotingComman
     return creds.sign if creds is not None else None
 
 
+def controller_handshake(state: ClusterState) -> Handshake | None:
+    """Prove the cluster's ``clusterSecret`` to its controllers: their ports answer nobody
+    else (None for a cluster without one)."""
+    secret = state.topology.cluster_secret
+    return peer_handshake(secret) if secret else None
+
+
 async def _call(
     client: RemotingClient, addr: str, code: int, ext: dict[str, str] | None = None
 ) -> RemotingCommand | None:
@@ -689,7 +703,9 @@ async def wait_ready(
          if r.spec.role in (ROLE_DLEDGER, ROLE_AUTO) and r.spec.group}
     )
     deadline = trio.current_time() + timeout
-    async with open_remoting_client(node="rmq-cluster", rpc_hook=_acl_hook(state)) as client:
+    async with open_remoting_client(node="rmq-cluster", rpc_hook=_acl_hook(state)) as client, \
+            open_remoting_client(node="rmq-cluster-controllers",
+                                 handshake=controller_handshake(state)) as controllers:
         while pending or leaderless:
             for rec in list(pending):
                 if not rec.alive:
@@ -699,7 +715,7 @@ async def wait_ready(
                 if rec.spec.kind == KIND_NAMESRV:
                     ok = await namesrv_ready(client, rec)
                 elif rec.spec.kind == KIND_CONTROLLER:
-                    ok = await controller_ready(client, rec)
+                    ok = await controller_ready(controllers, rec)
                 else:
                     ok = await broker_registered(client, state.topology, rec.spec)
                 if ok:
@@ -766,15 +782,17 @@ async def gather_status(state: ClusterState) -> dict[str, Any]:
     replicas: dict[str, ReplicasInfo] = {}
     controller_roles: dict[str, str] = {}
     async with open_remoting_client(node="rmq-cluster-status", rpc_hook=hook) as client, \
+            open_remoting_client(node="rmq-cluster-status-controllers",
+                                 handshake=controller_handshake(state)) as controllers, \
             trio.open_nursery() as n:
         for rec in state.records(KIND_BROKER):
             if states[rec.name] == "running":
                 n.start_soon(one, client, rec)
         if topo.controllers:
-            replicas = await controller_sync_state(client, topo)
+            replicas = await controller_sync_state(controllers, topo)
             for rec in state.records(KIND_CONTROLLER):
                 if states[rec.name] == "running":
-                    meta = await _call(client, rec.spec.addr,
+                    meta = await _call(controllers, rec.spec.addr,
                                        ControllerRequestCode.CONTROLLER_GET_METADATA_INFO)
                     if meta is not None and meta.code == ResponseCode.SUCCESS:
                         leader = meta.ext_fields.get("isLeader") == "true"
@@ -937,12 +955,14 @@ def _up_locked(
             return UpResult(state, already_running=True, ready_s=0.0)
         # a stopped cluster starts again on its data with its own plan
         state.name = name if name != DEFAULT_NAME else state.name
+        if not state.topology.cluster_secret:  # made before peer authentication existed
+            state.topology = attrs.evolve(state.topology, cluster_secret=new_cluster_secret())
     else:
         topo = build_topology(
             spec, base_port=base_port if base_port is not None else 9876,
             hosts=list(hosts) if hosts else None,
         )
-        topo = attrs.evolve(topo, chaos_proxy=chaos_proxy)
+        topo = attrs.evolve(topo, chaos_proxy=chaos_proxy, cluster_secret=new_cluster_secret())
         state = new_state(name, directory, topo, python or sys.executable)
     check_ports(state.topology)
     write_files(state)

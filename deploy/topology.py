@@ -255,6 +255,10 @@ class Topology:
     nodes: tuple[NodeSpec, ...]
     #: Every node binds shifted ports behind a chaos proxy on its planned ones (chaos/proxy.py).
     chaos_proxy: bool = False
+    #: ``clusterSecret`` of every broker and controller: their peer ports (HA, DLedger, the
+    #: controller's) serve only nodes that prove it (cluster/remoting/peer_auth.py). ``up``
+    #: generates one per cluster; kept in the owner-only cluster.json.
+    cluster_secret: str = attrs.field(default="", repr=False)
 
     def bind_ports(self, node: NodeSpec) -> dict[str, int]:
         """The ports ``node`` itself binds: its planned ones, or shifted behind the proxy."""
@@ -345,6 +349,7 @@ class Topology:
             "namesrv_addr": self.namesrv_addr,
             "nodes": [n.to_json() for n in self.nodes],
             "chaos_proxy": self.chaos_proxy,
+            "cluster_secret": self.cluster_secret,
         }
 
     @classmethod
@@ -354,6 +359,7 @@ class Topology:
             base_port=int(obj["base_port"]),
             nodes=tuple(NodeSpec.from_json(n) for n in obj["nodes"]),
             chaos_proxy=bool(obj.get("chaos_proxy", False)),
+            cluster_secret=str(obj.get("cluster_secret") or ""),
         )
 
 

@@ -76,6 +76,11 @@ HA_MAX_SEND_BYTES: Final = 256 * 1024
 HA_ACCEPT_BACKOFF_S: Final = 0.1
 #: How long a connecting slave has to answer the authentication challenge (aclEnable=true).
 HA_AUTH_TIMEOUT_S: Final = 5.0
+#: Handshakes under way at once, at most (aclEnable=true): a peer accepted beyond them is closed
+#: at accept and counted with the refused ones, so unanswered challenges cannot pile up.
+HA_MAX_PENDING_HANDSHAKES: Final = 128
+#: A refusal for too many pending handshakes is logged at most this often.
+HA_REFUSED_LOG_INTERVAL_S: Final = 10.0
 
 
 @attrs.frozen
@@ -140,7 +145,11 @@ class HAService:
         self._resolved: dict[str, list[str]] = {}
         #: who may connect now (haAllowedSlaveAddresses, host names resolved; or the default)
         self.allow_list: SlaveAllowList = self._effective_allow_list()
-        self.refused_connections = 0  # peers closed at accept (not allowed)
+        #: peers closed at accept: not allowed, or HA_MAX_PENDING_HANDSHAKES under way
+        self.refused_connections = 0
+        self.pending_handshakes = 0  # accepted peers that have not answered the challenge yet
+        self._busy_logged_at = -HA_REFUSED_LOG_INTERVAL_S
+        self._busy_logged = 0
         self.auth_failures = 0  # peers that failed the handshake
         self.over_acks = 0  # connections closed for acking past what they were sent
         self.clock_ms = clock_ms
@@ -217,7 +226,12 @@ class HAService:
                     if not self._admit(sock):
                         continue
                     self._next_conn_id += 1
-                    conn = HAConnection(self, net.HASocket(sock), self._next_conn_id)
+                    conn = HAConnection(
+                        self, net.HASocket(sock, net.HA_REPORT_READ_CHUNK_BYTES),
+                        self._next_conn_id,
+                    )
+                    if self.auth_secret is not None:
+                        self.pending_handshakes += 1  # until conn.serve's handshake ends
                     nursery.start_soon(conn.serve)
         finally:
             for group in self.groups.drain():
@@ -244,7 +258,11 @@ class HAService:
             sock.close()
             return False
         if self.allow_list.allows(host, port):
-            return True
+            if (self.auth_secret is None
+                    or self.pending_handshakes < HA_MAX_PENDING_HANDSHAKES):
+                return True
+            self._refuse_busy(sock, f"{host}:{port}")
+            return False
         self.refused_connections += 1
         sock.close()
         self.log.warning("ha_connection_refused", remote=f"{host}:{port}",
@@ -252,6 +270,21 @@ class HAService:
         if self.on_peer_refused is not None:
             self.on_peer_refused()
         return False
+
+    def _refuse_busy(self, sock: Any, remote: str) -> None:
+        """Close a peer accepted while HA_MAX_PENDING_HANDSHAKES are under way (logged at most
+        every HA_REFUSED_LOG_INTERVAL_S, with how many since the last line)."""
+        sock.close()
+        self.refused_connections += 1
+        now = trio.current_time()
+        if now - self._busy_logged_at >= HA_REFUSED_LOG_INTERVAL_S:
+            self.log.warning(
+                "ha_connection_refused", remote=remote,
+                reason=f"{HA_MAX_PENDING_HANDSHAKES} handshakes under way",
+                refused_since_last_log=self.refused_connections - self._busy_logged,
+            )
+            self._busy_logged_at = now
+            self._busy_logged = self.refused_connections
 
     async def _resolve_hostnames(self) -> None:
         """Resolve the host names of haAllowedSlaveAddresses (once per start or change)."""
@@ -511,7 +544,10 @@ class HAConnection:
         try:
             extra = b""
             if self.service.auth_secret is not None:
-                answer_tail = await self._authenticate()
+                try:
+                    answer_tail = await self._authenticate()
+                finally:
+                    self.service.pending_handshakes -= 1  # counted at accept
                 if answer_tail is None:
                     return
                 extra = answer_tail

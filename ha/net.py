@@ -22,6 +22,9 @@ from rmq_cluster.cluster.remoting.sockets import (
 
 #: Bytes asked of the socket per receive (the slave decodes every frame in them at once).
 HA_READ_CHUNK_BYTES: Final = 256 * 1024
+#: A master's read buffer per connection: it reads a 32-byte handshake answer and 8-byte
+#: offset reports only (a 256 KiB buffer apiece let each unanswered handshake hold 256 KiB).
+HA_REPORT_READ_CHUNK_BYTES: Final = 4 * 1024
 #: A send that cannot progress this long means the peer stopped reading.
 HA_WRITE_TIMEOUT_S: Final = 30.0
 HA_CONNECT_TIMEOUT_S: Final = 3.0
@@ -41,6 +44,7 @@ CONNECTION_ERRORS: Final = (
 
 __all__ = [
     "CONNECTION_ERRORS", "HA_CONNECT_TIMEOUT_S", "HA_LISTEN_BACKLOG", "HA_READ_CHUNK_BYTES",
+    "HA_REPORT_READ_CHUNK_BYTES",
     "HA_SOCKET_BUFFER_BYTES", "HA_WRITE_TIMEOUT_S", "HASocket", "accept", "connect", "listen",
 ]
 

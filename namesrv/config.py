@@ -41,6 +41,7 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
     "listenPort": (0, 65535),  # 0: ephemeral
     "serverChannelMaxIdleTimeSeconds": (0, MAX_IDLE_SECONDS),
     "serverMaxConnections": (1, 1_000_000),
+    "serverMaxConnectionsPerAddress": (1, 1_000_000),
     "serverMaxBufferedInputBytes": (1, 64 * 1024**3),
     "serverPartialFrameTimeoutSeconds": (0.001, 600.0),
     "metricsPort": (-1, 65535),  # -1: off, 0: ephemeral
@@ -90,16 +91,20 @@ class NamesrvConfig:
     )
     #: Extension keys (remoting memory limits; RemotingServer documents them): connections
     #: open at once (more are closed as soon as accepted), bytes all connections may hold in
-    #: incomplete frames (reads pause past it; raised to about 22 MiB if lower: one frame of
+    #: incomplete frames (reads pause past it; raised to about 20 MiB if lower: one frame of
     #: the largest size must fit), and seconds a started frame has to complete (else its
-    #: connection closes).
+    #: connection closes). ``serverMaxConnectionsPerAddress``: connections one peer address
+    #: may hold (more are closed as soon as accepted); a tenth of ``serverMaxConnections``, so
+    #: one address cannot fill the node, and far above what one machine's clients open.
     server_max_connections: int = setting("serverMaxConnections", 10_000)
+    server_max_connections_per_address: int = setting("serverMaxConnectionsPerAddress", 1_000)
     server_max_buffered_input_bytes: int = setting("serverMaxBufferedInputBytes", 64 * 1024 * 1024)
     server_partial_frame_timeout_seconds: float = setting(
         "serverPartialFrameTimeoutSeconds", 30.0
     )
 
     @server_max_connections.validator
+    @server_max_connections_per_address.validator
     @server_max_buffered_input_bytes.validator
     @server_partial_frame_timeout_seconds.validator
     def _check_remoting_limit(self, attr: attrs.Attribute, value: float) -> None:

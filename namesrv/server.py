@@ -125,6 +125,7 @@ class NamesrvServer:
             on_connect=self._on_connect,
             on_close=self._on_close,
             max_connections=config.server_max_connections,
+            max_connections_per_address=config.server_max_connections_per_address,
             max_buffered_input_bytes=config.server_max_buffered_input_bytes,
             partial_frame_timeout=config.server_partial_frame_timeout_seconds,
         )

@@ -9,6 +9,13 @@ hold with the same start offset ends at ``min(local end, master end)``; everythi
 point is a divergent tail (written by an old master after it lost its role, never acknowledged
 to a SYNC producer), which :func:`truncate_commitlog` cuts before replication resumes.
 
+A replica also keeps its **acked mark** (:class:`AckedMark`): the highest CommitLog offset it
+knows was acknowledged -- as master, what a slave acked (what released SYNC sends); as slave,
+what it acked to its master (RIP-44: a SyncStateSet member's data up to the master's confirm
+offset is acked).  :func:`cut_is_safe` says whether cutting at a consistent point would drop
+data below that mark: then the replica must not follow that master (it lacks acked data, e.g.
+a replica that never held the data was elected) and waits for a correct election instead.
+
 File format (ours; RocketMQ's is Java-serialized): text lines, first ``epochs <count> <crc32>``
 (CRC-32 of the rest), then ``<epoch> <startOffset>`` per entry, written to a temporary file,
 fsynced and renamed.  A file that fails its CRC or bounds is refused (EpochFileError), never
@@ -28,6 +35,8 @@ if TYPE_CHECKING:
     from rmq_cluster.store.message_store import MessageStore
 
 EPOCH_FILE_NAME: Final = "epochFileCheckpoint"
+ACKED_FILE_NAME: Final = "ackedOffsetCheckpoint"
+MAX_ACKED_FILE_BYTES: Final = 64
 MAX_EPOCH_FILE_BYTES: Final = 64 * MAX_EPOCH_ENTRIES
 
 
@@ -164,3 +173,62 @@ def truncate_commitlog(store: MessageStore, offset: int) -> int:
     queue.set_positions(offset)
     store.dispatcher.reput_from = min(store.dispatcher.reput_from, offset)
     return before - offset
+
+
+def cut_is_safe(point: int, local_max: int, acked: int) -> bool:
+    """Cutting the local log (``local_max`` bytes) at ``point`` keeps everything this replica
+    knows was acknowledged (``acked``, as far as its log holds it)."""
+    return point >= min(acked, local_max)
+
+
+class AckedMark:
+    """The highest CommitLog offset this replica knows was acknowledged, saved on request.
+    File: one line ``acked <offset> <crc32 of "<offset>">``, written to a temporary file,
+    fsynced and renamed; a file that fails its CRC is refused (EpochFileError)."""
+
+    def __init__(self, store_root: str, *, fsync: bool = True) -> None:
+        self.path = os.path.join(store_root, ACKED_FILE_NAME)
+        self.fsync = fsync
+        self.offset = self._load()
+        self.saved = self.offset
+
+    def _load(self) -> int:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(MAX_ACKED_FILE_BYTES + 1)
+        except FileNotFoundError:
+            return 0
+        parts = data.split()
+        if len(data) > MAX_ACKED_FILE_BYTES or len(parts) != 3 or parts[0] != b"acked":
+            raise EpochFileError(f"{self.path}: not an acked mark")
+        try:
+            offset, crc = int(parts[1]), int(parts[2])
+        except ValueError:
+            raise EpochFileError(f"{self.path}: unreadable") from None
+        if offset < 0 or zlib.crc32(parts[1]) != crc:
+            raise EpochFileError(f"{self.path}: CRC mismatch (torn or corrupt)")
+        return offset
+
+    def raise_to(self, offset: int) -> bool:
+        """Remember ``offset`` if it is higher (in memory; :meth:`save` writes it)."""
+        if offset <= self.offset:
+            return False
+        self.offset = offset
+        return True
+
+    @property
+    def dirty(self) -> bool:
+        return self.saved != self.offset
+
+    def save(self) -> None:
+        offset = self.offset  # raise_to may run meanwhile (this runs off the loop)
+        if offset == self.saved:
+            return
+        text = str(offset).encode("ascii")
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(b"acked " + text + b" " + str(zlib.crc32(text)).encode("ascii") + b"\n")
+            if self.fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self.saved = offset

@@ -20,6 +20,7 @@ from rmq_cluster.broker.clients import (
 from rmq_cluster.broker.processors.common import header_errors, message_topics
 from rmq_cluster.broker.topic_config import retry_topic
 from rmq_cluster.cluster.acl.permission import SUB
+from rmq_cluster.cluster.acl.signing import ACCESS_KEY
 from rmq_cluster.cluster.filter.sql92 import SelectorError, compile_sql92
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.message import RecordError, decode_record
@@ -128,11 +129,15 @@ class ConsumerProcessors:
                 if notify:
                     ctrl.notify_consumer_ids_changed(data.group_name)
         ctrl.state_changed()
+        # the account the ACL admitted this heartbeat as: transaction checks go only to a
+        # producer whose account may publish to the checked message's topic
+        access_key = request.ext_fields.get(ACCESS_KEY) if ctrl.acl is not None else None
         for group in hb.producer_groups:
             ctrl.clients.register_producer(
                 group,
                 ClientChannelInfo(
-                    conn, hb.client_id, request.language, request.version, conn.peer, now
+                    conn, hb.client_id, request.language, request.version, conn.peer, now,
+                    access_key,
                 ),
             )
         return request.response(ResponseCode.SUCCESS)

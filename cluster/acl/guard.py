@@ -154,6 +154,13 @@ class AclGuard:
             return None
         return self._deny(conn, request, denied)
 
+    def account_may(self, access_key: str | None, remote: str, topics: Iterable[str],
+                    needed: int) -> bool:
+        """For what the broker itself sends a client (a transaction check): has the account
+        ``access_key``, admitted from ``remote``, ``needed`` on ``topics`` under the current
+        rules? Not a denial of a request: neither counted nor logged here."""
+        return self._decider.account_topics(access_key, remote, topics, needed) is None
+
     def _deny(self, conn: Connection, request: RemotingCommand, denied: AclDenied
               ) -> RemotingCommand:
         self.denials += 1

@@ -199,11 +199,17 @@ class AclDecider:
         """After a processor read a message by offset or id: may the sender of ``request``
         (already admitted by ``check``) have ``needed`` on each of ``topics``, the topics the
         message belongs to? None if so, else why not."""
+        return self.account_topics(request.ext_fields.get(ACCESS_KEY), remote, topics, needed)
+
+    def account_topics(
+        self, access_key: str | None, remote: str, topics: Iterable[str], needed: int
+    ) -> AclDenied | None:
+        """Has the account ``access_key``, whose requests from ``remote`` were admitted, ``needed``
+        on each of ``topics`` (under the rules as they are now)? None if so, else why not."""
         try:
             ip, white = self._peer(remote)
             if white:
                 return None
-            access_key = request.ext_fields.get(ACCESS_KEY)
             if access_key is None:
                 raise AclDenied("No accessKey is configured")
             account = self.rules.accounts.get(access_key)

@@ -3,7 +3,7 @@ demand; its connections lend their reading to lone calls (see connection.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -26,6 +26,9 @@ from rmq_cluster.cluster.remoting.errors import (
 from rmq_cluster.cluster.remoting.sockets import InputShare, connect_socket
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 3.0
+#: Run on every connection the pool opens, before its first request (peer authentication:
+#: ``peer_auth.peer_handshake``); raising refuses the connection.
+Handshake = Callable[[Connection], Awaitable[None]]
 
 
 class RemotingClient:
@@ -43,6 +46,7 @@ class RemotingClient:
         node: str = "client",
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         rpc_hook: Callable[[RemotingCommand], RemotingCommand] | None = None,
+        handshake: Handshake | None = None,
     ) -> None:
         self._nursery = nursery
         self.dispatcher = dispatcher
@@ -50,6 +54,7 @@ class RemotingClient:
         self.connect_timeout = connect_timeout
         #: Applied to every request this pool sends (RocketMQ's client RPCHook: ACL signing).
         self.rpc_hook = rpc_hook
+        self.handshake = handshake
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, trio.Event] = {}
         self._closed = False
@@ -92,17 +97,26 @@ class RemotingClient:
             except OSError as exc:
                 sock.close()
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc}") from exc
-            self._connections[addr] = conn
             try:
                 await self._nursery.start(self._run_connection, addr, conn)
+                if self.handshake is not None:
+                    await self._shake(addr, conn, self.handshake)
             except BaseException:
-                self._connections.pop(addr, None)
                 await conn.aclose()
                 raise
+            self._connections[addr] = conn
             return conn
         finally:
             del self._connecting[addr]
             done.set()
+
+    async def _shake(self, addr: str, conn: Connection, handshake: Handshake) -> None:
+        """The handshake within the connect timeout; the connection is nobody's until then."""
+        with trio.move_on_after(self.connect_timeout) as scope:
+            await handshake(conn)
+        if scope.cancelled_caught:
+            raise RemotingConnectError(
+                f"cannot connect to {addr}: no handshake in {self.connect_timeout:g}s")
 
     async def _run_connection(
         self,
@@ -165,6 +179,7 @@ async def open_remoting_client(
     node: str = "client",
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
     rpc_hook: Callable[[RemotingCommand], RemotingCommand] | None = None,
+    handshake: Handshake | None = None,
 ) -> AsyncIterator[RemotingClient]:
     """A ``RemotingClient`` whose connections live as long as this context.
 
@@ -178,6 +193,7 @@ async def open_remoting_client(
                 node=node,
                 connect_timeout=connect_timeout,
                 rpc_hook=rpc_hook,
+                handshake=handshake,
             )
             try:
                 yield client

@@ -13,6 +13,8 @@ No I/O and no trio here: ``FrameDecoder.feed(bytes)`` returns every complete com
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import struct
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -31,6 +33,9 @@ from rmq_cluster.cluster.remoting.codes import (
 
 #: RocketMQ's ``com.rocketmq.remoting.frameMaxLength``: the largest frame, length word included.
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+#: A frame longer than this (length word included) is assembled in a buffer of its exact size
+#: (``FrameDecoder``); one up to this long fits one read of the socket layer.
+BIG_FRAME_BYTES: Final = 64 * 1024
 #: Header length is a 24-bit field.
 MAX_HEADER_BYTES: Final = 0xFFFFFF
 #: extFields entries one request may carry (RocketMQ headers have < 30; C++ adds 3). More is
@@ -44,6 +49,11 @@ _UINT32 = struct.Struct(">I")
 _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _BIN_INT32 = struct.Struct(">i")
 _BIN_INT16 = struct.Struct(">h")
+
+#: A big frame's buffer: private anonymous memory, its pages faulted in at once when mapped
+#: (one call instead of a fault per page: as fast as a bytearray; the input budget charged the
+#: whole frame when it admitted it).
+_BIG_FRAME_MAP_FLAGS: Final = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
 
 _LANGUAGE_BY_ORDINAL: Final = {lang.value: lang.name for lang in LanguageCode}
 _LANGUAGE_NAMES: Final = frozenset(_LANGUAGE_BY_ORDINAL.values())
@@ -479,62 +489,138 @@ def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
 class FrameDecoder:
     """Incremental decoder: feed it whatever the socket gave, get every complete command back.
 
+    Memory: frames up to ``big_frame_bytes`` are assembled in one small bytearray (what a read
+    brings, at most twice its capacity). A longer frame stays there for the read that carried
+    its length word; from its next read on (a server's input budget admits it first, see
+    input_budget.py) it is assembled in an anonymous ``mmap`` of exactly its size: one
+    allocation, never grown or copied while it fills, and unmapped (given back to the OS,
+    whatever the allocator keeps) as soon as the frame is decoded or ``release`` is called.
+
     After a ``ProtocolError`` the stream is out of sync; the decoder refuses further input.
     """
 
-    __slots__ = ("_broken", "_buf", "max_frame_bytes")
+    __slots__ = ("_big", "_big_fill", "_broken", "_buf", "big_frame_bytes", "max_frame_bytes")
 
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self, max_frame_bytes: int = MAX_FRAME_BYTES, big_frame_bytes: int = BIG_FRAME_BYTES
+    ) -> None:
         self._buf = bytearray()
+        self._big: mmap.mmap | None = None  # the big frame being filled, without length word
+        self._big_fill = 0  # bytes of it received
         self._broken: str | None = None
         self.max_frame_bytes = max_frame_bytes
+        self.big_frame_bytes = big_frame_bytes
 
     @property
     def buffered(self) -> int:
+        """Bytes held of the partial frame (its length word included); 0: none."""
+        if self._big is not None:
+            return 4 + self._big_fill
         return len(self._buf)
+
+    @property
+    def allocated(self) -> int:
+        """Bytes the decoder's buffers take: the small buffer's capacity and the big frame's
+        mapping (whole pages)."""
+        big = 0 if self._big is None else -(-len(self._big) // mmap.PAGESIZE) * mmap.PAGESIZE
+        return self._buf.__alloc__() + big
+
+    def release(self) -> None:
+        """Drop every buffer (the connection ended): the memory goes back at once."""
+        self._buf = bytearray()
+        big, self._big, self._big_fill = self._big, None, 0
+        if big is not None:
+            _unmap(big)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         if self._broken is not None:
             raise ProtocolError(f"decoder already failed: {self._broken}")
-        buf = self._buf
-        buf += data
         out: list[RemotingCommand] = []
-        pos = 0
-        end = len(buf)
-        unpack = _UINT32.unpack_from
         try:
-            while end - pos >= 4:
-                (length,) = unpack(buf, pos)
-                if length < 4:
-                    raise ProtocolError(f"frame length {length} is shorter than its header word")
-                if length + 4 > self.max_frame_bytes:
-                    raise ProtocolError(
-                        f"frame of {length + 4} bytes exceeds the {self.max_frame_bytes}-byte limit"
-                    )
-                frame_end = pos + 4 + length
-                if frame_end > end:
-                    break
-                (word,) = unpack(buf, pos + 4)
-                header_len = word & 0xFFFFFF
-                body_start = pos + 8 + header_len
-                if body_start > frame_end:
-                    raise ProtocolError(
-                        f"header length {header_len} exceeds the frame ({length - 4} bytes)"
-                    )
-                header = buf[pos + 8 : body_start]
-                body = bytes(buf[body_start:frame_end]) if body_start < frame_end else b""
-                stype = word >> 24
-                if stype == SERIALIZE_JSON:
-                    out.append(decode_header_json(header, body))
-                elif stype == SERIALIZE_ROCKETMQ:
-                    out.append(decode_header_binary(header, body))
-                else:
-                    raise ProtocolError(f"unknown serialize type {stype}")
-                pos = frame_end
+            if self._big is None and len(self._buf) >= 4:
+                self._start_big()
+            if self._big is not None:
+                data = self._fill_big(self._big, data, out)
+                if not data:
+                    return out
+            self._feed_small(data, out)
         except ProtocolError as exc:
             self._broken = str(exc)
             exc.commands = out  # the good frames before the bad one, to serve before closing
             raise
+        return out
+
+    def _start_big(self) -> None:
+        """A partial frame is held whose length is known: past ``big_frame_bytes``, move it
+        into a mapping of exactly its size (its first read is the only one held here)."""
+        buf = self._buf
+        (length,) = _UINT32.unpack_from(buf, 0)
+        if length + 4 <= self.big_frame_bytes:
+            return
+        big = mmap.mmap(-1, length, flags=_BIG_FRAME_MAP_FLAGS)
+        held = len(buf) - 4
+        big[:held] = buf[4:]
+        self._big, self._big_fill, self._buf = big, held, bytearray()
+
+    def _fill_big(
+        self, big: mmap.mmap, data: bytes | bytearray | memoryview, out: list[RemotingCommand]
+    ) -> bytes | bytearray | memoryview:
+        """Copy ``data`` into the big frame ``big``; once complete, decode it into ``out`` and
+        unmap it. What follows the frame in ``data`` (empty while the frame is incomplete)."""
+        fill, size = self._big_fill, len(big)
+        n = min(size - fill, len(data))
+        big[fill : fill + n] = data[:n]
+        fill += n
+        if fill < size:
+            self._big_fill = fill
+            return b""
+        self._big, self._big_fill = None, 0
+        try:
+            with memoryview(big) as frame:
+                out.append(decode_frame(frame))
+        finally:
+            _unmap(big)
+        return data[n:]
+
+    def _feed_small(self, data: bytes | bytearray | memoryview, out: list[RemotingCommand]) -> None:
+        buf = self._buf
+        buf += data
+        pos = 0
+        end = len(buf)
+        unpack = _UINT32.unpack_from
+        while end - pos >= 4:
+            (length,) = unpack(buf, pos)
+            if length < 4:
+                raise ProtocolError(f"frame length {length} is shorter than its header word")
+            if length + 4 > self.max_frame_bytes:
+                raise ProtocolError(
+                    f"frame of {length + 4} bytes exceeds the {self.max_frame_bytes}-byte limit"
+                )
+            frame_end = pos + 4 + length
+            if frame_end > end:
+                break
+            (word,) = unpack(buf, pos + 4)
+            header_len = word & 0xFFFFFF
+            body_start = pos + 8 + header_len
+            if body_start > frame_end:
+                raise ProtocolError(
+                    f"header length {header_len} exceeds the frame ({length - 4} bytes)"
+                )
+            header = buf[pos + 8 : body_start]
+            body = bytes(buf[body_start:frame_end]) if body_start < frame_end else b""
+            stype = word >> 24
+            if stype == SERIALIZE_JSON:
+                out.append(decode_header_json(header, body))
+            elif stype == SERIALIZE_ROCKETMQ:
+                out.append(decode_header_binary(header, body))
+            else:
+                raise ProtocolError(f"unknown serialize type {stype}")
+            pos = frame_end
         if pos:
             del buf[:pos]
-        return out
+
+
+def _unmap(big: mmap.mmap) -> None:
+    """Unmap ``big`` now; if a view of it is still alive, it goes with the last view."""
+    with contextlib.suppress(BufferError):
+        big.close()

@@ -129,6 +129,8 @@ class Connection:
         return f"<Connection {self.local}->{self.peer}>"
 
     is_closed = property(lambda self: self._state.closed)
+    #: when this end last read from the peer (trio time)
+    last_read = property(lambda self: self._state.last_read)
     pending_calls = property(lambda self: len(self._state.pending))
     #: requests answered SYSTEM_BUSY because max_in_flight were already running
     busy_refusals = property(lambda self: self._state.busy_refusals)
@@ -381,6 +383,7 @@ class Connection:
         self._writer.release()
         self._sock.close()
         self._sock.share.release(self._sock, self)
+        self._decoder.release()  # a closed connection keeps no input buffer (others hold it)
         self._lending.wake()  # a parked reader ends (run() returns)
         self.closed.set()
         await trio.lowlevel.checkpoint()

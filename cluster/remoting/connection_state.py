@@ -337,12 +337,13 @@ class ConnectionState:
                 self.complete(cmd)
                 continue
             processor, is_async = self.lookup(cmd.code)
-            if (
-                processor is not None
-                and not is_async
-                and isinstance(self.answer_inline(processor, cmd), Held)
-            ):
+            if processor is None or is_async:
+                continue
+            answer = self.answer_inline(processor, cmd)
+            if isinstance(answer, Held):
                 self.running += 1  # as ``take`` counts it (its release uncounts it)
+            elif inspect.iscoroutine(answer):
+                answer.close()  # the connection closes: nothing will await it
 
     # ------------------------------------------------------------------ sending
 

@@ -7,12 +7,14 @@ connection's part of it.
 
 Invariants (``used`` is the sum of every live connection's ``charge``; ``peak`` its maximum):
 
-* A connection is charged an upper bound of what its decoder holds: an admitted big frame its
-  whole ``grant``, any other partial frame ``2 * held + 64`` (a bytearray's capacity is at most
-  twice its length: CPython shrinks it once more than half is freed and grows it by 1/8),
-  nothing once every frame it read is complete (the decoder's buffer is freed too).
+* A connection is charged an upper bound of what its decoder really allocates: an admitted
+  big frame its whole ``grant`` (the decoder assembles it in a mapping of exactly its size,
+  codec.py), any other partial frame ``2 * held + 64`` (the small bytearray: its capacity is at
+  most twice its length, CPython shrinks it once more than half is freed and grows it by 1/8),
+  nothing once every frame it read is complete or it closed (the decoder's buffers are freed
+  too).
 * A frame longer than ``SMALL_FRAME_BYTES`` is read past its first chunk only once admitted:
-  its size with the decoder buffer's growth and a read's slack (``want``) is reserved whole, so
+  its size in whole pages with a read's slack (``want``, ``frame_grant``) is reserved whole, so
   an admitted frame always has room to complete; one that does not fit waits unread in the
   kernel (TCP backpressure, nothing lost).
 * Admission keeps ``used <= cap - reserve``: big frames never take the last ``reserve`` bytes,
@@ -28,6 +30,7 @@ Hooks a shell overrides: ``freed`` (charges went down: readers waiting for room 
 
 from __future__ import annotations
 
+import mmap
 import struct
 import sys
 from typing import Any, Final
@@ -40,16 +43,22 @@ READ_CHUNK_BYTES: Final = 64 * 1024
 INPUT_RESERVE_BYTES: Final = 4 * 1024 * 1024
 #: A frame up to this long is read without admission (it fits in one read).
 SMALL_FRAME_BYTES: Final = READ_CHUNK_BYTES
-#: What an admitted frame of ``size`` bytes reserves beyond its size: the decoder buffer's
-#: growth (1/8) and the read that completes it.
+#: What an admitted frame reserves beyond its own mapping: the decoder's small buffer, which
+#: holds the frame's first read and what follows it in the read that completes it.
 GRANT_SLACK_BYTES: Final = 4 * READ_CHUNK_BYTES
+#: Page size the grant rounds a frame's mapping up to.
+PAGE_BYTES: Final = mmap.PAGESIZE
 #: The smallest input cap: one frame of the largest size admitted beside the reserve.
-MIN_MAX_BUFFERED_INPUT_BYTES: Final = (
-    MAX_FRAME_BYTES + MAX_FRAME_BYTES // 8 + GRANT_SLACK_BYTES + INPUT_RESERVE_BYTES
-)
+MIN_MAX_BUFFERED_INPUT_BYTES: Final = MAX_FRAME_BYTES + GRANT_SLACK_BYTES + INPUT_RESERVE_BYTES
 #: Room the budget must have for a full read of a connection holding no admitted frame.
 ROOM_FOR_A_CHUNK: Final = 2 * READ_CHUNK_BYTES + 64
 _FRAME_LENGTH = struct.Struct(">I")
+
+
+def frame_grant(frame: int) -> int:
+    """What an admitted frame of ``frame`` bytes (length word included) reserves: the decoder's
+    mapping of it in whole pages, and ``GRANT_SLACK_BYTES``."""
+    return -(-frame // PAGE_BYTES) * PAGE_BYTES + GRANT_SLACK_BYTES
 
 
 class InputCharge:
@@ -154,7 +163,7 @@ class InputBudget:
             if frame > SMALL_FRAME_BYTES and not c.want:
                 # read no further until the whole frame is admitted (the decoder checked its
                 # length against the frame limit, so it fits an empty budget)
-                c.want = frame + frame // 8 + GRANT_SLACK_BYTES
+                c.want = frame_grant(frame)
         c.charge = charge
         self.used += charge - old
         if c.want:

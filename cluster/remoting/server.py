@@ -1,7 +1,10 @@
 """The Trio shell of a remoting server: accept loop, connection limit, partial-frame sweeper.
 
-A server accepts at most ``max_connections`` (more are closed at once, counted and logged at a
-limited rate); its connections share one ``InputShare`` (``serverMaxBufferedInputBytes``, see
+A server keeps at most ``max_connections`` open, and at most ``max_connections_per_address``
+from one peer address; at the node's limit a newcomer from an address holding fewer takes the
+place of the connection idle longest of the address holding the most (admission.py). A refused
+connection is closed at once; refusals and evictions are counted and logged at a limited rate.
+Its connections share one ``InputShare`` (``serverMaxBufferedInputBytes``, see
 input_budget.py), and a frame still incomplete ``partial_frame_timeout`` seconds after it
 started closes its connection (a slow sender holds the budget no longer).
 """
@@ -18,6 +21,7 @@ import trio
 
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.remoting.address import format_address
+from rmq_cluster.cluster.remoting.admission import ConnectionAdmission, Refused
 from rmq_cluster.cluster.remoting.connection import Connection
 from rmq_cluster.cluster.remoting.connection_state import MAX_IN_FLIGHT_REQUESTS
 from rmq_cluster.cluster.remoting.dispatch import Dispatcher
@@ -34,6 +38,11 @@ from rmq_cluster.cluster.remoting.sockets import (
 
 #: Connections a server keeps open at once (``serverMaxConnections``).
 DEFAULT_MAX_CONNECTIONS: Final = 10_000
+#: Connections one peer address may hold open at once (``serverMaxConnectionsPerAddress``):
+#: a tenth of the node's, so one address cannot fill it, and far more than one machine's
+#: clients use (a client instance opens one connection per NameServer and at most two per
+#: broker; every node and client of ``rmq-cluster up`` connects from 127.0.0.1).
+DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: Final = 1_000
 #: Bytes a server's connections may hold in partial frames (``serverMaxBufferedInputBytes``).
 DEFAULT_MAX_BUFFERED_INPUT_BYTES: Final = 256 * 1024 * 1024
 #: A frame must be complete this long after its first bytes arrived
@@ -62,18 +71,17 @@ class RemotingServer:
         on_close: Callable[[Connection], None] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT_REQUESTS,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
         max_buffered_input_bytes: int = DEFAULT_MAX_BUFFERED_INPUT_BYTES,
         partial_frame_timeout: float = DEFAULT_PARTIAL_FRAME_TIMEOUT_S,
     ) -> None:
-        if max_connections < 1:
-            raise ValueError(f"max_connections must be at least 1, got {max_connections}")
         if not partial_frame_timeout > 0:
             raise ValueError(f"partial_frame_timeout must be positive, got {partial_frame_timeout}")
         self.dispatcher = dispatcher
         self.node = node
         self.idle_timeout = idle_timeout
         self.max_in_flight = max_in_flight
-        self.max_connections = max_connections
+        self._admission = ConnectionAdmission(max_connections, max_connections_per_address)
         self.partial_frame_timeout = partial_frame_timeout
         self.log = get_logger(node=node)
         if max_buffered_input_bytes < MIN_MAX_BUFFERED_INPUT_BYTES:
@@ -88,17 +96,40 @@ class RemotingServer:
         self._on_connect = on_connect
         self._on_close = on_close
         self._connections: set[Connection] = set()
-        self._open = 0  # accepted sockets not yet finished (connections, and ones starting)
-        #: Connections closed at once because ``max_connections`` were open.
-        self.refused_connections = 0
-        self._refused_logged = 0  # refusals counted when the last one was logged
-        self._refused_logged_at = -math.inf
+        self._by_host: dict[str, set[Connection]] = {}  # the open connections of each address
+        #: per event (a refusal reason, or an eviction): its count when it was last logged, and
+        #: when
+        self._logged: dict[Refused | str, int] = {}
+        self._logged_at: dict[Refused | str, float] = {}
         #: Connections closed because a frame stayed incomplete ``partial_frame_timeout``.
         self.partial_frame_timeouts = 0
 
     @property
     def connections(self) -> frozenset[Connection]:
         return frozenset(self._connections)
+
+    @property
+    def max_connections(self) -> int:
+        return self._admission.max_connections
+
+    @property
+    def max_connections_per_address(self) -> int:
+        return self._admission.max_per_address
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections closed at once because ``max_connections`` were open."""
+        return self._admission.refused[Refused.NODE_FULL]
+
+    @property
+    def refused_connections_per_address(self) -> int:
+        """Connections closed at once because their address held ``max_connections_per_address``."""
+        return self._admission.refused[Refused.ADDRESS_FULL]
+
+    @property
+    def evicted_connections(self) -> int:
+        """Connections closed at the node's limit to let in one from an address holding fewer."""
+        return self._admission.evictions
 
     @property
     def buffered_input_bytes(self) -> int:
@@ -121,6 +152,9 @@ class RemotingServer:
             "remotingConnections": str(len(self._connections)),
             "remotingMaxConnections": str(self.max_connections),
             "remotingRefusedConnections": str(self.refused_connections),
+            "remotingMaxConnectionsPerAddress": str(self.max_connections_per_address),
+            "remotingRefusedConnectionsPerAddress": str(self.refused_connections_per_address),
+            "remotingEvictedConnections": str(self.evicted_connections),
             "remotingBufferedInputBytes": str(self._input.used),
             "remotingBufferedInputPeakBytes": str(self._input.peak),
             "remotingMaxBufferedInputBytes": str(self.max_buffered_input_bytes),
@@ -176,27 +210,56 @@ class RemotingServer:
                     continue
                 if sock is None:  # none left: wait for more
                     break
-                if self._open >= self.max_connections:
-                    self._refuse(sock)
-                    continue
-                self._open += 1
-                nursery.start_soon(self._handle_socket, sock)
+                await self._admit(sock, nursery)
 
-    def _refuse(self, sock: socket.socket) -> None:
-        """Close a connection over ``max_connections`` at once (a frame would be of no use: a
-        client matches answers to its requests, and has sent none yet)."""
+    async def _admit(self, sock: socket.socket, nursery: trio.Nursery) -> None:
+        """Serve ``sock``, or close it at once when a connection limit refuses its address (a
+        frame would be of no use: a client matches answers to its requests, and has sent none
+        yet). At the node's limit, make room by closing a connection of an address that holds
+        at least two more."""
+        try:
+            host = str(sock.getpeername()[0])
+        except OSError:  # the peer already vanished
+            sock.close()
+            return
+        limits = self._admission
+        victim = self._fair_share_victim(host) if limits.open >= limits.max_connections else None
+        refused = limits.admit(host, evicting=victim is not None)
+        if refused is None:
+            if victim is not None:
+                self._log_limited("evicted", "connection limit reached, closing the connection "
+                                  "idle longest of the address holding the most",
+                                  limits.evictions, evicted=victim.peer, remote_host=host)
+                victim.close_reason = "evicted: the node is full and its address holds the most"
+                await victim.aclose()
+            nursery.start_soon(self._handle_socket, sock, host)
+            return
         sock.close()
-        self.refused_connections += 1
+        self._log_limited(refused, "connection limit reached, refusing connections",
+                          limits.refused[refused], limit=refused.value, remote_host=host)
+
+    def _fair_share_victim(self, host: str) -> Connection | None:
+        """The open connection idle longest of the address holding the most, if that address
+        holds at least two more than ``host``."""
+        heaviest = self._admission.fair_share_victim(host)
+        if heaviest is None:
+            return None
+        live = [c for c in self._by_host.get(heaviest, ()) if not c.is_closed]
+        return min(live, key=lambda c: c.last_read, default=None)
+
+    def _log_limited(self, what: Refused | str, message: str, count: int, **fields: Any) -> None:
+        """Log ``message`` at most every REFUSED_LOG_INTERVAL_S per ``what`` (with its count)."""
         now = trio.current_time()
-        if now - self._refused_logged_at >= REFUSED_LOG_INTERVAL_S:
-            self.log.warning(
-                "connection limit reached, refusing connections",
-                max_connections=self.max_connections,
-                refused=self.refused_connections,
-                refused_since_last_log=self.refused_connections - self._refused_logged,
-            )
-            self._refused_logged_at = now
-            self._refused_logged = self.refused_connections
+        if now - self._logged_at.get(what, -math.inf) < REFUSED_LOG_INTERVAL_S:
+            return
+        limits = self._admission
+        self.log.warning(
+            message, max_connections=limits.max_connections,
+            max_connections_per_address=limits.max_per_address, count=count,
+            since_last_log=count - self._logged.get(what, 0), **fields,
+        )
+        self._logged_at[what] = now
+        self._logged[what] = count
 
     async def _close_stale_partial_frames(self) -> None:
         """Close the connections whose frame is still incomplete ``partial_frame_timeout``
@@ -231,13 +294,13 @@ class RemotingServer:
                 await conn._abort(reason)
             await trio.lowlevel.checkpoint()
 
-    async def _handle_socket(self, sock: socket.socket) -> None:
+    async def _handle_socket(self, sock: socket.socket, host: str) -> None:
         try:
-            await self._serve_socket(sock)
+            await self._serve_socket(sock, host)
         finally:
-            self._open -= 1
+            self._admission.closed(host)
 
-    async def _serve_socket(self, sock: socket.socket) -> None:
+    async def _serve_socket(self, sock: socket.socket, host: str) -> None:
         try:
             conn = Connection(
                 sock, self.dispatcher, node=self.node, max_in_flight=self.max_in_flight,
@@ -247,6 +310,8 @@ class RemotingServer:
             sock.close()
             return
         self._connections.add(conn)
+        peers = self._by_host.setdefault(host, set())
+        peers.add(conn)
         conn.log.debug("connection accepted")
         try:
             if self._on_connect is not None:
@@ -258,6 +323,9 @@ class RemotingServer:
             with trio.CancelScope(shield=True):
                 await conn.aclose()  # a no-op after run(); closes it if run() never started
             self._connections.discard(conn)
+            peers.discard(conn)
+            if not peers:
+                self._by_host.pop(host, None)
             conn.log.debug("connection closed", reason=conn.close_reason)
             if self._on_close is not None:
                 try:

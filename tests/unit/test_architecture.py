@@ -116,7 +116,7 @@ PURE_CORES = (
     "cluster/remoting/codec.py", "cluster/remoting/codes.py", "cluster/remoting/headers.py",
     "cluster/remoting/connection_state.py", "cluster/remoting/input_budget.py",
     "cluster/remoting/dispatch.py", "cluster/remoting/held.py", "cluster/remoting/errors.py",
-    "cluster/remoting/address.py",
+    "cluster/remoting/address.py", "cluster/remoting/admission.py",
     "cluster/protocol/message.py", "cluster/protocol/route.py", "cluster/protocol/fastjson.py",
     "cluster/filter/sql92.py", "cluster/acl/validator.py", "cluster/acl/rules.py",
     "cluster/acl/permission.py", "cluster/acl/signing.py", "cluster/config.py",
@@ -131,6 +131,7 @@ PURE_CORES = (
     "store/backend.py",
     "spark_jobs/decode.py",
     "controller/state.py", "cluster/protocol/controller.py", "store/epoch_file.py",
+    "cluster/remoting/peer_auth.py",
 )
 
 

@@ -6,149 +6,29 @@ new epoch's start (epoch file) and rejoins as a slave with an identical CommitLo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import attrs
 import pytest
 import trio
 
-from rmq_cluster.broker.controller import BrokerController
 from rmq_cluster.cluster.protocol.route import TopicRouteData
-from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.namesrv.config import NamesrvConfig
-from rmq_cluster.namesrv.server import NamesrvServer
+from rmq_cluster.cluster.remoting.codes import RequestCode
 from rmq_cluster.store.message_store import MessageStore
-from tests.integration.broker.conftest import Cluster, broker_settings, messages
 from tests.integration.controller.controller_testlib import (
-    running_controllers,
+    TOPIC,
+    commitlog_bytes,
+    group_of_two,
+    read_all,
+    send_some,
+    start,
+    stop,
     until,
     wait_for,
 )
-from tests.integration.dledger.dledger_testlib import free_ports
 from tests.integration.ha.ha_testlib import append_many
 
-TOPIC = "CtlTopic"
 GROUP = "broker-a"
-
-
-@attrs.define
-class Replica:
-    settings: object
-    store_dir: Path
-    broker: BrokerController | None = None
-    scope: trio.CancelScope | None = None
-    done: trio.Event | None = None
-
-    @property
-    def manager(self):  # type: ignore[no-untyped-def]
-        assert self.broker is not None and self.broker.replicas is not None
-        return self.broker.replicas
-
-    @property
-    def addr(self) -> str:
-        b = self.settings.broker  # type: ignore[attr-defined]
-        return f"127.0.0.1:{b.listen_port}"
-
-    def serving_as(self, master: bool) -> bool:
-        if self.broker is None or self.broker.replicas is None:
-            return False
-        m = self.broker.replicas
-        return m.inner is not None and m.running is not None and m.is_master == master
-
-
-async def start(nursery: trio.Nursery, r: Replica) -> None:
-    r.broker = BrokerController(r.settings)  # type: ignore[arg-type]
-    r.scope, r.done = trio.CancelScope(), trio.Event()
-
-    async def run() -> None:
-        assert r.scope is not None and r.done is not None and r.broker is not None
-        try:
-            with r.scope:
-                await r.broker.run()
-        finally:
-            r.done.set()
-
-    nursery.start_soon(run)
-
-
-async def stop(r: Replica) -> None:
-    assert r.scope is not None and r.done is not None
-    r.scope.cancel()
-    with trio.fail_after(10):
-        await r.done.wait()
-
-
-@asynccontextmanager
-async def group_of_two(tmp_path: Path) -> AsyncIterator[tuple[object, list[Replica], Cluster]]:
-    async with running_controllers(tmp_path) as ctl, trio.open_nursery() as nursery:
-        ns = NamesrvServer(NamesrvConfig(
-            kv_config_path=str(tmp_path / "ns" / "kv.json"),
-            config_store_path=str(tmp_path / "ns" / "ns.properties"),
-            bind_address="127.0.0.1", listen_port=0,
-        ))
-        host, port = await nursery.start(ns.serve)
-        ns_addr = f"{host}:{port}"
-        replicas = []
-        for i in (1, 2):
-            listen, fast, ha = free_ports(3)
-            store_dir = tmp_path / f"b{i}"
-            settings = broker_settings(
-                store_dir, ns_addr, brokerId=str(i), brokerRole="SYNC_MASTER",
-                listenPort=str(listen), fastListenPort=str(fast), haListenPort=str(ha),
-                enableControllerMode="true", controllerAddr=";".join(ctl.addrs),
-                controllerHeartBeatTimeoutMills="700", haMaxTimeSlaveNotCatchup="1500",
-                mappedFileSizeCommitLog=str(1024 * 1024),
-            )
-            replicas.append(Replica(settings, store_dir))
-        async with open_remoting_client(node="ctl-test") as client:
-            caller = Cluster(ns, ns_addr, None, "", client, nursery,  # type: ignore[arg-type]
-                             trio.CancelScope(), tmp_path)
-            for r in replicas:
-                await start(nursery, r)
-            try:
-                yield ctl, replicas, caller
-            finally:
-                for r in replicas:
-                    if r.scope is not None:
-                        r.scope.cancel()
-                nursery.cancel_scope.cancel()
-
-
-async def send_some(caller: Cluster, addr: str, n: int, start: int) -> list[bytes]:
-    caller.addr = addr
-    acked = []
-    for i in range(start, start + n):
-        body = f"msg-{i}".encode()
-        r = await caller.send(TOPIC, body, queue_id=i % 4)
-        if r.code == ResponseCode.SUCCESS:
-            acked.append(body)
-    return acked
-
-
-async def read_all(caller: Cluster, addr: str) -> list[bytes]:
-    caller.addr = addr
-    out = []
-    for q in range(4):
-        offset = 0
-        while True:
-            r = await caller.pull(TOPIC, offset, queue_id=q, max_nums=64)
-            if r.code != ResponseCode.SUCCESS:
-                break
-            got = messages(r)
-            if not got:
-                break
-            out.extend(m.body for m in got)
-            offset += len(got)
-    return out
-
-
-def commitlog_bytes(store_dir: Path) -> bytes:
-    d = store_dir / "commitlog"
-    return b"".join(p.read_bytes() for p in sorted(d.iterdir())).rstrip(b"\0")
 
 
 @pytest.mark.slow

@@ -49,6 +49,7 @@ async def test_election_fencing_and_leader_failover(tmp_path: Path) -> None:
             r = await cc.call(register_request(G, bid, addr))
             assert r.code == ResponseCode.SUCCESS, r.remark
         beating = {1: True, 2: True}
+        epoch = [0]  # what the replicas' epoch files say (the master's epoch once elected)
 
         async def beat() -> None:
             while True:
@@ -56,7 +57,7 @@ async def test_election_fencing_and_leader_failover(tmp_path: Path) -> None:
                     if beating[bid]:
                         # a leader change fails a beat: the next round goes on
                         with contextlib.suppress(RemotingError):
-                            await cc.call(heartbeat_request(G, bid, addr, 100 * bid), 0.3)
+                            await cc.call(heartbeat_request(G, bid, addr, 100, epoch[0]), 0.3)
                 await trio.sleep(0.1)
 
         async with trio.open_nursery() as n:
@@ -72,8 +73,15 @@ async def test_election_fencing_and_leader_failover(tmp_path: Path) -> None:
             assert master in (1, 2) and info.master_epoch == 1
             slave = 3 - master
             assert sss.broker_ids == {master}
-            # the master adds its caught-up slave
-            r = await cc.call(alter_request(master, 1, {1, 2}, sss.epoch))
+            # the master adds its slave once its heartbeats show it caught up at epoch 1
+            epoch[0] = 1
+
+            async def joined() -> bool:
+                r = await cc.call(alter_request(master, 1, {1, 2}, sss.epoch))
+                return r.code == ResponseCode.SUCCESS
+
+            await until(joined)
+            r = await cc.call(alter_request(master, 1, {1, 2}, sss.epoch + 1))
             assert r.code == ResponseCode.SUCCESS, r.remark
             assert SyncStateSet.decode(r.body).broker_ids == {1, 2}
             # a stale SyncStateSet epoch is refused

@@ -30,6 +30,8 @@ from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoti
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.errors import RemotingError
+from rmq_cluster.cluster.remoting.peer_auth import peer_handshake
+from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.testing import RunningCluster, cli, rmq_cluster
 
 TOPIC = "CtlProcTopic"
@@ -94,13 +96,13 @@ async def read_queue(client: RemotingClient, addr: str, queue_id: int) -> list[b
         offset = int(resp.ext_fields["nextBeginOffset"])
 
 
-async def until_new_master(controllers: list[str], old_id: int) -> None:
+async def until_new_master(controllers: list[str], old_id: int, secret: str) -> None:
     """Ask the controller leader every 20 ms until broker-a's master is not ``old_id``."""
     request = RemotingCommand.request(
         ControllerRequestCode.CONTROLLER_GET_REPLICA_INFO,
         GetReplicaInfoRequestHeader(broker_name=GROUP).to_ext_fields(),
     )
-    async with open_remoting_client(node="ctl-watch") as client:
+    async with open_remoting_client(node="ctl-watch", handshake=peer_handshake(secret)) as client:
         cc = ControllerClient(client, controllers)
         while True:
             with contextlib.suppress(RemotingError):
@@ -123,6 +125,7 @@ def test_kill_master_elects_slave_no_acked_loss_old_master_rejoins() -> None:
             time.sleep(0.2)
         old_name = old["name"]
         controllers = [n["addr"] for n in cluster.status()["nodes"] if n["kind"] == "controller"]
+        secret = supervisor.load_state(cluster.dir).topology.cluster_secret
         cc = ClientConfig(namesrv_addr=cluster.namesrv_addr, poll_namesrv_interval_s=0.2)
         acked: list[bytes] = []
         timeline: dict[str, float] = {}
@@ -137,7 +140,7 @@ def test_kill_master_elects_slave_no_acked_loss_old_master_rejoins() -> None:
                     os.kill(old["pid"], signal.SIGKILL)  # the node's pid (status): kill -9
                     timeline["killed"] = time.monotonic()
                     with trio.fail_after(WAIT_S):
-                        await until_new_master(controllers, old["broker_id"])
+                        await until_new_master(controllers, old["broker_id"], secret)
                     timeline["elected"] = time.monotonic()
                     mark = len(acked)
                     with trio.fail_after(WAIT_S):
@@ -178,9 +181,10 @@ def test_kill_master_elects_slave_no_acked_loss_old_master_rejoins() -> None:
         assert other is not None
         trio.run(verify, [new_name, other["name"]])
         # mqadmin names
-        done = cli("getSyncStateSet", "-n", cluster.namesrv_addr, "-a",
-                           ";".join(n["addr"] for n in cluster.status()["nodes"]
-                                    if n["kind"] == "controller"), "-b", GROUP, "--json")
+        addrs = ";".join(n["addr"] for n in cluster.status()["nodes"]
+                         if n["kind"] == "controller")
+        done = cli("getSyncStateSet", "-n", cluster.namesrv_addr, "--cluster-secret", secret,
+                   "-a", addrs, "-b", GROUP, "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)[GROUP]["masterEpoch"] == new["epoch"]
         # the old master comes back as a slave with an identical prefix

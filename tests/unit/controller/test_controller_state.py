@@ -67,7 +67,7 @@ def test_first_election_picks_an_alive_replica_then_bumps_epoch_and_resets_sss()
 def test_master_loss_elects_only_from_the_sync_state_set() -> None:
     s = _state(1, 2, 3)
     s.apply(ElectEvent(G, 1, 1))
-    alter = decide_alter(s, G, 1, 1, frozenset({1, 2}), 1)
+    alter = decide_alter(s, G, 1, 1, frozenset({1, 2}), 1, live=_live(0, b1=9, b2=9), now_ms=0)
     assert isinstance(alter, AlterEvent)
     assert s.apply(alter) is ApplyOutcome.APPLIED
     live = _live(5000, b2=10, b3=999)  # 1 silent; 3 is ahead but not in sync
@@ -91,7 +91,7 @@ def test_no_candidate_clears_the_master_and_fences_its_epoch_then_a_member_retur
     g = s.group(G)
     assert g is not None and g.master_id == NO_MASTER and g.sync_state_set == {1}
     # the old master is fenced: its ALTER with epoch 1 is refused
-    refusal = decide_alter(s, G, 1, 1, frozenset({1, 2}))
+    refusal = decide_alter(s, G, 1, 1, frozenset({1, 2}), live=_live(5000, b1=0), now_ms=5000)
     assert isinstance(refusal, Refusal)
     assert refusal.code == ControllerResponseCode.CONTROLLER_FENCED_MASTER_EPOCH
     # nothing more until an SSS member is alive again
@@ -119,10 +119,12 @@ def test_alter_refusals_name_the_problem() -> None:
         (1, 1, frozenset({1, 7}), None): ControllerResponseCode.CONTROLLER_INVALID_REPLICAS,
         (1, 1, frozenset({1, 2}), 0): ControllerResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
     }
+    live = _live(0, b1=0, b2=0)
     for (master, epoch, ids, seen), code in cases.items():
-        got = decide_alter(s, G, master, epoch, ids, seen)
+        got = decide_alter(s, G, master, epoch, ids, seen, live=live, now_ms=0)
         assert isinstance(got, Refusal) and got.code == code, (master, ids, seen)
-    assert isinstance(decide_alter(s, "nope", 1, 1, frozenset({1})), Refusal)
+    assert isinstance(decide_alter(s, "nope", 1, 1, frozenset({1}), live=live, now_ms=0),
+                      Refusal)
 
 
 def test_designated_election() -> None:
