@@ -169,7 +169,6 @@ def ask(node: str, group: str, addr: str, timeout: float) -> NodeAnswer:
         info = runtime_info(addr, timeout)
         return NodeAnswer(node, group, addr, _offset(info), info.get("slaveFallBehindMuch"))
     except NodeFailure as exc:
-        log.warning("broker unverifiable", node=node, addr=addr, reason=str(exc))
         return NodeAnswer(node, group, addr, error=str(exc))
 
 
@@ -195,13 +194,15 @@ def store_extent(r: Replica) -> int:
     return segs[-1].start + segs[-1].length if segs else 0
 
 
-def _claim_error(a: NodeAnswer, extent: int) -> str | None:
-    if a.error is not None:
-        return a.error
-    if a.max_offset is not None and a.max_offset > extent:
-        return (f"claims commitLogMaxOffset {a.max_offset}, beyond the {extent} bytes its "
-                "store's files span")  # fmt: skip
-    return None
+def _checked(a: NodeAnswer, r: Replica) -> NodeAnswer:
+    """``a``, failed if it claims more than its store's files can hold."""
+    if a.error is not None or a.max_offset is None:
+        return a
+    extent = store_extent(r)
+    if a.max_offset <= extent:
+        return a
+    return attrs.evolve(a, error=f"claims commitLogMaxOffset {a.max_offset}, beyond the "
+                                 f"{extent} bytes its store's files span")  # fmt: skip
 
 
 def plan_live(replicas: list[Replica], directory: str, timeout: float) -> LivePlan:
@@ -211,15 +212,14 @@ def plan_live(replicas: list[Replica], directory: str, timeout: float) -> LivePl
     for r in replicas:
         if r.node not in addrs:
             raise BadInput(f"{r.group}:{r.node}: not a broker of {directory}")
-    answers = ask_all(((r.node, r.group, addrs[r.node]) for r in replicas), timeout)
-    answers = {n: a if a.error is not None else attrs.evolve(a, error=_claim_error(
-                   a, store_extent(next(r for r in replicas if r.node == n))))
-               for n, a in answers.items()}  # fmt: skip
+    asked = ask_all(((r.node, r.group, addrs[r.node]) for r in replicas), timeout)
+    answers = {r.node: _checked(asked[r.node], r) for r in replicas}
     left_out: dict[str, str] = {}
     for r in replicas:
         a = answers[r.node]
-        if a.error is not None and r.group not in left_out:
-            left_out[r.group] = f"{r.node} at {a.addr}: {a.error}"
+        if a.error is not None:
+            log.warning("broker unverifiable", node=r.node, addr=a.addr, reason=a.error)
+            left_out.setdefault(r.group, f"{r.node} at {a.addr}: {a.error}")
     limits: dict[str, int] = {}
     for r in replicas:
         mx = answers[r.node].max_offset
@@ -246,6 +246,7 @@ def recheck(plan: LivePlan) -> dict[str, str]:
             why = f"commitLogMaxOffset went back from {lim} or more to {a.max_offset}"
         else:
             continue
+        log.warning("broker unverifiable", node=r.node, addr=a.addr, reason=why)
         out.setdefault(r.group, f"{r.node} at {a.addr}: {why}")
     return out
 
@@ -265,9 +266,10 @@ def judge(summary: dict[str, Any], plan: LivePlan, after: Mapping[str, str]) -> 
     groups: dict[str, Any] = {}
     for g, grp in summary["groups"].items():
         n = compared_bytes(grp)
+        limit = grp["replicas"][grp["master"]]["audited_to"]
         reason = after.get(g) or (None if n else (
-            f"0 bytes compared: its confirmed offset {grp['replicas'][grp['master']]['audited_to']}"
-            " (the least commitLogMaxOffset of its brokers) holds no complete record"))
+            f"0 bytes compared: its confirmed offset {limit} (the least commitLogMaxOffset of "
+            "its brokers) holds no complete record"))  # fmt: skip
         grp = {**grp, "compared_bytes": n}
         if reason is not None:
             why[g] = reason

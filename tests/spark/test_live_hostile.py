@@ -134,20 +134,26 @@ def test_honest_brokers_are_consistent(tmp_path: Path) -> None:
 
 
 def test_every_group_unverifiable_in_text(tmp_path: Path) -> None:
-    """Nothing left to audit: no Spark, a line per group on stdout, exit 2."""
-    bad = hb.raw(b"\0\0\0\0")
-    with hb.cluster_dir(tmp_path, {"broker-a": bad, "broker-b-s": None}) as c:
-        args = [sys.executable, "-m", "rmq_cluster.spark_jobs.replica_diff", "--dir",
-                str(c["dir"]), "--live", "--node-timeout", str(NODE_TIMEOUT_S)]  # fmt: skip
+    """Nothing left to audit: no Spark, a line per group on stdout, exit 2 (through
+    ``rmq-cluster replica-diff``); the report names the reasons, a broker's words escaped."""
+    bad = hb.answer({}, 1, "<script>x</script>")
+    with hb.cluster_dir(tmp_path / "c", {"broker-a": bad, "broker-b-s": None}) as c:
+        args = [sys.executable, "-m", "rmq_cluster.deploy", "replica-diff", "--dir",
+                str(c["dir"]), "--live", "--node-timeout", str(NODE_TIMEOUT_S),
+                "--out", str(tmp_path / "out")]  # fmt: skip
         p = subprocess.run(args, capture_output=True, text=True, timeout=SLACK_S, check=False)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0].startswith("broker-a: unverifiable: broker-a at 127.0.0.1:")
-    assert "frame length 0" in lines[0]
+    assert lines[0].endswith("answered code 1 '<script>x</script>'")
     assert lines[1].startswith("broker-b: unverifiable: broker-b-s at 127.0.0.1:")
     assert "connection failed" in lines[1]
     assert lines[2:] == ["verdict: unverifiable"]
     assert "starting Spark" not in p.stderr
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert "&lt;script&gt;x&lt;/script&gt;" in report and "<script>" not in report
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert set(summary["unverifiable"]) == {"broker-a", "broker-b"} and summary["exit_code"] == 2
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", str(MAX_NODE_TIMEOUT_S * 2)])
@@ -156,3 +162,27 @@ def test_node_timeout_is_range_checked(tmp_path: Path, value: str) -> None:
         out = audit(c["dir"], "--node-timeout", value)
     assert out["code"] == 2 and out["summary"] is None
     assert f"bad input: --node-timeout {float(value)}" in out["stderr"]
+
+
+def _group(verdict: str, end: int = 100) -> dict[str, Any]:
+    rep = {"first_offset": 0, "end_offset": end, "audited_to": end, "verdict": verdict}
+    return {"master": "m", "replicas": {"m": {**rep, "verdict": "consistent"}, "s": rep}}
+
+
+@pytest.mark.parametrize(("verdicts", "allow_lag", "code"), [
+    (("consistent",), False, 0),
+    (("divergent",), False, 1),
+    (("divergent", "unverifiable"), False, 1),  # a proven divergence wins
+    (("lagging", "unverifiable"), False, 1),
+    (("lagging", "unverifiable"), True, 2),
+    (("consistent", "unverifiable"), False, 2),
+])  # fmt: skip
+def test_exit_codes(verdicts: tuple[str, ...], allow_lag: bool, code: int) -> None:
+    from rmq_cluster.spark_jobs.live import LivePlan, judge
+
+    groups = {f"g{i}": _group(v) for i, v in enumerate(verdicts) if v != "unverifiable"}
+    left_out = {f"g{i}": "x" for i, v in enumerate(verdicts) if v == "unverifiable"}
+    summary = {"groups": groups, "allow_lag": allow_lag, "exit_code": 0, "verdict": "consistent"}
+    out = judge(summary, LivePlan((), {}, left_out, 1.0), {})
+    assert out["exit_code"] == code
+    assert out["verdict"] == ["consistent", "divergent", "unverifiable"][code]
