@@ -96,10 +96,14 @@ def broker_addrs(directory: str) -> dict[str, str]:
     try:
         with open(path) as f:
             nodes = json.load(f)["topology"]["nodes"]
-        return {str(n["name"]): f"{n['host']}:{int(n['port'])}" for n in nodes
-                if n.get("kind") == "broker"}  # fmt: skip
+        out = {str(n["name"]): (str(n["host"]), int(n["port"])) for n in nodes
+               if n.get("kind") == "broker"}  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"cannot read broker addresses from {path}: {exc!r}") from exc
+    for name, (host, port) in out.items():
+        if not 0 < port < 65536 or not host:
+            raise BadInput(f"{path}: broker {name!r} has a bad address {host!r}:{port}")
+    return {name: f"{host}:{port}" for name, (host, port) in out.items()}
 
 
 def _left(deadline: float, timeout: float) -> float:

@@ -186,3 +186,15 @@ def test_exit_codes(verdicts: tuple[str, ...], allow_lag: bool, code: int) -> No
     out = judge(summary, LivePlan((), {}, left_out, 1.0), {})
     assert out["exit_code"] == code
     assert out["verdict"] == ["consistent", "divergent", "unverifiable"][code]
+
+
+@pytest.mark.parametrize("port", [0, 70000])
+def test_bad_port_in_cluster_json_is_bad_input(tmp_path: Path, port: int) -> None:
+    with hb.cluster_dir(tmp_path, {}) as c:
+        path = c["dir"] / "cluster.json"
+        obj = json.loads(path.read_text())
+        obj["topology"]["nodes"][1]["port"] = port
+        path.write_text(json.dumps(obj))
+        out = audit(c["dir"])
+    assert out["code"] == 2 and out["summary"] is None
+    assert "bad input:" in out["stderr"] and f"bad address '127.0.0.1':{port}" in out["stderr"]
