@@ -1305,8 +1305,6 @@ def _audit(args: argparse.Namespace, replicas: list[Replica], plan: Any) -> dict
     none); with a live ``plan`` its brokers are asked again at the end and it is judged."""
     from pyspark.sql import SparkSession
 
-    from rmq_cluster.spark_jobs import live
-
     owned = SparkSession.getActiveSession() is None  # in-process callers keep their session
     started: list[Any] = []
 
@@ -1317,6 +1315,9 @@ def _audit(args: argparse.Namespace, replicas: list[Replica], plan: Any) -> dict
         return started[0]
 
     def judge(summary: dict[str, Any]) -> dict[str, Any]:
+        # only a live audit imports the remoting side (a spark-submit archive lacks it)
+        from rmq_cluster.spark_jobs import live
+
         return live.judge(summary, plan, live.recheck(plan))
 
     local = (args.master or "").startswith("local") or (
