@@ -1276,7 +1276,10 @@ def _build_package(args: argparse.Namespace) -> int:
 
 def _plan_live(args: argparse.Namespace, replicas: list[Replica]) -> Any:
     """Every broker asked for its offset (``--node-timeout`` each, side by side)."""
-    from rmq_cluster.spark_jobs.live import plan_live
+    try:
+        from rmq_cluster.spark_jobs.live import plan_live
+    except ImportError as exc:  # a spark-submit archive carries no remoting client
+        raise BadInput(f"--live needs rmq-cluster installed where the driver runs: {exc}") from None
 
     plan = plan_live(replicas, str(_cluster_dir(args)), args.node_timeout)
     for node, a in sorted(plan.answers.items()):
