@@ -36,8 +36,7 @@ from rmq_cluster.cluster.config import (
     check_cluster_secret,
     check_host,
     check_host_port,
-    check_range,
-    config_keys,
+    check_ranges,
     load_config,
     setting,
 )
@@ -62,6 +61,7 @@ MAX_REGISTER_PERIOD_MS: Final = 60_000
 REGISTER_TIMEOUT_MS: Final = 6_000
 DEFAULT_CLIENT_EXPIRED_MS: Final = 120_000
 DEFAULT_HOUSEKEEPING_INTERVAL_MS: Final = 10_000
+DEFAULT_METRICS_CACHE_S: Final = 5.0
 
 
 def _local_ip() -> str:
@@ -181,6 +181,14 @@ class BrokerConfig:
     #: Extension key: port of the Prometheus ``/metrics`` listener (-1 = off, 0 = ephemeral);
     #: it binds ``bindAddress``.
     metrics_port: int = setting("metricsPort", -1)
+    #: Extension key: seconds a built ``/metrics`` exposition is served again before the next
+    #: scrape builds a new one (0: every scrape builds, concurrent scrapes still share one
+    #: build). Bounds what scrapes cost the broker: see broker/metrics.py.
+    metrics_cache_seconds: float = setting("metricsCacheSeconds", DEFAULT_METRICS_CACHE_S)
+    #: Extension key: when set, ``/metrics`` answers only requests carrying
+    #: ``Authorization: Bearer <metricsToken>`` (401 otherwise). ``rmq-cluster up --acl``
+    #: renders one.
+    metrics_token: str = setting("metricsToken", "", secret=True)
     #: Extension keys: credentials this broker signs its own outgoing requests with (NameServer
     #: registration, a slave's sync from its master) when those peers enforce ACL.
     acl_access_key: str = setting("aclAccessKey", "")
@@ -256,6 +264,11 @@ class BrokerSettings:
     def is_slave(self) -> bool:
         return self.store.broker_role is BrokerRole.SLAVE
 
+    def parts(self) -> tuple[object, ...]:
+        """The config objects, each holding its own keys (haListenPort: the broker's and the
+        HA service's resolved one)."""
+        return (self.broker, self.store, self.ha, self.dledger, self.controller_mode)
+
 
 @attrs.frozen
 class LoadedSettings:
@@ -306,63 +319,103 @@ MAX_NAME_CHARS: Final = 127
 #: An hour of the day in ``deleteWhen`` ("04" or "04;05").
 _HOURS: Final = range(24)
 
-#: Inclusive ranges of numeric keys (None: unbounded on that side).
-NUMERIC_RANGES: Final[dict[str, tuple[float | None, float | None]]] = {
+#: Longest period of a background loop or age limit (a day), in ms.
+MAX_INTERVAL_MS: Final = 86_400_000
+#: Longest wait for one answer or flush (ten minutes), in ms.
+MAX_TIMEOUT_MS: Final = 600_000
+#: Largest mapped file (RocketMQ declares the sizes Java ``int``).
+MAX_MAPPED_FILE_BYTES: Final = 2**31 - 1
+#: Largest value of a Java ``int`` key.
+JAVA_INT_MAX: Final = 2**31 - 1
+#: Most index entries and hash slots of an IndexFile (its size stays under 2 GiB).
+MAX_INDEX_NUM: Final = 80_000_000
+MAX_HASH_SLOT_NUM: Final = 50_000_000
+#: Longest idle time a connection may be given before it is closed (a week).
+MAX_IDLE_SECONDS: Final = 7 * 86_400
+#: Longest time a metrics exposition is served from cache, in seconds.
+MAX_METRICS_CACHE_S: Final = 3600.0
+#: Most connections and buffered input bytes a remoting server may be configured with.
+MAX_SERVER_CONNECTIONS: Final = 1_000_000
+MAX_SERVER_BUFFERED_INPUT_BYTES: Final = 64 * 1024**3
+_MS: Final = (1, MAX_INTERVAL_MS)
+_TIMEOUT: Final = (1, MAX_TIMEOUT_MS)
+_PORT_OR_DEFAULT: Final = (-1, 65535)  # -1: derived from listenPort (or off, metricsPort)
+_PORT_OR_BOUND: Final = (0, 65535)  # 0: the bound (ephemeral) port
+
+#: THE range of every numeric key a broker reads (BrokerConfig, MessageStoreConfig, HAConfig,
+#: DLedgerConfig, ControllerModeConfig), inclusive, checked at boot and on
+#: UPDATE_BROKER_CONFIG (``check_settings``); tests/unit/test_config_ranges.py fails
+#: when a numeric key is missing here.
+NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
     # BrokerConfig / NettyServerConfig
+    "brokerId": (0, JAVA_INT_MAX),
+    "brokerPermission": (0, 15),
     "defaultTopicQueueNums": (1, MAX_DEFAULT_TOPIC_QUEUE_NUMS),
-    "shortPollingTimeMills": (1, None),
-    "registerNameServerPeriod": (1, None),
-    "registerBrokerTimeoutMills": (1, None),
-    "flushConsumerOffsetInterval": (1, None),
-    "flushDelayOffsetInterval": (1, None),
-    "transactionTimeOut": (0, None),
-    "transactionCheckMax": (0, None),
-    "transactionCheckInterval": (1, None),
-    "clientChannelExpiredTime": (1, None),
-    "clientHousekeepingInterval": (1, None),
+    "shortPollingTimeMills": _TIMEOUT,
+    "registerNameServerPeriod": _MS,
+    "registerBrokerTimeoutMills": _TIMEOUT,
+    "flushConsumerOffsetInterval": _MS,
+    "flushDelayOffsetInterval": _MS,
+    "transactionTimeOut": (0, MAX_INTERVAL_MS),
+    "transactionCheckMax": (0, 10_000),
+    "transactionCheckInterval": _MS,
+    "clientChannelExpiredTime": _MS,
+    "clientHousekeepingInterval": _MS,
     "accessMessageInMemoryMaxRatio": (0, 100),
-    "fastListenPort": (-1, 65535),
-    "haListenPort": (-1, 65535),
-    "advertisedListenPort": (0, 65535),
-    "advertisedHaListenPort": (0, 65535),
-    "metricsPort": (-1, 65535),
-    "serverChannelMaxIdleTimeSeconds": (0, None),
+    "listenPort": _PORT_OR_BOUND,
+    "fastListenPort": _PORT_OR_DEFAULT,
+    "haListenPort": _PORT_OR_DEFAULT,
+    "advertisedListenPort": _PORT_OR_BOUND,
+    "advertisedHaListenPort": _PORT_OR_BOUND,
+    "metricsPort": _PORT_OR_DEFAULT,
+    "metricsCacheSeconds": (0, MAX_METRICS_CACHE_S),
+    "serverChannelMaxIdleTimeSeconds": (0, MAX_IDLE_SECONDS),
+    "serverMaxConnections": (1, MAX_SERVER_CONNECTIONS),
+    "serverMaxConnectionsPerAddress": (1, MAX_SERVER_CONNECTIONS),
+    "serverMaxBufferedInputBytes": (1, MAX_SERVER_BUFFERED_INPUT_BYTES),
+    "serverPartialFrameTimeoutSeconds": (0.001, MAX_TIMEOUT_MS / 1000),
     # MessageStoreConfig
-    "mappedFileSizeCommitLog": (1, None),
-    "mappedFileSizeConsumeQueue": (1, None),
-    "flushIntervalCommitLog": (1, None),
-    "flushCommitLogLeastPages": (0, None),
-    "flushCommitLogThoroughInterval": (1, None),
-    "flushIntervalConsumeQueue": (1, None),
-    "flushConsumeQueueLeastPages": (0, None),
-    "flushConsumeQueueThoroughInterval": (1, None),
-    "syncFlushTimeout": (1, None),
-    "slaveTimeout": (1, None),
+    "mappedFileSizeCommitLog": (1, MAX_MAPPED_FILE_BYTES),
+    "mappedFileSizeConsumeQueue": (20, MAX_MAPPED_FILE_BYTES),  # one 20-byte unit at least
+    "flushIntervalCommitLog": _MS,
+    "flushCommitLogLeastPages": (0, JAVA_INT_MAX),
+    "flushCommitLogThoroughInterval": _MS,
+    "flushIntervalConsumeQueue": _MS,
+    "flushConsumeQueueLeastPages": (0, JAVA_INT_MAX),
+    "flushConsumeQueueThoroughInterval": _MS,
+    "syncFlushTimeout": _TIMEOUT,
     "maxMessageSize": (1, MAX_MESSAGE_SIZE_LIMIT_BYTES),
-    "fileReservedTime": (0, None),
+    "fileReservedTime": (0, 24 * 365 * 10),  # hours
     "diskMaxUsedSpaceRatio": (1, 100),
-    "cleanResourceInterval": (1, None),
-    "deleteCommitLogFilesInterval": (0, None),
-    "destroyMapedFileIntervalForcibly": (0, None),
-    "maxHashSlotNum": (1, None),
-    "maxIndexNum": (1, None),
-    "maxMsgsNumBatch": (1, None),
-    "osPageCacheBusyTimeOutMills": (1, None),
-    "maxTransferBytesOnMessageInMemory": (1, None),
-    "maxTransferCountOnMessageInMemory": (1, None),
+    "cleanResourceInterval": _MS,
+    "deleteCommitLogFilesInterval": (0, MAX_INTERVAL_MS),
+    "destroyMapedFileIntervalForcibly": (0, MAX_INTERVAL_MS),
+    "maxHashSlotNum": (1, MAX_HASH_SLOT_NUM),
+    "maxIndexNum": (1, MAX_INDEX_NUM),
+    "maxMsgsNumBatch": (1, 65_536),
+    "osPageCacheBusyTimeOutMills": _TIMEOUT,
+    "maxTransferBytesOnMessageInMemory": (1, JAVA_INT_MAX),
+    "maxTransferCountOnMessageInMemory": (1, 65_536),
     # HAConfig
-    "haSendHeartbeatInterval": (1, None),
-    "haHousekeepingInterval": (1, None),
-    "haSlaveFallbehindMax": (1, None),
+    "haSendHeartbeatInterval": _MS,
+    "haHousekeepingInterval": _MS,
+    "haTransferBatchSize": (1, MAX_FRAME_BODY_BYTES),
+    "haSlaveFallbehindMax": (1, 2**50),
+    "slaveTimeout": _TIMEOUT,
+    # DLedgerConfig (cross-key rules: DLedgerConfig.validate)
+    "dLegerTickMs": _TIMEOUT,
+    "heartBeatTimeIntervalMs": _TIMEOUT,
+    "maxHeartBeatLeak": (2, 1000),
+    "minVoteIntervalMs": (0, MAX_TIMEOUT_MS),
+    "maxVoteIntervalMs": _TIMEOUT,
+    "maxWaitAckTimeMs": _TIMEOUT,
+    # ControllerModeConfig (cross-key rules: ControllerModeConfig.validate)
+    "brokerHeartbeatInterval": _TIMEOUT,
+    "controllerHeartBeatTimeoutMills": _TIMEOUT,
+    "syncControllerMetadataPeriod": _TIMEOUT,
+    "haMaxTimeSlaveNotCatchup": _TIMEOUT,
+    "masterLeaseMills": (-1, MAX_TIMEOUT_MS),  # -1: derived
 }
-
-
-def _values_by_key(settings: BrokerSettings) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for part in (settings.dledger, settings.ha, settings.store, settings.broker):
-        for name, key in config_keys(type(part)).items():
-            out[key] = getattr(part, name)
-    return out
 
 
 def _check_name(key: str, value: str) -> None:
@@ -392,14 +445,9 @@ def _check_reachable(bind_address: str, broker_ip1: str) -> None:
 def check_settings(settings: BrokerSettings) -> None:
     """Every value of ``settings`` as the broker needs it (addresses parsed in full, numbers
     in range, names usable); ConfigError naming the first bad key."""
-    values = _values_by_key(settings)
-    for key, (low, high) in NUMERIC_RANGES.items():
-        value = values.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            check_range(key, value, low, high)
+    for part in settings.parts():
+        check_ranges(part, NUMERIC_RANGES)
     b = settings.broker
-    if b.broker_id < 0:
-        raise ConfigError(f"brokerId: {b.broker_id} must be >= 0")
     if bool(b.acl_access_key) != bool(b.acl_secret_key):
         raise ConfigError("aclAccessKey and aclSecretKey must be set together")
     check_address_list("namesrvAddr", b.namesrv_addr)
@@ -423,4 +471,4 @@ def check_settings(settings: BrokerSettings) -> None:
     h = settings.ha
     if h.configured_master_address is not None:
         check_host_port("haMasterAddress", h.configured_master_address)
-    check_range("haTransferBatchSize", h.ha_transfer_batch_size, 1, MAX_FRAME_BODY_BYTES)
+

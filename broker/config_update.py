@@ -7,10 +7,13 @@ Here the update is all or nothing and says what is wrong:
 
 * an unknown key (no BrokerConfig, MessageStoreConfig, HA or DLedger field has it) refuses the
   whole update, naming it;
-* a key fixed for the life of the process (identity, ports, paths, role, flush type: what
-  the running broker was built from, ``RESTART_ONLY_KEYS``) is refused too — edit the file and
-  restart;
-* a value that does not parse or validate refuses the update with the key named.
+* a value that does not parse or is out of its range (``broker.config.NUMERIC_RANGES``)
+  refuses the update with the key named;
+* apply or refuse, never accept and ignore: only ``LIVE_KEYS`` take effect in the running
+  broker; a change of any other key (identity, ports, paths, role, the store's, HA's and
+  DLedger's keys, the periods of loops started at boot, the remoting limits) is refused with
+  a remark saying it needs a restart -- edit the file and restart. Such a key given with the
+  value it already has changes nothing and is accepted.
 
 The file is edited in place: the keys' lines get their new value (comments, order and other
 keys stay as they are), new keys are appended. A file that holds a secret
@@ -39,14 +42,21 @@ from rmq_cluster.dledger.config import DLedgerConfig
 from rmq_cluster.ha.config import HAConfig
 from rmq_cluster.store.config import MessageStoreConfig
 
-#: Keys the running broker was built from: they change only with a restart.
-RESTART_ONLY_KEYS: Final = frozenset({
-    "brokerName", "brokerClusterName", "brokerId", "brokerRole", "flushDiskType",
-    "listenPort", "fastListenPort", "haListenPort", "bindAddress", "brokerIP1", "brokerIP2",
-    "advertisedListenPort", "advertisedHaListenPort", "storePathRootDir", "storePathCommitLog",
-    "mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "rocketmqHome", "aclEnable",
-    "aclFile", "metricsPort", "enableDLegerCommitLog", "dLegerGroup", "dLegerPeers",
-    "dLegerSelfId", "storePathDLedgerCommitLog",
+#: The keys a running broker follows at once (all others change only with a restart):
+#: read per request from the installed config, or pushed to their holder when it changes
+#: (``processors.broker_config.install_settings``: the TBW102 template's queue counts, the
+#: transaction check loop's interval, the HA service's allowed slaves).
+LIVE_KEYS: Final = frozenset({
+    # read per request
+    "namesrvAddr", "brokerPermission", "autoCreateTopicEnable", "autoCreateSubscriptionGroup",
+    "rejectTransactionMessage", "storeReplyMessageEnable", "longPollingEnable",
+    "enablePropertyFilter", "shortPollingTimeMills", "registerBrokerTimeoutMills",
+    "slaveReadEnable", "accessMessageInMemoryMaxRatio", "maxMessageSize",
+    "metricsCacheSeconds", "metricsToken",
+    # read per transaction check round
+    "transactionTimeOut", "transactionCheckMax",
+    # pushed to their holder
+    "defaultTopicQueueNums", "transactionCheckInterval", "haAllowedSlaveAddresses",
 })
 
 #: Mode of a config file written anew that holds no secret (before the umask).
@@ -89,12 +99,6 @@ def apply_update(settings: BrokerSettings, values: Mapping[str, str]) -> BrokerS
     unknown = sorted(k for k in values if k not in known)
     if unknown:
         raise ConfigUpdateError(f"unknown broker config key(s): {', '.join(unknown)}")
-    fixed = sorted(k for k in values if k in RESTART_ONLY_KEYS)
-    if fixed:
-        raise ConfigUpdateError(
-            f"{', '.join(fixed)} cannot change while the broker runs: "
-            "edit the broker's config file and restart it"
-        )
     changes: dict[str, Any] = {}
     for name, cls in _PARTS:
         mine = set(config_keys(cls).values())
@@ -106,7 +110,23 @@ def apply_update(settings: BrokerSettings, values: Mapping[str, str]) -> BrokerS
             changes[name] = load_config(cls, {**to_properties(current), **subset}).config
         except ConfigError as exc:
             raise ConfigUpdateError(str(exc)) from None
-    return check_updated(attrs.evolve(settings, **changes))
+    updated = check_updated(attrs.evolve(settings, **changes))
+    _refuse_restart_only(settings, updated, values)
+    return updated
+
+
+def _refuse_restart_only(
+    settings: BrokerSettings, updated: BrokerSettings, values: Mapping[str, str]
+) -> None:
+    """ConfigUpdateError when ``values`` change a key outside ``LIVE_KEYS``."""
+    before = current_values(settings, list(values))
+    after = current_values(updated, list(values))
+    fixed = sorted(k for k in values if k not in LIVE_KEYS and before.get(k) != after.get(k))
+    if fixed:
+        raise ConfigUpdateError(
+            f"{', '.join(fixed)} cannot change while the broker runs (it needs a restart): "
+            "edit the broker's config file and restart it"
+        )
 
 
 def check_updated(settings: BrokerSettings) -> BrokerSettings:

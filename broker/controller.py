@@ -25,6 +25,7 @@ import trio
 from rmq_cluster.broker.clients import ClientManager, RebalanceLockManager
 from rmq_cluster.broker.config import BrokerSettings
 from rmq_cluster.broker.dledger_role import DLedgerRoleHandler, dledger_send_processor
+from rmq_cluster.broker.intervals import LiveInterval
 from rmq_cluster.broker.long_polling import PullRequestHoldService
 from rmq_cluster.broker.metrics import BrokerMetrics, timed
 from rmq_cluster.broker.offsets import ConsumerOffsetManager, SubscriptionGroupManager
@@ -138,6 +139,11 @@ class BrokerController:
         #: called after UPDATE_BROKER_CONFIG installed new settings (processors caching a flag)
         self.config_listeners: list[Callable[[], None]] = []
         self.bcfg = settings.broker
+        #: the transaction check loop's wait (transactionCheckInterval is a live key)
+        self._check_interval = LiveInterval(
+            lambda: self.bcfg.transaction_check_interval_ms / 1000.0
+        )
+        self.config_listeners.append(self._check_interval.changed)
         self.node = node or self.bcfg.broker_name
         self.now_ms = clock_ms
         self.log = get_logger(node=self.node, role="broker")
@@ -544,8 +550,10 @@ class BrokerController:
             if self.metrics is not None:
                 self.metrics_address = await sup.start(
                     nursery, "metrics", functools.partial(
-                        serve_metrics, self.metrics.render, host=bcfg.bind_address,
+                        serve_metrics, build=self.metrics.build, host=bcfg.bind_address,
                         port=bcfg.metrics_port, node=self.node,
+                        max_age_s=lambda: self.bcfg.metrics_cache_seconds,
+                        token=lambda: self.bcfg.metrics_token,
                     )
                 )
             port = bcfg.advertised_listen_port or self.address[1]
@@ -862,10 +870,9 @@ class BrokerController:
     # ------------------------------------------------------------------ transactions
 
     async def _transaction_check_loop(self) -> None:
-        bcfg = self.bcfg
-        interval = bcfg.transaction_check_interval_ms / 1000.0
         while True:
-            await trio.sleep(interval)
+            await self._check_interval.wait()
+            bcfg = self.bcfg  # (transactionTimeOut and transactionCheckMax are live keys too)
             if self.topics.select(HALF_TOPIC) is None:
                 continue
             try:

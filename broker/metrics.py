@@ -1,9 +1,18 @@
 """The broker's metric families (rocketmq-exporter names where they exist, ``rmq_*`` ours).
 
-Everything is read at scrape time from state the broker keeps anyway, except two instruments
-the broker feeds only while metrics are on: the send latency histogram (a wrapper around the
-send processor, installed by the controller only when ``metricsPort`` >= 0) and the ACL
-denial counter. Pure: no I/O, no trio.
+Everything is read when an exposition is built, from state the broker keeps anyway, except two
+instruments the broker feeds only while metrics are on: the send latency histogram (a wrapper
+around the send processor, installed by the controller only when ``metricsPort`` >= 0) and the
+ACL denial counter. Pure: no I/O, no trio.
+
+What a build costs: the per-topic and per-group figures sum queues' max offsets (200 topics
+of 1024 queues: 204 800 queues; the ConsumeQueues that exist are walked, so empty ones cost
+nothing). ``BrokerMetrics.build`` reads them once per build into a snapshot, yielding every
+``BUILD_STEP_QUEUES`` queues, then renders from the snapshot (also in steps); the listener
+(``cluster.metrics_server``) runs it a short time slice at a time on the event loop, serves
+the text to every scrape for ``metricsCacheSeconds`` and lets concurrent scrapes share one
+build. State is only read, on the loop that mutates it, between two steps:
+a figure is as of the moment its queue was read.
 """
 
 from __future__ import annotations
@@ -11,11 +20,11 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from rmq_cluster.broker.offsets import TOPIC_GROUP_SEPARATOR
-from rmq_cluster.cluster.metrics import Histogram, RateTracker, Registry
+from rmq_cluster.cluster.metrics import Histogram, RateTracker, Registry, Steps, run_to_end
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 
 if TYPE_CHECKING:
@@ -24,6 +33,10 @@ if TYPE_CHECKING:
 Rows = Iterable[tuple[Mapping[str, object] | None, float]]
 
 PUT_LATENCY_METRIC = "rmq_broker_send_latency_seconds"
+#: Queue offsets read between two safe points of a build.
+BUILD_STEP_QUEUES: Final = 64
+
+GroupOffsets = dict[tuple[str, str], tuple[int, int]]
 
 
 class BrokerMetrics:
@@ -31,6 +44,13 @@ class BrokerMetrics:
         self.ctrl = ctrl
         self.registry = Registry()
         self._rates = RateTracker()
+        #: what the last build read: topic -> sum of its queues' max offsets, and
+        #: (topic, group) -> (committed total, max total)
+        self._topic_totals: dict[str, int] = {}
+        self._group_offsets: GroupOffsets = {}
+        #: builds done, and the wall time the last one took (its yields included)
+        self.builds = 0
+        self.last_build_s = 0.0
         reg = self.registry
         self.send_latency: Histogram = reg.histogram(
             PUT_LATENCY_METRIC, "Send request handling time (header to stored), seconds"
@@ -71,11 +91,26 @@ class BrokerMetrics:
         reg.collect("rmq_dledger_term", gauge, "DLedger term", self._dledger("dLegerTerm"))
         reg.collect("rmq_dledger_commit_index", gauge, "DLedger committed index",
                     self._dledger("dLegerCommitIndex"))
+        reg.collect("rmq_broker_metrics_builds", counter, "Expositions built for /metrics",
+                    lambda: [(self._base(), self.builds)])
+        reg.collect("rmq_broker_metrics_build_seconds", gauge,
+                    "Wall time the previous /metrics build took, yields included",
+                    lambda: [(self._base(), self.last_build_s)])
+
+    def build(self) -> Steps:
+        """The exposition text, in steps (see the module's doc)."""
+        started = time.perf_counter()
+        self._topic_totals = yield from self._read_topic_totals()
+        self._group_offsets = yield from self._read_group_offsets()
+        text = yield from self.registry.render_steps()
+        self._rates.end_look()
+        self.builds += 1
+        self.last_build_s = time.perf_counter() - started
+        return text
 
     def render(self) -> str:
-        text = self.registry.render()
-        self._rates.end_look()
-        return text
+        """The whole build at once (tests, tools)."""
+        return run_to_end(self.build())
 
     # ------------------------------------------------------------------ helpers
 
@@ -105,59 +140,79 @@ class BrokerMetrics:
         store = self._store()
         return [] if store is None else [(self._base(), store.dispatch_behind_bytes)]
 
-    def _topic_totals(self) -> dict[str, int]:
+    def _read_topic_totals(self) -> Generator[None, None, dict[str, int]]:
+        """topic -> sum of the max offsets of its queues (those its config has), walking the
+        ConsumeQueues that exist: a topic's empty queues cost nothing."""
         store = self._store()
-        if store is None:
-            return {}
         out: dict[str, int] = {}
-        for topic, tc in list(self.ctrl.topics.table.items()):
-            total = 0
-            for q in range(max(tc.read_queue_nums, tc.write_queue_nums)):
-                total += max(0, store.get_max_offset_in_queue(topic, q))
-            if total:
-                out[topic] = total
+        if store is None:
+            return out
+        topics = self.ctrl.topics.table
+        queues = store.cqs.queues
+        budget = BUILD_STEP_QUEUES
+        for key in list(queues):  # (the keys as they are: no tuple made per queue)
+            topic, q = key
+            tc = topics.get(topic)
+            cq = queues.get(key)
+            if cq is not None and tc is not None and q < max(
+                tc.read_queue_nums, tc.write_queue_nums
+            ):
+                value = cq.max_offset_in_queue
+                if value > 0:
+                    out[topic] = out.get(topic, 0) + value
+            budget -= 1
+            if not budget:
+                yield
+                budget = BUILD_STEP_QUEUES
+        return out
+
+    def _read_group_offsets(self) -> Generator[None, None, GroupOffsets]:
+        """(topic, group) -> (committed total, max total) over the queues with a commit."""
+        store = self._store()
+        out: GroupOffsets = {}
+        if store is None:
+            return out
+        budget = BUILD_STEP_QUEUES
+        for key, queues in list(self.ctrl.offsets.table.items()):
+            topic, sep, group = key.partition(TOPIC_GROUP_SEPARATOR)
+            if not sep:
+                continue
+            committed = maximum = 0
+            for q, o in list(queues.items()):
+                committed += max(0, o)
+                maximum += max(0, store.get_max_offset_in_queue(topic, q))
+                budget -= 1
+                if not budget:
+                    yield
+                    budget = BUILD_STEP_QUEUES
+            out[(topic, group)] = (committed, maximum)
         return out
 
     def _producer_offset(self) -> Rows:
         b = self._base()
-        return [({**b, "topic": t}, v) for t, v in self._topic_totals().items()]
+        return [({**b, "topic": t}, v) for t, v in self._topic_totals.items()]
 
     def _producer_tps(self) -> Rows:
         now = time.monotonic()
         b = self._base()
         return [({**b, "topic": t}, self._rates.rate(("p", t), v, now))
-                for t, v in self._topic_totals().items()]
-
-    def _group_offsets(self) -> dict[tuple[str, str], tuple[int, int]]:
-        """(topic, group) -> (committed total, max total) over the queues with a commit."""
-        store = self._store()
-        out: dict[tuple[str, str], tuple[int, int]] = {}
-        if store is None:
-            return out
-        for key, queues in list(self.ctrl.offsets.table.items()):
-            topic, sep, group = key.partition(TOPIC_GROUP_SEPARATOR)
-            if not sep:
-                continue
-            committed = sum(max(0, o) for o in queues.values())
-            maximum = sum(max(0, store.get_max_offset_in_queue(topic, q)) for q in queues)
-            out[(topic, group)] = (committed, maximum)
-        return out
+                for t, v in self._topic_totals.items()]
 
     def _consumer_offset(self) -> Rows:
         b = self._base()
         return [({**b, "topic": t, "group": g}, c)
-                for (t, g), (c, _m) in self._group_offsets().items()]
+                for (t, g), (c, _m) in self._group_offsets.items()]
 
     def _consumer_tps(self) -> Rows:
         now = time.monotonic()
         b = self._base()
         return [({**b, "topic": t, "group": g}, self._rates.rate(("c", t, g), c, now))
-                for (t, g), (c, _m) in self._group_offsets().items()]
+                for (t, g), (c, _m) in self._group_offsets.items()]
 
     def _group_diff(self) -> Rows:
         rows = []
         consumers = self.ctrl.clients.consumers
-        for (t, g), (c, m) in self._group_offsets().items():
+        for (t, g), (c, m) in self._group_offsets.items():
             info = consumers.get(g)
             rows.append((
                 {"group": g, "topic": t,

@@ -205,7 +205,11 @@ class TopicConfigManager:
         bad = names.validate_topic(topic)
         if bad is not None:
             return None, False, bad
-        queue_nums = max(0, min(client_queue_nums, template.write_queue_nums, MAX_QUEUE_NUMS))
+        queue_nums = min(client_queue_nums, template.write_queue_nums, MAX_QUEUE_NUMS)
+        if queue_nums < 1:  # (RocketMQ creates a topic with 0 queues: nothing can use it)
+            return None, False, (
+                f"defaultTopicQueueNums[{client_queue_nums}] is out of range [1, {MAX_QUEUE_NUMS}]"
+            )
         tc = TopicConfig(
             topic,
             queue_nums,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import math
 import os
 import types
 import typing
@@ -300,7 +301,37 @@ def check_address_list(key: str, value: str) -> list[tuple[str, int]]:
 
 
 def check_range(key: str, value: float, lowest: float | None, highest: float | None) -> None:
-    if (lowest is not None and value < lowest) or (highest is not None and value > highest):
+    """``value`` within ``[lowest, highest]`` (None: open on that side) and finite (a float
+    key's ``nan`` or ``inf`` compares as in range otherwise); ConfigError naming ``key``."""
+    if (
+        not math.isfinite(value)
+        or (lowest is not None and value < lowest)
+        or (highest is not None and value > highest)
+    ):
         low = "" if lowest is None else f"{lowest}"
         high = "" if highest is None else f"{highest}"
         raise ConfigError(f"{key}: {value} is out of range [{low}..{high}]")
+
+
+#: An inclusive range per numeric key: (lowest, highest).
+Ranges = Mapping[str, tuple[float, float]]
+
+
+def numeric_keys(cls: type) -> list[str]:
+    """The properties keys of ``cls``'s int and float fields (what a range table must cover)."""
+    out = []
+    for field in attrs.fields(cls):
+        key = field.metadata.get("key")
+        if key is not None and _field_type(cls, field) in (int, float):
+            out.append(key)
+    return out
+
+
+def check_ranges(config: Any, ranges: Ranges) -> None:
+    """Every numeric field of ``config`` that ``ranges`` names, within its range; ConfigError
+    naming the first key out of it."""
+    for name, key in config_keys(type(config)).items():
+        bounds = ranges.get(key)
+        value = getattr(config, name)
+        if bounds is not None and isinstance(value, int | float) and not isinstance(value, bool):
+            check_range(key, value, *bounds)

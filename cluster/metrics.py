@@ -9,6 +9,12 @@ Two kinds of metric:
 
 ``Registry.render()`` gives the exposition text; ``parse_exposition`` (strict) reads it back,
 for tests and ``rmq-cluster status --metrics``.
+
+A node with many series builds its text in steps: ``Registry.render_steps()`` (and a node's own
+build, e.g. ``broker.metrics.BrokerMetrics.build``) is a generator that yields at safe points,
+every few hundred samples, and returns the text; the node's event loop runs it a time slice at
+a time (``cluster.metrics_server.run_steps``), so a scrape never holds the loop for long.
+``run_to_end`` runs one at once.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Final
 
 import attrs
@@ -31,6 +37,19 @@ _LABEL_RE: Final = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 TYPES: Final = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
 
 Labels = tuple[tuple[str, str], ...]
+#: A build in steps: yields at safe points (between them nothing else runs), returns the text.
+Steps = Generator[None, None, str]
+#: Samples rendered between two safe points of ``Registry.render_steps``.
+RENDER_STEP_SAMPLES: Final = 256
+
+
+def run_to_end(steps: Steps) -> str:
+    """Run a build in steps at once, -> its text."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return str(stop.value)
 
 
 @attrs.frozen
@@ -183,6 +202,11 @@ class Registry:
         self._family(name, type_, help_).collector = with_const if const else collector
 
     def render(self) -> str:
+        return run_to_end(self.render_steps())
+
+    def render_steps(self) -> Steps:
+        """The exposition text, yielding after each family and every ``RENDER_STEP_SAMPLES``
+        samples."""
         lines: list[str] = []
         for family in self._families.values():
             try:
@@ -192,8 +216,11 @@ class Registry:
                 continue
             lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
             lines.append(f"# TYPE {family.name} {family.type}")
-            for s in samples:
+            for i, s in enumerate(samples, 1):
                 lines.append(f"{s.name}{_format_labels(s.labels)} {_format_value(s.value)}")
+                if i % RENDER_STEP_SAMPLES == 0:
+                    yield
+            yield
         return "\n".join(lines) + "\n"
 
 

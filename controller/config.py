@@ -19,7 +19,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import ConfigError, check_cluster_secret, setting
+from rmq_cluster.cluster.config import ConfigError, check_cluster_secret, check_ranges, setting
 
 DEFAULT_LISTEN_PORT: Final = 9878
 DEFAULT_SCAN_INTERVAL_MS: Final = 100
@@ -27,6 +27,20 @@ DEFAULT_BROKER_HEARTBEAT_TIMEOUT_MS: Final = 1_000
 DEFAULT_TICK_MS: Final = 50
 DEFAULT_RAFT_HEARTBEAT_MS: Final = 150
 DEFAULT_RAFT_ELECTION_TIMEOUT_MS: Final = 600
+
+
+#: THE range of every numeric key of ``ControllerConfig``, inclusive (ms unless said), checked
+#: by ``validate`` at boot; tests/unit/test_config_ranges.py fails when a numeric
+#: key is missing here. Cross-key rules follow in ``validate``.
+NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
+    "scanNotActiveBrokerInterval": (1, 600_000),
+    "controllerBrokerHeartbeatTimeoutMs": (1, 600_000),
+    "listenPort": (0, 65535),  # 0: ephemeral
+    "advertisedListenPort": (0, 65535),  # 0: the bound port
+    "controllerTickMs": (1, 60_000),
+    "controllerHeartbeatIntervalMs": (1, 600_000),
+    "controllerElectionTimeoutMs": (1, 600_000),
+}
 
 
 @attrs.frozen
@@ -76,6 +90,7 @@ class ControllerConfig:
         return out
 
     def validate(self) -> None:
+        check_ranges(self, NUMERIC_RANGES)
         peers = self.peer_map()
         if not peers:
             raise ConfigError("controllerDLegerPeers: no peers")

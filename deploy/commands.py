@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import hmac
 import ipaddress
 import json
 import os
@@ -174,7 +176,8 @@ def _with_acl(spec: ProfileSpec, directory: Path) -> tuple[ProfileSpec, Credenti
     if admin is None:
         admin = fresh = generate_admin()
         write_local_acl(directory, admin)
-    acl = {"aclEnable": "true", "aclFile": str(acl_path(directory))}
+    acl = {"aclEnable": "true", "aclFile": str(acl_path(directory)),
+           "metricsToken": metrics_token(admin)}
     broker_props = {
         **spec.broker_properties,
         **acl,
@@ -186,6 +189,13 @@ def _with_acl(spec: ProfileSpec, directory: Path) -> tuple[ProfileSpec, Credenti
         attrs.evolve(spec, broker_properties=broker_props, namesrv_properties=namesrv_props),
         fresh,
     )
+
+
+def metrics_token(admin: Credentials) -> str:
+    """``up --acl``: the bearer token every node's /metrics asks for, derived from the cluster's
+    admin secret (the same across restarts, never the secret itself)."""
+    return hmac.new(admin.secret_key.encode(), b"rmq-cluster metricsToken",
+                    hashlib.sha256).hexdigest()
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -403,12 +413,13 @@ def _metrics_rows(state: ClusterState) -> list[dict[str, Any]] | None:
     """Scrape each broker's /metrics (``up --metrics``); None when the cluster has none."""
     if state.topology.spec.broker_properties.get("metricsPort") != METRICS_PORT_AUTO:
         return None
+    token = state.topology.spec.broker_properties.get("metricsToken", "")
     rows = []
     for rec in state.records(KIND_BROKER):
         addr = f"{rec.spec.host}:{metrics_port_of(rec.spec)}"
         row: dict[str, Any] = {"name": rec.name, "metrics": addr}
         try:
-            fams = parse_exposition(fetch_metrics(addr))
+            fams = parse_exposition(fetch_metrics(addr, token=token))
         except (OSError, ExpositionError) as exc:
             row["error"] = str(exc)
             rows.append(row)

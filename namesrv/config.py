@@ -16,12 +16,43 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import check_host, check_range, setting
+from rmq_cluster.cluster.config import (
+    check_host,
+    check_range,
+    check_ranges,
+    config_keys,
+    setting,
+)
 
 DEFAULT_LISTEN_PORT: Final = 9876
 DEFAULT_SCAN_INTERVAL_MS: Final = 10_000
 DEFAULT_BROKER_EXPIRED_MS: Final = 120_000
 DEFAULT_CHANNEL_MAX_IDLE_S: Final = 120
+#: Longest period or expiry, in ms (a day).
+MAX_INTERVAL_MS: Final = 86_400_000
+#: Longest idle time a connection may be given before it is closed (a week).
+MAX_IDLE_SECONDS: Final = 7 * 86_400
+#: THE range of every numeric key of ``NamesrvConfig``, inclusive, checked whenever one is
+#: built (the file at boot, UPDATE_NAMESRV_CONFIG); tests/unit/test_config_ranges.py
+#: fails when a numeric key is missing here.
+NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
+    "scanNotActiveBrokerInterval": (1, MAX_INTERVAL_MS),
+    "brokerChannelExpiredTime": (1, MAX_INTERVAL_MS),
+    "listenPort": (0, 65535),  # 0: ephemeral
+    "serverChannelMaxIdleTimeSeconds": (0, MAX_IDLE_SECONDS),
+    "serverMaxConnections": (1, 1_000_000),
+    "serverMaxConnectionsPerAddress": (1, 1_000_000),
+    "serverMaxBufferedInputBytes": (1, 64 * 1024**3),
+    "serverPartialFrameTimeoutSeconds": (0.001, 600.0),
+    "metricsPort": (-1, 65535),  # -1: off, 0: ephemeral
+}
+#: The keys a running NameServer follows at once (read per request or per scan, or pushed to
+#: the route table); UPDATE_NAMESRV_CONFIG refuses a change of any other key (it needs a
+#: restart) instead of storing a value nothing reads.
+LIVE_KEYS: Final = frozenset({
+    "orderMessageEnable", "returnOrderTopicConfigToBroker", "scanNotActiveBrokerInterval",
+    "brokerChannelExpiredTime", "metricsToken",
+})
 #: Keys UPDATE_NAMESRV_CONFIG may not change (RocketMQ's ``configBlackList`` default).
 CONFIG_BLACK_LIST: Final = frozenset({"configBlackList", "configStorePath", "kvConfigPath"})
 
@@ -88,6 +119,8 @@ class NamesrvConfig:
     acl_file: str = setting("aclFile", "")
     #: Extension key: port of the Prometheus ``/metrics`` listener (-1 = off, 0 = ephemeral).
     metrics_port: int = setting("metricsPort", -1)
+    #: Extension key: when set, ``/metrics`` answers only ``Authorization: Bearer <token>``.
+    metrics_token: str = setting("metricsToken", "", secret=True)
 
     @bind_address.validator
     def _check_bind(self, attr: attrs.Attribute, value: str) -> None:
@@ -112,6 +145,9 @@ class NamesrvConfig:
         if value <= 0:
             raise ValueError(f"{attr.metadata['key']}: must be positive, got {value}")
 
+    def __attrs_post_init__(self) -> None:
+        check_ranges(self, NUMERIC_RANGES)
+
     @property
     def scan_interval_s(self) -> float:
         return self.scan_not_active_broker_interval_ms / 1000.0
@@ -119,3 +155,11 @@ class NamesrvConfig:
     @property
     def broker_expired_s(self) -> float:
         return self.broker_channel_expired_time_ms / 1000.0
+
+
+def restart_only_changes(old: NamesrvConfig, new: NamesrvConfig) -> list[str]:
+    """The keys outside ``LIVE_KEYS`` whose value differs between ``old`` and ``new``."""
+    return sorted(
+        key for name, key in config_keys(NamesrvConfig).items()
+        if key not in LIVE_KEYS and getattr(old, name) != getattr(new, name)
+    )

@@ -53,7 +53,7 @@ from rmq_cluster.cluster.remoting.headers import (
     WipeWritePermOfBrokerRequestHeader,
     WipeWritePermOfBrokerResponseHeader,
 )
-from rmq_cluster.namesrv.config import CONFIG_BLACK_LIST, NamesrvConfig
+from rmq_cluster.namesrv.config import CONFIG_BLACK_LIST, NamesrvConfig, restart_only_changes
 from rmq_cluster.namesrv.kv_config import KVConfigManager
 from rmq_cluster.namesrv.route_info import RouteInfoManager
 
@@ -367,6 +367,11 @@ def _update_config(state: NamesrvState, request: RemotingCommand, ctx: RequestCo
         new = load_config(NamesrvConfig, merged).config
     except ConfigError as exc:
         return Reply(request.response(ResponseCode.SYSTEM_ERROR, f"bad config: {exc}"))
+    fixed = restart_only_changes(state.config, new)
+    if fixed:
+        return Reply(request.response(ResponseCode.SYSTEM_ERROR, (
+            f"{', '.join(fixed)} cannot change while the NameServer runs (it needs a restart): "
+            "edit its config file and restart it")))
     changed = new != state.config
     state.config = new
     state.routes.broker_expired_s = new.broker_expired_s

@@ -144,6 +144,7 @@ class NamesrvServer:
                     nursery, "metrics", functools.partial(
                         serve_metrics, self._metrics_registry().render,
                         host=config.bind_address, port=config.metrics_port, node=self.node,
+                        token=lambda: self._state.config.metrics_token,
                     )
                 )
             self.log.info(

@@ -30,6 +30,10 @@ K_CONSUMER_BEYOND: Final = "consumer_offset_beyond_max"
 K_CONSUMER_LAG: Final = "consumer_offset_lag"  # beyond the replica's max, not the master's
 #: kinds that only mean "behind the master": allowed with --allow-lag
 LAG_KINDS: Final = frozenset({K_LAG, K_CQ_DANGLING, K_CONSUMER_LAG})
+#: ``--live --node-timeout``: one deadline over a whole exchange with one broker (connect,
+#: request, answer), not per read: a broker that drips bytes is given up on when it runs out.
+NODE_TIMEOUT_S: Final = 60.0
+MAX_NODE_TIMEOUT_S: Final = 3600.0
 
 
 class BadInput(ValueError):

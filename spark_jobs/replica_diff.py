@@ -9,7 +9,8 @@ Run::
         spark_jobs/replica_diff.py --replica ... --out OUT     (see spark_jobs/README.md)
 
 Outputs in OUT: ``findings/`` (Parquet, partitioned by group), ``summary.json``, ``report.html``.
-Exit 0 consistent (lag only with ``--allow-lag``), 1 divergence, 2 bad input.
+Exit 0 consistent (lag only with ``--allow-lag``), 1 divergence, 2 unverifiable (``--live``)
+or bad input.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import os
 import sys
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -53,6 +54,8 @@ from rmq_cluster.spark_jobs.model import (
     K_MISSING,
     K_QUEUE_GAP,
     LAG_KINDS,
+    MAX_NODE_TIMEOUT_S,
+    NODE_TIMEOUT_S,
     BadInput,
     CqTask,
     Replica,
@@ -1051,12 +1054,11 @@ def run_job(
     exact: bool = True,
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     check_stores: bool = False,
+    judge: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The whole job: diff, then (with ``out_dir``) ``findings/`` Parquet, ``summary.json`` and
-    ``report.html``; returns the summary."""
+    ``report.html``; returns the summary (passed through ``judge`` first: the live verdicts)."""
     from pyspark.sql import functions as F
-
-    from rmq_cluster.spark_jobs.report import render_html
 
     t0 = time.monotonic()
     res = run_diff(spark, replicas, verify_crc=verify_crc, split_bytes=split_bytes, quiet=quiet,
@@ -1124,14 +1126,24 @@ def run_job(
     for frame in ("records", "joined"):
         if res[frame] is not None:
             res[frame].unpersist()
+    if judge is not None:
+        summary = judge(summary)
+    write_summary(summary, out_dir, quiet)
+    return summary
+
+
+def write_summary(summary: dict[str, Any], out_dir: str | None, quiet: bool) -> None:
+    """``summary.json`` and ``report.html`` in ``out_dir`` (if any); the verdict on stderr."""
+    from rmq_cluster.spark_jobs.report import render_html
+
     if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "summary.json"), "w") as fh:
             json.dump(summary, fh, indent=2, default=str)
         with open(os.path.join(out_dir, "report.html"), "w") as fh:
             fh.write(render_html(summary))
     _progress(quiet, f"verdict {summary['verdict']} (exit {summary['exit_code']})"
                      + (f" -> {out_dir}" if out_dir else ""))  # fmt: skip
-    return summary
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -1141,7 +1153,10 @@ EPILOG = """\
 exit status:
   0  consistent: every replica matches its master (lag only with --allow-lag)
   1  divergent (or lagging without --allow-lag)
-  2  bad input (unreadable cluster directory, store or replica spec; no PySpark)
+  2  no verdict: unverifiable (--live: a broker unreachable, too slow for
+     --node-timeout, answering bad frames or offsets, or nothing compared; the
+     reason per group on stdout), or bad input (unreadable cluster directory, store
+     or replica spec; no PySpark) or usage
 
 By default every byte is compared: each replica's data files and ConsumeQueues are
 compared with its master's (big reads, memcmp, in --block-mb blocks), and records are
@@ -1187,6 +1202,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--live", action="store_true",
                    help="audit a running cluster (--dir/--name) up to each group's confirmed "
                         "offset, asked from its brokers (CommitLogs only)")
+    p.add_argument("--node-timeout", type=float, default=NODE_TIMEOUT_S, metavar="SECONDS",
+                   help="--live: the whole exchange with one broker (connect, ask, answer) "
+                        f"within this many seconds, else its group is unverifiable "
+                        f"(default {NODE_TIMEOUT_S:g})")
     p.add_argument("--package", metavar="ZIP", default=None,
                    help="only build the job's Python archive (for spark-submit --py-files) "
                         "and exit")
@@ -1207,15 +1226,8 @@ def resolve_replicas(args: argparse.Namespace) -> list[Replica]:
     directory = _cluster_dir(args)
     if directory:
         replicas += replicas_from_cluster_dir(directory)
-    if getattr(args, "live", False):
-        if not directory or args.replica:
-            raise BadInput("--live audits a cluster directory (--dir or --name), no --replica")
-        from rmq_cluster.spark_jobs.live import confirmed_limits
-
-        replicas, said = confirmed_limits(replicas, directory)
-        for node, s in said.items():
-            _progress(args.quiet, f"{node} at {s['addr']}: commitLogMaxOffset "
-                                  f"{s['commitLogMaxOffset']}")  # fmt: skip
+    if getattr(args, "live", False) and (not directory or args.replica):
+        raise BadInput("--live audits a cluster directory (--dir or --name), no --replica")
     replicas += [parse_replica_spec(s) for s in args.replica]
     if not replicas:
         raise BadInput("give --dir or at least one --replica")
@@ -1228,6 +1240,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise BadInput(f"--split-mb {args.split_mb}: want 1 .. {1 << 20}")
     if not (1 / 1024 <= args.block_mb <= 1024):  # also rejects NaN
         raise BadInput(f"--block-mb {args.block_mb}: want 1/1024 .. 1024")
+    if not (0 < args.node_timeout <= MAX_NODE_TIMEOUT_S):  # also rejects NaN
+        raise BadInput(f"--node-timeout {args.node_timeout}: want > 0 .. {MAX_NODE_TIMEOUT_S:g}")
 
 
 def _print_text(summary: dict[str, Any]) -> None:
@@ -1236,64 +1250,118 @@ def _print_text(summary: dict[str, Any]) -> None:
             if r["is_master"]:
                 continue
             kinds = ", ".join(f"{k} {n}" for k, n in r["findings"].items()) or "no findings"
+            if r["verdict"] == "unverifiable":
+                continue
             print(f"{group} {node}: {r['verdict']}, identical up to "
                   f"{r['proven_identical_to']} of master {g['master']} end "
                   f"{r['end_offset'] + r['lag_bytes'] - r['ahead_bytes']} ({kinds})")  # fmt: skip
+    for group, why in summary.get("unverifiable", {}).items():
+        print(f"{group}: unverifiable: {why}")
     print(f"verdict: {summary['verdict']}")
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    if args.package:
-        from rmq_cluster.spark_jobs.package import build_package
+def _build_package(args: argparse.Namespace) -> int:
+    from rmq_cluster.spark_jobs.package import build_package
 
-        try:
-            names = build_package(args.package)
-        except OSError as exc:
-            print(f"replica-diff: cannot write {args.package}: {exc}", file=sys.stderr)
-            return 2
-        _progress(args.quiet, f"wrote {args.package} ({len(names)} entries)")
-        if args.json:
-            print(json.dumps({"package": args.package, "entries": len(names)}))
-        return 0
     try:
-        _check_numbers(args)
-        replicas = resolve_replicas(args)
-    except BadInput as exc:
-        print(f"replica-diff: bad input: {exc}", file=sys.stderr)
+        names = build_package(args.package)
+    except OSError as exc:
+        print(f"replica-diff: cannot write {args.package}: {exc}", file=sys.stderr)
         return 2
+    _progress(args.quiet, f"wrote {args.package} ({len(names)} entries)")
+    if args.json:
+        print(json.dumps({"package": args.package, "entries": len(names)}))
+    return 0
+
+
+def _plan_live(args: argparse.Namespace, replicas: list[Replica]) -> Any:
+    """Every broker asked for its offset (``--node-timeout`` each, side by side)."""
     try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        print(
-            "replica-diff: needs PySpark: python3 -m pip install -e '.[spark]' (and Java 17)",
-            file=sys.stderr,
-        )
-        return 2
+        from rmq_cluster.spark_jobs.live import plan_live
+    except ImportError as exc:  # a spark-submit archive carries no remoting client
+        raise BadInput(f"--live needs rmq-cluster installed where the driver runs: {exc}") from None
+
+    plan = plan_live(replicas, str(_cluster_dir(args)), args.node_timeout)
+    for node, a in sorted(plan.answers.items()):
+        said = a.error if a.error is not None else f"commitLogMaxOffset {a.max_offset}"
+        _progress(args.quiet, f"{node} at {a.addr}: {said}")
+    return plan
+
+
+def _nothing_audited(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
+    """Every group left out by the live check: a summary of no groups, judged unverifiable."""
+    from rmq_cluster.spark_jobs.live import judge
+
+    empty = {
+        "exit_code": 2, "verdict": "unverifiable", "allow_lag": args.allow_lag,
+        "verify_crc": args.verify_crc, "mode": "header-only" if args.header_only else "exact",
+        "elapsed_s": 0.0, "groups": {}, "first_findings": [],
+        "divergence_map": {"buckets": MAP_BUCKETS, "bucket_bytes": {}, "counts": {}},
+    }  # fmt: skip
+    summary = judge(empty, plan, {})
+    write_summary(summary, args.out, args.quiet)
+    return summary
+
+
+def _audit(args: argparse.Namespace, replicas: list[Replica], plan: Any) -> dict[str, Any]:
+    """The job on a Spark session started on first need (a consistent local audit needs
+    none); with a live ``plan`` its brokers are asked again at the end and it is judged."""
+    from pyspark.sql import SparkSession
 
     owned = SparkSession.getActiveSession() is None  # in-process callers keep their session
     started: list[Any] = []
 
-    def session() -> Any:  # started on first need: a consistent local audit needs none
+    def session() -> Any:
         if not started:
             _progress(args.quiet, "starting Spark")
             started.append(build_session(args.master, quiet=args.quiet))
         return started[0]
 
+    def judge(summary: dict[str, Any]) -> dict[str, Any]:
+        # only a live audit imports the remoting side (a spark-submit archive lacks it)
+        from rmq_cluster.spark_jobs import live
+
+        return live.judge(summary, plan, live.recheck(plan))
+
     local = (args.master or "").startswith("local") or (
         not args.master and "PYSPARK_GATEWAY_PORT" not in os.environ)
     try:
-        summary = run_job(session if local else session(), replicas, args.out,
-                          verify_crc=args.verify_crc, allow_lag=args.allow_lag,
-                          split_bytes=args.split_mb << 20,
-                          quiet=args.quiet, exact=not args.header_only,
-                          block_bytes=max(1, int(args.block_mb * (1 << 20))),
-                          check_stores=args.check_stores)  # fmt: skip
-    except BadInput as exc:
-        print(f"replica-diff: bad input: {exc}", file=sys.stderr)
-        return 2
+        return run_job(session if local else session(), replicas, args.out,
+                       verify_crc=args.verify_crc, allow_lag=args.allow_lag,
+                       split_bytes=args.split_mb << 20,
+                       quiet=args.quiet, exact=not args.header_only,
+                       block_bytes=max(1, int(args.block_mb * (1 << 20))),
+                       check_stores=args.check_stores,
+                       judge=None if plan is None else judge)  # fmt: skip
     finally:
         if owned and started:
             started[0].stop()
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    if args.package:
+        return _build_package(args)
+    try:
+        _check_numbers(args)
+        replicas = resolve_replicas(args)
+        plan = _plan_live(args, replicas) if args.live else None
+    except BadInput as exc:
+        print(f"replica-diff: bad input: {exc}", file=sys.stderr)
+        return 2
+    if plan is not None and not plan.replicas:
+        summary = _nothing_audited(args, plan)
+    else:
+        try:
+            import pyspark  # noqa: F401
+        except ImportError:
+            print("replica-diff: needs PySpark: python3 -m pip install -e '.[spark]' (and "
+                  "Java 17)", file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            summary = _audit(args, replicas if plan is None else list(plan.replicas), plan)
+        except BadInput as exc:
+            print(f"replica-diff: bad input: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         sys.stdout.write(json.dumps(summary, default=str) + "\n")
     else:

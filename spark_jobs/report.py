@@ -93,6 +93,16 @@ def divergence_map(group: str, g: dict[str, Any], counts: dict[str, dict[str, in
     return "".join(out)
 
 
+def _unverifiable(why: dict[str, str]) -> list[str]:
+    """Live audits: the groups that could not be verified and why (a broker's words escaped)."""
+    if not why:
+        return []
+    rows = "".join(f"<tr><td class='l'>{_e(g)}</td><td class='l bad'>{_e(w)}</td></tr>"
+                   for g, w in sorted(why.items()))  # fmt: skip
+    return [f"<h2>Unverifiable groups ({len(why)})</h2>",
+            f"<table><tr><th class='l'>group</th><th class='l'>why</th></tr>{rows}</table>"]
+
+
 def render_html(summary: dict[str, Any]) -> str:
     v = summary["verdict"]
     parts = [
@@ -127,6 +137,7 @@ def render_html(summary: dict[str, Any]) -> str:
                 f"<td class='l {_CLS.get(r['verdict'], '')}'>{_e(r['verdict'])}</td></tr>"
             )
         parts.append("</table>")
+    parts += _unverifiable(summary.get("unverifiable") or {})
     parts.append(f"<h2>First findings ({len(summary['first_findings'])})</h2>")
     if summary["first_findings"]:
         cols = ["group", "node", "kind", "phy_offset", "end_offset", "count", "topic",
@@ -135,6 +146,8 @@ def render_html(summary: dict[str, Any]) -> str:
         for f in summary["first_findings"]:
             parts.append("<tr>" + "".join(f"<td class='l'>{_e(f[c])}</td>" for c in cols) + "</tr>")
         parts.append("</table>")
+    elif summary.get("unverifiable"):
+        parts.append("<p>No findings in the groups audited.</p>")
     else:
         parts.append("<p class='ok'>No findings: every replica matches its master.</p>")
     parts.append("</body></html>")

@@ -1,19 +1,19 @@
 """UPDATE_BROKER_CONFIG (25): ``mqadmin updateBrokerConfig -b ADDR -k KEY -v VALUE``.
 
 The body's keys (``broker/config_update.py`` decides what is accepted) replace the running
-broker's settings at once, so GET_BROKER_CONFIG shows them and the processors that read a flag
-per request (autoCreateTopicEnable, longPollingEnable, rejectTransactionMessage,
-enablePropertyFilter, slaveReadEnable, storeReplyMessageEnable, ...) follow it from the next
-request. As RocketMQ does, a change of ``brokerPermission`` bumps the topic data version and
-registers with every NameServer before answering: with ``brokerPermission=4`` the routes show
-the broker read-only, producers stop picking it and its sends answer NO_PERMISSION (mqadmin's
-graceful decommission); ``6`` makes it writable again. The new values are written into the
-broker's config file (the ``-c`` file) when it has one.
-
-What does not follow at once (logged as such): the periods of background loops read when they
-start (registerNameServerPeriod, clientHousekeepingInterval, transactionCheckInterval, ...) and
-the store/HA/DLedger keys, which the running store keeps until a restart — except
-``maxMessageSize``, checked per send.
+broker's settings at once, so GET_BROKER_CONFIG shows them. Only ``config_update.LIVE_KEYS``
+may change, and each of them takes effect at once: the processors read a flag per request
+(autoCreateTopicEnable, longPollingEnable, rejectTransactionMessage, enablePropertyFilter,
+slaveReadEnable, storeReplyMessageEnable, maxMessageSize, ...), and ``install_settings`` pushes
+the others to their holders (config listeners): ``defaultTopicQueueNums`` resizes the TBW102
+template (and registers it), ``transactionCheckInterval`` re-times the check loop's current
+wait, ``haAllowedSlaveAddresses`` the HA port's next accept. A change of any other key is
+refused, its remark saying it needs a restart. As RocketMQ does, a change of
+``brokerPermission`` bumps the topic data version and registers with every NameServer before
+answering: with ``brokerPermission=4`` the routes show the broker read-only, producers stop
+picking it and its sends answer NO_PERMISSION (mqadmin's graceful decommission); ``6`` makes it
+writable again. The new values are written into the broker's config file (the ``-c`` file)
+when it has one.
 
 GET_BROKER_CONFIG (26) answers the running settings as ``key=value`` lines with every secret
 masked (``cluster.acl.secret_keys``: the broker's own ``aclSecretKey`` never leaves it); under
@@ -38,10 +38,12 @@ from rmq_cluster.broker.config_update import (
     rewrite_properties,
     rewritten_mode,
 )
+from rmq_cluster.broker.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
 from rmq_cluster.cluster.acl.local import write_private
 from rmq_cluster.cluster.acl.secret_keys import mask_secrets
-from rmq_cluster.cluster.config import config_keys, format_properties, to_properties
+from rmq_cluster.cluster.config import format_properties, to_properties
 from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 
@@ -49,26 +51,31 @@ if TYPE_CHECKING:
     from rmq_cluster.broker.config import BrokerSettings
     from rmq_cluster.broker.context import BrokerContext
 
-#: Keys the running broker follows at once: every BrokerConfig key (read per request from the
-#: installed config; loop periods excepted, see above) and maxMessageSize.
-_LIVE_KEYS: Final = (
-    frozenset(config_keys(BrokerConfig).values()) | {"maxMessageSize", "haAllowedSlaveAddresses"}
-) - {
-    "registerNameServerPeriod", "clientHousekeepingInterval", "clientChannelExpiredTime",
-    "transactionCheckInterval", "flushConsumerOffsetInterval", "flushDelayOffsetInterval",
-    "serverChannelMaxIdleTimeSeconds", "serverMaxConnections", "serverMaxConnectionsPerAddress",
-    "serverMaxBufferedInputBytes", "serverPartialFrameTimeoutSeconds",
-}
-
-
-def install_settings(ctrl: BrokerContext, settings: BrokerSettings) -> None:
-    """Make ``settings`` the running broker's: every holder of a config sees the new one."""
+def install_settings(ctrl: BrokerContext, settings: BrokerSettings) -> bool:
+    """Make ``settings`` the running broker's: every holder of a config sees the new one.
+    -> whether the topic table changed (the TBW102 template: register it)."""
     ctrl.settings = settings
     ctrl.bcfg = settings.broker
     ctrl.topics.config = settings.broker
     ctrl.groups.auto_create = settings.broker.auto_create_subscription_group
+    template_changed = _follow_template(ctrl, settings.broker)
     for listener in list(ctrl.config_listeners):
         listener()
+    return template_changed
+
+
+def _follow_template(ctrl: BrokerContext, bcfg: BrokerConfig) -> bool:
+    """The auto-create template TBW102 with ``defaultTopicQueueNums`` queues while
+    ``autoCreateTopicEnable`` is on (created if the broker booted with it off)."""
+    if not bcfg.auto_create_topic_enable:
+        return False
+    n = bcfg.default_topic_queue_nums
+    current = ctrl.topics.select(AUTO_CREATE_TOPIC_KEY_TOPIC)
+    if current is not None and current.read_queue_nums == current.write_queue_nums == n:
+        return False
+    perm = PermName.PERM_RW | PermName.PERM_INHERIT
+    ctrl.topics.update(TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, n, n, perm))
+    return True
 
 
 def config_properties(settings: BrokerSettings) -> dict[str, str]:
@@ -127,13 +134,12 @@ class BrokerConfigProcessor:
             except ConfigUpdateError as exc:
                 return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
             perm_changed = settings.broker.broker_permission != ctrl.bcfg.broker_permission
-            install_settings(ctrl, settings)
+            topics_changed = install_settings(ctrl, settings)
             written = current_values(settings, list(values))
             ctrl.log.info("broker config updated", values=mask_secrets(written),
                           client=conn.peer)
-            later = sorted(k for k in values if k not in _LIVE_KEYS)
-            if later:
-                ctrl.log.info("broker config keys apply at restart", keys=later)
+            if topics_changed:
+                await ctrl.register_all()
             if "brokerPermission" in values:
                 topics = ctrl.topics
                 topics.data_version = topics.data_version.next_version(ctrl.now_ms())

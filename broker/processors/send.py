@@ -348,16 +348,18 @@ class SendProcessor:
                 self._valid_topics.add(topic)
         tc = ctrl.topics.select(topic)
         if tc is None:
-            tc, created, _why = ctrl.topics.create_in_send_message(
+            tc, created, why = ctrl.topics.create_in_send_message(
                 topic, header.default_topic, header.default_topic_queue_nums
             )
             if tc is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 tc, created = ctrl.topics.create_in_send_message_back(topic, 1, PermName.PERM_RW)
             if tc is None:
+                bad_nums = why.startswith("defaultTopicQueueNums")  # (a bad header field)
                 return refuse(
                     request,
-                    ResponseCode.TOPIC_NOT_EXIST,
-                    f"topic[{topic}] not exist, apply first please! {FAQ_SUGGEST}",
+                    ResponseCode.SYSTEM_ERROR if bad_nums else ResponseCode.TOPIC_NOT_EXIST,
+                    why if bad_nums else f"topic[{topic}] not exist, apply first please! "
+                    f"{FAQ_SUGGEST}",
                 )
             if created:
                 ctrl.topic_created(topic)

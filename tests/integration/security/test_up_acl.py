@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 from pathlib import Path
 
+import pytest
+
+from rmq_cluster.cluster.metrics_server import fetch_metrics
 from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.testing import UP_TIMEOUT_S, become_subreaper, cli, kill_leftovers
 from rmq_cluster.deploy.topology import resolve_profile
@@ -51,6 +55,9 @@ def test_up_acl_prints_credentials_once_and_enforces(tmp_path: Path) -> None:
         as_json = cli("status", "--dir", str(cluster_dir), "--metrics", "--json")
         (row,) = json.loads(as_json.stdout)["metrics"]
         assert row["rmq_broker_put_messages_total"] >= 6  # demo (5) + the signed produce
+        with pytest.raises(urllib.error.HTTPError) as denied:  # /metrics wants up's token
+            fetch_metrics(row["metrics"])
+        assert denied.value.code == 401
     finally:
         cli("down", "--dir", str(cluster_dir), "--purge")
         kill_leftovers(cluster_dir, pids)

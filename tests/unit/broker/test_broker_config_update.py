@@ -24,7 +24,8 @@ def _settings():  # type: ignore[no-untyped-def]
 def test_apply_update_changes_broker_and_store_keys() -> None:
     s = _settings()
     new = apply_update(s, {"brokerPermission": "4", "maxMessageSize": "1024",
-                           "haSendHeartbeatInterval": "1000"})
+                           "haAllowedSlaveAddresses": "10.0.0.0/24",
+                           "haSendHeartbeatInterval": "5000"})  # (unchanged: accepted)
     assert new.broker.broker_permission == 4 and s.broker.broker_permission == 6
     assert new.store.max_message_size == 1024
     assert new.broker.broker_name == "b"  # the rest is kept
@@ -37,6 +38,12 @@ def test_apply_update_changes_broker_and_store_keys() -> None:
     ({"listenPort": "1"}, "listenPort cannot change while the broker runs"),
     ({"brokerPermission": "x"}, "brokerPermission"),
     ({"brokerPermission": "99"}, "brokerPermission: 99 is not a permission"),
+    # a key the running broker does not follow: refused, never accepted and ignored
+    ({"haSendHeartbeatInterval": "1000"}, "haSendHeartbeatInterval cannot change while the "
+                                          "broker runs (it needs a restart)"),
+    ({"registerNameServerPeriod": "20000", "brokerPermission": "4"},
+     "registerNameServerPeriod cannot change"),
+    ({"transactionCheckInterval": "0"}, "transactionCheckInterval: 0 is out of range"),
 ])
 def test_apply_update_refuses(values: dict[str, str], remark: str) -> None:
     with pytest.raises(ConfigUpdateError, match=re.escape(remark)):

@@ -1,0 +1,90 @@
+"""A /metrics build in steps (issue 31, item 8): between two safe points it reads at most
+``BUILD_STEP_QUEUES`` queues, and run on the event loop it lets other tasks run every slice."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import trio
+
+from rmq_cluster.broker.metrics import BUILD_STEP_QUEUES, BrokerMetrics
+from rmq_cluster.broker.stats import BrokerStats
+from rmq_cluster.cluster.metrics import parse_exposition, run_to_end, sample_value
+from rmq_cluster.cluster.metrics_server import BUILD_SLICE_S, run_steps
+from rmq_cluster.cluster.protocol.route import TopicConfig
+
+TOPICS, QUEUES = 50, 1024
+
+
+class CountingQueue:
+    """A ConsumeQueue stand-in that counts how often its max offset is read."""
+
+    reads = 0
+
+    def __init__(self, max_offset: int) -> None:
+        self._max = max_offset
+
+    @property
+    def max_offset_in_queue(self) -> int:
+        CountingQueue.reads += 1
+        return self._max
+
+
+def _metrics() -> BrokerMetrics:
+    queues = {(f"T{t}", q): CountingQueue(3) for t in range(TOPICS) for q in range(QUEUES)}
+    store = SimpleNamespace(
+        cqs=SimpleNamespace(queues=queues),
+        get_max_offset_in_queue=lambda topic, q: queues[(topic, q)].max_offset_in_queue,
+        max_phys_offset=0, min_phys_offset=0, dispatch_behind_bytes=0,
+    )
+    ctrl = SimpleNamespace(
+        bcfg=SimpleNamespace(broker_cluster_name="C", broker_name="b"), broker_addr="h:1",
+        store_or_none=store, stats=BrokerStats(), hold=SimpleNamespace(parked=0), server=None,
+        acl=None, ha=None, clients=SimpleNamespace(consumers={}),
+        topics=SimpleNamespace(table={f"T{t}": TopicConfig(f"T{t}", QUEUES, QUEUES)
+                                      for t in range(TOPICS)}),
+        offsets=SimpleNamespace(table={"T1@G": {q: 1 for q in range(QUEUES)}}),
+    )
+    return BrokerMetrics(ctrl)
+
+
+def test_a_build_reads_few_queues_between_two_safe_points() -> None:
+    metrics = _metrics()
+    steps = metrics.build()
+    most = 0
+    while True:
+        CountingQueue.reads = 0
+        try:
+            next(steps)
+        except StopIteration as stop:
+            text = str(stop.value)
+            break
+        most = max(most, CountingQueue.reads)
+    assert most <= BUILD_STEP_QUEUES
+    fams = parse_exposition(text)
+    assert sample_value(fams, "rocketmq_producer_offset", topic="T5") == 3 * QUEUES
+    assert sample_value(fams, "rocketmq_group_diff", topic="T1", group="G") == 2 * QUEUES
+    assert metrics.builds == 1
+    assert run_to_end(metrics.build()).count("rocketmq_producer_offset{") == TOPICS
+
+
+async def test_a_build_run_on_the_loop_lets_other_tasks_run() -> None:
+    metrics = _metrics()
+    ticks: list[float] = []
+    done = trio.Event()
+
+    async def ticker() -> None:
+        while not done.is_set():
+            ticks.append(trio.current_time())
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        started = trio.current_time()
+        await run_steps(metrics.build())
+        took = trio.current_time() - started
+        done.set()
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert len(ticks) >= took / (BUILD_SLICE_S * 10)  # it ran all along the build
+    assert max(gaps) < 0.25  # never held for a whole build (a busy machine may preempt us)
