@@ -489,7 +489,8 @@ class BrokerController:
                 self.dledger_role = DLedgerRoleHandler(self, store, dledger)
                 await self.supervisor.start(
                     nursery, "dledger_node",
-                    functools.partial(run_store_node, dledger, host=bcfg.bind_address),
+                    functools.partial(run_store_node, dledger, host=bcfg.bind_address,
+                                      secret=bcfg.cluster_secret),
                 )
             else:
                 await self.supervisor.start(nursery, "store_services", store_services.run, store)

@@ -269,6 +269,7 @@ def _cmd_up(
                 "dir": str(state.dir),
                 "namesrv_addr": state.topology.namesrv_addr,
                 "already_running": result.already_running,
+                "started": list(result.started),
                 "ready_s": round(result.ready_s, 3),
                 "nodes": rows,
                 **(
@@ -280,12 +281,14 @@ def _cmd_up(
         )
     else:
         if result.already_running:
-            alive = sum(1 for r in rows if r["alive"])
-            dead = [r["name"] for r in rows if not r["alive"]]
-            note = f"; not running: {', '.join(dead)} (rmq-cluster restart NODE)" if dead else ""
             print(
                 f"cluster {state.name} ({state.profile}) is already running in {state.dir}: "
-                f"{alive}/{len(rows)} nodes alive{note}; nothing to do"
+                f"{len(rows)}/{len(rows)} nodes alive; nothing to do"
+            )
+        elif len(result.started) < len(rows):
+            print(
+                f"cluster {state.name} ({state.profile}) was partly running in {state.dir}: "
+                f"started {', '.join(result.started)} in {result.ready_s:.2f} s"
             )
         else:
             print(
@@ -493,15 +496,26 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
+    """``restart NODE`` (a node, or a group: all its members); a DLedger member whose group
+    has no quorum running brings its stopped peers back with it."""
     state = _state(args)
     with supervisor.locked(state.dir):
         state = supervisor.load_state(state.dir)
-        rec = state.node(args.node)
-        took = supervisor.restart_node(state, rec, timeout=args.timeout)
+        records = supervisor.group_records(state, args.node)
+        extra = [p for r in records for p in supervisor.dead_quorum_peers(state, r)
+                 if p not in records]
+        records += list({p.name: p for p in extra}.values())
+        took = supervisor.restart_nodes(state, records, timeout=args.timeout)
+    rec = records[0]
     if args.json:
-        _print_json({"node": rec.name, "pid": rec.pid, "ready_s": round(took, 3)})
+        _print_json({"node": rec.name, "pid": rec.pid, "ready_s": round(took, 3),
+                     "restarted": {r.name: r.pid for r in records}})
     else:
-        print(f"restarted {rec.name} (pid {rec.pid}), ready in {took:.2f} s")
+        names = ", ".join(f"{r.name} (pid {r.pid})" for r in records)
+        print(f"restarted {names}, ready in {took:.2f} s")
+        if extra:
+            print(f"(started {', '.join(r.name for r in extra)} too: group "
+                  f"{rec.spec.group} needs a majority running to elect a leader)")
     return 0
 
 
@@ -782,7 +796,9 @@ def add_commands(sub: Any) -> None:
     _common(p)
     p.set_defaults(func=_guarded(cmd_resume))
 
-    p = sub.add_parser("restart", help="stop a node if it runs, start it, wait until ready")
+    p = sub.add_parser("restart", help="stop a node (or every node of a group) if it runs, "
+                                       "start it, wait until ready; a DLedger group without a "
+                                       "running majority gets its stopped members back too")
     _node_arg(p)
     _common(p)
     p.add_argument("--timeout", type=float, default=supervisor.READY_TIMEOUT_S)

@@ -3,7 +3,9 @@
 ``transfer --group G --to n2`` sends DLedger's admin LEADERSHIP_TRANSFER request
 (``dledger/admin.py``) to the group's peers on their dLegerPeers ports: a follower answers
 NOT_LEADER naming the leader, the leader hands over and answers once ``n2`` leads (or
-TAKE_LEADERSHIP_FAILED).  ``leaders`` prints who leads each group, in which term.
+TAKE_LEADERSHIP_FAILED).  ``leaders`` prints who leads each group, in which term.  When the
+group's brokers hold a ``clusterSecret`` (their dLegerPeers ports authenticate every peer), the
+admin client proves it too (``cluster/remoting/peer_auth.py``), read from a member's config.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import attrs
 import orjson
 import trio
 
+from rmq_cluster.cluster.config import read_properties
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.errors import RemotingError
+from rmq_cluster.cluster.remoting.peer_auth import CLUSTER_SECRET_KEY, peer_handshake
 from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.commands import _guarded, _print_json, _state, format_table
 from rmq_cluster.deploy.topology import Topology
@@ -93,15 +97,32 @@ def group_peers(topo: Topology, group: str) -> dict[str, str]:
     }
 
 
+def group_secret(state: supervisor.ClusterState, group: str) -> str:
+    """The ``clusterSecret`` of ``group``'s brokers, from a member's rendered config ("" when
+    none has one: open peer ports)."""
+    for spec in state.topology.group_members(group):
+        try:
+            secret = read_properties(state.node(spec.name).conf).get(CLUSTER_SECRET_KEY, "")
+        except (OSError, supervisor.SupervisorError):
+            continue
+        if secret:
+            return secret
+    return ""
+
+
 async def transfer(
     peers: dict[str, str], group: str, to: str, *,
-    timeout_s: float = DEFAULT_WAIT_S,
+    timeout_s: float = DEFAULT_WAIT_S, secret: str = "",
 ) -> TransferOutcome:
-    """Ask the group's peers until the leader answers (following NOT_LEADER's leaderId)."""
+    """Ask the group's peers until the leader answers (following NOT_LEADER's leaderId);
+    with ``secret``, every connection first authenticates (the peers' clusterSecret)."""
     asked: list[str] = []
     order = list(peers)
     errors: list[str] = []
-    async with open_remoting_client(node="rmq-cluster-dledger-admin") as client:
+    async with open_remoting_client(
+        node="rmq-cluster-dledger-admin",
+        handshake=peer_handshake(secret) if secret else None,
+    ) as client:
         queue = list(order)
         redirects = 0
         while queue:
@@ -148,7 +169,9 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{PROG}: error: --to {args.to!r} is not a member of {args.group} "
                          f"({', '.join(peers)})\n")
         return 2
-    out = trio.run(lambda: transfer(peers, args.group, to, timeout_s=args.timeout))
+    secret = group_secret(state, args.group)
+    out = trio.run(lambda: transfer(peers, args.group, to, timeout_s=args.timeout,
+                                    secret=secret))
     report: dict[str, Any] = {
         "group": args.group, "to": to, "ok": out.ok, "asked": list(out.asked),
         "code": out.answer.code_name if out.answer else None,

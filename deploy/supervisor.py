@@ -875,6 +875,9 @@ class UpResult:
     state: ClusterState
     already_running: bool
     ready_s: float
+    #: the nodes this ``up`` started (all of them for a new or stopped cluster; the dead ones
+    #: of a cluster that was partly running)
+    started: tuple[str, ...] = ()
 
 
 Printer = Callable[[str], None]
@@ -950,9 +953,12 @@ def _up_locked(
                 f"{directory} holds cluster {state.name} on base port "
                 f"{state.topology.base_port}, not {base_port}; down --purge it to move it"
             )
-        alive = [r.name for r in state.records() if r.alive]
-        if alive:
+        dead = [r for r in state.records() if not r.alive]
+        if not dead:
             return UpResult(state, already_running=True, ready_s=0.0)
+        if len(dead) < len(state.nodes):
+            # partly running: start the dead nodes on their data (a dead DLedger group too)
+            return _start_dead(state, dead, timeout=timeout, say=say)
         # a stopped cluster starts again on its data with its own plan
         state.name = name if name != DEFAULT_NAME else state.name
         if not state.topology.cluster_secret:  # made before peer authentication existed
@@ -982,16 +988,64 @@ def _up_locked(
         stop_nodes(state, state.records(), timeout=2.0)
         stop_strays(state, timeout=2.0)
         raise
-    return UpResult(state, already_running=False, ready_s=time.monotonic() - started)
+    return UpResult(state, already_running=False, ready_s=time.monotonic() - started,
+                    started=tuple(state.nodes))
 
 
-def start_batches(state: ClusterState) -> list[list[NodeRecord]]:
+def _start_dead(
+    state: ClusterState, dead: Sequence[NodeRecord], *, timeout: float, say: Printer
+) -> UpResult:
+    """``up`` on a partly running cluster: start ``dead`` (in start order, each batch ready
+    before the next) on their own data; the running nodes are left alone. A node that does
+    not get ready is stopped again (the others keep running) and named in the error."""
+    _check_free(state, dead)
+    write_files(state)
+    started = time.monotonic()
+    names = {r.name for r in dead}
+    for batch in start_batches(state, only=names):
+        _spawn_and_wait(state, batch, timeout)
+        say(f"started {', '.join(r.name for r in batch)} (were not running)")
+    return UpResult(state, already_running=False, ready_s=time.monotonic() - started,
+                    started=tuple(r.name for r in dead))
+
+
+def _check_free(state: ClusterState, records: Sequence[NodeRecord]) -> None:
+    """Raise SupervisorError naming the first port of ``records`` something else holds."""
+    ports = [(p, f"{r.name} {k}") for r in records
+             for k, p in state.topology.bind_ports(r.spec).items()]
+    some = attrs.evolve(state.topology, nodes=tuple(r.spec for r in records))
+    busy = [b for b in busy_ports(some) if b in ports]
+    if busy:
+        port, what = busy[0]
+        raise SupervisorError(f"port {port} ({what}) is already in use")
+
+
+def _spawn_and_wait(state: ClusterState, batch: Sequence[NodeRecord], timeout: float) -> None:
+    """Start ``batch`` together and wait until every one is ready; on failure stop exactly
+    those (nothing else) and raise SupervisorError with the failed node's log tail."""
+    for rec in batch:
+        spawn(state, rec)
+    try:
+        trio.run(_wait, state, batch, timeout)
+    except NodeFailed as failed:
+        message = _fail_message(state, failed)
+        stop_nodes(state, batch, timeout=2.0)
+        raise SupervisorError(message) from None
+    except BaseException:
+        stop_nodes(state, batch, timeout=2.0)
+        raise
+
+
+def start_batches(state: ClusterState, only: set[str] | None = None) -> list[list[NodeRecord]]:
     """NameServers, then masters (and DLedger nodes), then slaves; each batch is started
     together once the one before is ready. A slave learns its master's HA address from the
     answer to its REGISTER_BROKER, so it must register after its master (or wait for its next
-    registration, 30 s later)."""
+    registration, 30 s later). ``only``: just these nodes, in the same order."""
     namesrvs = state.records(KIND_NAMESRV) + state.records(KIND_CONTROLLER)
     brokers = state.records(KIND_BROKER)
+    if only is not None:
+        namesrvs = [r for r in namesrvs if r.name in only]
+        brokers = [r for r in brokers if r.name in only]
     masters = [r for r in brokers if r.spec.role != ROLE_SLAVE]
     slaves = [r for r in brokers if r.spec.role == ROLE_SLAVE]
     return [batch for batch in (namesrvs, masters, slaves) if batch]
@@ -1038,24 +1092,48 @@ def down(state: ClusterState, *, purge: bool = False) -> dict[str, Any]:
 def restart_node(
     state: ClusterState, rec: NodeRecord, *, timeout: float = READY_TIMEOUT_S
 ) -> float:
-    """Stop ``rec`` if it runs, start it again, wait until it is ready; seconds it took."""
-    if rec.alive:
-        stop_nodes(state, [rec])
-    ports = [(p, f"{rec.name} {k}") for k, p in state.topology.bind_ports(rec.spec).items()]
-    single = attrs.evolve(state.topology, nodes=(rec.spec,))
-    busy = [b for b in busy_ports(single) if b in ports]
-    if busy:
-        port, what = busy[0]
-        raise SupervisorError(f"port {port} ({what}) is already in use")
+    """Stop ``rec`` if it runs, start it again, wait until it is ready; seconds it took.
+    (Only ``rec``: ``rmq-cluster restart`` adds :func:`dead_quorum_peers` itself.)"""
+    return restart_nodes(state, [rec], timeout=timeout)
+
+
+def restart_nodes(
+    state: ClusterState, records: Sequence[NodeRecord], *, timeout: float = READY_TIMEOUT_S
+) -> float:
+    """Stop ``records`` that run, start them all together (in start order), wait until every
+    one is ready; seconds it took. Their data is kept."""
+    running = [r for r in records if r.alive]
+    if running:
+        stop_nodes(state, running)
+    _check_free(state, records)
     started = time.monotonic()
-    spawn(state, rec)
-    try:
-        trio.run(_wait, state, [rec], timeout)
-    except NodeFailed as failed:
-        message = _fail_message(state, failed)
-        stop_nodes(state, [rec], timeout=2.0)
-        raise SupervisorError(message) from None
+    for batch in start_batches(state, only={r.name for r in records}):
+        _spawn_and_wait(state, batch, timeout)
     return time.monotonic() - started
+
+
+def dead_quorum_peers(state: ClusterState, rec: NodeRecord) -> list[NodeRecord]:
+    """The stopped members of ``rec``'s DLedger group that must start with it for the group
+    to have a quorum (a majority) running: all of them when it has none (DLedger groups
+    only; [] otherwise)."""
+    if rec.spec.role != ROLE_DLEDGER or not rec.spec.group:
+        return []
+    members = [state.node(m.name) for m in state.topology.group_members(rec.spec.group)]
+    others = [m for m in members if m.name != rec.name]
+    alive = 1 + sum(1 for m in others if m.alive)
+    if alive > len(members) // 2:
+        return []
+    return [m for m in others if not m.alive]
+
+
+def group_records(state: ClusterState, name: str) -> list[NodeRecord]:
+    """The records of node ``name``, or of every member of group ``name`` (a brokerName)."""
+    if name in state.nodes:
+        return [state.nodes[name]]
+    members = state.topology.group_members(name)
+    if not members:
+        state.node(name)  # raises, naming the nodes
+    return [state.node(m.name) for m in members]
 
 
 def promote_node(state: ClusterState, rec: NodeRecord) -> float:

@@ -380,10 +380,14 @@ class DLedgerCommitLog:
             cq.correct_min_offset(view.min_offset)
         rebuild_topic_queue_table(view, self.cqs)  # type: ignore[arg-type]
 
+    def _opened(self) -> tuple[FileLogStorage, DLedgerCommitLogView]:
+        """The storage and view of an opened store (the node applies only after open)."""
+        if self.storage is None or self.view is None:
+            raise RuntimeError(f"DLedger store {self.dledger_dir} is not open")
+        return self.storage, self.view
+
     def opened(self) -> None:
-        view = self.view
-        storage = self.storage
-        assert view is not None and storage is not None
+        storage, view = self._opened()
         log.info(
             "dledger store opened", dir=self.dledger_dir, last_index=storage.last_index(),
             applied=self.applied_index, committed_end=view.committed_end,
@@ -499,8 +503,7 @@ class DLedgerCommitLog:
             return
         # every entry up to the no-op is committed and dispatched: queue offsets continue
         # from the ConsumeQueues (RocketMQ's changeToMaster after the backlog is 0)
-        assert self.view is not None
-        rebuild_topic_queue_table(self.view, self.cqs)  # type: ignore[arg-type]
+        rebuild_topic_queue_table(self._opened()[1], self.cqs)  # type: ignore[arg-type]
         self.leader_ready = True
         self.store.role = BrokerRole.SYNC_MASTER
         log.info("dledger leader ready", term=node.term, applied=self.applied_index)
@@ -519,9 +522,7 @@ class DLedgerCommitLog:
         Index, read from the storage's arrays (no Entry object per message; the leader's own
         entries come from the stash, so their bodies are not even looked at).  Same effects,
         in the same order, as :meth:`apply_committed` per entry."""
-        storage = self.storage
-        view = self.view
-        assert storage is not None and view is not None
+        storage, view = self._opened()
         lo = max(lo, self.applied_index + 1)
         if lo >= hi:
             return
@@ -550,9 +551,7 @@ class DLedgerCommitLog:
             self._check_leader_ready()
 
     def _apply_entry(self, entry: Entry) -> None:
-        storage = self.storage
-        view = self.view
-        assert storage is not None and view is not None
+        storage, view = self._opened()
         body = entry.body
         pos = storage.entry_pos(entry.index)
         view.committed_end = pos + BODY_OFFSET + len(body)
@@ -580,8 +579,7 @@ class DLedgerCommitLog:
         if self.index is not None and (uniq or keys):
             self.index.index_keys(topic, uniq, keys, phys, store_ts)
         self.dispatcher.last_store_timestamp = store_ts
-        assert self.view is not None
-        self.view.last_store_timestamp = store_ts
+        self._opened()[1].last_store_timestamp = store_ts
         listener = self.dispatcher.on_arrival
         if listener is not None and dispatchable:
             listener(topic, queue_id, queue_offset + 1, code, store_ts)
@@ -625,8 +623,7 @@ class DLedgerCommitLog:
         ):
             index.index_raw_keys(topic, uniq, keys, phys, store_ts)
         self.dispatcher.last_store_timestamp = store_ts
-        assert self.view is not None
-        self.view.last_store_timestamp = store_ts
+        self._opened()[1].last_store_timestamp = store_ts
         listener = self.dispatcher.on_arrival
         if listener is not None and dispatchable:
             listener(topic, queue_id, queue_offset + 1, code, store_ts)
@@ -674,7 +671,10 @@ class DLedgerCommitLog:
         node = self.node
         storage = self.storage
         view = self.view
-        assert node is not None and storage is not None and view is not None
+        if node is None or storage is None or view is None:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "DLedger store is not open"
+            ), None
         topic = msg.topic
         queue_id = msg.queue_id
         sys_flag = msg.sys_flag & ~_HOST_V6_FLAGS
@@ -800,7 +800,8 @@ class DLedgerCommitLog:
                 first = result.result
             offsets.append(result.result.wrote_offset)
             total += result.result.wrote_bytes
-        assert first is not None
+        if first is None:  # (items is not empty: the first one was proposed or returned)
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch"), None
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             AppendMessageResult(
@@ -824,7 +825,8 @@ class DLedgerCommitLog:
     def on_committed(self, waiter: Pending, callback: Callable[[AppendResult], None]) -> None:
         """``callback(result)`` once ``waiter``'s entry committed, failed or timed out (map a
         failure with :func:`put_status_of`)."""
-        assert self.node is not None
+        if self.node is None:
+            raise RuntimeError("a commit waiter without a DLedger node")
         self.node.on_commit(cast("Waiter", waiter), callback, self.wait_ack_s)
 
     def append_message(self, msg: Message) -> PutMessageResult:

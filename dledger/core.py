@@ -75,6 +75,18 @@ skips entries it no longer holds; a leader cannot serve a peer that needs entrie
 (no snapshots, as DLedger without them): it keeps heartbeating that peer, sends it no pushes and
 lists it in ``behind_first_index``.
 
+Hostile input (every message may come from anyone who reaches the port): :meth:`step` checks a
+message in full before it changes anything (:func:`impossible`): a term outside
+``[0, MAX_TERM]``, an index below -1, a push whose entries do not follow ``prev_index`` one by
+one, whose terms decrease, exceed the push's term or precede ``prev_term``, an entry-carrying
+COMMIT/COMPARE, a response acknowledging an index past this leader's log: no correct peer sends
+those, so they are dropped, counted in ``rejected`` and described in ``rejections`` (the driver
+logs them).  A push that contradicts this node's **committed** log (a different term at or
+below the commit index, prev included) cannot come from a legitimate leader either (Leader
+Completeness): it is dropped the same way, before its term is adopted, and nothing is answered.
+A follower whose storage refuses an append (an entry larger than a data file, a full disk)
+drops that push and answers nothing; the leader resends.
+
 Not here: snapshots, membership changes.
 """
 
@@ -87,7 +99,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from rmq_cluster.dledger.log_storage import HardState, LogStorage
+from rmq_cluster.dledger.log_storage import HardState, LogStorage, StorageError
 from rmq_cluster.dledger.messages import (
     Entry,
     HeartBeatRequest,
@@ -118,6 +130,11 @@ MAX_LEADERSHIP_TRANSFER_WAIT_INDEX = 1000
 LEADERSHIP_TRANSFER_TIMEOUT_TICKS = 10
 PREFERRED_CHECK_INTERVAL_TICKS = 10
 MAX_APPLY_BATCH_ENTRIES = 4096
+MAX_TERM = 1 << 62
+"""Terms above this are refused as impossible: DLedger stores terms as Java longs, and a term
+anywhere near 2**63 would make the next election's term + 1 unrepresentable."""
+MAX_REJECTION_NOTES = 64
+"""Descriptions of refused messages kept until the driver takes them (the count goes on)."""
 NO_VOTE = ""
 NO_LEADER = ""
 
@@ -265,6 +282,9 @@ class DLedgerCore:
         self._ready_pending = False
         #: peers that need entries this leader's retention deleted (they cannot catch up)
         self.behind_first_index: set[str] = set()
+        #: messages dropped as impossible or contradicting the committed log (never reset)
+        self.rejected = 0
+        self._rejections: list[str] = []
 
     # ------------------------------------------------------------------ public API
     def tick(self) -> None:
@@ -351,8 +371,12 @@ class DLedgerCore:
         return ResponseCode.SUCCESS
 
     def step(self, msg: Message) -> None:
-        """Feed one message received from a peer."""
+        """Feed one message received from a peer (anything: impossible ones are dropped)."""
         if msg.group != self.cfg.group or msg.remote_id != self.id:
+            return
+        reason = impossible(msg) or self._contradiction(msg)
+        if reason:
+            self._reject(msg, reason)
             return
         if isinstance(msg, VoteRequest):
             self._on_vote_request(msg)
@@ -373,6 +397,11 @@ class DLedgerCore:
             pr.active = pr.heard = True
             if isinstance(msg, PushEntryResponse):
                 self._on_push_response(msg, pr)
+
+    def take_rejections(self) -> list[str]:
+        """Descriptions of the messages dropped since the last call (for the driver's log)."""
+        notes, self._rejections = self._rejections, []
+        return notes
 
     def has_ready(self) -> bool:
         return bool(
@@ -429,6 +458,44 @@ class DLedgerCore:
             self.applied = max(self.applied, hi - 1)
 
     # ------------------------------------------------------------------ internals
+    def _reject(self, msg: Message, reason: str) -> None:
+        self.rejected += 1
+        if len(self._rejections) < MAX_REJECTION_NOTES:
+            self._rejections.append(
+                f"{type(msg).__name__} from {msg.local_id!r} term {msg.term}: {reason}"
+            )
+
+    def _contradiction(self, msg: Message) -> str:
+        """Why ``msg`` (well-formed) cannot be from a legitimate peer given this node's own
+        state, or ''.  A push that disagrees with the committed log; a response that
+        acknowledges more than this leader holds."""
+        if isinstance(msg, PushEntryRequest):
+            return self._contradicts_committed(msg)
+        if (
+            isinstance(msg, PushEntryResponse)
+            and msg.term == self.term
+            and self.role is Role.LEADER
+            and msg.index > self.storage.last_index()
+        ):
+            return f"acknowledges index {msg.index} past this leader's end"
+        return ""
+
+    def _contradicts_committed(self, req: PushEntryRequest) -> str:
+        if req.term < self.term:
+            return ""  # answered EXPIRED_TERM, changes nothing
+        top = min(self.commit, self.storage.last_index())
+        lo = self.storage.first_index() - 1
+        prev = req.prev_index
+        if lo <= prev <= top and prev >= 0 and self.storage.term_at(prev) != req.prev_term:
+            return f"prev ({prev}, term {req.prev_term}) contradicts committed index {prev}"
+        for e in req.entries:
+            if e.index > top:
+                break
+            if e.index > lo and self.storage.term_at(e.index) != e.term:
+                return (f"entry ({e.index}, term {e.term}) conflicts with committed index "
+                        f"{e.index} (term {self.storage.term_at(e.index)}, commit {self.commit})")
+        return ""
+
     def _hard_state(self) -> HardState:
         return HardState(self.term, self.vote)
 
@@ -770,26 +837,32 @@ class DLedgerCore:
             self._advance_commit(min(req.commit_index, prev))
             return
         ents = req.entries
+        try:
+            self._follow_entries(ents, first, last)
+        except (StorageError, OSError) as exc:  # too big for a data file, disk full
+            self._reject(req, f"storage refused the entries: {exc}")
+            return
+        match = prev + len(ents)
+        self._advance_commit(min(req.commit_index, match))
+        self._push_reply(req, ResponseCode.SUCCESS, match)
+
+    def _follow_entries(self, ents: Sequence[Entry], first: int, last: int) -> None:
+        """Make the log hold ``ents`` (contiguous, checked by :meth:`step`): skip what
+        matches, truncate at the first conflict (never at or below the commit index:
+        :meth:`_contradicts_committed` refused those), append the rest."""
         for i, e in enumerate(ents):
             if e.index < first:
                 continue  # committed and deleted here: the leader's is the same
             if e.index > last:
                 self._append(ents[i:])
-                break
+                return
             if self.storage.term_at(e.index) != e.term:
-                if e.index <= self.commit:
-                    raise AssertionError(
-                        f"{self.id}: conflict at committed index {e.index} (commit {self.commit})"
-                    )
                 self.storage.truncate_suffix(e.index)
                 if self._unsynced_lo >= e.index:
                     self._unsynced_lo = -1  # every entry written since the last Ready is gone
                 self._must_sync = True
                 self._append(ents[i:])
-                break
-        match = prev + len(ents)
-        self._advance_commit(min(req.commit_index, match))
-        self._push_reply(req, ResponseCode.SUCCESS, match)
+                return
 
     def _push_reply(self, req: PushEntryRequest, code: ResponseCode, index: int) -> None:
         self._send(
@@ -798,3 +871,44 @@ class DLedgerCore:
                 0, self.storage.last_index(),
             )
         )
+
+
+# ---------------------------------------------------------------------- message checks
+
+
+def _term_ok(term: int) -> bool:
+    return 0 <= term <= MAX_TERM
+
+
+def impossible(msg: Message) -> str:
+    """Why no correct peer could have sent ``msg`` (whatever this node's state), or ''."""
+    if not _term_ok(msg.term):
+        return f"term {msg.term} outside [0, {MAX_TERM}]"
+    if isinstance(msg, PushEntryRequest):
+        return _impossible_push(msg)
+    if isinstance(msg, VoteRequest):
+        if msg.ledger_end_index < -1 or not _term_ok(msg.ledger_end_term):
+            return f"ledger end ({msg.ledger_end_index}, {msg.ledger_end_term}) out of range"
+    elif isinstance(msg, PushEntryResponse | HeartBeatRequest):
+        index = msg.index if isinstance(msg, PushEntryResponse) else msg.commit_index
+        if index < -1:
+            return f"index {index} below -1"
+    return ""
+
+
+def _impossible_push(req: PushEntryRequest) -> str:
+    prev, prev_term = req.prev_index, req.prev_term
+    if prev < -1 or req.commit_index < -1:
+        return f"prev index {prev} / commit index {req.commit_index} below -1"
+    if not 0 <= prev_term <= req.term or (prev == -1 and prev_term != 0):
+        return f"prev term {prev_term} impossible at index {prev} in term {req.term}"
+    if req.entries and req.type is not PushType.APPEND:
+        return f"a {req.type.value} push carrying {len(req.entries)} entries"
+    floor = prev_term
+    for n, e in enumerate(req.entries):
+        if e.index != prev + 1 + n:
+            return f"entry index {e.index} where {prev + 1 + n} must follow"
+        if not floor <= e.term <= req.term or e.term < 1:
+            return f"entry ({e.index}, term {e.term}) out of term order (push term {req.term})"
+        floor = e.term
+    return ""

@@ -85,8 +85,8 @@ RECENT_ENTRIES_CACHED = 32_768
 """FileLogStorage keeps up to twice this many of the newest entries' bodies, so pushes to
 followers and the apply of committed entries do not read them back from the mmap."""
 
-assert ENTRY_HEADER.size == BODY_OFFSET
-assert INDEX_RECORD.size == INDEX_UNIT_BYTES
+if ENTRY_HEADER.size != BODY_OFFSET or INDEX_RECORD.size != INDEX_UNIT_BYTES:
+    raise ImportError("DLedger entry/index layouts disagree with their sizes")
 
 
 class StorageError(Exception):

@@ -35,6 +35,13 @@ store's retention round (``store/flush.py``'s clean service over the DLedger dat
 
 Admin (:func:`peer_dispatcher`): a *two-way* LEADERSHIP_TRANSFER on the peer port is DLedger's
 admin request (``dledger/admin.py``, :meth:`DLedgerNode.admin_transfer`).
+
+Peer authentication (stricter than DLedger, whose peer port is open): with a cluster secret
+(the broker's ``clusterSecret``; the controller passes its own) :func:`serve_peers` serves only
+connections that completed ``cluster/remoting/peer_auth.py``'s challenge-response, and the
+transport (and the admin client) authenticate every connection they open with it; any frame
+on an unauthenticated connection closes it unanswered, logged and counted
+(``DLedgerNode.peer_gate.refused``).  An empty secret keeps the port open (Apache-compatible).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.connection import Connection
 from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.errors import RemotingError
+from rmq_cluster.cluster.remoting.peer_auth import PeerAuthGate, peer_handshake
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.dledger.admin import (
     DEFAULT_TRANSFER_TIMEOUT_S,
@@ -126,6 +134,8 @@ class StoreMember(Protocol):
 _log = get_logger(component="dledger_node")
 
 MAX_INBOUND_QUEUE: Final = 10_000
+REJECTION_LOG_PER_S: Final = 20
+"""Refused-message warnings logged per second at most (the rest are only counted)."""
 """Received messages waiting for the driver; beyond this, messages are dropped."""
 MAX_WAIT_ACK_S: Final = 2.5
 """DLedger's maxWaitAckTimeMs: an append not committed by then answers WAIT_QUORUM_ACK_TIMEOUT."""
@@ -281,6 +291,10 @@ class DLedgerNode:
         self._io_busy = False
         self._wake_queued = False
         self.dropped_inbound = 0
+        #: the peer port's authentication gate while served with a secret (serve_peers)
+        self.peer_gate: PeerAuthGate | None = None
+        self._log = _log.bind(node=config.self_id, group=config.group)
+        self._rejection_window = (-math.inf, 0)  # (window start, warnings logged in it)
         #: batching counters (how many messages one cycle carries; per Ready, not per message)
         self.readies = 0
         self.pushes = 0
@@ -299,12 +313,18 @@ class DLedgerNode:
     def leader_id(self) -> str:
         return self._role[2]
 
+    @property
+    def rejected(self) -> int:
+        """Well-formed messages the core refused as impossible (see ``dledger/core.py``)."""
+        return self.core.rejected
+
     def deliver(self, data: bytes | bytearray | memoryview) -> None:
         """Bytes received from a peer (drops malformed messages and overflow)."""
         try:
             msg = decode(data)
-        except DecodeError:
+        except DecodeError as exc:
             self.dropped_inbound += 1
+            self._warn_refused(f"undecodable message: {exc}")
             return
         try:
             self._send_ch.send_nowait(msg)
@@ -357,8 +377,7 @@ class DLedgerNode:
             if waiter.event is None:
                 waiter.event = trio.Event()
             await waiter.event.wait()
-        assert waiter.result is not None
-        return waiter.result
+        return waiter.result or AppendResult(ResponseCode.UNKNOWN)  # (set before the event)
 
     def on_commit(
         self, waiter: Waiter, callback: Callable[[AppendResult], None],
@@ -451,6 +470,17 @@ class DLedgerNode:
             await self._drive()
 
     # -- internals
+    def _warn_refused(self, reason: str) -> None:
+        """Log a refused message, at most REJECTION_LOG_PER_S a second (all are counted)."""
+        now = trio.current_time()
+        start, logged = self._rejection_window
+        if now - start >= 1.0:
+            start, logged = now, 0
+        if logged < REJECTION_LOG_PER_S:
+            self._log.warning("dledger message refused", reason=reason,
+                              rejected=self.core.rejected, undecodable=self.dropped_inbound)
+        self._rejection_window = (start, logged + 1)
+
     def _wake(self) -> None:
         if not self._wake_queued:
             try:
@@ -489,6 +519,8 @@ class DLedgerNode:
                     item = self._recv_ch.receive_nowait()
                 except trio.WouldBlock:
                     break
+            for note in core.take_rejections():
+                self._warn_refused(note)
             while core.has_ready():
                 await self._process(core.ready())
 
@@ -606,9 +638,12 @@ class RemotingTransport:
     Make it, then ``await nursery.start(transport.run)``; ``send`` works before ``run`` (the
     messages wait in the queue)."""
 
-    def __init__(self, peers: dict[str, str], *, node: str = "dledger") -> None:
+    def __init__(self, peers: dict[str, str], *, node: str = "dledger", secret: str = "") -> None:
+        """``secret``: the cluster secret every connection proves before its first message
+        (``peer_auth.peer_handshake``); "" connects unauthenticated (an open peer port)."""
         self.links = {pid: _PeerLink(addr) for pid, addr in peers.items()}
         self.node = node
+        self.secret = secret
         self.log = get_logger(node=node, role="dledger-transport")
 
     def send(self, peer: str, data: bytes, code: int) -> None:
@@ -623,7 +658,8 @@ class RemotingTransport:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with open_remoting_client(
-            node=f"{self.node}-dledger", connect_timeout=PEER_CONNECT_TIMEOUT_S
+            node=f"{self.node}-dledger", connect_timeout=PEER_CONNECT_TIMEOUT_S,
+            handshake=peer_handshake(self.secret) if self.secret else None,
         ) as client, trio.open_nursery() as nursery:
             for link in self.links.values():
                 nursery.start_soon(self._sender, client, link)
@@ -721,10 +757,16 @@ async def serve_peers(
     port: int,
     *,
     name: str = "dledger",
+    secret: str = "",
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The DLedger server on this node's dLegerPeers port."""
-    server = RemotingServer(peer_dispatcher(node), node=f"{name}-dledger")
+    """The DLedger server on this node's dLegerPeers port; with ``secret`` behind a
+    :class:`PeerAuthGate` (``node.peer_gate``), else open."""
+    dispatcher = peer_dispatcher(node)
+    if secret:
+        node.peer_gate = PeerAuthGate(secret, node=name, port="dledger")
+        dispatcher = node.peer_gate.wrap(dispatcher)
+    server = RemotingServer(dispatcher, node=f"{name}-dledger")
     await server.serve(host, port, task_status=task_status)
 
 
@@ -736,13 +778,15 @@ async def run_store_node(
     *,
     host: str = "0.0.0.0",
     rng: random.Random | None = None,
+    secret: str = "",
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a broker's DLedger member until cancelled: the peer server on its dLegerPeers port,
     the transport to the other peers, the core's driver wired to ``store`` (a store's DLedger
     CommitLog: apply -> dispatch, role changes -> the broker), the ConsumeQueue flush and the
-    DLedger flush/checkpoint.  ``task_status`` gets the bound peer address.  The owner closes
-    the store after."""
+    DLedger flush/checkpoint.  ``task_status`` gets the bound peer address.  ``secret`` (the
+    broker's clusterSecret) authenticates the peer port both ways; "" leaves it open.  The
+    owner closes the store after."""
     dcfg = store.dcfg
     peers = dcfg.peer_map()
     others = {pid: addr for pid, addr in peers.items() if pid != dcfg.self_id}
@@ -760,8 +804,9 @@ async def run_store_node(
         max_inflight_pushes=STORE_MAX_INFLIGHT_PUSHES,
         max_batch_push_bytes=STORE_MAX_BATCH_PUSH_BYTES,
     )
-    assert store.storage is not None
-    transport = RemotingTransport(others, node=dcfg.self_id)
+    if store.storage is None:
+        raise RuntimeError("run_store_node needs an opened DLedger store")
+    transport = RemotingTransport(others, node=dcfg.self_id, secret=secret)
     node = DLedgerNode(
         config,
         store.storage,
@@ -778,7 +823,8 @@ async def run_store_node(
     _h, _sep, port = peers[dcfg.self_id].rpartition(":")
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
-            functools.partial(serve_peers, node, host, int(port), name=dcfg.self_id)
+            functools.partial(serve_peers, node, host, int(port), name=dcfg.self_id,
+                              secret=secret)
         )
         await nursery.start(transport.run)
         await nursery.start(node.run)
@@ -828,7 +874,8 @@ async def _warm_loop(store: StoreMember) -> None:
     """Keep the DLedger data pages just past the write position prefaulted (in a worker
     thread), so appends on the event loop do not page-fault on a fresh sparse file."""
     storage = store.storage
-    assert storage is not None
+    if storage is None:
+        return
     warmed = storage.write_pos
     while True:
         target = storage.write_pos + WARM_AHEAD_BYTES

@@ -64,12 +64,14 @@ class Group:
     members: list[Member]
     nursery: trio.Nursery
     client: RemotingClient
+    #: extra broker properties of every member (clusterSecret, DLedger timings, ...)
+    props: dict[str, str] = attrs.field(factory=dict)
 
     async def start(self, m: Member) -> None:
         settings = broker_settings(
             m.store_dir, m.ns_addr, brokerName=GROUP, enableDLegerCommitLog="true",
             dLegerGroup=GROUP, dLegerPeers=m.peers, dLegerSelfId=m.self_id,
-            brokerClusterName="DlCluster",
+            brokerClusterName="DlCluster", **self.props,
         )
         m.ctrl = BrokerController(settings, node=m.self_id)
         m.scope = trio.CancelScope()
@@ -107,7 +109,9 @@ class Group:
 
 
 @asynccontextmanager
-async def dledger_group(tmp_path: Path, size: int = 3) -> AsyncIterator[Group]:
+async def dledger_group(tmp_path: Path, size: int = 3, **props: str) -> AsyncIterator[Group]:
+    """``size`` brokers of one DLedger group (+1 NameServer); ``props``: broker properties
+    every member gets (``clusterSecret=...`` authenticates the dLegerPeers ports)."""
     ns_cfg = NamesrvConfig(
         kv_config_path=str(tmp_path / "ns" / "kvConfig.json"),
         config_store_path=str(tmp_path / "ns" / "namesrv.properties"),
@@ -122,7 +126,7 @@ async def dledger_group(tmp_path: Path, size: int = 3) -> AsyncIterator[Group]:
         ns_addr = f"{host}:{port}"
         members = [Member(f"n{i}", tmp_path / f"n{i}", peers, ns_addr) for i in range(size)]
         async with open_remoting_client(node="dl-test") as client:
-            group = Group(ns_addr, members, nursery, client)
+            group = Group(ns_addr, members, nursery, client, dict(props))
             try:
                 for m in members:
                     await group.start(m)

@@ -149,3 +149,22 @@ async def test_transfer_under_load_loses_no_acked_message(tmp_path: Path) -> Non
             missing = set(acked) - set(bodies)
             assert not missing, (len(missing), sorted(missing)[:5])
             print(f"acked={len(acked)} errors={len(errors)}")
+
+
+async def test_gated_group_transfers_only_for_an_admin_with_the_secret(tmp_path: Path) -> None:
+    """With clusterSecret the members replicate and elect over authenticated connections; the
+    admin transfer (``rmq-cluster dledger transfer``) works with the secret and is refused
+    without it (the gate closes the connection: no answer, nothing changes)."""
+    secret = "s3cret-" + "x" * 24
+    async with dledger_group(tmp_path, clusterSecret=secret) as group:
+        leader = await group.leader()
+        peers = _peer_addrs(leader)
+        target = next(m for m in group.members if m is not leader)
+        refused = await transfer(peers, GROUP, target.self_id, timeout_s=5.0)
+        assert not refused.ok and refused.answer is None, refused
+        assert leader.store.leader_ready  # nothing moved
+        node = leader.store.node
+        assert node is not None and node.peer_gate is not None and node.peer_gate.refused >= 1
+        done = await transfer(peers, GROUP, target.self_id, secret=secret)
+        assert done.ok, done
+        assert (await group.leader()) is target

@@ -130,8 +130,8 @@ def test_core_over_a_log_whose_head_was_deleted(tmp_path: Path) -> None:
     assert first > 2
     follower = _core(st, "n1")
     # a leader's push overlapping what this follower deleted (already committed here)
-    ents = tuple(Entry(i, st.term_at(i), b"ignored") for i in range(first - 2, first + 1))
-    ents += (Entry(last + 1, 5, b"new"),)
+    ents = tuple(Entry(i, st.term_at(i), b"ignored") for i in range(first - 2, last + 1))
+    ents += (Entry(last + 1, 5, b"new"),)  # (a push's entries follow prev one by one)
     push = PushEntryRequest("g", "n0", "n1", "n0", 5, PushType.APPEND, first - 3, 1, last, ents)
     follower.step(push)
     rd = follower.ready()
