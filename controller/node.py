@@ -49,12 +49,11 @@ from rmq_cluster.cluster.protocol.controller import (
     decode_broker_names,
     encode_replicas_table,
 )
-from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.headers import HeaderError
-from rmq_cluster.cluster.remoting.peer_auth import Handshake, PeerAuthGate, peer_handshake
+from rmq_cluster.cluster.remoting.peer_auth import PeerAuthGate
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.controller.config import ControllerConfig
 from rmq_cluster.controller.state import (
@@ -84,7 +83,6 @@ from rmq_cluster.dledger.log_storage import FileLogStorage
 from rmq_cluster.dledger.messages import Entry
 from rmq_cluster.dledger.messages import ResponseCode as RaftCode
 from rmq_cluster.dledger.node import (
-    PEER_CONNECT_TIMEOUT_S,
     DLedgerNode,
     RemotingTransport,
     peer_dispatcher,
@@ -97,23 +95,6 @@ MAX_HEARTBEAT_TIMEOUT_MS: Final = 60_000
 
 RC = ControllerRequestCode
 CC = ControllerResponseCode
-
-
-class AuthenticatingTransport(RemotingTransport):
-    """The Raft transport, proving the cluster secret on every connection it opens."""
-
-    def __init__(self, peers: dict[str, str], *, node: str, handshake: Handshake) -> None:
-        super().__init__(peers, node=node)
-        self.handshake = handshake
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with open_remoting_client(
-            node=f"{self.node}-dledger", connect_timeout=PEER_CONNECT_TIMEOUT_S,
-            handshake=self.handshake,
-        ) as client, trio.open_nursery() as nursery:
-            for link in self.links.values():
-                nursery.start_soon(self._sender, client, link)
-            task_status.started()
 
 
 class ControllerNode:
@@ -148,7 +129,6 @@ class ControllerNode:
         #: None without clusterSecret (open ports, Apache-compatible)
         self.listen_gate = PeerAuthGate(secret, node=name, port="controller") if secret else None
         self.peer_gate = PeerAuthGate(secret, node=name, port="controller-raft") if secret else None
-        self.handshake: Handshake | None = peer_handshake(secret) if secret else None
 
     # ------------------------------------------------------------------ observing
 
@@ -241,10 +221,7 @@ class ControllerNode:
         )
         others = {pid: addr for pid, addr in peers.items() if pid != cfg.self_id}
         name = f"controller-{cfg.self_id}"
-        transport = (
-            AuthenticatingTransport(others, node=name, handshake=self.handshake)
-            if self.handshake is not None else RemotingTransport(others, node=name)
-        )
+        transport = RemotingTransport(others, node=name, secret=cfg.cluster_secret)
         self.raft = DLedgerNode(
             core_cfg, storage, transport, rng=self.rng, tick_ms=tick,
             on_apply=self._on_apply, on_role_change=self._on_role_change,
