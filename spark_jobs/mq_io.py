@@ -97,7 +97,8 @@ def parse_route(body: bytes) -> Route:
     try:
         obj = json.loads(body)
         masters = {str(b["brokerName"]): str(b["brokerAddrs"][MASTER_ID])
-                   for b in obj.get("brokerDatas") or [] if MASTER_ID in (b.get("brokerAddrs") or {})}
+                   for b in obj.get("brokerDatas") or []
+                   if MASTER_ID in (b.get("brokerAddrs") or {})}  # fmt: skip
         queues = [(str(q["brokerName"]), int(q["readQueueNums"]), int(q["writeQueueNums"]),
                    int(q["perm"])) for q in obj.get("queueDatas") or []]  # fmt: skip
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -126,6 +126,8 @@ def read_options(opts: Mapping[str, str]) -> ReadOptions:
         raise SourceError("options tags and sql92 exclude each other")
     if tags is not None and not tag_set(tags) and tags.strip() != "*":
         raise SourceError(f"option tags={tags!r} names no tag")
+    parse_offset_spec(o.get("startingoffsets", "earliest"), "startingOffsets")  # checked early
+    parse_offset_spec(o.get("endingoffsets", "latest"), "endingOffsets")
     return ReadOptions(
         namesrv=namesrv_list(o.get("namesrv")),
         topic=check_name("topic", o.get("topic")),

@@ -51,8 +51,8 @@ from rmq_cluster.spark_jobs.mq_model import (
     QueueRange,
     ReadOptions,
     SourceError,
-    int_option,
     check_name,
+    int_option,
     namesrv_list,
     read_options,
 )
@@ -66,12 +66,12 @@ def register(spark: Any) -> None:
     spark.dataSource.register(RocketMQDataSource)
 
 
-class RangePartition(InputPartition):  # type: ignore[misc]
+class RangePartition(InputPartition):
     def __init__(self, value: QueueRange) -> None:
         super().__init__(value)
 
 
-class RocketMQDataSource(DataSource):  # type: ignore[misc]
+class RocketMQDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return FORMAT
@@ -86,7 +86,7 @@ class RocketMQDataSource(DataSource):  # type: ignore[misc]
         return RocketMQWriter(dict(self.options), schema)
 
 
-class RocketMQReader(DataSourceReader):  # type: ignore[misc]
+class RocketMQReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
 
@@ -99,7 +99,7 @@ class RocketMQReader(DataSourceReader):  # type: ignore[misc]
             yield from read_range(partition.value, self.opts)
 
 
-class SentMessage(WriterCommitMessage):  # type: ignore[misc]
+class SentMessage(WriterCommitMessage):
     def __init__(self, count: int) -> None:
         self.count = count
 
@@ -111,7 +111,7 @@ def _partition_id() -> int:
     return ctx.partitionId() if ctx is not None else -1
 
 
-class RocketMQWriter(DataSourceWriter):  # type: ignore[misc]
+class RocketMQWriter(DataSourceWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         o = {str(k).lower(): str(v) for k, v in options.items()}
         names = set(schema.fieldNames())

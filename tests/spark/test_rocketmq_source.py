@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,3 +146,28 @@ def test_a_refused_row_is_named(spark: Any, seeded: Seeded) -> None:
         (df.coalesce(1).write.format("rocketmq").option("namesrv", seeded.namesrv)
          .option("topic", topic).mode("append").save())
     assert "code 13" in str(ei.value)
+
+
+def test_export_cli_lands_parquet(spark: Any, seeded: Seeded, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from rmq_cluster.deploy.cli import main
+
+    out = tmp_path / "out.parquet"
+    code = main(["spark", "export", "-n", seeded.namesrv, "--topic", seeded.topic,
+                 "--to", str(out), "--tags", "TagB", "--json"])  # fmt: skip
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    result = json.loads(cap.out)  # stdout: one JSON line, nothing else
+    want = sum(1 for v in seeded.expected.values() for e in v if e[3] == "TagB")
+    assert result["rows"] == want and result["topic"] == seeded.topic
+    back = spark.read.parquet(str(out)).select("keys", "tags", "body").collect()
+    assert {r.tags for r in back} == {"TagB"} and len(back) == want
+    assert main(["spark", "export", "-n", seeded.namesrv, "--topic", seeded.topic,
+                 "--to", str(out)]) == 1  # exists: errorifexists  # fmt: skip
+    assert "already exists" in capsys.readouterr().err
+    assert main(["spark", "export", "-n", seeded.namesrv, "--topic", "NoSuchTopic",
+                 "--to", str(tmp_path / "x")]) == 1  # fmt: skip
+    assert "no route for topic NoSuchTopic" in capsys.readouterr().err
+    assert main(["spark", "export", "-n", seeded.namesrv, "--topic", seeded.topic,
+                 "--to", str(tmp_path / "y"), "--starting-offsets", "{"]) == 2  # fmt: skip
+    assert capsys.readouterr().out == ""
