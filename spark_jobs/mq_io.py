@@ -176,8 +176,8 @@ def _resolve(spec: int, lo: int, hi: int, opts: ReadOptions, what: str) -> int:
     return min(max(spec, lo), hi)
 
 
-def plan_read(opts: ReadOptions) -> list[QueueRange]:
-    """Every readable queue of the topic as ranges of at most ``max_records_per_partition``."""
+def plan_queues(opts: ReadOptions) -> list[QueueRange]:
+    """Every readable queue of the topic as one range (its start and end resolved)."""
     route = fetch_route(opts.namesrv, opts.topic, opts.timeout_s)
     if not route.read_queues:
         raise SourceError(f"topic {opts.topic} has no readable queue on a live master")
@@ -193,11 +193,30 @@ def plan_read(opts: ReadOptions) -> list[QueueRange]:
     for broker in sorted(route.read_queues):
         for qid in range(route.read_queues[broker]):
             try:
-                r = _queue_range(opts, route, broker, qid, start_spec, end_spec)
+                ranges.append(_queue_range(opts, route, broker, qid, start_spec, end_spec))
             except WireError as exc:
                 raise SourceError(f"planning {broker}/{qid}: {exc}") from None
-            ranges += split_range(r, opts.max_records_per_partition)
     return ranges
+
+
+def plan_read(opts: ReadOptions) -> list[QueueRange]:
+    """Every readable queue's range, split into at most ``max_records_per_partition``."""
+    return [p for r in plan_queues(opts) for p in split_range(r, opts.max_records_per_partition)]
+
+
+def queue_ends(opts: ReadOptions) -> dict[str, tuple[str, int]]:
+    """``broker/queueId`` -> (master address, max offset) of every readable queue, now."""
+    route = fetch_route(opts.namesrv, opts.topic, opts.timeout_s)
+    out: dict[str, tuple[str, int]] = {}
+    for broker in sorted(route.read_queues):
+        addr = route.masters[broker]
+        try:
+            with Channel(addr, opts.timeout_s) as ch:
+                for qid in range(route.read_queues[broker]):
+                    out[f"{broker}/{qid}"] = (addr, QueueProbe(ch, opts, broker, qid).bounds()[1])
+        except WireError as exc:
+            raise SourceError(f"max offsets of {broker}: {exc}") from None
+    return out
 
 
 # --------------------------------------------------------------------------- the pull loop

@@ -213,6 +213,8 @@ def first_true(pred: Callable[[int], bool], lo: int, hi: int, guess: int) -> int
     """The least ``x`` in ``[lo, hi]`` with ``pred(x)``, for a monotone ``pred`` that is
     treated as true at ``hi``; galloping out from ``guess`` (a broker's search-by-time answer
     is near the boundary), so a good guess costs a few probes."""
+    if hi <= lo:
+        return hi
     g = min(max(guess, lo), hi)
     if g == hi or pred(g):  # the answer is at or before g
         step, right = 1, g
@@ -220,7 +222,7 @@ def first_true(pred: Callable[[int], bool], lo: int, hi: int, guess: int) -> int
             right -= step
             step *= 2
         left = max(lo, right - step)  # pred(left) false unless left == lo
-        if left == lo and pred(lo):
+        if left == lo and left < right and pred(lo):
             return lo
     else:
         step, left = 1, g
@@ -235,6 +237,30 @@ def first_true(pred: Callable[[int], bool], lo: int, hi: int, guess: int) -> int
         else:
             right = mid
     return right
+
+
+def cap_offsets(start: Mapping[str, int], latest: Mapping[str, int], max_rows: int | None
+                ) -> dict[str, int]:  # fmt: skip
+    """The end offsets of a micro-batch from ``start``: ``latest``, or with ``max_rows`` at
+    most that many offsets in all, shared in proportion to what each queue has waiting (every
+    queue with messages waiting moves, while the budget lasts).  A queue new to ``start``
+    starts at 0; a queue gone from ``latest`` keeps its offset."""
+    begin = {k: start.get(k, 0) for k in latest}
+    waiting = {k: max(0, latest[k] - begin[k]) for k in latest}
+    total = sum(waiting.values())
+    if max_rows is None or total <= max_rows:
+        end = {k: begin[k] + waiting[k] for k in latest}
+    else:
+        share = {k: w * max_rows // total for k, w in waiting.items()}
+        spare = max_rows - sum(share.values())
+        for k in sorted(waiting, key=lambda k: (share[k] > 0, k)):  # the left-out ones first
+            if spare <= 0:
+                break
+            if waiting[k] > share[k]:
+                share[k] += 1
+                spare -= 1
+        end = {k: begin[k] + share[k] for k in latest}
+    return {**dict(start), **end}
 
 
 # --------------------------------------------------------------------------- rows

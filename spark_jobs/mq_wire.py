@@ -127,6 +127,9 @@ class Channel:
         deadline = time.monotonic() + (self._timeout_s if timeout_s is None else timeout_s)
         try:
             return self._call(code, ext, body, deadline)
+        except TimeoutError:
+            self.close()
+            raise WireError(f"{self.addr}: no answer before the deadline") from None
         except (OSError, WireError) as exc:
             self.close()
             if isinstance(exc, WireError):

@@ -16,6 +16,12 @@ the brokers' search by time); ``tags`` (``TagA || TagB``) or ``sql92`` (a SQL92 
 broker needs ``enablePropertyFilter``), both applied by the broker; ``maxRecordsPerPartition``,
 ``pullBatchSize``, ``maxBodyBytes``, ``failOnDataLoss``, ``group``, ``timeoutMs``.
 
+Stream (``spark.readStream.format("rocketmq")``): the same options (``startingOffsets``
+defaults to ``latest``, as Kafka's source; ending options do not apply) and
+``maxMessagesPerTrigger`` (a micro-batch reads at most that many offsets in all, shared among
+the queues in proportion to what each has waiting); ``Trigger.AvailableNow`` stops at the
+offsets current when the query starts.  Offsets live in Spark's checkpoint only.
+
 Write: columns ``body`` (binary or string, required), ``topic`` (else the ``topic`` option),
 ``keys``, ``tags``, ``properties`` (map); options ``namesrv``, ``topic``, ``batchSize``,
 ``retries``, ``group``, ``timeoutMs``.  Delivery is at least once: a batch retried after a
@@ -27,12 +33,20 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
@@ -42,7 +56,9 @@ from rmq_cluster.spark_jobs.mq_io import (
     DEFAULT_WRITE_BATCH,
     Sender,
     out_message,
+    plan_queues,
     plan_read,
+    queue_ends,
     read_range,
     send_all,
 )
@@ -51,10 +67,12 @@ from rmq_cluster.spark_jobs.mq_model import (
     QueueRange,
     ReadOptions,
     SourceError,
+    cap_offsets,
     check_name,
     int_option,
     namesrv_list,
     read_options,
+    split_range,
 )
 
 FORMAT = "rocketmq"
@@ -85,6 +103,12 @@ class RocketMQDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return RocketMQWriter(dict(self.options), schema)
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        o = {str(k).lower(): str(v) for k, v in self.options.items()}
+        opts = read_options({"startingoffsets": "latest", **o})  # Kafka's default for streams
+        cap = int_option(o, "maxmessagespertrigger", None, 1, 2**62)
+        return RocketMQStreamReader(attrs.evolve(opts, ending="latest", ending_ts=None), cap)
+
 
 class RocketMQReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
@@ -97,6 +121,55 @@ class RocketMQReader(DataSourceReader):
         # a plan without ranges still gets one task, handed no partition
         if partition is not None and partition.value is not None:
             yield from read_range(partition.value, self.opts)
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of queue offsets: ``{"broker/queueId": offset}`` dicts, kept in Spark's
+    checkpoint (nothing is committed to the brokers), so a restarted query resumes exactly
+    where its last committed batch ended."""
+
+    def __init__(self, opts: ReadOptions, max_per_trigger: int | None) -> None:
+        self.opts = opts
+        self.max_per_trigger = max_per_trigger
+        self._target: dict[str, int] | None = None
+
+    def initialOffset(self) -> dict[str, int]:
+        return {f"{r.broker}/{r.queue_id}": r.start for r in plan_queues(self.opts)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.max_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {k: end for k, (_addr, end) in queue_ends(self.opts).items()}
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        latest = self._target
+        if latest is None:
+            latest = {k: end for k, (_addr, end) in queue_ends(self.opts).items()}
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return cap_offsets(start, latest, cap)
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        todo = {k: (start.get(k, 0), e) for k, e in end.items() if e > start.get(k, 0)}
+        if not todo:
+            return []
+        addrs = {k: addr for k, (addr, _end) in queue_ends(self.opts).items()}
+        ranges = []
+        for key, (lo, hi) in sorted(todo.items()):
+            broker, _, qid = key.rpartition("/")
+            if key not in addrs:
+                raise SourceError(f"queue {key} is no longer routed to a live master")
+            r = QueueRange(self.opts.topic, broker, addrs[key], int(qid), lo, hi)
+            ranges += split_range(r, self.opts.max_records_per_partition)
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        yield from read_range(partition.value, self.opts)
+
+    def commit(self, end: dict[str, int]) -> None:
+        return None
 
 
 class SentMessage(WriterCommitMessage):

@@ -5,6 +5,7 @@ over 8 queues for the module, read exactly, by offsets, by time, by tag; writes 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,54 @@ def test_export_cli_lands_parquet(spark: Any, seeded: Seeded, tmp_path: Path,
     assert main(["spark", "export", "-n", seeded.namesrv, "--topic", seeded.topic,
                  "--to", str(tmp_path / "y"), "--starting-offsets", "{"]) == 2  # fmt: skip
     assert capsys.readouterr().out == ""
+
+
+def _send_keys(namesrv: str, topic: str, ids: range) -> None:
+    from rmq_cluster.spark_jobs.mq_io import Sender, out_message, send_all
+
+    sender = Sender(namesrv.split(";"))
+    try:
+        msgs = (out_message(f"row {i}", topic, f"s{i}".encode(), f"s{i}", None, None)
+                for i in ids)  # fmt: skip
+        send_all(sender, msgs, 64)
+    finally:
+        sender.close()
+
+
+def _wait_for(cond: Any, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout} s")
+        time.sleep(0.2)  # polling a query's progress, bounded by the deadline
+
+
+def test_stream_stopped_mid_way_and_restarted_writes_each_message_once(
+    spark: Any, seeded: Seeded, tmp_path: Path
+) -> None:
+    topic = "SparkStream"
+    create_topics(seeded.namesrv, [topic], queues=4)
+    _send_keys(seeded.namesrv, topic, range(3000))
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+
+    def start() -> Any:
+        stream = (spark.readStream.format("rocketmq").option("namesrv", seeded.namesrv)
+                  .option("topic", topic).option("startingOffsets", "earliest")
+                  .option("maxMessagesPerTrigger", "400").load())
+        return (stream.select("keys", "broker", "queueId", "queueOffset").writeStream
+                .format("parquet").option("path", out).option("checkpointLocation", ckpt)
+                .trigger(availableNow=True).start())
+
+    q = start()
+    _wait_for(lambda: len(q.recentProgress) >= 2 or not q.isActive, "second micro-batch")
+    q.stop()  # mid-stream: some batches written, the rest not
+    first_run = [p["numInputRows"] for p in q.recentProgress]
+    assert all(n <= 400 for n in first_run), first_run
+    _send_keys(seeded.namesrv, topic, range(3000, 4000))
+    q = start()
+    q.awaitTermination(300)
+    assert q.exception() is None
+    rows = spark.read.parquet(out).collect()
+    keys = [r.keys for r in rows]
+    assert len(keys) == 4000 and set(keys) == {f"s{i}" for i in range(4000)}
+    assert sum(first_run) < 4000  # the restart did real work
