@@ -116,6 +116,9 @@ def export(options: dict[str, str], to: str, *, mode: str = "errorifexists",
     started = time.monotonic()
     own = SparkSession.getActiveSession() is None
     spark = build_session(master, app="rmq-spark-export", quiet=True)
+    if master and not own and str(spark.sparkContext.master) != master:
+        raise SourceError(f"a Spark session on {spark.sparkContext.master} is already running "
+                          f"in this process: cannot run on {master}")  # fmt: skip
     try:
         with tempfile.TemporaryDirectory(prefix="rmq-spark-export-") as tmp:
             if not str(spark.sparkContext.master).startswith("local"):
