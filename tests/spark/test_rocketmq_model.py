@@ -9,9 +9,12 @@ import json
 import random
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -193,3 +196,23 @@ def test_channel_bounds_time_and_size(hostile_server: tuple[str, list[bytes]]) -
     assert time.monotonic() - started < 3.0  # one deadline per call, not one per recv
     with pytest.raises(WireError, match="closed"), Channel(addr, 5.0) as ch:
         ch.call(11, {})  # the script is empty: the server closes at once
+
+
+def test_the_pull_loop_runs_from_the_job_archive_alone(tmp_path: Path) -> None:
+    """What an executor imports for a read or a write (everything but the pyspark glue) comes
+    from the archive ``replica-diff --package`` builds: no site-packages, no Trio, no orjson."""
+    from rmq_cluster.spark_jobs.package import build_package
+
+    archive = tmp_path / "rmq_spark.zip"
+    build_package(str(archive))
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import rmq_cluster.spark_jobs.mq_io as io, rmq_cluster.spark_jobs.mq_model as m;"
+        "o = m.read_options({'namesrv': '127.0.0.1:1', 'topic': 'T'});"
+        "assert 'trio' not in sys.modules and 'orjson' not in sys.modules;"
+        "print(io.__file__)"
+    )
+    done = subprocess.run([sys.executable, "-S", "-c", code, str(archive)], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(str(archive))
