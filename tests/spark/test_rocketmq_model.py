@@ -151,14 +151,18 @@ def hostile_server() -> Iterator[tuple[str, list[bytes]]]:
     dripped one byte at a time when the script says so."""
     script: list[bytes] = []
     srv = _listen_below_32768()
+    srv.settimeout(0.1)  # accept wakes to see stop (closing a listener does not wake it)
     stop = threading.Event()
 
     def serve() -> None:
         while not stop.is_set():
             try:
                 conn, _ = srv.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            conn.settimeout(5.0)
             with conn:
                 conn.recv(65536)
                 data = script.pop(0) if script else b""
