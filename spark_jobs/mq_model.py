@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import json
 import re
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
@@ -20,9 +19,11 @@ import attrs
 from rmq_cluster.cluster.protocol.message import (
     MAX_MESSAGE_SIZE_BYTES,
     SYSFLAG_COMPRESSED,
+    BodyInflateError,
     MessageConst,
     RecordError,
     encode_offset_msg_id_raw,
+    inflate_body,
     record_fields,
 )
 
@@ -281,16 +282,13 @@ def _host(raw: bytes) -> str:
     return f"{raw[0]}.{raw[1]}.{raw[2]}.{raw[3]}:{int.from_bytes(raw[4:8], 'big')}"
 
 
-def inflate(body: bytes, limit: int, where: str) -> bytes:
-    """A compressed body, inflated to at most ``limit`` bytes (a bomb is refused, not held)."""
-    d = zlib.decompressobj()
+def inflate(body: bytes, sys_flag: int, limit: int, where: str) -> bytes:
+    """The body as a consumer sees it (``inflate_body``, bounded by ``limit``); a bomb or a
+    corrupt body is refused with where it lies, never held."""
     try:
-        out = d.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise SourceError(f"{where}: compressed body does not inflate: {exc}") from None
-    if len(out) > limit or d.unconsumed_tail:
-        raise SourceError(f"{where}: body inflates beyond maxBodyBytes={limit}")
-    return out
+        return inflate_body(body, sys_flag, limit)
+    except BodyInflateError as exc:
+        raise SourceError(f"{where}: {exc} (maxBodyBytes={limit})") from None
 
 
 def rows_of_pull(body: bytes, r: QueueRange, start: int, tags: frozenset[str],
@@ -316,7 +314,7 @@ def rows_of_pull(body: bytes, r: QueueRange, start: int, tags: frozenset[str],
                 r.max_ts is not None and store_ts >= r.max_ts):  # fmt: skip
             continue
         if sys_flag & SYSFLAG_COMPRESSED:
-            payload = inflate(payload, max_body, f"{r.broker}/{r.queue_id}@{qoff}")
+            payload = inflate(payload, sys_flag, max_body, f"{r.broker}/{r.queue_id}@{qoff}")
         msg_id = props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or \
             encode_offset_msg_id_raw(store_host, phys)
         yield (topic, r.broker, queue_id, qoff, phys, msg_id,
