@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rmq_cluster.spark_jobs.cli import add_commands as add_spark_commands
 
     add_spark_commands(sub)
+    from rmq_cluster.spark_jobs.mq_export import add_commands as add_spark_source_commands
+
+    add_spark_source_commands(sub)
     seen: set[int] = set()
     stack = list(sub.choices.values())
     while stack:  # commands and their own subcommands (chaos run | check ...)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +16,8 @@ pytest.importorskip("pyspark")
 def spark() -> Iterator[Any]:
     from rmq_cluster.spark_jobs.replica_diff import build_session
 
+    # Spark's Python workers run this interpreter, so they import the code under test
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = build_session("local[2]", app="rmq-replica-diff-tests", quiet=True)
     session.conf.set("spark.sql.shuffle.partitions", "4")
     yield session

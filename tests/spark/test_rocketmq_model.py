@@ -1,0 +1,223 @@
+"""The rocketmq data source's pure parts: offset specs, range splitting, the exact boundary
+search behind timestamp ranges, micro-batch caps, and the wire decoder against hostile
+frames (no Spark, no cluster)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rmq_cluster.cluster.protocol.message import SYSFLAG_COMPRESSED
+from rmq_cluster.deploy.supervisor import TEST_PORT_HIGH, TEST_PORT_LOW
+from rmq_cluster.spark_jobs.mq_model import (
+    EARLIEST,
+    LATEST,
+    QueueRange,
+    SourceError,
+    cap_offsets,
+    first_true,
+    inflate,
+    parse_offset_spec,
+    read_options,
+    split_range,
+)
+from rmq_cluster.spark_jobs.mq_wire import MAX_FRAME_BYTES, Channel, WireError, decode_reply
+
+
+def test_offset_specs() -> None:
+    assert parse_offset_spec("earliest", "s") == EARLIEST
+    assert parse_offset_spec(" LATEST ", "s") == LATEST
+    assert parse_offset_spec('{"broker-a": {"0": 5, "3": -2}}', "s") == {
+        ("broker-a", 0): 5, ("broker-a", 3): -2}
+    for bad in ("{", "[]", '{"b": 1}', '{"b": {"x": 1}}', '{"b": {"0": -3}}',
+                '{"b": {"0": 1.5}}', '{"b": {"0": true}}'):
+        with pytest.raises(SourceError):
+            parse_offset_spec(bad, "startingOffsets")
+
+
+def test_read_options_refuse_what_they_cannot_use() -> None:
+    base = {"namesrv": "127.0.0.1:9876", "topic": "T"}
+    assert read_options(base).subscription == ("*", "TAG")
+    assert read_options({**base, "TAGS": "a || b"}).subscription == ("a || b", "TAG")
+    for extra in ({"tags": "a", "sql92": "x > 1"}, {"topic": "no spaces"}, {"namesrv": ""},
+                  {"maxRecordsPerPartition": "0"}, {"pullBatchSize": "x"},
+                  {"failOnDataLoss": "maybe"}, {"startingOffsets": "{"}):
+        with pytest.raises(SourceError):
+            read_options({**base, **extra})
+
+
+@given(st.integers(0, 50), st.integers(0, 300), st.integers(1, 70))
+def test_split_covers_the_range_exactly(start: int, n: int, step: int) -> None:
+    r = QueueRange("T", "b", "h:1", 0, start, start + n)
+    parts = split_range(r, step)
+    offs = [o for p in parts for o in range(p.start, p.end)]
+    assert offs == list(range(start, start + n))
+    assert all(p.end - p.start <= step for p in parts)
+
+
+@given(st.lists(st.integers(0, 20), max_size=40), st.integers(-1, 25), st.integers(-5, 45))
+def test_first_true_finds_the_boundary_from_any_guess(
+    deltas: list[int], ts: int, guess: int
+) -> None:
+    times = []
+    t = 0
+    for d in sorted(deltas):  # non-decreasing store times, equal runs included
+        times.append(t + d)
+    times.sort()
+    probes = []
+
+    def pred(i: int) -> bool:
+        probes.append(i)
+        assert 0 <= i < len(times)  # never probes past the queue
+        return times[i] >= ts
+
+    want = next((i for i, x in enumerate(times) if x >= ts), len(times))
+    assert first_true(pred, 0, len(times), guess) == want
+    assert len(probes) <= 4 * (len(times).bit_length() + 1)
+
+
+@given(st.dictionaries(st.sampled_from(["a/0", "a/1", "b/0", "b/1"]), st.integers(0, 100)),
+       st.dictionaries(st.sampled_from(["a/0", "a/1", "b/0", "b/1"]), st.integers(0, 100)),
+       st.one_of(st.none(), st.integers(1, 150)))
+def test_cap_offsets(start: dict[str, int], latest: dict[str, int], cap: int | None) -> None:
+    end = cap_offsets(start, latest, cap)
+    moved = 0
+    for k in set(start) | set(latest):
+        lo = start.get(k, 0)
+        assert lo <= end.get(k, lo) <= max(lo, latest.get(k, lo))
+        moved += end.get(k, lo) - lo
+    waiting = sum(max(0, v - start.get(k, 0)) for k, v in latest.items())
+    assert moved == (waiting if cap is None else min(cap, waiting))
+
+
+def test_inflate_refuses_a_bomb() -> None:
+    import zlib
+
+    bomb = zlib.compress(b"\0" * (8 << 20))
+    with pytest.raises(SourceError, match=r"b/0@1: .*maxBodyBytes=1048576"):
+        inflate(bomb, SYSFLAG_COMPRESSED, 1 << 20, "b/0@1")
+    assert inflate(zlib.compress(b"hello"), SYSFLAG_COMPRESSED, 5, "b/0@1") == b"hello"
+    with pytest.raises(SourceError, match="b/0@1"):
+        inflate(b"not zlib", SYSFLAG_COMPRESSED, 100, "b/0@1")
+
+
+def _frame(header: bytes, body: bytes = b"", stype: int = 0) -> bytes:
+    return struct.pack(">I", (stype << 24) | len(header)) + header + body
+
+
+@given(st.binary(max_size=200))
+def test_decode_reply_never_raises_anything_but_wire_error(data: bytes) -> None:
+    with contextlib.suppress(WireError):
+        decode_reply(data)
+
+
+def test_decode_reply_checks_each_field() -> None:
+    ok = json.dumps({"code": 0, "opaque": 7, "flag": 1, "extFields": {"a": 1}}).encode()
+    opaque, reply = decode_reply(_frame(ok, b"xy"))
+    assert (opaque, reply.code, dict(reply.ext), reply.body) == (7, 0, {"a": "1"}, b"xy")
+    for bad in (_frame(ok, stype=1), _frame(b"[1]"), _frame(b"{"),
+                _frame(json.dumps({"code": "0", "opaque": 1, "flag": 1}).encode()),
+                _frame(json.dumps({"code": 0, "opaque": 1, "flag": 0}).encode()),
+                struct.pack(">I", 1 << 20) + b"{}"):
+        with pytest.raises(WireError):
+            decode_reply(bad)
+
+
+def _listen_below_32768() -> socket.socket:
+    for _ in range(200):
+        try:
+            return socket.create_server(("127.0.0.1", random.randrange(TEST_PORT_LOW,
+                                                                       TEST_PORT_HIGH)))
+        except OSError:
+            continue
+    raise AssertionError("no free port below 32768")
+
+
+@pytest.fixture
+def hostile_server() -> Iterator[tuple[str, list[bytes]]]:
+    """A TCP server on 127.0.0.1 answering each connection with the next scripted bytes,
+    dripped one byte at a time when the script says so."""
+    script: list[bytes] = []
+    srv = _listen_below_32768()
+    srv.settimeout(0.1)  # accept wakes to see stop (closing a listener does not wake it)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(5.0)
+            with conn:
+                conn.recv(65536)
+                data = script.pop(0) if script else b""
+                if data.startswith(b"DRIP"):
+                    for b in data[4:]:
+                        if stop.wait(0.05):
+                            return
+                        try:
+                            conn.sendall(bytes([b]))
+                        except OSError:
+                            break
+                else:
+                    conn.sendall(data)
+                    stop.wait(0.5)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield f"127.0.0.1:{srv.getsockname()[1]}", script
+    finally:
+        stop.set()
+        srv.close()
+        t.join(5)
+
+
+def test_channel_bounds_time_and_size(hostile_server: tuple[str, list[bytes]]) -> None:
+    addr, script = hostile_server
+    script.append(struct.pack(">I", MAX_FRAME_BYTES) + b"\0" * 16)  # a frame over the limit
+    with pytest.raises(WireError, match="out of bounds"), Channel(addr, 5.0) as ch:
+        ch.call(11, {})
+    script.append(b"DRIP" + b"\0\0\0\x40" + b"x" * 200)  # a drip that never completes a frame
+    started = time.monotonic()
+    with pytest.raises(WireError, match="deadline"), Channel(addr, 1.0) as ch:
+        ch.call(11, {})
+    assert time.monotonic() - started < 3.0  # one deadline per call, not one per recv
+    with pytest.raises(WireError, match="closed"), Channel(addr, 5.0) as ch:
+        ch.call(11, {})  # the script is empty: the server closes at once
+
+
+def test_the_pull_loop_runs_from_the_job_archive_alone(tmp_path: Path) -> None:
+    """What an executor imports for a read or a write (everything but the pyspark glue) comes
+    from the archive ``replica-diff --package`` builds: no site-packages, no Trio, no orjson."""
+    from rmq_cluster.spark_jobs.package import build_package
+
+    archive = tmp_path / "rmq_spark.zip"
+    build_package(str(archive))
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import rmq_cluster.spark_jobs.mq_io as io, rmq_cluster.spark_jobs.mq_model as m;"
+        "o = m.read_options({'namesrv': '127.0.0.1:1', 'topic': 'T'});"
+        "assert 'trio' not in sys.modules and 'orjson' not in sys.modules;"
+        "print(io.__file__)"
+    )
+    done = subprocess.run([sys.executable, "-S", "-c", code, str(archive)], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(str(archive))
