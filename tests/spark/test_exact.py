@@ -150,7 +150,8 @@ def test_help_documents_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    assert "0  consistent" in out and "1  divergent" in out and "2  bad input" in out
+    assert "0  consistent" in out and "1  divergent" in out and "2  no verdict" in out
+    assert "unverifiable" in out and "bad input" in out
     assert "--json" in out and "--name" in out and "--package" in out
 
 
