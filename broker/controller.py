@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import trio
+import trio.lowlevel
 
 from rmq_cluster.broker.clients import ClientManager, RebalanceLockManager
 from rmq_cluster.broker.config import BrokerSettings
@@ -875,7 +876,7 @@ class BrokerController:
                 self._timer_wake = trio.Event()
                 try:
                     while timer.enqueue() >= TIMER_MAX_ENQUEUE_PER_ROUND:
-                        await trio.sleep(0)
+                        await trio.lowlevel.checkpoint()
                     due = timer.deliver_due()
                 except Exception as exc:  # a bad record must not stop delivery for good
                     self.log.error("timer delivery failed", error=repr(exc))

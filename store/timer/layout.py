@@ -100,7 +100,8 @@ def slot_index(time_ms: int, precision_ms: int) -> int:
 
 def read_slot(buf: memoryview | bytes, time_ms: int, precision_ms: int) -> Slot:
     """The slot of ``time_ms``, or EMPTY_SLOT when the wheel's entry belongs to another time."""
-    t, first, last, num, magic = SLOT.unpack_from(buf, slot_index(time_ms, precision_ms) * SLOT_SIZE)
+    at = slot_index(time_ms, precision_ms) * SLOT_SIZE
+    t, first, last, num, magic = SLOT.unpack_from(buf, at)
     if t != time_ms // precision_ms:
         return EMPTY_SLOT
     return Slot(t * precision_ms, first, last, num, magic)
@@ -116,11 +117,15 @@ def write_slot(
 
 
 def decode_checkpoint(page: bytes | memoryview) -> Checkpoint:
-    fields = CHECKPOINT.unpack_from(page, 0)
+    read, flush_pos, queue_offset, master_offset, version, stamp, counter = (
+        CHECKPOINT.unpack_from(page, 0)
+    )
     tag, slot_ms, phys = DELIVERY_MARK.unpack_from(page, DELIVERY_MARK_AT)
     if tag != DELIVERY_MARK_TAG:
         slot_ms, phys = -1, -1
-    return Checkpoint(*fields, slot_ms, phys)
+    return Checkpoint(
+        read, flush_pos, queue_offset, master_offset, version, stamp, counter, slot_ms, phys
+    )
 
 
 def encode_checkpoint_into(page: memoryview, cp: Checkpoint) -> None:

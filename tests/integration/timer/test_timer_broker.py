@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import time
 
-import trio
-
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 from tests.integration.broker.conftest import Cluster, messages, ok, running_cluster
 

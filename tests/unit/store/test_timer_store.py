@@ -175,7 +175,7 @@ def test_many_slots_across_timer_log_files_and_a_roll(tmp_path: Path) -> None:
     got = bodies(store)
     assert sorted(got) == sorted([f"m{i}".encode() for i in range(45)] + [b"far"])
     assert timer.rolled >= 1
-    far = [p for b, p in delivered(store) if b == b"far"][0]
+    far = next(p for b, p in delivered(store) if b == b"far")
     assert int(far["TIMER_ROLL_TIMES"]) >= 1 and int(far["TIMER_DEQUEUE_MS"]) >= T0 + 25_000
     timer.close()
     store.close()
