@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import trio
 
 from rmq_cluster.client import Message, Producer
@@ -23,6 +24,8 @@ SEND_BUDGET_S = 40.0
 #: the rounding to the 1 s precision is up to 1 s late by design; the rest is the box's slack
 P99_BOUND_MS = 2500
 DELIVER_WAIT_S = 40.0
+
+pytestmark = pytest.mark.slow
 
 
 def _now_ms() -> int:
