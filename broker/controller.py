@@ -9,7 +9,8 @@ opens the store (recovering it), then runs, side by side: the store's services, 
 server on the listen port and the fast port (listenPort - 2), registration with every NameServer
 (at start, every registerNameServerPeriod, and whenever topics change), client housekeeping
 (idle clients dropped, NOTIFY_CONSUMER_IDS_CHANGED on membership changes), the delay-level
-service, the transaction check service and persistence of the config files. On cancellation it
+service and the timer wheel (``store/timer``: a master's, started and stopped with the role),
+the transaction check service and persistence of the config files. On cancellation it
 unregisters from every NameServer, writes the config files and closes the store cleanly.
 """
 
