@@ -23,7 +23,7 @@ from rmq_cluster.deploy.testing import RunningCluster, rmq_cluster
 pytestmark = pytest.mark.slow
 
 EARLY_MS = 1500
-LATE_MS = 25_000
+LATE_MS = 30_000
 PER_BATCH = 5
 FAILOVER_WAIT_S = 40.0
 DELIVER_WAIT_S = 90.0
@@ -79,18 +79,18 @@ async def run_scenario(cluster: RunningCluster) -> tuple[dict[str, set[Any]], fl
         (old,) = await trio.to_thread.run_sync(masters, cluster, group)
         killed = await trio.to_thread.run_sync(cluster.cli, "kill", old, "--wait")
         assert killed.returncode == 0, killed.stderr
+        killed_s = time.monotonic() - sent_at
         await trio.to_thread.run_sync(wait_new_master, cluster, group, old)
-        elected_s = time.monotonic() - sent_at
         await until(lambda: all(r.msg_id in copies for r in late), DELIVER_WAIT_S)
     ids = {r.msg_id for r in early + late}
-    return {k: v for k, v in copies.items() if k in ids}, elected_s
+    return {k: v for k, v in copies.items() if k in ids}, killed_s
 
 
 @pytest.mark.parametrize("profile", ["dledger", "2m-2s-controller"])
 def test_a_new_master_delivers_pending_timers_once(profile: str, tmp_path: Path) -> None:
     with rmq_cluster(profile, directory=tmp_path / "cluster") as cluster:
-        copies, elected_s = trio.run(run_scenario, cluster)
-    assert elected_s * 1000 < LATE_MS, f"the election took {elected_s:.1f} s"
+        copies, killed_s = trio.run(run_scenario, cluster)
     assert len(copies) == 2 * PER_BATCH
     twice = {k: v for k, v in copies.items() if len(v) != 1}
     assert not twice, ("delivered more than once", twice)
+    assert killed_s * 1000 < LATE_MS, f"the kill came {killed_s:.1f} s after the sends"
