@@ -307,7 +307,7 @@ class TimerStore:
     def _revise_slot(self, time_ms: int, pos: int) -> None:
         wheel = self._wheel
         assert wheel is not None
-        slot = L.read_slot(wheel.mm, time_ms, self.precision)
+        slot = L.read_slot(wheel.view, time_ms, self.precision)
         if slot.time_ms == -1:
             L.write_slot(wheel.view, time_ms, self.precision, pos, pos, 1, 0)
         elif pos > slot.last_pos:
@@ -412,7 +412,7 @@ class TimerStore:
                 delayed = write_ms + window
         wheel = self._wheel
         assert wheel is not None
-        slot = L.read_slot(wheel.mm, delayed, p)
+        slot = L.read_slot(wheel.view, delayed, p)
         unit = L.UNIT.pack(
             L.UNIT_SIZE, slot.last_pos, magic, write_ms, delayed - write_ms,
             rec.commitlog_offset, rec.store_size, tags_code(real_topic), 0,
@@ -497,7 +497,7 @@ class TimerStore:
         refused for now (the slot stays pending; what was put is not put again)."""
         wheel = self._wheel
         assert wheel is not None
-        slot = L.read_slot(wheel.mm, t, self.precision)
+        slot = L.read_slot(wheel.view, t, self.precision)
         if slot.time_ms == -1:
             return 0
         if not self._done:
