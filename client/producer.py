@@ -314,6 +314,8 @@ class Producer:
                 raise MQClientError("the topic of the messages in one batch should be the same")
             if m.delay_level > 0:
                 raise MQClientError("TimeDelayLevel is not supported for batching")
+            if m.deliver_time_ms is not None or m.delay_ms is not None:
+                raise MQClientError("timer messages are not supported for batching")
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 raise MQClientError("Retry Group is not supported for batching")
             self._check(m)
@@ -601,6 +603,8 @@ class TransactionProducer(Producer):
                                   ) -> tuple[SendResult, TransactionState]:
         if msg.delay_level > 0:
             raise TransactionError("delay level is not supported for transaction messages")
+        if msg.deliver_time_ms is not None or msg.delay_ms is not None:
+            raise TransactionError("timer messages are not supported for transaction messages")
         self._check(msg)
         props = {MC.PROPERTY_TRANSACTION_PREPARED: "true", MC.PROPERTY_PRODUCER_GROUP: self.group}
         msg = attrs.evolve(msg, properties={**msg.properties, **props})
