@@ -29,7 +29,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.broker.controller_mode import ControllerModeConfig
+from rmq_cluster.broker.controller_mode import MAX_IN_SYNC_REPLICAS, ControllerModeConfig
 from rmq_cluster.cluster.config import (
     ConfigError,
     check_address_list,
@@ -421,6 +421,8 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
     "syncControllerMetadataPeriod": _TIMEOUT,
     "haMaxTimeSlaveNotCatchup": _TIMEOUT,
     "masterLeaseMills": (-1, MAX_TIMEOUT_MS),  # -1: derived
+    "inSyncReplicas": (1, MAX_IN_SYNC_REPLICAS),
+    "minInSyncReplicas": (1, MAX_IN_SYNC_REPLICAS),
 }
 
 

@@ -99,6 +99,7 @@ from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.ha.access import is_loopback_host
 from rmq_cluster.ha.connection import HAService
+from rmq_cluster.ha.master import InSyncState
 from rmq_cluster.store import flush as store_services
 from rmq_cluster.store.config import BrokerRole, FlushDiskType
 from rmq_cluster.store.epoch_file import EpochFile
@@ -137,6 +138,8 @@ class BrokerController:
         #: controller mode: the epoch file (GET_BROKER_EPOCH_CACHE) and this replica's id
         self.epoch_file: EpochFile | None = None
         self.replica_id: int | None = None
+        #: controller mode, as master: the SYNC put rule and the SyncStateSet size (HAService)
+        self.in_sync: InSyncState | None = None
         self.replicas: ReplicasManager | None = None
         #: the properties file it was started from (UPDATE_BROKER_CONFIG writes changes there)
         self.config_file = config_file
@@ -511,6 +514,7 @@ class BrokerController:
                     store, self.settings.ha, host=bcfg.bind_address,
                     auth_secret=bcfg.ha_secret,
                     on_peer_refused=self._ha_peer_refused,
+                    in_sync=self.in_sync,
                 )
                 if store.role is BrokerRole.SYNC_MASTER:
                     # a SYNC send's answer waits here for the slave's ack (send.py)

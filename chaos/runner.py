@@ -31,7 +31,13 @@ from rmq_cluster.chaos.cluster import ChaosCluster, chaos_cluster
 from rmq_cluster.chaos.faults import Fault, FaultError, make_fault
 from rmq_cluster.chaos.nemesis import DEFAULT_OFF_S, DEFAULT_ON_S, Schedule, build_schedule
 from rmq_cluster.chaos.timeline import TIMELINE_FILE, render_svg
-from rmq_cluster.chaos.workload import History, Workload, WorkloadConfig, create_topics
+from rmq_cluster.chaos.workload import (
+    CHAOS_POLL_NAMESRV_S,
+    History,
+    Workload,
+    WorkloadConfig,
+    create_topics,
+)
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.remoting.codes import RequestCode
 
@@ -77,6 +83,8 @@ class RunOptions:
     keep_cluster: bool = False
     #: end with the replica audit (None: when the profile has replicas)
     replica_audit: bool | None = None
+    #: the workload clients' NameServer poll in seconds (Java's default is 30)
+    route_poll_s: float = CHAOS_POLL_NAMESRV_S
 
 
 @attrs.define
@@ -174,7 +182,7 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None,
     out.mkdir(parents=True, exist_ok=True)
     history = History(out / HISTORY_FILE)
     cfg = WorkloadConfig(
-        rate=opts.rate, producers=opts.producers, keys=opts.keys,
+        rate=opts.rate, producers=opts.producers, keys=opts.keys, route_poll_s=opts.route_poll_s,
         orderly_topic=WorkloadConfig().orderly_topic if opts.orderly else None,
     )
     state = RunState(windows_total=len(schedule.windows))

@@ -24,6 +24,8 @@ PROFILE = "2m-2s-controller"
 #: A controller elects within its heartbeat timeout (1 s) plus a scan, a broker switches
 #: roles: the issue's bound is 5 s; 2 busy cores get some slack.
 FAILOVER_BOUND_S = 8.0
+#: kill -9 of a master -> the first SEND_OK from the replica elected in its place (issue 38).
+NEW_MASTER_OK_S = 3.0
 
 
 @pytest.fixture
@@ -62,11 +64,16 @@ def _promise_held(result: dict[str, Any]) -> None:
 
 
 async def test_kill_master_elects_the_slave_and_loses_nothing(out_dir: Path) -> None:
-    result = await run_chaos(_opts(out_dir, "kill-master"))
+    """Every kill -9 of a SYNC master is followed by SEND_OK from the elected slave within
+    NEW_MASTER_OK_S while the old master is still dead (allAckInSyncStateSet: the SyncStateSet
+    shrank to the new master, which takes writes alone), with the clients' route poll at
+    RocketMQ's default 30 s (issue 38 items 1 and 2)."""
+    result = await run_chaos(_opts(out_dir, "kill-master", route_poll_s=30.0))
     _promise_held(result)
     assert result["faults"]
     for f in result["faults"]:
-        assert f["recovery_s"] is not None and f["recovery_s"] < FAILOVER_BOUND_S, f
+        assert f["recovery_s"] is not None and f["recovery_s"] < NEW_MASTER_OK_S, f
+        assert f["start_s"] + f["recovery_s"] < f["end_s"], f  # before the old one restarts
 
 
 async def test_kill_master_then_the_newly_elected_one(out_dir: Path) -> None:
