@@ -151,7 +151,9 @@ async def _nemesis(cc: ChaosCluster, fault: Fault, schedule: Schedule, history: 
             history.record("phase", name="fault-skipped", fault=fault.name, reason=str(exc))
             say(f"\nfault {fault.name} skipped: {exc}")
             continue
-        ev = history.record("fault", phase="start", **done.event())
+        at = done.at_monotonic
+        dated = {} if at is None else {"t": round(at - history.t0, 6)}
+        ev = history.record("fault", phase="start", **done.event(), **dated)
         state.fault = f"{fault.name} {','.join(done.nodes)}"
         await trio.sleep_until(t_start + window.end_s)
         info = await fault.heal(cc, done)

@@ -45,6 +45,7 @@ from rmq_cluster.spark_jobs.decode import (
     decode_segment_range,
     list_segments,
 )
+from rmq_cluster.spark_jobs.diff_local import window_findings
 from rmq_cluster.spark_jobs.model import (
     K_CQ_DANGLING,
     K_CQ_MISMATCH,
@@ -78,6 +79,8 @@ _READ_BYTES = 4 * 1024 * 1024
 FIRST_FINDINGS = 100
 DRIVER_FINDINGS = 50_000  # up to this many findings are counted on the driver
 MAP_BUCKETS = 100
+#: Findings about two replicas (the rest are a store's own: copied to its identical replicas).
+_COMPARED_KINDS = frozenset({K_DIVERGENT, K_EXTRA_TAIL, K_LAG, K_MISSING, K_CQ_MISMATCH})
 
 FINDING_COLUMNS = (
     "group", "node", "role", "kind", "phy_offset", "end_offset", "count",
@@ -550,6 +553,47 @@ def _cq_pairwise(spark: Any, cq_tasks: list[CqTask], schema: str, others: Any) -
     )  # fmt: skip
 
 
+def _windowed(
+    replicas: list[Replica], identical: dict[int, int], refs: dict[str, int],
+    quiet_refs: frozenset[int], probed: dict[int, dict[str, Any]],
+    wins: dict[str, list[tuple[int, int]]], cq_areas: dict[str, set[str]], *,
+    exact: bool, split_bytes: int, quiet: bool,
+) -> dict[str, Any]:
+    """The default audit of groups whose bytes differ: only the records in the differing
+    windows are decoded and compared, in the driver (``diff_local.py``: no Spark job)."""
+    skip = frozenset(identical) | quiet_refs
+    _, file_findings, segs_by = plan_scan(replicas, split_bytes, verify_crc=False,
+                                          skip=frozenset(range(len(replicas))))  # fmt: skip
+    stats = {i: dict(st) for i, st in probed.items()}
+    for ref in refs.values():
+        stats.setdefault(ref, _probe_stats(replicas, ref))
+    for rid, src in identical.items():
+        stats[rid] = dict(stats[src])
+    masters = choose_masters(replicas, {i: int(s["end"] or 0) for i, s in stats.items()})
+    decoded = frozenset(i for i, r in enumerate(replicas) if i not in skip and r.group in wins)
+    tasks = _window_tasks(replicas, skip, wins, segs_by, decoded if exact else frozenset(),
+                          split_bytes)  # fmt: skip
+    cq_tasks = [t for t in plan_cq(replicas, skip)
+                if f"cq/{t.topic}/{t.queue_id}" in cq_areas.get(replicas[t.rid].group, ())]
+    bounds = {i: ((segs_by[i][0].start if segs_by[i] else 0), int(stats[i]["end"] or 0))
+              for i in range(len(replicas)) if i in stats}  # fmt: skip
+    _progress(quiet, f"decoding {sum(len(w) for w in wins.values())} windows in the driver")
+    found = window_findings(replicas, masters, skip, bounds, wins, tasks, cq_tasks, exact,
+                            _scan, _scan_cq)  # fmt: skip
+    own = [f for f in found if f[0] in identical.values() and f[1] not in _COMPARED_KINDS]
+    found += [(rid, *f[1:]) for rid, src in identical.items() for f in own if f[0] == src]
+    found += [(f.rid, f.kind, f.offset, f.end, 1, None, None, None, f.detail)
+              for f in file_findings]  # fmt: skip
+    rows = [dict(zip(FINDING_COLUMNS, (replicas[f[0]].group, replicas[f[0]].node,
+                                       replicas[f[0]].role, *f[1:]), strict=True))
+            for f in found]  # fmt: skip
+    return {
+        "findings": None, "findings_rows": rows, "records": None, "joined": None,
+        "replicas": replicas, "masters": masters, "stats": stats, "segments": segs_by,
+        "identical": identical, "exact": exact,
+    }  # fmt: skip
+
+
 def run_diff(
     spark: Any,
     replicas: list[Replica],
@@ -610,6 +654,8 @@ def run_diff(
             cq_areas[g] = {area for i in members for area, _, _ in diffs.get(i, ())
                            if area != "data"}  # fmt: skip
         quiet_refs = frozenset(refs[g] for g in quiet_groups)
+        return _windowed(replicas, identical, refs, quiet_refs, probed, wins, cq_areas,
+                         exact=exact, split_bytes=split_bytes, quiet=quiet)
     spark = _session(spark)  # something to decode: a session from here on
     if not windowed and exact:
         identical, pre = checksum_replicas(spark, replicas, max(1, block_bytes),
