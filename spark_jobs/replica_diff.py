@@ -180,6 +180,35 @@ def finding_schema() -> Any:
     return StructType([StructField(c, types.get(c, StringType()), True) for c in FINDING_COLUMNS])
 
 
+_QUIET_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _quiet_log4j() -> str:
+    """A log4j2 configuration that logs errors only (the driver JVM reads it at start)."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"rmq-replica-diff-log4j2-{os.getuid()}.properties")
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == _QUIET_LOG4J:
+                return path
+    except OSError:
+        pass
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(_QUIET_LOG4J)
+    os.replace(tmp, path)
+    return path
+
+
 def build_session(master: str | None, *, app: str = "rmq-replica-diff", quiet: bool = True) -> Any:
     """``--master`` wins; under spark-submit Spark's own config; else ``local[*]``."""
     from pyspark.sql import SparkSession
@@ -189,6 +218,9 @@ def build_session(master: str | None, *, app: str = "rmq-replica-diff", quiet: b
         b = b.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         b = b.master("local[*]")
+    if quiet and "PYSPARK_GATEWAY_PORT" not in os.environ:  # our JVM: no WARN at its start
+        b = b.config("spark.driver.extraJavaOptions",
+                     f"-Dlog4j2.configurationFile={_quiet_log4j()}")
     b = (
         b.config("spark.ui.enabled", "false")
         .config("spark.log.level", "ERROR")
@@ -1255,7 +1287,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--package", metavar="ZIP", default=None,
                    help="only build the job's Python archive (for spark-submit --py-files) "
                         "and exit")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="progress lines, Spark's warnings and progress bar on stderr")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines (the default; kept for scripts)")
 
 
 def _cluster_dir(args: argparse.Namespace) -> str | None:
@@ -1290,6 +1325,16 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise BadInput(f"--node-timeout {args.node_timeout}: want > 0 .. {MAX_NODE_TIMEOUT_S:g}")
 
 
+def finding_line(f: dict[str, Any]) -> str:
+    """One finding for a person: kind, CommitLog offset, topic/queue@queue offset, detail
+    (which names the field that differs)."""
+    where = f"offset {f['phy_offset']}" if f["phy_offset"] is not None else "file"
+    if f.get("topic") is not None:
+        where += f" topic {f['topic']} queue {f['queue_id']} queue offset {f['queue_offset']}"
+    count = f" x{f['count']}" if f.get("count") not in (None, 1) else ""
+    return f"{f['kind']}{count} at {where}: {f['detail']}"
+
+
 def _print_text(summary: dict[str, Any]) -> None:
     for group, g in sorted(summary["groups"].items()):
         for node, r in sorted(g["replicas"].items()):
@@ -1301,6 +1346,9 @@ def _print_text(summary: dict[str, Any]) -> None:
             print(f"{group} {node}: {r['verdict']}, identical up to "
                   f"{r['proven_identical_to']} of master {g['master']} end "
                   f"{r['end_offset'] + r['lag_bytes'] - r['ahead_bytes']} ({kinds})")  # fmt: skip
+            for f in summary.get("first_findings", []):
+                if (f["group"], f["node"]) == (group, node):
+                    print("  " + finding_line(f))
     for group, why in summary.get("unverifiable", {}).items():
         print(f"{group}: unverifiable: {why}")
     print(f"verdict: {summary['verdict']}")
@@ -1385,6 +1433,7 @@ def _audit(args: argparse.Namespace, replicas: list[Replica], plan: Any) -> dict
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    args.quiet = not getattr(args, "verbose", False)
     if args.package:
         return _build_package(args)
     try:
