@@ -29,7 +29,14 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.chaos.audit import AUDIT_SKIPPED, audit_command, audit_members, summarize
+from rmq_cluster.chaos.audit import (
+    AUDIT_SKIPPED,
+    NEEDS_SPARK,
+    audit_command,
+    audit_members,
+    spark_available,
+    summarize,
+)
 from rmq_cluster.chaos.checker import MODE_ASYNC, MODE_DLEDGER, MODE_NONE, MODE_SYNC
 from rmq_cluster.chaos.proxy import ProxySet, Route
 from rmq_cluster.cluster.logging import get_logger
@@ -315,6 +322,8 @@ class ChaosCluster:
         groups = {g: self.members(g) for g in self.groups()}
         if all(len(m) < 2 for m in groups.values()):
             return {"verdict": AUDIT_SKIPPED, "reason": "no group has a replica"}
+        if not await trio.to_thread.run_sync(spark_available):
+            return {"verdict": AUDIT_SKIPPED, "reason": NEEDS_SPARK}
         masters: dict[str, str | None] = {}
         caught_up: dict[str, bool] = {}
         for g in groups:
