@@ -66,9 +66,9 @@ def _promise_held(result: dict[str, Any]) -> None:
 
 async def test_kill_master_elects_the_slave_and_loses_nothing(out_dir: Path) -> None:
     """Every kill -9 of a SYNC master is followed by SEND_OK from the elected slave within
-    NEW_MASTER_OK_S of its election while the old master is still dead (allAckInSyncStateSet: the SyncStateSet
-    shrank to the new master, which takes writes alone), with the clients' route poll at
-    RocketMQ's default 30 s (issue 38 items 1 and 2)."""
+    NEW_MASTER_OK_S of its election while the old master is still dead (allAckInSyncStateSet:
+    the SyncStateSet shrank to the new master, which takes writes alone), with the clients'
+    route poll at RocketMQ's default 30 s (issue 38 items 1 and 2)."""
     result = await run_chaos(_opts(out_dir, "kill-master", route_poll_s=30.0))
     _promise_held(result)
     assert result["faults"]
