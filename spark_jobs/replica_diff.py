@@ -79,6 +79,8 @@ _READ_BYTES = 4 * 1024 * 1024
 FIRST_FINDINGS = 100
 DRIVER_FINDINGS = 50_000  # up to this many findings are counted on the driver
 MAP_BUCKETS = 100
+#: The driver's address for a local-mode run (unless SPARK_LOCAL_IP or spark.driver.host).
+LOOPBACK = "127.0.0.1"
 #: Findings about two replicas (the rest are a store's own: copied to its identical replicas).
 _COMPARED_KINDS = frozenset({K_DIVERGENT, K_EXTRA_TAIL, K_LAG, K_MISSING, K_CQ_MISMATCH})
 
@@ -211,6 +213,7 @@ def _quiet_log4j() -> str:
 
 def build_session(master: str | None, *, app: str = "rmq-replica-diff", quiet: bool = True) -> Any:
     """``--master`` wins; under spark-submit Spark's own config; else ``local[*]``."""
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     b = SparkSession.builder.appName(app)
@@ -218,6 +221,11 @@ def build_session(master: str | None, *, app: str = "rmq-replica-diff", quiet: b
         b = b.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         b = b.master("local[*]")
+    given = SparkConf()  # spark-submit's settings, when it launched us
+    if (master or given.get("spark.master", "local")).startswith("local") and not (
+        os.environ.get("SPARK_LOCAL_IP") or given.contains("spark.driver.host")
+    ):  # a local run talks to itself only: no address of this host's network in use
+        b = b.config("spark.driver.host", LOOPBACK).config("spark.driver.bindAddress", LOOPBACK)
     if quiet and "PYSPARK_GATEWAY_PORT" not in os.environ:  # our JVM: no WARN at its start
         b = b.config("spark.driver.extraJavaOptions",
                      f"-Dlog4j2.configurationFile={_quiet_log4j()}")
@@ -230,6 +238,8 @@ def build_session(master: str | None, *, app: str = "rmq-replica-diff", quiet: b
     )
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    sc = spark.sparkContext
+    _progress(quiet, f"Spark {sc.master}, driver at {sc.getConf().get('spark.driver.host')}")
     return spark
 
 
@@ -1288,7 +1298,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only build the job's Python archive (for spark-submit --py-files) "
                         "and exit")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="progress lines, Spark's warnings and progress bar on stderr")
+                   help="progress lines, Spark's warnings and progress bar on stderr (not "
+                        "with --json under spark-submit, which merges stderr into stdout)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress lines (the default; kept for scripts)")
 
@@ -1420,13 +1431,18 @@ def _audit(args: argparse.Namespace, replicas: list[Replica], plan: Any) -> dict
     local = (args.master or "").startswith("local") or (
         not args.master and "PYSPARK_GATEWAY_PORT" not in os.environ)
     try:
-        return run_job(session if local else session(), replicas, args.out,
-                       verify_crc=args.verify_crc, allow_lag=args.allow_lag,
-                       split_bytes=args.split_mb << 20,
-                       quiet=args.quiet, exact=not args.header_only,
-                       block_bytes=max(1, int(args.block_mb * (1 << 20))),
-                       check_stores=args.check_stores,
-                       judge=None if plan is None else judge)  # fmt: skip
+        summary = run_job(session if local else session(), replicas, args.out,
+                          verify_crc=args.verify_crc, allow_lag=args.allow_lag,
+                          split_bytes=args.split_mb << 20,
+                          quiet=args.quiet, exact=not args.header_only,
+                          block_bytes=max(1, int(args.block_mb * (1 << 20))),
+                          check_stores=args.check_stores,
+                          judge=None if plan is None else judge)  # fmt: skip
+        if started:  # where the job ran (None of it when no Spark was needed)
+            sc = started[0].sparkContext
+            summary["spark"] = {"master": sc.master,
+                                "driver_host": sc.getConf().get("spark.driver.host")}
+        return summary
     finally:
         if owned and started:
             started[0].stop()
@@ -1434,6 +1450,8 @@ def _audit(args: argparse.Namespace, replicas: list[Replica], plan: Any) -> dict
 
 def run_from_args(args: argparse.Namespace) -> int:
     args.quiet = not getattr(args, "verbose", False)
+    if args.json and "PYSPARK_GATEWAY_PORT" in os.environ:
+        args.quiet = True  # spark-submit merges our stderr into stdout: JSON only there
     if args.package:
         return _build_package(args)
     try:
