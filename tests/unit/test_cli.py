@@ -86,8 +86,8 @@ def test_every_command_documents_the_exit_codes_and_takes_the_log_options() -> N
     assert {"produce", "consume", "status", "down", "ls", "logs", "up"} <= set(commands)
     for name, p in commands.items():
         text = p.format_help()  # type: ignore[attr-defined]
-        assert EXIT_CODES_EPILOG.splitlines()[0] in text, name
-        assert "2  usage" in text, name
+        assert text.count(EXIT_CODES_EPILOG.splitlines()[0]) == 1, name  # one table
+        assert "2  usage" in text or ("2  no verdict" in text and "or usage" in text), name
     args = parser.parse_args(["-vv", "status"])
     assert args.verbose == 2
     args = parser.parse_args(["status", "-v", "--log-format", "json"])
