@@ -326,6 +326,22 @@ class Admin:
                                                 {"topic": topic}))
         return sorted(str(g) for g in (obj or {}).get("groupList") or [])
 
+    async def subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG on one broker: its SubscriptionGroupConfig table
+        (group name -> config), as rocketmq-dashboard lists consumer groups."""
+        obj = fastjson.loads(await self._broker(broker_addr, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        table = (obj or {}).get("subscriptionGroupTable") if isinstance(obj, dict) else None
+        if not isinstance(table, dict):
+            return {}
+        return {str(k): v for k, v in table.items() if isinstance(v, dict)}
+
+    async def acl_config(self, broker_addr: str) -> dict[str, Any]:
+        """GET_BROKER_CLUSTER_ACL_CONFIG (admin only): the broker's plain ACL rules
+        (``globalWhiteAddrs``, ``plainAccessConfigs``). The answer holds secret keys: the
+        caller must not show them."""
+        obj = fastjson.loads(await self._broker(broker_addr, RC.GET_BROKER_CLUSTER_ACL_CONFIG))
+        return obj if isinstance(obj, dict) else {}
+
     # ------------------------------------------------------------------ reading queues
 
     def pull_api(self, group: str = TOOLS_CONSUMER_GROUP) -> PullApi:
