@@ -40,7 +40,7 @@ SECURITY_HEADERS = [
      b"object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # no-referrer would make Origin "null"
     (b"cache-control", b"no-store"),
 ]
 
