@@ -185,3 +185,47 @@ def until(check: Callable[[], Any], timeout: float = UI_WAIT_S, what: str = "") 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or check}")
         time.sleep(0.05)
+
+
+#: The read-only account the ACL tests add beside the cluster's admin.
+VIEWER = ("dashviewer", "viewer-secret-0123456789")
+
+
+@contextlib.contextmanager
+def acl_cluster() -> Iterator[tuple[str, tuple[str, str]]]:
+    """``rmq-cluster up single --acl`` on a rules file written first with an admin account and
+    a read-only one (``VIEWER``: SUB on everything, not admin); yields (NameServer address,
+    admin credentials). Always stopped and deleted."""
+    from rmq_cluster.cluster.acl.local import acl_path, write_private
+    from rmq_cluster.cluster.acl.rules import render_plain_acl
+    from rmq_cluster.deploy import supervisor
+    from rmq_cluster.deploy.testing import become_subreaper, cli, kill_leftovers
+    from rmq_cluster.deploy.topology import resolve_profile
+
+    become_subreaper()
+    root = Path(tempfile.mkdtemp(prefix="rmq-dash-acl-"))
+    directory = root / "cluster"
+    admin = ("dashadmin", "admin-secret-0123456789")
+    write_private(acl_path(directory), render_plain_acl([
+        {"accessKey": admin[0], "secretKey": admin[1], "whiteRemoteAddress": "",
+         "admin": True, "defaultTopicPerm": "PUB|SUB", "defaultGroupPerm": "PUB|SUB"},
+        {"accessKey": VIEWER[0], "secretKey": VIEWER[1], "whiteRemoteAddress": "",
+         "admin": False, "defaultTopicPerm": "SUB", "defaultGroupPerm": "SUB"},
+    ]))
+    port = supervisor.free_base_port(resolve_profile("single"))
+    pids: dict[str, int] = {}
+    try:
+        done = cli("up", "single", "--acl", "--dir", str(directory), "--base-port", str(port),
+                   "--json")
+        if done.returncode != 0:
+            raise RuntimeError(f"up --acl failed: {done.stderr.strip()}")
+        import json
+
+        info = json.loads(done.stdout)
+        pids.update({n["name"]: n["pid"] for n in info["nodes"] if n.get("pid")})
+        yield info["namesrv_addr"], admin
+    finally:
+        if (directory / supervisor.STATE_FILE).exists():
+            cli("down", "--dir", str(directory), "--purge")
+        kill_leftovers(directory, pids)
+        shutil.rmtree(root, ignore_errors=True)
