@@ -98,11 +98,11 @@ def page(dash: Dashboard, fn: Handler, *, public: bool = False, post: bool = Fal
             resp = PlainTextResponse("request too large", 413)
         except Forbidden as exc:
             resp = pages.error_page(dash, request, session, str(exc), 403)
-        except (FormError, LookupError) as exc:
+        except (FormError, LookupError, ValueError) as exc:
             resp = pages.error_page(dash, request, session, str(exc), 400)
         except trio.TooSlowError:
             resp = pages.error_page(dash, request, session, "the cluster took too long", 504)
-        except (MQClientError, OSError, ConnectionError) as exc:
+        except (MQClientError, OSError) as exc:
             resp = pages.error_page(dash, request, session, f"{type(exc).__name__}: {exc}",
                                     502)
         return with_cookie(resp, session) if fresh else resp
@@ -120,7 +120,12 @@ def live(dash: Dashboard, fn: Callable[[Admin, Request], Awaitable[dict[str, Any
             return PlainTextResponse("log in first", 401)
         if dash.live_streams >= dash.settings.max_live_streams:
             return PlainTextResponse("too many live streams", 503)
-        admin = await dash.admin(int(request.path_params["cid"]), session)
+        try:
+            admin = await dash.admin(int(request.path_params["cid"]), session)
+        except LookupError as exc:
+            return PlainTextResponse(str(exc), 404)
+        except (MQClientError, OSError) as exc:
+            return PlainTextResponse(f"{type(exc).__name__}: {exc}", 502)
         dash.live_streams += 1
 
         async def events() -> AsyncIterator[bytes]:

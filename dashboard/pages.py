@@ -42,7 +42,12 @@ NAV = (("cluster", "Cluster"), ("topics", "Topics"), ("groups", "Consumer groups
 
 
 def _cid(request: Request) -> int:
-    return int(request.path_params.get("cid", request.query_params.get("c", "0")) or 0)
+    """The cluster's index: the path's, else ``?c=`` (0 when it is not a small number)."""
+    cid = request.path_params.get("cid")
+    if isinstance(cid, int):
+        return cid
+    raw = request.query_params.get("c", "0")
+    return int(raw) if raw.isdigit() and len(raw) < 6 else 0
 
 
 def html(dash: Dashboard, request: Request, session: Session, template: str, title: str,

@@ -61,7 +61,7 @@ TOPICS = """{% extends "base" %}{% block body %}
 {% if can_act %}<details class="card"><summary>create or update a topic</summary>
 <form method="post" action="/c/{{ cid }}/topics/update" id="create-topic">
 <input type="hidden" name="csrf" value="{{ csrf }}">
-<label>topic <input name="topic" id="new-topic" required maxlength="127" pattern="[%\|a-zA-Z0-9_\-]+"></label>
+<label>topic <input name="topic" id="new-topic" required maxlength="127" pattern="[%\\|a-zA-Z0-9_\\-]+"></label>
 <label>cluster <select name="cluster">{% for c in cluster_names %}<option>{{ c }}</option>{% endfor %}</select></label>
 <label>read queues <input name="readQueueNums" type="number" min="1" max="1024" value="8"></label>
 <label>write queues <input name="writeQueueNums" type="number" min="1" max="1024" value="8"></label>
