@@ -31,6 +31,8 @@ def _cluster_refs(args: argparse.Namespace) -> tuple[ClusterRef, ...]:
     for i, raw in enumerate(args.namesrv or []):
         name, sep, addr = raw.partition("=")
         out.append(ClusterRef(name if sep else f"cluster-{i}", addr if sep else raw))
+    if out and args.controller:
+        out[0] = ClusterRef(out[0].name, out[0].namesrv_addr, args.controller)
     if out:
         return tuple(out)
     env = os.environ.get("NAMESRV_ADDR")
@@ -40,7 +42,8 @@ def _cluster_refs(args: argparse.Namespace) -> tuple[ClusterRef, ...]:
 
     directory = Path(args.dir) if args.dir else supervisor.default_dir(args.name)
     state = supervisor.load_state(directory.resolve())
-    return (ClusterRef(state.name, state.topology.namesrv_addr),)
+    controllers = state.topology.controller_addr if state.topology.controllers else None
+    return (ClusterRef(state.name, state.topology.namesrv_addr, args.controller or controllers),)
 
 
 def lean_argv(args: argparse.Namespace) -> list[str]:
@@ -50,6 +53,7 @@ def lean_argv(args: argparse.Namespace) -> list[str]:
     argv += [f"--host={args.host}", f"--port={args.port}", f"--name={args.name}"]
     argv += [f"--dir={args.dir}"] if args.dir else []
     argv += [f"--until-down={args.until_down}"] if args.until_down else []
+    argv += [f"--controller={args.controller}"] if args.controller else []
     argv += ["--acl"] if args.acl else []
     argv += ["-v"] * int(getattr(args, "verbose", 0) or 0)
     fmt = getattr(args, "log_format", None)
@@ -72,7 +76,8 @@ def cmd_dashboard(args: argparse.Namespace, *, lean: bool = False) -> int:
         sys.stderr.write("rmq-cluster dashboard: error: --port must be within [0, 65535]\n")
         return 2
     settings = DashboardSettings(clusters=clusters, host=args.host, port=args.port,
-                                 acl=args.acl, chaos_dirs=tuple(args.chaos_dir or ()))
+                                 acl=args.acl, chaos_dirs=tuple(args.chaos_dir or ()),
+                                 cluster_secret=os.environ.get("RMQ_CLUSTER_SECRET") or None)
     from rmq_cluster.dashboard.server import serve
 
     async def main() -> None:
@@ -143,6 +148,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
                         "accounts act")
     p.add_argument("--chaos-dir", action="append", metavar="DIR",
                    help="where chaos runs are (repeatable; default the temp directory)")
+    p.add_argument("--controller", metavar="ADDRS",
+                   help="controller mode: the first cluster's controllers (h:p;h:p;h:p), asked "
+                        "for SyncStateSets and epochs ($RMQ_CLUSTER_SECRET: the cluster secret "
+                        "our controllers ask for)")
     p.add_argument("--until-down", metavar="DIR", help=argparse.SUPPRESS)
 
 
@@ -179,9 +188,15 @@ def _start_background(args: argparse.Namespace) -> int:
            "--until-down", str(directory)]
     if getattr(args, "acl", False):
         cmd.append("--acl")
+    env = dict(os.environ)
+    topo = state.topology
+    if topo.controllers:
+        cmd.append(f"--controller={topo.controller_addr}")
+    if topo.cluster_secret:
+        env["RMQ_CLUSTER_SECRET"] = topo.cluster_secret  # not on the command line
     with open(directory / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
     (directory / PID_FILE).write_text(f"{proc.pid}\n")
     url = f"http://127.0.0.1:{args.dashboard}/"
     if args.json:

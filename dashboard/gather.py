@@ -12,7 +12,12 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from rmq_cluster.client.admin import DLQ_GROUP_TOPIC_PREFIX, Admin, QueueProgress
+from rmq_cluster.client.admin import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    Admin,
+    QueueProgress,
+    controller_sync_state,
+)
 from rmq_cluster.client.errors import MQClientError, NoRouteError
 from rmq_cluster.client.model import MessageQueue, ReceivedMessage
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
@@ -176,6 +181,14 @@ def replication(rows: list[BrokerRow]) -> list[GroupReplication]:
         dledger = tuple(r for r in members if "dLegerRole" in r.info)
         out.append(GroupReplication(name, master, tuple(replicas), tuple(ha), dledger))
     return out
+
+
+async def sync_states(controller_addr: str, groups: list[GroupReplication],
+                      cluster_secret: str | None) -> dict[str, Any] | str:
+    """Controller mode: each group's master, epoch and SyncStateSet, or why not."""
+    names = [g.broker_name for g in groups]
+    return await attempt(functools.partial(
+        controller_sync_state, controller_addr, names, cluster_secret=cluster_secret))
 
 
 def lag_series(groups: list[GroupReplication]) -> dict[str, int]:

@@ -134,7 +134,11 @@ async def live_cluster(admin: Admin, request: Request) -> dict[str, Any]:
 async def replication(dash: Dashboard, request: Request, session: Session) -> Response:
     admin = await dash.admin(_cid(request), session)
     groups = gather.replication(await gather.brokers(admin))
-    return html(dash, request, session, "replication", "Replication", groups=groups)
+    ref = dash.cluster(_cid(request))
+    sync = (await gather.sync_states(ref.controller_addr, groups, dash.settings.cluster_secret)
+            if ref.controller_addr else None)
+    return html(dash, request, session, "replication", "Replication", groups=groups,
+                sync=sync)
 
 
 async def live_replication(admin: Admin, request: Request) -> dict[str, Any]:
@@ -158,10 +162,13 @@ async def _cluster_names(admin: Admin) -> list[str]:
 
 async def topics(dash: Dashboard, request: Request, session: Session) -> Response:
     admin = await dash.admin(_cid(request), session)
-    names = await gather.topics_or_empty(admin)
+    got = await gather.gather_all({"topics": functools.partial(gather.topics_or_empty, admin),
+                                   "clusters": functools.partial(_cluster_names, admin)})
+    names, clusters = got["topics"], got["clusters"]
+    if isinstance(names, str) or isinstance(clusters, str):
+        raise MQClientError(names if isinstance(names, str) else str(clusters))
     return html(dash, request, session, "topics", "Topics",
-                topics=[(t, gather.topic_kind(t)) for t in names],
-                cluster_names=await _cluster_names(admin))
+                topics=[(t, gather.topic_kind(t)) for t in names], cluster_names=clusters)
 
 
 def _topic_name(value: str) -> str:

@@ -40,6 +40,8 @@ class ClusterRef:
 
     name: str
     namesrv_addr: str
+    #: controller mode: the controllers (``h:p;h:p;h:p``) asked for SyncStateSets and epochs
+    controller_addr: str | None = None
 
 
 @attrs.frozen
@@ -57,3 +59,5 @@ class DashboardSettings:
     max_live_streams: int = MAX_LIVE_STREAMS
     live_interval_s: float = LIVE_INTERVAL_S
     call_timeout_s: float = CALL_TIMEOUT_S
+    #: our controllers serve only peers that know it (``$RMQ_CLUSTER_SECRET``; never shown)
+    cluster_secret: str | None = attrs.field(default=None, repr=False)

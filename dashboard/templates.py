@@ -167,6 +167,11 @@ REPLICATION = """{% extends "base" %}{% block body %}
 <div data-live="/c/{{ cid }}/live/replication"></div>
 <h2>slave lag (bytes)</h2>
 <canvas id="chart-replication" class="chart" width="800" height="200" data-chart="lag"></canvas>
+{% if sync is string %}<p class="err">controller: {{ sync }}</p>{% elif sync %}<h2>controller: SyncStateSets</h2>
+<table id="sync-state"><thead><tr><th>group</th><th>master</th><th>master epoch</th><th>SyncStateSet epoch</th><th>in sync</th><th>not in sync</th></tr></thead><tbody>
+{% for name, i in sync.items() %}<tr><td>{{ name }}</td><td>{{ i.master_broker_id }} {{ i.master_address }}</td><td>{{ i.master_epoch }}</td><td>{{ i.sync_state_set_epoch }}</td>
+<td>{% for r in i.in_sync %}{{ r.broker_id }}={{ r.address }}{% if not r.alive %} (down){% endif %} {% endfor %}</td><td>{% for r in i.not_in_sync %}{{ r.broker_id }}={{ r.address }}{% if not r.alive %} (down){% endif %} {% endfor %}</td></tr>{% endfor %}
+</tbody></table>{% endif %}
 {% for g in groups %}<h2>{{ g.broker_name }}</h2>
 <p>master {% if g.master %}{{ g.master.addr }}, CommitLog max <span data-k="max:{{ g.master.key }}">{{ g.master.max_offset }}</span>{% else %}<span class="err">none registered</span>{% endif %}</p>
 <table class="replicas"><thead><tr><th>replica</th><th>address</th><th>CommitLog max</th><th>lag (bytes)</th><th></th></tr></thead><tbody>

@@ -1,5 +1,6 @@
-"""``rmq-cluster up --dashboard`` and ``rmq-cluster dashboard`` from the command line: the
-dashboard serves the cluster ``up`` started and exits by itself once ``down`` stopped it."""
+"""``rmq-cluster up --dashboard`` from the command line, in controller mode: the dashboard
+serves the cluster ``up`` started (its replication page shows the controller's SyncStateSets,
+asked with the cluster secret ``up`` handed it) and exits by itself once ``down`` stopped it."""
 
 from __future__ import annotations
 
@@ -30,14 +31,15 @@ def _get(url: str) -> tuple[int, str]:
 
 
 def test_up_dashboard_serves_the_cluster_and_stops_with_it() -> None:
+    profile = "2m-2s-controller"
     become_subreaper()
     directory = Path(tempfile.mkdtemp(prefix="rmq-dash-cli-")) / "cluster"
     port = free_port()
-    base = supervisor.free_base_port(resolve_profile("single"))
+    base = supervisor.free_base_port(resolve_profile(profile))
     pids: dict[str, int] = {}
     dash_pid = None
     try:
-        done = cli("up", "single", "--dir", str(directory), "--base-port", str(base),
+        done = cli("up", profile, "--dir", str(directory), "--base-port", str(base),
                    "--dashboard", str(port), "--json")
         assert done.returncode == 0, done.stderr
         lines = [json.loads(line) for line in done.stdout.splitlines()]
@@ -49,6 +51,11 @@ def test_up_dashboard_serves_the_cluster_and_stops_with_it() -> None:
         _, page = until(lambda: (lambda r: r if r[0] == 200 else None)(_get(url)), 60,
                         "the dashboard")
         assert "broker-a" in page and lines[0]["namesrv_addr"] in page
+        _, page = _get(f"http://127.0.0.1:{port}/c/0/replication")
+        assert 'id="sync-state"' in page, page
+        assert "<td>broker-a</td>" in page and "<td>broker-b</td>" in page
+        state = supervisor.load_state(directory.resolve())
+        assert state.topology.cluster_secret not in page
         assert cli("down", "--dir", str(directory)).returncode == 0
         until(lambda: not pid_running(dash_pid), 30, "the dashboard to exit after down")
     finally:
