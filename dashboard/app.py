@@ -183,6 +183,7 @@ def build_app(dash: Dashboard) -> ASGIApp:
         Route("/logout", p(pages.logout, public=True, post=True), methods=["POST"]),
         Route("/static/app.css", static(CSS, "text/css")),
         Route("/static/app.js", static(JS, "text/javascript")),
+        Route("/favicon.ico", static("", "image/x-icon")),
         Route("/c/{cid:int}/cluster", p(pages.cluster)),
         Route("/c/{cid:int}/topics", p(pages.topics)),
         Route("/c/{cid:int}/topics/update", p(pages.topic_update, post=True), methods=["POST"]),

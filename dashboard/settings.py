@@ -19,6 +19,8 @@ SESSION_IDLE_S: Final = 8 * 3600.0
 #: Live (server-sent events) streams served at once, and their refresh period.
 MAX_LIVE_STREAMS: Final = 32
 LIVE_INTERVAL_S: Final = 1.0
+#: Logins being checked against the cluster at once (each opens a client); more wait.
+MAX_CONCURRENT_LOGINS: Final = 4
 #: One admin call's deadline, and a whole page's.
 CALL_TIMEOUT_S: Final = 3.0
 PAGE_TIMEOUT_S: Final = 10.0

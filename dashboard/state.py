@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import trio
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -11,7 +12,7 @@ from rmq_cluster.client.admin import Admin
 from rmq_cluster.client.errors import MQClientError
 from rmq_cluster.dashboard.pool import AdminPool
 from rmq_cluster.dashboard.sessions import COOKIE, Account, Session, SessionStore
-from rmq_cluster.dashboard.settings import ClusterRef, DashboardSettings
+from rmq_cluster.dashboard.settings import MAX_CONCURRENT_LOGINS, ClusterRef, DashboardSettings
 
 
 class Forbidden(Exception):
@@ -26,6 +27,7 @@ class Dashboard:
         self.sessions = SessionStore(settings.max_sessions, settings.session_idle_s)
         self.pool = pool
         self.live_streams = 0
+        self.logins = trio.CapacityLimiter(MAX_CONCURRENT_LOGINS)
 
     def cluster(self, cid: int) -> ClusterRef:
         if not 0 <= cid < len(self.settings.clusters):
@@ -41,6 +43,10 @@ class Dashboard:
     async def verify(self, access_key: str, secret_key: str) -> Account | None:
         """The account if a runtime-info call signed with it succeeds on a broker of the first
         cluster; admin if GET_BROKER_CONFIG (admin-only under our ACL) does too."""
+        async with self.logins:
+            return await self._verify(access_key, secret_key)
+
+    async def _verify(self, access_key: str, secret_key: str) -> Account | None:
         probe = Account(access_key, secret_key, False)
         ref = self.settings.clusters[0]
         async with Admin(namesrv_addr=ref.namesrv_addr, access_key=access_key,

@@ -49,6 +49,7 @@ def driver(browser_session: Any, dash: DashboardProcess) -> Any:
     """The module's browser, logged out (no cookie of an earlier test)."""
     browser_session.get(dash.url + "/static/app.css")
     browser_session.delete_all_cookies()
+    browser_session.get_log("browser")  # an earlier test's console messages
     return browser_session
 
 

@@ -39,7 +39,7 @@ def cluster() -> Iterator[RunningCluster]:
 
 @pytest.fixture(scope="module")
 def dash(cluster: RunningCluster) -> Iterator[DashboardProcess]:
-    with dashboard(cluster.namesrv_addr) as d:
+    with dashboard(cluster.namesrv_addr, "-n", f"again={cluster.namesrv_addr}") as d:
         yield d
 
 
@@ -116,6 +116,10 @@ def test_every_page_renders_with_traffic(cluster: RunningCluster, dash: Dashboar
             "return Number(document.body.dataset.liveUpdates || 0)")) >= 2)
         _visit(driver, f"{base}/chaos", "#runs", "chaos")
         _visit(driver, f"{base}/acl", "main", "acl")
+        # several clusters, picked by NameServer address: the second one's page
+        assert len(driver.find_elements("css selector", "form.pick option")) == 2
+        _visit(driver, f"{dash.url}/c/1/cluster", "#brokers tbody tr", "cluster-again")
+        assert "again (" in _by_css(driver, "form.pick option[selected]").text
 
 
 def test_live_lag_follows_a_consumer(cluster: RunningCluster, dash: DashboardProcess,
