@@ -143,7 +143,8 @@ class ReplicaRow:
     master_addr: str
     master_offset: int
     offset: int
-    lag_bytes: int
+    #: None when the replica or its master did not answer
+    lag_bytes: int | None
     error: str | None = None
 
 
@@ -168,9 +169,10 @@ def replication(rows: list[BrokerRow]) -> list[GroupReplication]:
             if r.broker_id == 0:
                 continue
             mo = master.max_offset if master is not None else 0
+            error = r.error or (master.error if master else "no master registered")
             replicas.append(ReplicaRow(
                 name, r.broker_id, r.addr, master.addr if master else "", mo, r.max_offset,
-                max(0, mo - r.max_offset), r.error or (master.error if master else "no master")))
+                None if error else max(0, mo - r.max_offset), error))
         ha = []
         if master is not None:
             for k in sorted(k for k in master.info if k.startswith("haSlave")):
@@ -193,7 +195,8 @@ async def sync_states(controller_addr: str, groups: list[GroupReplication],
 
 def lag_series(groups: list[GroupReplication]) -> dict[str, int]:
     """``{"broker-a/1 127.0.0.1:10921": lag bytes}`` for the live chart."""
-    return {f"{r.broker_name}/{r.broker_id}": r.lag_bytes for g in groups for r in g.replicas}
+    return {f"{r.broker_name}/{r.broker_id}": r.lag_bytes for g in groups for r in g.replicas
+            if r.lag_bytes is not None}
 
 
 # ------------------------------------------------------------------ topics

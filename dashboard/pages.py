@@ -149,7 +149,8 @@ async def live_replication(admin: Admin, request: Request) -> dict[str, Any]:
             values[f"max:{g.master.key}"] = g.master.max_offset
         for r in g.replicas:
             values[f"off:{r.broker_name}/{r.broker_id}"] = r.offset
-            values[f"lag:{r.broker_name}/{r.broker_id}"] = r.lag_bytes
+            values[f"lag:{r.broker_name}/{r.broker_id}"] = (
+                "-" if r.lag_bytes is None else r.lag_bytes)
     return {"values": values, "charts": {"lag": gather.lag_series(groups)}}
 
 

@@ -176,7 +176,7 @@ REPLICATION = """{% extends "base" %}{% block body %}
 <p>master {% if g.master %}{{ g.master.addr }}, CommitLog max <span data-k="max:{{ g.master.key }}">{{ g.master.max_offset }}</span>{% else %}<span class="err">none registered</span>{% endif %}</p>
 <table class="replicas"><thead><tr><th>replica</th><th>address</th><th>CommitLog max</th><th>lag (bytes)</th><th></th></tr></thead><tbody>
 {% for r in g.replicas %}<tr><td>{{ r.broker_name }}/{{ r.broker_id }}</td><td>{{ r.addr }}</td><td class="num" data-k="off:{{ r.broker_name }}/{{ r.broker_id }}">{{ r.offset }}</td>
-<td class="num" data-k="lag:{{ r.broker_name }}/{{ r.broker_id }}">{{ r.lag_bytes }}</td><td class="err">{{ r.error or "" }}</td></tr>
+<td class="num" data-k="lag:{{ r.broker_name }}/{{ r.broker_id }}">{{ "-" if r.lag_bytes is none else r.lag_bytes }}</td><td class="err">{{ r.error or "" }}</td></tr>
 {% else %}<tr><td colspan="5">no replica registered</td></tr>{% endfor %}</tbody></table>
 {% if g.ha_slaves %}<p>the master's HA connections:</p><ul>{% for s in g.ha_slaves %}<li>{{ s.line }}</li>{% endfor %}</ul>{% endif %}
 {% if g.dledger %}<table class="dledger"><thead><tr><th>member</th><th>address</th><th>role</th><th>term</th><th>leader</th><th>commit index</th></tr></thead><tbody>
