@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -200,7 +201,7 @@ def _start_background(args: argparse.Namespace) -> int:
     (directory / PID_FILE).write_text(f"{proc.pid}\n")
     url = f"http://127.0.0.1:{args.dashboard}/"
     if args.json:
-        print(f'{{"dashboard": "{url}", "pid": {proc.pid}}}')
+        print(json.dumps({"dashboard": url, "pid": proc.pid}))
     else:
         print(f"dashboard: {url} (pid {proc.pid}, log {directory / LOG_FILE})")
     return 0
