@@ -1,13 +1,16 @@
 """The dashboard with 1 000 topics and 200 consumer groups: each page's load time measured in
 Chromium (Navigation Timing, navigation start to the load event; the best of three loads) and
-the dashboard process's peak RSS. Targets: 200 ms a page and 60 MB; the asserted bounds are
-generous (on a 2-core machine shared with other test runs the browser alone takes seconds),
-the figures are printed."""
+the dashboard process's peak RSS. Targets: 200 ms a page and 60 MB. On a 2-core machine
+shared with other test runs the browser alone can take seconds for any page, so each page is
+measured beside a baseline in the same run: the same HTML as a static file, loaded
+interleaved with it. The bound is on the dashboard's cost over that baseline (what the
+server adds: the admin calls and the rendering), generously; the figures are printed."""
 
 from __future__ import annotations
 
-import statistics
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +24,10 @@ pytestmark = pytest.mark.slow
 TOPICS = 1000
 GROUPS = 200
 LOADS = 3
-#: generous bounds over the 200 ms / 60 MB targets
-PAGE_BOUND_MS = 3000.0
+#: generous bounds over the 200 ms / 60 MB targets: what a page may cost over loading its
+#: own HTML from a file, and in all
+OVER_BASELINE_MS = 1500.0
+PAGE_BOUND_MS = 20_000.0
 RSS_BOUND_KIB = 80 * 1024
 
 
@@ -65,22 +70,42 @@ def _load_ms(driver: Any, url: str) -> float:
     return float(timing)
 
 
-def test_pages_load_fast_with_1000_topics_and_200_groups(cluster: RunningCluster) -> None:
+def _baseline_copy(driver: Any, base_url: str, out: Path, page: str) -> str:
+    """The page's HTML as a static file (its stylesheet and script beside it)."""
+    html = driver.page_source
+    for name in ("app.css", "app.js"):
+        with urllib.request.urlopen(f"{base_url}/static/{name}", timeout=30) as resp:
+            (out / name).write_bytes(resp.read())
+        html = html.replace(f"/static/{name}", name)
+    path = out / f"{page}.html"
+    path.write_text(html.replace('data-live="', 'data-off="'))
+    return path.as_uri()
+
+
+def test_pages_load_fast_with_1000_topics_and_200_groups(cluster: RunningCluster,
+                                                          tmp_path: Path) -> None:
     with dashboard(cluster.namesrv_addr) as dash, browser() as driver:
         figures: dict[str, float] = {}
-        medians: dict[str, float] = {}
+        baselines: dict[str, float] = {}
         for page, css, rows in (("topics", "#topics tbody tr", TOPICS),
                                 ("groups", "#groups tbody tr", GROUPS),
                                 ("cluster", "#brokers tbody tr", 1)):
             url = f"{dash.url}/c/0/{page}"
-            times = [_load_ms(driver, url) for _ in range(LOADS)]
+            _load_ms(driver, url)
             assert len(driver.find_elements("css selector", css)) >= rows, page
             assert not console_errors(driver), page
             screenshot(driver, f"scale-{page}")
+            copy = _baseline_copy(driver, dash.url, tmp_path, page)
+            times, base = [], []
+            for _ in range(LOADS):  # interleaved: the machine's load hits both alike
+                times.append(_load_ms(driver, url))
+                base.append(_load_ms(driver, copy))
             figures[page] = round(min(times), 1)
-            medians[page] = round(statistics.median(times), 1)
+            baselines[page] = round(min(base), 1)
         rss = dash.rss_kib("VmHWM")
-        print(f"dashboard scale: load ms best {figures} median {medians}, "
+        print(f"dashboard scale: load ms best {figures}, its HTML from a file {baselines}, "
               f"peak RSS {rss / 1024:.1f} MiB")
-        assert all(ms < PAGE_BOUND_MS for ms in figures.values()), figures
+        for page, ms in figures.items():
+            assert ms - baselines[page] < OVER_BASELINE_MS, (page, figures, baselines)
+            assert ms < PAGE_BOUND_MS, (page, figures)
         assert rss < RSS_BOUND_KIB, f"peak RSS {rss} KiB"
