@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     from rmq_cluster.spark_jobs.mq_export import add_commands as add_spark_source_commands
 
     add_spark_source_commands(sub)
+    from rmq_cluster.dashboard.cli import add_commands as add_dashboard_commands
+    from rmq_cluster.dashboard.cli import add_up_flag
+
+    add_dashboard_commands(sub)
+    add_up_flag(sub.choices["up"])
     seen: set[int] = set()
     stack = list(sub.choices.values())
     while stack:  # commands and their own subcommands (chaos run | check ...)

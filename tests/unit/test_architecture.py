@@ -19,7 +19,7 @@ NAMESPACE = "rmq_cluster"
 #: the repository's top-level folders that are installed, each as ``rmq_cluster.<folder>``
 INSTALLED = (
     "cluster", "client", "namesrv", "broker", "ha", "dledger", "store", "deploy", "chaos",
-    "spark_jobs", "controller",
+    "spark_jobs", "controller", "dashboard",
 )
 #: folders whose Python files import the installed packages
 IMPORTERS = (*INSTALLED, "tests", "bench")
@@ -108,6 +108,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "spark_jobs": frozenset({"cluster", "dledger"}),
     "deploy": frozenset({"cluster", "client"}),
     "chaos": frozenset({"cluster", "client", "deploy"}),
+    "dashboard": frozenset({"cluster", "client", "deploy"}),
 }
 #: The entry modules on top of everything: they wire the parts' commands together.
 ENTRY_MODULES = frozenset({"deploy/cli.py", "deploy/__main__.py"})
@@ -132,6 +133,7 @@ PURE_CORES = (
     "spark_jobs/decode.py",
     "controller/state.py", "cluster/protocol/controller.py", "store/epoch_file.py",
     "cluster/remoting/peer_auth.py",
+    "dashboard/sessions.py", "dashboard/forms.py", "dashboard/settings.py",
 )
 
 
