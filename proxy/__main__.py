@@ -1,0 +1,72 @@
+"""``mqproxy -n 127.0.0.1:9876 [--grpc-port 8081]``: run RocketMQ 5's gRPC endpoint in front
+of a cluster (Apache's ``mqproxy`` in cluster mode). Plain-text HTTP/2 for now (TLS and 5.x
+credentials come next).
+
+Prints ``The Proxy boot success. grpcPort=PORT`` once listening; stops cleanly on SIGTERM or
+SIGINT (exit 0); bad arguments exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from rmq_cluster.cluster.logging import configure_logging
+from rmq_cluster.cluster.node_main import NodeSupervisor, serve_until_signal
+from rmq_cluster.proxy.config import DEFAULT_GRPC_PORT, ProxyConfig
+from rmq_cluster.proxy.node import run_proxy
+
+BOOT_LINE = "The Proxy boot success. grpcPort="
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mqproxy",
+                                     description="RocketMQ 5 gRPC proxy (plain text)")
+    parser.add_argument("-n", "--namesrvAddr", metavar="ADDR",
+                        default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
+                        help="NameServer addresses, host:port;host:port")
+    parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT,
+                        help="gRPC port (0: any free port)")
+    parser.add_argument("--bind", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        configure_logging(args.log_level)
+    except ValueError as exc:
+        print(f"mqproxy: {exc}", file=sys.stderr)
+        return 2
+    if not 0 <= args.grpc_port <= 65535:
+        print(f"mqproxy: bad --grpc-port {args.grpc_port}", file=sys.stderr)
+        return 2
+    config = ProxyConfig(namesrv_addr=args.namesrvAddr, bind_address=args.bind,
+                         grpc_port=args.grpc_port)
+    port: list[int] = []
+
+    async def start(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            port.append(await nursery.start(run_proxy, config))
+            task_status.started()
+
+    async def run() -> int:
+        supervisor = NodeSupervisor(node="proxy", role="proxy", hard_exit=os._exit)
+        return await serve_until_signal(
+            start, lambda: f"{BOOT_LINE}{port[0]}", node="proxy", role="proxy",
+            supervisor=supervisor,
+        )
+
+    try:
+        return trio.run(run)
+    except OSError as exc:  # the port is taken, the address is not ours
+        print(f"mqproxy: cannot start: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
