@@ -11,6 +11,8 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
 
 import trio
 
@@ -32,7 +34,32 @@ def _parser() -> argparse.ArgumentParser:
                         help="gRPC port (0: any free port)")
     parser.add_argument("--bind", default="0.0.0.0", help="address to listen on")
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    # rmq-cluster up --proxy: exit once no node of the cluster (pid files in DIR) is alive
+    parser.add_argument("--until-down", metavar="DIR", help=argparse.SUPPRESS)
     return parser
+
+
+#: pid files in a cluster's run/ folder that are not its nodes
+NOT_NODES: Final = frozenset({"proxy.pid", "dashboard.pid"})
+CLUSTER_CHECK_S: Final = 1.0
+
+
+def _any_node_alive(run_dir: Path) -> bool:
+    for pid_file in run_dir.glob("*.pid"):
+        if pid_file.name in NOT_NODES:
+            continue
+        try:
+            os.kill(int(pid_file.read_text().strip()), 0)
+        except (ValueError, OSError):
+            continue
+        return True
+    return False
+
+
+async def _until_down(run_dir: Path, scope: trio.CancelScope) -> None:
+    while _any_node_alive(run_dir):
+        await trio.sleep(CLUSTER_CHECK_S)
+    scope.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def start(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             port.append(await nursery.start(run_proxy, config))
+            if args.until_down:
+                nursery.start_soon(_until_down, Path(args.until_down), nursery.cancel_scope)
             task_status.started()
 
     async def run() -> int:
