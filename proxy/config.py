@@ -27,7 +27,8 @@ class ProxyConfig:
     max_header_list_bytes: int = 16 * 1024
     max_streams_per_connection: int = 100
     #: request bytes buffered per connection across all its streams before it is closed
-    max_connection_input_bytes: int = 16 * 1024 * 1024
+    #: (room for two of the largest requests at once)
+    max_connection_input_bytes: int = 24 * 1024 * 1024
     max_connections: int = 1024
     #: telemetry commands queued on one stream before the stream is reset
     max_telemetry_backlog: int = 16

@@ -92,3 +92,44 @@ def trailers(status: GrpcStatus, message: str = "") -> list[tuple[str, str]]:
     if message:
         out.append(("grpc-message", quote(message[:512], safe=" !#$&'()*+,/:;=?@[]~")))
     return out
+
+
+#: HTTP/2's client connection preface, then every frame starts with a 9-byte header
+H2_PREFACE_LEN: Final = 24
+H2_FRAME_HEADER_LEN: Final = 9
+
+
+class FrameLengthGuard:
+    """Follows the frame boundaries of a client's HTTP/2 byte stream and says when a frame
+    header declares more than ``limit`` bytes. h2 (4.4) checks a frame's length only once the
+    whole frame is buffered: without this a peer could make it hold 16 MiB per connection."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._preface_left = H2_PREFACE_LEN
+        self._skip = 0
+        self._header = bytearray()
+
+    def check(self, data: bytes) -> bool:
+        """Feed the next bytes; False once a frame over the limit has been announced."""
+        view = memoryview(data)
+        if self._preface_left:
+            n = min(self._preface_left, len(view))
+            self._preface_left -= n
+            view = view[n:]
+        while view:
+            if self._skip:
+                n = min(self._skip, len(view))
+                self._skip -= n
+                view = view[n:]
+                continue
+            n = min(H2_FRAME_HEADER_LEN - len(self._header), len(view))
+            self._header += view[:n]
+            view = view[n:]
+            if len(self._header) == H2_FRAME_HEADER_LEN:
+                length = int.from_bytes(self._header[:3], "big")
+                if length > self._limit:
+                    return False
+                self._skip = length
+                self._header.clear()
+        return True

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import attrs
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
@@ -23,6 +24,7 @@ from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.proxy.config import ProxyConfig
 from rmq_cluster.proxy.grpc_wire import (
     RESPONSE_HEADERS,
+    FrameLengthGuard,
     GrpcStatus,
     GrpcWireError,
     MessageReader,
@@ -82,6 +84,7 @@ class _Connection:
         })
         self.h2.max_inbound_frame_size = config.max_frame_bytes
         self.streams: dict[int, _Stream] = {}
+        self.guard = FrameLengthGuard(config.max_frame_bytes)
         self.send_lock = trio.Lock()
         self.window = trio.Event()
         self.closed = False
@@ -109,6 +112,11 @@ class _Connection:
             else:
                 data = await self.sock.receive_some(READ_CHUNK)
             if not data:
+                return
+            if not self.guard.check(data):
+                log.info("grpc frame over the limit", limit=self.config.max_frame_bytes)
+                self.h2.close_connection(error_code=h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
+                await self.flush()
                 return
             try:
                 events = self.h2.receive_data(data)
