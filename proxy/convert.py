@@ -72,7 +72,7 @@ def code_of(exc: BaseException) -> tuple[int, str]:
     return pb.INTERNAL_SERVER_ERROR, type(exc).__name__
 
 
-_BROKER_CODES: Final = {
+_BROKER_CODES: Final[dict[int, int]] = {
     ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND,
     ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
     ResponseCode.MESSAGE_ILLEGAL: pb.BAD_REQUEST,

@@ -8,6 +8,7 @@ its streams, connections per proxy, the time to send the preface."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -218,10 +219,8 @@ class _Connection:
             self.h2.send_headers(sid, [*RESPONSE_HEADERS, *trailers(status, message)],
                                  end_stream=True)
         except h2.exceptions.H2Error:
-            try:
+            with contextlib.suppress(h2.exceptions.H2Error):
                 self.h2.reset_stream(sid)
-            except h2.exceptions.H2Error:
-                pass
 
     # ------------------------------------------------------------------ calls
 
@@ -293,9 +292,11 @@ def _headers_sent(conn: h2.connection.H2Connection, sid: int) -> bool:
     return stream is not None and stream.state_machine.headers_sent
 
 
+Started = trio.TaskStatus[list[trio.SocketListener]]
+
+
 async def serve_grpc(config: ProxyConfig, service: GrpcService, *,
-                     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED
-                     ) -> None:
+                     task_status: Started = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``service`` on ``config.grpc_port`` until cancelled; started, reports the
     listeners (their bound ports)."""
     listeners = await trio.open_tcp_listeners(config.grpc_port, host=config.bind_address)
@@ -311,10 +312,8 @@ async def serve_grpc(config: ProxyConfig, service: GrpcService, *,
             try:
                 async with trio.open_nursery() as nursery:
                     conn = _Connection(sock, service, config, nursery)
-                    try:
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                         await conn.run()
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
                     nursery.cancel_scope.cancel()
             finally:
                 slots.release()
