@@ -137,6 +137,27 @@ class BrokerConfig:
     #: Percent of RAM: a consumer further behind the CommitLog's end than this is "on disk"
     #: (RocketMQ keeps it in MessageStoreConfig; a slave uses 10 points less).
     access_message_in_memory_max_ratio: float = setting("accessMessageInMemoryMaxRatio", 40.0)
+    #: RocketMQ 5 POP (broker/pop): revive log queues, revive scan period, the chance in 100
+    #: that a pop reads its retry topic first, the POP share default of QUERY_ASSIGNMENT,
+    #: and how many pops may be parked (long polling) at once.
+    revive_queue_num: int = setting("reviveQueueNum", 8)
+    revive_interval_ms: int = setting("reviveInterval", 1000)
+    pop_from_retry_probability: int = setting("popFromRetryProbability", 20)
+    default_pop_share_queue_num: int = setting("defaultPopShareQueueNum", -1)
+    max_pop_polling_size: int = setting("maxPopPollingSize", 100_000)
+
+    @revive_queue_num.validator
+    @revive_interval_ms.validator
+    @max_pop_polling_size.validator
+    def _check_pop_positive(self, attr: attrs.Attribute, value: int) -> None:
+        if not 0 < value <= 10_000_000 or (attr.name == "revive_queue_num" and value > 1024):
+            raise ValueError(f"{attr.metadata['key']}: out of range, got {value}")
+
+    @pop_from_retry_probability.validator
+    def _check_pop_probability(self, attr: attrs.Attribute, value: int) -> None:
+        if not 0 <= value <= 100:
+            raise ValueError(f"{attr.metadata['key']}: must lie in [0, 100], got {value}")
+
     # NettyServerConfig
     #: Loopback unless told otherwise (RocketMQ: 0.0.0.0); see DEFAULT_BIND_ADDRESS.
     bind_address: str = setting("bindAddress", DEFAULT_BIND_ADDRESS)

@@ -291,6 +291,19 @@ def _subscription_group(request: RemotingCommand) -> Iterator[Name]:
         yield Name("groupName", Kind.GROUP, _scalar(obj["groupName"]), Access.ADMIN)
 
 
+def _assignment(access: Access) -> BodyReader:
+    """QUERY_ASSIGNMENT / SET_MESSAGE_REQUEST_MODE: topic and consumerGroup in a JSON body."""
+
+    def read(request: RemotingCommand) -> Iterator[Name]:
+        obj = _json_object(request)
+        if obj.get("topic") is not None:
+            yield Name("topic", Kind.TOPIC, _scalar(obj["topic"]), access)
+        if obj.get("consumerGroup") is not None:
+            yield Name("consumerGroup", Kind.GROUP, _scalar(obj["consumerGroup"]), access)
+
+    return read
+
+
 def _register_broker(request: RemotingCommand) -> Iterator[Name]:
     # A body whose CRC does not match or that does not decode carries no names: the handler
     # decodes it the same way and refuses it with RocketMQ's remark.
@@ -354,6 +367,14 @@ NAME_TABLE: Final[Mapping[int, tuple[H | BodyReader, ...]]] = {
     _RC.LOCK_BATCH_MQ: (_mq_batch,),
     _RC.UNLOCK_BATCH_MQ: (_mq_batch,),
     _RC.CHECK_CLIENT_CONFIG: (_client_config,),
+    # --- broker: RocketMQ 5 POP (the receipt handle in extraInfo names no topic or group)
+    _RC.POP_MESSAGE: _GROUP_TOPIC_QUEUE,
+    _RC.ACK_MESSAGE: _GROUP_TOPIC_QUEUE,
+    _RC.CHANGE_MESSAGE_INVISIBLETIME: _GROUP_TOPIC_QUEUE,
+    _RC.NOTIFICATION: _GROUP_TOPIC_QUEUE,
+    _RC.POLLING_INFO: _GROUP_TOPIC_QUEUE,
+    _RC.QUERY_ASSIGNMENT: (_assignment(_SUB),),
+    _RC.SET_MESSAGE_REQUEST_MODE: (_assignment(_ADM),),
     # --- broker: admin
     _RC.UPDATE_AND_CREATE_TOPIC: (H("topic", _T, _ADM), H("defaultTopic", _T, _ADM)),
     _RC.DELETE_TOPIC_IN_BROKER: (H("topic", _T, _ADM),),
