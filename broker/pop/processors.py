@@ -24,6 +24,7 @@ from rmq_cluster.broker.pop.polling import PopPolling
 from rmq_cluster.broker.pop.service import PopBatch, PopRequest, PopService, is_retry_topic
 from rmq_cluster.broker.processors.common import FAQ_SUGGEST, header_errors
 from rmq_cluster.cluster.protocol import pop as wire
+from rmq_cluster.cluster.protocol.names import validate_topic
 from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
@@ -84,6 +85,9 @@ class PopProcessors:
         if refusal is not None:
             return refusal
         assert tc is not None
+        bad = validate_topic(wire.pop_retry_topic(h.topic, h.consumer_group))
+        if bad is not None:  # its redeliveries would have nowhere to go
+            return request.response(ResponseCode.SYSTEM_ERROR, f"no pop retry topic: {bad}")
         try:
             sub = build_subscription(h.topic, h.exp, 0, h.exp_type)
         except ValueError:

@@ -86,7 +86,11 @@ class BrokerPop:
             await trio.sleep(self.ctrl.bcfg.revive_interval_ms / 1000.0)
             if self.ctrl.store_or_none is None:
                 continue
-            moved = self.service.revive_once()
+            try:
+                moved = self.service.revive_once()
+            except Exception as exc:  # a bad record or a refused put must not stop revival
+                log.error("revive round failed", error=repr(exc))
+                continue
             if moved:
                 log.info("revived", messages=moved, revived=self.service.revived,
                          dead_lettered=self.service.dead_lettered)
