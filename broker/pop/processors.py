@@ -242,6 +242,46 @@ class PopProcessors:
             return request.response(ResponseCode.SYSTEM_ERROR, "put ack msg error")
         return request.response(ResponseCode.SUCCESS)
 
+    def batch_ack(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        """BATCH_ACK_MESSAGE (the 5.x proxy's): many checkpoints' acks as bits per checkpoint;
+        offsets outside the queue are skipped, as Apache skips them."""
+        ctrl = self.ctrl
+        if ctrl.is_slave:
+            return request.response(ResponseCode.NO_PERMISSION, "the broker is a slave")
+        try:
+            acks = wire.decode_batch_ack_body(request.body)
+        except wire.PopFormatError as exc:
+            return request.response(ResponseCode.NO_MESSAGE, f"bad batch ack body: {exc}")
+        for b in acks:
+            try:
+                topic = wire.real_topic(b.topic, b.consumer_group, b.retry)
+            except wire.PopFormatError:
+                continue
+            if validate_topic(topic) is not None or ctrl.topics.select(topic) is None:
+                continue
+            if b.revive_qid != wire.ORDER_REVIVE_QID and b.revive_qid >= (
+                    self.service.revive_queue_num):
+                continue
+            lo = ctrl.store.get_min_offset_in_queue(topic, b.queue_id)
+            hi = ctrl.store.get_max_offset_in_queue(topic, b.queue_id)
+            for offset in b.offsets:
+                if lo <= offset <= hi and not self._ack_one(b, topic, offset):
+                    return request.response(ResponseCode.SYSTEM_ERROR, "put ack msg error")
+        return request.response(ResponseCode.SUCCESS)
+
+    def _ack_one(self, b: wire.BatchAck, topic: str, offset: int) -> bool:
+        if b.revive_qid == wire.ORDER_REVIVE_QID:
+            key = (topic, b.consumer_group, b.queue_id)
+            commit = self.service.order.ack(key, offset, b.pop_time)
+            if commit is not None:
+                self.ctrl.offsets.commit(b.consumer_group, topic, b.queue_id, commit)
+                self._notify_topic(topic, b.consumer_group)
+            return True
+        return self.service.write_ack(wire.AckRecord(
+            topic=topic, consumer_group=b.consumer_group, queue_id=b.queue_id,
+            start_offset=b.start_offset, ack_offset=offset, pop_time=b.pop_time,
+            broker_name=self.ctrl.bcfg.broker_name), b.revive_qid)
+
     def _notify_topic(self, topic: str, group: str) -> None:
         """An orderly ack may unblock a queue: wake its parked pops (under the real topic)."""
         prefix = f"{wire.RETRY_PREFIX}{group}_"

@@ -313,6 +313,9 @@ class PopService:
                 self.ledger.add_checkpoint(wire.Checkpoint.decode(rec.body), qid, log_offset)
             elif rec.tags == wire.ACK_TAG:
                 self.ledger.add_ack(wire.AckRecord.decode(rec.body))
+            elif rec.tags == wire.BATCH_ACK_TAG:  # Apache's batch acks (its revive log)
+                for ack in wire.decode_batch_ack_record(rec.body):
+                    self.ledger.add_ack(ack)
         except (RecordError, ValueError) as exc:  # PopFormatError is a ValueError
             log.warning("unreadable revive log record", queue=qid, offset=log_offset,
                         error=str(exc))

@@ -40,6 +40,7 @@ class BrokerPop:
         return {
             rc.POP_MESSAGE: p.pop,
             rc.ACK_MESSAGE: p.ack,
+            rc.BATCH_ACK_MESSAGE: p.batch_ack,
             rc.CHANGE_MESSAGE_INVISIBLETIME: p.change_invisible_time,
             rc.NOTIFICATION: p.notification,
             rc.POLLING_INFO: p.polling_info,

@@ -304,6 +304,18 @@ def _assignment(access: Access) -> BodyReader:
     return read
 
 
+def _batch_ack(request: RemotingCommand) -> Iterator[Name]:
+    """BATCH_ACK_MESSAGE: each ack's consumerGroup ("c") and topic ("t")."""
+    obj = _json_object(request)
+    for i, ack in enumerate(_items(obj, "acks", "")):
+        if not isinstance(ack, dict):
+            continue
+        for short, long_, kind in (("c", "consumerGroup", Kind.GROUP), ("t", "topic", Kind.TOPIC)):
+            value = ack.get(short, ack.get(long_))
+            if value is not None:
+                yield Name(f"acks[{i}].{short}", kind, _scalar(value), Access.SUB)
+
+
 def _register_broker(request: RemotingCommand) -> Iterator[Name]:
     # A body whose CRC does not match or that does not decode carries no names: the handler
     # decodes it the same way and refuses it with RocketMQ's remark.
@@ -370,6 +382,7 @@ NAME_TABLE: Final[Mapping[int, tuple[H | BodyReader, ...]]] = {
     # --- broker: RocketMQ 5 POP (the receipt handle in extraInfo names no topic or group)
     _RC.POP_MESSAGE: _GROUP_TOPIC_QUEUE,
     _RC.ACK_MESSAGE: _GROUP_TOPIC_QUEUE,
+    _RC.BATCH_ACK_MESSAGE: (_batch_ack,),
     _RC.CHANGE_MESSAGE_INVISIBLETIME: _GROUP_TOPIC_QUEUE,
     _RC.NOTIFICATION: _GROUP_TOPIC_QUEUE,
     _RC.POLLING_INFO: _GROUP_TOPIC_QUEUE,

@@ -247,7 +247,7 @@ def _get_str(obj: dict[str, Any], key: str, alt: str) -> str:
     return value
 
 
-def _json_obj(body: bytes | memoryview) -> dict[str, Any]:
+def _json_obj(body: bytes | bytearray | memoryview) -> dict[str, Any]:
     try:
         obj = fastjson.loads(bytes(body))
     except ValueError as exc:
@@ -294,7 +294,7 @@ class Checkpoint:
         return fastjson.dumps(obj)
 
     @classmethod
-    def decode(cls, body: bytes | memoryview, *, max_diffs: int = MAX_POP_MSG_NUMS) -> Checkpoint:
+    def decode(cls, body: bytes | bytearray | memoryview, *, max_diffs: int = MAX_POP_MSG_NUMS) -> Checkpoint:
         obj = _json_obj(body)
         raw = obj.get("d")
         if raw is None:
@@ -340,7 +340,7 @@ class AckRecord:
         })
 
     @classmethod
-    def decode(cls, body: bytes | memoryview) -> AckRecord:
+    def decode(cls, body: bytes | bytearray | memoryview) -> AckRecord:
         obj = _json_obj(body)
         return cls(
             topic=_get_str(obj, "t", "topic"),
@@ -351,6 +351,93 @@ class AckRecord:
             pop_time=_get_int(obj, "pt", "popTime", 0),
             broker_name=str(obj.get("bn") or ""),
         )
+
+
+BATCH_ACK_TAG: Final = "bAck"
+#: Acks one BATCH_ACK_MESSAGE may carry, and acked offsets one of them may name.
+MAX_BATCH_ACKS: Final = 1024
+MAX_BATCH_ACK_OFFSETS: Final = 1024
+
+
+def decode_batch_ack_record(body: bytes | bytearray | memoryview) -> list[AckRecord]:
+    """A ``bAck`` revive log record (Apache's BatchAckMsg: an ack's fields and ``aol``, the
+    acked offsets) as one AckRecord per offset."""
+    obj = _json_obj(body)
+    offsets = obj.get("aol", obj.get("ackOffsetList"))
+    if not isinstance(offsets, list) or len(offsets) > MAX_BATCH_ACK_OFFSETS:
+        raise PopFormatError("aol is not a short list")
+    base = AckRecord.decode(fastjson.dumps({**obj, "ao": 0}))
+    out = []
+    for o in offsets:
+        if isinstance(o, bool) or not isinstance(o, int) or not 0 <= o < 2**63:
+            raise PopFormatError("aol holds a bad offset")
+        out.append(attrs.evolve(base, ack_offset=o))
+    return out
+
+
+@attrs.frozen
+class BatchAck:
+    """One entry of BATCH_ACK_MESSAGE's body: the acked messages of one checkpoint, as bits
+    over ``start_offset`` (Java's ``BitSet.toByteArray``, base64 in the JSON)."""
+
+    consumer_group: str
+    topic: str
+    retry: str
+    start_offset: int
+    queue_id: int
+    revive_qid: int
+    pop_time: int
+    invisible_time: int
+    offsets: tuple[int, ...]
+
+
+def _bits(text: Any) -> tuple[int, ...]:
+    import base64
+    import binascii
+
+    if not isinstance(text, str) or len(text) > 4 * MAX_BATCH_ACK_OFFSETS:
+        raise PopFormatError("b is not a short base64 string")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise PopFormatError("b is not base64") from None
+    out = [i * 8 + bit for i, byte in enumerate(raw) for bit in range(8) if byte >> bit & 1]
+    if len(out) > MAX_BATCH_ACK_OFFSETS:
+        raise PopFormatError("b names too many offsets")
+    return tuple(out)
+
+
+def encode_bits(diffs: Iterable[int]) -> str:
+    import base64
+
+    values = sorted(set(diffs))
+    raw = bytearray((values[-1] // 8 + 1) if values else 0)
+    for d in values:
+        raw[d // 8] |= 1 << (d % 8)
+    return base64.b64encode(bytes(raw)).decode()
+
+
+def decode_batch_ack_body(body: bytes | bytearray | memoryview) -> list[BatchAck]:
+    obj = _json_obj(body)
+    acks = obj.get("acks")
+    if not isinstance(acks, list) or len(acks) > MAX_BATCH_ACKS:
+        raise PopFormatError("acks is not a short list")
+    out = []
+    for a in acks:
+        if not isinstance(a, dict):
+            raise PopFormatError("an ack is not an object")
+        retry = _get_str(a, "r", "retry")
+        if retry not in (FLAG_NORMAL, FLAG_RETRY_V1, FLAG_RETRY_V2):
+            raise PopFormatError("r is not a retry flag")
+        start = _get_int(a, "so", "startOffset", 0)
+        out.append(BatchAck(
+            consumer_group=_get_str(a, "c", "consumerGroup"), topic=_get_str(a, "t", "topic"),
+            retry=retry, start_offset=start, queue_id=_get_int(a, "q", "queueId", 0),
+            revive_qid=_get_int(a, "rq", "reviveQueueId", 0),
+            pop_time=_get_int(a, "pt", "popTime", 0),
+            invisible_time=_get_int(a, "it", "invisibleTime", 0),
+            offsets=tuple(start + d for d in _bits(a.get("b", a.get("bitSet", ""))))))
+    return out
 
 
 # =========================================================================== assignment bodies
@@ -390,7 +477,7 @@ class RequestModeSetting:
                    _get_str(obj, "consumerGroup", "consumerGroup"), parsed, share)
 
     @classmethod
-    def decode(cls, body: bytes | memoryview) -> RequestModeSetting:
+    def decode(cls, body: bytes | bytearray | memoryview) -> RequestModeSetting:
         return cls.from_json_obj(_json_obj(body))
 
 
@@ -405,7 +492,7 @@ class AssignmentQuery:
     broadcasting: bool
 
     @classmethod
-    def decode(cls, body: bytes | memoryview) -> AssignmentQuery:
+    def decode(cls, body: bytes | bytearray | memoryview) -> AssignmentQuery:
         obj = _json_obj(body)
         strategy = obj.get("strategyName")
         model = obj.get("messageModel", "CLUSTERING")

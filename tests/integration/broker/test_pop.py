@@ -10,7 +10,12 @@ from pathlib import Path
 import trio
 
 from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.pop import POLLING_TIMEOUT, PROPERTY_POP_CK, ReceiptHandle
+from rmq_cluster.cluster.protocol.pop import (
+    POLLING_TIMEOUT,
+    PROPERTY_POP_CK,
+    ReceiptHandle,
+    encode_bits,
+)
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 
 from .conftest import Cluster, messages, ok, running_cluster
@@ -193,3 +198,23 @@ async def test_bad_receipt_handles_are_answered(cluster: Cluster) -> None:
                                                         "offset": "5"})
     assert resp.code == ResponseCode.NO_MESSAGE
     assert PROPERTY_POP_CK == "POP_CK"
+
+
+async def test_batch_ack(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path, **POP_PROPS) as cluster:
+        await _topic(cluster, "BaT", 1)
+        for i in range(3):
+            ok(await cluster.send("BaT", f"b{i}".encode()))
+        got = popped(await pop(cluster, "BaT", "BaG", invisible_ms=800))
+        h = handle_of(got[0])
+        body = fastjson.dumps({"brokerName": "broker-a", "acks": [{
+            "c": "BaG", "t": "BaT", "r": "0", "so": h.ck_offset, "q": 0, "rq": h.revive_qid,
+            "pt": h.pop_time, "it": 800,
+            "b": encode_bits([handle_of(m).queue_offset - h.ck_offset for m in got
+                              if m.body != b"b1"]),
+        }]})
+        ok(await cluster.call(RequestCode.BATCH_ACK_MESSAGE, {}, body))
+        back = await pop_until(cluster, "BaT", "BaG", 1)
+        assert [m.body for m in back] == [b"b1"]
+        bad = await cluster.call(RequestCode.BATCH_ACK_MESSAGE, {}, b'{"acks": [{"b": "!"}]}')
+        assert bad.code == ResponseCode.NO_MESSAGE

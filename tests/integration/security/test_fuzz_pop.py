@@ -36,7 +36,8 @@ CRASH_REMARK: Final = re.compile(r"^[A-Z][A-Za-z]*(Error|Exception|Group)\b")
 TOPIC: Final = "FuzzPopT"
 GROUP: Final = "FuzzPopG"
 POP_CODES: Final = [
-    RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+    RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
     RequestCode.NOTIFICATION, RequestCode.POLLING_INFO, RequestCode.QUERY_ASSIGNMENT,
     RequestCode.SET_MESSAGE_REQUEST_MODE,
 ]

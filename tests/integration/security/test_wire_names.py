@@ -109,6 +109,10 @@ BODY_POSITIONS: Final[dict[int, list[tuple[str, Any]]]] = {
         ("topic", lambda n: fastjson.dumps({"topic": n, "consumerGroup": "G", "clientId": "c"})),
         ("consumerGroup", lambda n: fastjson.dumps({"topic": "T", "consumerGroup": n})),
     ] for code in (RC.QUERY_ASSIGNMENT, RC.SET_MESSAGE_REQUEST_MODE)},
+    RC.BATCH_ACK_MESSAGE: [
+        ("acks[0].c", lambda n: fastjson.dumps({"acks": [{"c": n, "t": "T"}]})),
+        ("acks[0].t", lambda n: fastjson.dumps({"acks": [{"c": "G", "t": n}]})),
+    ],
 }
 
 NS_CODES: Final = frozenset(NAMESRV_REQUEST_CODES)
