@@ -219,7 +219,7 @@ class PopProcessors:
         return None, handle
 
     @header_errors
-    def ack(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+    def ack(self, conn: Any, request: RemotingCommand) -> Any:
         h = wire.AckMessageRequestHeader.from_ext_fields(request.ext_fields)
         refusal, handle = self._handle_checks(
             request, h.topic, h.consumer_group, h.queue_id, h.offset, h.extra_info)
@@ -238,11 +238,17 @@ class PopProcessors:
             start_offset=handle.ck_offset, ack_offset=h.offset, pop_time=handle.pop_time,
             broker_name=self.ctrl.bcfg.broker_name,
         )
-        if not self.service.write_ack(ack, handle.revive_qid):
-            return request.response(ResponseCode.SYSTEM_ERROR, "put ack msg error")
-        return request.response(ResponseCode.SUCCESS)
+        return self._stored(request, [(ack, handle.revive_qid)])
 
-    def batch_ack(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+    async def _stored(self, request: RemotingCommand,
+                      records: list[tuple[wire.Checkpoint | wire.AckRecord, int]],
+                      answer: RemotingCommand | None = None) -> RemotingCommand:
+        for record, revive_qid in records:
+            if not await self.service.put_revive(record, revive_qid):
+                return request.response(ResponseCode.SYSTEM_ERROR, "put ack msg error")
+        return answer or request.response(ResponseCode.SUCCESS)
+
+    def batch_ack(self, conn: Any, request: RemotingCommand) -> Any:
         """BATCH_ACK_MESSAGE (the 5.x proxy's): many checkpoints' acks as bits per checkpoint;
         offsets outside the queue are skipped, as Apache skips them."""
         ctrl = self.ctrl
@@ -252,6 +258,7 @@ class PopProcessors:
             acks = wire.decode_batch_ack_body(request.body)
         except wire.PopFormatError as exc:
             return request.response(ResponseCode.NO_MESSAGE, f"bad batch ack body: {exc}")
+        records: list[tuple[wire.Checkpoint | wire.AckRecord, int]] = []
         for b in acks:
             try:
                 topic = wire.real_topic(b.topic, b.consumer_group, b.retry)
@@ -265,22 +272,23 @@ class PopProcessors:
             lo = ctrl.store.get_min_offset_in_queue(topic, b.queue_id)
             hi = ctrl.store.get_max_offset_in_queue(topic, b.queue_id)
             for offset in b.offsets:
-                if lo <= offset <= hi and not self._ack_one(b, topic, offset):
-                    return request.response(ResponseCode.SYSTEM_ERROR, "put ack msg error")
-        return request.response(ResponseCode.SUCCESS)
+                if lo <= offset <= hi:
+                    records += self._ack_one(b, topic, offset)
+        return self._stored(request, records)
 
-    def _ack_one(self, b: wire.BatchAck, topic: str, offset: int) -> bool:
+    def _ack_one(self, b: wire.BatchAck, topic: str,
+                 offset: int) -> list[tuple[wire.Checkpoint | wire.AckRecord, int]]:
         if b.revive_qid == wire.ORDER_REVIVE_QID:
             key = (topic, b.consumer_group, b.queue_id)
             commit = self.service.order.ack(key, offset, b.pop_time)
             if commit is not None:
                 self.ctrl.offsets.commit(b.consumer_group, topic, b.queue_id, commit)
                 self._notify_topic(topic, b.consumer_group)
-            return True
-        return self.service.write_ack(wire.AckRecord(
+            return []
+        return [(wire.AckRecord(
             topic=topic, consumer_group=b.consumer_group, queue_id=b.queue_id,
             start_offset=b.start_offset, ack_offset=offset, pop_time=b.pop_time,
-            broker_name=self.ctrl.bcfg.broker_name), b.revive_qid)
+            broker_name=self.ctrl.bcfg.broker_name), b.revive_qid)]
 
     def _notify_topic(self, topic: str, group: str) -> None:
         """An orderly ack may unblock a queue: wake its parked pops (under the real topic)."""
@@ -290,7 +298,7 @@ class PopProcessors:
     # ------------------------------------------------------------------ CHANGE_INVISIBLETIME
 
     @header_errors
-    def change_invisible_time(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+    def change_invisible_time(self, conn: Any, request: RemotingCommand) -> Any:
         h = wire.ChangeInvisibleTimeRequestHeader.from_ext_fields(request.ext_fields)
         if not 0 <= h.invisible_time <= MAX_INVISIBLE_TIME_MS:
             return request.response(ResponseCode.SYSTEM_ERROR,
@@ -306,22 +314,21 @@ class PopProcessors:
             self.service.order.change_invisible(key, h.offset, handle.pop_time, now,
                                                 h.invisible_time)
             return self._changed(request, now, h.invisible_time, wire.ORDER_REVIVE_QID)
-        service = self.service
         ck = wire.Checkpoint(
             topic=h.topic, cid=h.consumer_group, queue_id=h.queue_id, start_offset=h.offset,
             pop_time=now, invisible_time=h.invisible_time, diffs=(0,),
             broker_name=self.ctrl.bcfg.broker_name,
         )
-        if not service.write_checkpoint(ck, handle.revive_qid):
-            return request.response(ResponseCode.SYSTEM_ERROR, "append checkpoint error")
         old = wire.AckRecord(
             topic=h.topic, consumer_group=h.consumer_group, queue_id=h.queue_id,
             start_offset=handle.ck_offset, ack_offset=h.offset, pop_time=handle.pop_time,
             broker_name=self.ctrl.bcfg.broker_name,
         )
-        if not service.write_ack(old, handle.revive_qid):
-            return request.response(ResponseCode.SYSTEM_ERROR, "put ack msg error")
-        return self._changed(request, now, h.invisible_time, handle.revive_qid)
+        # the new checkpoint first, then the ack of the old one (a crash between the two
+        # redelivers the message twice at worst, never not at all)
+        answer = self._changed(request, now, h.invisible_time, handle.revive_qid)
+        return self._stored(request, [(ck, handle.revive_qid), (old, handle.revive_qid)],
+                            answer)
 
     @staticmethod
     def _changed(request: RemotingCommand, pop_time: int, invisible: int,

@@ -42,6 +42,7 @@ from rmq_cluster.cluster.protocol.message import (
     encode_record,
 )
 from rmq_cluster.cluster.protocol.route import PermName
+from rmq_cluster.store.commitlog import PutMessageStatus
 from rmq_cluster.store.message_store import GetMessageStatus, MessageFilter
 
 if TYPE_CHECKING:
@@ -245,27 +246,38 @@ class PopService:
 
     # ------------------------------------------------------------------ the revive log
 
-    def _append_revive(self, body: bytes, revive_qid: int, tag: str) -> bool:
+    def _revive_record(self, body: bytes, revive_qid: int, tag: str) -> Message:
         ctrl = self.ctrl
         topic = self.revive_topic
         self.ensure_topic(topic, self.revive_queue_num)
-        msg = Message(
+        return Message(
             topic=topic, body=body, queue_id=revive_qid,
             properties={MessageConst.PROPERTY_TAGS: tag},
             born_timestamp=ctrl.now_ms(), born_host=ctrl.store_host,
             store_host=ctrl.store_host,
         )
-        put = ctrl.store.append_message(msg)
+
+    def write_checkpoint(self, ck: wire.Checkpoint, revive_qid: int) -> bool:
+        """Append a checkpoint (a pop answers without waiting for flush or replicas: a lost
+        checkpoint's messages are popped again from the consumer offset the new master has)."""
+        put = self.ctrl.store.append_message(
+            self._revive_record(ck.encode(), revive_qid, wire.CK_TAG))
         if put.result is None or not put.status.stored:
-            log.warning("revive log write refused", status=put.status.value, tag=tag)
+            log.warning("revive log write refused", status=put.status.value, tag=wire.CK_TAG)
             return False
         return True
 
-    def write_checkpoint(self, ck: wire.Checkpoint, revive_qid: int) -> bool:
-        return self._append_revive(ck.encode(), revive_qid, wire.CK_TAG)
-
-    def write_ack(self, ack: wire.AckRecord, revive_qid: int) -> bool:
-        return self._append_revive(ack.encode(), revive_qid, wire.ACK_TAG)
+    async def put_revive(self, record: wire.Checkpoint | wire.AckRecord, revive_qid: int) -> bool:
+        """Store an ack (or a change-invisible checkpoint) as a send is stored: flushed under
+        SYNC_FLUSH, on the slave under SYNC_MASTER, committed under DLedger, before the
+        client is told (Apache's acks wait the same way)."""
+        tag = wire.CK_TAG if isinstance(record, wire.Checkpoint) else wire.ACK_TAG
+        put = await self.ctrl.store.put_message(
+            self._revive_record(record.encode(), revive_qid, tag))
+        if put.result is None or put.status is not PutMessageStatus.PUT_OK:
+            log.warning("revive log write not stored", status=put.status.value, tag=tag)
+            return False
+        return True
 
     # ------------------------------------------------------------------ revive scan
 
@@ -323,7 +335,9 @@ class PopService:
     def revive_once(self) -> int:
         """Scan, re-put what is due, move the revive offsets; -> messages re-put."""
         ctrl = self.ctrl
-        if ctrl.is_slave:
+        if ctrl.is_slave:  # the master revives; a promoted slave starts from the offsets
+            self.ledger = ReviveLedger()
+            self._scanned.clear()
             return 0
         self.scan()
         now = ctrl.now_ms()
