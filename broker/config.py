@@ -146,18 +146,6 @@ class BrokerConfig:
     default_pop_share_queue_num: int = setting("defaultPopShareQueueNum", -1)
     max_pop_polling_size: int = setting("maxPopPollingSize", 100_000)
 
-    @revive_queue_num.validator
-    @revive_interval_ms.validator
-    @max_pop_polling_size.validator
-    def _check_pop_positive(self, attr: attrs.Attribute, value: int) -> None:
-        if not 0 < value <= 10_000_000 or (attr.name == "revive_queue_num" and value > 1024):
-            raise ValueError(f"{attr.metadata['key']}: out of range, got {value}")
-
-    @pop_from_retry_probability.validator
-    def _check_pop_probability(self, attr: attrs.Attribute, value: int) -> None:
-        if not 0 <= value <= 100:
-            raise ValueError(f"{attr.metadata['key']}: must lie in [0, 100], got {value}")
-
     # NettyServerConfig
     #: Loopback unless told otherwise (RocketMQ: 0.0.0.0); see DEFAULT_BIND_ADDRESS.
     bind_address: str = setting("bindAddress", DEFAULT_BIND_ADDRESS)
@@ -368,6 +356,12 @@ _PORT_OR_BOUND: Final = (0, 65535)  # 0: the bound (ephemeral) port
 #: UPDATE_BROKER_CONFIG (``check_settings``); tests/unit/test_config_ranges.py fails
 #: when a numeric key is missing here.
 NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
+    # RocketMQ 5 POP (broker/pop)
+    "reviveQueueNum": (1, 1024),
+    "reviveInterval": (10, 3_600_000),
+    "popFromRetryProbability": (0, 100),
+    "defaultPopShareQueueNum": (-1, 1024),
+    "maxPopPollingSize": (0, 10_000_000),
     # BrokerConfig / NettyServerConfig
     "brokerId": (0, JAVA_INT_MAX),
     "brokerPermission": (0, 15),
