@@ -138,12 +138,11 @@ class BrokerConfig:
     #: (RocketMQ keeps it in MessageStoreConfig; a slave uses 10 points less).
     access_message_in_memory_max_ratio: float = setting("accessMessageInMemoryMaxRatio", 40.0)
     #: RocketMQ 5 POP (broker/pop): revive log queues, revive scan period, the chance in 100
-    #: that a pop reads its retry topic first, the POP share default of QUERY_ASSIGNMENT,
-    #: and how many pops may be parked (long polling) at once.
+    #: that a pop reads its retry topic first, and how many pops may be parked (long
+    #: polling) at once.
     revive_queue_num: int = setting("reviveQueueNum", 8)
     revive_interval_ms: int = setting("reviveInterval", 1000)
     pop_from_retry_probability: int = setting("popFromRetryProbability", 20)
-    default_pop_share_queue_num: int = setting("defaultPopShareQueueNum", -1)
     max_pop_polling_size: int = setting("maxPopPollingSize", 100_000)
 
     # NettyServerConfig
@@ -360,7 +359,6 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
     "reviveQueueNum": (1, 1024),
     "reviveInterval": (10, 3_600_000),
     "popFromRetryProbability": (0, 100),
-    "defaultPopShareQueueNum": (-1, 1024),
     "maxPopPollingSize": (0, 10_000_000),
     # BrokerConfig / NettyServerConfig
     "brokerId": (0, JAVA_INT_MAX),
