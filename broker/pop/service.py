@@ -316,6 +316,11 @@ class PopService:
                 finally:
                     result.release()
             self._scanned[qid] = offset
+        # our checkpoints precede their acks in the log: an ack whose checkpoint was not read
+        # by now belongs to a finished one (late, or a duplicate) and is dropped. (With
+        # checkpoints delayed by a timer, as Apache writes them, keep them for the invisible
+        # time instead: the seam in ReviveLedger.add_ack.)
+        self.ledger.forget_early_acks()
         return read
 
     def _read_record(self, view: memoryview, qid: int, log_offset: int) -> None:
