@@ -131,6 +131,9 @@ class PopProcessors:
     def _try_pop(self, request: RemotingCommand, req: PopRequest,
                  queues: int) -> RemotingCommand | None:
         service = self.service
+        store = self.ctrl.store
+        if store.dispatch_behind_bytes > 0:  # a pop sees every message stored before it
+            store.dispatch()
         pop_time = self.ctrl.now_ms()
         revive_qid = service.next_revive_qid(req.order)
         batch = PopBatch(max_nums=req.max_nums)

@@ -74,7 +74,8 @@ def events(classpath: str, cluster: RunningCluster,
     rc, stdout, stderr = finish(proc, JVM_TIMEOUT_S)
     evs = parse(stdout)
     failed = [e for sc in evs.values() for e in sc if e["event"] == "failed"]
-    assert rc == 0 and not failed, (rc, failed, stderr[-3000:])
+    if rc != 0 or failed:
+        pytest.fail(f"PopScenarios exited {rc}: {failed}\n{stderr[-4000:]}", pytrace=False)
     return evs
 
 

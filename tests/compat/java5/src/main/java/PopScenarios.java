@@ -309,9 +309,16 @@ public final class PopScenarios {
             }
             MQClientInstance factory = p.getDefaultMQProducerImpl().getMqClientFactory();
             Api a = new Api(factory, brokerName, prefix + "ApiG");
-            PopResult first = popFound(a, topic, -1, 32, 4000, false);
-            emitPopped(sc, "first", first);
-            for (MessageExt m : first.getMsgFoundList()) {
+            List<MessageExt> firstMsgs = new ArrayList<>();
+            long firstEnd = System.currentTimeMillis() + DEADLINE_MS;
+            while (firstMsgs.size() < 3 && System.currentTimeMillis() < firstEnd) {
+                PopResult first = popFound(a, topic, -1, 32, 4000, false);
+                emitPopped(sc, "first", first);
+                if (first.getMsgFoundList() != null) {
+                    firstMsgs.addAll(first.getMsgFoundList());
+                }
+            }
+            for (MessageExt m : firstMsgs) {
                 if (body(m).equals("keep")) {
                     emit(sc, "ack", "step", "first", "status", a.ack(m).getStatus());
                 } else if (body(m).equals("change")) {
