@@ -137,6 +137,14 @@ class BrokerConfig:
     #: Percent of RAM: a consumer further behind the CommitLog's end than this is "on disk"
     #: (RocketMQ keeps it in MessageStoreConfig; a slave uses 10 points less).
     access_message_in_memory_max_ratio: float = setting("accessMessageInMemoryMaxRatio", 40.0)
+    #: RocketMQ 5 POP (broker/pop): revive log queues, revive scan period, the chance in 100
+    #: that a pop reads its retry topic first, and how many pops may be parked (long
+    #: polling) at once.
+    revive_queue_num: int = setting("reviveQueueNum", 8)
+    revive_interval_ms: int = setting("reviveInterval", 1000)
+    pop_from_retry_probability: int = setting("popFromRetryProbability", 20)
+    max_pop_polling_size: int = setting("maxPopPollingSize", 100_000)
+
     # NettyServerConfig
     #: Loopback unless told otherwise (RocketMQ: 0.0.0.0); see DEFAULT_BIND_ADDRESS.
     bind_address: str = setting("bindAddress", DEFAULT_BIND_ADDRESS)
@@ -347,6 +355,11 @@ _PORT_OR_BOUND: Final = (0, 65535)  # 0: the bound (ephemeral) port
 #: UPDATE_BROKER_CONFIG (``check_settings``); tests/unit/test_config_ranges.py fails
 #: when a numeric key is missing here.
 NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
+    # RocketMQ 5 POP (broker/pop)
+    "reviveQueueNum": (1, 1024),
+    "reviveInterval": (10, 3_600_000),
+    "popFromRetryProbability": (0, 100),
+    "maxPopPollingSize": (0, 10_000_000),
     # BrokerConfig / NettyServerConfig
     "brokerId": (0, JAVA_INT_MAX),
     "brokerPermission": (0, 15),

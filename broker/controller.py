@@ -40,6 +40,7 @@ from rmq_cluster.broker.persist import (
     read_file,
     write_atomically,
 )
+from rmq_cluster.broker.pop.wiring import BrokerPop
 from rmq_cluster.broker.processors.admin import (
     MoreAdminProcessors,
     ResetOffsetProcessor,
@@ -78,7 +79,12 @@ from rmq_cluster.cluster.metrics import Histogram
 from rmq_cluster.cluster.metrics_server import serve_metrics
 from rmq_cluster.cluster.node_main import NodeSupervisor
 from rmq_cluster.cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
-from rmq_cluster.cluster.protocol.route import ClusterInfo, PermName, RegisterBrokerBody
+from rmq_cluster.cluster.protocol.route import (
+    ClusterInfo,
+    PermName,
+    RegisterBrokerBody,
+    TopicRouteData,
+)
 from rmq_cluster.cluster.remoting.address import format_address
 from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
@@ -208,6 +214,8 @@ class BrokerController:
         self.name_gate = NameGate(node=self.node)
         self.metrics: BrokerMetrics | None = None
         self.metrics_address: tuple[str, int] | None = None
+        #: RocketMQ 5 POP consumption (broker/pop)
+        self.pop = BrokerPop(self, self.topic_route)
 
     # ------------------------------------------------------------------ accessors
 
@@ -287,6 +295,7 @@ class BrokerController:
         self, topic: str, queue_id: int, next_offset: int, tags_code: int, store_ts: int
     ) -> None:
         self.hold.notify_message_arriving(topic, queue_id, next_offset, tags_code, store_ts)
+        self.pop.message_arrived(topic)
         if topic == SCHEDULE_TOPIC:
             self._schedule_wake.set()
         elif topic == TIMER_TOPIC:
@@ -366,6 +375,7 @@ class BrokerController:
             rc.QUERY_CONSUME_TIME_SPAN: relay.query_consume_time_span,
             rc.GET_TOPIC_CONFIG: relay.get_topic_config,  # RocketMQ 5's tools ask it
             rc.UPDATE_BROKER_CONFIG: BrokerConfigProcessor(self).update_broker_config,
+            **self.pop.table(),  # RocketMQ 5 POP (broker/pop)
             # controller mode only (a replica's epochs; 4.x brokers do not know the code)
             **({ControllerRequestCode.GET_BROKER_EPOCH_CACHE: self.get_broker_epoch_cache}
                if self.managed else {}),
@@ -392,6 +402,7 @@ class BrokerController:
         self.topics.load(read_file(f"{root}/{TOPICS_FILE}"))
         self.offsets.load(read_file(f"{root}/{CONSUMER_OFFSET_FILE}"))
         self.groups.load(read_file(f"{root}/{SUBSCRIPTION_GROUP_FILE}"))
+        self.pop.load(read_file(f"{root}/{self.pop.file_name()}"))
 
     async def persist(self, *, everything: bool = False) -> None:
         """Write the config files whose tables changed (all of them with ``everything``)."""
@@ -406,6 +417,9 @@ class BrokerController:
         if everything or self.offsets.changed:
             self.offsets.changed = False
             jobs.append((f"{root}/{CONSUMER_OFFSET_FILE}", self.offsets.encode()))
+        modes = self.pop.take_changes(everything)
+        if modes is not None:
+            jobs.append((f"{root}/{self.pop.file_name()}", modes))
         if self._schedule is not None and (everything or self._schedule.offsets.changed):
             self._schedule.offsets.changed = False
             jobs.append((f"{root}/{DELAY_OFFSET_FILE}", self._schedule.offsets.encode()))
@@ -578,6 +592,7 @@ class BrokerController:
             sup.spawn(nursery, "register", self._register_loop)
             sup.spawn(nursery, "housekeeping", self._housekeeping_loop)
             sup.spawn(nursery, "persist", self._persist_loop)
+            sup.spawn(nursery, "pop_revive", self.pop.revive_loop)
             if self.dledger_role is not None:
                 # role-specific services follow
                 sup.spawn(nursery, "dledger_role", self.dledger_role.run)
@@ -715,6 +730,24 @@ class BrokerController:
         async with trio.open_nursery() as nursery:
             for addr in addrs:
                 nursery.start_soon(one, addr)
+
+    async def topic_route(self, topic: str) -> TopicRouteData | None:
+        """GET_ROUTEINFO_BY_TOPIC from the first NameServer that knows ``topic`` (POP's
+        QUERY_ASSIGNMENT allocates every broker's queues); None when none answers."""
+        client = self._ns_client
+        if client is None:
+            return None
+        timeout = self.bcfg.register_broker_timeout_mills / 1000.0
+        for addr in self.bcfg.namesrv_addrs:
+            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                              {"topic": topic})
+            try:
+                response = await client.invoke(addr, request, timeout)
+                if response.code == ResponseCode.SUCCESS:
+                    return TopicRouteData.decode(bytes(response.body))
+            except (RemotingError, OSError, ValueError) as exc:
+                self.log.debug("topic route lookup failed", namesrv=addr, error=str(exc))
+        return None
 
     async def _unregister_all(self) -> None:
         client = self._ns_client

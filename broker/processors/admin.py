@@ -14,7 +14,7 @@ from rmq_cluster.broker.topic_config import (
     NOT_ALLOWED_SEND_TOPICS,
     validate_topic,
 )
-from rmq_cluster.cluster.protocol import fastjson
+from rmq_cluster.cluster.protocol import fastjson, topic_attributes
 from rmq_cluster.cluster.protocol.names import (
     MAX_QUEUE_NUMS,
     validate_group,
@@ -88,6 +88,15 @@ class AdminProcessors:
             return request.response(
                 ResponseCode.SYSTEM_ERROR, f"bad topicFilterType {h.topic_filter_type!r}"
             )
+        current = self.ctrl.topics.select(h.topic)
+        try:  # RocketMQ 5 topic attributes ("+message.type=FIFO")
+            attributes = topic_attributes.alter(
+                current is None, current.attribute_map if current else {}, h.attributes)
+        except topic_attributes.AttributeError_ as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if attributes.get(topic_attributes.MESSAGE_TYPE) == "MIXED":
+            return request.response(ResponseCode.SYSTEM_ERROR,
+                                    "MIXED message type is not supported.")
         tc = TopicConfig(
             h.topic,
             h.read_queue_nums,
@@ -96,6 +105,7 @@ class AdminProcessors:
             h.topic_filter_type,
             h.topic_sys_flag or 0,
             h.order,
+            tuple(sorted(attributes.items())),
         )
         self.ctrl.topics.update(tc)
         self.ctrl.topic_created(h.topic)

@@ -44,6 +44,11 @@ from rmq_cluster.cluster.protocol.message import (
     new_message,
 )
 from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
+from rmq_cluster.cluster.protocol.topic_attributes import (
+    message_type,
+    topic_message_type,
+    type_mismatch,
+)
 from rmq_cluster.cluster.remoting.address import parse_address
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
@@ -416,6 +421,10 @@ class SendProcessor:
         if not batch and len(body) > max_size:
             return refuse(request, ResponseCode.MESSAGE_ILLEGAL, message_illegal_remark(max_size))
         props = decode_properties(header.properties) if header.properties else {}
+        if tc.attributes and not batch:  # a 5.x topic declaring message.type takes only that
+            wrong = type_mismatch(topic_message_type(tc.attribute_map), message_type(props))
+            if wrong is not None and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                return refuse(request, ResponseCode.MESSAGE_ILLEGAL, wrong)
         if batch:
             # Java appends the batch header's properties (WAIT included) to every item, in
             # its HashMap's order

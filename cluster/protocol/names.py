@@ -291,6 +291,31 @@ def _subscription_group(request: RemotingCommand) -> Iterator[Name]:
         yield Name("groupName", Kind.GROUP, _scalar(obj["groupName"]), Access.ADMIN)
 
 
+def _assignment(access: Access) -> BodyReader:
+    """QUERY_ASSIGNMENT / SET_MESSAGE_REQUEST_MODE: topic and consumerGroup in a JSON body."""
+
+    def read(request: RemotingCommand) -> Iterator[Name]:
+        obj = _json_object(request)
+        if obj.get("topic") is not None:
+            yield Name("topic", Kind.TOPIC, _scalar(obj["topic"]), access)
+        if obj.get("consumerGroup") is not None:
+            yield Name("consumerGroup", Kind.GROUP, _scalar(obj["consumerGroup"]), access)
+
+    return read
+
+
+def _batch_ack(request: RemotingCommand) -> Iterator[Name]:
+    """BATCH_ACK_MESSAGE: each ack's consumerGroup ("c") and topic ("t")."""
+    obj = _json_object(request)
+    for i, ack in enumerate(_items(obj, "acks", "")):
+        if not isinstance(ack, dict):
+            continue
+        for short, long_, kind in (("c", "consumerGroup", Kind.GROUP), ("t", "topic", Kind.TOPIC)):
+            value = ack.get(short, ack.get(long_))
+            if value is not None:
+                yield Name(f"acks[{i}].{short}", kind, _scalar(value), Access.SUB)
+
+
 def _register_broker(request: RemotingCommand) -> Iterator[Name]:
     # A body whose CRC does not match or that does not decode carries no names: the handler
     # decodes it the same way and refuses it with RocketMQ's remark.
@@ -354,6 +379,15 @@ NAME_TABLE: Final[Mapping[int, tuple[H | BodyReader, ...]]] = {
     _RC.LOCK_BATCH_MQ: (_mq_batch,),
     _RC.UNLOCK_BATCH_MQ: (_mq_batch,),
     _RC.CHECK_CLIENT_CONFIG: (_client_config,),
+    # --- broker: RocketMQ 5 POP (the receipt handle in extraInfo names no topic or group)
+    _RC.POP_MESSAGE: _GROUP_TOPIC_QUEUE,
+    _RC.ACK_MESSAGE: _GROUP_TOPIC_QUEUE,
+    _RC.BATCH_ACK_MESSAGE: (_batch_ack,),
+    _RC.CHANGE_MESSAGE_INVISIBLETIME: _GROUP_TOPIC_QUEUE,
+    _RC.NOTIFICATION: _GROUP_TOPIC_QUEUE,
+    _RC.POLLING_INFO: _GROUP_TOPIC_QUEUE,
+    _RC.QUERY_ASSIGNMENT: (_assignment(_SUB),),
+    _RC.SET_MESSAGE_REQUEST_MODE: (_assignment(_ADM),),
     # --- broker: admin
     _RC.UPDATE_AND_CREATE_TOPIC: (H("topic", _T, _ADM), H("defaultTopic", _T, _ADM)),
     _RC.DELETE_TOPIC_IN_BROKER: (H("topic", _T, _ADM),),

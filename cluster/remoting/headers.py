@@ -535,6 +535,8 @@ class CreateTopicRequestHeader(CommandHeader):
     topic_filter_type: str = hfield("topicFilterType", required=True)
     topic_sys_flag: int | None = hfield("topicSysFlag", "int")
     order: bool = hfield("order", "bool", default=False)
+    #: RocketMQ 5: "+message.type=FIFO,..." (cluster/protocol/topic_attributes.py)
+    attributes: str | None = hfield("attributes")
 
 
 @attrs.frozen
