@@ -294,7 +294,8 @@ class Checkpoint:
         return fastjson.dumps(obj)
 
     @classmethod
-    def decode(cls, body: bytes | bytearray | memoryview, *, max_diffs: int = MAX_POP_MSG_NUMS) -> Checkpoint:
+    def decode(cls, body: bytes | bytearray | memoryview, *,
+               max_diffs: int = MAX_POP_MSG_NUMS) -> Checkpoint:
         obj = _json_obj(body)
         raw = obj.get("d")
         if raw is None:
