@@ -106,7 +106,7 @@ async def test_deferred_answers_at_the_cap_wait_for_room(nursery: trio.Nursery) 
 
 
 async def test_namesrv_acl_on_writes_and_signed_registration(tmp_path: Path) -> None:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.node import BrokerNode
 
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(
@@ -142,7 +142,7 @@ async def test_namesrv_acl_on_writes_and_signed_registration(tmp_path: Path) -> 
         # a broker signing with aclAccessKey/aclSecretKey registers
         settings = broker_settings(tmp_path / "b", ns_addr, aclAccessKey="nsAdmin01",
                                    aclSecretKey="nsSecret01")
-        broker = BrokerController(settings)
+        broker = BrokerNode(settings)
         await nursery.start(broker.run)
         with trio.fail_after(WAIT_S):
             await ns.wait_until(lambda st: "broker-a" in st.routes.broker_addr_table)

@@ -1,8 +1,8 @@
-"""BrokerController: one broker node composed in one nursery (RocketMQ ``BrokerController``).
+"""BrokerNode: one broker node composed in one nursery (RocketMQ calls it ``BrokerController``).
 
-    controller = BrokerController(settings)
+    broker = BrokerNode(settings)
     async with trio.open_nursery() as n:
-        host, port = await n.start(controller.run)
+        host, port = await n.start(broker.run)
 
 ``run`` loads the config files (topics, consumer offsets, subscription groups, delay offsets),
 opens the store (recovering it), then runs, side by side: the store's services, the remoting
@@ -116,7 +116,7 @@ TOPIC_REGISTER_WAIT_S: Final = 2.0
 HA_SLAVE_HOSTS_REFRESH_MIN_S: Final = 1.0
 
 
-class BrokerController:
+class BrokerNode:
     def __init__(
         self,
         settings: BrokerSettings,
@@ -412,7 +412,7 @@ class BrokerController:
         if self.settings.controller_mode.enable and not self.managed:
             # controller mode: the replicas manager runs the broker in the role it is given
             self.replicas = ReplicasManager(self, functools.partial(
-                BrokerController, node=self.node, clock_ms=self.now_ms,
+                BrokerNode, node=self.node, clock_ms=self.now_ms,
                 config_file=self.config_file, supervisor=self.supervisor, managed=True,
             ))
             await self.replicas.run(task_status=task_status)
@@ -938,7 +938,7 @@ class BrokerController:
         event, self._changed = self._changed, trio.Event()
         event.set()
 
-    async def wait_until(self, predicate: Callable[[BrokerController], bool]) -> None:
+    async def wait_until(self, predicate: Callable[[BrokerNode], bool]) -> None:
         """Return once ``predicate(self)`` holds, re-checked whenever clients join or leave or
         a pull parks. Bound it with ``trio.fail_after``."""
         while not predicate(self):
