@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rmq_cluster.cluster.metrics import Histogram
     from rmq_cluster.cluster.remoting.held import HeldAnswers
     from rmq_cluster.cluster.remoting.server import RemotingServer
-    from rmq_cluster.ha.connection import HAService
+    from rmq_cluster.ha.service import HAService
     from rmq_cluster.store.epoch_file import EpochFile
     from rmq_cluster.store.message_store import MessageStore
 
