@@ -82,7 +82,6 @@ from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoti
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
 from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.cluster.remoting.headers import (
     CheckTransactionStateRequestHeader,
@@ -92,6 +91,7 @@ from rmq_cluster.cluster.remoting.headers import (
     UnregisterBrokerRequestHeader,
 )
 from rmq_cluster.cluster.remoting.held import HeldAnswers
+from rmq_cluster.cluster.remoting.processors import Processor, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from rmq_cluster.dledger.node import run_store_node
@@ -530,7 +530,7 @@ class BrokerNode:
                 self.supervisor.spawn(nursery, "acl", acl.run)
             processors = self.name_gate.wrap(processors)
             server = RemotingServer(
-                Dispatcher(processors, None),
+                ProcessorTable(processors, None),
                 node=self.node,
                 idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
                 on_close=self._on_close,

@@ -115,7 +115,7 @@ ENTRY_MODULES = frozenset({"deploy/cli.py", "deploy/__main__.py"})
 PURE_CORES = (
     "cluster/remoting/codec.py", "cluster/remoting/codes.py", "cluster/remoting/headers.py",
     "cluster/remoting/connection_state.py", "cluster/remoting/input_budget.py",
-    "cluster/remoting/dispatch.py", "cluster/remoting/held.py", "cluster/remoting/errors.py",
+    "cluster/remoting/processors.py", "cluster/remoting/held.py", "cluster/remoting/errors.py",
     "cluster/remoting/address.py", "cluster/remoting/admission.py",
     "cluster/protocol/message.py", "cluster/protocol/route.py", "cluster/protocol/fastjson.py",
     "cluster/filter/sql92.py", "cluster/acl/validator.py", "cluster/acl/rules.py",
