@@ -16,7 +16,7 @@ from rmq_cluster.client.sync import (
     SyncPullConsumer,
     SyncPushConsumer,
 )
-from rmq_cluster.deploy.cli import main
+from rmq_cluster.cli.main import main
 
 from .conftest import WAIT_S, Cluster
 
