@@ -326,6 +326,89 @@ def test_pure_cores_import_no_io_and_reach_no_trio() -> None:
     assert not violations, "pure cores that are not:\n" + "\n".join(violations)
 
 
+# --------------------------------------------------------------------------- the tree resolves
+
+
+def absolute_import_violations(root: Path) -> list[str]:
+    """Product code names first-party modules relatively (``from ..store import x``): the
+    folders are ``rmq_cluster.*`` only once installed, so an absolute import resolves nowhere
+    on a fresh clone. Strings (``python -m rmq_cluster.broker``) stay absolute; tests and
+    benchmarks import the installed package. ``tools/relative_imports.py`` does the rewrite."""
+    out = []
+    for path in _product_files(root):
+        for node in ast.walk(_parsed(path)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n == NAMESPACE or n.startswith(NAMESPACE + ".") for n in names):
+                out.append(f"{path.relative_to(root)}:{node.lineno}: absolute {NAMESPACE} import")
+    return out
+
+
+def _tree_module(root: Path, dotted: str) -> Path | None:
+    """The file of ``rmq_cluster.a.b`` in the tree (``a/b.py`` or ``a/b/__init__.py``)."""
+    parts = dotted.split(".")[1:]
+    if not parts:
+        return None
+    base = root.joinpath(*parts)
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _binds(tree: ast.Module, name: str) -> bool:
+    """``tree``'s module level defines, assigns or imports ``name``."""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name == name:
+                return True
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
+                return True
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(x, ast.Name) and x.id == name for x in targets):
+                return True
+    return False
+
+
+def unresolved_relative_imports(root: Path) -> list[str]:
+    """Every relative import of product code lands on a file of the tree, and every name it
+    takes is a submodule there or bound at that module's top level: what an editor or a type
+    checker resolves from the folders as they stand, without an install."""
+    out = []
+    for path in _product_files(root):
+        module, is_package = _module_of(root, path)
+        package = module if is_package else module.rpartition(".")[0]
+        for node in ast.walk(_parsed(path)):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            base = ".".join([*anchor, node.module] if node.module else anchor)
+            target = _tree_module(root, base) if anchor else None
+            where = f"{path.relative_to(root)}:{node.lineno}"
+            if node.module and target is None:
+                out.append(f"{where}: no module {base} in the tree")
+                continue
+            for alias in node.names:
+                if alias.name == "*" or _tree_module(root, f"{base}.{alias.name}"):
+                    continue
+                if target is None or not _binds(_parsed(target), alias.name):
+                    out.append(f"{where}: {base} has no {alias.name}")
+    return out
+
+
+def test_product_imports_are_relative() -> None:
+    violations = absolute_import_violations(ROOT)
+    assert not violations, (
+        "run python3 tools/relative_imports.py:\n" + "\n".join(violations[:50]))
+
+
+def test_product_imports_resolve_from_the_tree() -> None:
+    violations = unresolved_relative_imports(ROOT)
+    assert not violations, "imports that resolve nowhere:\n" + "\n".join(violations)
+
+
 # --------------------------------------------------------------------------- planted violations
 
 
@@ -340,6 +423,25 @@ def _plant(root: Path, files: dict[str, str]) -> Path:
             if str(parent) != "." and not (root / parent / "__init__.py").exists():
                 (root / parent / "__init__.py").write_text("")
     return root
+
+
+def test_planted_absolute_and_unresolvable_imports_are_caught(tmp_path: Path) -> None:
+    root = _plant(tmp_path, {
+        "store/a.py": "import rmq_cluster.store.b as b\nX = 1\n",
+        "store/b.py": "from rmq_cluster.store import a\nfrom . import a, c\n"
+                      "from .a import X, Y\nfrom ..cluster.gone import Z\n",
+        "store/__init__.py": "from .a import X as PUBLIC\n",
+        "broker/n.py": "from ..store import PUBLIC, a\n",
+    })
+    assert absolute_import_violations(root) == [
+        "store/a.py:1: absolute rmq_cluster import",
+        "store/b.py:1: absolute rmq_cluster import",
+    ]
+    assert unresolved_relative_imports(root) == [
+        "store/b.py:2: rmq_cluster.store has no c",
+        "store/b.py:3: rmq_cluster.store.a has no Y",
+        "store/b.py:4: no module rmq_cluster.cluster.gone in the tree",
+    ]
 
 
 def test_planted_relative_upward_import_is_caught(tmp_path: Path) -> None:
