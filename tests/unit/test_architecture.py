@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
+import re
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -407,6 +408,37 @@ def test_product_imports_are_relative() -> None:
 def test_product_imports_resolve_from_the_tree() -> None:
     violations = unresolved_relative_imports(ROOT)
     assert not violations, "imports that resolve nowhere:\n" + "\n".join(violations)
+
+
+# --------------------------------------------------------------------------- docs in the repo
+
+#: Pointers to notes that live outside the repository (the old workspace notes).
+_OUTSIDE = re.compile(r"shared/(?:design\.md|reference)|\.\./shared/")
+_LINK = re.compile(r"\]\(([^)#:]+\.md)(?:#[^)]*)?\)")
+
+
+def test_nothing_points_outside_the_repository() -> None:
+    """The architecture notes and protocol facts the code cites live in ``docs/``. (README.md
+    and SECURITY.md are merged by hand; they follow the same rule.)"""
+    outside = []
+    for top in (*IMPORTERS, "docs", "tools"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.suffix in (".py", ".md", ".toml") and "node_modules" not in path.parts:
+                for n, line in enumerate(path.read_text().splitlines(), 1):
+                    if _OUTSIDE.search(line):
+                        outside.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not outside, "pointers outside the repository:\n" + "\n".join(outside)
+
+
+def test_docs_links_land_on_files() -> None:
+    broken = [
+        f"{page.relative_to(ROOT)}: {target}"
+        for page in sorted((ROOT / "docs").rglob("*.md"))
+        for target in _LINK.findall(page.read_text())
+        if not (page.parent / target).is_file()
+    ]
+    assert (ROOT / "docs" / "architecture.md").is_file()
+    assert not broken, "links to missing pages:\n" + "\n".join(broken)
 
 
 # --------------------------------------------------------------------------- planted violations
