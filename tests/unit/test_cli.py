@@ -50,6 +50,7 @@ from pathlib import Path  # noqa: E402
 
 import structlog  # noqa: E402
 
+from rmq_cluster.cli.main import EXIT_CODES_EPILOG, build_parser  # noqa: E402
 from rmq_cluster.client.cli_common import body_fields  # noqa: E402
 from rmq_cluster.cluster.logging import (  # noqa: E402
     LogRotation,
@@ -60,7 +61,6 @@ from rmq_cluster.cluster.logging import (  # noqa: E402
     rotate_files,
     rotated_paths,
 )
-from rmq_cluster.cli.main import EXIT_CODES_EPILOG, build_parser  # noqa: E402
 
 
 def _rmq(*args: str, env: dict[str, str] | None = None,

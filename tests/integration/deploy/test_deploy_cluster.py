@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from rmq_cluster.deploy import supervisor
 from rmq_cluster.cli.main import main
+from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.testing import (
     become_subreaper,
     cli,
