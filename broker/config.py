@@ -40,6 +40,7 @@ from rmq_cluster.cluster.config import (
     load_config,
     setting,
 )
+from rmq_cluster.cluster.protocol.names import node_name_problem
 from rmq_cluster.dledger.config import DLedgerConfig, DLedgerConfigError
 from rmq_cluster.ha.config import HAConfig
 from rmq_cluster.ha.protocol import MAX_FRAME_BODY_BYTES
@@ -322,8 +323,6 @@ def load_broker_config(
 MAX_MESSAGE_SIZE_LIMIT_BYTES: Final = 16 * 1024 * 1024
 #: Most queues a topic created with the default may have.
 MAX_DEFAULT_TOPIC_QUEUE_NUMS: Final = 1024
-#: Longest broker or cluster name (RocketMQ's topic/group length limit).
-MAX_NAME_CHARS: Final = 127
 #: An hour of the day in ``deleteWhen`` ("04" or "04;05").
 _HOURS: Final = range(24)
 
@@ -438,10 +437,9 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
 
 
 def _check_name(key: str, value: str) -> None:
-    if not value or len(value) > MAX_NAME_CHARS:
-        raise ConfigError(f"{key}: must be 1..{MAX_NAME_CHARS} characters, got {value!r}")
-    if not value.isprintable() or any(ch.isspace() or ch in ";:=,/\\" for ch in value):
-        raise ConfigError(f"{key}: {value!r} has a character a name cannot have")
+    problem = node_name_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{key}: {value!r} {problem}")
 
 
 def _check_reachable(bind_address: str, broker_ip1: str) -> None:

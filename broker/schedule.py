@@ -4,7 +4,7 @@ The store puts a message with ``DELAY=n`` into ``SCHEDULE_TOPIC_XXXX`` queue n-1
 ``REAL_TOPIC``/``REAL_QID``). ``deliver_due(level)`` walks that queue from the level's offset and
 re-puts every message whose time has come (store time + the level's delay) into its real topic,
 without ``DELAY``; it stops at the first message not yet due and says when it will be. The shell
-(``broker/controller.py``) calls it when a level is due or a scheduled message arrives.
+(``broker/node.py``) calls it when a level is due or a scheduled message arrives.
 Offsets per level persist in ``delayOffset.json``.
 """
 

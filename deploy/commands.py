@@ -1,7 +1,7 @@
 """``rmq-cluster up | down | status | nodes | kill | pause | resume | restart | promote | logs |
 render | demo``: the cluster-in-a-box commands.
 
-``deploy/cli.py`` only wires these into its parser (``add_commands``); every parser gets
+``cli/main.py`` only wires these into its parser (``add_commands``); every parser gets
 ``func(args) -> exit code``. Every command takes ``--dir`` (default
 ``$RMQ_CLUSTER_HOME/<name>``, the home defaulting to ``./.rmq-cluster``), ``--name`` (default
 ``default``) and ``--json``; an error is one line on stderr and exit status 1 (``up`` adds the
@@ -87,7 +87,7 @@ def _state(args: argparse.Namespace) -> ClusterState:
 
 def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        # logging is configured once by the entry point (deploy/cli.py: -v, --log-format,
+        # logging is configured once by the entry point (cli/main.py: -v, --log-format,
         # $RMQ_CLUSTER_LOG_LEVEL); the client's and probes' chatter stays on stderr
         try:
             return fn(args)

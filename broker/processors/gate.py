@@ -18,7 +18,7 @@ from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.names import NAME_TABLE, NameCache, check_request
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Processor, checked
+from rmq_cluster.cluster.remoting.processors import Processor, checked
 
 #: Requests whose bad topic RocketMQ answers in its own words (``TopicValidator``): the header
 #: field holding the topic, and whether the answer is a send's (with MSG_REGION / TRACE_ON).

@@ -37,9 +37,9 @@ from rmq_cluster.cluster.protocol.message import (
 from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Deferred
 from rmq_cluster.cluster.remoting.errors import exception_remark
 from rmq_cluster.cluster.remoting.headers import HeaderError, PullMessageRequestHeader
+from rmq_cluster.cluster.remoting.processors import Deferred
 from rmq_cluster.store.message_store import GetMessageStatus
 
 if TYPE_CHECKING:

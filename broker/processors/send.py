@@ -52,12 +52,12 @@ from rmq_cluster.cluster.protocol.topic_attributes import (
 from rmq_cluster.cluster.remoting.address import parse_address
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
-from rmq_cluster.cluster.remoting.dispatch import Held
 from rmq_cluster.cluster.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     HeaderError,
     parse_send_header,
 )
+from rmq_cluster.cluster.remoting.processors import Held
 from rmq_cluster.store.commitlog import PutMessageResult, PutMessageStatus
 from rmq_cluster.store.config import TIMER_TOPIC, MessageStoreConfig
 from rmq_cluster.store.timer.hook import (

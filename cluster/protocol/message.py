@@ -2,7 +2,7 @@
 
 * ``Message``: what a producer sends (topic, body, flag, properties, sysFlag, hosts, ...).
 * Properties text: ``key 0x01 value 0x02 ...``; Java omits the final 0x02, C++ appends it, and the
-  parser skips empty entries (shared/reference/remoting-protocol.md §5.3).
+  parser skips empty entries (docs/protocol/commitlog.md, "Properties").
 * The stored record, v1 magic with IPv4 hosts (remoting-protocol.md §5.1,
   store-and-replication.md §1.3): ``encode_record`` / ``decode_record`` and the header struct
   the CommitLog packs straight into its mmap.

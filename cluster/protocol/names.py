@@ -87,6 +87,25 @@ def _quote(name: str) -> str:
     return cut + "..." if len(name) > MAX_QUOTED_NAME_CHARS else cut
 
 
+# =========================================================================== node names
+
+#: Longest broker, cluster or controller name (RocketMQ's topic/group length limit).
+MAX_NODE_NAME_CHARS: Final = 127
+#: What a broker, cluster or controller name cannot hold besides whitespace: the separators of
+#: address lists and ``.properties`` lines, and path separators (the names become file keys).
+_NODE_NAME_SEPARATORS: Final = frozenset(";:=,/\\")
+
+
+def node_name_problem(value: Any) -> str | None:
+    """Why ``value`` cannot name a broker, a cluster or a controller, or None: the one rule the
+    broker's config and the controller's replicated state both apply."""
+    if type(value) is not str or not value or len(value) > MAX_NODE_NAME_CHARS:
+        return f"must be 1..{MAX_NODE_NAME_CHARS} characters"
+    if not value.isprintable() or any(c.isspace() or c in _NODE_NAME_SEPARATORS for c in value):
+        return "has a character a name cannot have"
+    return None
+
+
 # =========================================================================== rules
 
 

@@ -3,7 +3,7 @@
 Frozen attrs values for RocketMQ's ``TopicRouteData``, ``QueueData``, ``BrokerData``,
 ``ClusterInfo``, ``TopicConfig``, ``DataVersion``, ``TopicConfigSerializeWrapper``,
 ``RegisterBrokerBody``, ``TopicList`` and ``KVTable``, with JSON in RocketMQ's shapes
-(shared/reference/remoting-protocol.md §4):
+(docs/protocol/remoting.md, "Route and cluster JSON"):
 
 * ``encode`` writes what a Java node writes (fastjson: compact, sorted keys, nulls omitted, integer
   map keys unquoted unless ``standard=True``);

@@ -1,7 +1,7 @@
 """RocketMQ 4.x request/response codes, language codes and version ordinals.
 
 Numbers are RocketMQ's (``RequestCode``, ``ResponseCode``, ``LanguageCode``, ``MQVersion``);
-see shared/reference/remoting-protocol.md §1.2, §1.5 and §2.
+see docs/protocol/remoting.md (header, versions, generic answers).
 """
 
 from __future__ import annotations

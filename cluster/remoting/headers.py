@@ -5,7 +5,7 @@ they are required (Java's ``@CFNotNull``). ``from_ext_fields`` validates and nam
 ``to_ext_fields`` writes every non-None value as a string, as Java's reflection does.
 
 Booleans: Java parses only "true" (any case) as true, but the C++ client 2.0 sends "0"/"1"
-(shared/reference/remoting-protocol.md §10, pitfalls). We accept "1" as true and "0" as false so a
+(docs/protocol/remoting.md, "extFields are strings"). We accept "1" as true and "0" as false so a
 C++ batch send (``m="1"``) is stored as a batch, not as one message holding the batch blob.
 """
 

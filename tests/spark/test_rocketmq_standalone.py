@@ -28,7 +28,7 @@ def test_export_on_a_standalone_master(standalone: str, tmp_path: Path) -> None:
         out = tmp_path / "out.parquet"
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
         proc = subprocess.run(
-            [sys.executable, "-m", "rmq_cluster.deploy", "spark", "export", "-n",
+            [sys.executable, "-m", "rmq_cluster.cli", "spark", "export", "-n",
              cluster.namesrv_addr, "--topic", "Standalone", "--to", str(out), "--master",
              standalone, "--json"],
             capture_output=True, text=True, timeout=300, env=env, check=False,

@@ -29,7 +29,7 @@ from rmq_cluster.deploy.topology import resolve_profile
 
 become_subreaper()  # nodes orphaned by the CLI subprocess are reaped by this process
 
-CLI = [sys.executable, "-m", "rmq_cluster.deploy"]
+CLI = [sys.executable, "-m", "rmq_cluster.cli"]
 TIMEOUT_S = 90.0
 ROTATE_AT = 4096
 

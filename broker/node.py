@@ -1,8 +1,8 @@
-"""BrokerController: one broker node composed in one nursery (RocketMQ ``BrokerController``).
+"""BrokerNode: one broker node composed in one nursery (RocketMQ calls it ``BrokerController``).
 
-    controller = BrokerController(settings)
+    broker = BrokerNode(settings)
     async with trio.open_nursery() as n:
-        host, port = await n.start(controller.run)
+        host, port = await n.start(broker.run)
 
 ``run`` loads the config files (topics, consumer offsets, subscription groups, delay offsets),
 opens the store (recovering it), then runs, side by side: the store's services, the remoting
@@ -90,7 +90,6 @@ from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoti
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
 from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.cluster.remoting.headers import (
     CheckTransactionStateRequestHeader,
@@ -100,11 +99,12 @@ from rmq_cluster.cluster.remoting.headers import (
     UnregisterBrokerRequestHeader,
 )
 from rmq_cluster.cluster.remoting.held import HeldAnswers
+from rmq_cluster.cluster.remoting.processors import Processor, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.ha.access import is_loopback_host
-from rmq_cluster.ha.connection import HAService
+from rmq_cluster.ha.service import HAService
 from rmq_cluster.store import flush as store_services
 from rmq_cluster.store.config import BrokerRole, FlushDiskType
 from rmq_cluster.store.epoch_file import EpochFile
@@ -126,7 +126,7 @@ TOPIC_REGISTER_WAIT_S: Final = 2.0
 HA_SLAVE_HOSTS_REFRESH_MIN_S: Final = 1.0
 
 
-class BrokerController:
+class BrokerNode:
     def __init__(
         self,
         settings: BrokerSettings,
@@ -435,7 +435,7 @@ class BrokerController:
         if self.settings.controller_mode.enable and not self.managed:
             # controller mode: the replicas manager runs the broker in the role it is given
             self.replicas = ReplicasManager(self, functools.partial(
-                BrokerController, node=self.node, clock_ms=self.now_ms,
+                BrokerNode, node=self.node, clock_ms=self.now_ms,
                 config_file=self.config_file, supervisor=self.supervisor, managed=True,
             ))
             await self.replicas.run(task_status=task_status)
@@ -553,7 +553,7 @@ class BrokerController:
                 self.supervisor.spawn(nursery, "acl", acl.run)
             processors = self.name_gate.wrap(processors)
             server = RemotingServer(
-                Dispatcher(processors, None),
+                ProcessorTable(processors, None),
                 node=self.node,
                 idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
                 on_close=self._on_close,
@@ -1026,7 +1026,7 @@ class BrokerController:
         event, self._changed = self._changed, trio.Event()
         event.set()
 
-    async def wait_until(self, predicate: Callable[[BrokerController], bool]) -> None:
+    async def wait_until(self, predicate: Callable[[BrokerNode], bool]) -> None:
         """Return once ``predicate(self)`` holds, re-checked whenever clients join or leave or
         a pull parks. Bound it with ``trio.fail_after``."""
         while not predicate(self):
