@@ -1,5 +1,5 @@
-"""The real mqadmin: Apache's rocketmq-tools 4.9.8 (``MQAdminStartup``, unmodified, from Maven
-Central) against a real rmq-cluster. The commands run in one JVM (tests/compat/java/
+"""The real mqadmin: Apache's rocketmq-tools 4.9.8 and 5.3.1 (``MQAdminStartup``, unmodified,
+from Maven Central), the same command matrix each, against a real rmq-cluster. The commands run in one JVM (tests/compat/java/
 AdminBatch.java calls ``MQAdminStartup.main0`` once per command line and marks each command's
 output); ``sendMessage`` and ``clusterRT`` keep process-wide state or loop, so they run in JVMs
 of their own. Every command's output is checked for the fields it prints. A live producer and
@@ -101,9 +101,10 @@ def _caught_up(admin: SyncAdmin, group: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def out(mqadmin_classpath: str, cluster: RunningCluster, live: dict[str, Any],
+def out(mqadmin_tools: tuple[str, str], cluster: RunningCluster, live: dict[str, Any],
         tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """command name -> what it printed; every command once, in this order, in one JVM."""
+    _version, mqadmin_classpath = mqadmin_tools
     ns = cluster.namesrv_addr
     broker = cluster.broker_addrs()["broker-a"]
     first = live["sent"][0]
@@ -123,6 +124,7 @@ def out(mqadmin_classpath: str, cluster: RunningCluster, live: dict[str, Any],
         ("consumerConnection", ["consumerConnection", "-n", ns, "-g", CG]),
         ("producerConnection", ["producerConnection", "-n", ns, "-g", PG, "-t", TOPIC]),
         ("brokerStatus", ["brokerStatus", "-n", ns, "-b", broker]),
+        ("brokerConsumeStats", ["brokerConsumeStats", "-n", ns, "-b", broker]),
         ("queryMsgById", ["queryMsgById", "-n", ns, "-i", first.offset_msg_id]),
         ("queryMsgByKey", ["queryMsgByKey", "-n", ns, "-t", TOPIC, "-k", "key-3"]),
         ("queryMsgByOffset", ["queryMsgByOffset", "-n", ns, "-t", TOPIC, "-b", "broker-a",
@@ -150,7 +152,13 @@ def out(mqadmin_classpath: str, cluster: RunningCluster, live: dict[str, Any],
     for name, text in result.items():
         if name != "queryMsgByOffset":  # it prints "WARN: No Consumer" lines, checked below
             assert not FAILED.search(text), (name, text[-2000:])
+        # a value the broker does not answer prints as null (clusterList, brokerStatus)
+        assert not NULL.search(text), (name, text[-2000:])
     return result
+
+
+#: A value mqadmin found no key for.
+NULL = re.compile(r"(?<![\w\"])null\b")
 
 
 def test_cluster_list(out: dict[str, str], cluster: RunningCluster) -> None:
@@ -219,6 +227,15 @@ def test_broker_status(out: dict[str, str]) -> None:
     assert int(status["commitLogMaxOffset"]) > 0
 
 
+def test_broker_consume_stats(out: dict[str, str], live: dict[str, Any]) -> None:
+    """GET_BROKER_CONSUME_STATS (317): a row per queue of every group with offsets, caught up."""
+    text = out["brokerConsumeStats"]
+    rows = [ln.split() for ln in text.splitlines() if ln.startswith(TOPIC + " ")]
+    assert {(r[1], r[2]) for r in rows} == {(CG, "broker-a")}, text
+    assert sorted(int(r[3]) for r in rows) == [0, 1]
+    assert re.search(r"Diff Total:\s*0\b", text), text
+
+
 def test_query_messages(out: dict[str, str], live: dict[str, Any]) -> None:
     first = live["sent"][0]
     by_id = out["queryMsgById"]
@@ -273,9 +290,10 @@ def test_wipe_write_perm(out: dict[str, str], cluster: RunningCluster) -> None:
     assert '"perm":6' in out["topicRouteRestored"]
 
 
-def test_send_message_and_cluster_rt(mqadmin_classpath: str, cluster: RunningCluster,
+def test_send_message_and_cluster_rt(mqadmin_tools: tuple[str, str], cluster: RunningCluster,
                                      live: dict[str, Any], out: dict[str, str],
                                      tmp_path: Path) -> None:
+    _version, mqadmin_classpath = mqadmin_tools
     ns = cluster.namesrv_addr
     done = subprocess.run(
         [*jvm(mqadmin_classpath, tmp_path, "org.apache.rocketmq.tools.command.MQAdminStartup"),

@@ -172,6 +172,9 @@ def _has_records(view: dict[str, Any]) -> bool:
 
 L = 2**63 - 1
 
+#: A MessageQueue as a map key in fastjson's output, made a plain "topic@broker@queue" key.
+_MQ_KEY: Final = re.compile(rb'\{"brokerName":"([^"]*)","queueId":(\d+),"topic":"([^"]*)"\}:')
+
 SCENARIO: Final[tuple[Step, ...]] = (
     # --- NameServer: routes and cluster info -------------------------------------------------
     Step("ns_route_unknown", "namesrv", RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"},
@@ -249,7 +252,7 @@ SCENARIO: Final[tuple[Step, ...]] = (
     Step("query_offset_unknown_group", "broker", RC.QUERY_CONSUMER_OFFSET,
          {"consumerGroup": "NoSuchGroup", "topic": TOPIC, "queueId": "3"}),
     Step("broker_consume_stats", "broker", RC.GET_BROKER_CONSUME_STATS, {"isOrder": "false"},
-         body_kind="json", doc="mqadmin brokerConsumeStats: every group's offsets and diff"),
+         body_kind="mq_keyed_json", doc="mqadmin brokerConsumeStats: every group's offsets and diff"),
     Step("max_offset", "broker", RC.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"}),
     Step("max_offset_missing_queue", "broker", RC.GET_MAX_OFFSET,
          {"topic": TOPIC, "queueId": "99"}),
@@ -381,7 +384,9 @@ def flatten_response(resp: RemotingCommand | None, body_kind: str) -> dict[str, 
     body = bytes(resp.body)
     if not body:
         return out
-    if body_kind == "json":
+    if body_kind in ("json", "mq_keyed_json"):
+        if body_kind == "mq_keyed_json":  # fastjson writes MessageQueue map keys as objects
+            body = _MQ_KEY.sub(rb'"\3@\1@\2":', body)
         try:
             _flatten("body", fastjson.loads(body), out)
         except ValueError:
