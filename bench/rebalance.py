@@ -22,6 +22,7 @@ the load reached; and ``ratios`` (ours / Java, p50 and p99: below 1 means we ans
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -35,11 +36,11 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rmq_cluster.cluster.remoting.client_pool import open_remoting_client  # noqa: E402
-from rmq_cluster.cluster.remoting.codec import RemotingCommand  # noqa: E402
-from rmq_cluster.cluster.remoting.codes import RequestCode as RC  # noqa: E402
-from tests.interop import oracle  # noqa: E402
-from tests.interop.scenario import send_v2  # noqa: E402
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode as RC
+from tests.interop import oracle
+from tests.interop.scenario import send_v2
 
 TOPIC = "RebalanceT"
 GROUP = "RebalanceG"
@@ -61,6 +62,19 @@ def _heartbeat(client_id: str) -> bytes:
             }],
         }],
     })
+
+
+class Notices:
+    """When NOTIFY_CONSUMER_IDS_CHANGED reached a member (perf_counter), and an event per
+    wait for the next one."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+        self.next = trio.Event()
+
+    def arrived(self) -> None:
+        self.at.append(time.perf_counter())
+        self.next.set()
 
 
 class Recorder:
@@ -100,11 +114,9 @@ async def _sender(addr: str, end: float, inflight: int, body: bytes, sent: list[
             n = 0
             while trio.current_time() < end:
                 ext = send_v2(TOPIC, (i + n) % 4, 1000 + n)
-                try:
-                    await client.invoke(addr, RemotingCommand.request(RC.SEND_MESSAGE_V2, ext,
-                                                                      body), CALL_TIMEOUT_S)
-                except Exception:
-                    pass
+                req = RemotingCommand.request(RC.SEND_MESSAGE_V2, ext, body)
+                with contextlib.suppress(Exception):  # a refused send is still load
+                    await client.invoke(addr, req, CALL_TIMEOUT_S)
                 n += 1
                 sent[0] += 1
 
@@ -113,12 +125,12 @@ async def _sender(addr: str, end: float, inflight: int, body: bytes, sent: list[
 
 
 async def _member(addr: str, idx: int, args: argparse.Namespace, end: float,
-                  rec: Recorder, notices: list[float]) -> None:
+                  rec: Recorder, notices: Notices) -> None:
     """One consumer of the group: heartbeats, then rebalance rounds until ``end``."""
     client_id = f"127.0.0.1@bench-{idx}"
 
     def on_notify(conn: Any, request: RemotingCommand) -> None:
-        notices.append(time.perf_counter())
+        notices.arrived()
 
     async with open_remoting_client({RC.NOTIFY_CONSUMER_IDS_CHANGED: on_notify}) as client:
         await rec.call(client, addr, "heartbeat",
@@ -147,22 +159,22 @@ async def _member(addr: str, idx: int, args: argparse.Namespace, end: float,
             n += 1
 
 
-async def _churn(addr: str, end: float, rec: Recorder, notices: list[float]) -> None:
+async def _churn(addr: str, end: float, rec: Recorder, notices: Notices) -> None:
     """A member that joins and leaves again and again: each join is answered, then timed until
     the existing members are told (NOTIFY_CONSUMER_IDS_CHANGED)."""
     client_id = "127.0.0.1@bench-churn"
     n = 0
     while trio.current_time() < end:
         async with open_remoting_client() as client:
-            seen = len(notices)
+            seen = len(notices.at)
+            notices.next = trio.Event()
             resp = await rec.call(client, addr, "heartbeat_join", RemotingCommand.request(
                 RC.HEART_BEAT, body=_heartbeat(f"{client_id}-{n}")))
             answered = time.perf_counter()
             with trio.move_on_after(NOTIFY_TIMEOUT_S):
-                while len(notices) == seen:
-                    await trio.sleep(0.0005)  # polling the notice list, with a deadline
-            if resp is not None and len(notices) > seen:
-                rec.ms["notify_after_join"].append((notices[seen] - answered) * 1000)
+                await notices.next.wait()
+            if resp is not None and len(notices.at) > seen:
+                rec.ms["notify_after_join"].append((notices.at[seen] - answered) * 1000)
             else:
                 rec.errors["notify_after_join"] += 1
             await rec.call(client, addr, "unregister", RemotingCommand.request(
@@ -173,7 +185,7 @@ async def _churn(addr: str, end: float, rec: Recorder, notices: list[float]) -> 
 
 async def _measure(addr: str, args: argparse.Namespace) -> dict[str, Any]:
     rec = Recorder()
-    notices: list[float] = []
+    notices = Notices()
     async with open_remoting_client() as client:
         ext = {"topic": TOPIC, "readQueueNums": str(args.queues),
                "writeQueueNums": str(args.queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
