@@ -1,10 +1,11 @@
 """The real mqadmin: Apache's rocketmq-tools 4.9.8 and 5.3.1 (``MQAdminStartup``,
-unmodified, from Maven Central), the same command matrix each, against a real rmq-cluster. The
-commands run in one JVM (tests/compat/java/AdminBatch.java calls ``MQAdminStartup.main0`` once
-per command line and marks each command's output); ``sendMessage`` and ``clusterRT`` keep process-wide state or loop, so they run in JVMs
-of their own. Every command's output is checked for the fields it prints. A live producer and
-push consumer (our Python client) give the connection and progress commands something to show.
-mqadmin exits 0 even when a command fails, so a failure is read from its output."""
+unmodified, from Maven Central), the same command matrix each, against a real rmq-cluster.
+The commands run in one JVM (tests/compat/java/AdminBatch.java calls ``MQAdminStartup.main0``
+once per command line and marks each command's output); ``sendMessage`` and ``clusterRT`` keep
+process-wide state or loop, so they run in JVMs of their own. Every command's output is checked
+for the fields it prints, and for ``null`` (a value the broker did not answer). A live producer
+and push consumer (our Python client) give the connection and progress commands something to
+show. mqadmin exits 0 even when a command fails, so a failure is read from its output."""
 
 from __future__ import annotations
 
