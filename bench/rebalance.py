@@ -8,10 +8,10 @@ What a 4.x push consumer asks its broker while queues move between the members o
 each queue it takes (QUERY_CONSUMER_OFFSET), the offsets it commits (UPDATE_CONSUMER_OFFSET),
 and for orderly consumers the lock of its queues (LOCK_BATCH_MQ); the broker tells every member
 when one joins or leaves (NOTIFY_CONSUMER_IDS_CHANGED, measured from the joining heartbeat's
-answer to the notice reaching an existing member). For each kind (``--kinds``; tests/interop/
+sending to the notice reaching an existing member). For each kind (``--kinds``; tests/interop/
 oracle.py starts the NameServer and Broker on free loopback ports and always stops them),
-``--senders`` connections keep ``--inflight`` sends of ``--size`` bytes each in flight (the busy
-broker) while ``--consumers`` members of one group run rebalance rounds back to back, one
+``--senders`` connections (in a process of their own) keep ``--inflight`` sends of ``--size``
+bytes each in flight (the busy broker) while ``--consumers`` members of one group run rebalance rounds back to back, one
 member leaving and joining again every round so the notices flow; every call's latency is
 recorded. Request loops are bounded by ``--seconds`` and stop by themselves.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -168,13 +169,13 @@ async def _churn(addr: str, end: float, rec: Recorder, notices: Notices) -> None
         async with open_remoting_client() as client:
             seen = len(notices.at)
             notices.next = trio.Event()
+            joined = time.perf_counter()
             resp = await rec.call(client, addr, "heartbeat_join", RemotingCommand.request(
                 RC.HEART_BEAT, body=_heartbeat(f"{client_id}-{n}")))
-            answered = time.perf_counter()
             with trio.move_on_after(NOTIFY_TIMEOUT_S):
                 await notices.next.wait()
             if resp is not None and len(notices.at) > seen:
-                rec.ms["notify_after_join"].append((notices.at[seen] - answered) * 1000)
+                rec.ms["notify_after_join"].append((notices.at[seen] - joined) * 1000)
             else:
                 rec.errors["notify_after_join"] += 1
             await rec.call(client, addr, "unregister", RemotingCommand.request(
@@ -191,18 +192,38 @@ async def _measure(addr: str, args: argparse.Namespace) -> dict[str, Any]:
                "writeQueueNums": str(args.queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
                "topicSysFlag": "0", "order": "false"}
         await client.invoke(addr, RemotingCommand.request(RC.UPDATE_AND_CREATE_TOPIC, ext))
-    body = b"x" * args.size
+    # the load runs in a process of its own: its loop must not delay the measured calls
+    load = await trio.lowlevel.open_process(
+        [sys.executable, __file__, "--load", addr, "--seconds", str(args.seconds + 1),
+         "--senders", str(args.senders), "--inflight", str(args.inflight),
+         "--size", str(args.size)], stdout=subprocess.PIPE,
+    )
+    try:
+        await trio.sleep(1.0)  # the load is on before the first round
+        end = trio.current_time() + args.seconds
+        async with trio.open_nursery() as nursery:
+            for idx in range(args.consumers):
+                nursery.start_soon(_member, addr, idx, args, end, rec, notices)
+            nursery.start_soon(_churn, addr, end, rec, notices)
+        with trio.fail_after(CALL_TIMEOUT_S + 5):
+            await load.wait()
+        assert load.stdout is not None
+        sent = int((await load.stdout.receive_some()).decode().strip() or 0)
+    finally:
+        if load.returncode is None:
+            load.kill()  # our own child, by its handle
+            await load.wait()
+    return {"calls": rec.summary(), "sends_per_s": round(sent / (args.seconds + 1), 1)}
+
+
+async def _load(addr: str, args: argparse.Namespace) -> None:
+    """``--load``: the senders alone, for ``--seconds``; prints how many sends were made."""
     sent = [0]
-    start = trio.current_time()
-    end = start + args.seconds
+    end = trio.current_time() + args.seconds
     async with trio.open_nursery() as nursery:
         for _ in range(args.senders):
-            nursery.start_soon(_sender, addr, end, args.inflight, body, sent)
-        await trio.sleep(1.0)  # the load is on before the first round
-        for idx in range(args.consumers):
-            nursery.start_soon(_member, addr, idx, args, end, rec, notices)
-        nursery.start_soon(_churn, addr, end, rec, notices)
-    return {"calls": rec.summary(), "sends_per_s": round(sent[0] / args.seconds, 1)}
+            nursery.start_soon(_sender, addr, end, args.inflight, b"x" * args.size, sent)
+    print(sent[0], flush=True)
 
 
 def run_kind(kind: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -235,7 +256,11 @@ def main() -> None:
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--kinds", default="java,ours")
+    p.add_argument("--load", metavar="ADDR", help=argparse.SUPPRESS)  # the load process
     args = p.parse_args()
+    if args.load:
+        trio.run(_load, args.load, args)
+        return
     kinds = [k for k in args.kinds.split(",") if k]
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for rep in range(args.repeats):
