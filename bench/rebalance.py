@@ -13,7 +13,8 @@ oracle.py starts the NameServer and Broker on free loopback ports and always sto
 ``--senders`` connections (in a process of their own) keep ``--inflight`` sends of
 ``--size`` bytes each in flight (the busy broker) while ``--consumers`` members of one group
 run rebalance rounds back to back, and one more member joins and leaves again and again so the
-notices flow; every call's latency is recorded. Request loops are bounded by ``--seconds`` and stop by themselves.
+notices flow; every call's latency is recorded. Request loops are bounded by ``--seconds``
+and stop by themselves.
 
 Prints one JSON object: per kind and call, count, p50 / p99 / max in ms; the sends per second
 the load reached; and ``ratios`` (ours / Java, p50 and p99: below 1 means we answer faster).
