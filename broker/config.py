@@ -399,6 +399,12 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
     "osPageCacheBusyTimeOutMills": _TIMEOUT,
     "maxTransferBytesOnMessageInMemory": (1, JAVA_INT_MAX),
     "maxTransferCountOnMessageInMemory": (1, 65_536),
+    # timers: a delay past the wheel's reach rolls (re-enqueues), so 10 years is still sound
+    "timerMaxDelaySec": (1, 3600 * 24 * 365 * 10),
+    "timerPrecisionMs": (100, 1000),  # rounded down to 100, 200, 500 or 1000 as RocketMQ 5
+    "timerRollWindowSlot": (2, 3600 * 24 * 7 - 60),  # slots: the wheel's 7 days less 60
+    "timerFlushIntervalMs": _MS,
+    "mappedFileSizeTimerLog": (4096, MAX_MAPPED_FILE_BYTES),
     # HAConfig
     "haSendHeartbeatInterval": _MS,
     "haHousekeepingInterval": _MS,

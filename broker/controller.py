@@ -9,7 +9,8 @@ opens the store (recovering it), then runs, side by side: the store's services, 
 server on the listen port and the fast port (listenPort - 2), registration with every NameServer
 (at start, every registerNameServerPeriod, and whenever topics change), client housekeeping
 (idle clients dropped, NOTIFY_CONSUMER_IDS_CHANGED on membership changes), the delay-level
-service, the transaction check service and persistence of the config files. On cancellation it
+service and the timer wheel (``store/timer``: a master's, started and stopped with the role),
+the transaction check service and persistence of the config files. On cancellation it
 unregisters from every NameServer, writes the config files and closes the store cleanly.
 """
 
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import trio
+import trio.lowlevel
 
 from rmq_cluster.broker.clients import ClientManager, RebalanceLockManager
 from rmq_cluster.broker.config import BrokerSettings
@@ -59,7 +61,7 @@ from rmq_cluster.broker.processors.send import (
 from rmq_cluster.broker.replicas_manager import ReplicasManager
 from rmq_cluster.broker.schedule import ScheduleMessageService
 from rmq_cluster.broker.stats import BrokerStats
-from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC, TopicConfigManager
+from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC, TIMER_TOPIC, TopicConfigManager
 from rmq_cluster.broker.transaction import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
@@ -101,6 +103,8 @@ from rmq_cluster.store import flush as store_services
 from rmq_cluster.store.config import BrokerRole, FlushDiskType
 from rmq_cluster.store.epoch_file import EpochFile
 from rmq_cluster.store.message_store import MessageStore
+from rmq_cluster.store.timer.timer_store import MAX_ENQUEUE_PER_ROUND as TIMER_MAX_ENQUEUE_PER_ROUND
+from rmq_cluster.store.timer.timer_store import TimerStore
 
 #: How long shutdown waits for UNREGISTER_BROKER answers.
 UNREGISTER_TIMEOUT_S: Final = 3.0
@@ -174,6 +178,9 @@ class BrokerController:
         self._register_round_ended = trio.Event()
         self._persist_now = trio.Event()
         self._schedule_wake = trio.Event()
+        self._timer_wake = trio.Event()
+        #: the timer store while this broker delivers timers (a master), else None
+        self.timer: TimerStore | None = None
         self._changed = trio.Event()
         self.address: tuple[str, int] | None = None
         self.fast_address: tuple[str, int] | None = None
@@ -282,6 +289,8 @@ class BrokerController:
         self.hold.notify_message_arriving(topic, queue_id, next_offset, tags_code, store_ts)
         if topic == SCHEDULE_TOPIC:
             self._schedule_wake.set()
+        elif topic == TIMER_TOPIC:
+            self._timer_wake.set()
 
     # ------------------------------------------------------------------ processors
 
@@ -848,6 +857,52 @@ class BrokerController:
     # ------------------------------------------------------------------ delay levels
 
     async def _schedule_loop(self) -> None:
+        """A master's deliveries of delayed messages: the delay levels and the timer wheel."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._delay_level_loop)
+            if self.settings.store.timer_wheel_enable:
+                nursery.start_soon(self._timer_loop)
+
+    async def _timer_loop(self) -> None:
+        """Index timer messages as they arrive and deliver each slot when it is over; asleep
+        until the next slot is due or a timer message arrives. msyncs the timer files every
+        timerFlushIntervalMs while they change; closes them when the broker stops delivering
+        (shutdown, or a role change to slave)."""
+        timer = TimerStore(self.store, self.settings.store, self.store_host, self.now_ms)
+        timer.open()
+        self.timer = timer
+        flushed = timer.writes
+        flush_at: int | None = None
+        try:
+            while True:
+                self._timer_wake = trio.Event()
+                try:
+                    while timer.enqueue() >= TIMER_MAX_ENQUEUE_PER_ROUND:
+                        await trio.lowlevel.checkpoint()
+                    due = timer.deliver_due()
+                except Exception as exc:  # a bad record must not stop delivery for good
+                    self.log.error("timer delivery failed", error=repr(exc))
+                    due = self.now_ms() + int(LOOP_ERROR_BACKOFF_S * 1000)
+                if timer.writes != flushed:
+                    now = self.now_ms()
+                    if flush_at is None:
+                        flush_at = now + self.settings.store.timer_flush_interval_ms
+                    if now >= flush_at:
+                        flushed, flush_at = timer.writes, None
+                        await trio.to_thread.run_sync(timer.flush)
+                    else:
+                        due = flush_at if due is None else min(due, flush_at)
+                if due is None:
+                    await self._timer_wake.wait()
+                    continue
+                with trio.move_on_after(max(0.0, (due - self.now_ms()) / 1000.0)):
+                    await self._timer_wake.wait()
+        finally:
+            self.timer = None
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(timer.close)
+
+    async def _delay_level_loop(self) -> None:
         schedule = self.schedule
         while True:
             self._schedule_wake = trio.Event()

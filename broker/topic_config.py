@@ -21,6 +21,7 @@ from rmq_cluster.cluster.protocol.route import (
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
+from rmq_cluster.store.config import TIMER_TOPIC as STORE_TIMER_TOPIC
 
 #: The auto-create template topic.
 AUTO_CREATE_TOPIC_KEY_TOPIC: Final = "TBW102"
@@ -28,6 +29,7 @@ SELF_TEST_TOPIC: Final = "SELF_TEST_TOPIC"
 BENCHMARK_TOPIC: Final = "BenchmarkTest"
 OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+TIMER_TOPIC: Final = STORE_TIMER_TOPIC
 TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
@@ -43,7 +45,10 @@ VALID_CHARS_TEXT: Final = names.VALID_CHARS_TEXT
 MAX_QUEUE_NUMS: Final = names.MAX_QUEUE_NUMS
 #: Producers may never send to these (RocketMQ ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``).
 NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
-    {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC}
+    # (the timer topic too: RocketMQ 5 lets a producer write it, REAL_TOPIC and all, which
+    # would put a message into any topic past ACL when its time comes)
+    {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
+     TIMER_TOPIC}
 )
 
 

@@ -81,7 +81,8 @@ async def _produce(args: argparse.Namespace) -> int:
         props = {k: v.replace("{i}", n) for k, v in user_props}
         body = _body(args, i) if body_varies else body_base
         return Message(args.topic, body, tags=tags, keys=keys, properties=props,
-                       delay_level=args.delay)
+                       delay_level=args.delay, delay_ms=args.delay_ms,
+                       deliver_time_ms=args.deliver_at)
 
     async with Producer(args.group, client_config=client_config(args)) as p:
         if args.batch and args.batch > 1:
@@ -231,6 +232,16 @@ async def _consume(args: argparse.Namespace) -> int:
 # ====================================================================== wiring
 
 
+def _epoch_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a time in ms since the epoch: {text!r}") from None
+    if not 0 <= value < 1 << 63:
+        raise argparse.ArgumentTypeError(f"out of range: {text!r}")
+    return value
+
+
 def _prop(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
@@ -278,6 +289,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--delay", type=positive, default=0, metavar="LEVEL",
                    help="delay level (1s 5s 10s 30s 1m 2m ... by the broker's "
                         "messageDelayLevel; default: none)")
+    timer = p.add_mutually_exclusive_group()
+    timer.add_argument("--delay-ms", type=non_negative, default=None, metavar="MS",
+                       help="a timer message: delivered MS after the broker stores it "
+                            "(RocketMQ 5 TIMER_DELAY_MS; the broker's timerMaxDelaySec caps it)")
+    timer.add_argument("--deliver-at", type=_epoch_ms, default=None, metavar="MS",
+                       help="a timer message: delivered at MS, ms since the epoch "
+                            "(RocketMQ 5 TIMER_DELIVER_MS)")
     p.add_argument("--batch", type=non_negative, default=0, help="send batches of K messages")
     p.add_argument("--in-flight", type=positive, default=DEFAULT_PRODUCE_IN_FLIGHT)
     p.set_defaults(func=runner(_produce))

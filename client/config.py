@@ -15,6 +15,11 @@ from rmq_cluster.cluster.remoting.codes import CURRENT_VERSION
 
 #: Java: ClientConfig.pollNameServerInterval.
 DEFAULT_POLL_NAMESRV_INTERVAL_S: Final = 30.0
+#: After a broker serving a topic fails, its route is re-read at once, then this often ...
+DEFAULT_FAILOVER_ROUTE_POLL_S: Final = 0.5
+#: ... until the route names a new master for it, or this long has passed (ours; Apache's client
+#: waits for its next pollNameServerInterval instead: client/suspects.py).
+DEFAULT_FAILOVER_ROUTE_WINDOW_S: Final = 30.0
 #: Java: ClientConfig.heartbeatBrokerInterval.
 DEFAULT_HEARTBEAT_INTERVAL_S: Final = 30.0
 #: Java: ClientConfig.persistConsumerOffsetInterval.
@@ -92,6 +97,10 @@ class ClientConfig:
     persist_offset_interval_s: float = DEFAULT_PERSIST_OFFSET_INTERVAL_S
     rebalance_interval_s: float = DEFAULT_REBALANCE_INTERVAL_S
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    failover_route_poll_s: float = attrs.field(
+        default=DEFAULT_FAILOVER_ROUTE_POLL_S, validator=attrs.validators.gt(0))
+    failover_route_window_s: float = attrs.field(
+        default=DEFAULT_FAILOVER_ROUTE_WINDOW_S, validator=attrs.validators.ge(0))
     language: str = LANGUAGE
     version: int = VERSION
     #: Plain ACL credentials: when set, every request is signed as RocketMQ's AclClientRPCHook

@@ -684,6 +684,9 @@ class PushConsumer:
                     )
                 except MQClientError as exc:
                     self.log.info("pull failed", queue=str(pq.mq), error=str(exc))
+                    if exc.code is None and await self.instance.refresh_after_failure(
+                            pq.mq.topic, pq.mq.broker_name):
+                        continue  # a new master: pull from it at once
                     await trio.sleep(cfg.pull_error_backoff_s)  # back-off timer
                     continue
                 if pq.dropped:

@@ -43,6 +43,7 @@ from rmq_cluster.client.request_reply import (
     reply_properties,
 )
 from rmq_cluster.client.subscription import ConsumerData, heartbeat_body
+from rmq_cluster.client.suspects import SuspectRoutes
 from rmq_cluster.cluster.acl.signing import credentials_from
 from rmq_cluster.cluster.clock import now_ms
 from rmq_cluster.cluster.logging import get_logger
@@ -234,6 +235,10 @@ class ClientInstance:
         self._nursery: trio.Nursery | None = None
         self._stack: AsyncExitStack | None = None
         self._route_locks: dict[str, trio.Lock] = {}
+        #: topics whose route is re-read fast because a broker serving them failed
+        self._suspects = SuspectRoutes(self.config.failover_route_poll_s,
+                                       self.config.failover_route_window_s)
+        self._suspect_now = trio.Event()
         self._rebalance_now = trio.Event()
         self._heartbeat_now = trio.Event()
         self._heartbeat_lock = trio.Lock()
@@ -265,6 +270,7 @@ class ClientInstance:
         nursery.start_soon(self._periodic, "route", self._route_interval, self.update_all_routes)
         nursery.start_soon(self._periodic_evented, "heartbeat", self._heartbeat_interval,
                            "_heartbeat_now", self.send_heartbeat_to_all)
+        nursery.start_soon(self._watch_suspects)
         nursery.start_soon(self._periodic, "persist", self._persist_interval,
                            self._persist_all)
         nursery.start_soon(self._periodic_evented, "rebalance", self._rebalance_interval,
@@ -512,6 +518,41 @@ class ClientInstance:
                 topic in set(p.publish_topics()) for p in self.producers.values()))
         except MQClientError as exc:
             self.log.info("route update failed", topic=topic, error=str(exc))
+
+    async def refresh_after_failure(self, topic: str, broker_name: str) -> bool:
+        """``broker_name`` failed serving ``topic`` (no answer, not available, or no master in
+        the route): re-read the route now unless that was just done, and keep re-reading it
+        until a new master shows up (client/suspects.py). True if the broker's master address
+        changed."""
+        before = self.master_addr(broker_name)
+        now = trio.current_time()
+        self._suspects.mark(topic, broker_name, before, now)
+        self._suspect_now.set()
+        if self._suspects.fetch_due(topic, now):
+            await self._refresh_suspect(topic)
+        return self.master_addr(broker_name) not in (before, None)
+
+    async def _refresh_suspect(self, topic: str) -> None:
+        self._suspects.fetched(topic, trio.current_time())
+        await self._update_quietly(topic)
+        for broker in self._suspects.settle(topic, self.master_addr):
+            self.log.info("new master in the route", topic=topic, broker=broker,
+                          addr=self.master_addr(broker))
+
+    async def _watch_suspects(self) -> None:
+        """Re-read suspect topics' routes every ``failover_route_poll_s`` while any remain."""
+        while True:
+            topics = self._suspects.topics(trio.current_time())
+            if not topics:
+                await self._suspect_now.wait()
+                self._suspect_now = trio.Event()
+                continue
+            for topic in topics:
+                if self._suspects.fetch_due(topic, trio.current_time()):
+                    await self._refresh_suspect(topic)
+            with trio.move_on_after(self.config.failover_route_poll_s):  # the poll period
+                await self._suspect_now.wait()
+            self._suspect_now = trio.Event()
 
     def _clean_offline_brokers(self) -> None:
         live: dict[str, set[str]] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -61,6 +61,10 @@ def _keys(value: Any) -> str | tuple[str, ...] | None:
     return tuple(value) if isinstance(value, list | tuple) else value
 
 
+PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
+
+
 @attrs.frozen
 class Message:
     """A message to send. ``keys``: one string (space-separated) or a list of keys."""
@@ -73,9 +77,15 @@ class Message:
     delay_level: int = 0
     flag: int = 0
     wait_store_msg_ok: bool = True
+    #: a timer message (RocketMQ 5): delivered at this time (ms since the epoch, the broker's
+    #: clock), or after ``delay_ms`` from its arrival; the broker refuses more than its
+    #: ``timerMaxDelaySec`` (3 days by default) ahead. One of the two, not with a delay level.
+    deliver_time_ms: int | None = None
+    delay_ms: int | None = None
 
     def wire_properties(self) -> dict[str, str]:
-        """Properties in the order a Java ``Message`` gets them (TAGS, KEYS, WAIT, DELAY, user)."""
+        """Properties in the order a Java ``Message`` gets them (TAGS, KEYS, WAIT, DELAY,
+        TIMER_DELIVER_MS / TIMER_DELAY_MS, user)."""
         props: dict[str, str] = {}
         if self.tags:
             props[MC.PROPERTY_TAGS] = self.tags
@@ -85,6 +95,10 @@ class Message:
         props[MC.PROPERTY_WAIT_STORE_MSG_OK] = "true" if self.wait_store_msg_ok else "false"
         if self.delay_level > 0:
             props[MC.PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        if self.deliver_time_ms is not None:
+            props[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_time_ms)
+        if self.delay_ms is not None:
+            props[PROPERTY_TIMER_DELAY_MS] = str(self.delay_ms)
         for k, v in self.properties.items():
             props.setdefault(k, v)
         return props

@@ -81,6 +81,8 @@ RETRY_RESPONSE_CODES = frozenset({
     ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
     ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
 })
+#: refusals that mean "not the master (any more)": the route is re-read at once
+FAILOVER_RESPONSE_CODES = frozenset({ResponseCode.SERVICE_NOT_AVAILABLE})
 _STATUS: dict[int, SendStatus] = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -312,6 +314,8 @@ class Producer:
                 raise MQClientError("the topic of the messages in one batch should be the same")
             if m.delay_level > 0:
                 raise MQClientError("TimeDelayLevel is not supported for batching")
+            if m.deliver_time_ms is not None or m.delay_ms is not None:
+                raise MQClientError("timer messages are not supported for batching")
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 raise MQClientError("Retry Group is not supported for batching")
             self._check(m)
@@ -341,6 +345,7 @@ class Producer:
         deadline = start + t
         last_broker: str | None = None
         last_error: MQClientError | None = None
+        msg = _with_uniq_id(msg)  # every attempt carries one id: a retried send is idempotent
         for attempt in range(times):
             if attempt:
                 start = _clock()
@@ -356,18 +361,26 @@ class Producer:
                 self._fault(mq, start, isolation=True)
                 last_error = exc
                 self.log.info("send failed, retrying", queue=str(mq), error=str(exc))
+                if await self._after_failure(mq, deadline):
+                    last_broker = None  # its new master may take the retry
                 continue
             except MQBrokerError as exc:
                 self._fault(mq, start, isolation=True)
                 last_error = exc
-                if exc.code in RETRY_RESPONSE_CODES:
-                    self.log.info("send refused, retrying", queue=str(mq), error=str(exc))
-                    continue
-                raise
+                if exc.code not in RETRY_RESPONSE_CODES:
+                    raise
+                self.log.info("send refused, retrying", queue=str(mq), error=str(exc))
+                if exc.code in FAILOVER_RESPONSE_CODES and await self._after_failure(mq, deadline):
+                    last_broker = None
+                continue
             except MQClientError as exc:  # e.g. the broker vanished from the route
                 last_error = exc
+                if await self._after_failure(mq, deadline):
+                    last_broker = None
                 continue
             self._fault(mq, start, isolation=False)
+            if result.status is SendStatus.SLAVE_NOT_AVAILABLE:
+                await self._after_failure(mq, deadline)  # stored; a failover may be under way
             if result.status is not SendStatus.SEND_OK and (
                 self.config.retry_another_broker_when_not_store_ok
             ):
@@ -376,6 +389,13 @@ class Producer:
         if last_error is not None:
             raise last_error
         raise MQClientError(f"send to {msg.topic} timed out after {t:g}s")
+
+    async def _after_failure(self, mq: MessageQueue, deadline: float) -> bool:
+        """Re-read the route of a broker that failed (within the send's time left); True if
+        the broker has a new master to retry on."""
+        with trio.move_on_after(max(0.0, deadline - _clock())):
+            return await self.instance.refresh_after_failure(mq.topic, mq.broker_name)
+        return False
 
     def _fault(self, mq: MessageQueue, start: float, *, isolation: bool) -> None:
         if self.config.send_latency_fault_enable:
@@ -550,6 +570,14 @@ ExecuteLocal = Callable[[Message, Any], "TransactionState | Awaitable[Transactio
 CheckLocal = Callable[[ReceivedMessage], "TransactionState | Awaitable[TransactionState]"]
 
 
+def _with_uniq_id(msg: Message | _Batch) -> Message | _Batch:
+    """``msg`` with its UNIQ_KEY set once, before the first attempt (a batch has its ids)."""
+    if isinstance(msg, _Batch) or MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in msg.properties:
+        return msg
+    props = {**msg.properties, MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: _UNIQ.next_id()}
+    return attrs.evolve(msg, properties=props)
+
+
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     out = fn(*args)
     if inspect.isawaitable(out):
@@ -575,6 +603,8 @@ class TransactionProducer(Producer):
                                   ) -> tuple[SendResult, TransactionState]:
         if msg.delay_level > 0:
             raise TransactionError("delay level is not supported for transaction messages")
+        if msg.deliver_time_ms is not None or msg.delay_ms is not None:
+            raise TransactionError("timer messages are not supported for transaction messages")
         self._check(msg)
         props = {MC.PROPERTY_TRANSACTION_PREPARED: "true", MC.PROPERTY_PRODUCER_GROUP: self.group}
         msg = attrs.evolve(msg, properties={**msg.properties, **props})

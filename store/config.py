@@ -27,6 +27,10 @@ DELAY_LEVELS_MS: Final = (
     540000, 600000, 1200000, 1800000, 3600000, 7200000,
 )
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+#: The timer wheel's system topic (RocketMQ 5 ``TimerMessageStore.TIMER_TOPIC``).
+TIMER_TOPIC: Final = "rmq_sys_wheel_timer"
+#: timerPrecisionMs values RocketMQ 5 accepts (its setter rounds down to one of them).
+TIMER_PRECISIONS_MS: Final = (100, 200, 500, 1000)
 
 
 class FlushDiskType(enum.Enum):
@@ -99,6 +103,14 @@ class MessageStoreConfig:
     message_delay_level: str = setting(
         "messageDelayLevel", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     )
+    # timer messages (RocketMQ 5 MessageStoreConfig's keys and defaults)
+    timer_wheel_enable: bool = setting("timerWheelEnable", True)
+    timer_max_delay_sec: int = setting("timerMaxDelaySec", 3600 * 24 * 3)
+    timer_precision_ms: int = setting("timerPrecisionMs", 1000)
+    timer_roll_window_slot: int = setting("timerRollWindowSlot", 3600 * 24 * 2)
+    timer_flush_interval_ms: int = setting("timerFlushIntervalMs", 1000)
+    mapped_file_size_timer_log: int = setting("mappedFileSizeTimerLog", 100 * 1024 * 1024)
+    timer_stop_dequeue: bool = setting("timerStopDequeue", False)
 
     @property
     def commit_log_dir(self) -> str:
@@ -115,6 +127,18 @@ class MessageStoreConfig:
     @property
     def checkpoint_path(self) -> str:
         return os.path.join(self.store_path_root_dir, "checkpoint")
+
+    @property
+    def timer_wheel_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "timerwheel")
+
+    @property
+    def timer_log_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "timerlog")
+
+    @property
+    def timer_check_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "config", "timercheck")
 
     @property
     def abort_path(self) -> str:

@@ -54,6 +54,14 @@ from rmq_cluster.cluster.remoting.headers import (
     parse_send_header,
 )
 from rmq_cluster.store.commitlog import PutMessageResult, PutMessageStatus
+from rmq_cluster.store.config import TIMER_TOPIC, MessageStoreConfig
+from rmq_cluster.store.timer.hook import (
+    TIMER_DELAY_MS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    TimerRefusal,
+    timer_put,
+)
 
 if TYPE_CHECKING:
     from rmq_cluster.broker.context import BrokerContext
@@ -72,6 +80,9 @@ _CLUSTER: Final = MessageConst.PROPERTY_CLUSTER
 _TRAN: Final = MessageConst.PROPERTY_TRANSACTION_PREPARED
 #: What every send answer carries, refusals too (Java's ``preSend`` adds them first).
 _SEND_EXT: Final = {"MSG_REGION": MSG_REGION_DEFAULT, "TRACE_ON": TRACE_ON_DEFAULT}
+_T_SEC: Final = TIMER_DELAY_SEC
+_T_MS: Final = TIMER_DELAY_MS
+_T_AT: Final = TIMER_DELIVER_MS
 #: Java's remark for a send without a topic (its msgCheck validates the blank topic).
 BLANK_TOPIC_REMARK: Final = "The specified topic is blank."
 
@@ -79,6 +90,20 @@ BLANK_TOPIC_REMARK: Final = "The specified topic is blank."
 def refuse(request: RemotingCommand, code: int, remark: str | None) -> RemotingCommand:
     """A send refused: Java's answer still carries MSG_REGION and TRACE_ON."""
     return request.response(code, remark, dict(_SEND_EXT))
+
+
+def timer_refusal_answer(why: TimerRefusal, scfg: MessageStoreConfig) -> tuple[int, str]:
+    """RocketMQ 5's answer to a timer message it does not store (SendMessageProcessor)."""
+    if why is TimerRefusal.NOT_ENABLED:
+        return ResponseCode.SYSTEM_ERROR, (
+            "accurate timer message is not enabled, timerWheelEnable is "
+            f"{str(scfg.timer_wheel_enable).lower()}"
+        )
+    return ResponseCode.MESSAGE_ILLEGAL, (
+        "timer message illegal, the delay time should not be bigger than the max delay "
+        f"{scfg.timer_max_delay_sec * 1000}ms; or if set del msg, the delay time should be "
+        "bigger than the current time"
+    )
 
 
 def java_topic_config(tc: TopicConfig) -> str:
@@ -417,6 +442,11 @@ class SendProcessor:
                 return redirected
             if redirected is not None:
                 topic, queue_id = redirected
+        if not batch and (_T_SEC in props or _T_MS in props or _T_AT in props):
+            timed = self._timer_put(props, topic, queue_id, sys_flag)
+            if isinstance(timed, TimerRefusal):
+                return refuse(request, *timer_refusal_answer(timed, ctrl.settings.store))
+            topic, queue_id, props = timed
         msg = new_message(
             topic, body, queue_id, header.flag, props, sys_flag, header.born_timestamp,
             peer_host(conn.peer), ctrl.store_host, reconsume,
@@ -432,6 +462,16 @@ class SendProcessor:
         elif sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_PREPARED_TYPE:
             msg = prepare_half_message(ctrl, msg, wait_prop)
         return msg, batch, wait
+
+    def _timer_put(
+        self, props: dict[str, str], topic: str, queue_id: int, sys_flag: int
+    ) -> tuple[str, int, Any] | TimerRefusal:
+        scfg = self.ctrl.settings.store
+        return timer_put(
+            props, topic, queue_id, sys_flag, self.ctrl.now_ms(),
+            enabled=scfg.timer_wheel_enable, max_delay_sec=scfg.timer_max_delay_sec,
+            precision_ms=scfg.timer_precision_ms,
+        )
 
     def _retry_or_dlq(
         self, request: RemotingCommand, header: SendHeader, reconsume: int
@@ -482,7 +522,7 @@ class SendProcessor:
             "MSG_REGION": MSG_REGION_DEFAULT,
             "TRACE_ON": TRACE_ON_DEFAULT,
         }
-        if msg.topic == HALF_TOPIC:
+        if msg.topic == HALF_TOPIC or msg.topic == TIMER_TOPIC:
             # Java answers the producer's queue (its client builds SendResult.messageQueue
             # from it) and no transactionId (the client uses the UNIQ_KEY)
             ext["queueId"] = msg.properties.get(_REAL_QID) or ext["queueId"]

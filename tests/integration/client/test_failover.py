@@ -7,9 +7,19 @@ from pathlib import Path
 
 import trio
 
-from rmq_cluster.client import ConsumeFromWhere, Message, Producer, PullConsumer, PullStatus
+from rmq_cluster.client import (
+    ConsumeFromWhere,
+    ConsumeResult,
+    Message,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+    ReceivedMessage,
+    SendStatus,
+)
 from rmq_cluster.client.admin import Admin
-from rmq_cluster.client.errors import MQBrokerError
+from rmq_cluster.client.errors import MQBrokerError, MQClientError
 from rmq_cluster.client.model import MessageQueue
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 
@@ -107,3 +117,88 @@ async def test_assign_after_the_master_died_retries_on_a_fresh_route(tmp_path: P
             await pc.assign([r.queue])  # the cached route still says the master
             assert r.queue in pc.assigned
             assert pc.instance.find_broker_addr("broker-a") == (slave.addr, True)
+
+
+async def test_sends_reach_a_new_master_within_a_second_with_the_default_route_poll(
+    tmp_path: Path,
+) -> None:
+    """A group's master dies and a new master registers at another address (what a controller
+    election or a restart on a new port looks like from the client). With the route poll at its
+    default 30 s the producer still finds the new master within about a second: a failed send
+    re-reads the topic's route at once, then every failover_route_poll_s (client/suspects.py)."""
+    async with running_cluster(tmp_path) as cluster:
+        cc = cluster.client_config(poll_namesrv_interval_s=30.0)
+        async with Producer("PG", client_config=cc) as p:
+            first = await p.send(Message("FO", b"before"))
+            assert first.status is SendStatus.SEND_OK
+            old_addr = cluster.addr
+            await cluster.brokers["broker-a"].stop()
+            with trio.fail_after(WAIT_S):
+                await cluster.ns.wait_until(
+                    lambda s: "broker-a" not in s.routes.broker_addr_table)
+            outcomes: list[str] = []
+            registered: list[float] = []
+            sent: list[float] = []
+            failing, done = trio.Event(), trio.Event()
+
+            async def keep_sending() -> None:
+                while True:
+                    try:
+                        r = await p.send(Message("FO", b"during"), timeout=1.0)
+                    except MQClientError as exc:
+                        outcomes.append(type(exc).__name__)
+                        if len(outcomes) >= 3:
+                            failing.set()
+                        await trio.sleep(0.05)  # the application's own pace between tries
+                        continue
+                    if registered:
+                        sent.append(trio.current_time())
+                        assert r.status is SendStatus.SEND_OK
+                        done.set()
+                        return
+
+            async with trio.open_nursery() as n:
+                n.start_soon(keep_sending)
+                with trio.fail_after(WAIT_S):
+                    await failing.wait()  # the sends fail while the group has no master
+                new = await cluster.start_broker("broker-a", key="broker-a")
+                registered.append(trio.current_time())
+                with trio.fail_after(5.0):  # the route poll alone would take up to 30 s
+                    await done.wait()
+            assert new.addr != old_addr
+            assert sent[0] - registered[0] < 1.5, outcomes
+            assert p.instance.master_addr("broker-a") == new.addr
+
+
+async def test_push_consumer_follows_a_new_master_without_waiting_for_the_route_poll(
+    tmp_path: Path,
+) -> None:
+    """The consumer's pulls fail when the master dies; it re-reads the route then (and every
+    failover_route_poll_s), so it pulls from the new master after at most one pull back-off,
+    not the 30 s route poll."""
+    async with running_cluster(tmp_path) as cluster:
+        cc = cluster.client_config(poll_namesrv_interval_s=30.0, rebalance_interval_s=20.0)
+        got: list[bytes] = []
+        first, after = trio.Event(), trio.Event()
+
+        def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            got.extend(m.body for m in msgs)
+            (after if b"after" in got else first).set()
+            return ConsumeResult.SUCCESS
+
+        async with Producer("PG", client_config=cc) as p, PushConsumer(
+            "CGF", client_config=cc, listener=listener,
+            consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        ) as c:
+            await p.send(Message("FC", b"before"), queue=MessageQueue("FC", "broker-a", 0))
+            c.subscribe("FC", "*")
+            with trio.fail_after(WAIT_S):
+                await first.wait()
+            await cluster.brokers["broker-a"].stop()
+            with trio.fail_after(WAIT_S):
+                await cluster.ns.wait_until(
+                    lambda s: "broker-a" not in s.routes.broker_addr_table)
+            await cluster.start_broker("broker-a", key="broker-a")
+            await p.send(Message("FC", b"after"))
+            with trio.fail_after(3.0 + 2.0):  # one pull back-off (3 s) and the route re-read
+                await after.wait()

@@ -67,3 +67,21 @@ def test_readme_example(name: str, cluster: RunningCluster, tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == expected
     assert "Traceback" not in done.stderr
+
+
+def test_the_readme_pytest_example_passes_as_written(tmp_path: Path) -> None:
+    """The "Testing your application with pytest" block, saved as a test file and run by pytest
+    in a subprocess (the plugin starts its own session cluster, as for a user)."""
+    text = README.read_text(encoding="utf-8")
+    m = re.search(r"<!-- pytest-example -->\n```python\n(.*?)\n```", text, re.S)
+    assert m is not None, "the README lost its pytest example"
+    (tmp_path / "test_readme_pytest.py").write_text(m.group(1) + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "test_readme_pytest.py"],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False, env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout

@@ -942,6 +942,49 @@ public final class Scenarios {
         p.shutdown();
     }
 
+    /** a 5.x timer setter by name (reflection: the 4.9 client this file also builds against has none). */
+    static void timerSet(Message m, String setter, long value) throws Exception {
+        Message.class.getMethod(setter, long.class).invoke(m, value);
+    }
+
+    /**
+     * timer messages (5.x client only): a consumer listens, then idx 0 is sent with
+     * setDeliverTimeMs(now + 1 s), idx 1 with setDelayTimeSec(60) and idx 2 with
+     * setDelayTimeMs(timer.mid.ms); "sends_done" says so; the consumer reports every message
+     * until the file named by timer.stop exists.
+     */
+    static void timer() throws Exception {
+        String sc = "timer";
+        String t = topic("timer", 2);
+        String stop = System.getProperty("timer.stop");
+        long mid = Long.getLong("timer.mid.ms", 20000L);
+        DefaultMQProducer p = producer(prefix + "-pg-timer");
+        List<MessageExt> got = new CopyOnWriteArrayList<>();
+        DefaultMQPushConsumer c = collector(sc, prefix + "-cg-timer", t, "*", got);
+        p.send(new Message(t, PROBE_TAG, text(0)));
+        await("the timer consumer's probe", () -> !got.isEmpty());
+        String[] setters = {"setDeliverTimeMs", "setDelayTimeSec", "setDelayTimeMs"};
+        for (int idx = 0; idx < 3; idx++) {
+            Message m = msg(t, idx, "Timer", text(idx));
+            long before = System.currentTimeMillis();
+            long value = idx == 0 ? before + 1000 : idx == 1 ? 60 : mid;
+            long due = idx == 0 ? value : idx == 1 ? before + 60000 : before + mid;
+            timerSet(m, setters[idx], value);
+            Map<String, Object> s = sent(sc, idx, m, p.send(m));
+            s.put("sent_ms", before);
+            s.put("due_ms", due);
+            emitMap(s);
+        }
+        emit("scenario", sc, "event", "sends_done");
+        long end = System.currentTimeMillis() + waitMs;
+        while (stop == null || !new java.io.File(stop).exists()) {
+            if (System.currentTimeMillis() > end) throw new IllegalStateException("timer: no stop file in time");
+            Thread.sleep(50); // polling the stop file with a deadline
+        }
+        c.shutdown();
+        p.shutdown();
+    }
+
     /**
      * a push consumer (fresh group, from the first offset) reads {@code PREFIX-stream} until every
      * unique id listed in the file named by drain.ids has arrived; on timeout it names the missing.
@@ -1010,6 +1053,7 @@ public final class Scenarios {
                     case "trace": trace(); break;
                     case "stream": stream(); break;
                     case "drain": drain(); break;
+                    case "timer": timer(); break;
                     default: throw new IllegalArgumentException("unknown scenario " + sc);
                 }
                 emit("scenario", sc, "event", "done", "ms", System.currentTimeMillis() - t0);
