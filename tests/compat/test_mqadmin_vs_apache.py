@@ -2,13 +2,15 @@
 4.9.7's own NameServer and Broker and against ours, booted from the same broker.conf
 (tests/interop/oracle.py): the commands that print what the broker answers by key
 (``clusterList``, ``brokerStatus``, ``getBrokerConfig``, ``brokerConsumeStats``) print every row
-and column Apache's broker gives them, on ours too, and ``null`` on neither. Our extension keys
-add rows; none is missing. (A 5.x broker is not booted here: its JVM alone takes longer than
+and column Apache's broker gives them, on ours too, and never ``null`` on ours (Apache's own
+prints one: ``putMessageDistributeTime`` before its first put). Our extension keys add rows;
+none is missing. (A 5.x broker is not booted here: its JVM alone takes longer than
 this whole test on the 2-core machine; the 5.x tools are checked against 4.9.7, which they
 support.)"""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 from collections.abc import Iterator
@@ -42,21 +44,26 @@ def _run(classpath: str, home: Path, ns: str, broker: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def outputs(mqadmin_tools: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[dict[str, dict[str, str]]]:
-    version, classpath = mqadmin_tools
-    root = tmp_path_factory.mktemp(f"mqadmin-vs-{version}")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, oracle.Cluster]]:
+    """Apache's NameServer and Broker and ours, side by side, for every tools version."""
+    root = tmp_path_factory.mktemp("mqadmin-vs")
     try:
         java_cp = oracle.java_classpath()
     except oracle.OracleError as exc:
         pytest.fail(f"Apache RocketMQ's Java nodes are not available: {exc}", pytrace=False)
-    out: dict[str, dict[str, str]] = {}
-    for kind in ("java", "ours"):
-        cp = java_cp if kind == "java" else None
-        with oracle.running_cluster(kind, root / kind, cp=cp) as cluster:
-            out[kind] = _run(classpath, root / f"home-{kind}", cluster.namesrv_addr,
-                             cluster.broker_addr)
-    yield out
+    with contextlib.ExitStack() as stack:
+        yield {kind: stack.enter_context(oracle.running_cluster(
+            kind, root / kind, cp=java_cp if kind == "java" else None))
+            for kind in ("java", "ours")}
+
+
+@pytest.fixture(scope="module")
+def outputs(mqadmin_tools: tuple[str, str], clusters: dict[str, oracle.Cluster],
+            tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    version, classpath = mqadmin_tools
+    home = tmp_path_factory.mktemp(f"mqadmin-home-{version}")
+    return {kind: _run(classpath, home / kind, c.namesrv_addr, c.broker_addr)
+            for kind, c in clusters.items()}
 
 
 def _keys(text: str, sep: str) -> set[str]:
@@ -70,8 +77,10 @@ def test_every_command_prints_what_apache_does_and_no_null(
     for name in java:
         for kind, text in (("java", java[name]), ("ours", ours[name])):
             assert not FAILED.search(text), (kind, name, text[-2000:])
-            nulls = [ln for ln in text.splitlines() if NULL.search(ln) and not OWN_NULL.search(ln)]
-            assert not nulls, (kind, name, nulls[:5])
+        # (Apache's own broker answers one null: putMessageDistributeTime before its first put)
+        nulls = [ln for ln in ours[name].splitlines()
+                 if NULL.search(ln) and not OWN_NULL.search(ln)]
+        assert not nulls, (name, nulls[:5])
     # brokerStatus: "key : value" rows; getBrokerConfig: "key = value" rows
     assert _keys(java["brokerStatus"], " : ") - _keys(ours["brokerStatus"], " : ") == set()
     assert _keys(java["getBrokerConfig"], "=") - _keys(ours["getBrokerConfig"], "=") == set()
