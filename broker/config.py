@@ -206,6 +206,9 @@ class BrokerConfig:
     #: controller prove (cluster/remoting/peer_auth.py); "" = open peer ports, as RocketMQ's.
     #: ``rmq-cluster up`` generates one per cluster.
     cluster_secret: str = setting("clusterSecret", "", secret=True)
+    #: Keys UPDATE_BROKER_CONFIG refuses (``;``-separated; RocketMQ 5's default): they change
+    #: only in the config file, with a restart.
+    config_black_list: str = setting("configBlackList", "configBlackList;brokerConfigPath")
 
     @cluster_secret.validator
     def _check_cluster_secret(self, attribute: attrs.Attribute, value: str) -> None:

@@ -362,6 +362,7 @@ class BrokerNode:
             rc.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
             rc.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             rc.GET_CONSUME_STATS: admin.get_consume_stats,
+            rc.GET_BROKER_CONSUME_STATS: admin.get_broker_consume_stats,
             rc.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
             rc.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
             rc.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
@@ -962,6 +963,13 @@ class BrokerNode:
             await self._check_interval.wait()
             bcfg = self.bcfg  # (transactionTimeOut and transactionCheckMax are live keys too)
             if self.topics.select(HALF_TOPIC) is None:
+                # Apache's first check pass creates the half topic (1 queue, read-write)
+                # whether or not a transaction was ever sent: topic lists match its
+                _tc, created = self.topics.create_in_send_message_back(
+                    HALF_TOPIC, 1, PermName.PERM_RW
+                )
+                if created:
+                    self.topic_created(HALF_TOPIC)
                 continue
             try:
                 checks = self.transactions.due_checks(

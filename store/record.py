@@ -83,15 +83,28 @@ def schedule_properties(props: Mapping[str, str], topic: str, queue_id: int) -> 
     return java_map_order(out)
 
 
+class DueProperties(dict[str, str]):
+    """The properties of a delayed message the schedule service puts back into its real topic
+    once due. Their DELAY records the level it waited at (consumers read it, as from RocketMQ,
+    whose broker keeps DELAY in the stored text while clearing it from the map it acts on); it
+    asks for nothing. Only the broker builds one: properties decoded from the wire are plain."""
+
+    __slots__ = ()
+
+
 def put_properties(
     props: Mapping[str, str], topic: str, queue_id: int, sys_flag: int, levels: tuple[int, ...]
 ) -> tuple[str, int, Mapping[str, str], bytes]:
     """(topic, queue id, properties, properties text) a put of a message stores: its own, or
     for a delayed message the schedule topic's: a positive DELAY of a plain or committed
     message, the level clamped to the last one, goes to queue ``level - 1``
-    (``schedule_properties``)."""
+    (``schedule_properties``); ``DueProperties`` are stored as they are."""
     text = props.get(_DELAY)
-    if text is not None and (sys_flag & SYSFLAG_TRANSACTION_MASK) in _DELAYABLE:
+    if (
+        text is not None
+        and (sys_flag & SYSFLAG_TRANSACTION_MASK) in _DELAYABLE
+        and type(props) is not DueProperties
+    ):
         try:
             level = int(text)
         except ValueError:

@@ -441,6 +441,7 @@ NO_NAME_CODES: Final = frozenset(
         _RC.GET_ALL_DELAY_OFFSET,
         _RC.GET_BROKER_CONFIG,
         _RC.GET_BROKER_RUNTIME_INFO,
+        _RC.GET_BROKER_CONSUME_STATS,
         _RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
         _RC.UPDATE_BROKER_CONFIG,
         # statsKey is a topic or "topic@group": the processor splits and validates it

@@ -174,6 +174,12 @@ def mqadmin_classpath() -> str:
     return build_java_probes(JAVA_CLIENTS[0])
 
 
+@pytest.fixture(scope="session", params=JAVA_CLIENTS)
+def mqadmin_tools(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(version, class path) of each pinned rocketmq-tools: 4.9.8 and 5.3.1's mqadmin."""
+    return request.param, build_java_probes(request.param)
+
+
 # --------------------------------------------------------------------------- Apache Go client
 
 GO_DIR = Path(__file__).parent / "go"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.cluster.remoting.codes import RequestCode
 from tests.integration.broker.conftest import (
     WAIT_S,
@@ -27,7 +27,7 @@ async def test_slave_store_carries_pop_state_after_failover(tmp_path: Path) -> N
                                reviveInterval="100") as cluster:
         master = cluster.broker
         assert master.ha is not None
-        slave = BrokerController(broker_settings(
+        slave = BrokerNode(broker_settings(
             tmp_path / "slave", cluster.ns_addr, brokerId="1", brokerRole="SLAVE",
             haListenPort="0"))
         slave_scope, slave_done = trio.CancelScope(), trio.Event()
