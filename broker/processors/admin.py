@@ -202,7 +202,7 @@ class AdminProcessors:
         ))
         # Apache's thread-pool, page-cache-lock and transient-pool keys, as an idle Apache
         # broker answers them (ours where we have the figure, e.g. parked pulls)
-        apache = runtime_info_keys(str(scfg.commit_log_dir), table["commitLogDiskRatio"])
+        apache = runtime_info_keys(str(scfg.commit_log_dir), float(table["commitLogDiskRatio"]))
         table = {**apache, **table}
         if ctrl.ha is not None:
             table.update(ctrl.ha.runtime_info())  # replication state (per-slave ack, diff)
