@@ -93,6 +93,6 @@ async def test_first_check_pass_creates_the_half_topic(tmp_path: Path) -> None:
             return found
 
         with trio.fail_after(WAIT_S):
-            while (tc := half(ok(await c.call(RequestCode.GET_ALL_TOPIC_CONFIG)))) is None:  # noqa: ASYNC110, E501 (a remote condition)
+            while (tc := half(ok(await c.call(RequestCode.GET_ALL_TOPIC_CONFIG)))) is None:  # noqa: ASYNC110
                 await trio.sleep(0.05)  # polling a condition with a deadline
         assert (tc["readQueueNums"], tc["writeQueueNums"], tc["perm"]) == (1, 1, 6)
