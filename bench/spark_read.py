@@ -12,7 +12,8 @@ queues (4 per broker, our client's batch send) and measures, on the same topic i
   * raw_pull: one thread pulling every queue (PULL_MESSAGE, 32 per pull, frames counted,
     records not decoded): what the wire gives one reader;
   * cat_commitlog: ``cat`` of both brokers' CommitLog files to /dev/null (the disk/page-cache
-    floor; the files hold the topic's records and nothing else).
+    floor; the files hold the topic's records and nothing else, but are preallocated at
+    ``mappedFileSizeCommitLog``: cat reads the whole file, its unwritten tail included).
 Rates are rows/s (messages per second of wall time; the cat: the topic's messages over its
 time).  The Spark session is started (and warmed by one small read) before timing.
 """
