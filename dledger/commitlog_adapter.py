@@ -86,6 +86,7 @@ from rmq_cluster.cluster.protocol.message import (
     encode_properties,
     join_properties,
     pack_record,
+    peek_field,
 )
 from rmq_cluster.dledger.config import DLedgerConfig
 from rmq_cluster.dledger.core import Role
@@ -246,10 +247,12 @@ class DLedgerCommitLogView:
 
     def pickup_store_timestamp(self, phys_offset: int, size: int) -> int:
         view = self.read(phys_offset, min(size, RECORD_HEADER_SIZE))
-        if view is None or len(view) < 64:
+        if view is None:
             return -1
         try:
-            return int.from_bytes(view[56:64], "big", signed=True)
+            return peek_field(view, "STORETIMESTAMP")
+        except struct.error:
+            return -1
         finally:
             view.release()
 
@@ -914,8 +917,8 @@ class DLedgerCommitLog:
             return -1
         first = storage.first_index()
         for entry in storage.entries(first, min(storage.last_index(), self.applied_index) + 1):
-            if entry.body and len(entry.body) >= 64:
-                return int.from_bytes(entry.body[56:64], "big", signed=True)
+            if entry.body and len(entry.body) >= RECORD_HEADER_SIZE:
+                return peek_field(entry.body, "STORETIMESTAMP")
         return -1
 
     def read_raw(self, phys_offset: int, max_bytes: int) -> memoryview | None:
