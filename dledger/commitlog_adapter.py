@@ -92,6 +92,7 @@ from rmq_cluster.dledger.config import DLedgerConfig
 from rmq_cluster.dledger.core import Role
 from rmq_cluster.dledger.log_storage import BODY_OFFSET, FileLogStorage
 from rmq_cluster.dledger.messages import Entry, ResponseCode
+from rmq_cluster.store.backend import BackendHost
 from rmq_cluster.store.commitlog import (
     AppendMessageResult,
     CommitLog,
@@ -304,7 +305,7 @@ class DLedgerCommitLog:
         #: the CommitLog as the store's reads see it: the plain one until open() (its
         #: ``queue.on_create`` hook, the dispatcher), then the view of the DLedger files
         self.commitlog: Any = self.plain_commitlog
-        self.store: MessageStore
+        self.store: BackendHost
         self.storage: FileLogStorage | None = None
         self.view: DLedgerCommitLogView | None = None
         self.node: DLedgerNode | None = None
@@ -329,7 +330,7 @@ class DLedgerCommitLog:
         self._scanner = RecordScanner(MAX_SCANNED_RECORD_BYTES, self.delay_levels)
         self._scanned: list[Scanned] = []
 
-    def bind(self, store: MessageStore) -> None:
+    def bind(self, store: BackendHost) -> None:
         self.store = store
         self.cqs = store.cqs
         self.index = store.index
