@@ -171,7 +171,7 @@ def decode_record_at(
     if rphy != phy or head_status(total, magic, limit - off, ANY_RECORD_SIZE) <= 0:
         return None
     try:
-        tp, p0, plen = record_tail(buf, off, total, blen)
+        tp, p0, plen = record_tail(buf, off, total, blen, sysflag)
     except RecordError:
         return None
     topic = bytes(buf[tp + 1 : p0 - 2]).decode("utf-8", "replace")

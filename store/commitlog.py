@@ -490,7 +490,7 @@ class CommitLog:
         if status <= 0:
             return status, None
         try:
-            tp, p0, props_len = record_tail(buf, pos, total, body_len)
+            tp, p0, props_len = record_tail(buf, pos, total, body_len, sys_flag)
         except RecordError:
             return REC_CORRUPT, None
         topic_raw = bytes(buf[tp + 1 : p0 - 2])

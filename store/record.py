@@ -38,6 +38,7 @@ from rmq_cluster.cluster.protocol.message import (
     REC_INCOMPLETE,
     RECORD_FIXED_SIZE,
     RECORD_HEADER_SIZE,
+    SYSFLAG_HOSTS_V6,
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_NOT_TYPE,
@@ -273,7 +274,7 @@ class RecordScanner:
             rec_end = pos + total
             # the template path (class docstring); a template is >= 4 bytes long, so a match
             # of its length leaves BODYLEN within the record once it is not negative
-            if rec_end - tp == tpl_len and body_len >= 0:
+            if rec_end - tp == tpl_len and body_len >= 0 and not sys_flag & SYSFLAG_HOSTS_V6:
                 rest = buf[tp:rec_end]
                 if rest.startswith(tpl_head) and rest.endswith(tpl_tail):
                     uniq = rest[tpl_u0:tpl_u1]
@@ -285,7 +286,7 @@ class RecordScanner:
                         pos = rec_end
                         budget -= total
                         continue
-            got = read(buf, pos, total, body_len, store_ts, want_keys)
+            got = read(buf, pos, total, body_len, sys_flag, store_ts, want_keys)
             if type(got) is int:
                 return pos, got, budget
             topic, code, uniq_key, keys = got  # type: ignore[misc]
@@ -297,12 +298,13 @@ class RecordScanner:
         return pos, SCAN_MORE, budget
 
     def _read(
-        self, buf: Any, pos: int, total: int, body_len: int, store_ts: int, want_keys: bool
+        self, buf: Any, pos: int, total: int, body_len: int, sys_flag: int, store_ts: int,
+        want_keys: bool,
     ) -> tuple[str, int, bytes | None, bytes | None] | int:
         """The full read of a record off the template path: (topic, tagsCode, UNIQ_KEY,
         KEYS), or SCAN_CORRUPT / SCAN_SKIP. Makes the record the template when it can be."""
         try:
-            tp, p0, props_len = record_tail(buf, pos, total, body_len)
+            tp, p0, props_len = record_tail(buf, pos, total, body_len, sys_flag)
         except RecordError:
             return SCAN_CORRUPT
         topic = self._topic(buf[tp + 1 : p0 - 2], total, store_ts)

@@ -491,7 +491,7 @@ def write_record(
     q = p + body_len
     buf[p:q] = body
     end = pos + total
-    n = len(props)  # the tail, as _record_tail (inlined: the put path's cost)
+    n = len(props)  # the tail, as _pack_tail (inlined: the put path's cost)
     buf[q:end] = b"".join((topic_part, _PROPS_LEN[n] if n < 256 else I16.pack(n), props))
     return end
 
@@ -522,7 +522,7 @@ def pack_record(
             reconsume_times, prepared_offset, len(body),
         ),
         body,
-        _record_tail(topic_part, props),
+        _pack_tail(topic_part, props),
     ))
 
 
@@ -585,7 +585,7 @@ def write_batch_records(
     return pos, offsets
 
 
-def _record_tail(topic_part: bytes, props: bytes | memoryview) -> bytes:
+def _pack_tail(topic_part: bytes, props: bytes | memoryview) -> bytes:
     """TOPICLEN, TOPIC, PROPERTIESLENGTH, PROPERTIES."""
     n = len(props)
     return b"".join((topic_part, _PROPS_LEN[n] if n < 256 else I16.pack(n), props))
@@ -633,7 +633,9 @@ REC_INCOMPLETE: Final = -2  # the bytes available end inside this record
 REC_CORRUPT: Final = -3  # not a record
 #: ``max_record`` of a reader that takes any size a TOTALSIZE can say
 ANY_RECORD_SIZE: Final = 0x7FFFFFFF
-_HOST_V6: Final = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+#: sysFlag bits of a record with IPv6 hosts: not the v1/IPv4 layout these readers know
+SYSFLAG_HOSTS_V6: Final = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+_HOST_V6: Final = SYSFLAG_HOSTS_V6
 
 
 def head_status(total: int, magic: int, avail: int, max_record: int) -> int:
@@ -660,10 +662,15 @@ def short_status(buf: Any, pos: int, end: int, max_record: int) -> int:
     return head_status(total, magic, avail, max_record)
 
 
-def record_tail(buf: Any, pos: int, total: int, body_len: int) -> tuple[int, int, int]:
+def record_tail(
+    buf: Any, pos: int, total: int, body_len: int, sys_flag: int
+) -> tuple[int, int, int]:
     """(topic start, properties start, properties length) of the record of ``total`` bytes at
     ``buf[pos:]`` whose BODYLEN is ``body_len``: the body, TOPICLEN + a non-empty topic and
-    PROPERTIESLENGTH + the properties must fill the record exactly. Raises RecordError."""
+    PROPERTIESLENGTH + the properties must fill the record exactly, and its SYSFLAG must say
+    IPv4 hosts (an IPv6 host moves every field after it). Raises RecordError."""
+    if sys_flag & _HOST_V6:
+        raise RecordError("IPv6 hosts are not supported")
     if body_len < 0 or body_len > total - RECORD_FIXED_SIZE:
         raise RecordError("body length beyond record")
     tp = pos + RECORD_HEADER_SIZE + body_len
@@ -702,12 +709,10 @@ def record_fields(view: memoryview, offset: int = 0, *, check_crc: bool = True) 
         total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host,
         store_ts, store_host, reconsume, prepared, body_len,
     ) = RECORD_HEADER.unpack_from(view, offset)
-    if magic == MAGIC_V1 and sys_flag & _HOST_V6:
-        raise RecordError("IPv6 hosts are not supported")
     status = head_status(total, magic, avail, ANY_RECORD_SIZE)
     if status <= 0:
         raise _head_error(status, magic)
-    tp, p0, props_len = record_tail(view, offset, total, body_len)
+    tp, p0, props_len = record_tail(view, offset, total, body_len, sys_flag)
     body = bytes(view[offset + RECORD_HEADER_SIZE : tp])
     topic = bytes(view[tp + 1 : p0 - 2]).decode("utf-8", "replace")
     props = decode_properties(view[p0 : p0 + props_len])
@@ -767,12 +772,10 @@ def record_properties(buf: Any, pos: int = 0) -> dict[str, str]:
     if avail < RECORD_HEADER_SIZE:
         raise RecordError("truncated header")
     total, magic, sys_flag, body_len = _PROPERTIES_HEAD.unpack_from(buf, pos)
-    if magic == MAGIC_V1 and sys_flag & _HOST_V6:
-        raise RecordError("IPv6 hosts are not supported")
     status = head_status(total, magic, avail, ANY_RECORD_SIZE)
     if status <= 0:
         raise _head_error(status, magic)
-    _tp, p0, props_len = record_tail(buf, pos, total, body_len)
+    _tp, p0, props_len = record_tail(buf, pos, total, body_len, sys_flag)
     return decode_properties(buf[p0 : p0 + props_len]) if props_len else {}
 
 
