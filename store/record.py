@@ -1,9 +1,11 @@
 """The store's record codec (pure; no trio): what a put and a dispatch do with CommitLog records.
 
-The byte layout of a v1/IPv4 record is written in one place, the "stored record" section of
-``rmq_cluster.cluster.protocol.message`` (``write_record`` in place, ``pack_record`` as bytes,
-``write_batch_records`` for a batch), beside the record decoder the client needs too; the batch
-body of SEND_BATCH_MESSAGE is parsed in one place, ``batch_spans`` there. On top of them, here:
+The byte layout of a v1/IPv4 record is one table, ``RECORD_LAYOUT`` in
+``rmq_cluster.cluster.protocol.message``; its writers (``write_record`` in place, ``pack_record``
+as bytes, ``write_batch_records`` for a batch) and its one family of readers (``head_status``,
+``record_tail``, the full and property-only decodes, the field and property peeks) live there
+too; the batch body of SEND_BATCH_MESSAGE is parsed in one place, ``batch_spans`` there. On top
+of them, here:
 
 * **put**: ``put_properties`` / ``schedule_properties`` (a delayed message goes to
   ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with REAL_TOPIC / REAL_QID added, its properties
@@ -11,12 +13,15 @@ body of SEND_BATCH_MESSAGE is parsed in one place, ``batch_spans`` there. On top
   DLedger CommitLog alike;
 * **batch**: ``plan_batch`` sizes every record of a batch body (header properties appended to
   each item's) for ``write_batch_records`` to write;
+* **the DELAY rule**: ``delay_level`` reads a DELAY property (a positive number, clamped to the
+  configured levels, ``messageDelayLevel``) for the put's schedule queue and for the tagsCode;
 * **the tagsCode rule**: ``tags_code`` of TAGS, or for a record of the schedule topic with a
   DELAY property its delivery time, ``store timestamp + delay of its level``
-  (``delay_tags_code``), the level clamped to the configured levels (``messageDelayLevel``);
-* **scan**: ``RecordScanner`` reads, straight from a buffer, the fields dispatch needs of each
-  record (topic, queue id and offset, sysFlag, store timestamp, tagsCode, UNIQ_KEY, KEYS), with
-  the template fast path for runs of records that differ only in their UNIQ_KEY.
+  (``delay_tags_code``);
+* **scan**: ``RecordScanner`` reads, straight from a buffer with the codec's readers, the fields
+  dispatch needs of each record (topic, queue id and offset, sysFlag, store timestamp, tagsCode,
+  UNIQ_KEY, KEYS), with the template fast path for runs of records that differ only in their
+  UNIQ_KEY.
 
 Every integer is big-endian (store-and-replication.md §1.3).
 """

@@ -4,8 +4,11 @@
 * Properties text: ``key 0x01 value 0x02 ...``; Java omits the final 0x02, C++ appends it, and the
   parser skips empty entries (shared/reference/remoting-protocol.md §5.3).
 * The stored record, v1 magic with IPv4 hosts (remoting-protocol.md §5.1,
-  store-and-replication.md §1.3): ``encode_record`` / ``decode_record`` and the header struct
-  the CommitLog packs straight into its mmap.
+  store-and-replication.md §1.3): one layout table (``RECORD_LAYOUT``: name, offset, struct
+  code of each header field) and everything derived from it: the header struct the CommitLog
+  packs straight into its mmap, the writers, and one family of readers (``head_status``,
+  ``record_tail``; on them ``decode_record``, ``record_properties``, ``peek_field``,
+  ``find_property``) that the store's check and scan and the replica audit use too.
 * Batch bodies of SEND_BATCH_MESSAGE (§5.5), offset msgIds (§5.4) and the tagsCode rule
   (Java ``String.hashCode`` of TAGS, widened to int64).
 
