@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from rmq_cluster.cluster.protocol.message import (
+    MAGIC_V1,
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -272,9 +273,9 @@ class RecordScanner:
             (
                 total, magic, queue_id, queue_offset, phys, sys_flag, store_ts, body_len,
             ) = unpack_head(buf, pos)
-            status = head_status(total, magic, avail, max_record)
-            if status <= 0:
-                return pos, _SCAN_STOP[status], budget
+            # head_status's record case, inlined (the per-record cost); any other case asks it
+            if magic != MAGIC_V1 or not RECORD_FIXED_SIZE <= total <= max_record or total > avail:
+                return pos, _SCAN_STOP[head_status(total, magic, avail, max_record)], budget
             tp = pos + RECORD_HEADER_SIZE + body_len
             rec_end = pos + total
             # the template path (class docstring); a template is >= 4 bytes long, so a match
@@ -312,7 +313,8 @@ class RecordScanner:
             tp, p0, props_len = record_tail(buf, pos, total, body_len, sys_flag)
         except RecordError:
             return SCAN_CORRUPT
-        topic = self._topic(buf[tp + 1 : p0 - 2], total, store_ts)
+        raw = buf[tp + 1 : p0 - 2]
+        topic = self._topics.get(raw) or self._topic(raw, total, store_ts)
         if isinstance(topic, int):
             return topic
         if not props_len:
