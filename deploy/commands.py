@@ -741,7 +741,13 @@ def _node_arg(p: argparse.ArgumentParser) -> None:
 def add_commands(sub: Any) -> None:
     """Add the cluster commands to ``sub`` (argparse subparsers)."""
     profiles = ", ".join(BUILTIN_PROFILES)
+    _add_cluster_commands(sub, profiles)
+    _add_node_commands(sub)
+    _add_tool_commands(sub, profiles)
 
+
+def _add_cluster_commands(sub: Any, profiles: str) -> None:
+    """up, down, status, nodes: a whole cluster."""
     p = sub.add_parser("up", help="start a cluster and wait until it is ready",
                        description=f"Profiles: {profiles}, or a .toml profile file.")
     p.add_argument("profile", help=f"{profiles} or a .toml file")
@@ -779,6 +785,9 @@ def add_commands(sub: Any) -> None:
     _common(p)
     p.set_defaults(func=_guarded(cmd_nodes))
 
+
+def _add_node_commands(sub: Any) -> None:
+    """kill, pause, resume, restart, promote, logs: one node."""
     p = sub.add_parser("kill", help="signal a node (default SIGKILL)")
     _node_arg(p)
     _common(p)
@@ -822,6 +831,9 @@ def add_commands(sub: Any) -> None:
                    help="render JSON log lines for a human (time LEVEL [node] event key=value)")
     p.set_defaults(func=_guarded(cmd_logs))
 
+
+def _add_tool_commands(sub: Any, profiles: str) -> None:
+    """ls, render, demo."""
     p = sub.add_parser("ls", help="clusters under $RMQ_CLUSTER_HOME and their state",
                        description="Every cluster directory under the home ($RMQ_CLUSTER_HOME, "
                                    "default ./.rmq-cluster): profile, nodes alive/total, state "
@@ -852,3 +864,4 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--secret-key", default=os.environ.get("RMQ_SECRET_KEY"),
                    help="ACL secretKey (default: $RMQ_SECRET_KEY)")
     p.set_defaults(func=_guarded(cmd_demo))
+

@@ -34,6 +34,7 @@ from rmq_cluster.cluster.protocol.route import (
 )
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, Version
+from rmq_cluster.cluster.remoting.headers import SEND_V2_LETTER
 
 TOPIC_MAX_LENGTH: Final = 127
 GROUP_MAX_LENGTH: Final = 255
@@ -369,7 +370,10 @@ _PUB, _SUB, _ADM = Access.PUB, Access.SUB, Access.ADMIN
 _SEND_V1: Final = (
     H("producerGroup", _G), H("topic", _T, _PUB), H("defaultTopic", _T), H("queueId", _Q),
 )
-_SEND_V2: Final = (H("a", _G), H("b", _T, _PUB), H("c", _T), H("e", _Q))
+_SEND_V2: Final = (
+    H(SEND_V2_LETTER["producerGroup"], _G), H(SEND_V2_LETTER["topic"], _T, _PUB),
+    H(SEND_V2_LETTER["defaultTopic"], _T), H(SEND_V2_LETTER["queueId"], _Q),
+)
 _TOPIC_QUEUE: Final = (H("topic", _T, _SUB), H("queueId", _Q))
 _GROUP_TOPIC_QUEUE: Final = (H("consumerGroup", _G, _SUB), H("topic", _T, _SUB), H("queueId", _Q))
 
