@@ -1,4 +1,4 @@
-"""What the parts of a broker may use of it: the narrow interfaces ``BrokerController`` satisfies.
+"""What the parts of a broker may use of it: the narrow interfaces ``BrokerNode`` satisfies.
 
 ``BrokerContext`` is a request processor's whole view of its broker (``processors/*``, the
 metrics endpoint): its settings, the store, the tables (topics, offsets, groups, clients, locks,
@@ -6,7 +6,7 @@ parked pulls, transactions), the clock and the few hooks that tell the broker so
 ``BrokerHost`` adds what the components that *drive* a broker use (the DLedger role handler and
 the controller-mode replicas manager: identity, role, registration, the service loops they
 start and stop). Both are ``typing.Protocol``: the controller satisfies them structurally, and
-no module below ``broker/controller.py`` imports it, so the import graph has no cycle.
+no module below ``broker/node.py`` imports it, so the import graph has no cycle.
 
 Attributes (not read-only properties) are the ones their users assign: ``settings``/``bcfg``
 (UPDATE_BROKER_CONFIG), ``is_slave``/``broker_id``/``master_addr`` (role changes),
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rmq_cluster.cluster.metrics import Histogram
     from rmq_cluster.cluster.remoting.held import HeldAnswers
     from rmq_cluster.cluster.remoting.server import RemotingServer
-    from rmq_cluster.ha.connection import HAService
+    from rmq_cluster.ha.service import HAService
     from rmq_cluster.store.epoch_file import EpochFile
     from rmq_cluster.store.message_store import MessageStore
 

@@ -23,7 +23,7 @@ import trio
 
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.dispatch import Deferred, SyncProcessor
+from rmq_cluster.cluster.remoting.processors import Deferred, SyncProcessor
 from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, put_status_of
 from rmq_cluster.dledger.messages import ResponseCode as DLedgerCode
 from rmq_cluster.store.commitlog import PutMessageResult

@@ -5,14 +5,14 @@ master; this broker follows.
     controllerAddr=127.0.0.1:9878;127.0.0.1:9888;127.0.0.1:9898
     brokerId=1            # this replica's identity (>= 1)
 
-``BrokerController.run`` hands over to :meth:`ReplicasManager.run`, which for the whole life of
+``BrokerNode.run`` hands over to :meth:`ReplicasManager.run`, which for the whole life of
 the process:
 
 * registers the replica with the controller (CONTROLLER_REGISTER_BROKER 1003) and heartbeats
   (BROKER_HEARTBEAT 904: epoch, CommitLog max offset) every ``brokerHeartbeatInterval``;
 * reads the group's replica info (CONTROLLER_GET_REPLICA_INFO 1004: master id, address, epoch,
   SyncStateSet) every ``syncControllerMetadataPeriod``;
-* runs the broker proper (an inner ``BrokerController``) in the role the controller names:
+* runs the broker proper (an inner ``BrokerNode``) in the role the controller names:
   **master** = brokerId 0 in routes, SYNC_MASTER (ASYNC_MASTER if so configured); **slave** =
   its own brokerId, SLAVE, replicating from the master.  A new master or a new epoch restarts
   the inner broker in its new role (the store is closed and reopened, as a manual 4.x

@@ -332,7 +332,7 @@ class ChaosCluster:
             supervisor.stop_nodes, self.state, self.state.records(KIND_CONTROLLER)
         )
         await trio.to_thread.run_sync(functools.partial(supervisor.down, self.state))
-        argv = [sys.executable, "-m", "rmq_cluster.deploy", *audit_command(members)]
+        argv = [sys.executable, "-m", "rmq_cluster.cli", *audit_command(members)]
         with trio.fail_after(AUDIT_TIMEOUT_S):
             proc = await trio.run_process(argv, capture_stdout=True, capture_stderr=True,
                                           check=False)

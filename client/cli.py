@@ -1,6 +1,6 @@
 """``rmq-cluster produce | consume``: send and receive from the command line.
 
-``deploy/cli.py`` wires these into its parser (``add_commands``); each command runs one
+``cli/main.py`` wires these into its parser (``add_commands``); each command runs one
 ``trio.run``. ``--json`` prints JSON (one object per line for per-message output, then a
 summary object); otherwise plain text. A progress line is drawn on a TTY only.
 

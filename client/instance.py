@@ -55,7 +55,6 @@ from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoti
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import checked
 from rmq_cluster.cluster.remoting.errors import (
     RemotingError,
     RemotingTimeoutError,
@@ -69,6 +68,7 @@ from rmq_cluster.cluster.remoting.headers import (
     ReplyMessageRequestHeader,
     ResetOffsetRequestHeader,
 )
+from rmq_cluster.cluster.remoting.processors import checked
 
 MASTER_ID = 0
 #: A failing periodic task waits this long before its next round (it is logged, not fatal).

@@ -15,6 +15,7 @@ import argparse
 import base64
 import contextlib
 import datetime
+import functools
 import os
 import sys
 import time
@@ -831,21 +832,38 @@ async def _ha_status(admin: Admin, args: argparse.Namespace) -> Output:
 # ====================================================================== wiring
 
 
+AdminCommand = Callable[[str, str, Callable[..., Any]], argparse.ArgumentParser]
+
+
+def _admin_command(
+    sub: Any, name: str, help_text: str, fn: Callable[..., Any]
+) -> argparse.ArgumentParser:
+    """One mqadmin-named command on ``sub`` (argparse subparsers) running ``fn``."""
+    ap: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text + (
+        ". Exit codes: 0 success, 1 failure, 2 usage."))
+    add_ns(ap)
+    ap.set_defaults(func=runner(_admin), admin_fn=fn, command_name=name)
+    return ap
+
+
+def _where(ap: argparse.ArgumentParser, broker_help: str = "broker address ip:port",
+          cluster_help: str = "every master of this cluster") -> None:
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("-b", "--broker", help=broker_help)
+    g.add_argument("-c", "--cluster", help=cluster_help)
+
+
 def add_commands(sub: Any) -> None:
     """Add the mqadmin-named commands to ``sub`` (argparse subparsers)."""
-    def admin_cmd(name: str, help_text: str, fn: Callable[..., Any]) -> argparse.ArgumentParser:
-        ap = sub.add_parser(name, help=help_text, description=help_text + (
-            ". Exit codes: 0 success, 1 failure, 2 usage."))
-        add_ns(ap)
-        ap.set_defaults(func=runner(_admin), admin_fn=fn, command_name=name)
-        return ap
+    admin_cmd = functools.partial(_admin_command, sub)
+    _add_topic_commands(admin_cmd)
+    _add_group_commands(admin_cmd)
+    _add_message_commands(admin_cmd)
+    _add_broker_commands(admin_cmd)
+    add_controller_commands(sub)
 
-    def where(ap: argparse.ArgumentParser, broker_help: str = "broker address ip:port",
-              cluster_help: str = "every master of this cluster") -> None:
-        g = ap.add_mutually_exclusive_group(required=True)
-        g.add_argument("-b", "--broker", help=broker_help)
-        g.add_argument("-c", "--cluster", help=cluster_help)
 
+def _add_topic_commands(admin_cmd: AdminCommand) -> None:
     ap = admin_cmd("clusterList", "brokers of every cluster", _cluster_list)
     ap.add_argument("-c", "--cluster", help="only this cluster")
     ap = admin_cmd("topicRoute", "a topic's route", _topic_route)
@@ -853,7 +871,7 @@ def add_commands(sub: Any) -> None:
     admin_cmd("topicList", "every topic the NameServer knows", _topic_list)
     ap = admin_cmd("updateTopic", "create or update a topic", _update_topic)
     ap.add_argument("-t", "--topic", required=True, type=_topic)
-    where(ap)
+    _where(ap)
     ap.add_argument("-r", "--read-queues", type=non_negative, default=8)
     ap.add_argument("-w", "--write-queues", type=non_negative, default=8)
     ap.add_argument("-p", "--perm", type=int, default=6, choices=range(8), metavar="PERM")
@@ -872,8 +890,10 @@ def add_commands(sub: Any) -> None:
                        "on every NameServer", fn)
         ap.add_argument("-b", "--broker-name", required=True, help="broker name")
 
+
+def _add_group_commands(admin_cmd: AdminCommand) -> None:
     ap = admin_cmd("updateSubGroup", "create or update a subscription group", _update_sub_group)
-    where(ap)
+    _where(ap)
     ap.add_argument("-g", "--group", required=True, type=_group)
     ap.add_argument("-s", "--consume-enable", type=bool_arg, default=True,
                     metavar="true|false")
@@ -889,7 +909,7 @@ def add_commands(sub: Any) -> None:
                     metavar="true|false")
     ap = admin_cmd("deleteSubGroup", "delete a subscription group (with -c also its retry "
                    "and DLQ topics)", _delete_sub_group)
-    where(ap)
+    _where(ap)
     ap.add_argument("-g", "--group", required=True, type=_group)
     ap = admin_cmd("consumerProgress", "a group's offsets against the brokers'",
                    _consumer_progress)
@@ -906,6 +926,8 @@ def add_commands(sub: Any) -> None:
     ap.add_argument("-g", "--group", required=True, type=_group)
     ap.add_argument("-i", "--client-id", help="only this client")
 
+
+def _add_message_commands(admin_cmd: AdminCommand) -> None:
     ap = admin_cmd("queryMsgById", "a message by broker msgId (or client id with -t)",
                    _query_by_id)
     ap.add_argument("-i", "--msg-id", required=True)
@@ -959,6 +981,8 @@ def add_commands(sub: Any) -> None:
     ap.add_argument("-e", "--end", help="up to this time")
     ap.add_argument("-d", "--print-body", type=bool_arg, default=True, metavar="true|false")
 
+
+def _add_broker_commands(admin_cmd: AdminCommand) -> None:
     ap = admin_cmd("brokerStatus", "a broker's runtime info", _broker_status)
     ap.add_argument("-b", "--broker", required=True, help="broker address ip:port")
     for name, help_text, fn in (
@@ -967,7 +991,7 @@ def add_commands(sub: Any) -> None:
          "config file)", _update_broker_config),
     ):
         ap = admin_cmd(name, help_text, fn)
-        where(ap)
+        _where(ap)
         if fn is _update_broker_config:
             ap.add_argument("-k", "--key", required=True, help="e.g. brokerPermission")
             ap.add_argument("-v", "--value", required=True)
@@ -992,8 +1016,7 @@ def add_commands(sub: Any) -> None:
     ap.add_argument("-m", "--machine-room", help="accepted for mqadmin's sake")
     ap = admin_cmd("haStatus", "master/slave replication: each slave's ack offset and lag "
                    "(RocketMQ 5's haStatus)", _ha_status)
-    where(ap)
-    add_controller_commands(sub)
+    _where(ap)
 
 
 # ====================================================================== controller mode

@@ -51,9 +51,9 @@ from rmq_cluster.cluster.protocol.controller import (
 )
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.headers import HeaderError
 from rmq_cluster.cluster.remoting.peer_auth import PeerAuthGate
+from rmq_cluster.cluster.remoting.processors import ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.controller.config import ControllerConfig
 from rmq_cluster.controller.state import (
@@ -85,7 +85,7 @@ from rmq_cluster.dledger.messages import ResponseCode as RaftCode
 from rmq_cluster.dledger.node import (
     DLedgerNode,
     RemotingTransport,
-    peer_dispatcher,
+    peer_table,
 )
 
 #: How long a write waits for its event to commit and apply before answering SYSTEM_BUSY.
@@ -227,9 +227,9 @@ class ControllerNode:
             on_apply=self._on_apply, on_role_change=self._on_role_change,
             offload_io=self.fsync,
         )
-        server = RemotingServer(self._gated(self.listen_gate, self.dispatcher()), node=name)
+        server = RemotingServer(self._gated(self.listen_gate, self.processor_table()), node=name)
         peer_server = RemotingServer(
-            self._gated(self.peer_gate, peer_dispatcher(self.raft)), node=f"{name}-dledger")
+            self._gated(self.peer_gate, peer_table(self.raft)), node=f"{name}-dledger")
         _h, _sep, peer_port = peers[cfg.self_id].rpartition(":")
         if self.listen_gate is None:
             self.log.warning("controller ports are open: no clusterSecret, so anyone who reaches "
@@ -278,11 +278,11 @@ class ControllerNode:
     # ------------------------------------------------------------------ processors
 
     @staticmethod
-    def _gated(gate: PeerAuthGate | None, dispatcher: Dispatcher) -> Dispatcher:
-        return gate.wrap(dispatcher) if gate is not None else dispatcher
+    def _gated(gate: PeerAuthGate | None, table: ProcessorTable) -> ProcessorTable:
+        return gate.wrap(table) if gate is not None else table
 
-    def dispatcher(self) -> Dispatcher:
-        return Dispatcher({
+    def processor_table(self) -> ProcessorTable:
+        return ProcessorTable({
             RC.BROKER_HEARTBEAT: self.on_heartbeat,
             RC.CONTROLLER_REGISTER_BROKER: self.on_register,
             RC.CONTROLLER_GET_REPLICA_INFO: self.on_get_replica_info,

@@ -1,7 +1,7 @@
 """``rmq-cluster up | down | status | nodes | kill | pause | resume | restart | promote | logs |
 render | demo``: the cluster-in-a-box commands.
 
-``deploy/cli.py`` only wires these into its parser (``add_commands``); every parser gets
+``cli/main.py`` only wires these into its parser (``add_commands``); every parser gets
 ``func(args) -> exit code``. Every command takes ``--dir`` (default
 ``$RMQ_CLUSTER_HOME/<name>``, the home defaulting to ``./.rmq-cluster``), ``--name`` (default
 ``default``) and ``--json``; an error is one line on stderr and exit status 1 (``up`` adds the
@@ -87,7 +87,7 @@ def _state(args: argparse.Namespace) -> ClusterState:
 
 def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        # logging is configured once by the entry point (deploy/cli.py: -v, --log-format,
+        # logging is configured once by the entry point (cli/main.py: -v, --log-format,
         # $RMQ_CLUSTER_LOG_LEVEL); the client's and probes' chatter stays on stderr
         try:
             return fn(args)
@@ -741,7 +741,13 @@ def _node_arg(p: argparse.ArgumentParser) -> None:
 def add_commands(sub: Any) -> None:
     """Add the cluster commands to ``sub`` (argparse subparsers)."""
     profiles = ", ".join(BUILTIN_PROFILES)
+    _add_cluster_commands(sub, profiles)
+    _add_node_commands(sub)
+    _add_tool_commands(sub, profiles)
 
+
+def _add_cluster_commands(sub: Any, profiles: str) -> None:
+    """up, down, status, nodes: a whole cluster."""
     p = sub.add_parser("up", help="start a cluster and wait until it is ready",
                        description=f"Profiles: {profiles}, or a .toml profile file.")
     p.add_argument("profile", help=f"{profiles} or a .toml file")
@@ -779,6 +785,9 @@ def add_commands(sub: Any) -> None:
     _common(p)
     p.set_defaults(func=_guarded(cmd_nodes))
 
+
+def _add_node_commands(sub: Any) -> None:
+    """kill, pause, resume, restart, promote, logs: one node."""
     p = sub.add_parser("kill", help="signal a node (default SIGKILL)")
     _node_arg(p)
     _common(p)
@@ -822,6 +831,9 @@ def add_commands(sub: Any) -> None:
                    help="render JSON log lines for a human (time LEVEL [node] event key=value)")
     p.set_defaults(func=_guarded(cmd_logs))
 
+
+def _add_tool_commands(sub: Any, profiles: str) -> None:
+    """ls, render, demo."""
     p = sub.add_parser("ls", help="clusters under $RMQ_CLUSTER_HOME and their state",
                        description="Every cluster directory under the home ($RMQ_CLUSTER_HOME, "
                                    "default ./.rmq-cluster): profile, nodes alive/total, state "
@@ -852,3 +864,4 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--secret-key", default=os.environ.get("RMQ_SECRET_KEY"),
                    help="ACL secretKey (default: $RMQ_SECRET_KEY)")
     p.set_defaults(func=_guarded(cmd_demo))
+

@@ -99,7 +99,7 @@ def pid_running(pid: int) -> bool:
 def cli(*args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run ``rmq-cluster ARGS`` (as ``python -m rmq_cluster.deploy``) and capture its output."""
     return subprocess.run(
-        [sys.executable, "-m", "rmq_cluster.deploy", *args],
+        [sys.executable, "-m", "rmq_cluster.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

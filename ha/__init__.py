@@ -5,7 +5,7 @@ Modules
   ``[phyOffset i64][size i32][CommitLog bytes]``, size 0 = heartbeat).
 - ``ha.master``: pure ack table (push2SlaveMaxOffset, in-sync by haSlaveFallbehindMax), the
   SYNC_MASTER decision, and ``GroupTransfer`` (wait groups released together per ack).
-- ``ha.connection``: ``HAService`` - the broker-facing object; listens on haListenPort and runs
+- ``ha.service``: ``HAService`` - the broker-facing object; listens on haListenPort and runs
   one ``HAConnection`` (read side + write side) per slave; on a SLAVE store it also runs the
   ``HAClient``.
 - ``ha.client``: ``HAClient`` - the slave side (connect, report, append_raw, reconnect, re-point).

@@ -1,7 +1,7 @@
 """The master's replication state, pure (no trio): the ack table of connected slaves,
 push2SlaveMaxOffset, the in-sync judgement and the SYNC_MASTER wait decision.
 
-The Trio shell (``ha/connection.py``) feeds it what it reads and asks it what to do; every
+The Trio shell (``ha/service.py``) feeds it what it reads and asks it what to do; every
 method takes the current time explicitly.
 """
 

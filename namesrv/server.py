@@ -26,7 +26,7 @@ from rmq_cluster.cluster.remoting.address import format_address
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
+from rmq_cluster.cluster.remoting.processors import Processor, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.kv_config import load_file, write_atomically
@@ -117,9 +117,9 @@ class NamesrvServer:
             await trio.to_thread.run_sync(acl.load)
             self.acl = acl
             processors = acl.wrap(processors)
-        dispatcher = Dispatcher(processors, None)
+        table = ProcessorTable(processors, None)
         server = RemotingServer(
-            dispatcher,
+            table,
             node=self.node,
             idle_timeout=float(config.server_channel_max_idle_time_seconds),
             on_connect=self._on_connect,

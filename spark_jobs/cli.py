@@ -1,4 +1,4 @@
-"""``rmq-cluster replica-diff`` wiring: ``add_commands(subparsers)`` from deploy/cli.py.
+"""``rmq-cluster replica-diff`` wiring: ``add_commands(subparsers)`` from cli/main.py.
 
 The parser's ``func`` takes the parsed namespace and returns the exit code (0/1/2).
 """

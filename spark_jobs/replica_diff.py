@@ -6,7 +6,7 @@ Run::
     python -m rmq_cluster.spark_jobs.replica_diff --replica g:n0:MASTER:/a \\
         --replica g:n1:SLAVE:/b --out OUT
     spark-submit --master spark://host:7077 --py-files rmq_spark.zip \\
-        spark_jobs/replica_diff.py --replica ... --out OUT     (see spark_jobs/README.md)
+        spark_jobs/submit.py --replica ... --out OUT     (see spark_jobs/README.md)
 
 Outputs in OUT: ``findings/`` (Parquet, partitioned by group), ``summary.json``, ``report.html``.
 Exit 0 consistent (lag only with ``--allow-lag``), 1 divergence, 2 unverifiable (``--live``)

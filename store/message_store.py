@@ -35,7 +35,7 @@ from rmq_cluster.cluster.protocol.message import (
     decode_offset_msg_id,
     decode_record,
 )
-from rmq_cluster.store.backend import CommitLogBackend
+from rmq_cluster.store.backend import BackendHost, CommitLogBackend
 from rmq_cluster.store.checkpoint import StoreCheckpoint
 from rmq_cluster.store.commitlog import (
     CommitLog,
@@ -310,6 +310,19 @@ class MessageStore:
     def put_messages(self, batch: Message) -> Awaitable[PutMessageResult]:
         return self.backend.put_messages(batch)
 
+    def appended(self, at: int, *, reput: bool = True) -> None:
+        """A backend's news that the CommitLog grew (the seam: ``BackendHost.appended``)."""
+        if reput and self._reput_wake is not None:
+            self._wake_reput()
+        if self._appended is not None:
+            self._notify_appended()
+        if self.warm_wake is not None and at >= self.warm_at:
+            self._wake_warm()
+
+    @property
+    def waits_for_replicas(self) -> bool:
+        return self.replica_waiter is not None
+
     def _notify_appended(self) -> None:
         event, self._appended = self._appended, None
         if event is not None:
@@ -342,7 +355,7 @@ class MessageStore:
                 self._appended = trio.Event()
             await self._appended.wait()
 
-    async def _wait_stored(self, result: PutMessageResult, wait: bool) -> PutMessageResult:
+    async def wait_stored(self, result: PutMessageResult, wait: bool) -> PutMessageResult:
         assert result.result is not None
         end = result.result.end_offset
         status = PutMessageStatus.PUT_OK
@@ -527,17 +540,7 @@ class MessageStore:
             return GetMessageResult(s.NO_MATCHED_LOGIC_QUEUE, self._correct(offset, 0), 0, 0)
         min_off = cq.min_offset_in_queue
         max_off = cq.max_offset_in_queue
-        if max_off == 0:
-            status, nxt = s.NO_MESSAGE_IN_QUEUE, self._correct(offset, 0)
-        elif offset < min_off:
-            status, nxt = s.OFFSET_TOO_SMALL, self._correct(offset, min_off)
-        elif offset == max_off:
-            status, nxt = s.OFFSET_OVERFLOW_ONE, self._correct(offset, offset)
-        elif offset > max_off:
-            # RocketMQ 4.9.7: back to the queue's end (older 4.x chose 0 while min was 0)
-            status, nxt = s.OFFSET_OVERFLOW_BADLY, self._correct(offset, max_off)
-        else:
-            status, nxt = s.FOUND, offset
+        status, nxt = self._offset_status(offset, min_off, max_off)
         if status is not s.FOUND:
             self.get_miss_times += 1
             return GetMessageResult(status, nxt, min_off, max_off)
@@ -590,6 +593,23 @@ class MessageStore:
         else:
             self.get_miss_times += 1
         return result
+
+    def _offset_status(
+        self, offset: int, min_off: int, max_off: int
+    ) -> tuple[GetMessageStatus, int]:
+        """Where ``offset`` lies in a queue of ``[min_off, max_off)``: FOUND inside, else the
+        miss and the offset to pull from next (a slave keeps the asked one)."""
+        s = GetMessageStatus
+        if max_off == 0:
+            return s.NO_MESSAGE_IN_QUEUE, self._correct(offset, 0)
+        if offset < min_off:
+            return s.OFFSET_TOO_SMALL, self._correct(offset, min_off)
+        if offset == max_off:
+            return s.OFFSET_OVERFLOW_ONE, self._correct(offset, offset)
+        if offset > max_off:
+            # RocketMQ 4.9.7: back to the queue's end (older 4.x chose 0 while min was 0)
+            return s.OFFSET_OVERFLOW_BADLY, self._correct(offset, max_off)
+        return s.FOUND, offset
 
     def _correct(self, old: int, new: int) -> int:
         return old if self.role is BrokerRole.SLAVE else new
@@ -754,9 +774,9 @@ class FileCommitLog:
     ) -> None:
         self.config = config
         self.commitlog = CommitLog(config, clock_ms=clock_ms)
-        self.store: MessageStore
+        self.store: BackendHost
 
-    def bind(self, store: MessageStore) -> None:
+    def bind(self, store: BackendHost) -> None:
         self.store = store
         self.dispatcher = store.dispatcher
 
@@ -833,20 +853,21 @@ class FileCommitLog:
         store = self.store
         if store.shutdown or store.role is BrokerRole.SLAVE or store.retention.disk_full:
             refused = self.refusal()
-            assert refused is not None
-            return refused
+            if refused is not None:
+                return refused
         result = self.commitlog.append(msg)
         appended = result.result
         if appended is None:
             store.put_failed_times += 1
         else:
             dispatcher = self.dispatcher
-            if (
+            inline = (
                 store.services_running
                 and store.inline_dispatch
                 and dispatcher.reput_from == appended.wrote_offset
                 and appended.wrote_bytes <= INLINE_DISPATCH_MAX_BYTES
-            ):
+            )
+            if inline:
                 # the reput was caught up: dispatch this record now instead of paying a
                 # scheduler round to wake the reput task (long polling is notified at once)
                 try:
@@ -854,13 +875,8 @@ class FileCommitLog:
                 except Exception:  # the put stands: leave the failure to the reput service
                     log.exception("inline_dispatch_failed", offset=appended.wrote_offset)
                     store.inline_dispatch = False
-                    store._wake_reput()
-            elif store._reput_wake is not None:
-                store._wake_reput()
-            if store._appended is not None:
-                store._notify_appended()
-            if store.warm_wake is not None and appended.wrote_offset >= store.warm_at:
-                store._wake_warm()
+                    inline = False
+            store.appended(appended.wrote_offset, reput=not inline)
         return result
 
     def append_messages(self, batch: Message) -> PutMessageResult:
@@ -872,29 +888,24 @@ class FileCommitLog:
         if result.result is None:
             store.put_failed_times += 1
         else:
-            if store._reput_wake is not None:
-                store._wake_reput()
-            if store._appended is not None:
-                store._notify_appended()
-            if store.warm_wake is not None and result.result.end_offset >= store.warm_at:
-                store._wake_warm()
+            store.appended(result.result.end_offset)
         return result
 
     async def put_message(self, msg: Message) -> PutMessageResult:
         result = self.append_message(msg)
         store = self.store
-        if result.result is None or (not store.sync_flush and store.replica_waiter is None):
+        if result.result is None or (not store.sync_flush and not store.waits_for_replicas):
             return result
         wait = msg.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
-        return await store._wait_stored(result, wait)
+        return await store.wait_stored(result, wait)
 
     async def put_messages(self, batch: Message) -> PutMessageResult:
         result = self.append_messages(batch)
         store = self.store
-        if result.result is None or (not store.sync_flush and store.replica_waiter is None):
+        if result.result is None or (not store.sync_flush and not store.waits_for_replicas):
             return result
         wait = batch.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
-        return await store._wait_stored(result, wait)
+        return await store.wait_stored(result, wait)
 
     # ================================================================== replication (slave side)
 
@@ -906,12 +917,7 @@ class FileCommitLog:
         if store.shutdown:
             raise ValueError("store is shut down")
         self.commitlog.append_raw(phys_offset, data)
-        if store._reput_wake is not None:
-            store._wake_reput()
-        if store.warm_wake is not None and self.commitlog.max_offset >= store.warm_at:
-            store._wake_warm()
-        if store._appended is not None:
-            store._notify_appended()
+        store.appended(self.commitlog.max_offset)
 
     def read_raw(self, phys_offset: int, max_bytes: int) -> memoryview | None:
         """Up to ``max_bytes`` readable CommitLog bytes at ``phys_offset`` (one file at most)."""

@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from rmq_cluster.broker.apache_keys import broker_config_keys, processors
 from rmq_cluster.broker.config import BrokerConfig
 from rmq_cluster.broker.config_update import (
+    BlackListedKeyError,
     ConfigUpdateError,
     apply_update,
     current_values,
@@ -79,8 +81,16 @@ def _follow_template(ctrl: BrokerContext, bcfg: BrokerConfig) -> bool:
 
 
 def config_properties(settings: BrokerSettings) -> dict[str, str]:
-    """The running broker's config keys and values, sorted by key (secrets in clear)."""
-    props = {**to_properties(settings.store), **to_properties(settings.broker)}
+    """The running broker's config keys and values, sorted by key (secrets in clear): ours
+    (broker, store, HA, DLedger) and every other key Apache's broker answers, at its default
+    (``apache_keys``)."""
+    props = {
+        **broker_config_keys(processors()),
+        **to_properties(settings.dledger),
+        **to_properties(settings.ha),
+        **to_properties(settings.store),
+        **to_properties(settings.broker),
+    }
     for key in JAVA_INT_KEYS.intersection(props):
         props[key] = java_int_text(props[key])
     return dict(sorted(props.items()))
@@ -131,6 +141,8 @@ class BrokerConfigProcessor:
             try:
                 values = parse_update_body(bytes(request.body))
                 settings = apply_update(ctrl.settings, values)
+            except BlackListedKeyError as exc:
+                return request.response(ResponseCode.NO_PERMISSION, str(exc))
             except ConfigUpdateError as exc:
                 return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
             perm_changed = settings.broker.broker_permission != ctrl.bcfg.broker_permission

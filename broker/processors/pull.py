@@ -23,23 +23,19 @@ from rmq_cluster.broker.topic_config import OFFSET_MOVED_EVENT
 from rmq_cluster.cluster.filter.sql92 import Selector
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.protocol.message import (
-    OFF_BODYLEN,
-    OFF_SYSFLAG,
-    RECORD_HEADER_SIZE,
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6,
     MessageConst,
-    decode_properties,
-    decode_record,
+    RecordError,
     java_map_order,
     new_message,
+    peek_field,
+    record_properties,
 )
 from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Deferred
 from rmq_cluster.cluster.remoting.errors import exception_remark
 from rmq_cluster.cluster.remoting.headers import HeaderError, PullMessageRequestHeader
+from rmq_cluster.cluster.remoting.processors import Deferred
 from rmq_cluster.store.message_store import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -58,12 +54,6 @@ MAX_SUSPEND_TIMEOUT_MS: Final = 120_000
 MASTER_ID: Final = 0
 #: A slave judges "on disk" with accessMessageInMemoryMaxRatio minus this many points.
 SLAVE_RATIO_DISCOUNT: Final = 10.0
-#: A stored record's PHYSICALOFFSET: big-endian long at byte 28.
-_PHYS_OFFSET: Final = struct.Struct(">q")
-_PHYS_OFFSET_AT: Final = 28
-_SYS_FLAG: Final = struct.Struct(">i")
-_BODY_LEN: Final = struct.Struct(">i")
-_PROPS_LEN: Final = struct.Struct(">h")
 #: RAM the in-memory ratio applies to (tests may patch it).
 TOTAL_MEMORY_BYTES: int = _RAM_BYTES
 
@@ -386,26 +376,12 @@ def replicated_topic(ctrl: BrokerContext, topic: str, queue_id: int) -> TopicCon
                        perm=PermName.PERM_READ)
 
 
-def record_properties(record: memoryview) -> dict[str, str]:
-    """The properties of one stored record (only what SQL92 needs: no body copy)."""
-    sys_flag = _SYS_FLAG.unpack_from(record, OFF_SYSFLAG)[0]
-    if sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
-        return dict(decode_record(record, check_crc=False).properties)
-    (body_len,) = _BODY_LEN.unpack_from(record, OFF_BODYLEN)
-    tp = RECORD_HEADER_SIZE + body_len
-    pp = tp + 1 + record[tp]
-    (props_len,) = _PROPS_LEN.unpack_from(record, pp)
-    if props_len <= 0:
-        return {}
-    return decode_properties(record[pp + 2 : pp + 2 + props_len])
-
-
 def _sql92_matches(selector: Selector, record: memoryview) -> bool:
     """RocketMQ ``ExpressionMessageFilter.isMatchedByCommitLog``: evaluate on the record's
     properties; a record that cannot be read does not match."""
     try:
         props = record_properties(record)
-    except (struct.error, IndexError, ValueError):
+    except (struct.error, RecordError):
         return False
     return selector.matches(props)
 
@@ -414,7 +390,7 @@ def _last_phys_offset(buffers: list[memoryview]) -> int:
     """CommitLog offset of the last record pulled (its PHYSICALOFFSET field)."""
     if not buffers:
         return 0
-    return int(_PHYS_OFFSET.unpack_from(buffers[-1], _PHYS_OFFSET_AT)[0])
+    return peek_field(buffers[-1], "PHYSICALOFFSET")
 
 
 def suggest_broker_id(ctrl: BrokerContext, sgc: SubscriptionGroupConfig, lag: int) -> int:

@@ -13,6 +13,7 @@ or object per send), and an ``async`` form for SYNC_FLUSH waits.
 from __future__ import annotations
 
 import functools
+import operator
 import random
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -44,15 +45,21 @@ from rmq_cluster.cluster.protocol.message import (
     new_message,
 )
 from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
+from rmq_cluster.cluster.protocol.topic_attributes import (
+    message_type,
+    topic_message_type,
+    type_mismatch,
+)
 from rmq_cluster.cluster.remoting.address import parse_address
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
-from rmq_cluster.cluster.remoting.dispatch import Held
 from rmq_cluster.cluster.remoting.headers import (
+    SEND_V2_LETTER,
     ConsumerSendMsgBackRequestHeader,
     HeaderError,
     parse_send_header,
 )
+from rmq_cluster.cluster.remoting.processors import Held
 from rmq_cluster.store.commitlog import PutMessageResult, PutMessageStatus
 from rmq_cluster.store.config import TIMER_TOPIC, MessageStoreConfig
 from rmq_cluster.store.timer.hook import (
@@ -164,29 +171,42 @@ class SendHeader(NamedTuple):
 _new_header: Final = tuple.__new__
 
 
+#: the required letters of SEND_V2_LETTER, read in one call
+_V2_REQUIRED: Final = operator.itemgetter(*(SEND_V2_LETTER[name] for name in (
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+    "bornTimestamp", "flag",
+)))  # fmt: skip
+_V2_TOPIC: Final = SEND_V2_LETTER["topic"]
+_V2_PROPERTIES: Final = SEND_V2_LETTER["properties"]
+_V2_RECONSUME_TIMES: Final = SEND_V2_LETTER["reconsumeTimes"]
+_V2_MAX_RECONSUME_TIMES: Final = SEND_V2_LETTER["maxReconsumeTimes"]
+_V2_BATCH: Final = SEND_V2_LETTER["batch"]
+
+
 def _fast_v2(request: RemotingCommand) -> SendHeader | None:
     """SEND_MESSAGE_V2's one-letter header read straight from extFields (the hot path); None
     when anything is missing or odd, so the generic parser can name the problem."""
     ext = request.ext_fields
     try:
-        j = ext.get("j")
-        l_ = ext.get("l")
+        group, topic, default_topic, nums, queue_id, sys_flag, born, flag = _V2_REQUIRED(ext)
+        j = ext.get(_V2_RECONSUME_TIMES)
+        l_ = ext.get(_V2_MAX_RECONSUME_TIMES)
         # tuple.__new__ straight: a NamedTuple's own __new__ is one more Python call per send
         return _new_header(
             SendHeader,
             (
-                ext["a"],
-                ext["b"],
-                ext["c"],
-                int(ext["d"]),
-                int(ext["e"]),
-                int(ext["f"]),
-                int(ext["g"]),
-                int(ext["h"]),
-                ext.get("i"),
+                group,
+                topic,
+                default_topic,
+                int(nums),
+                int(queue_id),
+                int(sys_flag),
+                int(born),
+                int(flag),
+                ext.get(_V2_PROPERTIES),
                 int(j) if j else None,
                 int(l_) if l_ else None,
-                ext.get("m") in _TRUE,
+                ext.get(_V2_BATCH) in _TRUE,
             ),
         )
     except (KeyError, ValueError, TypeError):
@@ -341,9 +361,8 @@ class SendProcessor:
                 header = _slow(request.code, request.ext_fields)
             except HeaderError as exc:
                 ext = request.ext_fields
-                if not (ext.get("b") if request.code != RequestCode.SEND_MESSAGE else None) and (
-                    not ext.get("topic")
-                ):
+                v2_topic = ext.get(_V2_TOPIC) if request.code != RequestCode.SEND_MESSAGE else None
+                if not v2_topic and not ext.get("topic"):
                     return refuse(request, ResponseCode.SYSTEM_ERROR, BLANK_TOPIC_REMARK)
                 return refuse(request, ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
         if not self._writable:
@@ -416,6 +435,10 @@ class SendProcessor:
         if not batch and len(body) > max_size:
             return refuse(request, ResponseCode.MESSAGE_ILLEGAL, message_illegal_remark(max_size))
         props = decode_properties(header.properties) if header.properties else {}
+        if tc.attributes and not batch:  # a 5.x topic declaring message.type takes only that
+            wrong = type_mismatch(topic_message_type(tc.attribute_map), message_type(props))
+            if wrong is not None and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                return refuse(request, ResponseCode.MESSAGE_ILLEGAL, wrong)
         if batch:
             # Java appends the batch header's properties (WAIT included) to every item, in
             # its HashMap's order

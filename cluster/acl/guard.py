@@ -27,7 +27,7 @@ from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import FLAG_RESPONSE, ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Processor, checked
+from rmq_cluster.cluster.remoting.processors import Processor, checked
 
 #: RocketMQ's FileWatchService looks at the rules file every 500 ms.
 ACL_RELOAD_CHECK_INTERVAL_S: Final = 0.5

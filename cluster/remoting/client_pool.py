@@ -16,13 +16,13 @@ from rmq_cluster.cluster.remoting.connection import (
     DEFAULT_CALL_TIMEOUT_S,
     Connection,
 )
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
 from rmq_cluster.cluster.remoting.errors import (
     RemotingClosedError,
     RemotingConnectError,
     RemotingTimeoutError,
     RemotingUnsentError,
 )
+from rmq_cluster.cluster.remoting.processors import Processor, ProcessorTable
 from rmq_cluster.cluster.remoting.sockets import InputShare, connect_socket
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 3.0
@@ -35,13 +35,13 @@ class RemotingClient:
     """A pool with one connection per address, (re)connected on demand.
 
     Make one with ``open_remoting_client``; requests the peers send to us (server -> client calls)
-    go to ``dispatcher``.
+    go to ``table``.
     """
 
     def __init__(
         self,
         nursery: trio.Nursery,
-        dispatcher: Dispatcher,
+        table: ProcessorTable,
         *,
         node: str = "client",
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
@@ -49,7 +49,7 @@ class RemotingClient:
         handshake: Handshake | None = None,
     ) -> None:
         self._nursery = nursery
-        self.dispatcher = dispatcher
+        self.table = table
         self.node = node
         self.connect_timeout = connect_timeout
         #: Applied to every request this pool sends (RocketMQ's client RPCHook: ACL signing).
@@ -91,7 +91,7 @@ class RemotingClient:
                 raise RemotingClosedError("client is closed")
             try:
                 conn = Connection(
-                    sock, self.dispatcher, node=self.node, lend_reading=True,
+                    sock, self.table, node=self.node, lend_reading=True,
                     input_share=self._input,
                 )
             except OSError as exc:
@@ -189,7 +189,7 @@ async def open_remoting_client(
         async with trio.open_nursery() as nursery:
             client = RemotingClient(
                 nursery,
-                Dispatcher(dict(processors or {}), default),
+                ProcessorTable(dict(processors or {}), default),
                 node=node,
                 connect_timeout=connect_timeout,
                 rpc_hook=rpc_hook,

@@ -1,4 +1,4 @@
-"""Sans-IO codec for RocketMQ 4.x remoting frames (shared/reference/remoting-protocol.md §1).
+"""Sans-IO codec for RocketMQ 4.x remoting frames (docs/protocol/remoting.md).
 
 Frame (big-endian)::
 

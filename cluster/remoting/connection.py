@@ -45,7 +45,6 @@ from rmq_cluster.cluster.remoting.connection_state import (
     Blocked,
     ConnectionState,
 )
-from rmq_cluster.cluster.remoting.dispatch import AsyncProcessor, Dispatcher, Processor
 from rmq_cluster.cluster.remoting.errors import (
     RemotingError,
     RemotingTimeoutError,
@@ -54,6 +53,7 @@ from rmq_cluster.cluster.remoting.errors import (
 )
 from rmq_cluster.cluster.remoting.input_budget import READ_CHUNK_BYTES
 from rmq_cluster.cluster.remoting.lending import Lending
+from rmq_cluster.cluster.remoting.processors import AsyncProcessor, Processor, ProcessorTable
 from rmq_cluster.cluster.remoting.sockets import InputShare, Socket
 from rmq_cluster.cluster.remoting.writer import Writer
 
@@ -99,7 +99,7 @@ class Connection:
     docstring). Writing never blocks a caller; call timeouts are kept by one timer task."""
 
     def __init__(
-        self, sock: socket.socket, dispatcher: Dispatcher, *, node: str,
+        self, sock: socket.socket, table: ProcessorTable, *, node: str,
         max_in_flight: int = MAX_IN_FLIGHT_REQUESTS, lend_reading: bool = False,
         input_share: InputShare | None = None,
     ) -> None:
@@ -113,7 +113,7 @@ class Connection:
         self.local = format_address(local[0], local[1])
         self.log = get_logger(node=node, remote=self.peer, local=self.local)
         self._state = ConnectionState(
-            self, dispatcher, max_in_flight=max_in_flight, peer=self.peer, log=self.log)
+            self, table, max_in_flight=max_in_flight, peer=self.peer, log=self.log)
         self._state.last_read = trio.current_time()
         self._decoder = FrameDecoder()
         self._writer = Writer(self._state, self._sock, self._abort, limit=MAX_OUTBOUND_BUFFER_BYTES)

@@ -14,7 +14,7 @@ import attrs
 from rmq_cluster.cluster.logging import get_logger
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode_into
 from rmq_cluster.cluster.remoting.codes import FLAG_RESPONSE
-from rmq_cluster.cluster.remoting.dispatch import HELD, Held
+from rmq_cluster.cluster.remoting.processors import HELD, Held
 
 
 class HeldReceiver(Protocol):

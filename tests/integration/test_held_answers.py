@@ -19,8 +19,8 @@ from rmq_cluster.cluster.remoting.address import format_address
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import HELD, Dispatcher, Held
 from rmq_cluster.cluster.remoting.held import HeldAnswers
+from rmq_cluster.cluster.remoting.processors import HELD, Held, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 
 HOLD = 7
@@ -47,7 +47,7 @@ async def _server(
         k = req.ext_fields["k"]
         return held.hold(conn, req.opaque, req.response(0, f"ok {k}", {"k": k}), int(k))
 
-    srv = RemotingServer(Dispatcher({HOLD: hold}), node="held", max_in_flight=max_in_flight)
+    srv = RemotingServer(ProcessorTable({HOLD: hold}), node="held", max_in_flight=max_in_flight)
     host, port = await nursery.start(srv.serve, "127.0.0.1", 0)
     yield format_address(host, port), srv
 
@@ -179,7 +179,7 @@ async def test_a_lone_call_hands_back_held_requests_over_the_limit(nursery: trio
         calls_sent.set()
         return req.response(0, "pong")
 
-    srv = RemotingServer(Dispatcher({ping: call_back}), node="srv")
+    srv = RemotingServer(ProcessorTable({ping: call_back}), node="srv")
     host, port = await nursery.start(srv.serve, "127.0.0.1", 0)
     async with open_remoting_client({HOLD: hold}, node="cli") as client:
         conn = await client.connection(format_address(host, port))

@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from rmq_cluster.broker.config import BrokerSettings
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.cluster.protocol.message import StoredMessage, iter_records
 from rmq_cluster.cluster.protocol.route import KVTable
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
@@ -24,11 +24,11 @@ from tests.integration.broker.conftest import (
 )
 
 
-async def _start_slave(cluster: Cluster, store_dir: Path) -> tuple[BrokerController, str]:
+async def _start_slave(cluster: Cluster, store_dir: Path) -> tuple[BrokerNode, str]:
     settings: BrokerSettings = broker_settings(
         store_dir, cluster.ns_addr, brokerId="1", brokerRole="SLAVE", haListenPort="0"
     )
-    slave = BrokerController(settings)
+    slave = BrokerNode(settings)
     host, port = await cluster.nursery.start(_run_broker, slave, trio.CancelScope(), trio.Event())
     return slave, f"{host}:{port}"
 

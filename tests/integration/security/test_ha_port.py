@@ -24,8 +24,8 @@ from rmq_cluster.ha.access import (
     default_allow_list,
 )
 from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.connection import HAService
 from rmq_cluster.ha.protocol import FrameDecoder, encode_offset_report
+from rmq_cluster.ha.service import HAService
 from rmq_cluster.store.commitlog import PutMessageStatus
 from rmq_cluster.store.config import BrokerRole
 from rmq_cluster.store.message_store import MessageStore

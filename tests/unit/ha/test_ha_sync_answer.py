@@ -19,7 +19,7 @@ from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, en
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.held import HeldAnswers
 from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.connection import HAService
+from rmq_cluster.ha.service import HAService
 from rmq_cluster.store.commitlog import AppendMessageResult, PutMessageResult, PutMessageStatus
 from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
 from rmq_cluster.store.message_store import MessageStore

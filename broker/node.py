@@ -1,8 +1,8 @@
-"""BrokerController: one broker node composed in one nursery (RocketMQ ``BrokerController``).
+"""BrokerNode: one broker node composed in one nursery (RocketMQ calls it ``BrokerController``).
 
-    controller = BrokerController(settings)
+    broker = BrokerNode(settings)
     async with trio.open_nursery() as n:
-        host, port = await n.start(controller.run)
+        host, port = await n.start(broker.run)
 
 ``run`` loads the config files (topics, consumer offsets, subscription groups, delay offsets),
 opens the store (recovering it), then runs, side by side: the store's services, the remoting
@@ -40,6 +40,7 @@ from rmq_cluster.broker.persist import (
     read_file,
     write_atomically,
 )
+from rmq_cluster.broker.pop.wiring import BrokerPop
 from rmq_cluster.broker.processors.admin import (
     MoreAdminProcessors,
     ResetOffsetProcessor,
@@ -78,13 +79,17 @@ from rmq_cluster.cluster.metrics import Histogram
 from rmq_cluster.cluster.metrics_server import serve_metrics
 from rmq_cluster.cluster.node_main import NodeSupervisor
 from rmq_cluster.cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
-from rmq_cluster.cluster.protocol.route import ClusterInfo, PermName, RegisterBrokerBody
+from rmq_cluster.cluster.protocol.route import (
+    ClusterInfo,
+    PermName,
+    RegisterBrokerBody,
+    TopicRouteData,
+)
 from rmq_cluster.cluster.remoting.address import format_address
 from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
 from rmq_cluster.cluster.remoting.errors import RemotingError
 from rmq_cluster.cluster.remoting.headers import (
     CheckTransactionStateRequestHeader,
@@ -94,11 +99,12 @@ from rmq_cluster.cluster.remoting.headers import (
     UnregisterBrokerRequestHeader,
 )
 from rmq_cluster.cluster.remoting.held import HeldAnswers
+from rmq_cluster.cluster.remoting.processors import Processor, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.ha.access import is_loopback_host
-from rmq_cluster.ha.connection import HAService
+from rmq_cluster.ha.service import HAService
 from rmq_cluster.store import flush as store_services
 from rmq_cluster.store.config import BrokerRole, FlushDiskType
 from rmq_cluster.store.epoch_file import EpochFile
@@ -120,7 +126,7 @@ TOPIC_REGISTER_WAIT_S: Final = 2.0
 HA_SLAVE_HOSTS_REFRESH_MIN_S: Final = 1.0
 
 
-class BrokerController:
+class BrokerNode:
     def __init__(
         self,
         settings: BrokerSettings,
@@ -208,6 +214,8 @@ class BrokerController:
         self.name_gate = NameGate(node=self.node)
         self.metrics: BrokerMetrics | None = None
         self.metrics_address: tuple[str, int] | None = None
+        #: RocketMQ 5 POP consumption (broker/pop)
+        self.pop = BrokerPop(self, self.topic_route)
 
     # ------------------------------------------------------------------ accessors
 
@@ -287,6 +295,7 @@ class BrokerController:
         self, topic: str, queue_id: int, next_offset: int, tags_code: int, store_ts: int
     ) -> None:
         self.hold.notify_message_arriving(topic, queue_id, next_offset, tags_code, store_ts)
+        self.pop.message_arrived(topic)
         if topic == SCHEDULE_TOPIC:
             self._schedule_wake.set()
         elif topic == TIMER_TOPIC:
@@ -353,6 +362,7 @@ class BrokerController:
             rc.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
             rc.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             rc.GET_CONSUME_STATS: admin.get_consume_stats,
+            rc.GET_BROKER_CONSUME_STATS: admin.get_broker_consume_stats,
             rc.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
             rc.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
             rc.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
@@ -366,6 +376,7 @@ class BrokerController:
             rc.QUERY_CONSUME_TIME_SPAN: relay.query_consume_time_span,
             rc.GET_TOPIC_CONFIG: relay.get_topic_config,  # RocketMQ 5's tools ask it
             rc.UPDATE_BROKER_CONFIG: BrokerConfigProcessor(self).update_broker_config,
+            **self.pop.table(),  # RocketMQ 5 POP (broker/pop)
             # controller mode only (a replica's epochs; 4.x brokers do not know the code)
             **({ControllerRequestCode.GET_BROKER_EPOCH_CACHE: self.get_broker_epoch_cache}
                if self.managed else {}),
@@ -392,6 +403,7 @@ class BrokerController:
         self.topics.load(read_file(f"{root}/{TOPICS_FILE}"))
         self.offsets.load(read_file(f"{root}/{CONSUMER_OFFSET_FILE}"))
         self.groups.load(read_file(f"{root}/{SUBSCRIPTION_GROUP_FILE}"))
+        self.pop.load(read_file(f"{root}/{self.pop.file_name()}"))
 
     async def persist(self, *, everything: bool = False) -> None:
         """Write the config files whose tables changed (all of them with ``everything``)."""
@@ -406,6 +418,9 @@ class BrokerController:
         if everything or self.offsets.changed:
             self.offsets.changed = False
             jobs.append((f"{root}/{CONSUMER_OFFSET_FILE}", self.offsets.encode()))
+        modes = self.pop.take_changes(everything)
+        if modes is not None:
+            jobs.append((f"{root}/{self.pop.file_name()}", modes))
         if self._schedule is not None and (everything or self._schedule.offsets.changed):
             self._schedule.offsets.changed = False
             jobs.append((f"{root}/{DELAY_OFFSET_FILE}", self._schedule.offsets.encode()))
@@ -421,7 +436,7 @@ class BrokerController:
         if self.settings.controller_mode.enable and not self.managed:
             # controller mode: the replicas manager runs the broker in the role it is given
             self.replicas = ReplicasManager(self, functools.partial(
-                BrokerController, node=self.node, clock_ms=self.now_ms,
+                BrokerNode, node=self.node, clock_ms=self.now_ms,
                 config_file=self.config_file, supervisor=self.supervisor, managed=True,
             ))
             await self.replicas.run(task_status=task_status)
@@ -539,7 +554,7 @@ class BrokerController:
                 self.supervisor.spawn(nursery, "acl", acl.run)
             processors = self.name_gate.wrap(processors)
             server = RemotingServer(
-                Dispatcher(processors, None),
+                ProcessorTable(processors, None),
                 node=self.node,
                 idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
                 on_close=self._on_close,
@@ -578,6 +593,7 @@ class BrokerController:
             sup.spawn(nursery, "register", self._register_loop)
             sup.spawn(nursery, "housekeeping", self._housekeeping_loop)
             sup.spawn(nursery, "persist", self._persist_loop)
+            sup.spawn(nursery, "pop_revive", self.pop.revive_loop)
             if self.dledger_role is not None:
                 # role-specific services follow
                 sup.spawn(nursery, "dledger_role", self.dledger_role.run)
@@ -715,6 +731,24 @@ class BrokerController:
         async with trio.open_nursery() as nursery:
             for addr in addrs:
                 nursery.start_soon(one, addr)
+
+    async def topic_route(self, topic: str) -> TopicRouteData | None:
+        """GET_ROUTEINFO_BY_TOPIC from the first NameServer that knows ``topic`` (POP's
+        QUERY_ASSIGNMENT allocates every broker's queues); None when none answers."""
+        client = self._ns_client
+        if client is None:
+            return None
+        timeout = self.bcfg.register_broker_timeout_mills / 1000.0
+        for addr in self.bcfg.namesrv_addrs:
+            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                              {"topic": topic})
+            try:
+                response = await client.invoke(addr, request, timeout)
+                if response.code == ResponseCode.SUCCESS:
+                    return TopicRouteData.decode(bytes(response.body))
+            except (RemotingError, OSError, ValueError) as exc:
+                self.log.debug("topic route lookup failed", namesrv=addr, error=str(exc))
+        return None
 
     async def _unregister_all(self) -> None:
         client = self._ns_client
@@ -929,6 +963,13 @@ class BrokerController:
             await self._check_interval.wait()
             bcfg = self.bcfg  # (transactionTimeOut and transactionCheckMax are live keys too)
             if self.topics.select(HALF_TOPIC) is None:
+                # Apache's first check pass creates the half topic (1 queue, read-write)
+                # whether or not a transaction was ever sent: topic lists match its
+                _tc, created = self.topics.create_in_send_message_back(
+                    HALF_TOPIC, 1, PermName.PERM_RW
+                )
+                if created:
+                    self.topic_created(HALF_TOPIC)
                 continue
             try:
                 checks = self.transactions.due_checks(
@@ -993,7 +1034,7 @@ class BrokerController:
         event, self._changed = self._changed, trio.Event()
         event.set()
 
-    async def wait_until(self, predicate: Callable[[BrokerController], bool]) -> None:
+    async def wait_until(self, predicate: Callable[[BrokerNode], bool]) -> None:
         """Return once ``predicate(self)`` holds, re-checked whenever clients join or leave or
         a pull parks. Bound it with ``trio.fail_after``."""
         while not predicate(self):
