@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-from rmq_cluster.proxy.config import DEFAULT_GRPC_PORT
+from ..proxy.config import DEFAULT_GRPC_PORT
 
 PID_FILE: Final = "run/proxy.pid"
 LOG_FILE: Final = "logs/proxy.log"
@@ -39,7 +39,7 @@ def add_up_flag(up: argparse.ArgumentParser) -> None:
 
 
 def start_proxy(args: argparse.Namespace) -> int:
-    from rmq_cluster.deploy import supervisor
+    from . import supervisor
 
     directory = (Path(args.dir) if args.dir else supervisor.default_dir(args.name)).resolve()
     state = supervisor.load_state(directory)

@@ -16,10 +16,10 @@ from typing import Final
 
 import trio
 
-from rmq_cluster.cluster.logging import configure_logging
-from rmq_cluster.cluster.node_main import NodeSupervisor, serve_until_signal
-from rmq_cluster.proxy.config import DEFAULT_GRPC_PORT, ProxyConfig
-from rmq_cluster.proxy.node import run_proxy
+from ..cluster.logging import configure_logging
+from ..cluster.node_main import NodeSupervisor, serve_until_signal
+from .config import DEFAULT_GRPC_PORT, ProxyConfig
+from .node import run_proxy
 
 BOOT_LINE = "The Proxy boot success. grpcPort="
 

@@ -11,17 +11,17 @@ from typing import Final
 
 from google.protobuf import duration_pb2
 
-from rmq_cluster.client.errors import (
+from ..client.errors import (
     MQBrokerError,
     MQClientError,
     MQTimeoutError,
     NoRouteError,
 )
-from rmq_cluster.client.model import Message, MessageQueue
-from rmq_cluster.cluster.protocol.message import MessageConst as MC
-from rmq_cluster.cluster.protocol.route import PermName, TopicRouteData
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.proxy.pb import definition_pb2 as pb
+from ..client.model import Message, MessageQueue
+from ..cluster.protocol.message import MessageConst as MC
+from ..cluster.protocol.route import PermName, TopicRouteData
+from ..cluster.remoting.codes import ResponseCode
+from .pb import definition_pb2 as pb
 
 #: the message group of a FIFO message, as the 5.x Proxy stores it (RocketMQ's sharding key)
 PROPERTY_MESSAGE_GROUP: Final = "__SHARDINGKEY"

@@ -21,9 +21,9 @@ import h2.exceptions
 import h2.settings
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.proxy.config import ProxyConfig
-from rmq_cluster.proxy.grpc_wire import (
+from ..cluster.logging import get_logger
+from .config import ProxyConfig
+from .grpc_wire import (
     RESPONSE_HEADERS,
     FrameLengthGuard,
     GrpcStatus,

@@ -6,13 +6,13 @@ from __future__ import annotations
 import attrs
 import trio
 
-from rmq_cluster.client.config import ClientConfig
-from rmq_cluster.client.instance import ClientInstance
-from rmq_cluster.client.producer import Producer
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.proxy.config import ProxyConfig
-from rmq_cluster.proxy.h2_server import serve_grpc
-from rmq_cluster.proxy.service import MessagingService
+from ..client.config import ClientConfig
+from ..client.instance import ClientInstance
+from ..client.producer import Producer
+from ..cluster.logging import get_logger
+from .config import ProxyConfig
+from .h2_server import serve_grpc
+from .service import MessagingService
 
 log = get_logger(node="proxy")
 #: the producer group the proxy sends under on the remoting side

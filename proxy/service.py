@@ -10,14 +10,14 @@ import trio
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as PbMessage
 
-from rmq_cluster.client.instance import ClientInstance
-from rmq_cluster.client.producer import Producer
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.proxy import convert
-from rmq_cluster.proxy.config import ProxyConfig
-from rmq_cluster.proxy.grpc_wire import GrpcStatus, GrpcWireError
-from rmq_cluster.proxy.pb import definition_pb2 as pb
-from rmq_cluster.proxy.pb import service_pb2 as spb
+from ..client.instance import ClientInstance
+from ..client.producer import Producer
+from ..cluster.logging import get_logger
+from . import convert
+from .config import ProxyConfig
+from .grpc_wire import GrpcStatus, GrpcWireError
+from .pb import definition_pb2 as pb
+from .pb import service_pb2 as spb
 
 log = get_logger(node="proxy", component="service")
 Send = Callable[[bytes], Awaitable[None]]
