@@ -88,7 +88,19 @@ class _Connection:
         self.guard = FrameLengthGuard(config.max_frame_bytes)
         self.send_lock = trio.Lock()
         self.window = trio.Event()
+        #: set when h2 has bytes to send: the writer task sends everything queued by then in
+        #: one write (the answers of the calls that finished together, the window updates)
+        self.dirty = trio.Event()
         self.closed = False
+
+    def kick(self) -> None:
+        self.dirty.set()
+
+    async def write_loop(self) -> None:
+        while not self.closed:
+            await self.dirty.wait()
+            self.dirty = trio.Event()
+            await self.flush()
 
     async def flush(self) -> None:
         async with self.send_lock:
@@ -102,6 +114,7 @@ class _Connection:
     async def run(self) -> None:
         self.h2.initiate_connection()
         await self.flush()
+        self.nursery.start_soon(self.write_loop)
         first = True
         while not self.closed:
             if first:
@@ -133,7 +146,7 @@ class _Connection:
                 self.h2.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
                 await self.flush()
                 return
-            await self.flush()
+            self.kick()
 
     def buffered(self) -> int:
         return sum(s.reader.buffered + sum(map(len, s.requests)) for s in self.streams.values())
@@ -270,7 +283,7 @@ class _Connection:
                                          end_stream=True)
             except h2.exceptions.H2Error:
                 return
-            await self.flush()
+            self.kick()
 
     async def send_message(self, sid: int, payload: bytes) -> None:
         if not _headers_sent(self.h2, sid):
@@ -279,12 +292,12 @@ class _Connection:
         while data:
             size = min(self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
             if size <= 0:
-                await self.flush()
+                self.kick()
                 await self.window.wait()
                 continue
             self.h2.send_data(sid, data[:size])
             data = data[size:]
-        await self.flush()
+        self.kick()
 
 
 def _headers_sent(conn: h2.connection.H2Connection, sid: int) -> bool:
