@@ -110,7 +110,7 @@ class FrameLengthGuard:
         self._skip = 0
         self._header = bytearray()
 
-    def check(self, data: bytes) -> bool:
+    def check(self, data: bytes | bytearray) -> bool:
         """Feed the next bytes; False once a frame over the limit has been announced."""
         view = memoryview(data)
         if self._preface_left:

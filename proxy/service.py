@@ -15,6 +15,7 @@ from ..client.producer import Producer
 from ..cluster.logging import get_logger
 from . import convert
 from .config import ProxyConfig
+from .consume import PopBridge
 from .grpc_wire import GrpcStatus, GrpcWireError
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
@@ -23,8 +24,8 @@ log = get_logger(node="proxy", component="service")
 Send = Callable[[bytes], Awaitable[None]]
 #: the RPCs this slice does not serve yet: answered with Code NOT_IMPLEMENTED in their response
 NOT_YET: Final = frozenset({
-    "QueryAssignment", "AckMessage", "ForwardMessageToDeadLetterQueue", "PullMessage",
-    "UpdateOffset", "GetOffset", "QueryOffset", "EndTransaction", "ChangeInvisibleDuration",
+    "QueryAssignment", "ForwardMessageToDeadLetterQueue", "PullMessage",
+    "UpdateOffset", "GetOffset", "QueryOffset", "EndTransaction",
     "RecallMessage", "SyncLiteSubscription",
 })
 
@@ -44,11 +45,14 @@ class MessagingService:
         self.config = config
         self.instance = instance
         self.producer = producer
+        self.pop = PopBridge(config, instance)
         self._unary: dict[str, Callable[[Any, dict[str, str]], Awaitable[Any]]] = {
             "QueryRoute": self.query_route,
             "Heartbeat": self.heartbeat,
             "SendMessage": self.send_message,
             "NotifyClientTermination": self.notify_client_termination,
+            "AckMessage": lambda req, _md: self.pop.ack(req),
+            "ChangeInvisibleDuration": lambda req, _md: self.pop.change_invisible(req),
         }
 
     def kind(self, method: str) -> str | None:
@@ -72,9 +76,7 @@ class MessagingService:
 
     async def stream(self, method: str, request: bytes, metadata: dict[str, str],
                      send: Send) -> None:
-        _decode(spb.ReceiveMessageRequest, request)
-        status = pb.Status(code=pb.NOT_IMPLEMENTED, message="ReceiveMessage is not served yet")
-        await send(spb.ReceiveMessageResponse(status=status).SerializeToString())
+        await self.pop.receive(_decode(spb.ReceiveMessageRequest, request), send)
 
     async def bidi(self, method: str, inbound: trio.MemoryReceiveChannel[bytes],
                    metadata: dict[str, str], send: Send) -> None:

@@ -4,7 +4,8 @@ the producer starts (QueryRoute, Telemetry settings, Heartbeat) and sends normal
 messages of two message groups and a timer message with a delivery timestamp. What the broker
 stored is then read back over remoting by our client: every message with the SDK's message id,
 tag, keys and properties; each message group on one queue, in send order; the timer message not
-before its time.
+before its time. Then the SDK's SimpleConsumer receives the normal messages (ReceiveMessage on
+the broker's POP), changes one's invisible duration and acks each.
 
 The SDK is installed once into ``~/.cache/rmq-cluster-compat/pyclient-<version>`` (a venv of
 its own: its grpcio/protobuf never meet ours); the probe (``pyclient/probe.py``) runs there."""
@@ -106,7 +107,7 @@ def _stop_proxy(cluster_dir: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def test_python_sdk_produces_normal_fifo_and_timer_messages_through_the_proxy(
+def test_python_sdk_produces_and_a_simple_consumer_receives_and_acks_through_the_proxy(
     tmp_path: Path, python_client: Path
 ) -> None:
     cluster_dir = tmp_path / "cluster"
@@ -126,8 +127,21 @@ def test_python_sdk_produces_normal_fifo_and_timer_messages_through_the_proxy(
             events = _run_probe(python_client, endpoint, tmp_path / "home", "produce",
                                 topics["normal"], topics["fifo"], topics["delay"])
             _check_stored(cluster.namesrv_addr, topics, events)
+            group = f"grpc_simple_{os.getpid()}"
+            consumed = _run_probe(python_client, endpoint, tmp_path / "home", "consume",
+                                  topics["normal"], group, "3", "40")
+            acked = {e["message_id"]: e for e in consumed if e["event"] == "acked"}
+            assert set(acked) == {sent_id for (kind, _), sent_id in _ids(events).items()
+                                  if kind == "normal"}, consumed
+            assert sorted(e["body"] for e in acked.values()) == [f"normal {i}" for i in range(3)]
+            assert all(e["tag"] == "N" for e in acked.values())
+            assert [e["event"] for e in consumed].count("changed") == 1
         finally:
             _stop_proxy(cluster_dir)
+
+
+def _ids(events: list[dict[str, Any]]) -> dict[tuple[str, int], str]:
+    return {(e["kind"], e["idx"]): e["message_id"] for e in events if e["event"] == "sent"}
 
 
 def _check_stored(namesrv: str, topics: dict[str, str], events: list[dict[str, Any]]) -> None:

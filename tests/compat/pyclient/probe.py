@@ -2,13 +2,21 @@
 against an endpoint, one JSON line per event on stdout.
 
     probe.py ENDPOINT produce TOPIC FIFO_TOPIC DELAY_TOPIC
+    probe.py ENDPOINT consume TOPIC GROUP COUNT DEADLINE_S
 """
 
 import json
 import sys
 import time
 
-from rocketmq import ClientConfiguration, Credentials, Message, Producer
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
 
 
 def emit(**event):
@@ -54,9 +62,42 @@ def produce(endpoint, topic, fifo_topic, delay_topic):
     emit(event="done")
 
 
+def consume(endpoint, topic, group, count, deadline_s):
+    """Receive COUNT messages: the first one is given 1 s more invisible time (and a new
+    receipt handle), every one is acked; then one more receive finds nothing."""
+    config = ClientConfiguration(endpoint, Credentials())
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    emit(event="started")
+    seen = set()
+    deadline = time.monotonic() + float(deadline_s)
+    changed = False
+    try:
+        while len(seen) < int(count) and time.monotonic() < deadline:
+            try:
+                msgs = consumer.receive(16, 15)
+            except Exception as exc:  # MESSAGE_NOT_FOUND surfaces as an exception
+                emit(event="receive_error", error=str(exc)[:200])
+                continue
+            for m in msgs:
+                if not changed:
+                    consumer.change_invisible_duration(m, 20)
+                    changed = True
+                    emit(event="changed", message_id=m.message_id)
+                consumer.ack(m)
+                seen.add(m.message_id)
+                emit(event="acked", message_id=m.message_id, body=m.body.decode(),
+                     tag=m.tag, attempt=m.delivery_attempt)
+    finally:
+        consumer.shutdown()
+    emit(event="done")
+
+
 if __name__ == "__main__":
     endpoint, scenario, *rest = sys.argv[1:]
     if scenario == "produce":
         produce(endpoint, *rest)
+    elif scenario == "consume":
+        consume(endpoint, *rest)
     else:
         sys.exit(f"unknown scenario {scenario}")
