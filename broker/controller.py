@@ -54,7 +54,7 @@ from rmq_cluster.broker.processors.reply import ReplyProcessor
 from rmq_cluster.broker.processors.send import (
     SendBackProcessor,
     SendProcessor,
-    replica_timeout_answer,
+    timeout_answer,
 )
 from rmq_cluster.broker.replicas_manager import ReplicasManager
 from rmq_cluster.broker.schedule import ScheduleMessageService
@@ -91,14 +91,12 @@ from rmq_cluster.cluster.remoting.headers import (
     RegisterBrokerResponseHeader,
     UnregisterBrokerRequestHeader,
 )
-from rmq_cluster.cluster.remoting.held import HeldAnswers
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.ha.access import is_loopback_host
 from rmq_cluster.ha.connection import HAService
 from rmq_cluster.store import flush as store_services
-from rmq_cluster.store.config import BrokerRole, FlushDiskType
 from rmq_cluster.store.epoch_file import EpochFile
 from rmq_cluster.store.message_store import MessageStore
 
@@ -182,8 +180,6 @@ class BrokerController:
         self.server: RemotingServer | None = None
         self.ha: HAService | None = None
         self.ha_port: int | None = None
-        #: SYNC_MASTER send answers waiting for a slave's ack (released by ``ha``)
-        self.held_answers: HeldAnswers | None = None
         #: A slave's master (from REGISTER_BROKER's answer), synced every SLAVE_SYNC_INTERVAL_S.
         self.master_addr: str | None = None
         self._slave_sync_now = trio.Event()
@@ -287,19 +283,9 @@ class BrokerController:
 
     def processors(self) -> dict[int, Processor]:
         send = SendProcessor(self)
-        store_cfg = self.settings.store
-        # Sends are answered inline unless they may wait: SYNC_FLUSH (group commit) or
-        # SYNC_MASTER (the HA replica watermark, via store.replica_waiter).
-        inline_send = (
-            store_cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
-            and store_cfg.broker_role is not BrokerRole.SYNC_MASTER
-        )
-        send_fn: Processor = send.process if inline_send else send.process_async
-        if (
-            store_cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
-            and store_cfg.broker_role is BrokerRole.SYNC_MASTER
-        ):
-            send_fn = send.process_replicated  # answers held until the slave's ack
+        # one send form: answered at once, or held on the watermark its put must pass (the
+        # flush, a slave's ack) and answered as it passes (store.put_wait)
+        send_fn: Processor = send.process
         if self.dledger_role is not None:  # answered when its entry commits
             send_fn = dledger_send_processor(send, self.dledger_role.backend)
         pull = PullProcessor(self)
@@ -432,6 +418,8 @@ class BrokerController:
                 lambda: MessageStore.open(scfg, on_arrival=self._on_arrival)
             )
         self._store = store
+        # a send answer held on a watermark that did not pass in time (send.py)
+        store.answer_timeouts_with(timeout_answer)
         if not dcfg.enable and not self.is_slave:
             # a master serves what its store holds (the DLedger role and the replicas manager
             # do the same when they take the lead)
@@ -503,12 +491,6 @@ class BrokerController:
                     auth_secret=bcfg.ha_secret,
                     on_peer_refused=self._ha_peer_refused,
                 )
-                if store.role is BrokerRole.SYNC_MASTER:
-                    # a SYNC send's answer waits here for the slave's ack (send.py)
-                    self.held_answers = HeldAnswers(
-                        replica_timeout_answer, self.settings.ha.sync_timeout_s
-                    )
-                    self.ha.hold_answers(self.held_answers)
                 self.ha_port = await self.supervisor.start(nursery, "ha", self.ha.run)
                 self.config_listeners.append(self._ha_config_changed)
             processors = self.processors()
