@@ -436,7 +436,9 @@ class MessageStore:
             return late(answer, key)
 
         both.held.expired_answer = both_expired
-        both.held.timeout_s = self.sync_flush_timeout_s + acks.held.timeout_s
+        # one deadline for both waits: the longer timeout (a put waited for the flush, then
+        # for the slave: at most the sum; the answer's code is the same either way)
+        both.held.timeout_s = max(self.sync_flush_timeout_s, acks.held.timeout_s)
 
     async def _wait_stored(self, result: PutMessageResult, wait: bool) -> PutMessageResult:
         """A task's put: wait as ``put_wait`` says (the sweeper of the watermark times it

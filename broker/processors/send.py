@@ -270,11 +270,10 @@ class SendProcessor:
         Returns the refusal to answer (a ``RemotingCommand``), or ``(msg, batch, wait)``:
         ``batch`` when ``msg`` is a SEND_BATCH_MESSAGE body, ``wait`` unless the producer's WAIT
         property is "false" (the answer may then wait for flush or replicas). Stores nothing."""
-        header = _fast_v2(request) if request.code != RequestCode.SEND_MESSAGE else None
-        if header is None:
-            header = self._slow_header(request)
-            if isinstance(header, RemotingCommand):
-                return header
+        fast = _fast_v2(request) if request.code != RequestCode.SEND_MESSAGE else None
+        header = fast if fast is not None else self._slow_header(request)
+        if isinstance(header, RemotingCommand):
+            return header
         if not self._writable:
             return self._not_writable(request)
         target = self._target(conn, request, header.topic, header)

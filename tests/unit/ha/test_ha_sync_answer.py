@@ -88,9 +88,9 @@ def _hold(ha: HAService, conn: _Conn, store: MessageStore, i: int) -> int:
     assert r.result is not None
     end = r.result.end_offset
     status, mark = store.put_wait(end)
-    assert (status, mark) == (PutMessageStatus.PUT_OK, ha.ack_watermark)
+    assert status is PutMessageStatus.PUT_OK and mark is ha.ack_watermark
     ok = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2).response(0, None, {"i": i})
-    mark.hold(conn, 100 + i, ok, end)  # type: ignore[arg-type]
+    mark.hold(conn, 100 + i, ok, end)
     return end
 
 

@@ -48,7 +48,7 @@ class _Receiver:
             return
         assert len(answers) == n
         for a in answers:
-            assert a.code in (0, EXPIRED) and a.remark.split()[-1] == a.ext_fields["k"]
+            assert a.code in (0, EXPIRED) and (a.remark or "").split()[-1] == a.ext_fields["k"]
             self.got.append(("ok" if a.code == 0 else "late", a.opaque))
 
 

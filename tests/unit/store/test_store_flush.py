@@ -129,7 +129,7 @@ async def test_a_put_waits_on_the_replicas_ack_watermark(tmp_path: Path) -> None
             nursery.start_soon(gate.ack_watermark.run)
 
             async def ack_soon() -> None:
-                while not gate.asked:  # noqa: ASYNC110 - the put asks first
+                while not gate.asked:
                     await trio.testing.wait_all_tasks_blocked()
                 gate.ack_watermark.advance(gate.asked[0])
 
