@@ -471,100 +471,17 @@ class BrokerController:
         scfg = self.settings.store
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            if dledger is not None:
-                # DLedger mode: the Raft member replaces the store services and HA; the role
-                # handler makes this broker a master or a slave as the group elects
-                self.dledger_role = DLedgerRoleHandler(self, store, dledger)
-                await self.supervisor.start(
-                    nursery, "dledger_node",
-                    functools.partial(run_store_node, dledger, host=bcfg.bind_address,
-                                      secret=bcfg.cluster_secret),
-                )
-            else:
-                await self.supervisor.start(nursery, "store_services", store_services.run, store)
-                # Master/slave replication: every broker listens on haListenPort (a master
-                # serves its slaves there); a SLAVE also runs the HA client toward its master,
-                # which it learns from REGISTER_BROKER's answer. A SYNC_MASTER's puts wait for
-                # slave acks.
-                self.ha = HAService(
-                    store, self.settings.ha, host=bcfg.bind_address,
-                    auth_secret=bcfg.ha_secret,
-                    on_peer_refused=self._ha_peer_refused,
-                )
-                self.ha_port = await self.supervisor.start(nursery, "ha", self.ha.run)
-                self.config_listeners.append(self._ha_config_changed)
-            processors = self.processors()
+            await self._start_store(nursery, store, dledger)
             # parked pulls (long polling) are woken by this one task, not a task each
+            processors = self.processors()
             await self.supervisor.start(nursery, "long_polling", self.hold.run)
-            if bcfg.metrics_port >= 0:
-                self.metrics = BrokerMetrics(self)
-                for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
-                             RequestCode.SEND_BATCH_MESSAGE):
-                    if code in processors:
-                        processors[code] = timed(processors[code], self.metrics.send_latency)
-            if bcfg.acl_enable:
-                acl_path = bcfg.acl_file or default_acl_path(bcfg.rocketmq_home)
-                acl = AclGuard(acl_path, node=self.node)
-                await trio.to_thread.run_sync(acl.load)
-                self.acl = acl
-                self.topic_access = acl.topic_access
-                processors = acl.wrap(processors)
-                self.supervisor.spawn(nursery, "acl", acl.run)
-            processors = self.name_gate.wrap(processors)
-            server = RemotingServer(
-                Dispatcher(processors, None),
-                node=self.node,
-                idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
-                on_close=self._on_close,
-                max_connections=bcfg.server_max_connections,
-                max_connections_per_address=bcfg.server_max_connections_per_address,
-                max_buffered_input_bytes=bcfg.server_max_buffered_input_bytes,
-                partial_frame_timeout=bcfg.server_partial_frame_timeout_seconds,
-            )
-            self.server = server
-            sup = self.supervisor
-            self.address = await sup.start(
-                nursery, "listener", server.serve, bcfg.bind_address, bcfg.listen_port
-            )
-            self.fast_address = await sup.start(
-                nursery, "fast_listener", server.serve, bcfg.bind_address, bcfg.fast_port
-            )
-            if self.metrics is not None:
-                self.metrics_address = await sup.start(
-                    nursery, "metrics", functools.partial(
-                        serve_metrics, build=self.metrics.build, host=bcfg.bind_address,
-                        port=bcfg.metrics_port, node=self.node,
-                        max_age_s=lambda: self.bcfg.metrics_cache_seconds,
-                        token=lambda: self.bcfg.metrics_token,
-                    )
-                )
-            port = bcfg.advertised_listen_port or self.address[1]
-            self.broker_addr = format_address(bcfg.broker_ip1, port)
-            self.store_host = (bcfg.broker_ip1, port)
-            schedule = ScheduleMessageService(store, scfg.message_delay_level, self.store_host)
-            root = config_dir(scfg.store_path_root_dir)
-            schedule.offsets.load(
-                await trio.to_thread.run_sync(read_file, f"{root}/{DELAY_OFFSET_FILE}")
-            )
-            self._schedule = schedule
-            await self.register_all()
-            sup.spawn(nursery, "register", self._register_loop)
-            sup.spawn(nursery, "housekeeping", self._housekeeping_loop)
-            sup.spawn(nursery, "persist", self._persist_loop)
-            if self.dledger_role is not None:
-                # role-specific services follow
-                sup.spawn(nursery, "dledger_role", self.dledger_role.run)
-            elif not self.is_slave:  # a slave's store refuses writes; the master delivers
-                sup.spawn(nursery, "schedule", self._schedule_loop)
-                sup.spawn(nursery, "transaction_check", self._transaction_check_loop)
-            else:
-                sup.spawn(nursery, "slave_sync", self._slave_sync_loop)
-            if self.ha is not None and self._ha_needs_slave_hosts():
-                sup.spawn(nursery, "ha_slave_hosts", self._ha_slave_hosts_loop)
+            processors = await self._guarded(nursery, processors)
+            address, fast_address = await self._listen(nursery, processors)
+            await self._start_services(nursery, store)
             self.log.info(
                 "broker started",
                 broker_addr=self.broker_addr,
-                fast_port=self.fast_address[1],
+                fast_port=fast_address[1],
                 cluster=bcfg.broker_cluster_name,
                 broker_name=bcfg.broker_name,
                 broker_id=bcfg.broker_id,
@@ -573,7 +490,117 @@ class BrokerController:
                 namesrv=bcfg.namesrv_addr,
                 store=scfg.store_path_root_dir,
             )
-            task_status.started(self.address)
+            task_status.started(address)
+
+    async def _start_store(
+        self, nursery: trio.Nursery, store: MessageStore, dledger: DLedgerCommitLog | None
+    ) -> None:
+        """The store's services: the DLedger member, or the store services and HA."""
+        bcfg = self.bcfg
+        if dledger is not None:
+            # DLedger mode: the Raft member replaces the store services and HA; the role
+            # handler makes this broker a master or a slave as the group elects
+            self.dledger_role = DLedgerRoleHandler(self, store, dledger)
+            await self.supervisor.start(
+                nursery, "dledger_node",
+                functools.partial(run_store_node, dledger, host=bcfg.bind_address,
+                                  secret=bcfg.cluster_secret),
+            )
+            return
+        await self.supervisor.start(nursery, "store_services", store_services.run, store)
+        # Master/slave replication: every broker listens on haListenPort (a master serves its
+        # slaves there); a SLAVE also runs the HA client toward its master, which it learns
+        # from REGISTER_BROKER's answer. A SYNC_MASTER's send answers wait on its acks.
+        self.ha = HAService(
+            store, self.settings.ha, host=bcfg.bind_address,
+            auth_secret=bcfg.ha_secret,
+            on_peer_refused=self._ha_peer_refused,
+        )
+        self.ha_port = await self.supervisor.start(nursery, "ha", self.ha.run)
+        self.config_listeners.append(self._ha_config_changed)
+
+    async def _guarded(
+        self, nursery: trio.Nursery, processors: dict[int, Processor]
+    ) -> dict[int, Processor]:
+        """``processors`` timed (/metrics), behind the ACL (aclEnable) and the name gate."""
+        bcfg = self.bcfg
+        if bcfg.metrics_port >= 0:
+            self.metrics = BrokerMetrics(self)
+            for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
+                         RequestCode.SEND_BATCH_MESSAGE):
+                if code in processors:
+                    processors[code] = timed(processors[code], self.metrics.send_latency)
+        if bcfg.acl_enable:
+            acl_path = bcfg.acl_file or default_acl_path(bcfg.rocketmq_home)
+            acl = AclGuard(acl_path, node=self.node)
+            await trio.to_thread.run_sync(acl.load)
+            self.acl = acl
+            self.topic_access = acl.topic_access
+            processors = acl.wrap(processors)
+            self.supervisor.spawn(nursery, "acl", acl.run)
+        return self.name_gate.wrap(processors)
+
+    async def _listen(
+        self, nursery: trio.Nursery, processors: dict[int, Processor]
+    ) -> tuple[tuple[str, int], tuple[str, int]]:
+        """The client ports (listenPort, the fast port; their addresses) and /metrics."""
+        bcfg = self.bcfg
+        server = RemotingServer(
+            Dispatcher(processors, None),
+            node=self.node,
+            idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
+            on_close=self._on_close,
+            max_connections=bcfg.server_max_connections,
+            max_connections_per_address=bcfg.server_max_connections_per_address,
+            max_buffered_input_bytes=bcfg.server_max_buffered_input_bytes,
+            partial_frame_timeout=bcfg.server_partial_frame_timeout_seconds,
+        )
+        self.server = server
+        sup = self.supervisor
+        self.address = address = await sup.start(
+            nursery, "listener", server.serve, bcfg.bind_address, bcfg.listen_port
+        )
+        self.fast_address = fast_address = await sup.start(
+            nursery, "fast_listener", server.serve, bcfg.bind_address, bcfg.fast_port
+        )
+        if self.metrics is not None:
+            self.metrics_address = await sup.start(
+                nursery, "metrics", functools.partial(
+                    serve_metrics, build=self.metrics.build, host=bcfg.bind_address,
+                    port=bcfg.metrics_port, node=self.node,
+                    max_age_s=lambda: self.bcfg.metrics_cache_seconds,
+                    token=lambda: self.bcfg.metrics_token,
+                )
+            )
+        port = bcfg.advertised_listen_port or address[1]
+        self.broker_addr = format_address(bcfg.broker_ip1, port)
+        self.store_host = (bcfg.broker_ip1, port)
+        return address, fast_address
+
+    async def _start_services(self, nursery: trio.Nursery, store: MessageStore) -> None:
+        """Delay levels, registration, housekeeping, persistence and the role's services."""
+        scfg = self.settings.store
+        sup = self.supervisor
+        schedule = ScheduleMessageService(store, scfg.message_delay_level, self.store_host)
+        root = config_dir(scfg.store_path_root_dir)
+        schedule.offsets.load(
+            await trio.to_thread.run_sync(read_file, f"{root}/{DELAY_OFFSET_FILE}")
+        )
+        self._schedule = schedule
+        await self.register_all()
+        sup.spawn(nursery, "register", self._register_loop)
+        sup.spawn(nursery, "housekeeping", self._housekeeping_loop)
+        sup.spawn(nursery, "persist", self._persist_loop)
+        if self.dledger_role is not None:
+            # role-specific services follow
+            sup.spawn(nursery, "dledger_role", self.dledger_role.run)
+        elif not self.is_slave:  # a slave's store refuses writes; the master delivers
+            sup.spawn(nursery, "schedule", self._schedule_loop)
+            sup.spawn(nursery, "transaction_check", self._transaction_check_loop)
+        else:
+            sup.spawn(nursery, "slave_sync", self._slave_sync_loop)
+        if self.ha is not None and self._ha_needs_slave_hosts():
+            sup.spawn(nursery, "ha_slave_hosts", self._ha_slave_hosts_loop)
 
     # ------------------------------------------------------------------ HA port access
 
