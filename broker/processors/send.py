@@ -256,7 +256,7 @@ class SendProcessor:
             result = PutMessageResult(status, appended, result.remark)
         if mark is None or request.flag & FLAG_ONEWAY:  # (a oneway send gets no answer)
             return self.answer(request, msg, result)
-        return mark.hold(conn, request.opaque, self.answer(request, msg, result), end)
+        return mark.held.hold(conn, request.opaque, self.answer(request, msg, result), end)
 
     # ------------------------------------------------------------------ checks
 

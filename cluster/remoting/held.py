@@ -120,7 +120,16 @@ class HeldAnswers:
             encode_into(q.data, response, opaque)
             if key < q.keys[-1]:
                 key = q.keys[-1]  # keys rise within a receiver (released no earlier)
-        self._append(q, key, self.clock() + self.timeout_s)
+        # (``_append`` inlined: once per held send)
+        deadline = self.clock() + self.timeout_s
+        q.keys.append(key)
+        q.cuts.append(q.base + len(q.data))
+        q.deadlines.append(deadline)
+        self.held_total += 1
+        self.waiting += 1
+        if deadline < self.wake_before and self.on_busy is not None:
+            self.wake_before = deadline
+            self.on_busy()
         return HELD
 
     def wait(self, receiver: HeldReceiver, key: int, deadline: float) -> None:
