@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from rmq_cluster.broker.transaction import TransactionState
     from rmq_cluster.cluster.acl.guard import AclGuard
     from rmq_cluster.cluster.metrics import Histogram
-    from rmq_cluster.cluster.remoting.held import HeldAnswers
     from rmq_cluster.cluster.remoting.server import RemotingServer
     from rmq_cluster.ha.service import HAService
     from rmq_cluster.store.epoch_file import EpochFile
@@ -73,8 +72,6 @@ class BrokerContext(Protocol):
     acl: AclGuard | None
     server: RemotingServer | None
     ha: HAService | None
-    #: SYNC_MASTER send answers waiting for a slave's ack
-    held_answers: HeldAnswers | None
 
     @property
     def store(self) -> MessageStore:

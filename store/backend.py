@@ -38,7 +38,13 @@ from rmq_cluster.store.dispatcher import ConsumeQueueTable, Dispatcher
 from rmq_cluster.store.index_file import IndexService
 from rmq_cluster.store.recovery import RecoveryResult
 from rmq_cluster.store.retention import CleanResult, Retention
-from rmq_cluster.store.watermark import Watermark
+
+
+class RisingMark(Protocol):
+    """What a backend does with the store's flush watermark (``store/watermark.py``): raise
+    it to what recovery found flushed."""
+
+    def advance(self, value: int) -> None: ...
 
 
 class BackendHost(Protocol):
@@ -62,8 +68,10 @@ class BackendHost(Protocol):
     #: set by ``open``: what recovery found, the CommitLog's end at boot, the flushed offset
     recovery: RecoveryResult | None
     boot_max_offset: int
-    flush_watermark: Watermark
     put_failed_times: int
+
+    @property
+    def flush_watermark(self) -> RisingMark: ...
 
     @property
     def waits_for_replicas(self) -> bool:
