@@ -174,18 +174,9 @@ class BrokerNode:
         self._schedule: ScheduleMessageService | None = None
         self._nursery: trio.Nursery | None = None
         self._ns_client: RemotingClient | None = None
-        self._register_now = trio.Event()
-        #: register loop rounds: started, finished (a round includes every topic created
-        #: before it started) and an event set (and replaced) as each round finishes
-        self._register_round = 0
-        self._register_round_done = 0
-        self._register_round_ended = trio.Event()
-        self._persist_now = trio.Event()
-        self._schedule_wake = trio.Event()
-        self._timer_wake = trio.Event()
+        self._init_wakeups()
         #: the timer store while this broker delivers timers (a master), else None
         self.timer: TimerStore | None = None
-        self._changed = trio.Event()
         self.address: tuple[str, int] | None = None
         self.fast_address: tuple[str, int] | None = None
         self.broker_addr = ""
@@ -212,6 +203,19 @@ class BrokerNode:
         self.metrics_address: tuple[str, int] | None = None
         #: RocketMQ 5 POP consumption (broker/pop)
         self.pop = BrokerPop(self, self.topic_route)
+
+    def _init_wakeups(self) -> None:
+        """The events the service loops wait on, and the register loop's rounds."""
+        self._register_now = trio.Event()
+        #: register loop rounds: started, finished (a round includes every topic created
+        #: before it started) and an event set (and replaced) as each round finishes
+        self._register_round = 0
+        self._register_round_done = 0
+        self._register_round_ended = trio.Event()
+        self._persist_now = trio.Event()
+        self._schedule_wake = trio.Event()
+        self._timer_wake = trio.Event()
+        self._changed = trio.Event()
 
     # ------------------------------------------------------------------ accessors
 
