@@ -24,14 +24,53 @@ from typing import Any, Final
 import trio
 import trio.lowlevel
 
-from rmq_cluster.broker.clients import ClientManager, RebalanceLockManager
-from rmq_cluster.broker.config import BrokerSettings
-from rmq_cluster.broker.dledger_role import DLedgerRoleHandler, dledger_send_processor
-from rmq_cluster.broker.intervals import LiveInterval
-from rmq_cluster.broker.long_polling import PullRequestHoldService
-from rmq_cluster.broker.metrics import BrokerMetrics, timed
-from rmq_cluster.broker.offsets import ConsumerOffsetManager, SubscriptionGroupManager
-from rmq_cluster.broker.persist import (
+from ..cluster.acl.guard import AclGuard, default_acl_path
+from ..cluster.acl.permission import PUB
+from ..cluster.acl.signing import credentials_from
+from ..cluster.clock import now_ms
+from ..cluster.logging import get_logger
+from ..cluster.metrics import Histogram
+from ..cluster.metrics_server import serve_metrics
+from ..cluster.node_main import NodeSupervisor
+from ..cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
+from ..cluster.protocol.route import (
+    ClusterInfo,
+    PermName,
+    RegisterBrokerBody,
+    TopicRouteData,
+)
+from ..cluster.remoting.address import format_address
+from ..cluster.remoting.client_pool import RemotingClient, open_remoting_client
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from ..cluster.remoting.connection import Connection
+from ..cluster.remoting.errors import RemotingError
+from ..cluster.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    NotifyConsumerIdsChangedRequestHeader,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnregisterBrokerRequestHeader,
+)
+from ..cluster.remoting.processors import Processor, ProcessorTable
+from ..cluster.remoting.server import RemotingServer
+from ..dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
+from ..dledger.node import run_store_node
+from ..ha.access import is_loopback_host
+from ..ha.service import HAService
+from ..store import flush as store_services
+from ..store.epoch_file import EpochFile
+from ..store.message_store import MessageStore
+from ..store.timer.timer_store import MAX_ENQUEUE_PER_ROUND as TIMER_MAX_ENQUEUE_PER_ROUND
+from ..store.timer.timer_store import TimerStore
+from .clients import ClientManager, RebalanceLockManager
+from .config import BrokerSettings
+from .dledger_role import DLedgerRoleHandler, dledger_send_processor
+from .intervals import LiveInterval
+from .long_polling import PullRequestHoldService
+from .metrics import BrokerMetrics, timed
+from .offsets import ConsumerOffsetManager, SubscriptionGroupManager
+from .persist import (
     CONSUMER_OFFSET_FILE,
     DELAY_OFFSET_FILE,
     SUBSCRIPTION_GROUP_FILE,
@@ -40,75 +79,36 @@ from rmq_cluster.broker.persist import (
     read_file,
     write_atomically,
 )
-from rmq_cluster.broker.pop.wiring import BrokerPop
-from rmq_cluster.broker.processors.admin import (
+from .pop.wiring import BrokerPop
+from .processors.admin import (
     MoreAdminProcessors,
     ResetOffsetProcessor,
     StatsProcessor,
 )
-from rmq_cluster.broker.processors.broker_config import BrokerConfigProcessor
-from rmq_cluster.broker.processors.common import TopicAccess
-from rmq_cluster.broker.processors.consumer import ConsumerProcessors
-from rmq_cluster.broker.processors.end_transaction import EndTransactionProcessor
-from rmq_cluster.broker.processors.gate import NameGate
-from rmq_cluster.broker.processors.pull import PullProcessor
-from rmq_cluster.broker.processors.relay import ConsumerRelayProcessors
-from rmq_cluster.broker.processors.reply import ReplyProcessor
-from rmq_cluster.broker.processors.send import (
+from .processors.broker_config import BrokerConfigProcessor
+from .processors.common import TopicAccess
+from .processors.consumer import ConsumerProcessors
+from .processors.end_transaction import EndTransactionProcessor
+from .processors.gate import NameGate
+from .processors.pull import PullProcessor
+from .processors.relay import ConsumerRelayProcessors
+from .processors.reply import ReplyProcessor
+from .processors.send import (
     SendBackProcessor,
     SendProcessor,
     timeout_answer,
 )
-from rmq_cluster.broker.replicas_manager import ReplicasManager
-from rmq_cluster.broker.schedule import ScheduleMessageService
-from rmq_cluster.broker.stats import BrokerStats
-from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC, TIMER_TOPIC, TopicConfigManager
-from rmq_cluster.broker.transaction import (
+from .replicas_manager import ReplicasManager
+from .schedule import ScheduleMessageService
+from .stats import BrokerStats
+from .topic_config import SCHEDULE_TOPIC, TIMER_TOPIC, TopicConfigManager
+from .transaction import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
     HalfCheck,
     TransactionState,
     check_recipient,
 )
-from rmq_cluster.cluster.acl.guard import AclGuard, default_acl_path
-from rmq_cluster.cluster.acl.permission import PUB
-from rmq_cluster.cluster.acl.signing import credentials_from
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.metrics import Histogram
-from rmq_cluster.cluster.metrics_server import serve_metrics
-from rmq_cluster.cluster.node_main import NodeSupervisor
-from rmq_cluster.cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
-from rmq_cluster.cluster.protocol.route import (
-    ClusterInfo,
-    PermName,
-    RegisterBrokerBody,
-    TopicRouteData,
-)
-from rmq_cluster.cluster.remoting.address import format_address
-from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.errors import RemotingError
-from rmq_cluster.cluster.remoting.headers import (
-    CheckTransactionStateRequestHeader,
-    NotifyConsumerIdsChangedRequestHeader,
-    RegisterBrokerRequestHeader,
-    RegisterBrokerResponseHeader,
-    UnregisterBrokerRequestHeader,
-)
-from rmq_cluster.cluster.remoting.processors import Processor, ProcessorTable
-from rmq_cluster.cluster.remoting.server import RemotingServer
-from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
-from rmq_cluster.dledger.node import run_store_node
-from rmq_cluster.ha.access import is_loopback_host
-from rmq_cluster.ha.service import HAService
-from rmq_cluster.store import flush as store_services
-from rmq_cluster.store.epoch_file import EpochFile
-from rmq_cluster.store.message_store import MessageStore
-from rmq_cluster.store.timer.timer_store import MAX_ENQUEUE_PER_ROUND as TIMER_MAX_ENQUEUE_PER_ROUND
-from rmq_cluster.store.timer.timer_store import TimerStore
 
 #: How long shutdown waits for UNREGISTER_BROKER answers.
 UNREGISTER_TIMEOUT_S: Final = 3.0

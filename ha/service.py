@@ -28,10 +28,13 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.ha import net
-from rmq_cluster.ha.access import (
+from ..cluster.clock import now_ms
+from ..cluster.logging import get_logger
+from ..store.commitlog import PutMessageStatus
+from ..store.config import BrokerRole
+from ..store.watermark import Watermark
+from . import net
+from .access import (
     HA_AUTH_ANSWER_BYTES,
     HA_AUTH_NONCE_BYTES,
     SlaveAllowList,
@@ -39,27 +42,24 @@ from rmq_cluster.ha.access import (
     encode_challenge,
     verify_answer,
 )
-from rmq_cluster.ha.client import (
+from .client import (
     HA_RECONNECT_MAX_BACKOFF_S,
     HA_RECONNECT_MIN_BACKOFF_S,
     HAClient,
     HAClientStatus,
 )
-from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.master import (
+from .config import HAConfig
+from .master import (
     AckTable,
     ReportOutcome,
     SlaveStatus,
     transfer_start_offset,
 )
-from rmq_cluster.ha.net import CONNECTION_ERRORS
-from rmq_cluster.ha.protocol import OffsetReportDecoder, append_frame, encode_heartbeat
-from rmq_cluster.store.commitlog import PutMessageStatus
-from rmq_cluster.store.config import BrokerRole
-from rmq_cluster.store.watermark import Watermark
+from .net import CONNECTION_ERRORS
+from .protocol import OffsetReportDecoder, append_frame, encode_heartbeat
 
 if TYPE_CHECKING:
-    from rmq_cluster.store.message_store import MessageStore
+    from ..store.message_store import MessageStore
 
 log = get_logger(component="ha_service")
 

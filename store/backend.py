@@ -30,14 +30,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from rmq_cluster.cluster.protocol.message import Message
-from rmq_cluster.store.checkpoint import StoreCheckpoint
-from rmq_cluster.store.commitlog import CommitLog, PutMessageResult
-from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
-from rmq_cluster.store.dispatcher import ConsumeQueueTable, Dispatcher
-from rmq_cluster.store.index_file import IndexService
-from rmq_cluster.store.recovery import RecoveryResult
-from rmq_cluster.store.retention import CleanResult, Retention
+from ..cluster.protocol.message import Message
+from .checkpoint import StoreCheckpoint
+from .commitlog import CommitLog, PutMessageResult
+from .config import BrokerRole, MessageStoreConfig
+from .dispatcher import ConsumeQueueTable, Dispatcher
+from .index_file import IndexService
+from .recovery import RecoveryResult
+from .retention import CleanResult, Retention
 
 
 class RisingMark(Protocol):

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 import trio
 
-from rmq_cluster.store.config import OS_PAGE_SIZE_BYTES, FlushDiskType
-from rmq_cluster.store.watermark import Watermark as Watermark  # re-export: ha, tests
+from .config import OS_PAGE_SIZE_BYTES, FlushDiskType
+from .watermark import Watermark as Watermark  # re-export: ha, tests
 
 if TYPE_CHECKING:
-    from rmq_cluster.store.config import MessageStoreConfig
-    from rmq_cluster.store.message_store import MessageStore
-    from rmq_cluster.store.retention import CleanResult
+    from .config import MessageStoreConfig
+    from .message_store import MessageStore
+    from .retention import CleanResult
 
 log = structlog.get_logger(component="store_services")
 

@@ -29,8 +29,8 @@ import attrs
 import structlog
 import trio
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.clock import now_ms
+from ..cluster.protocol.message import (
     Message,
     MessageConst,
     RecordError,
@@ -38,33 +38,33 @@ from rmq_cluster.cluster.protocol.message import (
     decode_offset_msg_id,
     decode_record,
 )
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.store.backend import BackendHost, CommitLogBackend
-from rmq_cluster.store.checkpoint import StoreCheckpoint
-from rmq_cluster.store.commitlog import (
+from ..cluster.remoting.codec import RemotingCommand
+from .backend import BackendHost, CommitLogBackend
+from .checkpoint import StoreCheckpoint
+from .commitlog import (
     CommitLog,
     PutMessageResult,
     PutMessageStatus,
 )
-from rmq_cluster.store.config import (
+from .config import (
     MAX_DISPATCH_BYTES_PER_ROUND,
     BrokerRole,
     FlushDiskType,
     MessageStoreConfig,
 )
-from rmq_cluster.store.consume_queue import CQ_UNIT, FILLER_SIZE, UNIT, ConsumeQueue
-from rmq_cluster.store.dispatcher import (
+from .consume_queue import CQ_UNIT, FILLER_SIZE, UNIT, ConsumeQueue
+from .dispatcher import (
     LAG_HISTOGRAM_BUCKETS,
     ArrivalListener,
     ConsumeQueueTable,
     Dispatcher,
 )
-from rmq_cluster.store.index_file import IndexFile, IndexService
-from rmq_cluster.store.mapped_file import FlushPlan, run_flush_plan
-from rmq_cluster.store.paths import StorePathError
-from rmq_cluster.store.recovery import RecoveryResult, rebuild_topic_queue_table, recover
-from rmq_cluster.store.retention import CleanResult, DiskUsageProbe, Retention, default_disk_usage
-from rmq_cluster.store.watermark import ExpiredAnswer, Watermark, keep_answer
+from .index_file import IndexFile, IndexService
+from .mapped_file import FlushPlan, run_flush_plan
+from .paths import StorePathError
+from .recovery import RecoveryResult, rebuild_topic_queue_table, recover
+from .retention import CleanResult, DiskUsageProbe, Retention, default_disk_usage
+from .watermark import ExpiredAnswer, Watermark, keep_answer
 
 log = structlog.get_logger(component="message_store")
 

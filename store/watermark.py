@@ -18,9 +18,9 @@ from collections.abc import Callable
 import trio
 import trio.testing
 
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.held import ExpiredAnswer, HeldAnswers, HeldReceiver
-from rmq_cluster.cluster.remoting.processors import Held
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.held import ExpiredAnswer, HeldAnswers, HeldReceiver
+from ..cluster.remoting.processors import Held
 
 
 def keep_answer(answer: RemotingCommand, key: int) -> RemotingCommand:

@@ -16,14 +16,9 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 import orjson
 
-from rmq_cluster.broker.clients import SubscriptionData, build_subscription
-from rmq_cluster.broker.long_polling import Parked
-from rmq_cluster.broker.processors.common import FAQ_SUGGEST
-from rmq_cluster.broker.processors.consumer import TOTAL_MEMORY_BYTES as _RAM_BYTES
-from rmq_cluster.broker.topic_config import OFFSET_MOVED_EVENT
-from rmq_cluster.cluster.filter.sql92 import Selector
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.message import (
+from ...cluster.filter.sql92 import Selector
+from ...cluster.logging import get_logger
+from ...cluster.protocol.message import (
     MessageConst,
     RecordError,
     java_map_order,
@@ -31,17 +26,22 @@ from rmq_cluster.cluster.protocol.message import (
     peek_field,
     record_properties,
 )
-from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.errors import exception_remark
-from rmq_cluster.cluster.remoting.headers import HeaderError, PullMessageRequestHeader
-from rmq_cluster.cluster.remoting.processors import Deferred
-from rmq_cluster.store.message_store import GetMessageStatus
+from ...cluster.protocol.route import PermName, TopicConfig
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import ResponseCode
+from ...cluster.remoting.errors import exception_remark
+from ...cluster.remoting.headers import HeaderError, PullMessageRequestHeader
+from ...cluster.remoting.processors import Deferred
+from ...store.message_store import GetMessageStatus
+from ..clients import SubscriptionData, build_subscription
+from ..long_polling import Parked
+from ..topic_config import OFFSET_MOVED_EVENT
+from .common import FAQ_SUGGEST
+from .consumer import TOTAL_MEMORY_BYTES as _RAM_BYTES
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
-    from rmq_cluster.broker.offsets import SubscriptionGroupConfig
+    from ..context import BrokerContext
+    from ..offsets import SubscriptionGroupConfig
 
 FLAG_COMMIT_OFFSET: Final = 0x1
 FLAG_SUSPEND: Final = 0x2

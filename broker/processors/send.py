@@ -20,23 +20,8 @@ import operator
 import random
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from rmq_cluster.broker.processors.common import (
-    FAQ_SUGGEST,
-    MSG_REGION_DEFAULT,
-    TRACE_ON_DEFAULT,
-    message_topics,
-    put_status_code,
-)
-from rmq_cluster.broker.topic_config import (
-    RETRY_GROUP_TOPIC_PREFIX,
-    dlq_topic,
-    is_not_allowed_send_topic,
-    retry_topic,
-    validate_topic,
-)
-from rmq_cluster.broker.transaction import HALF_TOPIC, prepare_half_message
-from rmq_cluster.cluster.acl.permission import SUB
-from rmq_cluster.cluster.protocol.message import (
+from ...cluster.acl.permission import SUB
+from ...cluster.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
     HostAddr,
@@ -46,35 +31,50 @@ from rmq_cluster.cluster.protocol.message import (
     java_map_order,
     new_message,
 )
-from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
-from rmq_cluster.cluster.protocol.topic_attributes import (
+from ...cluster.protocol.route import PermName, TopicConfig
+from ...cluster.protocol.topic_attributes import (
     message_type,
     topic_message_type,
     type_mismatch,
 )
-from rmq_cluster.cluster.remoting.address import parse_address
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
-from rmq_cluster.cluster.remoting.headers import (
+from ...cluster.remoting.address import parse_address
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
+from ...cluster.remoting.headers import (
     SEND_V2_LETTER,
     ConsumerSendMsgBackRequestHeader,
     HeaderError,
     parse_send_header,
 )
-from rmq_cluster.cluster.remoting.processors import Held
-from rmq_cluster.store.commitlog import PutMessageResult, PutMessageStatus
-from rmq_cluster.store.config import TIMER_TOPIC, BrokerRole, FlushDiskType, MessageStoreConfig
-from rmq_cluster.store.timer.hook import (
+from ...cluster.remoting.processors import Held
+from ...store.commitlog import PutMessageResult, PutMessageStatus
+from ...store.config import TIMER_TOPIC, BrokerRole, FlushDiskType, MessageStoreConfig
+from ...store.timer.hook import (
     TIMER_DELAY_MS,
     TIMER_DELAY_SEC,
     TIMER_DELIVER_MS,
     TimerRefusal,
     timer_put,
 )
-from rmq_cluster.store.watermark import ExpiredAnswer
+from ...store.watermark import ExpiredAnswer
+from ..topic_config import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    dlq_topic,
+    is_not_allowed_send_topic,
+    retry_topic,
+    validate_topic,
+)
+from ..transaction import HALF_TOPIC, prepare_half_message
+from .common import (
+    FAQ_SUGGEST,
+    MSG_REGION_DEFAULT,
+    TRACE_ON_DEFAULT,
+    message_topics,
+    put_status_code,
+)
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from ..context import BrokerContext
 
 DLQ_NUMS_PER_GROUP: Final = 1
 #: Client addresses whose parsed form is remembered (bornHost of sends).

@@ -13,10 +13,10 @@ from typing import Protocol
 
 import attrs
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode_into
-from rmq_cluster.cluster.remoting.codes import FLAG_RESPONSE
-from rmq_cluster.cluster.remoting.processors import HELD, Held
+from ..logging import get_logger
+from .codec import FrameDecoder, RemotingCommand, encode_into
+from .codes import FLAG_RESPONSE
+from .processors import HELD, Held
 
 
 class HeldReceiver(Protocol):
