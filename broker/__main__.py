@@ -23,13 +23,13 @@ from collections.abc import Sequence
 
 import trio
 
-from rmq_cluster.broker.config import BrokerSettings, load_broker_config
-from rmq_cluster.broker.node import BrokerNode
-from rmq_cluster.broker.processors.broker_config import format_config
-from rmq_cluster.cluster.config import ConfigError, read_properties
-from rmq_cluster.cluster.logging import configure_logging, get_logger
-from rmq_cluster.cluster.node_main import NodeSupervisor, serve_until_signal
-from rmq_cluster.store.message_store import StoreLockedError
+from ..cluster.config import ConfigError, read_properties
+from ..cluster.logging import configure_logging, get_logger
+from ..cluster.node_main import NodeSupervisor, serve_until_signal
+from ..store.message_store import StoreLockedError
+from .config import BrokerSettings, load_broker_config
+from .node import BrokerNode
+from .processors.broker_config import format_config
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from rmq_cluster.cluster.remoting.apache_options import APACHE_SERVER_OPTIONS
+from ..cluster.remoting.apache_options import APACHE_SERVER_OPTIONS
 
 #: Apache's boolean, size and interval config keys with a fixed default that we do not act on.
 _FIXED: Final[dict[str, str]] = {

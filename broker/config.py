@@ -29,8 +29,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.broker.controller_mode import ControllerModeConfig
-from rmq_cluster.cluster.config import (
+from ..cluster.config import (
     ConfigError,
     check_address_list,
     check_cluster_secret,
@@ -40,12 +39,13 @@ from rmq_cluster.cluster.config import (
     load_config,
     setting,
 )
-from rmq_cluster.cluster.protocol.names import node_name_problem
-from rmq_cluster.dledger.config import DLedgerConfig, DLedgerConfigError
-from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.protocol import MAX_FRAME_BODY_BYTES
-from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
-from rmq_cluster.store.record import parse_delay_levels
+from ..cluster.protocol.names import node_name_problem
+from ..dledger.config import DLedgerConfig, DLedgerConfigError
+from ..ha.config import HAConfig
+from ..ha.protocol import MAX_FRAME_BODY_BYTES
+from ..store.config import BrokerRole, MessageStoreConfig
+from ..store.record import parse_delay_levels
+from .controller_mode import ControllerModeConfig
 
 DEFAULT_LISTEN_PORT: Final = 10911
 #: Nodes listen on loopback unless ``bindAddress`` says otherwise (RocketMQ binds 0.0.0.0): a

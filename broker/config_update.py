@@ -27,11 +27,9 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.broker.apache_keys import broker_config_keys
-from rmq_cluster.broker.config import BrokerConfig, BrokerSettings, check_settings
-from rmq_cluster.cluster.acl.local import PRIVATE_FILE_MODE
-from rmq_cluster.cluster.acl.secret_keys import holds_secret
-from rmq_cluster.cluster.config import (
+from ..cluster.acl.local import PRIVATE_FILE_MODE
+from ..cluster.acl.secret_keys import holds_secret
+from ..cluster.config import (
     ConfigError,
     config_keys,
     format_properties,
@@ -39,9 +37,11 @@ from rmq_cluster.cluster.config import (
     parse_properties,
     to_properties,
 )
-from rmq_cluster.dledger.config import DLedgerConfig
-from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.store.config import MessageStoreConfig
+from ..dledger.config import DLedgerConfig
+from ..ha.config import HAConfig
+from ..store.config import MessageStoreConfig
+from .apache_keys import broker_config_keys
+from .config import BrokerConfig, BrokerSettings, check_settings
 
 #: The keys a running broker follows at once (all others change only with a restart):
 #: read per request from the installed config, or pushed to their holder when it changes

@@ -21,22 +21,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import trio
 
-    from rmq_cluster.broker.clients import ClientManager, RebalanceLockManager
-    from rmq_cluster.broker.config import BrokerConfig, BrokerSettings
-    from rmq_cluster.broker.long_polling import PullRequestHoldService
-    from rmq_cluster.broker.offsets import ConsumerOffsetManager, SubscriptionGroupManager
-    from rmq_cluster.broker.processors.common import TopicAccess
-    from rmq_cluster.broker.schedule import ScheduleMessageService
-    from rmq_cluster.broker.stats import BrokerStats
-    from rmq_cluster.broker.topic_config import TopicConfigManager
-    from rmq_cluster.broker.transaction import TransactionState
-    from rmq_cluster.cluster.acl.guard import AclGuard
-    from rmq_cluster.cluster.metrics import Histogram
-    from rmq_cluster.cluster.remoting.held import HeldAnswers
-    from rmq_cluster.cluster.remoting.server import RemotingServer
-    from rmq_cluster.ha.service import HAService
-    from rmq_cluster.store.epoch_file import EpochFile
-    from rmq_cluster.store.message_store import MessageStore
+    from ..cluster.acl.guard import AclGuard
+    from ..cluster.metrics import Histogram
+    from ..cluster.remoting.server import RemotingServer
+    from ..ha.service import HAService
+    from ..store.epoch_file import EpochFile
+    from ..store.message_store import MessageStore
+    from .clients import ClientManager, RebalanceLockManager
+    from .config import BrokerConfig, BrokerSettings
+    from .long_polling import PullRequestHoldService
+    from .offsets import ConsumerOffsetManager, SubscriptionGroupManager
+    from .processors.common import TopicAccess
+    from .schedule import ScheduleMessageService
+    from .stats import BrokerStats
+    from .topic_config import TopicConfigManager
+    from .transaction import TransactionState
 
 
 class BrokerContext(Protocol):
@@ -73,8 +72,6 @@ class BrokerContext(Protocol):
     acl: AclGuard | None
     server: RemotingServer | None
     ha: HAService | None
-    #: SYNC_MASTER send answers waiting for a slave's ack
-    held_answers: HeldAnswers | None
 
     @property
     def store(self) -> MessageStore:

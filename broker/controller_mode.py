@@ -23,8 +23,8 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import ConfigError, setting
-from rmq_cluster.cluster.protocol.controller_client import parse_controller_addrs
+from ..cluster.config import ConfigError, setting
+from ..cluster.protocol.controller_client import parse_controller_addrs
 
 DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: Final = 200
 DEFAULT_CONTROLLER_HEARTBEAT_TIMEOUT_MS: Final = 1_000

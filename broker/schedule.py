@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from typing import Final
 
-from rmq_cluster.broker.offsets import DelayOffsetTable
-from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     Message,
     MessageConst,
     RecordError,
     decode_record,
 )
-from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
-from rmq_cluster.store.record import DueProperties, parse_delay_levels
+from ..store.message_store import GetMessageStatus, MessageStore
+from ..store.record import DueProperties, parse_delay_levels
+from .offsets import DelayOffsetTable
+from .topic_config import SCHEDULE_TOPIC
 
 #: Messages moved per call and level before yielding.
 MAX_DELIVER_PER_ROUND: Final = 256

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import trio
 
-from rmq_cluster.broker.config import BrokerSettings
-from rmq_cluster.broker.node import BrokerNode
+from .config import BrokerSettings
+from .node import BrokerNode
 
 
 async def serve(

@@ -29,24 +29,21 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.chaos.audit import AUDIT_SKIPPED, audit_command, audit_members, summarize
-from rmq_cluster.chaos.checker import MODE_ASYNC, MODE_DLEDGER, MODE_NONE, MODE_SYNC
-from rmq_cluster.chaos.proxy import ProxySet, Route
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.controller import (
+from ..cluster.logging import get_logger
+from ..cluster.protocol.controller import (
     ControllerRequestCode,
     GetMetaDataResponseHeader,
     GetReplicaInfoRequestHeader,
     ReplicaInfoResponseHeader,
 )
-from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable
-from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.deploy import supervisor
-from rmq_cluster.deploy.supervisor import ClusterState, NodeRecord, SupervisorError
-from rmq_cluster.deploy.testing import kill_leftovers
-from rmq_cluster.deploy.topology import (
+from ..cluster.protocol.route import ClusterInfo, KVTable
+from ..cluster.remoting.client_pool import RemotingClient, open_remoting_client
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from ..deploy import supervisor
+from ..deploy.supervisor import ClusterState, NodeRecord, SupervisorError
+from ..deploy.testing import kill_leftovers
+from ..deploy.topology import (
     KIND_CONTROLLER,
     ROLE_SLAVE,
     ProfileSpec,
@@ -54,6 +51,9 @@ from rmq_cluster.deploy.topology import (
     build_topology,
     resolve_profile,
 )
+from .audit import AUDIT_SKIPPED, audit_command, audit_members, summarize
+from .checker import MODE_ASYNC, MODE_DLEDGER, MODE_NONE, MODE_SYNC
+from .proxy import ProxySet, Route
 
 #: ``up`` waits this long for every node to be ready (2 cores shared: generous).
 UP_TIMEOUT_S: Final = 60.0
@@ -441,7 +441,7 @@ async def chaos_cluster(
 
 
 def supervisor_become_reaper() -> None:
-    from rmq_cluster.deploy.testing import become_subreaper
+    from ..deploy.testing import become_subreaper
 
     become_subreaper()
 

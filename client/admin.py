@@ -16,29 +16,29 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.client import frames
-from rmq_cluster.client.config import ClientConfig
-from rmq_cluster.client.consumer import PullApi
-from rmq_cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
-from rmq_cluster.client.instance import ClientInstance, own_instance, parse_offset_table
-from rmq_cluster.client.model import MessageQueue, PullResult, ReceivedMessage, retry_topic
-from rmq_cluster.client.subscription import build_subscription
-from rmq_cluster.cluster.config import format_properties, parse_properties
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.config import format_properties, parse_properties
+from ..cluster.protocol import fastjson
+from ..cluster.protocol.message import (
     BodyInflateError,
     StoredMessage,
     decode_offset_msg_id,
     iter_records,
 )
-from rmq_cluster.cluster.protocol.route import (
+from ..cluster.protocol.route import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     ClusterInfo,
     KVTable,
     TopicList,
     TopicRouteData,
 )
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from . import frames
+from .config import ClientConfig
+from .consumer import PullApi
+from .errors import MQBrokerError, MQClientError, NoRouteError
+from .instance import ClientInstance, own_instance, parse_offset_table
+from .model import MessageQueue, PullResult, ReceivedMessage, retry_topic
+from .subscription import build_subscription
 
 RC = RequestCode
 #: Java queryMessage: maxNum default for mqadmin queryMsgByKey.
@@ -625,25 +625,25 @@ async def controller_sync_state(controller_addr: str, broker_names: Iterable[str
     leader of ``controller_addr`` (``h:p;h:p;h:p``): per broker group its master, master epoch,
     SyncStateSet epoch and in-sync / not-in-sync replicas (``ReplicasInfo``). Our controllers
     serve only peers that know ``cluster_secret``."""
-    from rmq_cluster.cluster.protocol.controller import (
+    from ..cluster.protocol.controller import (
         ControllerRequestCode,
         ReplicasInfo,
         decode_replicas_table,
         encode_broker_names,
     )
-    from rmq_cluster.cluster.protocol.controller_client import (
+    from ..cluster.protocol.controller_client import (
         ControllerClient,
         parse_controller_addrs,
     )
-    from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
-    from rmq_cluster.cluster.remoting.codec import RemotingCommand
-    from rmq_cluster.cluster.remoting.peer_auth import peer_handshake
+    from ..cluster.remoting.client_pool import open_remoting_client
+    from ..cluster.remoting.codec import RemotingCommand
+    from ..cluster.remoting.peer_auth import peer_handshake
 
     try:
         addrs = parse_controller_addrs(controller_addr)
     except ValueError as exc:
         raise MQClientError(str(exc)) from None
-    from rmq_cluster.cluster.remoting.errors import RemotingError
+    from ..cluster.remoting.errors import RemotingError
 
     try:
         async with open_remoting_client(

@@ -11,17 +11,17 @@ from typing import Any
 
 import attrs
 
-from rmq_cluster.client.config import (
+from ..cluster.protocol import fastjson
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import SERIALIZE_JSON, RequestCode
+from ..cluster.remoting.headers import SEND_V2_LETTER
+from .config import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_TOPIC_QUEUE_NUMS,
     LANGUAGE,
     VERSION,
 )
-from rmq_cluster.client.model import MessageQueue
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import SERIALIZE_JSON, RequestCode
-from rmq_cluster.cluster.remoting.headers import SEND_V2_LETTER
+from .model import MessageQueue
 
 RC = RequestCode
 

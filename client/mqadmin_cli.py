@@ -25,16 +25,24 @@ from typing import Any
 import attrs
 import trio
 
-from rmq_cluster.client.admin import (
+from ..cluster.acl.secret_keys import mask_secrets
+from ..cluster.cli_args import at_most, non_negative
+from ..cluster.protocol.names import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    validate_group,
+    validate_topic,
+)
+from ..cluster.protocol.route import ClusterInfo, TopicRouteData
+from .admin import (
     DLQ_GROUP_TOPIC_PREFIX,
     GROUP_GET_NUMS,
     TOOLS_CONSUMER_GROUP,
     TOPIC_PUT_NUMS,
     Admin,
 )
-from rmq_cluster.client.cli_common import add_ns, client_config, msg_row, out, runner
-from rmq_cluster.client.errors import MQBrokerError, MQClientError
-from rmq_cluster.client.model import (
+from .cli_common import add_ns, client_config, msg_row, out, runner
+from .errors import MQBrokerError, MQClientError
+from .model import (
     Message,
     MessageQueue,
     PullStatus,
@@ -42,16 +50,8 @@ from rmq_cluster.client.model import (
     SendStatus,
     retry_topic,
 )
-from rmq_cluster.client.producer import Producer
-from rmq_cluster.client.tables import Col, human_time, json_lines, render_kv, render_table
-from rmq_cluster.cluster.acl.secret_keys import mask_secrets
-from rmq_cluster.cluster.cli_args import at_most, non_negative
-from rmq_cluster.cluster.protocol.names import (
-    RETRY_GROUP_TOPIC_PREFIX,
-    validate_group,
-    validate_topic,
-)
-from rmq_cluster.cluster.protocol.route import ClusterInfo, TopicRouteData
+from .producer import Producer
+from .tables import Col, human_time, json_lines, render_kv, render_table
 
 #: mqadmin's page size when it reads queues (printMsg, consumeMessage).
 PULL_BATCH = 32
@@ -1025,18 +1025,18 @@ def _add_broker_commands(admin_cmd: AdminCommand) -> None:
 
 
 async def _get_sync_state_set(admin: Admin, args: argparse.Namespace) -> Output:
-    from rmq_cluster.cluster.protocol.controller import (
+    from ..cluster.protocol.controller import (
         ControllerRequestCode,
         decode_replicas_table,
         encode_broker_names,
     )
-    from rmq_cluster.cluster.protocol.controller_client import (
+    from ..cluster.protocol.controller_client import (
         ControllerClient,
         parse_controller_addrs,
     )
-    from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
-    from rmq_cluster.cluster.remoting.codec import RemotingCommand
-    from rmq_cluster.cluster.remoting.peer_auth import peer_handshake
+    from ..cluster.remoting.client_pool import open_remoting_client
+    from ..cluster.remoting.codec import RemotingCommand
+    from ..cluster.remoting.peer_auth import peer_handshake
 
     try:
         addrs = parse_controller_addrs(args.controller_address)
@@ -1071,9 +1071,9 @@ async def _get_sync_state_set(admin: Admin, args: argparse.Namespace) -> Output:
 
 
 async def _get_broker_epoch(admin: Admin, args: argparse.Namespace) -> Output:
-    from rmq_cluster.cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
-    from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
-    from rmq_cluster.cluster.remoting.codec import RemotingCommand
+    from ..cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
+    from ..cluster.remoting.client_pool import open_remoting_client
+    from ..cluster.remoting.codec import RemotingCommand
 
     info = await admin.cluster_list()
     names = [args.broker_name] if args.broker_name else sorted(

@@ -31,9 +31,9 @@ from typing import Any, Final
 
 import trio
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.controller import (
+from ..cluster.clock import now_ms
+from ..cluster.logging import get_logger
+from ..cluster.protocol.controller import (
     NO_MASTER,
     AlterSyncStateSetRequestHeader,
     BrokerHeartbeatRequestHeader,
@@ -49,14 +49,23 @@ from rmq_cluster.cluster.protocol.controller import (
     decode_broker_names,
     encode_replicas_table,
 )
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.headers import HeaderError
-from rmq_cluster.cluster.remoting.peer_auth import PeerAuthGate
-from rmq_cluster.cluster.remoting.processors import ProcessorTable
-from rmq_cluster.cluster.remoting.server import RemotingServer
-from rmq_cluster.controller.config import ControllerConfig
-from rmq_cluster.controller.state import (
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import ResponseCode
+from ..cluster.remoting.headers import HeaderError
+from ..cluster.remoting.peer_auth import PeerAuthGate
+from ..cluster.remoting.processors import ProcessorTable
+from ..cluster.remoting.server import RemotingServer
+from ..dledger.core import CoreConfig, Role
+from ..dledger.log_storage import FileLogStorage
+from ..dledger.messages import Entry
+from ..dledger.messages import ResponseCode as RaftCode
+from ..dledger.node import (
+    DLedgerNode,
+    RemotingTransport,
+    peer_table,
+)
+from .config import ControllerConfig
+from .state import (
     ApplyOutcome,
     ElectEvent,
     Event,
@@ -77,15 +86,6 @@ from rmq_cluster.controller.state import (
     encode_event,
     groups_needing_election,
     sync_state_data,
-)
-from rmq_cluster.dledger.core import CoreConfig, Role
-from rmq_cluster.dledger.log_storage import FileLogStorage
-from rmq_cluster.dledger.messages import Entry
-from rmq_cluster.dledger.messages import ResponseCode as RaftCode
-from rmq_cluster.dledger.node import (
-    DLedgerNode,
-    RemotingTransport,
-    peer_table,
 )
 
 #: How long a write waits for its event to commit and apply before answering SYSTEM_BUSY.

@@ -43,7 +43,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from rmq_cluster.cluster.protocol.controller import (
+from ..cluster.protocol.controller import (
     MAX_BROKER_ID,
     MAX_REPLICAS_PER_GROUP,
     NO_MASTER,
@@ -53,7 +53,7 @@ from rmq_cluster.cluster.protocol.controller import (
     SyncStateSet,
     broker_id_set,
 )
-from rmq_cluster.cluster.protocol.names import node_name_problem
+from ..cluster.protocol.names import node_name_problem
 
 MAX_GROUPS: Final = 10_000
 #: Controllers whose listen address the state keeps (a Raft group is a handful).

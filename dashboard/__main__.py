@@ -7,8 +7,8 @@ import argparse
 import os
 import sys
 
-from rmq_cluster.cluster.logging import configure_logging, level_for_verbosity
-from rmq_cluster.dashboard.cli import add_options, cmd_dashboard
+from ..cluster.logging import configure_logging, level_for_verbosity
+from .cli import add_options, cmd_dashboard
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,14 +23,14 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rmq_cluster.client.admin import Admin
-from rmq_cluster.client.errors import MQClientError
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.dashboard import pages
-from rmq_cluster.dashboard.forms import FormError, parse_form
-from rmq_cluster.dashboard.sessions import Session
-from rmq_cluster.dashboard.state import Dashboard, Forbidden, session_of, with_cookie
-from rmq_cluster.dashboard.static import CSS, JS
+from ..client.admin import Admin
+from ..client.errors import MQClientError
+from ..cluster.logging import get_logger
+from . import pages
+from .forms import FormError, parse_form
+from .sessions import Session
+from .state import Dashboard, Forbidden, session_of, with_cookie
+from .static import CSS, JS
 
 log = get_logger(component="dashboard")
 

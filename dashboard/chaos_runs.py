@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from rmq_cluster.dashboard.settings import MAX_CHAOS_RUNS, MAX_RESULT_BYTES
+from .settings import MAX_CHAOS_RUNS, MAX_RESULT_BYTES
 
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from rmq_cluster.dashboard.settings import (
+from .settings import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     ClusterRef,
@@ -39,7 +39,7 @@ def _cluster_refs(args: argparse.Namespace) -> tuple[ClusterRef, ...]:
     env = os.environ.get("NAMESRV_ADDR")
     if env:
         return (ClusterRef("cluster-0", env),)
-    from rmq_cluster.deploy import supervisor
+    from ..deploy import supervisor
 
     directory = Path(args.dir) if args.dir else supervisor.default_dir(args.name)
     state = supervisor.load_state(directory.resolve())
@@ -79,7 +79,7 @@ def cmd_dashboard(args: argparse.Namespace, *, lean: bool = False) -> int:
     settings = DashboardSettings(clusters=clusters, host=args.host, port=args.port,
                                  acl=args.acl, chaos_dirs=tuple(args.chaos_dir or ()),
                                  cluster_secret=os.environ.get("RMQ_CLUSTER_SECRET") or None)
-    from rmq_cluster.dashboard.server import serve
+    from .server import serve
 
     async def main() -> None:
         async def until_stopped() -> None:
@@ -113,7 +113,7 @@ CLUSTER_CHECK_S = 2.0
 
 
 async def _until_cluster_down(directory: Path, scope: trio.CancelScope) -> None:
-    from rmq_cluster.deploy import supervisor
+    from ..deploy import supervisor
 
     while True:
         await trio.sleep(CLUSTER_CHECK_S)
@@ -178,7 +178,7 @@ def add_up_flag(up: argparse.ArgumentParser) -> None:
 
 
 def _start_background(args: argparse.Namespace) -> int:
-    from rmq_cluster.deploy import supervisor
+    from ..deploy import supervisor
 
     directory = (Path(args.dir) if args.dir else supervisor.default_dir(args.name)).resolve()
     state = supervisor.load_state(directory)

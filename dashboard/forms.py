@@ -6,7 +6,7 @@ import json
 import urllib.parse
 from datetime import UTC, datetime
 
-from rmq_cluster.cluster.protocol.message import MessageConst
+from ..cluster.protocol.message import MessageConst
 
 #: Fields one form may carry.
 MAX_FORM_FIELDS = 32

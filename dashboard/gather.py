@@ -12,15 +12,15 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from rmq_cluster.client.admin import (
+from ..client.admin import (
     DLQ_GROUP_TOPIC_PREFIX,
     Admin,
     QueueProgress,
     controller_sync_state,
 )
-from rmq_cluster.client.errors import MQClientError, NoRouteError
-from rmq_cluster.client.model import MessageQueue, ReceivedMessage
-from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
+from ..client.errors import MQClientError, NoRouteError
+from ..client.model import MessageQueue, ReceivedMessage
+from ..cluster.protocol.message import decode_offset_msg_id
 
 T = TypeVar("T")
 RETRY_PREFIX = "%RETRY%"

@@ -9,14 +9,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from rmq_cluster.client.admin import DLQ_GROUP_TOPIC_PREFIX, Admin
-from rmq_cluster.client.errors import MQClientError
-from rmq_cluster.client.model import Message
-from rmq_cluster.client.producer import Producer
-from rmq_cluster.cluster.protocol.message import MessageConst
-from rmq_cluster.cluster.protocol.names import validate_group, validate_topic
-from rmq_cluster.dashboard import chaos_runs, gather
-from rmq_cluster.dashboard.forms import (
+from ..client.admin import DLQ_GROUP_TOPIC_PREFIX, Admin
+from ..client.errors import MQClientError
+from ..client.model import Message
+from ..client.producer import Producer
+from ..cluster.protocol.message import MessageConst
+from ..cluster.protocol.names import validate_group, validate_topic
+from . import chaos_runs, gather
+from .forms import (
     SYSTEM_PROPERTIES,
     FormError,
     body_views,
@@ -26,15 +26,15 @@ from rmq_cluster.dashboard.forms import (
     reset_timestamp,
     when,
 )
-from rmq_cluster.dashboard.sessions import Session
-from rmq_cluster.dashboard.settings import (
+from .sessions import Session
+from .settings import (
     MAX_BODY_SHOWN,
     MAX_HEX_SHOWN,
     MAX_MESSAGES_LISTED,
     RESEND_GROUP,
 )
-from rmq_cluster.dashboard.state import Dashboard, Forbidden, with_cookie
-from rmq_cluster.dashboard.templates import render
+from .state import Dashboard, Forbidden, with_cookie
+from .templates import render
 
 NAV = (("cluster", "Cluster"), ("topics", "Topics"), ("groups", "Consumer groups"),
        ("messages", "Messages"), ("replication", "Replication"), ("chaos", "Chaos runs"),

@@ -6,11 +6,11 @@ from __future__ import annotations
 import attrs
 import trio
 
-from rmq_cluster.client.admin import Admin
-from rmq_cluster.client.config import ClientConfig
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.dashboard.sessions import Account
-from rmq_cluster.dashboard.settings import ClusterRef
+from ..client.admin import Admin
+from ..client.config import ClientConfig
+from ..cluster.logging import get_logger
+from .sessions import Account
+from .settings import ClusterRef
 
 log = get_logger(component="dashboard")
 

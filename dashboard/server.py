@@ -10,11 +10,11 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.dashboard.app import build_app
-from rmq_cluster.dashboard.pool import AdminPool
-from rmq_cluster.dashboard.settings import MAX_HEADER_BYTES, DashboardSettings
-from rmq_cluster.dashboard.state import Dashboard
+from ..cluster.logging import get_logger
+from .app import build_app
+from .pool import AdminPool
+from .settings import MAX_HEADER_BYTES, DashboardSettings
+from .state import Dashboard
 
 log = get_logger(component="dashboard")
 #: Idle keep-alive connections close after this long; a request must arrive within it.

@@ -8,11 +8,11 @@ import trio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rmq_cluster.client.admin import Admin
-from rmq_cluster.client.errors import MQClientError
-from rmq_cluster.dashboard.pool import AdminPool
-from rmq_cluster.dashboard.sessions import COOKIE, Account, Session, SessionStore
-from rmq_cluster.dashboard.settings import MAX_CONCURRENT_LOGINS, ClusterRef, DashboardSettings
+from ..client.admin import Admin
+from ..client.errors import MQClientError
+from .pool import AdminPool
+from .sessions import COOKIE, Account, Session, SessionStore
+from .settings import MAX_CONCURRENT_LOGINS, ClusterRef, DashboardSettings
 
 
 class Forbidden(Exception):

@@ -29,22 +29,22 @@ from typing import Any
 import attrs
 import trio
 
-from rmq_cluster.cluster.acl.local import (
+from ..cluster.acl.local import (
     acl_path,
     generate_admin,
     local_admin,
     write_local_acl,
     write_private,
 )
-from rmq_cluster.cluster.acl.signing import Credentials
-from rmq_cluster.cluster.cli_args import non_negative
-from rmq_cluster.cluster.logging import pretty_line, rotated_paths
-from rmq_cluster.cluster.metrics import ExpositionError, parse_exposition, sample_value
-from rmq_cluster.cluster.metrics_server import fetch_metrics
-from rmq_cluster.deploy import supervisor
-from rmq_cluster.deploy.render import DEFAULT_INSTALL_DIR, METRICS_PORT_AUTO, metrics_port_of
-from rmq_cluster.deploy.supervisor import ClusterState, SupervisorError
-from rmq_cluster.deploy.topology import (
+from ..cluster.acl.signing import Credentials
+from ..cluster.cli_args import non_negative
+from ..cluster.logging import pretty_line, rotated_paths
+from ..cluster.metrics import ExpositionError, parse_exposition, sample_value
+from ..cluster.metrics_server import fetch_metrics
+from . import supervisor
+from .render import DEFAULT_INSTALL_DIR, METRICS_PORT_AUTO, metrics_port_of
+from .supervisor import ClusterState, SupervisorError
+from .topology import (
     BUILTIN_PROFILES,
     KIND_BROKER,
     ProfileError,
@@ -664,7 +664,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from rmq_cluster.deploy import render
+    from . import render
 
     spec = resolve_profile(args.profile, groups=args.groups)
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
@@ -692,7 +692,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rmq_cluster.deploy import demo
+    from . import demo
 
     state = _state(args)
     down_nodes = [r.name for r in state.records() if not r.alive]

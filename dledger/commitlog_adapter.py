@@ -67,9 +67,9 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.clock import now_ms
+from ..cluster.logging import get_logger
+from ..cluster.protocol.message import (
     RECORD_FIXED_SIZE,
     RECORD_HEADER_SIZE,
     SYSFLAG_BORNHOST_V6,
@@ -88,32 +88,32 @@ from rmq_cluster.cluster.protocol.message import (
     pack_record,
     peek_field,
 )
-from rmq_cluster.dledger.config import DLedgerConfig
-from rmq_cluster.dledger.core import Role
-from rmq_cluster.dledger.log_storage import BODY_OFFSET, FileLogStorage
-from rmq_cluster.dledger.messages import Entry, ResponseCode
-from rmq_cluster.store.backend import BackendHost
-from rmq_cluster.store.commitlog import (
+from ..store.backend import BackendHost
+from ..store.commitlog import (
     AppendMessageResult,
     CommitLog,
     PutMessageResult,
     PutMessageStatus,
 )
-from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
-from rmq_cluster.store.message_store import MessageStore
-from rmq_cluster.store.paths import is_valid_component
-from rmq_cluster.store.record import (
+from ..store.config import BrokerRole, MessageStoreConfig
+from ..store.message_store import MessageStore
+from ..store.paths import is_valid_component
+from ..store.record import (
     SCAN_SKIP,
     RecordScanner,
     Scanned,
     put_properties,
     record_tags_code,
 )
-from rmq_cluster.store.recovery import rebuild_topic_queue_table
-from rmq_cluster.store.retention import CleanResult
+from ..store.recovery import rebuild_topic_queue_table
+from ..store.retention import CleanResult
+from .config import DLedgerConfig
+from .core import Role
+from .log_storage import BODY_OFFSET, FileLogStorage
+from .messages import Entry, ResponseCode
 
 if TYPE_CHECKING:
-    from rmq_cluster.dledger.node import AppendResult, DLedgerNode, Pending, Waiter
+    from .node import AppendResult, DLedgerNode, Pending, Waiter
 
 log = get_logger(component="dledger_commitlog")
 

@@ -53,8 +53,8 @@ from typing import Protocol
 
 import attrs
 
-from rmq_cluster.dledger.messages import Entry, make_entry
-from rmq_cluster.store.config import DISK_SPACE_WARNING_LEVEL_RATIO
+from ..store.config import DISK_SPACE_WARNING_LEVEL_RATIO
+from .messages import Entry, make_entry
 
 ENTRY_MAGIC = 1
 BLANK_MAGIC = -1

@@ -59,24 +59,27 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import attrs
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.errors import RemotingError
-from rmq_cluster.cluster.remoting.peer_auth import PeerAuthGate, peer_handshake
-from rmq_cluster.cluster.remoting.processors import ProcessorTable
-from rmq_cluster.cluster.remoting.server import RemotingServer
-from rmq_cluster.dledger.admin import (
+from ..cluster.logging import get_logger
+from ..cluster.remoting.client_pool import RemotingClient, open_remoting_client
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.connection import Connection
+from ..cluster.remoting.errors import RemotingError
+from ..cluster.remoting.peer_auth import PeerAuthGate, peer_handshake
+from ..cluster.remoting.processors import ProcessorTable
+from ..cluster.remoting.server import RemotingServer
+from ..store.flush import clean_service
+from ..store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
+from ..store.mapped_file import libc_msync as _msync
+from .admin import (
     DEFAULT_TRANSFER_TIMEOUT_S,
     AdminRequestError,
     TransferAnswer,
     TransferCommand,
     parse_transfer_request,
 )
-from rmq_cluster.dledger.core import DEFAULT_TICK_MS, CoreConfig, DLedgerCore, Ready, Role
-from rmq_cluster.dledger.log_storage import LogStorage
-from rmq_cluster.dledger.messages import (
+from .core import DEFAULT_TICK_MS, CoreConfig, DLedgerCore, Ready, Role
+from .log_storage import LogStorage
+from .messages import (
     DecodeError,
     Entry,
     HeartBeatRequest,
@@ -92,15 +95,12 @@ from rmq_cluster.dledger.messages import (
     encode,
     encode_entries,
 )
-from rmq_cluster.store.flush import clean_service
-from rmq_cluster.store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
-from rmq_cluster.store.mapped_file import libc_msync as _msync
 
 if TYPE_CHECKING:
-    from rmq_cluster.dledger.config import DLedgerConfig
-    from rmq_cluster.dledger.log_storage import FileLogStorage
-    from rmq_cluster.store.config import MessageStoreConfig
-    from rmq_cluster.store.retention import CleanResult
+    from ..store.config import MessageStoreConfig
+    from ..store.retention import CleanResult
+    from .config import DLedgerConfig
+    from .log_storage import FileLogStorage
 
 
 class StoreMember(Protocol):

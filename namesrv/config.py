@@ -17,7 +17,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import (
+from ..cluster.config import (
     check_host,
     check_range,
     check_ranges,

@@ -17,26 +17,26 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.acl.secret_keys import mask_secrets
-from rmq_cluster.cluster.config import (
+from ..cluster.acl.secret_keys import mask_secrets
+from ..cluster.config import (
     ConfigError,
     config_keys,
     format_value,
     load_config,
     parse_properties,
 )
-from rmq_cluster.cluster.protocol.names import check_request, validate_queue_nums
-from rmq_cluster.cluster.protocol.route import (
+from ..cluster.protocol.names import check_request, validate_queue_nums
+from ..cluster.protocol.route import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     DataVersion,
     RegisterBrokerBody,
     RouteDecodeError,
     TopicConfigSerializeWrapper,
 )
-from rmq_cluster.cluster.remoting.apache_options import APACHE_SERVER_OPTIONS
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode, Version
-from rmq_cluster.cluster.remoting.headers import (
+from ..cluster.remoting.apache_options import APACHE_SERVER_OPTIONS
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import RequestCode, ResponseCode, Version
+from ..cluster.remoting.headers import (
     AddWritePermOfBrokerRequestHeader,
     AddWritePermOfBrokerResponseHeader,
     DeleteTopicFromNamesrvRequestHeader,
@@ -54,9 +54,9 @@ from rmq_cluster.cluster.remoting.headers import (
     WipeWritePermOfBrokerRequestHeader,
     WipeWritePermOfBrokerResponseHeader,
 )
-from rmq_cluster.namesrv.config import NamesrvConfig, restart_only_changes
-from rmq_cluster.namesrv.kv_config import KVConfigManager
-from rmq_cluster.namesrv.route_info import RouteInfoManager
+from .config import NamesrvConfig, restart_only_changes
+from .kv_config import KVConfigManager
+from .route_info import RouteInfoManager
 
 #: RocketMQ's ``FAQUrl.APPLY_TOPIC_URL`` as ``FAQUrl.suggestTodo`` appends it.
 APPLY_TOPIC_TIP: Final = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."

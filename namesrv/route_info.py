@@ -31,7 +31,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol.route import (
+from ..cluster.protocol.route import (
     MASTER_ID,
     BrokerData,
     ClusterInfo,

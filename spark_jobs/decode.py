@@ -27,7 +27,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     ANY_RECORD_SIZE,
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,

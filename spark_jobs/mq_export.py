@@ -20,8 +20,8 @@ import tempfile
 import time
 from typing import Any, Final
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.spark_jobs.mq_model import ReadOptions, SourceError, read_options
+from ..cluster.logging import get_logger
+from .mq_model import ReadOptions, SourceError, read_options
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -108,7 +108,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _check_route(opts: ReadOptions) -> None:
-    from rmq_cluster.spark_jobs.mq_io import fetch_route
+    from .mq_io import fetch_route
 
     if opts.store_paths is not None:
         return
@@ -121,8 +121,8 @@ def export(options: dict[str, str], to: str, *, mode: str = "errorifexists",
     SparkSession if there is one (and leaves it running), else starts one and stops it."""
     from pyspark.sql import SparkSession
 
-    from rmq_cluster.spark_jobs.replica_diff import build_session
-    from rmq_cluster.spark_jobs.rocketmq_source import register
+    from .replica_diff import build_session
+    from .rocketmq_source import register
 
     started = time.monotonic()
     own = SparkSession.getActiveSession() is None
@@ -152,7 +152,7 @@ def export(options: dict[str, str], to: str, *, mode: str = "errorifexists",
 
 
 def _ship_archive(spark: Any, tmp: str) -> None:
-    from rmq_cluster.spark_jobs.package import build_package
+    from .package import build_package
 
     archive = os.path.join(tmp, "rmq_spark.zip")
     build_package(archive)

@@ -17,14 +17,14 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     MAX_MESSAGE_SIZE_BYTES,
     MessageConst,
     encode_batch,
     encode_properties,
     record_fields,
 )
-from rmq_cluster.spark_jobs.mq_model import (
+from .mq_model import (
     OffsetSpec,
     QueueRange,
     ReadOptions,
@@ -36,8 +36,8 @@ from rmq_cluster.spark_jobs.mq_model import (
     split_range,
     tag_set,
 )
-from rmq_cluster.spark_jobs.mq_store import plan_store_queues, read_store_range
-from rmq_cluster.spark_jobs.mq_wire import Channel, Reply, WireError
+from .mq_store import plan_store_queues, read_store_range
+from .mq_wire import Channel, Reply, WireError
 
 # request and response codes (RocketMQ's RequestCode / ResponseCode)
 GET_ROUTEINFO_BY_TOPIC: Final = 105
@@ -81,7 +81,7 @@ def signed(ext: Mapping[str, Any], body: bytes, access_key: str | None,
     ``request_content``/``calc_signature``), else ``ext`` as it is."""
     if access_key is None or secret_key is None:
         return ext
-    from rmq_cluster.cluster.acl.signing import (
+    from ..cluster.acl.signing import (
         ACCESS_KEY,
         SIGNATURE,
         calc_signature,

@@ -16,7 +16,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     MAX_MESSAGE_SIZE_BYTES,
     SYSFLAG_COMPRESSED,
     BodyInflateError,

@@ -17,9 +17,9 @@ import os
 from collections.abc import Iterator
 from typing import Any, Final
 
-from rmq_cluster.cluster.protocol.message import RecordError, record_fields
-from rmq_cluster.spark_jobs.decode import CQ_UNIT_BYTES, CqUnit, Segment, decode_cq, list_segments
-from rmq_cluster.spark_jobs.mq_model import (
+from ..cluster.protocol.message import RecordError, record_fields
+from .decode import CQ_UNIT_BYTES, CqUnit, Segment, decode_cq, list_segments
+from .mq_model import (
     QueueRange,
     ReadOptions,
     SourceError,

@@ -60,7 +60,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from rmq_cluster.spark_jobs.mq_io import (
+from .mq_io import (
     DEFAULT_PRODUCER_GROUP,
     DEFAULT_SEND_RETRIES,
     DEFAULT_WRITE_BATCH,
@@ -72,7 +72,7 @@ from rmq_cluster.spark_jobs.mq_io import (
     read_range,
     send_all,
 )
-from rmq_cluster.spark_jobs.mq_model import (
+from .mq_model import (
     SCHEMA_DDL,
     QueueRange,
     ReadOptions,

@@ -30,15 +30,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from rmq_cluster.cluster.protocol.message import Message
-from rmq_cluster.store.checkpoint import StoreCheckpoint
-from rmq_cluster.store.commitlog import CommitLog, PutMessageResult
-from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
-from rmq_cluster.store.dispatcher import ConsumeQueueTable, Dispatcher
-from rmq_cluster.store.index_file import IndexService
-from rmq_cluster.store.recovery import RecoveryResult
-from rmq_cluster.store.retention import CleanResult, Retention
-from rmq_cluster.store.watermark import Watermark
+from ..cluster.protocol.message import Message
+from .checkpoint import StoreCheckpoint
+from .commitlog import CommitLog, PutMessageResult
+from .config import BrokerRole, MessageStoreConfig
+from .dispatcher import ConsumeQueueTable, Dispatcher
+from .index_file import IndexService
+from .recovery import RecoveryResult
+from .retention import CleanResult, Retention
+
+
+class RisingMark(Protocol):
+    """What a backend does with the store's flush watermark (``store/watermark.py``): raise
+    it to what recovery found flushed."""
+
+    def advance(self, value: int) -> None: ...
 
 
 class BackendHost(Protocol):
@@ -62,8 +68,10 @@ class BackendHost(Protocol):
     #: set by ``open``: what recovery found, the CommitLog's end at boot, the flushed offset
     recovery: RecoveryResult | None
     boot_max_offset: int
-    flush_watermark: Watermark
     put_failed_times: int
+
+    @property
+    def flush_watermark(self) -> RisingMark: ...
 
     @property
     def waits_for_replicas(self) -> bool:

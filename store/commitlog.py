@@ -17,8 +17,8 @@ from typing import Final, NamedTuple
 
 import structlog
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.clock import now_ms
+from ..cluster.protocol.message import (
     BLANK,
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
@@ -48,15 +48,15 @@ from rmq_cluster.cluster.protocol.message import (
     write_batch_records,
     write_record,
 )
-from rmq_cluster.store.config import (
+from .config import (
     DISK_SPACE_WARNING_LEVEL_RATIO,
     MAX_PROPERTIES_LENGTH_BYTES,
     RECORD_OVERHEAD_ALLOWANCE_BYTES,
     MessageStoreConfig,
 )
-from rmq_cluster.store.mapped_file import MappedFile, MappedFileQueue
-from rmq_cluster.store.paths import is_valid_component
-from rmq_cluster.store.record import (
+from .mapped_file import MappedFile, MappedFileQueue
+from .paths import is_valid_component
+from .record import (
     parse_delay_levels,
     plan_batch,
     put_properties,

@@ -25,17 +25,17 @@ from typing import Final
 
 import structlog
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
 )
-from rmq_cluster.store.commitlog import CommitLog, DispatchRequest
-from rmq_cluster.store.config import MAX_DISPATCH_BYTES_PER_ROUND, MessageStoreConfig
-from rmq_cluster.store.consume_queue import CQ_RUN_MAX_UNITS, ConsumeQueue
-from rmq_cluster.store.index_file import IndexService
-from rmq_cluster.store.paths import StorePathError, StoreRoot, is_valid_component
-from rmq_cluster.store.record import (
+from .commitlog import CommitLog, DispatchRequest
+from .config import MAX_DISPATCH_BYTES_PER_ROUND, MessageStoreConfig
+from .consume_queue import CQ_RUN_MAX_UNITS, ConsumeQueue
+from .index_file import IndexService
+from .paths import StorePathError, StoreRoot, is_valid_component
+from .record import (
     SCAN_BLANK,
     SCAN_CORRUPT,
     SCAN_SKIP,

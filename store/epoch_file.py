@@ -29,11 +29,11 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
-from rmq_cluster.cluster.protocol.controller import MAX_EPOCH_ENTRIES, EpochEntry
+from ..cluster.protocol.controller import MAX_EPOCH_ENTRIES, EpochEntry
 
 if TYPE_CHECKING:
-    from rmq_cluster.store.commitlog import CommitLog
-    from rmq_cluster.store.dispatcher import Dispatcher
+    from .commitlog import CommitLog
+    from .dispatcher import Dispatcher
 
 EPOCH_FILE_NAME: Final = "epochFileCheckpoint"
 ACKED_FILE_NAME: Final = "ackedOffsetCheckpoint"

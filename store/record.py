@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     MAGIC_V1,
     PROP_DELAY,
     PROP_KEYS,
@@ -59,12 +59,12 @@ from rmq_cluster.cluster.protocol.message import (
     short_status,
     tags_code,
 )
-from rmq_cluster.store.config import (
+from .config import (
     DELAY_LEVELS_MS,
     MAX_PROPERTIES_LENGTH_BYTES,
     SCHEDULE_TOPIC,
 )
-from rmq_cluster.store.paths import is_valid_component
+from .paths import is_valid_component
 
 # --------------------------------------------------------------------------- the delay rule
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.pop import PopFormatError, RequestMode, RequestModeSetting
+from ...cluster.protocol import fastjson
+from ...cluster.protocol.pop import PopFormatError, RequestMode, RequestModeSetting
 
 MODE_FILE: Final = "messageRequestMode.json"
 #: Entries the table holds at most (one per topic and group set by an admin).

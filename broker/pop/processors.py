@@ -13,24 +13,24 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from rmq_cluster.broker.clients import build_subscription
-from rmq_cluster.broker.pop.modes import (
+from ...cluster.protocol import pop as wire
+from ...cluster.protocol.names import validate_topic
+from ...cluster.protocol.route import PermName, TopicConfig
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import ResponseCode
+from ..clients import build_subscription
+from ..processors.common import FAQ_SUGGEST, header_errors
+from .modes import (
     RequestModeTable,
     allocate_averagely,
     allocate_for_pop,
     mode_of,
 )
-from rmq_cluster.broker.pop.polling import PopPolling
-from rmq_cluster.broker.pop.service import PopBatch, PopRequest, PopService, is_retry_topic
-from rmq_cluster.broker.processors.common import FAQ_SUGGEST, header_errors
-from rmq_cluster.cluster.protocol import pop as wire
-from rmq_cluster.cluster.protocol.names import validate_topic
-from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
+from .polling import PopPolling
+from .service import PopBatch, PopRequest, PopService, is_retry_topic
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from ..context import BrokerContext
 
 #: Longest a pop or notification waits for a message, whatever pollTime asks (the server
 #: channel's idle timeout; clients ask 15-20 s).

@@ -29,11 +29,9 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from rmq_cluster.broker.pop.state import OrderBlocks, ReviveLedger
-from rmq_cluster.broker.topic_config import dlq_topic
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol import pop as wire
-from rmq_cluster.cluster.protocol.message import (
+from ...cluster.logging import get_logger
+from ...cluster.protocol import pop as wire
+from ...cluster.protocol.message import (
     Message,
     MessageConst,
     RecordError,
@@ -41,13 +39,15 @@ from rmq_cluster.cluster.protocol.message import (
     decode_record,
     encode_record,
 )
-from rmq_cluster.cluster.protocol.route import PermName
-from rmq_cluster.store.commitlog import PutMessageStatus
-from rmq_cluster.store.message_store import GetMessageStatus, MessageFilter
+from ...cluster.protocol.route import PermName
+from ...store.commitlog import PutMessageStatus
+from ...store.message_store import GetMessageStatus, MessageFilter
+from ..topic_config import dlq_topic
+from .state import OrderBlocks, ReviveLedger
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
-    from rmq_cluster.broker.pop.state import PendingCheckpoint
+    from ..context import BrokerContext
+    from .state import PendingCheckpoint
 
 #: Queues of a pop retry topic (Apache's PopAckConstants.retryQueueNum).
 RETRY_QUEUE_NUMS: Final = 1

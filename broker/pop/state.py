@@ -19,7 +19,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol.pop import AckRecord, Checkpoint
+from ...cluster.protocol.pop import AckRecord, Checkpoint
 
 #: (group, topic, queueId, startOffset, popTime): a checkpoint's identity, as an ack names it.
 CkKey = tuple[str, str, int, int, int]

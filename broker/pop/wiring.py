@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from rmq_cluster.broker.pop.modes import MODE_FILE, RequestModeTable
-from rmq_cluster.broker.pop.polling import PopPolling
-from rmq_cluster.broker.pop.processors import PopProcessors
-from rmq_cluster.broker.pop.service import PopService
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.route import TopicRouteData
-from rmq_cluster.cluster.remoting.codes import RequestCode
+from ...cluster.logging import get_logger
+from ...cluster.protocol.route import TopicRouteData
+from ...cluster.remoting.codes import RequestCode
+from .modes import MODE_FILE, RequestModeTable
+from .polling import PopPolling
+from .processors import PopProcessors
+from .service import PopService
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from ..context import BrokerContext
 
 log = get_logger(role="pop")
 #: (topic) -> the topic's route from the NameServers, or None.

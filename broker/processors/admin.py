@@ -6,36 +6,36 @@ import shutil
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
 
-from rmq_cluster.broker.apache_keys import runtime_info_keys
-from rmq_cluster.broker.metrics import RuntimeStats
-from rmq_cluster.broker.offsets import SubscriptionGroupConfig
-from rmq_cluster.broker.processors.common import header_errors
-from rmq_cluster.broker.topic_config import (
-    AUTO_CREATE_TOPIC_KEY_TOPIC,
-    NOT_ALLOWED_SEND_TOPICS,
-    validate_topic,
-)
-from rmq_cluster.cluster.protocol import fastjson, topic_attributes
-from rmq_cluster.cluster.protocol.names import (
+from ...cluster.protocol import fastjson, topic_attributes
+from ...cluster.protocol.names import (
     MAX_QUEUE_NUMS,
     validate_group,
     validate_queue_nums,
 )
-from rmq_cluster.cluster.protocol.route import TOPIC_FILTER_TYPES, KVTable, TopicConfig
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, Version
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.errors import RemotingError
-from rmq_cluster.cluster.remoting.headers import (
+from ...cluster.protocol.route import TOPIC_FILTER_TYPES, KVTable, TopicConfig
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, Version
+from ...cluster.remoting.connection import Connection
+from ...cluster.remoting.errors import RemotingError
+from ...cluster.remoting.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
     ResetOffsetRequestHeader,
 )
+from ..apache_keys import runtime_info_keys
+from ..metrics import RuntimeStats
+from ..offsets import SubscriptionGroupConfig
+from ..topic_config import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    validate_topic,
+)
+from .common import header_errors
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from ..context import BrokerContext
 
 BROKER_VERSION_DESC = "V4_9_7"
 

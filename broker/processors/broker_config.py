@@ -29,9 +29,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from rmq_cluster.broker.apache_keys import broker_config_keys, processors
-from rmq_cluster.broker.config import BrokerConfig
-from rmq_cluster.broker.config_update import (
+from ...cluster.acl.local import write_private
+from ...cluster.acl.secret_keys import mask_secrets
+from ...cluster.config import format_properties, to_properties
+from ...cluster.protocol import fastjson
+from ...cluster.protocol.route import PermName, TopicConfig
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import ResponseCode
+from ..apache_keys import broker_config_keys, processors
+from ..config import BrokerConfig
+from ..config_update import (
     BlackListedKeyError,
     ConfigUpdateError,
     apply_update,
@@ -40,18 +47,11 @@ from rmq_cluster.broker.config_update import (
     rewrite_properties,
     rewritten_mode,
 )
-from rmq_cluster.broker.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
-from rmq_cluster.cluster.acl.local import write_private
-from rmq_cluster.cluster.acl.secret_keys import mask_secrets
-from rmq_cluster.cluster.config import format_properties, to_properties
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
+from ..topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.config import BrokerSettings
-    from rmq_cluster.broker.context import BrokerContext
+    from ..config import BrokerSettings
+    from ..context import BrokerContext
 
 def install_settings(ctrl: BrokerContext, settings: BrokerSettings) -> bool:
     """Make ``settings`` the running broker's: every holder of a config sees the new one.

@@ -14,12 +14,12 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.names import NAME_TABLE, NameCache, check_request
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.headers import SEND_V2_LETTER
-from rmq_cluster.cluster.remoting.processors import Processor, checked
+from ...cluster.logging import get_logger
+from ...cluster.protocol.names import NAME_TABLE, NameCache, check_request
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import RequestCode, ResponseCode
+from ...cluster.remoting.headers import SEND_V2_LETTER
+from ...cluster.remoting.processors import Processor, checked
 
 #: Requests whose bad topic RocketMQ answers in its own words (``TopicValidator``): the header
 #: field holding the topic, and whether the answer is a send's (with MSG_REGION / TRACE_ON).

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 if TYPE_CHECKING:  # only a type here: Spark workers import this module without the codec
-    from rmq_cluster.cluster.remoting.codec import RemotingCommand
+    from ..remoting.codec import RemotingCommand
 
 ACCESS_KEY: Final = "AccessKey"
 SECRET_KEY: Final = "SecretKey"

@@ -26,15 +26,15 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.route import (
+from ..remoting.codec import RemotingCommand
+from ..remoting.codes import RequestCode, Version
+from ..remoting.headers import SEND_V2_LETTER
+from . import fastjson
+from .route import (
     RegisterBrokerBody,
     RouteDecodeError,
     TopicConfigSerializeWrapper,
 )
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, Version
-from rmq_cluster.cluster.remoting.headers import SEND_V2_LETTER
 
 TOPIC_MAX_LENGTH: Final = 127
 GROUP_MAX_LENGTH: Final = 255

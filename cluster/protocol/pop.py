@@ -24,8 +24,8 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.remoting.headers import CommandHeader, hfield
+from ..remoting.headers import CommandHeader, hfield
+from . import fastjson
 
 #: Response codes RocketMQ 5 gives the numbers 4.x's ACL codes had (an IntEnum alias would
 #: rename those): a pop that found nothing before its poll time ran out, or whose broker has

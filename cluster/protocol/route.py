@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol import fastjson
+from . import fastjson
 
 #: ``MixAll.MASTER_ID``: the broker id of a group's master.
 MASTER_ID: Final = 0

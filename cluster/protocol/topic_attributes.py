@@ -21,7 +21,7 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
-from rmq_cluster.cluster.protocol.message import MessageConst, java_string_hash
+from .message import MessageConst, java_string_hash
 
 MESSAGE_TYPE: Final = "message.type"
 #: Attributes a topic holds at most, and the longest modification string read.

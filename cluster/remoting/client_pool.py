@@ -9,21 +9,21 @@ from typing import Any, Final
 
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.address import parse_address
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.connection import (
+from ..logging import get_logger
+from .address import parse_address
+from .codec import RemotingCommand
+from .connection import (
     DEFAULT_CALL_TIMEOUT_S,
     Connection,
 )
-from rmq_cluster.cluster.remoting.errors import (
+from .errors import (
     RemotingClosedError,
     RemotingConnectError,
     RemotingTimeoutError,
     RemotingUnsentError,
 )
-from rmq_cluster.cluster.remoting.processors import Processor, ProcessorTable
-from rmq_cluster.cluster.remoting.sockets import InputShare, connect_socket
+from .processors import Processor, ProcessorTable
+from .sockets import InputShare, connect_socket
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 3.0
 #: Run on every connection the pool opens, before its first request (peer authentication:

@@ -22,7 +22,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from rmq_cluster.cluster.remoting.codes import (
+from .codes import (
     CURRENT_VERSION,
     FLAG_ONEWAY,
     FLAG_RESPONSE,

@@ -48,10 +48,10 @@ from typing import Any, Final, Protocol, cast
 
 import attrs
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.codec import ProtocolError, RemotingCommand, encode_into
-from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from rmq_cluster.cluster.remoting.errors import (
+from ..logging import get_logger
+from .codec import ProtocolError, RemotingCommand, encode_into
+from .codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from .errors import (
     OVERLOAD_REMARK,
     RemotingClosedError,
     RemotingError,
@@ -60,7 +60,7 @@ from rmq_cluster.cluster.remoting.errors import (
     error_response,
     exception_remark,
 )
-from rmq_cluster.cluster.remoting.processors import (
+from .processors import (
     HELD,
     Deferred,
     Held,

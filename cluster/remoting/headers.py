@@ -17,7 +17,7 @@ from typing import Any, Final, Literal, Self
 
 import attrs
 
-from rmq_cluster.cluster.remoting.codec import ext_value_to_str
+from .codec import ext_value_to_str
 
 Kind = Literal["str", "int", "long", "bool"]
 
@@ -336,7 +336,7 @@ class SendMessageRequestHeaderV2(CommandHeader):
 
 def parse_send_header(code: int, ext: Mapping[str, Any]) -> SendMessageRequestHeader:
     """Read a send request's header whichever way it came (10 long names; 310/320/325 letters)."""
-    from rmq_cluster.cluster.remoting.codes import RequestCode
+    from .codes import RequestCode
 
     if code in (
         RequestCode.SEND_MESSAGE_V2,

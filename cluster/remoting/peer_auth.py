@@ -30,11 +30,11 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.errors import RemotingConnectError, RemotingError
-from rmq_cluster.cluster.remoting.processors import Processor, ProcessorTable
+from ..logging import get_logger
+from .codec import RemotingCommand
+from .codes import ResponseCode
+from .errors import RemotingConnectError, RemotingError
+from .processors import Processor, ProcessorTable
 
 #: Request codes of the handshake (ours: no RocketMQ or DLedger code uses them).
 PEER_AUTH_HELLO: Final = 97001

@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol, cast
 
 import attrs
 
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from .codec import RemotingCommand
 
 
 class Answerer(Protocol):

@@ -19,17 +19,17 @@ from typing import Any, Final
 
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.address import format_address
-from rmq_cluster.cluster.remoting.admission import ConnectionAdmission, Refused
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.connection_state import MAX_IN_FLIGHT_REQUESTS
-from rmq_cluster.cluster.remoting.input_budget import (
+from ..logging import get_logger
+from .address import format_address
+from .admission import ConnectionAdmission, Refused
+from .connection import Connection
+from .connection_state import MAX_IN_FLIGHT_REQUESTS
+from .input_budget import (
     INPUT_RESERVE_BYTES,
     MIN_MAX_BUFFERED_INPUT_BYTES,
 )
-from rmq_cluster.cluster.remoting.processors import ProcessorTable
-from rmq_cluster.cluster.remoting.sockets import (
+from .processors import ProcessorTable
+from .sockets import (
     InputShare,
     close_socket,
     listen_socket,
