@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_dashboard_commands(sub)
     add_up_flag(sub.choices["up"])
-    from rmq_cluster.deploy.proxy_up import add_up_flag as add_proxy_flag
+    from ..deploy.proxy_up import add_up_flag as add_proxy_flag
 
     add_proxy_flag(sub.choices["up"])
     seen: set[int] = set()
