@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_dashboard_commands(sub)
     add_up_flag(sub.choices["up"])
+    from ..deploy.proxy_up import add_up_flag as add_proxy_flag
+
+    add_proxy_flag(sub.choices["up"])
     seen: set[int] = set()
     stack = list(sub.choices.values())
     while stack:  # commands and their own subcommands (chaos run | check ...)

@@ -25,7 +25,7 @@ NAMESPACE = "rmq_cluster"
 #: the repository's top-level folders that are installed, each as ``rmq_cluster.<folder>``
 INSTALLED = (
     "cluster", "client", "namesrv", "broker", "ha", "dledger", "store", "deploy", "chaos",
-    "spark_jobs", "controller", "dashboard", "cli",
+    "spark_jobs", "controller", "dashboard", "proxy", "cli",
 )
 #: folders whose Python files import the installed packages
 IMPORTERS = (*INSTALLED, "tests", "bench")
@@ -183,12 +183,14 @@ LAYERS: dict[str, frozenset[str]] = {
     "namesrv": frozenset({"cluster"}),
     "controller": frozenset({"cluster", "store", "dledger"}),
     "spark_jobs": frozenset({"cluster", "dledger"}),
-    "deploy": frozenset({"cluster", "client"}),
+    # mqproxy (issue 34): the gRPC endpoint speaks remoting through the client
+    "proxy": frozenset({"cluster", "client"}),
+    "deploy": frozenset({"cluster", "client", "proxy"}),
     "chaos": frozenset({"cluster", "client", "deploy"}),
     "dashboard": frozenset({"cluster", "client", "deploy"}),
     "cli": frozenset({
         "cluster", "client", "store", "ha", "dledger", "broker", "namesrv", "controller",
-        "spark_jobs", "deploy", "chaos", "dashboard",
+        "spark_jobs", "deploy", "chaos", "dashboard", "proxy",
     }),
 }
 #: Pure cores: bytes/events in, bytes/events/decisions out; no trio, not even for types, and
@@ -202,6 +204,7 @@ PURE_CORES = (
     "cluster/filter/sql92.py", "cluster/acl/validator.py", "cluster/acl/rules.py",
     "cluster/acl/permission.py", "cluster/acl/signing.py", "cluster/config.py",
     "cluster/clock.py", "cluster/cli_args.py", "cluster/home.py",
+    "proxy/grpc_wire.py", "proxy/convert.py",
     "namesrv/route_info.py", "namesrv/processor.py",
     "store/mapped_file.py", "store/commitlog.py", "store/consume_queue.py", "store/index_file.py",
     "store/checkpoint.py", "store/recovery.py", "store/dispatcher.py", "store/record.py",
