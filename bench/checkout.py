@@ -22,7 +22,7 @@ from pathlib import Path
 #: the top-level folders pyproject.toml installs as ``rmq_cluster.<folder>``
 FOLDERS = (
     "cluster", "client", "namesrv", "broker", "ha", "dledger", "store", "deploy", "chaos",
-    "spark_jobs", "controller",
+    "spark_jobs", "controller", "dashboard", "cli", "proxy",
 )
 #: the checkout this module belongs to
 ROOT = Path(__file__).resolve().parents[1]

@@ -82,7 +82,7 @@ from rmq_cluster.cluster.logging import configure_logging
 from rmq_cluster.cluster.protocol.message import Message
 from rmq_cluster.ha.client import HAClient
 from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.connection import HAService
+from rmq_cluster.ha.service import HAService
 from rmq_cluster.store import flush
 from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
 from rmq_cluster.store.message_store import MessageStore
@@ -456,7 +456,7 @@ BROKER_PACE_TICK_S = 0.001
 #: Each broker run loads this long before measuring (connection, topic, page cache warm).
 BROKER_WARMUP_S = 0.5
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-#: HA counters (ha/connection.py runtime_info) reported per message by the closed-loop runs.
+#: HA counters (ha/service.py runtime_info) reported per message by the closed-loop runs.
 MASTER_COUNTERS = ("haAckReports", "haAckAdvances", "haSyncWaitedPuts", "haShipSends")
 SLAVE_COUNTERS = ("haClientReceives", "haClientReports")
 #: How often a SYNC closed-loop run samples the sends waiting for an ack at the master.

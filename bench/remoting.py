@@ -34,7 +34,7 @@ from rmq_cluster.cluster.logging import configure_logging
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
+from rmq_cluster.cluster.remoting.processors import ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 
 ECHO_CODE = 1
@@ -56,7 +56,7 @@ async def _echo_task(conn: Connection, request: RemotingCommand) -> RemotingComm
 
 async def _serve_ours(processor: str) -> None:
     echo = _echo if processor == "sync" else _echo_task
-    server = RemotingServer(Dispatcher({ECHO_CODE: echo}), node="bench")
+    server = RemotingServer(ProcessorTable({ECHO_CODE: echo}), node="bench")
     async with trio.open_nursery() as nursery:
         _host, port = await nursery.start(server.serve, "127.0.0.1", 0)
         print(port, flush=True)

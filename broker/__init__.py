@@ -1,4 +1,4 @@
-"""The Broker node (RocketMQ 4.x ``BrokerController``): store, processors, clients, registration.
+"""The Broker node (``BrokerController`` in RocketMQ): store, processors, clients, registration.
 
 Embedding::
 

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 
 import trio
 
-from rmq_cluster.broker.config import BrokerSettings, load_broker_config
-from rmq_cluster.broker.controller import BrokerController
-from rmq_cluster.broker.processors.broker_config import format_config
-from rmq_cluster.cluster.config import ConfigError, read_properties
-from rmq_cluster.cluster.logging import configure_logging, get_logger
-from rmq_cluster.cluster.node_main import NodeSupervisor, serve_until_signal
-from rmq_cluster.store.message_store import StoreLockedError
+from ..cluster.config import ConfigError, read_properties
+from ..cluster.logging import configure_logging, get_logger
+from ..cluster.node_main import NodeSupervisor, serve_until_signal
+from ..store.message_store import StoreLockedError
+from .config import BrokerSettings, load_broker_config
+from .node import BrokerNode
+from .processors.broker_config import format_config
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,10 +57,10 @@ def load(args: argparse.Namespace) -> BrokerSettings:
     return loaded.settings
 
 
-def boot_line(controller: BrokerController) -> str:
-    bcfg = controller.bcfg
+def boot_line(broker: BrokerNode) -> str:
+    bcfg = broker.bcfg
     return (
-        f"The broker[{bcfg.broker_name}, {controller.broker_addr}] boot success. "
+        f"The broker[{bcfg.broker_name}, {broker.broker_addr}] boot success. "
         f"serializeType=JSON and name server is {bcfg.namesrv_addr}"
     )
 
@@ -68,10 +68,10 @@ def boot_line(controller: BrokerController) -> str:
 async def _run(settings: BrokerSettings, config_file: str | None = None) -> int:
     node = settings.broker.broker_name
     supervisor = NodeSupervisor(node=node, role="broker", hard_exit=os._exit)
-    controller = BrokerController(settings, config_file=config_file, supervisor=supervisor)
+    broker = BrokerNode(settings, config_file=config_file, supervisor=supervisor)
     return await serve_until_signal(
-        controller.run,
-        lambda: boot_line(controller),
+        broker.run,
+        lambda: boot_line(broker),
         node=node,
         role="broker",
         supervisor=supervisor,

@@ -15,9 +15,9 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.filter.sql92 import Selector, SelectorError, compile_sql92
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.message import java_string_hash
+from ..cluster.filter.sql92 import Selector, SelectorError, compile_sql92
+from ..cluster.protocol import fastjson
+from ..cluster.protocol.message import java_string_hash
 
 SUB_ALL: Final = "*"
 EXPRESSION_TAG: Final = "TAG"

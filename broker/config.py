@@ -29,8 +29,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.broker.controller_mode import MAX_IN_SYNC_REPLICAS, ControllerModeConfig
-from rmq_cluster.cluster.config import (
+from ..cluster.config import (
     ConfigError,
     check_address_list,
     check_cluster_secret,
@@ -40,11 +39,13 @@ from rmq_cluster.cluster.config import (
     load_config,
     setting,
 )
-from rmq_cluster.dledger.config import DLedgerConfig, DLedgerConfigError
-from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.protocol import MAX_FRAME_BODY_BYTES
-from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
-from rmq_cluster.store.record import parse_delay_levels
+from ..cluster.protocol.names import node_name_problem
+from ..dledger.config import DLedgerConfig, DLedgerConfigError
+from ..ha.config import HAConfig
+from ..ha.protocol import MAX_FRAME_BODY_BYTES
+from ..store.config import BrokerRole, MessageStoreConfig
+from ..store.record import parse_delay_levels
+from .controller_mode import MAX_IN_SYNC_REPLICAS, ControllerModeConfig
 
 DEFAULT_LISTEN_PORT: Final = 10911
 #: Nodes listen on loopback unless ``bindAddress`` says otherwise (RocketMQ binds 0.0.0.0): a
@@ -137,6 +138,14 @@ class BrokerConfig:
     #: Percent of RAM: a consumer further behind the CommitLog's end than this is "on disk"
     #: (RocketMQ keeps it in MessageStoreConfig; a slave uses 10 points less).
     access_message_in_memory_max_ratio: float = setting("accessMessageInMemoryMaxRatio", 40.0)
+    #: RocketMQ 5 POP (broker/pop): revive log queues, revive scan period, the chance in 100
+    #: that a pop reads its retry topic first, and how many pops may be parked (long
+    #: polling) at once.
+    revive_queue_num: int = setting("reviveQueueNum", 8)
+    revive_interval_ms: int = setting("reviveInterval", 1000)
+    pop_from_retry_probability: int = setting("popFromRetryProbability", 20)
+    max_pop_polling_size: int = setting("maxPopPollingSize", 100_000)
+
     # NettyServerConfig
     #: Loopback unless told otherwise (RocketMQ: 0.0.0.0); see DEFAULT_BIND_ADDRESS.
     bind_address: str = setting("bindAddress", DEFAULT_BIND_ADDRESS)
@@ -197,6 +206,9 @@ class BrokerConfig:
     #: controller prove (cluster/remoting/peer_auth.py); "" = open peer ports, as RocketMQ's.
     #: ``rmq-cluster up`` generates one per cluster.
     cluster_secret: str = setting("clusterSecret", "", secret=True)
+    #: Keys UPDATE_BROKER_CONFIG refuses (``;``-separated; RocketMQ 5's default): they change
+    #: only in the config file, with a restart.
+    config_black_list: str = setting("configBlackList", "configBlackList;brokerConfigPath")
 
     @cluster_secret.validator
     def _check_cluster_secret(self, attribute: attrs.Attribute, value: str) -> None:
@@ -314,8 +326,6 @@ def load_broker_config(
 MAX_MESSAGE_SIZE_LIMIT_BYTES: Final = 16 * 1024 * 1024
 #: Most queues a topic created with the default may have.
 MAX_DEFAULT_TOPIC_QUEUE_NUMS: Final = 1024
-#: Longest broker or cluster name (RocketMQ's topic/group length limit).
-MAX_NAME_CHARS: Final = 127
 #: An hour of the day in ``deleteWhen`` ("04" or "04;05").
 _HOURS: Final = range(24)
 
@@ -347,6 +357,11 @@ _PORT_OR_BOUND: Final = (0, 65535)  # 0: the bound (ephemeral) port
 #: UPDATE_BROKER_CONFIG (``check_settings``); tests/unit/test_config_ranges.py fails
 #: when a numeric key is missing here.
 NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
+    # RocketMQ 5 POP (broker/pop)
+    "reviveQueueNum": (1, 1024),
+    "reviveInterval": (10, 3_600_000),
+    "popFromRetryProbability": (0, 100),
+    "maxPopPollingSize": (0, 10_000_000),
     # BrokerConfig / NettyServerConfig
     "brokerId": (0, JAVA_INT_MAX),
     "brokerPermission": (0, 15),
@@ -427,10 +442,9 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
 
 
 def _check_name(key: str, value: str) -> None:
-    if not value or len(value) > MAX_NAME_CHARS:
-        raise ConfigError(f"{key}: must be 1..{MAX_NAME_CHARS} characters, got {value!r}")
-    if not value.isprintable() or any(ch.isspace() or ch in ";:=,/\\" for ch in value):
-        raise ConfigError(f"{key}: {value!r} has a character a name cannot have")
+    problem = node_name_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{key}: {value!r} {problem}")
 
 
 def _check_reachable(bind_address: str, broker_ip1: str) -> None:

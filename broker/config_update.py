@@ -22,15 +22,14 @@ keys stay as they are), new keys are appended. A file that holds a secret
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.broker.config import BrokerConfig, BrokerSettings, check_settings
-from rmq_cluster.cluster.acl.local import PRIVATE_FILE_MODE
-from rmq_cluster.cluster.acl.secret_keys import holds_secret
-from rmq_cluster.cluster.config import (
+from ..cluster.acl.local import PRIVATE_FILE_MODE
+from ..cluster.acl.secret_keys import holds_secret
+from ..cluster.config import (
     ConfigError,
     config_keys,
     format_properties,
@@ -38,9 +37,11 @@ from rmq_cluster.cluster.config import (
     parse_properties,
     to_properties,
 )
-from rmq_cluster.dledger.config import DLedgerConfig
-from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.store.config import MessageStoreConfig
+from ..dledger.config import DLedgerConfig
+from ..ha.config import HAConfig
+from ..store.config import MessageStoreConfig
+from .apache_keys import broker_config_keys
+from .config import BrokerConfig, BrokerSettings, check_settings
 
 #: The keys a running broker follows at once (all others change only with a restart):
 #: read per request from the installed config, or pushed to their holder when it changes
@@ -74,6 +75,27 @@ class ConfigUpdateError(ValueError):
     """The update is refused; the message is the response's remark."""
 
 
+class BlackListedKeyError(ConfigUpdateError):
+    """The update names a key of ``configBlackList`` (answered NO_PERMISSION, as RocketMQ)."""
+
+
+def black_listed(black_list: str, keys: Iterable[str]) -> list[str]:
+    """The keys of ``keys`` that ``black_list`` (``configBlackList``: names separated by
+    ``;``) forbids updating, sorted."""
+    names = {name.strip() for name in black_list.split(";") if name.strip()}
+    return sorted(k for k in keys if k in names)
+
+
+def refuse_black_listed(black_list: str, keys: Iterable[str]) -> None:
+    """BlackListedKeyError naming the keys ``black_list`` forbids updating, if any."""
+    refused = black_listed(black_list, keys)
+    if refused:
+        raise BlackListedKeyError(
+            f"{', '.join(refused)} cannot be updated by a request (configBlackList): "
+            "edit the config file and restart"
+        )
+
+
 def parse_update_body(body: bytes) -> dict[str, str]:
     """The request body (``key=value`` lines, RocketMQ ``MixAll.properties2String``)."""
     try:
@@ -95,8 +117,15 @@ def known_keys() -> frozenset[str]:
 
 def apply_update(settings: BrokerSettings, values: Mapping[str, str]) -> BrokerSettings:
     """``settings`` with ``values`` applied (ConfigUpdateError names what is refused)."""
+    refuse_black_listed(settings.broker.config_black_list, values)
     known = known_keys()
     unknown = sorted(k for k in values if k not in known)
+    inert = [k for k in unknown if k in broker_config_keys(1)]
+    if inert:
+        raise ConfigUpdateError(
+            f"{', '.join(inert)}: Apache RocketMQ's setting(s), answered at Apache's default; "
+            "nothing here follows them"
+        )
     if unknown:
         raise ConfigUpdateError(f"unknown broker config key(s): {', '.join(unknown)}")
     changes: dict[str, Any] = {}

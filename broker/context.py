@@ -1,4 +1,4 @@
-"""What the parts of a broker may use of it: the narrow interfaces ``BrokerController`` satisfies.
+"""What the parts of a broker may use of it: the narrow interfaces ``BrokerNode`` satisfies.
 
 ``BrokerContext`` is a request processor's whole view of its broker (``processors/*``, the
 metrics endpoint): its settings, the store, the tables (topics, offsets, groups, clients, locks,
@@ -6,7 +6,7 @@ parked pulls, transactions), the clock and the few hooks that tell the broker so
 ``BrokerHost`` adds what the components that *drive* a broker use (the DLedger role handler and
 the controller-mode replicas manager: identity, role, registration, the service loops they
 start and stop). Both are ``typing.Protocol``: the controller satisfies them structurally, and
-no module below ``broker/controller.py`` imports it, so the import graph has no cycle.
+no module below ``broker/node.py`` imports it, so the import graph has no cycle.
 
 Attributes (not read-only properties) are the ones their users assign: ``settings``/``bcfg``
 (UPDATE_BROKER_CONFIG), ``is_slave``/``broker_id``/``master_addr`` (role changes),
@@ -21,22 +21,22 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import trio
 
-    from rmq_cluster.broker.clients import ClientManager, RebalanceLockManager
-    from rmq_cluster.broker.config import BrokerConfig, BrokerSettings
-    from rmq_cluster.broker.long_polling import PullRequestHoldService
-    from rmq_cluster.broker.offsets import ConsumerOffsetManager, SubscriptionGroupManager
-    from rmq_cluster.broker.processors.common import TopicAccess
-    from rmq_cluster.broker.schedule import ScheduleMessageService
-    from rmq_cluster.broker.stats import BrokerStats
-    from rmq_cluster.broker.topic_config import TopicConfigManager
-    from rmq_cluster.broker.transaction import TransactionState
-    from rmq_cluster.cluster.acl.guard import AclGuard
-    from rmq_cluster.cluster.metrics import Histogram
-    from rmq_cluster.cluster.remoting.held import HeldAnswers
-    from rmq_cluster.cluster.remoting.server import RemotingServer
-    from rmq_cluster.ha.connection import HAService
-    from rmq_cluster.store.epoch_file import EpochFile
-    from rmq_cluster.store.message_store import MessageStore
+    from ..cluster.acl.guard import AclGuard
+    from ..cluster.metrics import Histogram
+    from ..cluster.remoting.server import RemotingServer
+    from ..ha.master import InSyncState
+    from ..ha.service import HAService
+    from ..store.epoch_file import EpochFile
+    from ..store.message_store import MessageStore
+    from .clients import ClientManager, RebalanceLockManager
+    from .config import BrokerConfig, BrokerSettings
+    from .long_polling import PullRequestHoldService
+    from .offsets import ConsumerOffsetManager, SubscriptionGroupManager
+    from .processors.common import TopicAccess
+    from .schedule import ScheduleMessageService
+    from .stats import BrokerStats
+    from .topic_config import TopicConfigManager
+    from .transaction import TransactionState
 
 
 class BrokerContext(Protocol):
@@ -73,8 +73,6 @@ class BrokerContext(Protocol):
     acl: AclGuard | None
     server: RemotingServer | None
     ha: HAService | None
-    #: SYNC_MASTER send answers waiting for a slave's ack
-    held_answers: HeldAnswers | None
 
     @property
     def store(self) -> MessageStore:
@@ -124,6 +122,8 @@ class BrokerHost(BrokerContext, Protocol):
     address: tuple[str, int] | None
     epoch_file: EpochFile | None
     replica_id: int | None
+    #: controller mode, as master: the SYNC put rule and the SyncStateSet size (HAService)
+    in_sync: InSyncState | None
     #: the store or None (the replicas manager reads it while the inner broker may be closed)
     _store: MessageStore | None
 

@@ -31,9 +31,9 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import ConfigError, setting
-from rmq_cluster.cluster.protocol.controller_client import parse_controller_addrs
-from rmq_cluster.ha.master import InSyncRule
+from ..cluster.config import ConfigError, setting
+from ..cluster.protocol.controller_client import parse_controller_addrs
+from ..ha.master import InSyncRule
 
 DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: Final = 200
 DEFAULT_CONTROLLER_HEARTBEAT_TIMEOUT_MS: Final = 1_000

@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.dispatch import Deferred, SyncProcessor
-from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, put_status_of
-from rmq_cluster.dledger.messages import ResponseCode as DLedgerCode
-from rmq_cluster.store.commitlog import PutMessageResult
-from rmq_cluster.store.message_store import MessageStore
+from ..cluster.logging import get_logger
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.processors import Deferred, SyncProcessor
+from ..dledger.commitlog_adapter import DLedgerCommitLog, put_status_of
+from ..dledger.messages import ResponseCode as DLedgerCode
+from ..store.commitlog import PutMessageResult
+from ..store.message_store import MessageStore
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerHost
-    from rmq_cluster.broker.processors.send import SendProcessor
-    from rmq_cluster.dledger.node import AppendResult
+    from ..dledger.node import AppendResult
+    from .context import BrokerHost
+    from .processors.send import SendProcessor
 
 log = get_logger(component="dledger_role")
 

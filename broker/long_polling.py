@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
+from ..cluster.logging import get_logger
 
 TagsFilter = Callable[[int], bool]
 log = get_logger(role="long_polling")

@@ -23,12 +23,12 @@ import time
 from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from rmq_cluster.broker.offsets import TOPIC_GROUP_SEPARATOR
-from rmq_cluster.cluster.metrics import Histogram, RateTracker, Registry, Steps, run_to_end
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from ..cluster.metrics import Histogram, RateTracker, Registry, Steps, run_to_end
+from ..cluster.remoting.codec import RemotingCommand
+from .offsets import TOPIC_GROUP_SEPARATOR
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from .context import BrokerContext
 
 Rows = Iterable[tuple[Mapping[str, object] | None, float]]
 

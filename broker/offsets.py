@@ -15,9 +15,9 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.route import DataVersion
+from ..cluster.clock import now_ms
+from ..cluster.protocol import fastjson
+from ..cluster.protocol.route import DataVersion
 
 TOPIC_GROUP_SEPARATOR: Final = "@"
 DEFAULT_RETRY_MAX_TIMES: Final = 16
@@ -30,7 +30,6 @@ SYSTEM_GROUPS: Final = (
     "CID_ONSAPI_PULL",
     "CID_ONSAPI_PERMISSION",
     "CID_ONSAPI_OWNER",
-    "CID_RMQ_SYS_TRACE",
 )
 
 

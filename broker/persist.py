@@ -9,7 +9,7 @@ import contextlib
 import os
 from typing import Final
 
-from rmq_cluster.store.paths import StoreRoot
+from ..store.paths import StoreRoot
 
 TOPICS_FILE: Final = "topics.json"
 CONSUMER_OFFSET_FILE: Final = "consumerOffset.json"

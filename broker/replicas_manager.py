@@ -5,14 +5,14 @@ master; this broker follows.
     controllerAddr=127.0.0.1:9878;127.0.0.1:9888;127.0.0.1:9898
     brokerId=1            # this replica's identity (>= 1)
 
-``BrokerController.run`` hands over to :meth:`ReplicasManager.run`, which for the whole life of
+``BrokerNode.run`` hands over to :meth:`ReplicasManager.run`, which for the whole life of
 the process:
 
 * registers the replica with the controller (CONTROLLER_REGISTER_BROKER 1003) and heartbeats
   (BROKER_HEARTBEAT 904: epoch, CommitLog max offset) every ``brokerHeartbeatInterval``;
 * reads the group's replica info (CONTROLLER_GET_REPLICA_INFO 1004: master id, address, epoch,
   SyncStateSet) every ``syncControllerMetadataPeriod``;
-* runs the broker proper (an inner ``BrokerController``) in the role the controller names:
+* runs the broker proper (an inner ``BrokerNode``) in the role the controller names:
   **master** = brokerId 0 in routes, SYNC_MASTER (ASYNC_MASTER if so configured); **slave** =
   its own brokerId, SLAVE, replicating from the master.  A new master or a new epoch restarts
   the inner broker in its new role (the store is closed and reopened, as a manual 4.x
@@ -58,10 +58,9 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from rmq_cluster.broker.processors.broker_config import install_settings
-from rmq_cluster.cluster.acl.signing import credentials_from
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.controller import (
+from ..cluster.acl.signing import credentials_from
+from ..cluster.logging import get_logger
+from ..cluster.protocol.controller import (
     NO_MASTER,
     AlterSyncStateSetRequestHeader,
     BrokerHeartbeatRequestHeader,
@@ -76,29 +75,30 @@ from rmq_cluster.cluster.protocol.controller import (
     decode_replicas_table,
     encode_broker_names,
 )
-from rmq_cluster.cluster.protocol.controller_client import ControllerClient, is_host_port
-from rmq_cluster.cluster.protocol.route import PermName
-from rmq_cluster.cluster.remoting.address import format_address
-from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.errors import RemotingError
-from rmq_cluster.cluster.remoting.headers import HeaderError
-from rmq_cluster.cluster.remoting.peer_auth import peer_handshake
-from rmq_cluster.ha.master import InSyncState
-from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
-from rmq_cluster.store.epoch_file import (
+from ..cluster.protocol.controller_client import ControllerClient, is_host_port
+from ..cluster.protocol.route import PermName
+from ..cluster.remoting.address import format_address
+from ..cluster.remoting.client_pool import open_remoting_client
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import ResponseCode
+from ..cluster.remoting.errors import RemotingError
+from ..cluster.remoting.headers import HeaderError
+from ..cluster.remoting.peer_auth import peer_handshake
+from ..ha.master import InSyncState
+from ..store.config import BrokerRole, MessageStoreConfig
+from ..store.epoch_file import (
     AckedMark,
     EpochFile,
     cut_is_safe,
     find_consistent_point,
     truncate_commitlog,
 )
-from rmq_cluster.store.message_store import MessageStore
+from ..store.message_store import MessageStore
+from .processors.broker_config import install_settings
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.config import BrokerSettings
-    from rmq_cluster.broker.context import BrokerHost
+    from .config import BrokerSettings
+    from .context import BrokerHost
 
 #: A broker call (epoch cache of a peer) gives up after this.
 PEER_CALL_TIMEOUT_S: Final = 1.0

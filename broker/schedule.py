@@ -3,8 +3,9 @@
 The store puts a message with ``DELAY=n`` into ``SCHEDULE_TOPIC_XXXX`` queue n-1 (keeping
 ``REAL_TOPIC``/``REAL_QID``). ``deliver_due(level)`` walks that queue from the level's offset and
 re-puts every message whose time has come (store time + the level's delay) into its real topic,
-without ``DELAY``; it stops at the first message not yet due and says when it will be. The shell
-(``broker/controller.py``) calls it when a level is due or a scheduled message arrives.
+its ``DELAY`` kept as a record of the level (``DueProperties``: not scheduled again); it stops
+at the first message not yet due and says when it will be. The shell (``broker/node.py``)
+calls it when a level is due or a scheduled message arrives.
 Offsets per level persist in ``delayOffset.json``.
 """
 
@@ -12,16 +13,16 @@ from __future__ import annotations
 
 from typing import Final
 
-from rmq_cluster.broker.offsets import DelayOffsetTable
-from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     Message,
     MessageConst,
     RecordError,
     decode_record,
 )
-from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
-from rmq_cluster.store.record import parse_delay_levels
+from ..store.message_store import GetMessageStatus, MessageStore
+from ..store.record import DueProperties, parse_delay_levels
+from .offsets import DelayOffsetTable
+from .topic_config import SCHEDULE_TOPIC
 
 #: Messages moved per call and level before yielding.
 MAX_DELIVER_PER_ROUND: Final = 256
@@ -74,12 +75,12 @@ class ScheduleMessageService:
                     if due > now_ms:
                         self.offsets.set(level, offset)
                         return moved, due
-                    props = dict(rec.properties)
-                    # REAL_TOPIC/REAL_QID stay on the delivered message, as RocketMQ's
-                    # ScheduleMessageService leaves them (Java consumers see them)
+                    # REAL_TOPIC/REAL_QID and DELAY stay on the delivered message, as
+                    # RocketMQ's ScheduleMessageService stores them (Java consumers read
+                    # getDelayTimeLevel()); DueProperties keep the store from scheduling it again
+                    props = DueProperties(rec.properties)
                     topic = props.get(MessageConst.PROPERTY_REAL_TOPIC)
                     qid = props.get(MessageConst.PROPERTY_REAL_QUEUE_ID)
-                    props.pop(MessageConst.PROPERTY_DELAY_TIME_LEVEL, None)
                     if topic:
                         put = store.append_message(
                             Message(

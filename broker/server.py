@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import trio
 
-from rmq_cluster.broker.config import BrokerSettings
-from rmq_cluster.broker.controller import BrokerController
+from .config import BrokerSettings
+from .node import BrokerNode
 
 
 async def serve(
@@ -22,4 +22,4 @@ async def serve(
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a broker until cancelled; ``task_status.started((host, port))`` once serving."""
-    await BrokerController(settings).run(task_status=task_status)
+    await BrokerNode(settings).run(task_status=task_status)

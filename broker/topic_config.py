@@ -12,16 +12,16 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.broker.config import BrokerConfig
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.protocol import names
-from rmq_cluster.cluster.protocol.route import (
+from ..cluster.clock import now_ms
+from ..cluster.protocol import names
+from ..cluster.protocol.route import (
     DataVersion,
     PermName,
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
-from rmq_cluster.store.config import TIMER_TOPIC as STORE_TIMER_TOPIC
+from ..store.config import TIMER_TOPIC as STORE_TIMER_TOPIC
+from .config import BrokerConfig
 
 #: The auto-create template topic.
 AUTO_CREATE_TOPIC_KEY_TOPIC: Final = "TBW102"

@@ -20,8 +20,7 @@ from typing import Final, Protocol
 
 import attrs
 
-from rmq_cluster.broker.clients import ClientChannelInfo
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_NOT_TYPE,
     Message,
@@ -32,7 +31,8 @@ from rmq_cluster.cluster.protocol.message import (
     encode_record,
     java_map_order,
 )
-from rmq_cluster.store.message_store import MessageStore
+from ..store.message_store import MessageStore
+from .clients import ClientChannelInfo
 
 HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"

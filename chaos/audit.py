@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.chaos.checker import VERDICT_FAIL
+from .checker import VERDICT_FAIL
 
 AUDIT_OK: Final = "consistent"
 AUDIT_FAIL: Final = "divergent"

@@ -23,7 +23,10 @@ from typing import Any
 
 import trio
 
-from rmq_cluster.chaos.checker import (
+from ..cluster.logging import configure_logging
+from ..deploy.supervisor import SupervisorError
+from ..deploy.topology import BUILTIN_PROFILES, ProfileError, resolve_profile
+from .checker import (
     MODES,
     CheckResult,
     HistoryError,
@@ -34,14 +37,11 @@ from rmq_cluster.chaos.checker import (
     recorded_run,
     summary_rows,
 )
-from rmq_cluster.chaos.faults import FAULTS, FaultError, make_fault
-from rmq_cluster.chaos.nemesis import DEFAULT_OFF_S, DEFAULT_ON_S
-from rmq_cluster.chaos.runner import RunOptions, run_chaos
-from rmq_cluster.chaos.timeline import render_svg
-from rmq_cluster.chaos.workload import CHAOS_POLL_NAMESRV_S
-from rmq_cluster.cluster.logging import configure_logging
-from rmq_cluster.deploy.supervisor import SupervisorError
-from rmq_cluster.deploy.topology import BUILTIN_PROFILES, ProfileError, resolve_profile
+from .faults import FAULTS, FaultError, make_fault
+from .nemesis import DEFAULT_OFF_S, DEFAULT_ON_S
+from .runner import RunOptions, run_chaos
+from .timeline import render_svg
+from .workload import CHAOS_POLL_NAMESRV_S
 
 PROG = "rmq-cluster chaos"
 

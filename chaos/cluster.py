@@ -29,31 +29,21 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.chaos.audit import (
-    AUDIT_SKIPPED,
-    NEEDS_SPARK,
-    audit_command,
-    audit_members,
-    spark_available,
-    summarize,
-)
-from rmq_cluster.chaos.checker import MODE_ASYNC, MODE_DLEDGER, MODE_NONE, MODE_SYNC
-from rmq_cluster.chaos.proxy import ProxySet, Route
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.controller import (
+from ..cluster.logging import get_logger
+from ..cluster.protocol.controller import (
     ControllerRequestCode,
     GetMetaDataResponseHeader,
     GetReplicaInfoRequestHeader,
     ReplicaInfoResponseHeader,
 )
-from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable
-from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.deploy import supervisor
-from rmq_cluster.deploy.supervisor import ClusterState, NodeRecord, SupervisorError
-from rmq_cluster.deploy.testing import kill_leftovers
-from rmq_cluster.deploy.topology import (
+from ..cluster.protocol.route import ClusterInfo, KVTable
+from ..cluster.remoting.client_pool import RemotingClient, open_remoting_client
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from ..deploy import supervisor
+from ..deploy.supervisor import ClusterState, NodeRecord, SupervisorError
+from ..deploy.testing import kill_leftovers
+from ..deploy.topology import (
     KIND_CONTROLLER,
     ROLE_SLAVE,
     ProfileSpec,
@@ -61,6 +51,16 @@ from rmq_cluster.deploy.topology import (
     build_topology,
     resolve_profile,
 )
+from .audit import (
+    AUDIT_SKIPPED,
+    NEEDS_SPARK,
+    audit_command,
+    audit_members,
+    spark_available,
+    summarize,
+)
+from .checker import MODE_ASYNC, MODE_DLEDGER, MODE_NONE, MODE_SYNC
+from .proxy import ProxySet, Route
 
 #: ``up`` waits this long for every node to be ready (2 cores shared: generous).
 UP_TIMEOUT_S: Final = 60.0
@@ -341,7 +341,7 @@ class ChaosCluster:
             supervisor.stop_nodes, self.state, self.state.records(KIND_CONTROLLER)
         )
         await trio.to_thread.run_sync(functools.partial(supervisor.down, self.state))
-        argv = [sys.executable, "-m", "rmq_cluster.deploy", *audit_command(members)]
+        argv = [sys.executable, "-m", "rmq_cluster.cli", *audit_command(members)]
         with trio.fail_after(AUDIT_TIMEOUT_S):
             proc = await trio.run_process(argv, capture_stdout=True, capture_stderr=True,
                                           check=False)
@@ -450,7 +450,7 @@ async def chaos_cluster(
 
 
 def supervisor_become_reaper() -> None:
-    from rmq_cluster.deploy.testing import become_subreaper
+    from ..deploy.testing import become_subreaper
 
     become_subreaper()
 

@@ -46,8 +46,8 @@ from typing import Any, Final
 import attrs
 import trio
 
-from rmq_cluster.chaos.cluster import ChaosCluster
-from rmq_cluster.chaos.nemesis import Window
+from .cluster import ChaosCluster
+from .nemesis import Window
 
 DEFAULT_DELAY_S: Final = 0.2
 DEFAULT_DROP_P: Final = 0.3

@@ -39,7 +39,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
+from ..cluster.logging import get_logger
 
 #: The owner name of a connection no cluster node holds (a producer, a consumer, the CLI).
 CLIENT: Final = "client"

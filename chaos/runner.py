@@ -25,21 +25,21 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.chaos.audit import AUDIT_SKIPPED, with_audit
-from rmq_cluster.chaos.checker import check
-from rmq_cluster.chaos.cluster import ChaosCluster, chaos_cluster
-from rmq_cluster.chaos.faults import Fault, FaultError, make_fault
-from rmq_cluster.chaos.nemesis import DEFAULT_OFF_S, DEFAULT_ON_S, Schedule, build_schedule
-from rmq_cluster.chaos.timeline import TIMELINE_FILE, render_svg
-from rmq_cluster.chaos.workload import (
+from ..cluster.logging import get_logger
+from ..cluster.remoting.codes import RequestCode
+from .audit import AUDIT_SKIPPED, with_audit
+from .checker import check
+from .cluster import ChaosCluster, chaos_cluster
+from .faults import Fault, FaultError, make_fault
+from .nemesis import DEFAULT_OFF_S, DEFAULT_ON_S, Schedule, build_schedule
+from .timeline import TIMELINE_FILE, render_svg
+from .workload import (
     CHAOS_POLL_NAMESRV_S,
     History,
     Workload,
     WorkloadConfig,
     create_topics,
 )
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.codes import RequestCode
 
 WARMUP_S: Final = 2.0
 SETTLE_S: Final = 5.0
@@ -174,7 +174,7 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None,
     tty = sys.stderr.isatty() if tty is None else tty
     fault = make_fault(opts.fault)
     if opts.fault == "kill-master" and not opts.restart:
-        from rmq_cluster.chaos.faults import KillMaster
+        from .faults import KillMaster
 
         fault = KillMaster(restart=False)
     if fault.needs_proxy and not opts.proxy:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any, Final
 
-from rmq_cluster.chaos.checker import EV_FAIL, EV_FAULT, EV_INVOKE, EV_OK, EV_PHASE, EV_UNKNOWN
+from .checker import EV_FAIL, EV_FAULT, EV_INVOKE, EV_OK, EV_PHASE, EV_UNKNOWN
 
 TIMELINE_FILE: Final = "timeline.svg"
 WIDTH: Final = 960

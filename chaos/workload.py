@@ -21,7 +21,7 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.client import (
+from ..client import (
     Admin,
     ClientConfig,
     ConsumeFromWhere,
@@ -34,9 +34,9 @@ from rmq_cluster.client import (
     Producer,
     PullConsumer,
 )
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
-from rmq_cluster.cluster.remoting.errors import RemotingConnectError
+from ..cluster.logging import get_logger
+from ..cluster.protocol.message import decode_offset_msg_id
+from ..cluster.remoting.errors import RemotingConnectError
 
 #: Clients poll the NameServers this often (Java: pollNameServerInterval, 30 s) so a dead or
 #: restarted master is noticed within a second, as chaos runs want.

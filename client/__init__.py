@@ -8,11 +8,11 @@ rebalance, offset stores and admin calls; Trio-native, with a blocking facade in
         await p.send(Message("T", b"hello", tags="A"))
 """
 
-from rmq_cluster.client.admin import Admin
-from rmq_cluster.client.allocate import allocate_averagely, allocate_by_circle
-from rmq_cluster.client.config import ClientConfig
-from rmq_cluster.client.consumer import PullConsumer, PushConfig, PushConsumer
-from rmq_cluster.client.errors import (
+from .admin import Admin
+from .allocate import allocate_averagely, allocate_by_circle
+from .config import ClientConfig
+from .consumer import PullConsumer, PushConfig, PushConsumer
+from .errors import (
     ClientStateError,
     MQBrokerError,
     MQClientError,
@@ -21,8 +21,8 @@ from rmq_cluster.client.errors import (
     NoRouteError,
     TransactionError,
 )
-from rmq_cluster.client.instance import ClientInstance
-from rmq_cluster.client.model import (
+from .instance import ClientInstance
+from .model import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
@@ -36,14 +36,14 @@ from rmq_cluster.client.model import (
     SendStatus,
     TransactionState,
 )
-from rmq_cluster.client.producer import (
+from .producer import (
     Producer,
     ProducerConfig,
     SendHandle,
     TransactionProducer,
     select_by_hash,
 )
-from rmq_cluster.client.request_reply import (
+from .request_reply import (
     RequestTimeoutError,
     create_reply_message,
     reply_listener,

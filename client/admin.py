@@ -16,29 +16,29 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.client import frames
-from rmq_cluster.client.config import ClientConfig
-from rmq_cluster.client.consumer import PullApi
-from rmq_cluster.client.errors import MQBrokerError, MQClientError, NoRouteError
-from rmq_cluster.client.instance import ClientInstance, own_instance, parse_offset_table
-from rmq_cluster.client.model import MessageQueue, PullResult, ReceivedMessage, retry_topic
-from rmq_cluster.client.subscription import build_subscription
-from rmq_cluster.cluster.config import format_properties, parse_properties
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.config import format_properties, parse_properties
+from ..cluster.protocol import fastjson
+from ..cluster.protocol.message import (
     BodyInflateError,
     StoredMessage,
     decode_offset_msg_id,
     iter_records,
 )
-from rmq_cluster.cluster.protocol.route import (
+from ..cluster.protocol.route import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     ClusterInfo,
     KVTable,
     TopicList,
     TopicRouteData,
 )
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from . import frames
+from .config import ClientConfig
+from .consumer import PullApi
+from .errors import MQBrokerError, MQClientError, NoRouteError
+from .instance import ClientInstance, own_instance, parse_offset_table
+from .model import MessageQueue, PullResult, ReceivedMessage, retry_topic
+from .subscription import build_subscription
 
 RC = RequestCode
 #: Java queryMessage: maxNum default for mqadmin queryMsgByKey.
@@ -326,6 +326,22 @@ class Admin:
                                                 {"topic": topic}))
         return sorted(str(g) for g in (obj or {}).get("groupList") or [])
 
+    async def subscription_groups(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG on one broker: its SubscriptionGroupConfig table
+        (group name -> config), as rocketmq-dashboard lists consumer groups."""
+        obj = fastjson.loads(await self._broker(broker_addr, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        table = (obj or {}).get("subscriptionGroupTable") if isinstance(obj, dict) else None
+        if not isinstance(table, dict):
+            return {}
+        return {str(k): v for k, v in table.items() if isinstance(v, dict)}
+
+    async def acl_config(self, broker_addr: str) -> dict[str, Any]:
+        """GET_BROKER_CLUSTER_ACL_CONFIG (admin only): the broker's plain ACL rules
+        (``globalWhiteAddrs``, ``plainAccessConfigs``). The answer holds secret keys: the
+        caller must not show them."""
+        obj = fastjson.loads(await self._broker(broker_addr, RC.GET_BROKER_CLUSTER_ACL_CONFIG))
+        return obj if isinstance(obj, dict) else {}
+
     # ------------------------------------------------------------------ reading queues
 
     def pull_api(self, group: str = TOOLS_CONSUMER_GROUP) -> PullApi:
@@ -601,3 +617,45 @@ class Admin:
             RC.UPDATE_CONSUMER_OFFSET, {**q, "consumerGroup": group, "commitOffset": str(target)}))
         return target
 
+
+
+async def controller_sync_state(controller_addr: str, broker_names: Iterable[str], *,
+                                cluster_secret: str | None = None) -> dict[str, Any]:
+    """``mqadmin getSyncStateSet``'s call (CONTROLLER_GET_SYNC_STATE_DATA) to the controller
+    leader of ``controller_addr`` (``h:p;h:p;h:p``): per broker group its master, master epoch,
+    SyncStateSet epoch and in-sync / not-in-sync replicas (``ReplicasInfo``). Our controllers
+    serve only peers that know ``cluster_secret``."""
+    from ..cluster.protocol.controller import (
+        ControllerRequestCode,
+        ReplicasInfo,
+        decode_replicas_table,
+        encode_broker_names,
+    )
+    from ..cluster.protocol.controller_client import (
+        ControllerClient,
+        parse_controller_addrs,
+    )
+    from ..cluster.remoting.client_pool import open_remoting_client
+    from ..cluster.remoting.codec import RemotingCommand
+    from ..cluster.remoting.peer_auth import peer_handshake
+
+    try:
+        addrs = parse_controller_addrs(controller_addr)
+    except ValueError as exc:
+        raise MQClientError(str(exc)) from None
+    from ..cluster.remoting.errors import RemotingError
+
+    try:
+        async with open_remoting_client(
+            node="admin-controller",
+            handshake=peer_handshake(cluster_secret) if cluster_secret else None,
+        ) as client:
+            resp = await ControllerClient(client, addrs).call(RemotingCommand.request(
+                ControllerRequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {},
+                encode_broker_names(sorted(broker_names))))
+    except RemotingError as exc:
+        raise MQClientError(f"controller {controller_addr}: {exc}") from None
+    if resp.code != ResponseCode.SUCCESS:
+        raise MQBrokerError(resp.code, resp.remark, controller_addr)
+    table: dict[str, ReplicasInfo] = decode_replicas_table(resp.body or b"")
+    return dict(sorted(table.items()))

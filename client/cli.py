@@ -1,6 +1,6 @@
 """``rmq-cluster produce | consume``: send and receive from the command line.
 
-``deploy/cli.py`` wires these into its parser (``add_commands``); each command runs one
+``cli/main.py`` wires these into its parser (``add_commands``); each command runs one
 ``trio.run``. ``--json`` prints JSON (one object per line for per-message output, then a
 summary object); otherwise plain text. A progress line is drawn on a TTY only.
 
@@ -18,8 +18,9 @@ from typing import Any
 
 import trio
 
-from rmq_cluster.client.admin import Admin
-from rmq_cluster.client.cli_common import (
+from ..cluster.cli_args import non_negative, positive, seconds
+from .admin import Admin
+from .cli_common import (
     Progress,
     add_ns,
     client_config,
@@ -29,18 +30,17 @@ from rmq_cluster.client.cli_common import (
     out,
     runner,
 )
-from rmq_cluster.client.config import DEFAULT_MAX_MESSAGE_BYTES
-from rmq_cluster.client.consumer import PushConsumer
-from rmq_cluster.client.errors import MQClientError
-from rmq_cluster.client.model import (
+from .config import DEFAULT_MAX_MESSAGE_BYTES
+from .consumer import PushConsumer
+from .errors import MQClientError
+from .model import (
     ConsumeFromWhere,
     ConsumeResult,
     Message,
     ReceivedMessage,
     SendResult,
 )
-from rmq_cluster.client.producer import Producer
-from rmq_cluster.cluster.cli_args import non_negative, positive, seconds
+from .producer import Producer
 
 #: produce: sends outstanding at once when not batching.
 DEFAULT_PRODUCE_IN_FLIGHT = 64

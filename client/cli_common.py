@@ -16,10 +16,10 @@ from typing import Any
 
 import trio
 
-from rmq_cluster.client.config import ClientConfig
-from rmq_cluster.client.errors import MQClientError
-from rmq_cluster.client.model import ReceivedMessage
-from rmq_cluster.cluster.home import STATE_FILE, cluster_home
+from ..cluster.home import STATE_FILE, cluster_home
+from .config import ClientConfig
+from .errors import MQClientError
+from .model import ReceivedMessage
 
 #: A progress line is redrawn at most this often.
 PROGRESS_INTERVAL_S = 0.2

@@ -11,7 +11,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.remoting.codes import CURRENT_VERSION
+from ..cluster.remoting.codes import CURRENT_VERSION
 
 #: Java: ClientConfig.pollNameServerInterval.
 DEFAULT_POLL_NAMESRV_INTERVAL_S: Final = 30.0

@@ -22,9 +22,14 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.client import frames
-from rmq_cluster.client.allocate import AllocateStrategy, allocate_averagely
-from rmq_cluster.client.config import (
+from ..cluster.clock import now_ms
+from ..cluster.protocol import fastjson
+from ..cluster.protocol.message import iter_records
+from ..cluster.protocol.route import TopicRouteData
+from ..cluster.remoting.codes import ResponseCode
+from . import frames
+from .allocate import AllocateStrategy, allocate_averagely
+from .config import (
     DEFAULT_BROKER_SUSPEND_MAX_S,
     DEFAULT_CONSUME_CONCURRENCY,
     DEFAULT_LOCK_INTERVAL_S,
@@ -38,20 +43,20 @@ from rmq_cluster.client.config import (
     PULL_ERROR_BACKOFF_S,
     ClientConfig,
 )
-from rmq_cluster.client.errors import (
+from .errors import (
     MQBrokerError,
     MQClientError,
     MQRemotingError,
     NoRouteError,
 )
-from rmq_cluster.client.instance import (
+from .instance import (
     MASTER_ID,
     ClientInstance,
     object_key_map,
     own_instance,
     subscribe_queues,
 )
-from rmq_cluster.client.model import (
+from .model import (
     ConsumeFromWhere,
     ConsumeResult,
     ConsumeType,
@@ -64,23 +69,18 @@ from rmq_cluster.client.model import (
     SkippedMessage,
     retry_topic,
 )
-from rmq_cluster.client.offset_store import (
+from .offset_store import (
     OFFSET_NOT_FOUND,
     LocalOffsetStore,
     OffsetStore,
     RemoteOffsetStore,
     default_local_offset_dir,
 )
-from rmq_cluster.client.subscription import (
+from .subscription import (
     ConsumerData,
     SubscriptionData,
     build_subscription,
 )
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.message import iter_records
-from rmq_cluster.cluster.protocol.route import TopicRouteData
-from rmq_cluster.cluster.remoting.codes import ResponseCode
 
 Listener = Callable[[list[ReceivedMessage]], Any]
 _PULL_STATUS: dict[int, PullStatus] = {

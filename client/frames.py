@@ -11,16 +11,17 @@ from typing import Any
 
 import attrs
 
-from rmq_cluster.client.config import (
+from ..cluster.protocol import fastjson
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import SERIALIZE_JSON, RequestCode
+from ..cluster.remoting.headers import SEND_V2_LETTER
+from .config import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_TOPIC_QUEUE_NUMS,
     LANGUAGE,
     VERSION,
 )
-from rmq_cluster.client.model import MessageQueue
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import SERIALIZE_JSON, RequestCode
+from .model import MessageQueue
 
 RC = RequestCode
 
@@ -75,6 +76,18 @@ def pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool) -> int
     )
 
 
+# SEND_MESSAGE_V2's letters (``SEND_V2_LETTER``), one constant each for the per-message path
+(
+    _V2_GROUP, _V2_TOPIC, _V2_DEFAULT_TOPIC, _V2_QUEUE_NUMS, _V2_QUEUE_ID, _V2_SYS_FLAG, _V2_BORN,
+    _V2_FLAG, _V2_PROPERTIES, _V2_RECONSUME_TIMES, _V2_UNIT_MODE, _V2_MAX_RECONSUME_TIMES,
+    _V2_BATCH, _V2_BROKER_NAME,
+) = (SEND_V2_LETTER[name] for name in (
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+    "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes",
+    "batch", "brokerName",
+))  # fmt: skip
+
+
 def send_message(
     *,
     group: str,
@@ -93,22 +106,22 @@ def send_message(
 ) -> RemotingCommand:
     """SEND_MESSAGE_V2 (310), or SEND_BATCH_MESSAGE (320) for a batch; one-letter header."""
     ext: dict[str, str] = {  # strings already: this is the per-message path
-        "a": group,
-        "b": topic,
-        "c": AUTO_CREATE_TOPIC_KEY,
-        "d": _DEFAULT_QUEUE_NUMS_STR,
-        "e": str(queue_id),
-        "f": str(sys_flag),
-        "g": str(born_timestamp),
-        "h": str(flag),
-        "i": properties,
-        "j": str(reconsume_times),
-        "k": "true" if unit_mode else "false",
-        "m": "true" if batch else "false",
-        "n": broker_name,
+        _V2_GROUP: group,
+        _V2_TOPIC: topic,
+        _V2_DEFAULT_TOPIC: AUTO_CREATE_TOPIC_KEY,
+        _V2_QUEUE_NUMS: _DEFAULT_QUEUE_NUMS_STR,
+        _V2_QUEUE_ID: str(queue_id),
+        _V2_SYS_FLAG: str(sys_flag),
+        _V2_BORN: str(born_timestamp),
+        _V2_FLAG: str(flag),
+        _V2_PROPERTIES: properties,
+        _V2_RECONSUME_TIMES: str(reconsume_times),
+        _V2_UNIT_MODE: "true" if unit_mode else "false",
+        _V2_BATCH: "true" if batch else "false",
+        _V2_BROKER_NAME: broker_name,
     }
     if max_reconsume_times is not None:
-        ext["l"] = str(max_reconsume_times)
+        ext[_V2_MAX_RECONSUME_TIMES] = str(max_reconsume_times)
     code = RC.SEND_BATCH_MESSAGE if batch else RC.SEND_MESSAGE_V2
     return _fast_request(int(code), ext, body)
 

@@ -19,49 +19,23 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.client import frames
-from rmq_cluster.client.config import (
-    AUTO_CREATE_TOPIC_KEY,
-    CLIENT_INNER_PRODUCER_GROUP,
-    DEFAULT_TOPIC_QUEUE_NUMS,
-    ClientConfig,
-    with_credentials,
-)
-from rmq_cluster.client.errors import (
-    ClientStateError,
-    MQBrokerError,
-    MQClientError,
-    MQRemotingError,
-    MQTimeoutError,
-    NoRouteError,
-)
-from rmq_cluster.client.ids import build_client_id, default_instance_name, local_ip
-from rmq_cluster.client.model import MessageQueue
-from rmq_cluster.client.request_reply import (
-    RequestFutureTable,
-    reply_from_push,
-    reply_properties,
-)
-from rmq_cluster.client.subscription import ConsumerData, heartbeat_body
-from rmq_cluster.client.suspects import SuspectRoutes
-from rmq_cluster.cluster.acl.signing import credentials_from
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.message import BodyInflateError, MessageConst
-from rmq_cluster.cluster.protocol.names import MAX_QUEUE_NUMS
-from rmq_cluster.cluster.protocol.route import PermName, TopicRouteData
-from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import checked
-from rmq_cluster.cluster.remoting.errors import (
+from ..cluster.acl.signing import credentials_from
+from ..cluster.clock import now_ms
+from ..cluster.logging import get_logger
+from ..cluster.protocol import fastjson
+from ..cluster.protocol.message import BodyInflateError, MessageConst
+from ..cluster.protocol.names import MAX_QUEUE_NUMS
+from ..cluster.protocol.route import PermName, TopicRouteData
+from ..cluster.remoting.client_pool import RemotingClient, open_remoting_client
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from ..cluster.remoting.connection import Connection
+from ..cluster.remoting.errors import (
     RemotingError,
     RemotingTimeoutError,
     RemotingUnsentError,
 )
-from rmq_cluster.cluster.remoting.headers import (
+from ..cluster.remoting.headers import (
     CheckTransactionStateRequestHeader,
     ConsumeMessageDirectlyResultRequestHeader,
     GetConsumerRunningInfoRequestHeader,
@@ -69,6 +43,32 @@ from rmq_cluster.cluster.remoting.headers import (
     ReplyMessageRequestHeader,
     ResetOffsetRequestHeader,
 )
+from ..cluster.remoting.processors import checked
+from . import frames
+from .config import (
+    AUTO_CREATE_TOPIC_KEY,
+    CLIENT_INNER_PRODUCER_GROUP,
+    DEFAULT_TOPIC_QUEUE_NUMS,
+    ClientConfig,
+    with_credentials,
+)
+from .errors import (
+    ClientStateError,
+    MQBrokerError,
+    MQClientError,
+    MQRemotingError,
+    MQTimeoutError,
+    NoRouteError,
+)
+from .ids import build_client_id, default_instance_name, local_ip
+from .model import MessageQueue
+from .request_reply import (
+    RequestFutureTable,
+    reply_from_push,
+    reply_properties,
+)
+from .subscription import ConsumerData, heartbeat_body
+from .suspects import SuspectRoutes
 
 MASTER_ID = 0
 #: A failing periodic task waits this long before its next round (it is logged, not fatal).
@@ -730,7 +730,7 @@ class ClientInstance:
         except ValueError as exc:
             self.log.warning("bad transaction check", error=str(exc))
             return None
-        from rmq_cluster.cluster.protocol.message import MessageConst, iter_records
+        from ..cluster.protocol.message import MessageConst, iter_records
 
         group = None
         try:

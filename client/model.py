@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     MAX_MESSAGE_SIZE_BYTES,
     BodyInflateError,
     MessageConst,

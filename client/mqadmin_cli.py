@@ -15,6 +15,7 @@ import argparse
 import base64
 import contextlib
 import datetime
+import functools
 import json
 import os
 import sys
@@ -25,16 +26,24 @@ from typing import Any
 import attrs
 import trio
 
-from rmq_cluster.client.admin import (
+from ..cluster.acl.secret_keys import mask_secrets
+from ..cluster.cli_args import at_most, non_negative
+from ..cluster.protocol.names import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    validate_group,
+    validate_topic,
+)
+from ..cluster.protocol.route import ClusterInfo, TopicRouteData
+from .admin import (
     DLQ_GROUP_TOPIC_PREFIX,
     GROUP_GET_NUMS,
     TOOLS_CONSUMER_GROUP,
     TOPIC_PUT_NUMS,
     Admin,
 )
-from rmq_cluster.client.cli_common import add_ns, client_config, msg_row, out, runner
-from rmq_cluster.client.errors import MQBrokerError, MQClientError
-from rmq_cluster.client.model import (
+from .cli_common import add_ns, client_config, msg_row, out, runner
+from .errors import MQBrokerError, MQClientError
+from .model import (
     Message,
     MessageQueue,
     PullStatus,
@@ -42,16 +51,8 @@ from rmq_cluster.client.model import (
     SendStatus,
     retry_topic,
 )
-from rmq_cluster.client.producer import Producer
-from rmq_cluster.client.tables import Col, human_time, json_lines, render_kv, render_table
-from rmq_cluster.cluster.acl.secret_keys import mask_secrets
-from rmq_cluster.cluster.cli_args import at_most, non_negative
-from rmq_cluster.cluster.protocol.names import (
-    RETRY_GROUP_TOPIC_PREFIX,
-    validate_group,
-    validate_topic,
-)
-from rmq_cluster.cluster.protocol.route import ClusterInfo, TopicRouteData
+from .producer import Producer
+from .tables import Col, human_time, json_lines, render_kv, render_table
 
 #: mqadmin's page size when it reads queues (printMsg, consumeMessage).
 PULL_BATCH = 32
@@ -871,21 +872,38 @@ async def _ha_status(admin: Admin, args: argparse.Namespace) -> Output:
 # ====================================================================== wiring
 
 
+AdminCommand = Callable[[str, str, Callable[..., Any]], argparse.ArgumentParser]
+
+
+def _admin_command(
+    sub: Any, name: str, help_text: str, fn: Callable[..., Any]
+) -> argparse.ArgumentParser:
+    """One mqadmin-named command on ``sub`` (argparse subparsers) running ``fn``."""
+    ap: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text + (
+        ". Exit codes: 0 success, 1 failure, 2 usage."))
+    add_ns(ap)
+    ap.set_defaults(func=runner(_admin), admin_fn=fn, command_name=name)
+    return ap
+
+
+def _where(ap: argparse.ArgumentParser, broker_help: str = "broker address ip:port",
+          cluster_help: str = "every master of this cluster") -> None:
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("-b", "--broker", help=broker_help)
+    g.add_argument("-c", "--cluster", help=cluster_help)
+
+
 def add_commands(sub: Any) -> None:
     """Add the mqadmin-named commands to ``sub`` (argparse subparsers)."""
-    def admin_cmd(name: str, help_text: str, fn: Callable[..., Any]) -> argparse.ArgumentParser:
-        ap = sub.add_parser(name, help=help_text, description=help_text + (
-            ". Exit codes: 0 success, 1 failure, 2 usage."))
-        add_ns(ap)
-        ap.set_defaults(func=runner(_admin), admin_fn=fn, command_name=name)
-        return ap
+    admin_cmd = functools.partial(_admin_command, sub)
+    _add_topic_commands(admin_cmd)
+    _add_group_commands(admin_cmd)
+    _add_message_commands(admin_cmd)
+    _add_broker_commands(admin_cmd)
+    add_controller_commands(sub)
 
-    def where(ap: argparse.ArgumentParser, broker_help: str = "broker address ip:port",
-              cluster_help: str = "every master of this cluster") -> None:
-        g = ap.add_mutually_exclusive_group(required=True)
-        g.add_argument("-b", "--broker", help=broker_help)
-        g.add_argument("-c", "--cluster", help=cluster_help)
 
+def _add_topic_commands(admin_cmd: AdminCommand) -> None:
     ap = admin_cmd("clusterList", "brokers of every cluster", _cluster_list)
     ap.add_argument("-c", "--cluster", help="only this cluster")
     ap = admin_cmd("topicRoute", "a topic's route (indented JSON, as mqadmin prints it)",
@@ -895,7 +913,7 @@ def add_commands(sub: Any) -> None:
     admin_cmd("topicList", "every topic the NameServer knows", _topic_list)
     ap = admin_cmd("updateTopic", "create or update a topic", _update_topic)
     ap.add_argument("-t", "--topic", required=True, type=_topic)
-    where(ap)
+    _where(ap)
     ap.add_argument("-r", "--read-queues", type=non_negative, default=8)
     ap.add_argument("-w", "--write-queues", type=non_negative, default=8)
     ap.add_argument("-p", "--perm", type=int, default=6, choices=range(8), metavar="PERM")
@@ -914,8 +932,10 @@ def add_commands(sub: Any) -> None:
                        "on every NameServer", fn)
         ap.add_argument("-b", "--broker-name", required=True, help="broker name")
 
+
+def _add_group_commands(admin_cmd: AdminCommand) -> None:
     ap = admin_cmd("updateSubGroup", "create or update a subscription group", _update_sub_group)
-    where(ap)
+    _where(ap)
     ap.add_argument("-g", "--group", required=True, type=_group)
     ap.add_argument("-s", "--consume-enable", type=bool_arg, default=True,
                     metavar="true|false")
@@ -931,7 +951,7 @@ def add_commands(sub: Any) -> None:
                     metavar="true|false")
     ap = admin_cmd("deleteSubGroup", "delete a subscription group (with -c also its retry "
                    "and DLQ topics)", _delete_sub_group)
-    where(ap)
+    _where(ap)
     ap.add_argument("-g", "--group", required=True, type=_group)
     ap = admin_cmd("consumerProgress", "a group's offsets against the brokers' (without -g: "
                    "every group, one line each)", _consumer_progress)
@@ -948,6 +968,8 @@ def add_commands(sub: Any) -> None:
     ap.add_argument("-g", "--group", required=True, type=_group)
     ap.add_argument("-i", "--client-id", help="only this client")
 
+
+def _add_message_commands(admin_cmd: AdminCommand) -> None:
     ap = admin_cmd("queryMsgById", "a message by broker msgId (or client id with -t)",
                    _query_by_id)
     ap.add_argument("-i", "--msg-id", required=True)
@@ -1001,6 +1023,8 @@ def add_commands(sub: Any) -> None:
     ap.add_argument("-e", "--end", help="up to this time")
     ap.add_argument("-d", "--print-body", type=bool_arg, default=True, metavar="true|false")
 
+
+def _add_broker_commands(admin_cmd: AdminCommand) -> None:
     ap = admin_cmd("brokerStatus", "a broker's runtime info", _broker_status)
     ap.add_argument("-b", "--broker", required=True, help="broker address ip:port")
     for name, help_text, fn in (
@@ -1009,7 +1033,7 @@ def add_commands(sub: Any) -> None:
          "config file)", _update_broker_config),
     ):
         ap = admin_cmd(name, help_text, fn)
-        where(ap)
+        _where(ap)
         if fn is _update_broker_config:
             ap.add_argument("-k", "--key", required=True, help="e.g. brokerPermission")
             ap.add_argument("-v", "--value", required=True)
@@ -1034,8 +1058,7 @@ def add_commands(sub: Any) -> None:
     ap.add_argument("-m", "--machine-room", help="accepted for mqadmin's sake")
     ap = admin_cmd("haStatus", "master/slave replication: each slave's ack offset and lag "
                    "(RocketMQ 5's haStatus)", _ha_status)
-    where(ap)
-    add_controller_commands(sub)
+    _where(ap)
 
 
 # ====================================================================== controller mode
@@ -1044,18 +1067,18 @@ def add_commands(sub: Any) -> None:
 
 
 async def _get_sync_state_set(admin: Admin, args: argparse.Namespace) -> Output:
-    from rmq_cluster.cluster.protocol.controller import (
+    from ..cluster.protocol.controller import (
         ControllerRequestCode,
         decode_replicas_table,
         encode_broker_names,
     )
-    from rmq_cluster.cluster.protocol.controller_client import (
+    from ..cluster.protocol.controller_client import (
         ControllerClient,
         parse_controller_addrs,
     )
-    from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
-    from rmq_cluster.cluster.remoting.codec import RemotingCommand
-    from rmq_cluster.cluster.remoting.peer_auth import peer_handshake
+    from ..cluster.remoting.client_pool import open_remoting_client
+    from ..cluster.remoting.codec import RemotingCommand
+    from ..cluster.remoting.peer_auth import peer_handshake
 
     try:
         addrs = parse_controller_addrs(args.controller_address)
@@ -1090,9 +1113,9 @@ async def _get_sync_state_set(admin: Admin, args: argparse.Namespace) -> Output:
 
 
 async def _get_broker_epoch(admin: Admin, args: argparse.Namespace) -> Output:
-    from rmq_cluster.cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
-    from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
-    from rmq_cluster.cluster.remoting.codec import RemotingCommand
+    from ..cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
+    from ..cluster.remoting.client_pool import open_remoting_client
+    from ..cluster.remoting.codec import RemotingCommand
 
     info = await admin.cluster_list()
     names = [args.broker_name] if args.broker_name else sorted(

@@ -15,11 +15,11 @@ from typing import Protocol
 
 import trio
 
-from rmq_cluster.client import frames
-from rmq_cluster.client.errors import MQBrokerError, MQClientError
-from rmq_cluster.client.instance import ClientInstance, object_key_map, parse_offset_table
-from rmq_cluster.client.model import MessageQueue
-from rmq_cluster.cluster.remoting.codes import ResponseCode
+from ..cluster.remoting.codes import ResponseCode
+from . import frames
+from .errors import MQBrokerError, MQClientError
+from .instance import ClientInstance, object_key_map, parse_offset_table
+from .model import MessageQueue
 
 #: Java: readOffset answers -1 when the broker has no offset, -2 on other errors.
 OFFSET_NOT_FOUND = -1

@@ -21,43 +21,8 @@ from typing import Any
 import attrs
 import trio
 
-from rmq_cluster.client import frames
-from rmq_cluster.client.config import (
-    DEFAULT_COMPRESS_OVER_BYTES,
-    DEFAULT_MAX_MESSAGE_BYTES,
-    DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
-    DEFAULT_SEND_TIMEOUT_S,
-    ClientConfig,
-)
-from rmq_cluster.client.errors import (
-    MQBrokerError,
-    MQClientError,
-    MQRemotingError,
-    NoRouteError,
-    TransactionError,
-)
-from rmq_cluster.client.fault import FIRST_PENALIZED_LATENCY_MS, LatencyFaultTolerance
-from rmq_cluster.client.ids import UniqIdGenerator
-from rmq_cluster.client.instance import ClientInstance, own_instance, publish_queues
-from rmq_cluster.client.model import (
-    RETRY_GROUP_TOPIC_PREFIX,
-    Message,
-    MessageQueue,
-    ReceivedMessage,
-    SendResult,
-    SendStatus,
-    TransactionState,
-)
-from rmq_cluster.client.request_reply import (
-    DEFAULT_REQUEST_TIMEOUT_S,
-    REPLY_MESSAGE_FLAG,
-    REQUEST_TIMEOUT_EXCEPTION,
-    RequestTimeoutError,
-    is_reply,
-)
-from rmq_cluster.client.subscription import JavaMapOrder
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.clock import now_ms
+from ..cluster.protocol.message import (
     SYSFLAG_COMPRESSED,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
     MessageConst,
@@ -66,11 +31,46 @@ from rmq_cluster.cluster.protocol.message import (
     iter_records,
     java_string_hash,
 )
-from rmq_cluster.cluster.protocol.route import TopicRouteData
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.errors import RemotingError
-from rmq_cluster.cluster.remoting.headers import CheckTransactionStateRequestHeader
+from ..cluster.protocol.route import TopicRouteData
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from ..cluster.remoting.connection import Connection
+from ..cluster.remoting.errors import RemotingError
+from ..cluster.remoting.headers import CheckTransactionStateRequestHeader
+from . import frames
+from .config import (
+    DEFAULT_COMPRESS_OVER_BYTES,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
+    DEFAULT_SEND_TIMEOUT_S,
+    ClientConfig,
+)
+from .errors import (
+    MQBrokerError,
+    MQClientError,
+    MQRemotingError,
+    NoRouteError,
+    TransactionError,
+)
+from .fault import FIRST_PENALIZED_LATENCY_MS, LatencyFaultTolerance
+from .ids import UniqIdGenerator
+from .instance import ClientInstance, own_instance, publish_queues
+from .model import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    Message,
+    MessageQueue,
+    ReceivedMessage,
+    SendResult,
+    SendStatus,
+    TransactionState,
+)
+from .request_reply import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    REPLY_MESSAGE_FLAG,
+    REQUEST_TIMEOUT_EXCEPTION,
+    RequestTimeoutError,
+    is_reply,
+)
+from .subscription import JavaMapOrder
 
 MC = MessageConst
 #: Java compresses with zlib level 5 and marks the type in sysFlag bits 8-10 (0x300 = ZLIB).

@@ -27,15 +27,15 @@ from typing import Any, Final, Protocol
 
 import trio
 
-from rmq_cluster.client.errors import MQClientError
-from rmq_cluster.client.model import ConsumeResult, Message, MessageQueue, ReceivedMessage
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     MAX_MESSAGE_SIZE_BYTES,
     MessageConst,
     decode_properties,
     inflate_body,
 )
-from rmq_cluster.cluster.remoting.headers import ReplyMessageRequestHeader
+from ..cluster.remoting.headers import ReplyMessageRequestHeader
+from .errors import MQClientError
+from .model import ConsumeResult, Message, MessageQueue, ReceivedMessage
 
 MC = MessageConst
 #: ``MSG_TYPE`` of a reply (Java ``MixAll.REPLY_MESSAGE_FLAG``).

@@ -8,8 +8,8 @@ from typing import Any
 
 import attrs
 
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.message import java_string_hash
+from ..cluster.protocol import fastjson
+from ..cluster.protocol.message import java_string_hash
 
 SUB_ALL = "*"
 EXPRESSION_TAG = "TAG"

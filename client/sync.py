@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 
 import trio
 
-from rmq_cluster.client.admin import Admin
-from rmq_cluster.client.consumer import PullConsumer, PushConsumer
-from rmq_cluster.client.errors import ClientStateError
-from rmq_cluster.client.model import (
+from .admin import Admin
+from .consumer import PullConsumer, PushConsumer
+from .errors import ClientStateError
+from .model import (
     Message,
     MessageQueue,
     PullResult,
@@ -29,8 +29,8 @@ from rmq_cluster.client.model import (
     SendResult,
     TransactionState,
 )
-from rmq_cluster.client.producer import Producer, TransactionProducer
-from rmq_cluster.client.request_reply import DEFAULT_REQUEST_TIMEOUT_S
+from .producer import Producer, TransactionProducer
+from .request_reply import DEFAULT_REQUEST_TIMEOUT_S
 
 T = TypeVar("T")
 #: How long starting the background loop may take.

@@ -31,8 +31,8 @@ from typing import Any, Final
 
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.metrics import CONTENT_TYPE, Steps
+from .logging import get_logger
+from .metrics import CONTENT_TYPE, Steps
 
 #: Longest request head read before answering 431.
 MAX_REQUEST_HEAD_BYTES: Final = 8 * 1024

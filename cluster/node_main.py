@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
+from .logging import get_logger
 
 #: Young-generation threshold of the garbage collector in a node process (CPython's default is
 #: 700 net container allocations). A broker keeps every in-flight request's objects alive until

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 import trio
 
-from rmq_cluster.cluster.config import ConfigError, load_config, read_properties
-from rmq_cluster.cluster.logging import configure_logging, get_logger
-from rmq_cluster.cluster.node_main import NodeSupervisor, serve_until_signal
-from rmq_cluster.controller.config import ControllerConfig
-from rmq_cluster.controller.node import ControllerNode
+from ..cluster.config import ConfigError, load_config, read_properties
+from ..cluster.logging import configure_logging, get_logger
+from ..cluster.node_main import NodeSupervisor, serve_until_signal
+from .config import ControllerConfig
+from .node import ControllerNode
 
 
 def _parser() -> argparse.ArgumentParser:

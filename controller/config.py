@@ -19,7 +19,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import ConfigError, check_cluster_secret, check_ranges, setting
+from ..cluster.config import ConfigError, check_cluster_secret, check_ranges, setting
 
 DEFAULT_LISTEN_PORT: Final = 9878
 DEFAULT_SCAN_INTERVAL_MS: Final = 100

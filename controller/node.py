@@ -31,9 +31,9 @@ from typing import Any, Final
 
 import trio
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.controller import (
+from ..cluster.clock import now_ms
+from ..cluster.logging import get_logger
+from ..cluster.protocol.controller import (
     NO_MASTER,
     AlterSyncStateSetRequestHeader,
     BrokerHeartbeatRequestHeader,
@@ -49,14 +49,23 @@ from rmq_cluster.cluster.protocol.controller import (
     decode_broker_names,
     encode_replicas_table,
 )
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
-from rmq_cluster.cluster.remoting.headers import HeaderError
-from rmq_cluster.cluster.remoting.peer_auth import PeerAuthGate
-from rmq_cluster.cluster.remoting.server import RemotingServer
-from rmq_cluster.controller.config import ControllerConfig
-from rmq_cluster.controller.state import (
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import ResponseCode
+from ..cluster.remoting.headers import HeaderError
+from ..cluster.remoting.peer_auth import PeerAuthGate
+from ..cluster.remoting.processors import ProcessorTable
+from ..cluster.remoting.server import RemotingServer
+from ..dledger.core import CoreConfig, Role
+from ..dledger.log_storage import FileLogStorage
+from ..dledger.messages import Entry
+from ..dledger.messages import ResponseCode as RaftCode
+from ..dledger.node import (
+    DLedgerNode,
+    RemotingTransport,
+    peer_table,
+)
+from .config import ControllerConfig
+from .state import (
     ApplyOutcome,
     ElectEvent,
     Event,
@@ -77,15 +86,6 @@ from rmq_cluster.controller.state import (
     encode_event,
     groups_needing_election,
     sync_state_data,
-)
-from rmq_cluster.dledger.core import CoreConfig, Role
-from rmq_cluster.dledger.log_storage import FileLogStorage
-from rmq_cluster.dledger.messages import Entry
-from rmq_cluster.dledger.messages import ResponseCode as RaftCode
-from rmq_cluster.dledger.node import (
-    DLedgerNode,
-    RemotingTransport,
-    peer_dispatcher,
 )
 
 #: How long a write waits for its event to commit and apply before answering SYSTEM_BUSY.
@@ -227,9 +227,9 @@ class ControllerNode:
             on_apply=self._on_apply, on_role_change=self._on_role_change,
             offload_io=self.fsync,
         )
-        server = RemotingServer(self._gated(self.listen_gate, self.dispatcher()), node=name)
+        server = RemotingServer(self._gated(self.listen_gate, self.processor_table()), node=name)
         peer_server = RemotingServer(
-            self._gated(self.peer_gate, peer_dispatcher(self.raft)), node=f"{name}-dledger")
+            self._gated(self.peer_gate, peer_table(self.raft)), node=f"{name}-dledger")
         _h, _sep, peer_port = peers[cfg.self_id].rpartition(":")
         if self.listen_gate is None:
             self.log.warning("controller ports are open: no clusterSecret, so anyone who reaches "
@@ -278,11 +278,11 @@ class ControllerNode:
     # ------------------------------------------------------------------ processors
 
     @staticmethod
-    def _gated(gate: PeerAuthGate | None, dispatcher: Dispatcher) -> Dispatcher:
-        return gate.wrap(dispatcher) if gate is not None else dispatcher
+    def _gated(gate: PeerAuthGate | None, table: ProcessorTable) -> ProcessorTable:
+        return gate.wrap(table) if gate is not None else table
 
-    def dispatcher(self) -> Dispatcher:
-        return Dispatcher({
+    def processor_table(self) -> ProcessorTable:
+        return ProcessorTable({
             RC.BROKER_HEARTBEAT: self.on_heartbeat,
             RC.CONTROLLER_REGISTER_BROKER: self.on_register,
             RC.CONTROLLER_GET_REPLICA_INFO: self.on_get_replica_info,

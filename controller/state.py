@@ -43,7 +43,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from rmq_cluster.cluster.protocol.controller import (
+from ..cluster.protocol.controller import (
     MAX_BROKER_ID,
     MAX_REPLICAS_PER_GROUP,
     NO_MASTER,
@@ -53,11 +53,11 @@ from rmq_cluster.cluster.protocol.controller import (
     SyncStateSet,
     broker_id_set,
 )
+from ..cluster.protocol.names import node_name_problem
 
 MAX_GROUPS: Final = 10_000
 #: Controllers whose listen address the state keeps (a Raft group is a handful).
 MAX_CONTROLLERS: Final = 64
-MAX_NAME_CHARS: Final = 127
 MAX_ADDRESS_CHARS: Final = 255
 DEFAULT_HEARTBEAT_TIMEOUT_MS: Final = 1_000
 #: Largest master epoch (an int on the wire); an election past it is refused.
@@ -74,10 +74,7 @@ class EventError(ValueError):
 
 
 def _check_name(value: Any, what: str) -> str:
-    if (
-        type(value) is not str or not value or len(value) > MAX_NAME_CHARS
-        or not value.isprintable() or any(c.isspace() or c in ";:=,/\\" for c in value)
-    ):
+    if node_name_problem(value) is not None:
         raise EventError(f"{what}: {value!r} is not a usable name")
     return value
 

@@ -1,7 +1,7 @@
 """``rmq-cluster up | down | status | nodes | kill | pause | resume | restart | promote | logs |
 render | demo``: the cluster-in-a-box commands.
 
-``deploy/cli.py`` only wires these into its parser (``add_commands``); every parser gets
+``cli/main.py`` only wires these into its parser (``add_commands``); every parser gets
 ``func(args) -> exit code``. Every command takes ``--dir`` (default
 ``$RMQ_CLUSTER_HOME/<name>``, the home defaulting to ``./.rmq-cluster``), ``--name`` (default
 ``default``) and ``--json``; an error is one line on stderr and exit status 1 (``up`` adds the
@@ -29,22 +29,22 @@ from typing import Any
 import attrs
 import trio
 
-from rmq_cluster.cluster.acl.local import (
+from ..cluster.acl.local import (
     acl_path,
     generate_admin,
     local_admin,
     write_local_acl,
     write_private,
 )
-from rmq_cluster.cluster.acl.signing import Credentials
-from rmq_cluster.cluster.cli_args import non_negative
-from rmq_cluster.cluster.logging import pretty_line, rotated_paths
-from rmq_cluster.cluster.metrics import ExpositionError, parse_exposition, sample_value
-from rmq_cluster.cluster.metrics_server import fetch_metrics
-from rmq_cluster.deploy import supervisor
-from rmq_cluster.deploy.render import DEFAULT_INSTALL_DIR, METRICS_PORT_AUTO, metrics_port_of
-from rmq_cluster.deploy.supervisor import ClusterState, SupervisorError
-from rmq_cluster.deploy.topology import (
+from ..cluster.acl.signing import Credentials
+from ..cluster.cli_args import non_negative
+from ..cluster.logging import pretty_line, rotated_paths
+from ..cluster.metrics import ExpositionError, parse_exposition, sample_value
+from ..cluster.metrics_server import fetch_metrics
+from . import supervisor
+from .render import DEFAULT_INSTALL_DIR, METRICS_PORT_AUTO, metrics_port_of
+from .supervisor import ClusterState, SupervisorError
+from .topology import (
     BUILTIN_PROFILES,
     KIND_BROKER,
     ProfileError,
@@ -87,7 +87,7 @@ def _state(args: argparse.Namespace) -> ClusterState:
 
 def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        # logging is configured once by the entry point (deploy/cli.py: -v, --log-format,
+        # logging is configured once by the entry point (cli/main.py: -v, --log-format,
         # $RMQ_CLUSTER_LOG_LEVEL); the client's and probes' chatter stays on stderr
         try:
             return fn(args)
@@ -666,7 +666,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from rmq_cluster.deploy import render
+    from . import render
 
     spec = resolve_profile(args.profile, groups=args.groups)
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
@@ -694,7 +694,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rmq_cluster.deploy import demo
+    from . import demo
 
     state = _state(args)
     down_nodes = [r.name for r in state.records() if not r.alive]
@@ -743,7 +743,13 @@ def _node_arg(p: argparse.ArgumentParser) -> None:
 def add_commands(sub: Any) -> None:
     """Add the cluster commands to ``sub`` (argparse subparsers)."""
     profiles = ", ".join(BUILTIN_PROFILES)
+    _add_cluster_commands(sub, profiles)
+    _add_node_commands(sub)
+    _add_tool_commands(sub, profiles)
 
+
+def _add_cluster_commands(sub: Any, profiles: str) -> None:
+    """up, down, status, nodes: a whole cluster."""
     p = sub.add_parser("up", help="start a cluster and wait until it is ready",
                        description=f"Profiles: {profiles}, or a .toml profile file.")
     p.add_argument("profile", help=f"{profiles} or a .toml file")
@@ -781,6 +787,9 @@ def add_commands(sub: Any) -> None:
     _common(p)
     p.set_defaults(func=_guarded(cmd_nodes))
 
+
+def _add_node_commands(sub: Any) -> None:
+    """kill, pause, resume, restart, promote, logs: one node."""
     p = sub.add_parser("kill", help="signal a node (default SIGKILL)")
     _node_arg(p)
     _common(p)
@@ -824,6 +833,9 @@ def add_commands(sub: Any) -> None:
                    help="render JSON log lines for a human (time LEVEL [node] event key=value)")
     p.set_defaults(func=_guarded(cmd_logs))
 
+
+def _add_tool_commands(sub: Any, profiles: str) -> None:
+    """ls, render, demo."""
     p = sub.add_parser("ls", help="clusters under $RMQ_CLUSTER_HOME and their state",
                        description="Every cluster directory under the home ($RMQ_CLUSTER_HOME, "
                                    "default ./.rmq-cluster): profile, nodes alive/total, state "
@@ -854,3 +866,4 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--secret-key", default=os.environ.get("RMQ_SECRET_KEY"),
                    help="ACL secretKey (default: $RMQ_SECRET_KEY)")
     p.set_defaults(func=_guarded(cmd_demo))
+

@@ -31,7 +31,7 @@ async def demo(
     access_key: str | None = None,
     secret_key: str | None = None,
 ) -> dict[str, Any]:
-    from rmq_cluster.client import Message, Producer, PullConsumer, PullStatus
+    from ..client import Message, Producer, PullConsumer, PullStatus
 
     out = say or (lambda _line: None)
     run_id = uuid.uuid4().hex[:8]

@@ -18,14 +18,14 @@ import attrs
 import orjson
 import trio
 
-from rmq_cluster.cluster.config import read_properties
-from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.errors import RemotingError
-from rmq_cluster.cluster.remoting.peer_auth import CLUSTER_SECRET_KEY, peer_handshake
-from rmq_cluster.deploy import supervisor
-from rmq_cluster.deploy.commands import _guarded, _print_json, _state, format_table
-from rmq_cluster.deploy.topology import Topology
+from ..cluster.config import read_properties
+from ..cluster.remoting.client_pool import open_remoting_client
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.errors import RemotingError
+from ..cluster.remoting.peer_auth import CLUSTER_SECRET_KEY, peer_handshake
+from . import supervisor
+from .commands import _guarded, _print_json, _state, format_table
+from .topology import Topology
 
 PROG = "rmq-cluster dledger"
 #: DLedger's wire contract, as its admin tool speaks it (deploy imports no node package):

@@ -29,9 +29,9 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import format_properties
-from rmq_cluster.cluster.remoting.peer_auth import CLUSTER_SECRET_KEY
-from rmq_cluster.deploy.topology import (
+from ..cluster.config import format_properties
+from ..cluster.remoting.peer_auth import CLUSTER_SECRET_KEY
+from .topology import (
     KIND_CONTROLLER,
     KIND_NAMESRV,
     ROLE_AUTO,

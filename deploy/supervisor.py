@@ -34,22 +34,22 @@ from typing import Any, Final
 import attrs
 import trio
 
-from rmq_cluster.cluster.acl.local import local_admin, write_private
-from rmq_cluster.cluster.home import DEFAULT_ROOT, STATE_FILE, cluster_home
-from rmq_cluster.cluster.logging import LOG_FILE_ENV, LogRotation, rotate_files
-from rmq_cluster.cluster.protocol.controller import (
+from ..cluster.acl.local import local_admin, write_private
+from ..cluster.home import DEFAULT_ROOT, STATE_FILE, cluster_home
+from ..cluster.logging import LOG_FILE_ENV, LogRotation, rotate_files
+from ..cluster.protocol.controller import (
     ControllerRequestCode,
     ReplicasInfo,
     decode_replicas_table,
     encode_broker_names,
 )
-from rmq_cluster.cluster.protocol.route import ClusterInfo, KVTable, TopicRouteData
-from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.peer_auth import Handshake, peer_handshake
-from rmq_cluster.deploy import render
-from rmq_cluster.deploy.topology import (
+from ..cluster.protocol.route import ClusterInfo, KVTable, TopicRouteData
+from ..cluster.remoting.client_pool import RemotingClient, open_remoting_client
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from ..cluster.remoting.peer_auth import Handshake, peer_handshake
+from . import render
+from .topology import (
     KIND_BROKER,
     KIND_CONTROLLER,
     KIND_NAMESRV,

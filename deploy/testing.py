@@ -56,11 +56,11 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
 
-from rmq_cluster.deploy import supervisor
-from rmq_cluster.deploy.topology import plan_span, resolve_profile
+from . import supervisor
+from .topology import plan_span, resolve_profile
 
 if TYPE_CHECKING:
-    from rmq_cluster.client import Message, SendResult
+    from ..client import Message, SendResult
 
 T = TypeVar("T")
 
@@ -99,7 +99,7 @@ def pid_running(pid: int) -> bool:
 def cli(*args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run ``rmq-cluster ARGS`` (as ``python -m rmq_cluster.deploy``) and capture its output."""
     return subprocess.run(
-        [sys.executable, "-m", "rmq_cluster.deploy", *args],
+        [sys.executable, "-m", "rmq_cluster.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -320,7 +320,7 @@ def create_topics(namesrv_addr: str, topics: Iterable[str], *,
     async def go() -> None:
         import trio
 
-        from rmq_cluster.client import Admin
+        from ..client import Admin
 
         with trio.fail_after(timeout):
             async with Admin(namesrv_addr=namesrv_addr) as admin:
@@ -379,7 +379,7 @@ class RmqNamespace:
         become bodies, a ``Message`` is sent as it is, to the namespaced topic."""
         if not isinstance(queues, int) or not 1 <= queues <= 1024:
             raise ValueError(f"queues must be 1..1024, got {queues!r}")
-        from rmq_cluster.client import Message
+        from ..client import Message
 
         real = {name: self.topic(name) for name in topics}
         bodies = {name: list(msgs) for name, msgs in topics.items()}
@@ -391,7 +391,7 @@ class RmqNamespace:
         async def go() -> dict[str, tuple[SendResult, ...]]:
             import trio
 
-            from rmq_cluster.client import Admin, Producer
+            from ..client import Admin, Producer
 
             sent: dict[str, tuple[SendResult, ...]] = {}
             with trio.fail_after(SEED_TIMEOUT_S):

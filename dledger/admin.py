@@ -22,7 +22,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from rmq_cluster.dledger.messages import ResponseCode
+from .messages import ResponseCode
 
 MAX_ADMIN_BODY_BYTES: Final = 4096
 """A transfer request is a few short strings; anything longer is refused unread."""

@@ -67,9 +67,9 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.clock import now_ms
+from ..cluster.logging import get_logger
+from ..cluster.protocol.message import (
     RECORD_FIXED_SIZE,
     RECORD_HEADER_SIZE,
     SYSFLAG_BORNHOST_V6,
@@ -86,32 +86,34 @@ from rmq_cluster.cluster.protocol.message import (
     encode_properties,
     join_properties,
     pack_record,
+    peek_field,
 )
-from rmq_cluster.dledger.config import DLedgerConfig
-from rmq_cluster.dledger.core import Role
-from rmq_cluster.dledger.log_storage import BODY_OFFSET, FileLogStorage
-from rmq_cluster.dledger.messages import Entry, ResponseCode
-from rmq_cluster.store.commitlog import (
+from ..store.backend import BackendHost
+from ..store.commitlog import (
     AppendMessageResult,
     CommitLog,
     PutMessageResult,
     PutMessageStatus,
 )
-from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
-from rmq_cluster.store.message_store import MessageStore
-from rmq_cluster.store.paths import is_valid_component
-from rmq_cluster.store.record import (
+from ..store.config import BrokerRole, MessageStoreConfig
+from ..store.message_store import MessageStore
+from ..store.paths import is_valid_component
+from ..store.record import (
     SCAN_SKIP,
     RecordScanner,
     Scanned,
     put_properties,
     record_tags_code,
 )
-from rmq_cluster.store.recovery import rebuild_topic_queue_table
-from rmq_cluster.store.retention import CleanResult
+from ..store.recovery import rebuild_topic_queue_table
+from ..store.retention import CleanResult
+from .config import DLedgerConfig
+from .core import Role
+from .log_storage import BODY_OFFSET, FileLogStorage
+from .messages import Entry, ResponseCode
 
 if TYPE_CHECKING:
-    from rmq_cluster.dledger.node import AppendResult, DLedgerNode, Pending, Waiter
+    from .node import AppendResult, DLedgerNode, Pending, Waiter
 
 log = get_logger(component="dledger_commitlog")
 
@@ -246,10 +248,12 @@ class DLedgerCommitLogView:
 
     def pickup_store_timestamp(self, phys_offset: int, size: int) -> int:
         view = self.read(phys_offset, min(size, RECORD_HEADER_SIZE))
-        if view is None or len(view) < 64:
+        if view is None:
             return -1
         try:
-            return int.from_bytes(view[56:64], "big", signed=True)
+            return peek_field(view, "STORETIMESTAMP")
+        except struct.error:
+            return -1
         finally:
             view.release()
 
@@ -301,7 +305,7 @@ class DLedgerCommitLog:
         #: the CommitLog as the store's reads see it: the plain one until open() (its
         #: ``queue.on_create`` hook, the dispatcher), then the view of the DLedger files
         self.commitlog: Any = self.plain_commitlog
-        self.store: MessageStore
+        self.store: BackendHost
         self.storage: FileLogStorage | None = None
         self.view: DLedgerCommitLogView | None = None
         self.node: DLedgerNode | None = None
@@ -326,7 +330,7 @@ class DLedgerCommitLog:
         self._scanner = RecordScanner(MAX_SCANNED_RECORD_BYTES, self.delay_levels)
         self._scanned: list[Scanned] = []
 
-    def bind(self, store: MessageStore) -> None:
+    def bind(self, store: BackendHost) -> None:
         self.store = store
         self.cqs = store.cqs
         self.index = store.index
@@ -914,8 +918,8 @@ class DLedgerCommitLog:
             return -1
         first = storage.first_index()
         for entry in storage.entries(first, min(storage.last_index(), self.applied_index) + 1):
-            if entry.body and len(entry.body) >= 64:
-                return int.from_bytes(entry.body[56:64], "big", signed=True)
+            if entry.body and len(entry.body) >= RECORD_HEADER_SIZE:
+                return peek_field(entry.body, "STORETIMESTAMP")
         return -1
 
     def read_raw(self, phys_offset: int, max_bytes: int) -> memoryview | None:

@@ -20,7 +20,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import setting
+from ..cluster.config import setting
 
 DEFAULT_TICK_MS: Final = 50
 DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 250

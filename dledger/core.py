@@ -99,8 +99,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from rmq_cluster.dledger.log_storage import HardState, LogStorage, StorageError
-from rmq_cluster.dledger.messages import (
+from .log_storage import HardState, LogStorage, StorageError
+from .messages import (
     Entry,
     HeartBeatRequest,
     HeartBeatResponse,

@@ -4,8 +4,8 @@ The core (``dledger/core.py``) writes through :class:`LogStorage` (``append``,
 ``truncate_suffix``) and reads back (``term_at``, ``entries``).  Writes land in memory or in the
 mmap'd page cache; they become durable only when the driver calls :meth:`LogStorage.sync`
 (and :meth:`LogStorage.save_hard_state` for term/vote), which it must do before sending the
-messages of the same Ready.  Pure in the design.md sense: no trio, no clocks, no threads; file
-I/O and fsync happen only inside methods the driver calls.
+messages of the same Ready.  Pure in the docs/architecture.md sense: no trio, no clocks, no
+threads; file I/O and fsync happen only inside methods the driver calls.
 
 File store layout (DLedger's ``DLedgerMmapFileStore``): ``<dir>/data/<20-digit offset>`` data files
 holding entries back to back, ``<dir>/index/<20-digit offset>`` index files with one 32-byte record
@@ -53,8 +53,8 @@ from typing import Protocol
 
 import attrs
 
-from rmq_cluster.dledger.messages import Entry, make_entry
-from rmq_cluster.store.config import DISK_SPACE_WARNING_LEVEL_RATIO
+from ..store.config import DISK_SPACE_WARNING_LEVEL_RATIO
+from .messages import Entry, make_entry
 
 ENTRY_MAGIC = 1
 BLANK_MAGIC = -1

@@ -33,7 +33,7 @@ Broker mode (:func:`run_store_node`): the node of a ``DLedgerCommitLog`` with it
 transport, a 1 s msync/checkpoint/ConsumeQueue flush, a prefault task for the data file and the
 store's retention round (``store/flush.py``'s clean service over the DLedger data files).
 
-Admin (:func:`peer_dispatcher`): a *two-way* LEADERSHIP_TRANSFER on the peer port is DLedger's
+Admin (:func:`peer_table`): a *two-way* LEADERSHIP_TRANSFER on the peer port is DLedger's
 admin request (``dledger/admin.py``, :meth:`DLedgerNode.admin_transfer`).
 
 Peer authentication (stricter than DLedger, whose peer port is open): with a cluster secret
@@ -59,24 +59,27 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import attrs
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
-from rmq_cluster.cluster.remoting.errors import RemotingError
-from rmq_cluster.cluster.remoting.peer_auth import PeerAuthGate, peer_handshake
-from rmq_cluster.cluster.remoting.server import RemotingServer
-from rmq_cluster.dledger.admin import (
+from ..cluster.logging import get_logger
+from ..cluster.remoting.client_pool import RemotingClient, open_remoting_client
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.connection import Connection
+from ..cluster.remoting.errors import RemotingError
+from ..cluster.remoting.peer_auth import PeerAuthGate, peer_handshake
+from ..cluster.remoting.processors import ProcessorTable
+from ..cluster.remoting.server import RemotingServer
+from ..store.flush import clean_service
+from ..store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
+from ..store.mapped_file import libc_msync as _msync
+from .admin import (
     DEFAULT_TRANSFER_TIMEOUT_S,
     AdminRequestError,
     TransferAnswer,
     TransferCommand,
     parse_transfer_request,
 )
-from rmq_cluster.dledger.core import DEFAULT_TICK_MS, CoreConfig, DLedgerCore, Ready, Role
-from rmq_cluster.dledger.log_storage import LogStorage
-from rmq_cluster.dledger.messages import (
+from .core import DEFAULT_TICK_MS, CoreConfig, DLedgerCore, Ready, Role
+from .log_storage import LogStorage
+from .messages import (
     DecodeError,
     Entry,
     HeartBeatRequest,
@@ -92,15 +95,12 @@ from rmq_cluster.dledger.messages import (
     encode,
     encode_entries,
 )
-from rmq_cluster.store.flush import clean_service
-from rmq_cluster.store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
-from rmq_cluster.store.mapped_file import libc_msync as _msync
 
 if TYPE_CHECKING:
-    from rmq_cluster.dledger.config import DLedgerConfig
-    from rmq_cluster.dledger.log_storage import FileLogStorage
-    from rmq_cluster.store.config import MessageStoreConfig
-    from rmq_cluster.store.retention import CleanResult
+    from ..store.config import MessageStoreConfig
+    from ..store.retention import CleanResult
+    from .config import DLedgerConfig
+    from .log_storage import FileLogStorage
 
 
 class StoreMember(Protocol):
@@ -705,9 +705,9 @@ class RemotingTransport:
                 await failed()
 
 
-def peer_dispatcher(
+def peer_table(
     node: DLedgerNode, *, transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
-) -> Dispatcher:
+) -> ProcessorTable:
     """Processors for DLedger's request codes: every oneway frame's body goes to
     ``node.deliver``; a two-way LEADERSHIP_TRANSFER is DLedger's admin request
     (``dledger/admin.py``), answered when the transfer is done."""
@@ -736,7 +736,7 @@ def peer_dispatcher(
         DLedgerRequestCode.PUSH,
         DLedgerRequestCode.LEADERSHIP_TRANSFER,
     )
-    return Dispatcher({int(c): on_message for c in codes}, None)
+    return ProcessorTable({int(c): on_message for c in codes}, None)
 
 
 def _admin_response(request: RemotingCommand, answer: TransferAnswer) -> RemotingCommand:
@@ -762,11 +762,11 @@ async def serve_peers(
 ) -> None:
     """The DLedger server on this node's dLegerPeers port; with ``secret`` behind a
     :class:`PeerAuthGate` (``node.peer_gate``), else open."""
-    dispatcher = peer_dispatcher(node)
+    table = peer_table(node)
     if secret:
         node.peer_gate = PeerAuthGate(secret, node=name, port="dledger")
-        dispatcher = node.peer_gate.wrap(dispatcher)
-    server = RemotingServer(dispatcher, node=f"{name}-dledger")
+        table = node.peer_gate.wrap(table)
+    server = RemotingServer(table, node=f"{name}-dledger")
     await server.serve(host, port, task_status=task_status)
 
 

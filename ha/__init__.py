@@ -3,9 +3,10 @@
 Modules
 - ``ha.protocol``: sans-IO framing (8-byte slave offset reports; master frames of
   ``[phyOffset i64][size i32][CommitLog bytes]``, size 0 = heartbeat).
-- ``ha.master``: pure ack table (push2SlaveMaxOffset, in-sync by haSlaveFallbehindMax), the
-  SYNC_MASTER decision, and ``GroupTransfer`` (wait groups released together per ack).
-- ``ha.connection``: ``HAService`` - the broker-facing object; listens on haListenPort and runs
+- ``ha.master``: pure ack table (push2SlaveMaxOffset, in-sync by haSlaveFallbehindMax) and the
+  SYNC_MASTER decision; what waits for an ack waits on ``HAService.ack_watermark`` (the store's
+  one waiting primitive, ``store/watermark.py``).
+- ``ha.service``: ``HAService`` - the broker-facing object; listens on haListenPort and runs
   one ``HAConnection`` (read side + write side) per slave; on a SLAVE store it also runs the
   ``HAClient``.
 - ``ha.client``: ``HAClient`` - the slave side (connect, report, append_raw, reconnect, re-point).
@@ -27,7 +28,7 @@ Broker integration (everything goes through one ``HAService`` per broker)::
     ha_cfg = load_config(HAConfig, props, ha_listen_port=bcfg.ha_port).config
     ha = HAService(store, ha_cfg, host=bcfg.bind_address)   # after MessageStore.open
     ha_port = await nursery.start(ha.run)    # next to store_services.run; on a SYNC_MASTER it
-                                             # sets store.replica_waiter = ha.replica_waiter
+                                             # attaches itself: store.attach_replicas(ha)
     ...
     ha.update_master_address(result.ha_server_addr)  # after each REGISTER_BROKER (slaves only;
                                                      # a configured haMasterAddress wins)

@@ -26,8 +26,8 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import ConfigError, check_host, check_port
-from rmq_cluster.ha.protocol import HAProtocolError
+from ..cluster.config import ConfigError, check_host, check_port
+from .protocol import HAProtocolError
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.ha import net
-from rmq_cluster.ha.access import HA_AUTH_CHALLENGE_BYTES, auth_answer, decode_challenge
-from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.net import CONNECTION_ERRORS
-from rmq_cluster.ha.protocol import (
+from ..cluster.clock import now_ms
+from ..cluster.logging import get_logger
+from . import net
+from .access import HA_AUTH_CHALLENGE_BYTES, auth_answer, decode_challenge
+from .config import HAConfig
+from .net import CONNECTION_ERRORS
+from .protocol import (
     FrameDecoder,
     HAProtocolError,
     coalesce,
@@ -34,7 +34,7 @@ from rmq_cluster.ha.protocol import (
 )
 
 if TYPE_CHECKING:
-    from rmq_cluster.store.message_store import MessageStore
+    from ..store.message_store import MessageStore
 
 #: First pause before reconnecting after a failed connect or a closed connection.
 HA_RECONNECT_MIN_BACKOFF_S: Final = 0.1

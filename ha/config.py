@@ -11,8 +11,8 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import setting
-from rmq_cluster.ha.access import SlaveAllowList
+from ..cluster.config import setting
+from .access import SlaveAllowList
 
 #: RocketMQ's default broker listenPort + 1.
 DEFAULT_HA_LISTEN_PORT: Final = 10912

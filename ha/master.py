@@ -1,16 +1,14 @@
 """The master's replication state, pure (no trio): the ack table of connected slaves,
 push2SlaveMaxOffset, the in-sync judgement and the SYNC_MASTER wait decision.
 
-The Trio shell (``ha/connection.py``) feeds it what it reads and asks it what to do; every
+The Trio shell (``ha/service.py``) feeds it what it reads and asks it what to do; every
 method takes the current time explicitly.
 """
 
 from __future__ import annotations
 
-import collections
 import enum
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 import attrs
 
@@ -193,87 +191,3 @@ class AckTable:
             )
             for s in self.slaves.values()
         )
-
-
-@attrs.define(eq=False)
-class WaitGroup:
-    """SYNC puts that wait for the same ack: released together once ``target`` is acked, or
-    timed out together at ``deadline`` (the last joiner's deadline: nobody gives up early)."""
-
-    target: int
-    deadline: float
-    token: Any  # the shell's wakeup (a trio.Event), set once for the whole group
-    members: int = 1
-    timed_out: bool = False
-
-
-class GroupTransfer:
-    """Group transfer (RocketMQ GroupTransferService), pure. Puts join the *open* group; the
-    write side ``seal``s it when it ships the bytes those puts wrote, so the open group cannot
-    grow forever. Sealed groups have rising targets and deadlines: an ack releases a prefix of
-    them, a clock tick expires a prefix of them. One wakeup token per group, not per put."""
-
-    def __init__(self, new_token: Callable[[], object]) -> None:
-        self._new_token = new_token
-        #: the group puts join now (None: the next join opens one); read it, do not assign
-        self.open_group: WaitGroup | None = None
-        self._sealed: collections.deque[WaitGroup] = collections.deque()
-
-    def __len__(self) -> int:
-        return len(self._sealed) + (self.open_group is not None)
-
-    @property
-    def waiting_puts(self) -> int:
-        g = self.open_group
-        return sum(s.members for s in self._sealed) + (g.members if g is not None else 0)
-
-    def join(self, end_offset: int, deadline: float) -> WaitGroup:
-        g = self.open_group
-        if g is None:
-            g = self.open_group = WaitGroup(end_offset, deadline, self._new_token())
-        else:
-            g.members += 1
-            g.target = max(g.target, end_offset)
-            g.deadline = max(g.deadline, deadline)
-        return g
-
-    def seal(self) -> None:
-        if self.open_group is not None:
-            self._sealed.append(self.open_group)
-            self.open_group = None
-
-    def release_upto(self, acked: int) -> list[WaitGroup]:
-        out: list[WaitGroup] = []
-        sealed = self._sealed
-        while sealed and sealed[0].target <= acked:
-            out.append(sealed.popleft())
-        if not sealed and self.open_group is not None and self.open_group.target <= acked:
-            out.append(self.open_group)
-            self.open_group = None
-        return out
-
-    def next_deadline(self) -> float | None:
-        if self._sealed:
-            return self._sealed[0].deadline
-        return self.open_group.deadline if self.open_group is not None else None
-
-    def expire(self, now: float) -> list[WaitGroup]:
-        out: list[WaitGroup] = []
-        sealed = self._sealed
-        while sealed and sealed[0].deadline <= now:
-            out.append(sealed.popleft())
-        if not sealed and self.open_group is not None and self.open_group.deadline <= now:
-            out.append(self.open_group)
-            self.open_group = None
-        for g in out:
-            g.timed_out = True
-        return out
-
-    def drain(self) -> list[WaitGroup]:
-        """Every pending group, marked timed out (the service is stopping)."""
-        out = [*self._sealed, *([self.open_group] if self.open_group is not None else [])]
-        self._sealed.clear()
-        self.open_group = None
-        for g in out:
-            g.timed_out = True
-        return out

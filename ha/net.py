@@ -12,7 +12,7 @@ from typing import Final
 
 import trio
 
-from rmq_cluster.cluster.remoting.sockets import (
+from ..cluster.remoting.sockets import (
     InputShare,
     StreamSocket,
     accept,

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 
 import trio
 
-from rmq_cluster.cluster.config import ConfigError, load_config, read_properties
-from rmq_cluster.cluster.logging import configure_logging, get_logger
-from rmq_cluster.cluster.node_main import NodeSupervisor, serve_until_signal
-from rmq_cluster.namesrv.config import NamesrvConfig
-from rmq_cluster.namesrv.processor import format_config
-from rmq_cluster.namesrv.server import NamesrvServer
+from ..cluster.config import ConfigError, load_config, read_properties
+from ..cluster.logging import configure_logging, get_logger
+from ..cluster.node_main import NodeSupervisor, serve_until_signal
+from .config import NamesrvConfig
+from .processor import format_config
+from .server import NamesrvServer
 
 BOOT_LINE = "The Name Server boot success. serializeType=JSON"
 

@@ -11,12 +11,13 @@ Keys and defaults are RocketMQ 4.9's, except:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import (
+from ..cluster.config import (
     check_host,
     check_range,
     check_ranges,
@@ -53,8 +54,10 @@ LIVE_KEYS: Final = frozenset({
     "orderMessageEnable", "returnOrderTopicConfigToBroker", "scanNotActiveBrokerInterval",
     "brokerChannelExpiredTime", "metricsToken",
 })
-#: Keys UPDATE_NAMESRV_CONFIG may not change (RocketMQ's ``configBlackList`` default).
-CONFIG_BLACK_LIST: Final = frozenset({"configBlackList", "configStorePath", "kvConfigPath"})
+#: Keys UPDATE_NAMESRV_CONFIG may not change by default (RocketMQ's ``configBlackList``).
+DEFAULT_CONFIG_BLACK_LIST: Final = "configBlackList;configStorePath;kvConfigPath"
+#: ... as a set (whatever the file says, ``configBlackList`` itself stays out of reach).
+CONFIG_BLACK_LIST: Final = frozenset(DEFAULT_CONFIG_BLACK_LIST.split(";"))
 
 
 def _home_file(name: str) -> str:
@@ -121,6 +124,14 @@ class NamesrvConfig:
     metrics_port: int = setting("metricsPort", -1)
     #: Extension key: when set, ``/metrics`` answers only ``Authorization: Bearer <token>``.
     metrics_token: str = setting("metricsToken", "", secret=True)
+    #: Keys UPDATE_NAMESRV_CONFIG refuses (``;``-separated), RocketMQ 5's key and default.
+    config_black_list: str = setting("configBlackList", DEFAULT_CONFIG_BLACK_LIST)
+
+    def black_listed(self, keys: Iterable[str]) -> list[str]:
+        """The keys of ``keys`` this config forbids updating (``configBlackList``, and
+        ``configBlackList`` itself always), sorted."""
+        names = {n.strip() for n in self.config_black_list.split(";") if n.strip()}
+        return sorted(k for k in keys if k in names or k == "configBlackList")
 
     @bind_address.validator
     def _check_bind(self, attr: attrs.Attribute, value: str) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.route import KVTable
+from ..cluster.protocol import fastjson
+from ..cluster.protocol.route import KVTable
 
 #: Largest kvConfig.json we read at start.
 MAX_KV_FILE_BYTES: Final = 64 * 1024 * 1024

@@ -17,25 +17,26 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.acl.secret_keys import mask_secrets
-from rmq_cluster.cluster.config import (
+from ..cluster.acl.secret_keys import mask_secrets
+from ..cluster.config import (
     ConfigError,
     config_keys,
     format_value,
     load_config,
     parse_properties,
 )
-from rmq_cluster.cluster.protocol.names import check_request, validate_queue_nums
-from rmq_cluster.cluster.protocol.route import (
+from ..cluster.protocol.names import check_request, validate_queue_nums
+from ..cluster.protocol.route import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     DataVersion,
     RegisterBrokerBody,
     RouteDecodeError,
     TopicConfigSerializeWrapper,
 )
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode, Version
-from rmq_cluster.cluster.remoting.headers import (
+from ..cluster.remoting.apache_options import APACHE_SERVER_OPTIONS
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import RequestCode, ResponseCode, Version
+from ..cluster.remoting.headers import (
     AddWritePermOfBrokerRequestHeader,
     AddWritePermOfBrokerResponseHeader,
     DeleteTopicFromNamesrvRequestHeader,
@@ -53,9 +54,9 @@ from rmq_cluster.cluster.remoting.headers import (
     WipeWritePermOfBrokerRequestHeader,
     WipeWritePermOfBrokerResponseHeader,
 )
-from rmq_cluster.namesrv.config import CONFIG_BLACK_LIST, NamesrvConfig, restart_only_changes
-from rmq_cluster.namesrv.kv_config import KVConfigManager
-from rmq_cluster.namesrv.route_info import RouteInfoManager
+from .config import NamesrvConfig, restart_only_changes
+from .kv_config import KVConfigManager
+from .route_info import RouteInfoManager
 
 #: RocketMQ's ``FAQUrl.APPLY_TOPIC_URL`` as ``FAQUrl.suggestTodo`` appends it.
 APPLY_TOPIC_TIP: Final = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -333,10 +334,16 @@ def _has_unit_sub_ununit(
 # --------------------------------------------------------------------------- config
 
 
-def config_properties(config: NamesrvConfig) -> dict[str, str]:
-    """Every config key and its value as RocketMQ prints them (``key=value``)."""
+def own_properties(config: NamesrvConfig) -> dict[str, str]:
+    """Every key of ours and its value as RocketMQ prints them (``key=value``)."""
     keys = config_keys(NamesrvConfig)
     return {key: format_value(getattr(config, name)) for name, key in keys.items()}
+
+
+def config_properties(config: NamesrvConfig) -> dict[str, str]:
+    """What the NameServer answers: its keys, and Apache's Netty server options it has no
+    setting for, at their defaults (``apache_options``)."""
+    return {**APACHE_SERVER_OPTIONS, **own_properties(config)}
 
 
 def format_config(config: NamesrvConfig) -> str:
@@ -357,11 +364,12 @@ def _update_config(state: NamesrvState, request: RemotingCommand, ctx: RequestCo
     except UnicodeDecodeError:
         return Reply(request.response(ResponseCode.SYSTEM_ERROR, "string2Properties error"))
     props = parse_properties(text)
-    if CONFIG_BLACK_LIST.intersection(props):
-        return Reply(
-            request.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
-        )
-    merged = config_properties(state.config)
+    refused = state.config.black_listed(props)
+    if refused:
+        return Reply(request.response(ResponseCode.NO_PERMISSION, (
+            f"{', '.join(refused)} cannot be updated by a request (configBlackList): "
+            "edit the config file and restart")))
+    merged = own_properties(state.config)
     merged.update({k: v for k, v in props.items() if k in merged})
     try:
         new = load_config(NamesrvConfig, merged).config

@@ -4,7 +4,7 @@ No trio, no I/O, no clock: every call that needs the time takes ``now`` (seconds
 clock; the shell passes ``trio.current_time()``). Connections are identified by an opaque id
 (``Connection.id`` in the shell).
 
-Tables (shared/reference/remoting-protocol.md §7):
+Tables (docs/protocol/remoting.md, "Broker <-> NameServer"):
 
 * ``clusterAddrTable``   cluster name -> broker names
 * ``brokerAddrTable``    broker name -> BrokerData (cluster, {brokerId: addr}); id 0 is the master
@@ -31,7 +31,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol.route import (
+from ..cluster.protocol.route import (
     MASTER_ID,
     BrokerData,
     ClusterInfo,

@@ -17,27 +17,27 @@ from collections.abc import Callable
 
 import trio
 
-from rmq_cluster.cluster.acl.guard import AclGuard, default_acl_path
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.metrics import Registry
-from rmq_cluster.cluster.metrics_server import serve_metrics
-from rmq_cluster.cluster.node_main import NodeSupervisor
-from rmq_cluster.cluster.remoting.address import format_address
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
-from rmq_cluster.cluster.remoting.server import RemotingServer
-from rmq_cluster.namesrv.config import NamesrvConfig
-from rmq_cluster.namesrv.kv_config import load_file, write_atomically
-from rmq_cluster.namesrv.processor import (
+from ..cluster.acl.guard import AclGuard, default_acl_path
+from ..cluster.logging import get_logger
+from ..cluster.metrics import Registry
+from ..cluster.metrics_server import serve_metrics
+from ..cluster.node_main import NodeSupervisor
+from ..cluster.remoting.address import format_address
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from ..cluster.remoting.connection import Connection
+from ..cluster.remoting.processors import Processor, ProcessorTable
+from ..cluster.remoting.server import RemotingServer
+from .config import NamesrvConfig
+from .kv_config import load_file, write_atomically
+from .processor import (
     NAMESRV_REQUEST_CODES,
     NamesrvState,
     Reply,
     RequestContext,
     process,
 )
-from rmq_cluster.namesrv.route_info import RemovedBroker
+from .route_info import RemovedBroker
 
 #: Requests whose answer waits for kvConfig.json to be written.
 _PERSISTING_CODES = frozenset({RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG})
@@ -117,9 +117,9 @@ class NamesrvServer:
             await trio.to_thread.run_sync(acl.load)
             self.acl = acl
             processors = acl.wrap(processors)
-        dispatcher = Dispatcher(processors, None)
+        table = ProcessorTable(processors, None)
         server = RemotingServer(
-            dispatcher,
+            table,
             node=self.node,
             idle_timeout=float(config.server_channel_max_idle_time_seconds),
             on_connect=self._on_connect,

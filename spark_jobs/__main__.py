@@ -2,6 +2,6 @@
 
 import sys
 
-from rmq_cluster.spark_jobs.replica_diff import main
+from .replica_diff import main
 
 sys.exit(main())

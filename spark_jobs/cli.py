@@ -1,4 +1,4 @@
-"""``rmq-cluster replica-diff`` wiring: ``add_commands(subparsers)`` from deploy/cli.py.
+"""``rmq-cluster replica-diff`` wiring: ``add_commands(subparsers)`` from cli/main.py.
 
 The parser's ``func`` takes the parsed namespace and returns the exit code (0/1/2).
 """
@@ -10,13 +10,13 @@ from typing import Any
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rmq_cluster.spark_jobs.replica_diff import run_from_args
+    from .replica_diff import run_from_args
 
     return run_from_args(args)
 
 
 def add_commands(subparsers: Any) -> None:
-    from rmq_cluster.spark_jobs.replica_diff import add_arguments
+    from .replica_diff import add_arguments
 
     p = subparsers.add_parser(
         "replica-diff",

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.spark_jobs.decode import (
+from .decode import (
     _DL_HEAD,
     _DL_MAGIC_BYTES,
     _MAGIC_V1_BYTES,
@@ -266,7 +266,7 @@ def plan_compare(
     """Tasks comparing every member of every group (with more than one member) with the
     group's reference over its data files (``range_bytes`` per task, on block boundaries) and
     its ConsumeQueues (one task per queue; none for a live audit); and group -> reference."""
-    from rmq_cluster.spark_jobs.decode import list_segments
+    from .decode import list_segments
 
     block = max(1, block)
     per = max(block, range_bytes // block * block)

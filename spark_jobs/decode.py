@@ -1,7 +1,9 @@
 """Pure decoders for the replica-diff: CommitLog records, ConsumeQueue units, DLedger entries.
 
-Reads store files through its own loop (store-and-replication.md §1.3, §1.4, §7.6); only the
-layout constants come from ``cluster.protocol.message`` / ``dledger.log_storage``.  Nothing here
+Reads store files through its own loop (store-and-replication.md §1.3, §1.4, §7.6), each record
+with the record codec's readers (``cluster.protocol.message``: the layout table, ``head_status``,
+``record_tail``, ``find_property``, ``peek_field``; pure, shipped to the workers by
+``package.py``); the DLedger entry layout is copied from ``dledger.log_storage``.  Nothing here
 raises on bad bytes: every anomaly (torn tail, garbage, bad blank, CRC mismatch) becomes a row.
 
 Record-aligned ranges: a CommitLog record carries its own absolute offset (PHYSICALOFFSET) after
@@ -25,13 +27,22 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
+    ANY_RECORD_SIZE,
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
     MAGIC_V1,
-    OFF_BODYLEN,
-    RECORD_FIXED_SIZE,
+    OFF_MAGIC,
+    OFF_PHYSICALOFFSET,
+    PROP_KEYS,
+    PROP_UNIQ_KEY,
+    RECORD_HEADER,
     RECORD_HEADER_SIZE,
+    RecordError,
+    find_property,
+    head_status,
+    peek_field,
+    record_tail,
 )
 
 # DLedger entry layout (dledger/log_storage.py; a test checks they agree).  Copied, not imported:
@@ -47,18 +58,13 @@ CQ_UNIT_BYTES: Final = 20
 CQ_UNIT: Final = struct.Struct(">qiq")
 CQ_PLACEHOLDER_SIZE: Final = 0x7FFFFFFF
 
-# TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTS,
-# BORNHOST, STORETS, STOREHOST   (the prefix of RECORD_HEADER we read)
-_HEAD: Final = struct.Struct(">iIiiiqqiq8sq8s")
-_I32: Final = struct.Struct(">i")
-_I16: Final = struct.Struct(">h")
+#: bytes from a record's start to the end of its PHYSICALOFFSET: what a resync reads
+_SYNC_HEAD_BYTES: Final = OFF_PHYSICALOFFSET + 8
 _MAGIC_V1_BYTES: Final = struct.pack(">I", MAGIC_V1)
 _DL_HEAD: Final = struct.Struct(">iiqqqiIIi")  # magic size index term pos channel chain bcrc blen
 _DL_MAGIC_BYTES: Final = struct.pack(">i", DL_ENTRY_MAGIC)
 _DL_BLANK_BYTES: Final = struct.pack(">i", DL_BLANK_MAGIC)
 _BLANK_MAGIC_BYTES: Final = struct.pack(">I", BLANK_MAGIC)
-_KEYS_PREFIX: Final = b"KEYS\x01"
-_UNIQ_PREFIX: Final = b"UNIQ_KEY\x01"
 
 # anomaly kinds
 A_TORN: Final = "torn_record"
@@ -146,12 +152,9 @@ def _blank(buf: Buffer, seg_start: int, pos: int) -> Row:
             A_EOF_BLANK, "END_OF_FILE blank", crc_of(buf, pos, len(buf)), None, None)  # fmt: skip
 
 
-def _prop(props: bytes, prefix: bytes) -> str | None:
-    i = props.find(prefix)
-    if i < 0 or (i > 0 and props[i - 1] != 2):
-        return None
-    j = props.find(b"\x02", i)
-    return props[i + len(prefix) : j if j >= 0 else len(props)].decode("utf-8", "replace")
+def _prop(props: bytes, key: bytes) -> str | None:
+    value = find_property(props, key, 0, len(props))
+    return None if value is None else value.decode("utf-8", "replace")
 
 
 def decode_record_at(
@@ -163,49 +166,39 @@ def decode_record_at(
     digests (whole record from ``entry_off``, default ``off``; header; body)."""
     if limit - off < RECORD_HEADER_SIZE:
         return None
-    (total, magic, crc, qid, _flag, qoff, rphy, sysflag, _bts, _bh, sts, shost) = (
-        _HEAD.unpack_from(buf, off)
-    )
-    if magic != MAGIC_V1 or rphy != phy or total < RECORD_FIXED_SIZE or off + total > limit:
+    (total, magic, crc, qid, _flag, qoff, rphy, sysflag, _bts, _bh, sts, shost, _rc, _pt,
+     blen) = RECORD_HEADER.unpack_from(buf, off)  # fmt: skip
+    if rphy != phy or head_status(total, magic, limit - off, ANY_RECORD_SIZE) <= 0:
         return None
-    (blen,) = _I32.unpack_from(buf, off + OFF_BODYLEN)
-    if blen < 0 or blen > total - RECORD_FIXED_SIZE:
+    try:
+        tp, p0, plen = record_tail(buf, off, total, blen, sysflag)
+    except RecordError:
         return None
-    p = off + RECORD_HEADER_SIZE + blen
-    tlen = buf[p]
-    if p + 1 + tlen + 2 > off + total:
-        return None
-    topic = bytes(buf[p + 1 : p + 1 + tlen]).decode("utf-8", "replace")
-    p += 1 + tlen
-    (plen,) = _I16.unpack_from(buf, p)
-    p += 2
-    if plen < 0 or p + plen != off + total:
-        return None
-    props = bytes(buf[p : p + plen])
+    topic = bytes(buf[tp + 1 : p0 - 2]).decode("utf-8", "replace")
+    props = bytes(buf[p0 : p0 + plen])
+    b0 = off + RECORD_HEADER_SIZE
     anomaly = detail = None
     if verify_crc:
-        b0 = off + RECORD_HEADER_SIZE
-        real = zlib.crc32(buf[b0 : b0 + blen]) & 0x7FFFFFFF
+        real = zlib.crc32(buf[b0:tp]) & 0x7FFFFFFF
         if real != crc:
             anomaly, detail = A_BAD_CRC, f"stored body crc {crc} != computed {real}"
             crc = real
     msg_id = (bytes(shost) + phy.to_bytes(8, "big", signed=True)).hex().upper()
     dig = dig_head = dig_body = None
     if exact:
-        b0 = off + RECORD_HEADER_SIZE
         dig = crc_of(buf, off if entry_off is None else entry_off, off + total)
         dig_head = crc_of(buf, off, b0)
-        dig_body = crc_of(buf, b0, b0 + blen)
+        dig_body = crc_of(buf, b0, tp)
     return (
         phy, total, crc, topic, qid, qoff, sts, sysflag, msg_id,
-        _prop(props, _KEYS_PREFIX), _prop(props, _UNIQ_PREFIX), term, anomaly, detail,
+        _prop(props, PROP_KEYS), _prop(props, PROP_UNIQ_KEY), term, anomaly, detail,
         dig, dig_head, dig_body,
     )  # fmt: skip
 
 
 def _is_commitlog_sync(buf: Buffer, off: int, phy: int) -> bool:
-    return bytes(buf[off + 4 : off + 8]) == _MAGIC_V1_BYTES and (
-        int.from_bytes(buf[off + 28 : off + 36], "big", signed=True) == phy
+    return bytes(buf[off + OFF_MAGIC : off + OFF_MAGIC + 4]) == _MAGIC_V1_BYTES and (
+        peek_field(buf, "PHYSICALOFFSET", off) == phy
     )
 
 
@@ -234,18 +227,18 @@ def sync_commitlog(buf: Buffer, seg_start: int, pos: int, hi: int) -> int:
     length = len(buf)
 
     def rec(c: int) -> bool:
-        return c + 36 <= length and _is_commitlog_sync(buf, c, seg_start + c)
+        return c + _SYNC_HEAD_BYTES <= length and _is_commitlog_sync(buf, c, seg_start + c)
 
     def blank(c: int) -> bool:
         return c + 8 <= length and struct.unpack_from(">i", buf, c)[0] == length - c
 
-    return _sync(buf, pos, hi, 4, ((_MAGIC_V1_BYTES, rec), (_BLANK_MAGIC_BYTES, blank)))
+    return _sync(buf, pos, hi, OFF_MAGIC, ((_MAGIC_V1_BYTES, rec), (_BLANK_MAGIC_BYTES, blank)))
 
 
 def _commitlog_boundary(buf: Buffer, seg_start: int, pos: int) -> bool:
     """A record header naming ``pos`` or the END_OF_FILE blank: where a range may start."""
     length = len(buf)
-    if pos + 36 <= length and _is_commitlog_sync(buf, pos, seg_start + pos):
+    if pos + _SYNC_HEAD_BYTES <= length and _is_commitlog_sync(buf, pos, seg_start + pos):
         return True
     if pos + 8 <= length:
         size, magic = struct.unpack_from(">iI", buf, pos)

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
-from rmq_cluster.spark_jobs.decode import A_BAD_CRC, A_EOF_BLANK, ROW_FIELDS
-from rmq_cluster.spark_jobs.model import (
+from .decode import A_BAD_CRC, A_EOF_BLANK, ROW_FIELDS
+from .model import (
     K_CQ_MISMATCH,
     K_DIVERGENT,
     K_EXTRA_TAIL,

@@ -28,12 +28,12 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.route import KVTable
-from rmq_cluster.cluster.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.spark_jobs.decode import list_segments
-from rmq_cluster.spark_jobs.model import NODE_TIMEOUT_S, BadInput, Replica
+from ..cluster.logging import get_logger
+from ..cluster.protocol.route import KVTable
+from ..cluster.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from .decode import list_segments
+from .model import NODE_TIMEOUT_S, BadInput, Replica
 
 #: The largest frame a broker's answer may be (a real GET_BROKER_RUNTIME_INFO answer is ~3 KiB).
 MAX_ANSWER_FRAME_BYTES: Final = 1 << 20

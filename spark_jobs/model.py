@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.spark_jobs.decode import KIND_COMMITLOG, KIND_DLEDGER, Segment, list_segments
+from .decode import KIND_COMMITLOG, KIND_DLEDGER, Segment, list_segments
 
 MASTER_ROLES: Final = frozenset({"MASTER", "SYNC_MASTER", "ASYNC_MASTER", "LEADER"})
 ROLES: Final = MASTER_ROLES | {"SLAVE", "FOLLOWER", "DLEDGER", "CANDIDATE"}

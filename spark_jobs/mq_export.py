@@ -20,8 +20,8 @@ import tempfile
 import time
 from typing import Any, Final
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.spark_jobs.mq_model import ReadOptions, SourceError, read_options
+from ..cluster.logging import get_logger
+from .mq_model import ReadOptions, SourceError, read_options
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -56,6 +56,13 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--tags", help="tag filter, applied by the brokers: 'TagA || TagB'")
     p.add_argument("--sql92", help="SQL92 filter, applied by the brokers")
     p.add_argument("--max-records-per-partition", help="split queue ranges above this")
+    p.add_argument("--store-path", help="read a local broker store's files instead of the "
+                                        "brokers: a path, or JSON {broker: path}")  # fmt: skip
+    p.add_argument("--broker", help="with a plain --store-path: the broker name its rows carry")
+    p.add_argument("--access-key", default=os.environ.get("RMQ_ACCESS_KEY"),
+                   help="sign requests (a cluster under --acl; default: $RMQ_ACCESS_KEY)")
+    p.add_argument("--secret-key", default=os.environ.get("RMQ_SECRET_KEY"),
+                   help="default: $RMQ_SECRET_KEY")
     p.add_argument("--master", help="Spark master (default local[*]; spark://host:port runs "
                                     "on a standalone cluster)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="the result as one JSON line")
@@ -68,7 +75,9 @@ def _source_options(args: argparse.Namespace) -> dict[str, str]:
         "endingOffsets": args.ending_offsets, "startingTimestamp": args.starting_timestamp,
         "endingTimestamp": args.ending_timestamp, "tags": args.tags, "sql92": args.sql92,
         "maxRecordsPerPartition": args.max_records_per_partition,
+        "storePath": args.store_path, "broker": args.broker,
     }
+    named["accessKey"], named["secretKey"] = args.access_key, args.secret_key
     return {k: str(v) for k, v in named.items() if v is not None}
 
 
@@ -99,9 +108,11 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _check_route(opts: ReadOptions) -> None:
-    from rmq_cluster.spark_jobs.mq_io import fetch_route
+    from .mq_io import fetch_route
 
-    fetch_route(opts.namesrv, opts.topic, opts.timeout_s)
+    if opts.store_paths is not None:
+        return
+    fetch_route(opts.namesrv, opts.topic, opts.timeout_s, (opts.access_key, opts.secret_key))
 
 
 def export(options: dict[str, str], to: str, *, mode: str = "errorifexists",
@@ -110,8 +121,8 @@ def export(options: dict[str, str], to: str, *, mode: str = "errorifexists",
     SparkSession if there is one (and leaves it running), else starts one and stops it."""
     from pyspark.sql import SparkSession
 
-    from rmq_cluster.spark_jobs.replica_diff import build_session
-    from rmq_cluster.spark_jobs.rocketmq_source import register
+    from .replica_diff import build_session
+    from .rocketmq_source import register
 
     started = time.monotonic()
     own = SparkSession.getActiveSession() is None
@@ -141,7 +152,7 @@ def export(options: dict[str, str], to: str, *, mode: str = "errorifexists",
 
 
 def _ship_archive(spark: Any, tmp: str) -> None:
-    from rmq_cluster.spark_jobs.package import build_package
+    from .package import build_package
 
     archive = os.path.join(tmp, "rmq_spark.zip")
     build_package(archive)

@@ -17,27 +17,27 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     MAX_MESSAGE_SIZE_BYTES,
     MessageConst,
     encode_batch,
     encode_properties,
     record_fields,
 )
-from rmq_cluster.spark_jobs.mq_model import (
-    EARLIEST,
-    LATEST,
+from .mq_model import (
+    OffsetSpec,
     QueueRange,
     ReadOptions,
     SourceError,
     first_true,
-    parse_offset_spec,
+    offset_specs,
+    resolve_range,
     rows_of_pull,
-    spec_for,
     split_range,
     tag_set,
 )
-from rmq_cluster.spark_jobs.mq_wire import Channel, Reply, WireError
+from .mq_store import plan_store_queues, read_store_range
+from .mq_wire import Channel, Reply, WireError
 
 # request and response codes (RocketMQ's RequestCode / ResponseCode)
 GET_ROUTEINFO_BY_TOPIC: Final = 105
@@ -74,19 +74,48 @@ class Route:
     write_queues: Mapping[str, int]
 
 
+def signed(ext: Mapping[str, Any], body: bytes, access_key: str | None,
+           secret_key: str | None) -> Mapping[str, Any]:  # fmt: skip
+    """``ext`` with ``AccessKey`` and ``Signature`` added when keys are given (plain ACL's
+    HmacSHA1 over the fields as the frame carries them, then the body: the client's
+    ``request_content``/``calc_signature``), else ``ext`` as it is."""
+    if access_key is None or secret_key is None:
+        return ext
+    from ..cluster.acl.signing import (
+        ACCESS_KEY,
+        SIGNATURE,
+        calc_signature,
+        request_content,
+    )
+
+    fields = {k: ("true" if v else "false") if isinstance(v, bool) else str(v)
+              for k, v in ext.items() if v is not None}  # fmt: skip
+    fields[ACCESS_KEY] = access_key
+    fields[SIGNATURE] = calc_signature(request_content(fields, body), secret_key)
+    return fields
+
+
+def call(ch: Channel, opts: ReadOptions, code: int, ext: Mapping[str, Any], body: bytes = b"",
+         timeout_s: float | None = None) -> Reply:  # fmt: skip
+    """One request on ``ch``, signed with the read's keys when it has them."""
+    return ch.call(code, signed(ext, body, opts.access_key, opts.secret_key), body, timeout_s)
+
+
 def _ok(reply: Reply, what: str, addr: str) -> Reply:
     if reply.code != SUCCESS:
         raise SourceError(f"{what} at {addr}: code {reply.code} {reply.remark or ''}".rstrip())
     return reply
 
 
-def fetch_route(namesrv: Sequence[str], topic: str, timeout_s: float) -> Route:
+def fetch_route(namesrv: Sequence[str], topic: str, timeout_s: float,
+                keys: tuple[str | None, str | None] = (None, None)) -> Route:  # fmt: skip
     """GET_ROUTEINFO_BY_TOPIC from the first NameServer that answers."""
     errors = []
     for addr in namesrv:
         try:
             with Channel(addr, timeout_s) as ch:
-                reply = _ok(ch.call(GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), "route", addr)
+                ext = signed({"topic": topic}, b"", *keys)
+                reply = _ok(ch.call(GET_ROUTEINFO_BY_TOPIC, ext), "route", addr)
             return parse_route(reply.body)
         except (WireError, SourceError) as exc:
             errors.append(str(exc))
@@ -110,6 +139,10 @@ def parse_route(body: bytes) -> Route:
     )
 
 
+def _keys(opts: ReadOptions) -> tuple[str | None, str | None]:
+    return opts.access_key, opts.secret_key
+
+
 # --------------------------------------------------------------------------- planning
 
 
@@ -121,7 +154,7 @@ class QueueProbe:
 
     def _offset(self, code: int, what: str, extra: Mapping[str, Any] | None = None) -> int:
         ext = {"topic": self.opts.topic, "queueId": self.queue_id, **(extra or {})}
-        reply = _ok(self.ch.call(code, ext), what, self.ch.addr)
+        reply = _ok(call(self.ch, self.opts, code, ext), what, self.ch.addr)
         try:
             return int(reply.ext["offset"])
         except (KeyError, ValueError):
@@ -149,51 +182,28 @@ class QueueProbe:
 
 
 def _queue_range(opts: ReadOptions, route: Route, broker: str, qid: int,
-                 start_spec: int | dict[tuple[str, int], int],
-                 end_spec: int | dict[tuple[str, int], int]) -> QueueRange:  # fmt: skip
+                 specs: tuple[OffsetSpec, OffsetSpec]) -> QueueRange:  # fmt: skip
     addr = route.masters[broker]
     with Channel(addr, opts.timeout_s) as ch:
-        probe = QueueProbe(ch, opts, broker, qid)
-        lo, hi = probe.bounds()
-        start = _resolve(spec_for(start_spec, (broker, qid), EARLIEST), lo, hi, opts, "start")
-        end = _resolve(spec_for(end_spec, (broker, qid), LATEST), lo, hi, opts, "end")
-        if opts.starting_ts is not None:
-            start = probe.first_at_or_after(opts.starting_ts, lo, hi)
-        if opts.ending_ts is not None:
-            end = probe.first_at_or_after(opts.ending_ts, lo, hi)
-    return QueueRange(opts.topic, broker, addr, qid, start, max(start, end),
-                      opts.starting_ts, opts.ending_ts)  # fmt: skip
-
-
-def _resolve(spec: int, lo: int, hi: int, opts: ReadOptions, what: str) -> int:
-    if spec == EARLIEST:
-        return lo
-    if spec == LATEST:
-        return hi
-    if spec < lo and opts.fail_on_data_loss:
-        raise SourceError(f"{what} offset {spec} is below the queue's min offset {lo} (deleted; "
-                          "failOnDataLoss=false reads from the min)")  # fmt: skip
-    return min(max(spec, lo), hi)
+        start, end = resolve_range(QueueProbe(ch, opts, broker, qid), opts, (broker, qid), specs)
+    return QueueRange(opts.topic, broker, addr, qid, start, end, opts.starting_ts,
+                      opts.ending_ts)  # fmt: skip
 
 
 def plan_queues(opts: ReadOptions) -> list[QueueRange]:
-    """Every readable queue of the topic as one range (its start and end resolved)."""
-    route = fetch_route(opts.namesrv, opts.topic, opts.timeout_s)
+    """Every readable queue of the topic as one range (its start and end resolved): from
+    the brokers, or from the local stores' files with ``storePath``."""
+    if opts.store_paths is not None:
+        return plan_store_queues(opts)
+    route = fetch_route(opts.namesrv, opts.topic, opts.timeout_s, _keys(opts))
     if not route.read_queues:
         raise SourceError(f"topic {opts.topic} has no readable queue on a live master")
-    start_spec = parse_offset_spec(opts.starting, "startingOffsets")
-    end_spec = parse_offset_spec(opts.ending, "endingOffsets")
-    for spec, what in ((start_spec, "startingOffsets"), (end_spec, "endingOffsets")):
-        if isinstance(spec, dict):
-            unknown = [k for k in spec if k[0] not in route.read_queues
-                       or k[1] >= route.read_queues[k[0]]]  # fmt: skip
-            if unknown:
-                raise SourceError(f"{what} names queues the topic does not have: {unknown[:5]}")
+    specs = offset_specs(opts, route.read_queues)
     ranges: list[QueueRange] = []
     for broker in sorted(route.read_queues):
         for qid in range(route.read_queues[broker]):
             try:
-                ranges.append(_queue_range(opts, route, broker, qid, start_spec, end_spec))
+                ranges.append(_queue_range(opts, route, broker, qid, specs))
             except WireError as exc:
                 raise SourceError(f"planning {broker}/{qid}: {exc}") from None
     return ranges
@@ -206,7 +216,7 @@ def plan_read(opts: ReadOptions) -> list[QueueRange]:
 
 def queue_ends(opts: ReadOptions) -> dict[str, tuple[str, int]]:
     """``broker/queueId`` -> (master address, max offset) of every readable queue, now."""
-    route = fetch_route(opts.namesrv, opts.topic, opts.timeout_s)
+    route = fetch_route(opts.namesrv, opts.topic, opts.timeout_s, _keys(opts))
     out: dict[str, tuple[str, int]] = {}
     for broker in sorted(route.read_queues):
         addr = route.masters[broker]
@@ -231,7 +241,7 @@ def pull_once(ch: Channel, opts: ReadOptions, queue_id: int, offset: int, count:
         "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": expression,
         "subVersion": 0, "expressionType": kind,
     }
-    return ch.call(PULL_MESSAGE, ext, timeout_s=opts.timeout_s)
+    return call(ch, opts, PULL_MESSAGE, ext, timeout_s=opts.timeout_s)
 
 
 def _next_offset(reply: Reply, where: str) -> int:
@@ -243,7 +253,11 @@ def _next_offset(reply: Reply, where: str) -> int:
 
 def read_range(r: QueueRange, opts: ReadOptions) -> Iterator[tuple[Any, ...]]:
     """Every row of ``r``: one connection, pulls until ``r.end`` (the broker filters by
-    subscription; rows are re-checked here by tag, offset and store time)."""
+    subscription; rows are re-checked here by tag, offset and store time); a range of a
+    local store (``storePath``) is read from its files."""
+    if r.store is not None:
+        yield from read_store_range(r, opts)
+        return
     tags = tag_set(opts.tags) if opts.tags is not None else frozenset()
     where = f"{r.broker}/{r.queue_id}"
     offset, stalled = r.start, 0
@@ -320,8 +334,10 @@ class Sender:
     queue; a batch it refuses is resent one message at a time, so the error names the row."""
 
     def __init__(self, namesrv: Sequence[str], *, group: str = DEFAULT_PRODUCER_GROUP,
-                 retries: int = DEFAULT_SEND_RETRIES, timeout_s: float = 10.0) -> None:
+                 retries: int = DEFAULT_SEND_RETRIES, timeout_s: float = 10.0,
+                 keys: tuple[str | None, str | None] = (None, None)) -> None:  # fmt: skip
         self.namesrv, self.group, self.retries, self.timeout_s = namesrv, group, retries, timeout_s
+        self.keys = keys
         self._queues: dict[str, list[tuple[str, int]]] = {}
         self._addrs: dict[str, str] = {}
         self._channels: dict[str, Channel] = {}
@@ -335,7 +351,7 @@ class Sender:
 
     def _targets(self, topic: str) -> list[tuple[str, int]]:
         if topic not in self._queues:
-            route = fetch_route(self.namesrv, topic, self.timeout_s)
+            route = fetch_route(self.namesrv, topic, self.timeout_s, self.keys)
             queues = [(b, q) for b in sorted(route.write_queues)
                       for q in range(route.write_queues[b])]  # fmt: skip
             if not queues:
@@ -353,7 +369,7 @@ class Sender:
         ext = {"a": self.group, "b": topic, "c": "TBW102", "d": 4, "e": qid, "f": 0,
                "g": int(time.time() * 1000), "h": 0, "i": "WAIT\x01true", "j": 0, "k": False,
                "m": True, "n": broker}  # fmt: skip
-        return ch.call(SEND_BATCH_MESSAGE, ext, body)
+        return ch.call(SEND_BATCH_MESSAGE, signed(ext, body, *self.keys), body)
 
     def send(self, topic: str, msgs: Sequence[OutMessage]) -> None:
         """Send ``msgs`` (one topic) as one batch; SourceError naming a row on a refusal."""

@@ -12,16 +12,17 @@ import datetime
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     MAX_MESSAGE_SIZE_BYTES,
     SYSFLAG_COMPRESSED,
     BodyInflateError,
     MessageConst,
     RecordError,
+    RecordFields,
     encode_offset_msg_id_raw,
     inflate_body,
     record_fields,
@@ -48,6 +49,10 @@ LATEST: Final = -1
 MAX_SPEC_QUEUES: Final = 65536
 #: RocketMQ's topic and group names.
 NAME_RE: Final = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+#: ``storePath`` as a plain path: the broker name its rows carry unless ``broker`` says.
+DEFAULT_STORE_BROKER: Final = "local"
+MAX_STORE_PATHS: Final = 64
+MAX_KEY_CHARS: Final = 256
 _TAG_SPLIT: Final = re.compile(r"\s*\|\|\s*")
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -73,6 +78,11 @@ class ReadOptions:
     max_body_bytes: int = MAX_MESSAGE_SIZE_BYTES
     fail_on_data_loss: bool = True
     timeout_s: float = 10.0
+    #: broker name -> a local store root: read its files instead of pulling (``storePath``)
+    store_paths: Mapping[str, str] | None = None
+    #: ``accessKey`` / ``secretKey``: every request signed (a cluster under ``--acl``)
+    access_key: str | None = None
+    secret_key: str | None = attrs.field(default=None, repr=False)
 
     @property
     def subscription(self) -> tuple[str, str]:
@@ -119,10 +129,44 @@ def check_name(what: str, name: str | None) -> str:
     return name
 
 
+def credentials(o: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(accessKey, secretKey) of lower-cased options: both or neither."""
+    access, secret = o.get("accesskey") or None, o.get("secretkey") or None
+    if (access is None) != (secret is None):
+        raise SourceError("options accessKey and secretKey go together")
+    if access is not None and not (0 < len(access) <= MAX_KEY_CHARS and access.isprintable()):
+        raise SourceError("option accessKey must be 1..256 printable characters")
+    return access, secret
+
+
+def store_paths(raw: str | None, broker: str | None) -> dict[str, str] | None:
+    """``storePath``: one store root (its rows named ``broker``, default ``local``) or JSON
+    ``{"broker-a": "/data/a", ...}``."""
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not text.startswith("{"):
+        if not text:
+            raise SourceError("option storePath is empty")
+        return {check_name("broker", broker or DEFAULT_STORE_BROKER): text}
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        raise SourceError("option storePath: a path or JSON {broker: path}") from None
+    if not isinstance(obj, dict) or not obj or len(obj) > MAX_STORE_PATHS or not all(
+            isinstance(v, str) and v for v in obj.values()):  # fmt: skip
+        raise SourceError(f"option storePath: JSON of 1..{MAX_STORE_PATHS} broker: path pairs")
+    return {check_name("broker", str(k)): v for k, v in obj.items()}
+
+
 def read_options(opts: Mapping[str, str]) -> ReadOptions:
     """Parse a read's options (Spark hands them over case-insensitively)."""
     o = {str(k).lower(): str(v) for k, v in opts.items()}
     tags, sql92 = o.get("tags"), o.get("sql92")
+    stores = store_paths(o.get("storepath"), o.get("broker"))
+    if stores is not None and sql92 is not None:
+        raise SourceError("option sql92 needs a broker: it does not apply to storePath reads")
+    access, secret = credentials(o)
     if tags is not None and sql92 is not None:
         raise SourceError("options tags and sql92 exclude each other")
     if tags is not None and not tag_set(tags) and tags.strip() != "*":
@@ -130,7 +174,7 @@ def read_options(opts: Mapping[str, str]) -> ReadOptions:
     parse_offset_spec(o.get("startingoffsets", "earliest"), "startingOffsets")  # checked early
     parse_offset_spec(o.get("endingoffsets", "latest"), "endingOffsets")
     return ReadOptions(
-        namesrv=namesrv_list(o.get("namesrv")),
+        namesrv=namesrv_list(o.get("namesrv")) if stores is None or "namesrv" in o else (),
         topic=check_name("topic", o.get("topic")),
         starting=o.get("startingoffsets", "earliest"),
         ending=o.get("endingoffsets", "latest"),
@@ -145,15 +189,19 @@ def read_options(opts: Mapping[str, str]) -> ReadOptions:
         max_body_bytes=int_option(o, "maxbodybytes", MAX_MESSAGE_SIZE_BYTES, 1, 1 << 30) or 1,
         fail_on_data_loss=_bool_option(o, "failondataloss", True),
         timeout_s=(int_option(o, "timeoutms", 10_000, 100, 600_000) or 10_000) / 1000.0,
+        store_paths=stores,
+        access_key=access,
+        secret_key=secret,
     )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- offset specs
 
 QueueKey = tuple[str, int]  # (broker name, queue id)
+OffsetSpec = int | dict[QueueKey, int]  # EARLIEST / LATEST, or per queue
 
 
-def parse_offset_spec(text: str, what: str) -> int | dict[QueueKey, int]:
+def parse_offset_spec(text: str, what: str) -> OffsetSpec:
     """``earliest`` / ``latest`` (EARLIEST / LATEST) or JSON ``{"broker-a": {"0": 5}}``;
     in JSON, -2 means earliest and -1 latest for that queue."""
     t = text.strip()
@@ -181,10 +229,55 @@ def parse_offset_spec(text: str, what: str) -> int | dict[QueueKey, int]:
     return out
 
 
-def spec_for(spec: int | dict[QueueKey, int], key: QueueKey, default: int) -> int:
+def spec_for(spec: OffsetSpec, key: QueueKey, default: int) -> int:
     if isinstance(spec, int):
         return spec
     return spec.get(key, default)
+
+
+def offset_specs(opts: ReadOptions, queues: Mapping[str, int]) -> tuple[OffsetSpec, OffsetSpec]:
+    """The read's (starting, ending) specs, checked against ``queues`` (broker -> how many
+    queues it has): a JSON spec naming a queue the topic lacks is refused."""
+    start_spec = parse_offset_spec(opts.starting, "startingOffsets")
+    end_spec = parse_offset_spec(opts.ending, "endingOffsets")
+    for spec, what in ((start_spec, "startingOffsets"), (end_spec, "endingOffsets")):
+        if isinstance(spec, dict):
+            unknown = [k for k in spec if k[0] not in queues or k[1] >= queues[k[0]]]
+            if unknown:
+                raise SourceError(f"{what} names queues the topic does not have: {unknown[:5]}")
+    return start_spec, end_spec
+
+
+class QueueBounds(Protocol):
+    """What planning asks of one queue, from a broker or from a store's files."""
+
+    def bounds(self) -> tuple[int, int]: ...
+
+    def first_at_or_after(self, ts: int, lo: int, hi: int) -> int: ...
+
+
+def resolve_offset(spec: int, lo: int, hi: int, opts: ReadOptions, what: str) -> int:
+    if spec == EARLIEST:
+        return lo
+    if spec == LATEST:
+        return hi
+    if spec < lo and opts.fail_on_data_loss:
+        raise SourceError(f"{what} offset {spec} is below the queue's min offset {lo} (deleted; "
+                          "failOnDataLoss=false reads from the min)")  # fmt: skip
+    return min(max(spec, lo), hi)
+
+
+def resolve_range(probe: QueueBounds, opts: ReadOptions, key: QueueKey,
+                  specs: tuple[OffsetSpec, OffsetSpec]) -> tuple[int, int]:  # fmt: skip
+    """``[start, end)`` of one queue: offset specs, then timestamps (exact) if given."""
+    lo, hi = probe.bounds()
+    start = resolve_offset(spec_for(specs[0], key, EARLIEST), lo, hi, opts, "start")
+    end = resolve_offset(spec_for(specs[1], key, LATEST), lo, hi, opts, "end")
+    if opts.starting_ts is not None:
+        start = probe.first_at_or_after(opts.starting_ts, lo, hi)
+    if opts.ending_ts is not None:
+        end = probe.first_at_or_after(opts.ending_ts, lo, hi)
+    return start, max(start, end)
 
 
 @attrs.frozen
@@ -200,6 +293,7 @@ class QueueRange:
     end: int
     min_ts: int | None = None
     max_ts: int | None = None
+    store: str | None = None  # a local store root: read from its files, not from ``addr``
 
 
 def split_range(r: QueueRange, max_records: int) -> list[QueueRange]:
@@ -302,21 +396,30 @@ def rows_of_pull(body: bytes, r: QueueRange, start: int, tags: frozenset[str],
             f = record_fields(view, pos)
         except RecordError as exc:
             raise SourceError(f"{r.broker}/{r.queue_id}: bad record at +{pos}: {exc}") from None
-        (total, _crc, queue_id, _flag, qoff, phys, sys_flag, born_ts, born_host, store_ts,
-         store_host, reconsume, _prep, payload, topic, props) = f  # fmt: skip
-        pos += total
-        if not start <= qoff < r.end or queue_id != r.queue_id or topic != r.topic:
-            continue
-        tag = props.get(MessageConst.PROPERTY_TAGS)
-        if tags and tag not in tags:
-            continue  # the broker filters by tag hash; equal hashes are told apart here
-        if (r.min_ts is not None and store_ts < r.min_ts) or (
-                r.max_ts is not None and store_ts >= r.max_ts):  # fmt: skip
-            continue
-        if sys_flag & SYSFLAG_COMPRESSED:
-            payload = inflate(payload, sys_flag, max_body, f"{r.broker}/{r.queue_id}@{qoff}")
-        msg_id = props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or \
-            encode_offset_msg_id_raw(store_host, phys)
-        yield (topic, r.broker, queue_id, qoff, phys, msg_id,
-               props.get(MessageConst.PROPERTY_KEYS), tag, payload, props, _ts(born_ts),
-               _ts(store_ts), _host(born_host), _host(store_host), reconsume)  # fmt: skip
+        pos += f[0]
+        row = row_of(f, r, start, tags, max_body)
+        if row is not None:
+            yield row
+
+
+def row_of(f: RecordFields, r: QueueRange, start: int, tags: frozenset[str],
+           max_body: int) -> tuple[Any, ...] | None:  # fmt: skip
+    """The row of one record's fields (``record_fields``), or None when it is outside
+    ``[start, r.end)``, of another queue or topic, of another tag, or out of the time range."""
+    (_total, _crc, queue_id, _flag, qoff, phys, sys_flag, born_ts, born_host, store_ts,
+     store_host, reconsume, _prep, payload, topic, props) = f  # fmt: skip
+    if not start <= qoff < r.end or queue_id != r.queue_id or topic != r.topic:
+        return None
+    tag = props.get(MessageConst.PROPERTY_TAGS)
+    if tags and tag not in tags:
+        return None  # the broker filters by tag hash; equal hashes are told apart here
+    if (r.min_ts is not None and store_ts < r.min_ts) or (
+            r.max_ts is not None and store_ts >= r.max_ts):  # fmt: skip
+        return None
+    if sys_flag & SYSFLAG_COMPRESSED:
+        payload = inflate(payload, sys_flag, max_body, f"{r.broker}/{r.queue_id}@{qoff}")
+    msg_id = props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or \
+        encode_offset_msg_id_raw(store_host, phys)
+    return (topic, r.broker, queue_id, qoff, phys, msg_id,
+            props.get(MessageConst.PROPERTY_KEYS), tag, payload, props, _ts(born_ts),
+            _ts(store_ts), _host(born_host), _host(store_host), reconsume)  # fmt: skip

@@ -19,7 +19,8 @@ from typing import Final
 CONTENTS: Final = (
     ("rmq_cluster.spark_jobs", None),
     ("rmq_cluster.cluster",
-     ("__init__.py", "home.py", "protocol/__init__.py", "protocol/message.py")),
+     ("__init__.py", "home.py", "protocol/__init__.py", "protocol/message.py",
+      "acl/signing.py")),  # acl/ without its __init__: the signing rule only
     ("attrs", None),
     ("attr", None),
 )

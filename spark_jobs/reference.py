@@ -7,14 +7,14 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from rmq_cluster.spark_jobs.decode import (
+from .decode import (
     A_BAD_CRC,
     A_EOF_BLANK,
     decode_cq,
     decode_segment_range,
     list_segments,
 )
-from rmq_cluster.spark_jobs.model import (
+from .model import (
     K_CQ_DANGLING,
     K_CQ_MISMATCH,
     K_DIVERGENT,

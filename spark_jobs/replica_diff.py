@@ -6,7 +6,7 @@ Run::
     python -m rmq_cluster.spark_jobs.replica_diff --replica g:n0:MASTER:/a \\
         --replica g:n1:SLAVE:/b --out OUT
     spark-submit --master spark://host:7077 --py-files rmq_spark.zip \\
-        spark_jobs/replica_diff.py --replica ... --out OUT     (see spark_jobs/README.md)
+        spark_jobs/submit.py --replica ... --out OUT     (see spark_jobs/README.md)
 
 Outputs in OUT: ``findings/`` (Parquet, partitioned by group), ``summary.json``, ``report.html``.
 Exit 0 consistent (lag only with ``--allow-lag``), 1 divergence, 2 unverifiable (``--live``)
@@ -28,15 +28,15 @@ from typing import Any
 
 import attrs
 
-from rmq_cluster.cluster.home import cluster_home
-from rmq_cluster.spark_jobs.compare import (
+from ..cluster.home import cluster_home
+from .compare import (
     Diff,
     compare_range,
     plan_compare,
     store_end,
     windows,
 )
-from rmq_cluster.spark_jobs.decode import (
+from .decode import (
     A_BAD_CRC,
     A_EOF_BLANK,
     ROW_FIELDS,
@@ -45,8 +45,8 @@ from rmq_cluster.spark_jobs.decode import (
     decode_segment_range,
     list_segments,
 )
-from rmq_cluster.spark_jobs.diff_local import window_findings
-from rmq_cluster.spark_jobs.model import (
+from .diff_local import window_findings
+from .model import (
     K_CQ_DANGLING,
     K_CQ_MISMATCH,
     K_DIVERGENT,
@@ -1222,7 +1222,7 @@ def run_job(
 
 def write_summary(summary: dict[str, Any], out_dir: str | None, quiet: bool) -> None:
     """``summary.json`` and ``report.html`` in ``out_dir`` (if any); the verdict on stderr."""
-    from rmq_cluster.spark_jobs.report import render_html
+    from .report import render_html
 
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
@@ -1366,7 +1366,7 @@ def _print_text(summary: dict[str, Any]) -> None:
 
 
 def _build_package(args: argparse.Namespace) -> int:
-    from rmq_cluster.spark_jobs.package import build_package
+    from .package import build_package
 
     try:
         names = build_package(args.package)
@@ -1382,7 +1382,7 @@ def _build_package(args: argparse.Namespace) -> int:
 def _plan_live(args: argparse.Namespace, replicas: list[Replica]) -> Any:
     """Every broker asked for its offset (``--node-timeout`` each, side by side)."""
     try:
-        from rmq_cluster.spark_jobs.live import plan_live
+        from .live import plan_live
     except ImportError as exc:  # a spark-submit archive carries no remoting client
         raise BadInput(f"--live needs rmq-cluster installed where the driver runs: {exc}") from None
 
@@ -1395,7 +1395,7 @@ def _plan_live(args: argparse.Namespace, replicas: list[Replica]) -> Any:
 
 def _nothing_audited(args: argparse.Namespace, plan: Any) -> dict[str, Any]:
     """Every group left out by the live check: a summary of no groups, judged unverifiable."""
-    from rmq_cluster.spark_jobs.live import judge
+    from .live import judge
 
     empty = {
         "exit_code": 2, "verdict": "unverifiable", "allow_lag": args.allow_lag,
@@ -1424,7 +1424,7 @@ def _audit(args: argparse.Namespace, replicas: list[Replica], plan: Any) -> dict
 
     def judge(summary: dict[str, Any]) -> dict[str, Any]:
         # only a live audit imports the remoting side (a spark-submit archive lacks it)
-        from rmq_cluster.spark_jobs import live
+        from . import live
 
         return live.judge(summary, plan, live.recheck(plan))
 

@@ -22,10 +22,19 @@ defaults to ``latest``, as Kafka's source; ending options do not apply) and
 the queues in proportion to what each has waiting); ``Trigger.AvailableNow`` stops at the
 offsets current when the query starts.  Offsets live in Spark's checkpoint only.
 
-Write: columns ``body`` (binary or string, required), ``topic`` (else the ``topic`` option),
-``keys``, ``tags``, ``properties`` (map); options ``namesrv``, ``topic``, ``batchSize``,
-``retries``, ``group``, ``timeoutMs``.  Delivery is at least once: a batch retried after a
-lost answer may be stored twice.
+Write (``df.write`` and ``df.writeStream``): columns ``body`` (binary or string, required),
+``topic`` (else the ``topic`` option), ``keys``, ``tags``, ``properties`` (map); options
+``namesrv``, ``topic``, ``batchSize``, ``retries``, ``group``, ``timeoutMs``.  Delivery is at
+least once: a batch retried after a lost answer, or a micro-batch replayed after a failure,
+may be stored twice.
+
+Local files (batch reads only): ``storePath`` (a broker store's root, its rows named by
+``broker``, default ``local``; or JSON ``{"broker-a": "/data/a", ...}``) reads the CommitLog
+and ConsumeQueues directly instead of pulling (``namesrv`` not needed; ``sql92`` not
+available); the Spark tasks must see the files.
+
+ACL: ``accessKey`` / ``secretKey`` sign every request (reads, streams, writes) with plain
+ACL's HmacSHA1, as RocketMQ's ``AclClientRPCHook`` does.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
@@ -50,7 +60,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from rmq_cluster.spark_jobs.mq_io import (
+from .mq_io import (
     DEFAULT_PRODUCER_GROUP,
     DEFAULT_SEND_RETRIES,
     DEFAULT_WRITE_BATCH,
@@ -62,13 +72,14 @@ from rmq_cluster.spark_jobs.mq_io import (
     read_range,
     send_all,
 )
-from rmq_cluster.spark_jobs.mq_model import (
+from .mq_model import (
     SCHEMA_DDL,
     QueueRange,
     ReadOptions,
     SourceError,
     cap_offsets,
     check_name,
+    credentials,
     int_option,
     namesrv_list,
     read_options,
@@ -103,9 +114,14 @@ class RocketMQDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return RocketMQWriter(dict(self.options), schema)
 
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return RocketMQStreamWriter(dict(self.options), schema)
+
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         o = {str(k).lower(): str(v) for k, v in self.options.items()}
         opts = read_options({"startingoffsets": "latest", **o})  # Kafka's default for streams
+        if opts.store_paths is not None:
+            raise SourceError("option storePath is for batch reads; a stream reads brokers")
         cap = int_option(o, "maxmessagespertrigger", None, 1, 2**62)
         return RocketMQStreamReader(attrs.evolve(opts, ending="latest", ending_ts=None), cap)
 
@@ -201,11 +217,12 @@ class RocketMQWriter(DataSourceWriter):
         self.batch = int_option(o, "batchsize", DEFAULT_WRITE_BATCH, 1, 1024) or 1
         self.retries = int_option(o, "retries", DEFAULT_SEND_RETRIES, 0, 100) or 0
         self.timeout_s = (int_option(o, "timeoutms", 10_000, 100, 600_000) or 10_000) / 1000.0
+        self.keys = credentials(o)
 
     def write(self, iterator: Iterator[Any]) -> SentMessage:
         part = _partition_id()
         sender = Sender(self.namesrv, group=self.group, retries=self.retries,
-                        timeout_s=self.timeout_s)  # fmt: skip
+                        timeout_s=self.timeout_s, keys=self.keys)  # fmt: skip
         try:
             return SentMessage(send_all(sender, self._messages(iterator, part), self.batch))
         finally:
@@ -224,4 +241,23 @@ class RocketMQWriter(DataSourceWriter):
         return None
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        return None
+
+
+class RocketMQStreamWriter(DataSourceStreamWriter):
+    """``writeStream.format("rocketmq")``: each micro-batch's rows sent as
+    ``df.write.format("rocketmq")`` sends them (same columns and options).  At least once: a
+    micro-batch replayed after a failure (its commit not yet in the checkpoint) is sent
+    again."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.batch_writer = RocketMQWriter(options, schema)
+
+    def write(self, iterator: Iterator[Any]) -> SentMessage:
+        return self.batch_writer.write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        return None
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         return None

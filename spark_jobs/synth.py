@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     BLANK,
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
@@ -21,10 +21,10 @@ from rmq_cluster.cluster.protocol.message import (
     MessageConst,
     encode_record,
 )
-from rmq_cluster.dledger.log_storage import BLANK_MAGIC as DL_BLANK_MAGIC
-from rmq_cluster.dledger.log_storage import BODY_OFFSET as DL_BODY_OFFSET
-from rmq_cluster.dledger.log_storage import encode_entry
-from rmq_cluster.spark_jobs.decode import CQ_UNIT, CQ_UNIT_BYTES
+from ..dledger.log_storage import BLANK_MAGIC as DL_BLANK_MAGIC
+from ..dledger.log_storage import BODY_OFFSET as DL_BODY_OFFSET
+from ..dledger.log_storage import encode_entry
+from .decode import CQ_UNIT, CQ_UNIT_BYTES
 
 STORE_HOST = ("127.0.0.1", 10911)
 

@@ -17,7 +17,9 @@ and when they become visible, is the backend's:
   dispatcher and retention see it; ``earliest_store_time`` and ``runtime_info`` feed
   GET_BROKER_RUNTIME_INFO.
 
-``message_store.FileCommitLog`` is the plain backend (RocketMQ ``CommitLog``); the DLedger one is
+A backend reaches its store only through ``BackendHost`` (what ``bind`` hands it); mypy checks
+both sides of the seam. ``message_store.FileCommitLog`` is the plain backend (RocketMQ
+``CommitLog``); the DLedger one is
 ``rmq_cluster.dledger.commitlog_adapter.DLedgerCommitLog``, which also carries the Raft-specific
 parts (attach the node, role changes, apply committed entries, propose with a pending sink)
 that the broker's DLedger role reaches through it. The store never imports ``dledger``.
@@ -25,20 +27,79 @@ that the broker's DLedger role reaches through it. The store never imports ``dle
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
-from rmq_cluster.cluster.protocol.message import Message
-from rmq_cluster.store.commitlog import PutMessageResult
+from ..cluster.protocol.message import Message
+from .checkpoint import StoreCheckpoint
+from .commitlog import CommitLog, PutMessageResult
+from .config import BrokerRole, MessageStoreConfig
+from .dispatcher import ConsumeQueueTable, Dispatcher
+from .index_file import IndexService
+from .recovery import RecoveryResult
+from .retention import CleanResult, Retention
+
+
+class RisingMark(Protocol):
+    """What a backend does with the store's flush watermark (``store/watermark.py``): raise
+    it to what recovery found flushed."""
+
+    def advance(self, value: int) -> None: ...
+
+
+class BackendHost(Protocol):
+    """What a backend may use of the ``MessageStore`` it serves (``bind``), and nothing else:
+    the parts every store has, the counters a backend feeds, and three calls."""
+
+    config: MessageStoreConfig
+    clock_ms: Callable[[], int]
+    cqs: ConsumeQueueTable
+    index: IndexService | None
+    dispatcher: Dispatcher
+    retention: Retention
+    checkpoint: StoreCheckpoint | None
+    #: the broker role; a DLedger member sets it as its Raft role changes
+    role: BrokerRole
+    shutdown: bool
+    #: the store's services (``store/flush.py``) run: an append may dispatch inline
+    services_running: bool
+    inline_dispatch: bool
+    sync_flush: bool
+    #: set by ``open``: what recovery found, the CommitLog's end at boot, the flushed offset
+    recovery: RecoveryResult | None
+    boot_max_offset: int
+    put_failed_times: int
+
+    @property
+    def flush_watermark(self) -> RisingMark: ...
+
+    @property
+    def waits_for_replicas(self) -> bool:
+        """A put must wait for the slaves (SYNC_MASTER) after its append."""
+
+    def appended(self, at: int, *, reput: bool = True) -> None:
+        """The CommitLog grew (``at``: the offset the warm-up service compares with where it
+        wants waking): wake the reput service (``reput`` False: the append was dispatched
+        inline), whoever waits for appended bytes, and the warm-up service."""
+
+    def wait_stored(self, result: PutMessageResult, wait: bool) -> Awaitable[PutMessageResult]:
+        """After an append: wait for the flush (SYNC_FLUSH) and the slaves (``wait``)."""
+
+    def flush_logics(self) -> Awaitable[None]: ...
+
+    def flush_logics_sync(self) -> None: ...
+
+    def clean_once(self, now_ms: int | None = None) -> CleanResult: ...
 
 
 class CommitLogBackend(Protocol):
     """What a ``MessageStore`` asks of its CommitLog (see the module docstring)."""
 
-    #: the CommitLog as the read paths, the dispatcher and retention see it
-    commitlog: Any
+    #: the CommitLog as the read paths, the dispatcher and retention see it (DLedger's
+    #: backend: a view of its files with the same read interface)
+    commitlog: CommitLog
 
-    def bind(self, store: Any) -> None:
+    def bind(self, store: BackendHost) -> None:
         """Called once by the store's constructor, before anything else."""
 
     def open(self, *, last_exit_ok: bool) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from rmq_cluster.store.config import CHECKPOINT_FILE_SIZE_BYTES, CHECKPOINT_SAFETY_MARGIN_MS
-from rmq_cluster.store.mapped_file import MappedFile
+from .config import CHECKPOINT_FILE_SIZE_BYTES, CHECKPOINT_SAFETY_MARGIN_MS
+from .mapped_file import MappedFile
 
 CHECKPOINT: Final = struct.Struct(">qqq")
 

@@ -17,18 +17,17 @@ from typing import Final, NamedTuple
 
 import structlog
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.clock import now_ms
+from ..cluster.protocol.message import (
     BLANK,
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
-    I16,
-    MAGIC_V1,
     MAX_TOPIC_LENGTH_BYTES,
+    REC_BLANK,
+    REC_CORRUPT,
     RECORD_FIXED_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
-    SIZE_MAGIC,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TRANSACTION_MASK,
@@ -37,22 +36,27 @@ from rmq_cluster.cluster.protocol.message import (
     HostAddr,
     Message,
     MessageConst,
+    RecordError,
     decode_properties,
     encode_host,
     encode_offset_msg_id_raw,
     encode_properties,
+    head_status,
+    peek_field,
+    record_tail,
+    short_status,
     write_batch_records,
     write_record,
 )
-from rmq_cluster.store.config import (
+from .config import (
     DISK_SPACE_WARNING_LEVEL_RATIO,
     MAX_PROPERTIES_LENGTH_BYTES,
     RECORD_OVERHEAD_ALLOWANCE_BYTES,
     MessageStoreConfig,
 )
-from rmq_cluster.store.mapped_file import MappedFile, MappedFileQueue
-from rmq_cluster.store.paths import is_valid_component
-from rmq_cluster.store.record import (
+from .mapped_file import MappedFile, MappedFileQueue
+from .paths import is_valid_component
+from .record import (
     parse_delay_levels,
     plan_batch,
     put_properties,
@@ -164,13 +168,6 @@ class DispatchRequest(NamedTuple):
     keys: str
     uniq_key: str
     sys_flag: int
-
-
-# check_record outcomes besides a positive record size
-REC_EMPTY: Final = 0  # zero bytes: nothing was written here
-REC_BLANK: Final = -1  # end-of-file blank: go to the next file
-REC_INCOMPLETE: Final = -2  # the bytes available end inside this record
-REC_CORRUPT: Final = -3
 
 
 def _illegal(remark: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEGAL) -> (
@@ -459,9 +456,14 @@ class CommitLog:
 
     def pickup_store_timestamp(self, phys_offset: int, size: int) -> int:
         view = self.queue.read(phys_offset, min(size, RECORD_HEADER_SIZE))
-        if view is None or len(view) < 64:
+        if view is None:
             return -1
-        return int.from_bytes(view[56:64], "big", signed=True)
+        try:
+            return peek_field(view, "STORETIMESTAMP")
+        except struct.error:
+            return -1
+        finally:
+            view.release()
 
     # ------------------------------------------------------------------ record checks
 
@@ -475,43 +477,31 @@ class CommitLog:
         strict: bool,
         want_request: bool = True,
     ) -> tuple[int, DispatchRequest | None]:
-        """Validate the record at ``pos`` of ``buf`` (a file view; ``base`` = its file offset).
-        Returns (size, request) or (REC_EMPTY/REC_BLANK/REC_INCOMPLETE/REC_CORRUPT, None)."""
-        avail = len(buf) - pos
-        if avail < 8:
-            return (REC_EMPTY if avail <= 0 or not any(buf[pos:]) else REC_INCOMPLETE), None
-        total, magic = SIZE_MAGIC.unpack_from(buf, pos)
-        if magic == BLANK_MAGIC:
-            return REC_BLANK, None
-        if magic != MAGIC_V1:
-            if total == 0 and magic == 0:
-                return REC_EMPTY, None
-            return REC_CORRUPT, None
-        if total < RECORD_FIXED_SIZE or total > self.max_record:
-            return REC_CORRUPT, None
-        if total > avail:
-            return REC_INCOMPLETE, None
+        """Validate the record at ``pos`` of ``buf`` (a file view; ``base`` = its file offset)
+        with the codec's readers (``head_status``, ``record_tail``); ``strict`` (recovery)
+        also wants the record to name its own offset and no NUL in its topic or properties
+        (a torn write leaves zeros). Returns (size, request) or (REC_EMPTY / REC_BLANK /
+        REC_INCOMPLETE / REC_CORRUPT, None)."""
+        end = len(buf)
+        if end - pos < RECORD_HEADER_SIZE:
+            return short_status(buf, pos, end, self.max_record), None
         (
-            _t, _m, crc, queue_id, _flag, queue_offset, phys, sys_flag, _born, _bh, store_ts,
-            _sh, _rc, _pt, body_len,
+            total, magic, crc, queue_id, _flag, queue_offset, phys, sys_flag, _born, _bh,
+            store_ts, _sh, _rc, _pt, body_len,
         ) = RECORD_HEADER.unpack_from(buf, pos)
-        if body_len < 0 or body_len > total - RECORD_FIXED_SIZE:
+        status = head_status(total, magic, end - pos, self.max_record)
+        if status <= 0:
+            return status, None
+        try:
+            tp, p0, props_len = record_tail(buf, pos, total, body_len, sys_flag)
+        except RecordError:
             return REC_CORRUPT, None
-        bp = pos + RECORD_HEADER_SIZE
-        tp = bp + body_len
-        topic_len = buf[tp]
-        pp = tp + 1 + topic_len
-        if pp + 2 > pos + total:
-            return REC_CORRUPT, None
-        (props_len,) = I16.unpack_from(buf, pp)
-        if props_len < 0 or pp + 2 + props_len != pos + total or topic_len == 0:
-            return REC_CORRUPT, None
-        topic_raw = bytes(buf[tp + 1 : pp])
-        props_raw = bytes(buf[pp + 2 : pp + 2 + props_len])
+        topic_raw = bytes(buf[tp + 1 : p0 - 2])
+        props_raw = bytes(buf[p0 : p0 + props_len])
         if strict and (phys != base + pos or b"\0" in topic_raw or b"\0" in props_raw):
-            # a torn write leaves zeros; topic and properties text never contain NUL
             return REC_CORRUPT, None
-        if check_crc and (_crc32(buf[bp:tp]) & 0x7FFFFFFF) != crc:
+        body_at = pos + RECORD_HEADER_SIZE
+        if check_crc and (_crc32(buf[body_at:tp]) & 0x7FFFFFFF) != crc:
             return REC_CORRUPT, None
         try:
             topic = topic_raw.decode()

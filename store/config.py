@@ -8,7 +8,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.config import setting
+from ..cluster.config import setting
 
 OS_PAGE_SIZE_BYTES: Final = 4096
 CQ_STORE_UNIT_SIZE_BYTES: Final = 20

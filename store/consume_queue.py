@@ -9,9 +9,9 @@ from typing import Final
 
 import structlog
 
-from rmq_cluster.store.config import CQ_STORE_UNIT_SIZE_BYTES, RECOVER_FROM_LAST_FILES
-from rmq_cluster.store.mapped_file import MappedFileQueue
-from rmq_cluster.store.paths import StoreRoot
+from .config import CQ_STORE_UNIT_SIZE_BYTES, RECOVER_FROM_LAST_FILES
+from .mapped_file import MappedFileQueue
+from .paths import StoreRoot
 
 log = structlog.get_logger(component="consume_queue")
 

@@ -25,17 +25,17 @@ from typing import Final
 
 import structlog
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
 )
-from rmq_cluster.store.commitlog import CommitLog, DispatchRequest
-from rmq_cluster.store.config import MAX_DISPATCH_BYTES_PER_ROUND, MessageStoreConfig
-from rmq_cluster.store.consume_queue import CQ_RUN_MAX_UNITS, ConsumeQueue
-from rmq_cluster.store.index_file import IndexService
-from rmq_cluster.store.paths import StorePathError, StoreRoot, is_valid_component
-from rmq_cluster.store.record import (
+from .commitlog import CommitLog, DispatchRequest
+from .config import MAX_DISPATCH_BYTES_PER_ROUND, MessageStoreConfig
+from .consume_queue import CQ_RUN_MAX_UNITS, ConsumeQueue
+from .index_file import IndexService
+from .paths import StorePathError, StoreRoot, is_valid_component
+from .record import (
     SCAN_BLANK,
     SCAN_CORRUPT,
     SCAN_SKIP,
@@ -291,9 +291,8 @@ class _Runs:
 
     def add(self, scanned: list[Scanned]) -> None:
         d = self.dispatcher
-        arrival = d.on_arrival
+        end_run = self._end_run
         index = d.index
-        cq_table = d.cqs.queues
         lag_hist = d.lag_histogram
         lag_top = LAG_HISTOGRAM_BUCKETS - 1
         now_ms = self.now_ms
@@ -329,17 +328,8 @@ class _Runs:
                     run_next += 1
                 else:
                     if run:
-                        if len(run) == 3:
-                            # a one-record run (queues taking turns): put it directly
-                            cq = cq_table.get((run_topic, run_qid))
-                            if cq is None:
-                                cq = d.queue_for(run_topic, run_qid, run[0])
-                            if cq is not None:
-                                cq.put(run_first, run[0], run[1], run[2])
-                        else:
-                            d._flush_run(run_topic, run_qid, run_first, run, run_arrivals)
-                        if arrival is not None:
-                            arrival(run_topic, run_qid, run_next, run_code, run_ts)
+                        end_run(run_topic, run_qid, run_first, run, run_arrivals, run_next,
+                                run_code, run_ts)  # fmt: skip
                     run = [phys, total, code]
                     run_arrivals = None
                     run_topic = topic
@@ -374,6 +364,26 @@ class _Runs:
         )
         self.keyed = keyed
         self.keyed_topic = keyed_topic
+
+    def _end_run(
+        self, topic: str, qid: int, first: int, run: list[int],
+        arrivals: list[tuple[int, int, int]] | None, nxt: int, code: int, ts: int,
+    ) -> None:
+        """Write the run the record ``add`` just read does not continue, and tell the arrival
+        listener (``nxt``: the offset after the run's last record, ``code`` and ``ts`` its
+        tagsCode and store time)."""
+        d = self.dispatcher
+        if len(run) == 3:
+            # a one-record run (queues taking turns): put it directly
+            cq = d.cqs.queues.get((topic, qid))
+            if cq is None:
+                cq = d.queue_for(topic, qid, run[0])
+            if cq is not None:
+                cq.put(first, run[0], run[1], run[2])
+        else:
+            d._flush_run(topic, qid, first, run, arrivals)
+        if d.on_arrival is not None:
+            d.on_arrival(topic, qid, nxt, code, ts)
 
     def flush(self) -> None:
         """Write what the records so far left pending."""

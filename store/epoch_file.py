@@ -27,12 +27,13 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
-from rmq_cluster.cluster.protocol.controller import MAX_EPOCH_ENTRIES, EpochEntry
+from ..cluster.protocol.controller import MAX_EPOCH_ENTRIES, EpochEntry
 
 if TYPE_CHECKING:
-    from rmq_cluster.store.message_store import MessageStore
+    from .commitlog import CommitLog
+    from .dispatcher import Dispatcher
 
 EPOCH_FILE_NAME: Final = "epochFileCheckpoint"
 ACKED_FILE_NAME: Final = "ackedOffsetCheckpoint"
@@ -161,7 +162,18 @@ class EpochFile:
             self._save()
 
 
-def truncate_commitlog(store: MessageStore, offset: int) -> int:
+class TruncatableStore(Protocol):
+    """What ``truncate_commitlog`` uses of an open ``MessageStore`` (this module stays pure:
+    the store itself runs on trio)."""
+
+    @property
+    def commitlog(self) -> CommitLog: ...
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+
+
+def truncate_commitlog(store: TruncatableStore, offset: int) -> int:
     """Cut ``store``'s CommitLog at ``offset`` (a record boundary: a consistent point) on an
     open store that is about to be closed; the next open's recovery then cuts the
     ConsumeQueues and index files that point past it.  Returns the bytes dropped."""

@@ -6,7 +6,9 @@ to its servers, and cancels that scope before ``store.close()``. Every blocking 
 (msync, file creation) goes to ``trio.to_thread.run_sync``; the event loop never waits on the
 disk (except a rollover that finds no preallocated file, which creates one inline).
 
-``Watermark`` is the group-commit primitive the services advance (``store.flush_watermark``).
+``Watermark`` is the group-commit primitive the services advance (``store.flush_watermark``);
+``run`` also runs its sweeper (and that of ``store.both_watermark`` on a SYNC_FLUSH
+SYNC_MASTER), which times out what waits on it.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 import trio
 
-from rmq_cluster.store.config import OS_PAGE_SIZE_BYTES, FlushDiskType
-from rmq_cluster.store.watermark import Watermark as Watermark  # re-export: ha, tests
+from .config import OS_PAGE_SIZE_BYTES, FlushDiskType
+from .watermark import Watermark as Watermark  # re-export: ha, tests
 
 if TYPE_CHECKING:
-    from rmq_cluster.store.config import MessageStoreConfig
-    from rmq_cluster.store.message_store import MessageStore
-    from rmq_cluster.store.retention import CleanResult
+    from .config import MessageStoreConfig
+    from .message_store import MessageStore
+    from .retention import CleanResult
 
 log = structlog.get_logger(component="store_services")
 
@@ -148,6 +150,10 @@ async def run(
         nursery.start_soon(allocate_service, store)
         nursery.start_soon(warm_service, store)
         nursery.start_soon(clean_service, store)
+        # the deadlines of what waits for the flush (SYNC_FLUSH answers and puts)
+        nursery.start_soon(store.flush_watermark.run)
+        if store.both_watermark is not None:
+            nursery.start_soon(store.both_watermark.run)
         store.services_running = True
         task_status.started()
         try:

@@ -17,13 +17,13 @@ from typing import Final
 
 import structlog
 
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
     index_key_hash,
 )
-from rmq_cluster.store.commitlog import DispatchRequest
-from rmq_cluster.store.mapped_file import MappedFile
+from .commitlog import DispatchRequest
+from .mapped_file import MappedFile
 
 log = structlog.get_logger(component="index")
 

@@ -8,10 +8,12 @@
         n.cancel_scope.cancel()                   # stop the services before closing
     store.close()                                 # flush everything, delete `abort`, unlock
 
-A put appends synchronously (the event loop is the put lock), then awaits the flush watermark
-under SYNC_FLUSH (group commit) and, when set, ``replica_waiter(end_offset)`` — the hook the HA
-issue uses for SYNC_MASTER. Reads return memoryviews of the mmap; copy them once into the
-response and drop them (a view keeps its file mapped).
+A put appends synchronously (the event loop is the put lock); ``put_wait(end)`` then says which
+watermark (``store/watermark.py``) it must pass before it is answered: the flush under
+SYNC_FLUSH (group commit), the slaves' ack under SYNC_MASTER (``replicas``, which the HA service
+attaches), their minimum under both, none otherwise. The broker holds the encoded answer on it;
+``put_message`` (a task's put) waits on it. Reads return memoryviews of the mmap; copy them once
+into the response and drop them (a view keeps its file mapped).
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import enum
 import fcntl
 import os
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import attrs
 import structlog
 import trio
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.protocol.message import (
+from ..cluster.clock import now_ms
+from ..cluster.protocol.message import (
     Message,
     MessageConst,
     RecordError,
@@ -35,32 +38,33 @@ from rmq_cluster.cluster.protocol.message import (
     decode_offset_msg_id,
     decode_record,
 )
-from rmq_cluster.store.backend import CommitLogBackend
-from rmq_cluster.store.checkpoint import StoreCheckpoint
-from rmq_cluster.store.commitlog import (
+from ..cluster.remoting.codec import RemotingCommand
+from .backend import BackendHost, CommitLogBackend
+from .checkpoint import StoreCheckpoint
+from .commitlog import (
     CommitLog,
     PutMessageResult,
     PutMessageStatus,
 )
-from rmq_cluster.store.config import (
+from .config import (
     MAX_DISPATCH_BYTES_PER_ROUND,
     BrokerRole,
     FlushDiskType,
     MessageStoreConfig,
 )
-from rmq_cluster.store.consume_queue import CQ_UNIT, FILLER_SIZE, UNIT, ConsumeQueue
-from rmq_cluster.store.dispatcher import (
+from .consume_queue import CQ_UNIT, FILLER_SIZE, UNIT, ConsumeQueue
+from .dispatcher import (
     LAG_HISTOGRAM_BUCKETS,
     ArrivalListener,
     ConsumeQueueTable,
     Dispatcher,
 )
-from rmq_cluster.store.index_file import IndexFile, IndexService
-from rmq_cluster.store.mapped_file import FlushPlan, run_flush_plan
-from rmq_cluster.store.paths import StorePathError
-from rmq_cluster.store.recovery import RecoveryResult, rebuild_topic_queue_table, recover
-from rmq_cluster.store.retention import CleanResult, DiskUsageProbe, Retention, default_disk_usage
-from rmq_cluster.store.watermark import Watermark
+from .index_file import IndexFile, IndexService
+from .mapped_file import FlushPlan, run_flush_plan
+from .paths import StorePathError
+from .recovery import RecoveryResult, rebuild_topic_queue_table, recover
+from .retention import CleanResult, DiskUsageProbe, Retention, default_disk_usage
+from .watermark import ExpiredAnswer, Watermark, keep_answer
 
 log = structlog.get_logger(component="message_store")
 
@@ -136,7 +140,21 @@ class QueryMessageResult:
 
 
 MessageFilter = Callable[[int], bool]  # tagsCode -> match
-ReplicaWaiter = Callable[[int], Awaitable[PutMessageStatus]]
+#: How a held send answer reads once its wait timed out under a status (the broker's answers).
+TimeoutAnswer = Callable[[PutMessageStatus], ExpiredAnswer]
+
+
+class ReplicaGate(Protocol):
+    """What a SYNC_MASTER put waits on (the HA service): the slaves' ack watermark, and the
+    answer when it need not wait (SLAVE_NOT_AVAILABLE, or PUT_OK when already acked)."""
+
+    @property
+    def ack_watermark(self) -> Watermark: ...
+
+    def sync_status_nowait(self, end_offset: int) -> PutMessageStatus | None: ...
+
+
+_PUT_OK = PutMessageStatus.PUT_OK
 
 
 class MessageStore:
@@ -181,7 +199,17 @@ class MessageStore:
         self.role = config.broker_role
         self.sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self.sync_flush_timeout_s = config.sync_flush_timeout_ms / 1000
-        self.flush_watermark = Watermark(0)
+        #: the flushed CommitLog end: SYNC_FLUSH answers wait here (FLUSH_DISK_TIMEOUT)
+        self.flush_watermark = Watermark(0, timeout_s=self.sync_flush_timeout_s)
+        #: SYNC_MASTER: the slaves' ack (``attach_replicas``); with SYNC_FLUSH as well, answers
+        #: wait on ``both_watermark``, the lower of the flush and the ack
+        self.replicas: ReplicaGate | None = None
+        self.both_watermark: Watermark | None = (
+            Watermark(0, timeout_s=self.sync_flush_timeout_s)
+            if self.sync_flush and config.broker_role is BrokerRole.SYNC_MASTER
+            else None
+        )
+        self._timeout_answer: TimeoutAnswer = lambda _status: keep_answer
         self.flush_requested = trio.Event()
         self._appended: trio.Event | None = None  # exists only while someone waits
         self._reput_wake: trio.Event | None = None  # exists only while the reput task waits
@@ -200,7 +228,6 @@ class MessageStore:
         self.file_created = trio.Event()
         self.preallocated = Watermark(-1)  # start offset of the newest preallocated file
         self.commitlog.queue.on_create = lambda _mf: self.file_created.set()
-        self.replica_waiter: ReplicaWaiter | None = None
         self.services_running = False
         self.recovery: RecoveryResult | None = None
         self.shutdown = True
@@ -310,6 +337,19 @@ class MessageStore:
     def put_messages(self, batch: Message) -> Awaitable[PutMessageResult]:
         return self.backend.put_messages(batch)
 
+    def appended(self, at: int, *, reput: bool = True) -> None:
+        """A backend's news that the CommitLog grew (the seam: ``BackendHost.appended``)."""
+        if reput and self._reput_wake is not None:
+            self._wake_reput()
+        if self._appended is not None:
+            self._notify_appended()
+        if self.warm_wake is not None and at >= self.warm_at:
+            self._wake_warm()
+
+    @property
+    def waits_for_replicas(self) -> bool:
+        return self.replicas is not None
+
     def _notify_appended(self) -> None:
         event, self._appended = self._appended, None
         if event is not None:
@@ -342,30 +382,90 @@ class MessageStore:
                 self._appended = trio.Event()
             await self._appended.wait()
 
-    async def _wait_stored(self, result: PutMessageResult, wait: bool) -> PutMessageResult:
-        assert result.result is not None
+    def put_wait(self, end: int) -> tuple[PutMessageStatus, Watermark | None]:
+        """What a put ending at ``end`` whose producer waits (WAIT is not "false") must pass
+        before it is answered: the status to answer with and the watermark to hold the answer
+        on until it reaches ``end`` (None: answer now)."""
+        flush = None
+        if self.sync_flush and self.flush_watermark.held.mark < end:
+            flush = self.flush_watermark
+            self.flush_requested.set()
+        replicas = self.replicas
+        if replicas is None:
+            return _PUT_OK, flush
+        status = replicas.sync_status_nowait(end)
+        if status is not None:  # decided now (SLAVE_NOT_AVAILABLE still waits for the flush)
+            return status, flush
+        both = self.both_watermark
+        return _PUT_OK, replicas.ack_watermark if flush is None or both is None else both
+
+    def timeout_status(self, mark: Watermark, end: int) -> PutMessageStatus:
+        """Why a put held on ``mark`` (from ``put_wait``) was not answered PUT_OK in time."""
+        replicas = self.replicas
+        if mark is self.flush_watermark or replicas is None:
+            return PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if replicas.ack_watermark.value < end:
+            return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        return PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+    def answer_timeouts_with(self, timeout_answer: TimeoutAnswer) -> None:
+        """How held answers read once their wait timed out (the broker's send answers):
+        ``timeout_answer(status)`` rewrites an answer under ``status``."""
+        self._timeout_answer = timeout_answer
+        self.flush_watermark.held.expired_answer = timeout_answer(
+            PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        if self.replicas is not None:
+            self._wire_replicas(self.replicas)
+
+    def attach_replicas(self, gate: ReplicaGate) -> None:
+        """SYNC_MASTER: waiting puts wait for ``gate``'s ack watermark from now on (and stay
+        wired to it: with no slave left it answers SLAVE_NOT_AVAILABLE)."""
+        self.replicas = gate
+        if self.sync_flush and self.both_watermark is None:  # (no sweeper: SYNC_MASTER's has)
+            self.both_watermark = Watermark(0, timeout_s=self.sync_flush_timeout_s)
+        self._wire_replicas(gate)
+        if self.both_watermark is not None:
+            both, flush, acks = self.both_watermark, self.flush_watermark, gate.ack_watermark
+
+            def follow() -> None:
+                both.advance(min(flush.value, acks.value))
+
+            flush.followers.append(follow)
+            acks.followers.append(follow)
+            follow()
+
+    def _wire_replicas(self, gate: ReplicaGate) -> None:
+        timeout_answer = self._timeout_answer
+        slave_timeout = timeout_answer(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        gate.ack_watermark.held.expired_answer = slave_timeout
+        both = self.both_watermark
+        if both is None:
+            return
+        disk_timeout = timeout_answer(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        acks = gate.ack_watermark
+
+        def both_expired(answer: RemotingCommand, key: int) -> RemotingCommand:
+            late = slave_timeout if acks.value < key else disk_timeout
+            return late(answer, key)
+
+        both.held.expired_answer = both_expired
+        # one deadline for both waits: the longer timeout (a put waited for the flush, then
+        # for the slave: at most the sum; the answer's code is the same either way)
+        both.held.timeout_s = max(self.sync_flush_timeout_s, acks.held.timeout_s)
+
+    async def wait_stored(self, result: PutMessageResult, wait: bool) -> PutMessageResult:
+        """A task's put: wait as ``put_wait`` says (the sweeper of the watermark times it
+        out), then the result under the status its wait ended with."""
+        if result.result is None or not wait:
+            return result
         end = result.result.end_offset
-        status = PutMessageStatus.PUT_OK
-        if self.sync_flush and wait:
-            status = await self.wait_flushed(end)
-        if self.replica_waiter is not None and wait:
-            replica = await self.replica_waiter(end)
-            if replica is not PutMessageStatus.PUT_OK:
-                status = replica
-        if status is PutMessageStatus.PUT_OK:
+        status, mark = self.put_wait(end)
+        passed = mark is None or await mark.wait_for(end, mark.held.timeout_s)
+        if not passed and mark is not None and status is _PUT_OK:
+            status = self.timeout_status(mark, end)
+        if status is _PUT_OK:
             return result
         return PutMessageResult(status, result.result, result.remark)
-
-    async def wait_flushed(self, end_offset: int) -> PutMessageStatus:
-        """Group commit: wait (up to syncFlushTimeout) until the flushed watermark reaches
-        ``end_offset``; FLUSH_DISK_TIMEOUT otherwise."""
-        if self.flush_watermark.value >= end_offset:
-            return PutMessageStatus.PUT_OK
-        self.flush_requested.set()
-        with trio.move_on_after(self.sync_flush_timeout_s):
-            await self.flush_watermark.wait_for(end_offset)
-            return PutMessageStatus.PUT_OK
-        return PutMessageStatus.FLUSH_DISK_TIMEOUT
 
     async def flush_commitlog(self) -> int:
         """msync every written byte off the event loop, then advance the flush watermark."""
@@ -527,17 +627,7 @@ class MessageStore:
             return GetMessageResult(s.NO_MATCHED_LOGIC_QUEUE, self._correct(offset, 0), 0, 0)
         min_off = cq.min_offset_in_queue
         max_off = cq.max_offset_in_queue
-        if max_off == 0:
-            status, nxt = s.NO_MESSAGE_IN_QUEUE, self._correct(offset, 0)
-        elif offset < min_off:
-            status, nxt = s.OFFSET_TOO_SMALL, self._correct(offset, min_off)
-        elif offset == max_off:
-            status, nxt = s.OFFSET_OVERFLOW_ONE, self._correct(offset, offset)
-        elif offset > max_off:
-            # RocketMQ 4.9.7: back to the queue's end (older 4.x chose 0 while min was 0)
-            status, nxt = s.OFFSET_OVERFLOW_BADLY, self._correct(offset, max_off)
-        else:
-            status, nxt = s.FOUND, offset
+        status, nxt = self._offset_status(offset, min_off, max_off)
         if status is not s.FOUND:
             self.get_miss_times += 1
             return GetMessageResult(status, nxt, min_off, max_off)
@@ -590,6 +680,23 @@ class MessageStore:
         else:
             self.get_miss_times += 1
         return result
+
+    def _offset_status(
+        self, offset: int, min_off: int, max_off: int
+    ) -> tuple[GetMessageStatus, int]:
+        """Where ``offset`` lies in a queue of ``[min_off, max_off)``: FOUND inside, else the
+        miss and the offset to pull from next (a slave keeps the asked one)."""
+        s = GetMessageStatus
+        if max_off == 0:
+            return s.NO_MESSAGE_IN_QUEUE, self._correct(offset, 0)
+        if offset < min_off:
+            return s.OFFSET_TOO_SMALL, self._correct(offset, min_off)
+        if offset == max_off:
+            return s.OFFSET_OVERFLOW_ONE, self._correct(offset, offset)
+        if offset > max_off:
+            # RocketMQ 4.9.7: back to the queue's end (older 4.x chose 0 while min was 0)
+            return s.OFFSET_OVERFLOW_BADLY, self._correct(offset, max_off)
+        return s.FOUND, offset
 
     def _correct(self, old: int, new: int) -> int:
         return old if self.role is BrokerRole.SLAVE else new
@@ -747,16 +854,16 @@ class MessageStore:
 class FileCommitLog:
     """The file CommitLog (``store/commitlog.py``) as a store's backend: records are visible as
     soon as they are appended; a put waits for the flush (SYNC_FLUSH) and the slaves
-    (``store.replica_waiter``) as configured."""
+    (``store.replicas``) as configured (``MessageStore.put_wait``)."""
 
     def __init__(
         self, config: MessageStoreConfig, *, clock_ms: Callable[[], int] = now_ms
     ) -> None:
         self.config = config
         self.commitlog = CommitLog(config, clock_ms=clock_ms)
-        self.store: MessageStore
+        self.store: BackendHost
 
-    def bind(self, store: MessageStore) -> None:
+    def bind(self, store: BackendHost) -> None:
         self.store = store
         self.dispatcher = store.dispatcher
 
@@ -779,7 +886,7 @@ class FileCommitLog:
         store.boot_max_offset = commitlog.max_offset
         for cq in store.cqs.queues.values():
             cq.correct_min_offset(commitlog.min_offset)
-        store.flush_watermark = Watermark(commitlog.flushed_offset)
+        store.flush_watermark.advance(commitlog.flushed_offset)
 
     def opened(self) -> None:
         self.store.retention.check_disk()
@@ -833,20 +940,21 @@ class FileCommitLog:
         store = self.store
         if store.shutdown or store.role is BrokerRole.SLAVE or store.retention.disk_full:
             refused = self.refusal()
-            assert refused is not None
-            return refused
+            if refused is not None:
+                return refused
         result = self.commitlog.append(msg)
         appended = result.result
         if appended is None:
             store.put_failed_times += 1
         else:
             dispatcher = self.dispatcher
-            if (
+            inline = (
                 store.services_running
                 and store.inline_dispatch
                 and dispatcher.reput_from == appended.wrote_offset
                 and appended.wrote_bytes <= INLINE_DISPATCH_MAX_BYTES
-            ):
+            )
+            if inline:
                 # the reput was caught up: dispatch this record now instead of paying a
                 # scheduler round to wake the reput task (long polling is notified at once)
                 try:
@@ -854,13 +962,8 @@ class FileCommitLog:
                 except Exception:  # the put stands: leave the failure to the reput service
                     log.exception("inline_dispatch_failed", offset=appended.wrote_offset)
                     store.inline_dispatch = False
-                    store._wake_reput()
-            elif store._reput_wake is not None:
-                store._wake_reput()
-            if store._appended is not None:
-                store._notify_appended()
-            if store.warm_wake is not None and appended.wrote_offset >= store.warm_at:
-                store._wake_warm()
+                    inline = False
+            store.appended(appended.wrote_offset, reput=not inline)
         return result
 
     def append_messages(self, batch: Message) -> PutMessageResult:
@@ -872,29 +975,24 @@ class FileCommitLog:
         if result.result is None:
             store.put_failed_times += 1
         else:
-            if store._reput_wake is not None:
-                store._wake_reput()
-            if store._appended is not None:
-                store._notify_appended()
-            if store.warm_wake is not None and result.result.end_offset >= store.warm_at:
-                store._wake_warm()
+            store.appended(result.result.end_offset)
         return result
 
     async def put_message(self, msg: Message) -> PutMessageResult:
         result = self.append_message(msg)
         store = self.store
-        if result.result is None or (not store.sync_flush and store.replica_waiter is None):
+        if result.result is None or (not store.sync_flush and not store.waits_for_replicas):
             return result
         wait = msg.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
-        return await store._wait_stored(result, wait)
+        return await store.wait_stored(result, wait)
 
     async def put_messages(self, batch: Message) -> PutMessageResult:
         result = self.append_messages(batch)
         store = self.store
-        if result.result is None or (not store.sync_flush and store.replica_waiter is None):
+        if result.result is None or (not store.sync_flush and not store.waits_for_replicas):
             return result
         wait = batch.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
-        return await store._wait_stored(result, wait)
+        return await store.wait_stored(result, wait)
 
     # ================================================================== replication (slave side)
 
@@ -906,12 +1004,7 @@ class FileCommitLog:
         if store.shutdown:
             raise ValueError("store is shut down")
         self.commitlog.append_raw(phys_offset, data)
-        if store._reput_wake is not None:
-            store._wake_reput()
-        if store.warm_wake is not None and self.commitlog.max_offset >= store.warm_at:
-            store._wake_warm()
-        if store._appended is not None:
-            store._notify_appended()
+        store.appended(self.commitlog.max_offset)
 
     def read_raw(self, phys_offset: int, max_bytes: int) -> memoryview | None:
         """Up to ``max_bytes`` readable CommitLog bytes at ``phys_offset`` (one file at most)."""

@@ -1,9 +1,11 @@
 """The store's record codec (pure; no trio): what a put and a dispatch do with CommitLog records.
 
-The byte layout of a v1/IPv4 record is written in one place, the "stored record" section of
-``rmq_cluster.cluster.protocol.message`` (``write_record`` in place, ``pack_record`` as bytes,
-``write_batch_records`` for a batch), beside the record decoder the client needs too; the batch
-body of SEND_BATCH_MESSAGE is parsed in one place, ``batch_spans`` there. On top of them, here:
+The byte layout of a v1/IPv4 record is one table, ``RECORD_LAYOUT`` in
+``rmq_cluster.cluster.protocol.message``; its writers (``write_record`` in place, ``pack_record``
+as bytes, ``write_batch_records`` for a batch) and its one family of readers (``head_status``,
+``record_tail``, the full and property-only decodes, the field and property peeks) live there
+too; the batch body of SEND_BATCH_MESSAGE is parsed in one place, ``batch_spans`` there. On top
+of them, here:
 
 * **put**: ``put_properties`` / ``schedule_properties`` (a delayed message goes to
   ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with REAL_TOPIC / REAL_QID added, its properties
@@ -11,46 +13,58 @@ body of SEND_BATCH_MESSAGE is parsed in one place, ``batch_spans`` there. On top
   DLedger CommitLog alike;
 * **batch**: ``plan_batch`` sizes every record of a batch body (header properties appended to
   each item's) for ``write_batch_records`` to write;
+* **the DELAY rule**: ``delay_level`` reads a DELAY property (a positive number, clamped to the
+  configured levels, ``messageDelayLevel``) for the put's schedule queue and for the tagsCode;
 * **the tagsCode rule**: ``tags_code`` of TAGS, or for a record of the schedule topic with a
   DELAY property its delivery time, ``store timestamp + delay of its level``
-  (``delay_tags_code``), the level clamped to the configured levels (``messageDelayLevel``);
-* **scan**: ``RecordScanner`` reads, straight from a buffer, the fields dispatch needs of each
-  record (topic, queue id and offset, sysFlag, store timestamp, tagsCode, UNIQ_KEY, KEYS), with
-  the template fast path for runs of records that differ only in their UNIQ_KEY.
+  (``delay_tags_code``);
+* **scan**: ``RecordScanner`` reads, straight from a buffer with the codec's readers, the fields
+  dispatch needs of each record (topic, queue id and offset, sysFlag, store timestamp, tagsCode,
+  UNIQ_KEY, KEYS), with the template fast path for runs of records that differ only in their
+  UNIQ_KEY.
 
 Every integer is big-endian (store-and-replication.md §1.3).
 """
 
 from __future__ import annotations
 
-import mmap
 import re
-import struct
 from collections.abc import Mapping
 from typing import Any, Final
 
-from rmq_cluster.cluster.protocol.message import (
-    BLANK_MAGIC,
-    I16,
+from ..cluster.protocol.message import (
     MAGIC_V1,
+    PROP_DELAY,
+    PROP_KEYS,
+    PROP_TAGS,
+    PROP_UNIQ_KEY,
+    REC_BLANK,
+    REC_CORRUPT,
+    REC_EMPTY,
+    REC_INCOMPLETE,
     RECORD_FIXED_SIZE,
     RECORD_HEADER_SIZE,
-    SIZE_MAGIC,
+    SYSFLAG_HOSTS_V6,
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_NOT_TYPE,
     MessageConst,
     RecordError,
     batch_spans,
+    find_property,
+    head_status,
+    header_struct,
     java_map_order,
+    record_tail,
+    short_status,
     tags_code,
 )
-from rmq_cluster.store.config import (
+from .config import (
     DELAY_LEVELS_MS,
     MAX_PROPERTIES_LENGTH_BYTES,
     SCHEDULE_TOPIC,
 )
-from rmq_cluster.store.paths import is_valid_component
+from .paths import is_valid_component
 
 # --------------------------------------------------------------------------- the delay rule
 
@@ -83,34 +97,53 @@ def schedule_properties(props: Mapping[str, str], topic: str, queue_id: int) -> 
     return java_map_order(out)
 
 
+class DueProperties(dict[str, str]):
+    """The properties of a delayed message the schedule service puts back into its real topic
+    once due. Their DELAY records the level it waited at (consumers read it, as from RocketMQ,
+    whose broker keeps DELAY in the stored text while clearing it from the map it acts on); it
+    asks for nothing. Only the broker builds one: properties decoded from the wire are plain."""
+
+    __slots__ = ()
+
+
+def delay_level(text: str | None, levels: int) -> int:
+    """The delay level a DELAY property names among ``levels`` levels: 0 (not delayed) unless
+    it is a positive number, clamped to the last level. The one reading of DELAY: a put's
+    schedule queue is ``level - 1``, a schedule-topic record's tagsCode its delivery time."""
+    if text is None:
+        return 0
+    try:
+        level = int(text)
+    except ValueError:
+        return 0
+    return min(level, levels) if level > 0 else 0
+
+
 def put_properties(
     props: Mapping[str, str], topic: str, queue_id: int, sys_flag: int, levels: tuple[int, ...]
 ) -> tuple[str, int, Mapping[str, str], bytes]:
     """(topic, queue id, properties, properties text) a put of a message stores: its own, or
-    for a delayed message the schedule topic's: a positive DELAY of a plain or committed
-    message, the level clamped to the last one, goes to queue ``level - 1``
-    (``schedule_properties``)."""
+    for a delayed message (a ``delay_level`` of a plain or committed message) the schedule
+    topic's, queue ``level - 1`` (``schedule_properties``); ``DueProperties`` are stored as
+    they are."""
     text = props.get(_DELAY)
-    if text is not None and (sys_flag & SYSFLAG_TRANSACTION_MASK) in _DELAYABLE:
-        try:
-            level = int(text)
-        except ValueError:
-            level = 0
-        if level > 0:
+    if (
+        text is not None
+        and (sys_flag & SYSFLAG_TRANSACTION_MASK) in _DELAYABLE
+        and type(props) is not DueProperties
+    ):
+        level = delay_level(text, len(levels))
+        if level:
             props = schedule_properties(props, topic, queue_id)
-            topic, queue_id = SCHEDULE_TOPIC, min(level, len(levels)) - 1
+            topic, queue_id = SCHEDULE_TOPIC, level - 1
     text_b = "\x02".join(map("\x01".join, props.items())).encode() if props else b""
     return topic, queue_id, props, text_b
 
 
 def delay_tags_code(level_text: str, store_timestamp: int, levels: tuple[int, ...]) -> int:
-    """tagsCode of a schedule-topic record: its delivery time. The level is clamped to
-    1..len(levels); a DELAY that is no number counts as level 1."""
-    try:
-        level = min(max(int(level_text), 1), len(levels))
-    except ValueError:
-        level = 1
-    return store_timestamp + levels[level - 1]
+    """tagsCode of a schedule-topic record: its delivery time, ``store timestamp + delay of
+    its level`` (``delay_level``; a DELAY that names no level counts as level 1)."""
+    return store_timestamp + levels[max(delay_level(level_text, len(levels)), 1) - 1]
 
 
 def record_tags_code(
@@ -163,35 +196,13 @@ def plan_batch(
 
 # --------------------------------------------------------------------------- scan
 
-# The fields dispatch needs, at their fixed offsets in a v1/IPv4 record: TOTALSIZE, MAGIC,
-# QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLEN (the rest padded over)
-DISPATCH_HEADER: Final = struct.Struct(">iI4xi4xqqi16xq20xi")
+# The fields dispatch needs, from the layout table (the rest padded over)
+DISPATCH_HEADER: Final = header_struct(
+    "TOTALSIZE", "MAGIC", "QUEUEID", "QUEUEOFFSET", "PHYSICALOFFSET", "SYSFLAG",
+    "STORETIMESTAMP", "BODYLEN",
+)
 if DISPATCH_HEADER.size != RECORD_HEADER_SIZE:
     raise RuntimeError("DISPATCH_HEADER must span the record header")
-
-PROP_TAGS: Final = b"TAGS\x01"
-PROP_KEYS: Final = b"KEYS\x01"
-PROP_UNIQ_KEY: Final = b"UNIQ_KEY\x01"
-PROP_DELAY: Final = b"DELAY\x01"
-
-
-def find_property(buf: bytes | mmap.mmap, key: bytes, start: int, end: int) -> bytes | None:
-    """The raw value ``decode_properties`` would keep for ``key`` (``name + 0x01``) among the
-    properties text at ``buf[start:end]``, found by a bytes search instead of a full decode:
-    the last entry with that name and a non-empty value (a later duplicate wins, as in the dict).
-    An entry starts at ``start`` or right after a 0x02; names never overlap themselves."""
-    i = buf.rfind(key, start, end)
-    while i >= 0:
-        if i == start or buf[i - 1] == 2:
-            v0 = i + len(key)
-            v1 = buf.find(b"\x02", v0, end)
-            if v1 < 0:
-                v1 = end
-            if v1 > v0:
-                return buf[v0:v1]
-        i = buf.rfind(key, start, i)
-    return None
-
 
 # why RecordScanner.scan stopped
 SCAN_MORE: Final = 0  # the byte budget is spent: more records may follow
@@ -199,30 +210,62 @@ SCAN_WAIT: Final = 1  # nothing (more) written, or a record still being written
 SCAN_BLANK: Final = 2  # an end-of-file blank: the rest of the file is filler
 SCAN_CORRUPT: Final = 3  # not a record
 SCAN_SKIP: Final = 4  # a record whose topic names no store path (see ``skipped``)
+#: ``head_status`` / ``short_status`` outcomes that stop a scan
+_SCAN_STOP: Final = {
+    REC_EMPTY: SCAN_WAIT, REC_INCOMPLETE: SCAN_WAIT, REC_BLANK: SCAN_BLANK,
+    REC_CORRUPT: SCAN_CORRUPT,
+}
 
 #: (commit-log offset, size, topic, queue id, queue offset, sysFlag, store timestamp,
 #: tagsCode, UNIQ_KEY, KEYS) of a scanned record; the keys are raw bytes, None when absent or
 #: not asked for
 Scanned = tuple[int, int, str, int, int, int, int, int, bytes | None, bytes | None]
+#: (length, head, tail, UNIQ_KEY value start, end, topic, tagsCode) of a template record:
+#: topic + properties bytes from the topic-length byte on; length -1 = none
+Template = tuple[int, bytes, bytes, int, int, str, int]
+_NO_TEMPLATE: Final[Template] = (-1, b"", b"", 0, 0, "", 0)
 TOPIC_CACHE_MAX_ENTRIES: Final = 100_000
 TAGS_CACHE_MAX_ENTRIES: Final = 4096
 
 
+def _entry_value(props: bytes, key: bytes, props_len: int) -> tuple[bytes | None, int, int]:
+    """``find_property`` for the usual case, inlined: (value, start, end) of the last ``key``
+    entry when it starts an entry and has a value; else ``find_property``'s answer with
+    start -1 (not where the last search hit ended)."""
+    i = props.rfind(key)
+    if i < 0:
+        return None, -1, -1
+    v0 = i + len(key)
+    j = props.find(b"\x02", v0)
+    if j < 0:
+        j = props_len
+    if j > v0 and (i == 0 or props[i - 1] == 2):
+        return props[v0:j], v0, j
+    return find_property(props, key, 0, props_len), -1, -1
+
+
 class RecordScanner:
     """Reads the fields dispatch needs from consecutive records of a buffer (an mmap'd
-    CommitLog file, a DLedger entry body), with the size checks of
+    CommitLog file, a DLedger entry body) with the record readers of the codec
+    (``head_status``, ``record_tail``, ``find_property``): the checks of
     ``CommitLog.check_record(strict=False, check_crc=False)``. Keeps caches (topic bytes ->
     topic, TAGS bytes -> tagsCode) and the template record across calls: one scanner per
-    reader."""
+    reader.
+
+    The template path: a record whose topic + properties bytes equal the previous fully read
+    record's except for the UNIQ_KEY value (same length, no 0x02 in it) -- the records of a
+    batch, a producer's run of sends -- has that record's topic and tagsCode and no KEYS: the
+    property entries sit at the same places and only the UNIQ_KEY value differs, so the full
+    read would find the same (the size checks it makes hold too: topic length, properties
+    length and record end are the same bytes). A template without UNIQ_KEY (and KEYS) must
+    match whole."""
 
     def __init__(self, max_record: int, delay_levels: tuple[int, ...] = DELAY_LEVELS_MS) -> None:
         self.max_record = max_record
         self.delay_levels = delay_levels
         self._topics: dict[bytes, str] = {}
         self._tags: dict[bytes, int] = {}
-        #: (length, head, tail, UNIQ_KEY value start, end, topic, tagsCode) of the template
-        #: record: topic + properties bytes from the topic-length byte on; length -1 = none
-        self._template: tuple[int, bytes, bytes, int, int, str, int] = (-1, b"", b"", 0, 0, "", 0)
+        self._template: Template = _NO_TEMPLATE
         #: (size, topic, store timestamp) of the record a SCAN_SKIP stopped at
         self.skipped: tuple[int, str, int] = (0, "", 0)
 
@@ -233,162 +276,120 @@ class RecordScanner:
         to ``out``; UNIQ_KEY and KEYS are read only ``want_keys``. -> (position of the first
         record not scanned, SCAN_* reason, budget left)."""
         max_record = self.max_record
-        levels = self.delay_levels
         unpack_head = DISPATCH_HEADER.unpack_from
-        unpack_i16 = I16.unpack_from
-        topic_cache = self._topics
-        tags_cache = self._tags
         add = out.append
+        read = self._read
         tpl_len, tpl_head, tpl_tail, tpl_u0, tpl_u1, tpl_topic, tpl_code = self._template
-        uniq: bytes | None = None
-        keys: bytes | None = None
         while budget > 0:
             avail = end - pos
             if avail < RECORD_HEADER_SIZE:
-                # a blank, the start of a record still being written, or nothing
-                if avail >= 8:
-                    total, magic = SIZE_MAGIC.unpack_from(buf, pos)
-                    if magic == BLANK_MAGIC:
-                        return pos, SCAN_BLANK, budget
-                    if magic != MAGIC_V1:
-                        if total or magic:
-                            return pos, SCAN_CORRUPT, budget
-                    elif total < RECORD_FIXED_SIZE or total > max_record:
-                        return pos, SCAN_CORRUPT, budget
-                return pos, SCAN_WAIT, budget
+                return pos, _SCAN_STOP[short_status(buf, pos, end, max_record)], budget
             (
                 total, magic, queue_id, queue_offset, phys, sys_flag, store_ts, body_len,
             ) = unpack_head(buf, pos)
-            if magic != MAGIC_V1:
-                if magic == BLANK_MAGIC:
-                    return pos, SCAN_BLANK, budget
-                return pos, (SCAN_CORRUPT if total or magic else SCAN_WAIT), budget
-            if total < RECORD_FIXED_SIZE or total > max_record:
-                return pos, SCAN_CORRUPT, budget
-            if total > avail:
-                return pos, SCAN_WAIT, budget
-            if body_len < 0 or body_len > total - RECORD_FIXED_SIZE:
-                return pos, SCAN_CORRUPT, budget
+            # head_status's record case, inlined (the per-record cost); any other case asks it
+            if magic != MAGIC_V1 or not RECORD_FIXED_SIZE <= total <= max_record or total > avail:
+                return pos, _SCAN_STOP[head_status(total, magic, avail, max_record)], budget
             tp = pos + RECORD_HEADER_SIZE + body_len
             rec_end = pos + total
-            # The template path: a record whose topic + properties bytes equal the previous
-            # fully read record's except for the UNIQ_KEY value (same length, no 0x02 in it)
-            # -- the records of a batch, a producer's run of sends -- has that record's topic
-            # and tagsCode and no KEYS: the property entries sit at the same places and only
-            # the UNIQ_KEY value differs, so the full read below would find the same (the size
-            # checks it makes hold too: topic length, properties length and record end are the
-            # same bytes). A template record without UNIQ_KEY (and KEYS) must match whole.
-            hit = False
-            if rec_end - tp == tpl_len:
+            # the template path (class docstring); a template is >= 4 bytes long, so a match
+            # of its length leaves BODYLEN within the record once it is not negative
+            if rec_end - tp == tpl_len and body_len >= 0 and not sys_flag & SYSFLAG_HOSTS_V6:
                 rest = buf[tp:rec_end]
                 if rest.startswith(tpl_head) and rest.endswith(tpl_tail):
                     uniq = rest[tpl_u0:tpl_u1]
-                    hit = 2 not in uniq
-            if hit:
-                if not uniq:
-                    uniq = None  # a template without a UNIQ_KEY
-                add((
-                    phys, total, tpl_topic, queue_id, queue_offset, sys_flag, store_ts, tpl_code,
-                    uniq, None,
-                ))
-                pos = rec_end
-                budget -= total
-                continue
-            topic_len = buf[tp]
-            pp = tp + 1 + topic_len
-            if pp + 2 > rec_end:
-                return pos, SCAN_CORRUPT, budget
-            (props_len,) = unpack_i16(buf, pp)
-            p0 = pp + 2
-            if props_len < 0 or p0 + props_len != rec_end or topic_len == 0:
-                return pos, SCAN_CORRUPT, budget
-            topic_raw = buf[tp + 1 : pp]
-            topic = topic_cache.get(topic_raw)
-            if topic is None:
-                try:
-                    topic = topic_raw.decode()
-                except UnicodeDecodeError:
-                    return pos, SCAN_CORRUPT, budget
-                if not is_valid_component(topic):
-                    # no ConsumeQueue or index for a topic that names no store path (checked
-                    # on a cache miss only: valid topics are cached)
-                    self.skipped = (total, topic, store_ts)
-                    return pos, SCAN_SKIP, budget
-                if len(topic_cache) < TOPIC_CACHE_MAX_ENTRIES:
-                    topic_cache[topic_raw] = topic
-            # tagsCode: hash of TAGS, or the delivery time for a delayed record
-            props = buf[p0:rec_end] if props_len else b""
-            if props_len == 0:
-                code = 0
-            elif topic == SCHEDULE_TOPIC and (
-                dl := find_property(props, PROP_DELAY, 0, props_len)
-            ) is not None:
-                code = delay_tags_code(dl.decode("utf-8", "replace"), store_ts, levels)
-            else:
-                # find_property, inlined for the usual case: the last TAGS entry starts an
-                # entry and has a value
-                tags = None
-                i = props.rfind(PROP_TAGS)
-                if i >= 0:
-                    v0 = i + 5
-                    j = props.find(b"\x02", v0)
-                    if j < 0:
-                        j = props_len
-                    if j > v0 and (i == 0 or props[i - 1] == 2):
-                        tags = props[v0:j]
-                    else:
-                        tags = find_property(props, PROP_TAGS, 0, props_len)
-                if tags is None:
-                    code = 0
-                else:
-                    code = tags_cache.get(tags)  # type: ignore[assignment]
-                    if code is None:
-                        code = tags_code(tags.decode("utf-8", "replace"))
-                        if len(tags_cache) < TAGS_CACHE_MAX_ENTRIES:
-                            tags_cache[tags] = code
-            if want_keys and props_len:
-                uniq = None
-                i = props.rfind(PROP_UNIQ_KEY)
-                if i >= 0:
-                    v0 = i + 9
-                    j = props.find(b"\x02", v0)
-                    if j < 0:
-                        j = props_len
-                    if j > v0 and (i == 0 or props[i - 1] == 2):
-                        uniq = props[v0:j]
-                    else:
-                        uniq = find_property(props, PROP_UNIQ_KEY, 0, props_len)
-                        v0 = -1
-                keys = (
-                    find_property(props, PROP_KEYS, 0, props_len) if PROP_KEYS in props else None
-                )
-                if keys is None and topic != SCHEDULE_TOPIC:
-                    if uniq is not None and v0 >= 0:
-                        # this record is the template for the next ones
-                        tpl_len = rec_end - tp
-                        tpl_head = buf[tp:p0] + props[:v0]
-                        tpl_tail = props[j:]
-                        tpl_u0 = p0 - tp + v0
-                        tpl_u1 = p0 - tp + j
-                        tpl_topic = topic
-                        tpl_code = code
-                        self._template = (
-                            tpl_len, tpl_head, tpl_tail, tpl_u0, tpl_u1, tpl_topic, tpl_code,
-                        )
-                    elif uniq is None:
-                        # no UNIQ_KEY, no KEYS: a template that must match whole
-                        tpl_len = rec_end - tp
-                        tpl_head = buf[tp:rec_end]
-                        tpl_tail = b""
-                        tpl_u0 = tpl_u1 = 0
-                        tpl_topic = topic
-                        tpl_code = code
-                        self._template = (
-                            tpl_len, tpl_head, tpl_tail, tpl_u0, tpl_u1, tpl_topic, tpl_code,
-                        )
-            else:
-                uniq = keys = None
-            add((phys, total, topic, queue_id, queue_offset, sys_flag, store_ts, code, uniq, keys))
+                    if 2 not in uniq:
+                        add((
+                            phys, total, tpl_topic, queue_id, queue_offset, sys_flag, store_ts,
+                            tpl_code, uniq or None, None,
+                        ))
+                        pos = rec_end
+                        budget -= total
+                        continue
+            got = read(buf, pos, total, body_len, sys_flag, store_ts, want_keys)
+            if type(got) is int:
+                return pos, got, budget
+            topic, code, uniq_key, keys = got  # type: ignore[misc]
+            add((phys, total, topic, queue_id, queue_offset, sys_flag, store_ts, code, uniq_key,
+                 keys))  # fmt: skip
             pos = rec_end
             budget -= total
+            tpl_len, tpl_head, tpl_tail, tpl_u0, tpl_u1, tpl_topic, tpl_code = self._template
         return pos, SCAN_MORE, budget
+
+    def _read(
+        self, buf: Any, pos: int, total: int, body_len: int, sys_flag: int, store_ts: int,
+        want_keys: bool,
+    ) -> tuple[str, int, bytes | None, bytes | None] | int:
+        """The full read of a record off the template path: (topic, tagsCode, UNIQ_KEY,
+        KEYS), or SCAN_CORRUPT / SCAN_SKIP. Makes the record the template when it can be."""
+        try:
+            tp, p0, props_len = record_tail(buf, pos, total, body_len, sys_flag)
+        except RecordError:
+            return SCAN_CORRUPT
+        raw = buf[tp + 1 : p0 - 2]
+        topic = self._topics.get(raw) or self._topic(raw, total, store_ts)
+        if isinstance(topic, int):
+            return topic
+        if not props_len:
+            return topic, 0, None, None
+        props = buf[p0 : pos + total]
+        code = self._tags_code(topic, props, props_len, store_ts)
+        if not want_keys:
+            return topic, code, None, None
+        uniq, v0, v1 = _entry_value(props, PROP_UNIQ_KEY, props_len)
+        keys = find_property(props, PROP_KEYS, 0, props_len) if PROP_KEYS in props else None
+        if keys is None and topic != SCHEDULE_TOPIC and (uniq is None or v0 >= 0):
+            self._set_template(buf[tp:p0], props, v0, v1, topic, code)
+        return topic, code, uniq, keys
+
+    def _topic(self, raw: bytes, total: int, store_ts: int) -> str | int:
+        """The topic of raw bytes (cached), or SCAN_CORRUPT (no UTF-8) / SCAN_SKIP (a topic
+        that names no store path: no ConsumeQueue or index for it; checked on a cache miss
+        only, as valid topics are cached)."""
+        topic = self._topics.get(raw)
+        if topic is not None:
+            return topic
+        try:
+            topic = raw.decode()
+        except UnicodeDecodeError:
+            return SCAN_CORRUPT
+        if not is_valid_component(topic):
+            self.skipped = (total, topic, store_ts)
+            return SCAN_SKIP
+        if len(self._topics) < TOPIC_CACHE_MAX_ENTRIES:
+            self._topics[raw] = topic
+        return topic
+
+    def _tags_code(self, topic: str, props: bytes, props_len: int, store_ts: int) -> int:
+        """tagsCode: the hash of TAGS (cached), or the delivery time of a delayed record."""
+        if topic == SCHEDULE_TOPIC:
+            level = find_property(props, PROP_DELAY, 0, props_len)
+            if level is not None:
+                return delay_tags_code(
+                    level.decode("utf-8", "replace"), store_ts, self.delay_levels
+                )
+        tags = _entry_value(props, PROP_TAGS, props_len)[0]
+        if tags is None:
+            return 0
+        code = self._tags.get(tags)
+        if code is None:
+            code = tags_code(tags.decode("utf-8", "replace"))
+            if len(self._tags) < TAGS_CACHE_MAX_ENTRIES:
+                self._tags[tags] = code
+        return code
+
+    def _set_template(
+        self, head: bytes, props: bytes, v0: int, v1: int, topic: str, code: int
+    ) -> None:
+        """Make a record without KEYS the template: ``head`` its topic part (TOPICLEN, TOPIC,
+        PROPERTIESLENGTH), ``props[v0:v1]`` its UNIQ_KEY value (v0 = -1: it has none, so the
+        template must match whole)."""
+        size = len(head) + len(props)
+        if v0 < 0:
+            self._template = (size, head + props, b"", 0, 0, topic, code)
+        else:
+            start = len(head)
+            self._template = (
+                size, head + props[:v0], props[v1:], start + v0, start + v1, topic, code,
+            )

@@ -13,11 +13,11 @@ from __future__ import annotations
 import attrs
 import structlog
 
-from rmq_cluster.store.checkpoint import StoreCheckpoint
-from rmq_cluster.store.commitlog import CommitLog
-from rmq_cluster.store.config import RECOVER_FROM_LAST_FILES, MessageStoreConfig
-from rmq_cluster.store.dispatcher import ConsumeQueueTable
-from rmq_cluster.store.index_file import IndexService
+from .checkpoint import StoreCheckpoint
+from .commitlog import CommitLog
+from .config import RECOVER_FROM_LAST_FILES, MessageStoreConfig
+from .dispatcher import ConsumeQueueTable
+from .index_file import IndexService
 
 log = structlog.get_logger(component="recovery")
 

@@ -19,15 +19,15 @@ from collections.abc import Callable
 import attrs
 import structlog
 
-from rmq_cluster.store.commitlog import CommitLog
-from rmq_cluster.store.config import (
+from .commitlog import CommitLog
+from .config import (
     DISK_SPACE_CLEAN_FORCIBLY_RATIO,
     DISK_SPACE_WARNING_LEVEL_RATIO,
     MAX_DELETE_FILES_PER_ROUND,
     MessageStoreConfig,
 )
-from rmq_cluster.store.dispatcher import ConsumeQueueTable
-from rmq_cluster.store.index_file import IndexService
+from .dispatcher import ConsumeQueueTable
+from .index_file import IndexService
 
 log = structlog.get_logger(component="retention")
 

@@ -6,35 +6,36 @@ import shutil
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
 
-from rmq_cluster.broker.metrics import RuntimeStats
-from rmq_cluster.broker.offsets import SubscriptionGroupConfig
-from rmq_cluster.broker.processors.common import header_errors
-from rmq_cluster.broker.topic_config import (
-    AUTO_CREATE_TOPIC_KEY_TOPIC,
-    NOT_ALLOWED_SEND_TOPICS,
-    validate_topic,
-)
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.names import (
+from ...cluster.protocol import fastjson, topic_attributes
+from ...cluster.protocol.names import (
     MAX_QUEUE_NUMS,
     validate_group,
     validate_queue_nums,
 )
-from rmq_cluster.cluster.protocol.route import TOPIC_FILTER_TYPES, KVTable, TopicConfig
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, Version
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.errors import RemotingError
-from rmq_cluster.cluster.remoting.headers import (
+from ...cluster.protocol.route import TOPIC_FILTER_TYPES, KVTable, TopicConfig
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, Version
+from ...cluster.remoting.connection import Connection
+from ...cluster.remoting.errors import RemotingError
+from ...cluster.remoting.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
     ResetOffsetRequestHeader,
 )
+from ..apache_keys import runtime_info_keys
+from ..metrics import RuntimeStats
+from ..offsets import SubscriptionGroupConfig
+from ..topic_config import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    validate_topic,
+)
+from .common import header_errors
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from ..context import BrokerContext
 
 BROKER_VERSION_DESC = "V4_9_7"
 
@@ -88,6 +89,15 @@ class AdminProcessors:
             return request.response(
                 ResponseCode.SYSTEM_ERROR, f"bad topicFilterType {h.topic_filter_type!r}"
             )
+        current = self.ctrl.topics.select(h.topic)
+        try:  # RocketMQ 5 topic attributes ("+message.type=FIFO")
+            attributes = topic_attributes.alter(
+                current is None, current.attribute_map if current else {}, h.attributes)
+        except topic_attributes.AttributeError_ as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if attributes.get(topic_attributes.MESSAGE_TYPE) == "MIXED":
+            return request.response(ResponseCode.SYSTEM_ERROR,
+                                    "MIXED message type is not supported.")
         tc = TopicConfig(
             h.topic,
             h.read_queue_nums,
@@ -96,6 +106,7 @@ class AdminProcessors:
             h.topic_filter_type,
             h.topic_sys_flag or 0,
             h.order,
+            tuple(sorted(attributes.items())),
         )
         self.ctrl.topics.update(tc)
         self.ctrl.topic_created(h.topic)
@@ -189,6 +200,10 @@ class AdminProcessors:
         table.update(self.runtime.table(  # RocketMQ's store figures
             ctrl, disk_space(scfg.commit_log_dir), disk_space(scfg.consume_queue_dir)
         ))
+        # Apache's thread-pool, page-cache-lock and transient-pool keys, as an idle Apache
+        # broker answers them (ours where we have the figure, e.g. parked pulls)
+        apache = runtime_info_keys(str(scfg.commit_log_dir), float(table["commitLogDiskRatio"]))
+        table = {**apache, **table}
         if ctrl.ha is not None:
             table.update(ctrl.ha.runtime_info())  # replication state (per-slave ack, diff)
         if ctrl.server is not None:  # connections, refusals, buffered input (our keys)
@@ -229,22 +244,33 @@ class AdminProcessors:
     @header_errors
     def get_consume_stats(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
         h = GetConsumeStatsRequestHeader.from_ext_fields(request.ext_fields)
+        topics = [h.topic] if h.topic else sorted(
+            self.ctrl.offsets.topics_of_group(h.consumer_group)
+        )
+        body, _diff = self._consume_stats(h.consumer_group, topics)
+        return request.response(ResponseCode.SUCCESS, None, None, body.encode())
+
+    def _consume_stats(self, group: str, topics: list[str]) -> tuple[str, int]:
+        """(``ConsumeStats`` JSON, its total diff) of ``group`` over ``topics``: per write
+        queue the broker's max offset, the group's committed offset and the store time of
+        the last message it consumed. A topic this broker does not have is left out."""
         ctrl = self.ctrl
-        topics = [h.topic] if h.topic else sorted(ctrl.offsets.topics_of_group(h.consumer_group))
         store = ctrl.store
         table = []
+        diff = 0
         for topic in topics:
             tc = ctrl.topics.select(topic)
             if tc is None:
                 continue
             for qid in range(tc.write_queue_nums):
-                broker_offset = store.get_max_offset_in_queue(topic, qid)
-                consumer_offset = max(0, ctrl.offsets.query(h.consumer_group, topic, qid))
+                broker_offset = max(0, store.get_max_offset_in_queue(topic, qid))
+                consumer_offset = max(0, ctrl.offsets.query(group, topic, qid))
                 last = (
                     store.get_message_store_timestamp(topic, qid, consumer_offset - 1)
                     if consumer_offset > 0
                     else 0
                 )
+                diff += broker_offset - consumer_offset
                 table.append(
                     (
                         _mq(topic, ctrl.bcfg.broker_name, qid),
@@ -256,8 +282,36 @@ class AdminProcessors:
                     )
                 )
         inner = _offset_table_json(table)[1:-1].decode()  # "offsetTable":{...}
-        body = ('{"consumeTps":0.0,' + inner + "}").encode()
-        return request.response(ResponseCode.SUCCESS, None, None, body)
+        return '{"consumeTps":0.0,' + inner + "}", diff
+
+    def get_broker_consume_stats(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS (317), ``mqadmin brokerConsumeStats``: per subscription
+        group, one ConsumeStats per topic it has offsets for (with ``isOrder=true`` only the
+        topics whose config is orderly), and the diff of them all."""
+        order_text = request.ext_fields.get("isOrder")
+        if order_text not in ("true", "false"):
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, "isOrder: missing, or not true/false"
+            )
+        ctrl = self.ctrl
+        groups = []
+        total = 0
+        for group in sorted(ctrl.groups.table):
+            topics = []
+            for topic in sorted(ctrl.offsets.topics_of_group(group)):
+                tc = ctrl.topics.select(topic)
+                if tc is not None and (order_text == "false" or tc.order):
+                    topics.append(topic)
+            stats = [self._consume_stats(group, [t]) for t in topics]
+            total += sum(d for _s, d in stats)
+            groups.append(fastjson.dumps(group).decode() + ":[" + ",".join(
+                s for s, _d in stats) + "]")
+        body = (
+            '{"brokerAddr":' + fastjson.dumps(ctrl.broker_addr).decode()
+            + ',"consumeStatsList":[' + ",".join("{" + g + "}" for g in groups) + "]"
+            + ',"totalDiff":' + str(total) + "}"
+        )
+        return request.response(ResponseCode.SUCCESS, None, None, body.encode())
 
     @header_errors
     def get_consumer_connection_list(self, conn: Any, request: RemotingCommand) -> RemotingCommand:

@@ -29,8 +29,17 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from rmq_cluster.broker.config import BrokerConfig
-from rmq_cluster.broker.config_update import (
+from ...cluster.acl.local import write_private
+from ...cluster.acl.secret_keys import mask_secrets
+from ...cluster.config import format_properties, to_properties
+from ...cluster.protocol import fastjson
+from ...cluster.protocol.route import PermName, TopicConfig
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import ResponseCode
+from ..apache_keys import broker_config_keys, processors
+from ..config import BrokerConfig
+from ..config_update import (
+    BlackListedKeyError,
     ConfigUpdateError,
     apply_update,
     current_values,
@@ -38,18 +47,11 @@ from rmq_cluster.broker.config_update import (
     rewrite_properties,
     rewritten_mode,
 )
-from rmq_cluster.broker.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
-from rmq_cluster.cluster.acl.local import write_private
-from rmq_cluster.cluster.acl.secret_keys import mask_secrets
-from rmq_cluster.cluster.config import format_properties, to_properties
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
+from ..topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.config import BrokerSettings
-    from rmq_cluster.broker.context import BrokerContext
+    from ..config import BrokerSettings
+    from ..context import BrokerContext
 
 def install_settings(ctrl: BrokerContext, settings: BrokerSettings) -> bool:
     """Make ``settings`` the running broker's: every holder of a config sees the new one.
@@ -79,8 +81,16 @@ def _follow_template(ctrl: BrokerContext, bcfg: BrokerConfig) -> bool:
 
 
 def config_properties(settings: BrokerSettings) -> dict[str, str]:
-    """The running broker's config keys and values, sorted by key (secrets in clear)."""
-    props = {**to_properties(settings.store), **to_properties(settings.broker)}
+    """The running broker's config keys and values, sorted by key (secrets in clear): ours
+    (broker, store, HA, DLedger) and every other key Apache's broker answers, at its default
+    (``apache_keys``)."""
+    props = {
+        **broker_config_keys(processors()),
+        **to_properties(settings.dledger),
+        **to_properties(settings.ha),
+        **to_properties(settings.store),
+        **to_properties(settings.broker),
+    }
     for key in JAVA_INT_KEYS.intersection(props):
         props[key] = java_int_text(props[key])
     return dict(sorted(props.items()))
@@ -131,6 +141,8 @@ class BrokerConfigProcessor:
             try:
                 values = parse_update_body(bytes(request.body))
                 settings = apply_update(ctrl.settings, values)
+            except BlackListedKeyError as exc:
+                return request.response(ResponseCode.NO_PERMISSION, str(exc))
             except ConfigUpdateError as exc:
                 return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
             perm_changed = settings.broker.broker_permission != ctrl.bcfg.broker_permission

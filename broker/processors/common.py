@@ -6,11 +6,11 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar
 
-from rmq_cluster.cluster.protocol.message import MessageConst, StoredMessage
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.headers import HeaderError
-from rmq_cluster.store.commitlog import PutMessageStatus
+from ...cluster.protocol.message import MessageConst, StoredMessage
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import ResponseCode
+from ...cluster.remoting.headers import HeaderError
+from ...store.commitlog import PutMessageStatus
 
 FAQ_URL: Final = "http://rocketmq.apache.org/docs/faq/"
 #: Java's ``FAQUrl.suggestTodo``: what its remarks end with.

@@ -11,23 +11,15 @@ import os
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
 
-from rmq_cluster.broker.clients import (
-    ClientChannelInfo,
-    HeartbeatData,
-    HeartbeatError,
-    decode_heartbeat,
-)
-from rmq_cluster.broker.processors.common import header_errors, message_topics
-from rmq_cluster.broker.topic_config import retry_topic
-from rmq_cluster.cluster.acl.permission import SUB
-from rmq_cluster.cluster.acl.signing import ACCESS_KEY
-from rmq_cluster.cluster.filter.sql92 import SelectorError, compile_sql92
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.message import RecordError, decode_record
-from rmq_cluster.cluster.protocol.route import PermName
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.headers import (
+from ...cluster.acl.permission import SUB
+from ...cluster.acl.signing import ACCESS_KEY
+from ...cluster.filter.sql92 import SelectorError, compile_sql92
+from ...cluster.protocol import fastjson
+from ...cluster.protocol.message import RecordError, decode_record
+from ...cluster.protocol.route import PermName
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import ResponseCode
+from ...cluster.remoting.headers import (
     GetConsumerListByGroupRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
@@ -37,9 +29,17 @@ from rmq_cluster.cluster.remoting.headers import (
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
+from ..clients import (
+    ClientChannelInfo,
+    HeartbeatData,
+    HeartbeatError,
+    decode_heartbeat,
+)
+from ..topic_config import retry_topic
+from .common import header_errors, message_topics
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from ..context import BrokerContext
 
 #: A message further than this share of RAM behind the CommitLog's end is "on disk"
 #: (RocketMQ accessMessageInMemoryMaxRatio = 40).

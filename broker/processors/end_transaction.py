@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from rmq_cluster.broker.transaction import HALF_TOPIC, end_message, op_message
-from rmq_cluster.cluster.acl.permission import PUB
-from rmq_cluster.cluster.protocol.message import (
+from ...cluster.acl.permission import PUB
+from ...cluster.protocol.message import (
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
     MessageConst,
 )
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.headers import EndTransactionRequestHeader, HeaderError
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import ResponseCode
+from ...cluster.remoting.headers import EndTransactionRequestHeader, HeaderError
+from ..transaction import HALF_TOPIC, end_message, op_message
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from ..context import BrokerContext
 
 COMMIT: Final = SYSFLAG_TRANSACTION_COMMIT_TYPE  # 8
 ROLLBACK: Final = SYSFLAG_TRANSACTION_ROLLBACK_TYPE  # 12

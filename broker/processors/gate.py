@@ -14,18 +14,19 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.names import NAME_TABLE, NameCache, check_request
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Processor, checked
+from ...cluster.logging import get_logger
+from ...cluster.protocol.names import NAME_TABLE, NameCache, check_request
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import RequestCode, ResponseCode
+from ...cluster.remoting.headers import SEND_V2_LETTER
+from ...cluster.remoting.processors import Processor, checked
 
 #: Requests whose bad topic RocketMQ answers in its own words (``TopicValidator``): the header
 #: field holding the topic, and whether the answer is a send's (with MSG_REGION / TRACE_ON).
 _JAVA_TOPIC_CHECKS: Final[dict[int, tuple[str, bool]]] = {
     RequestCode.SEND_MESSAGE: ("topic", True),
-    RequestCode.SEND_MESSAGE_V2: ("b", True),
-    RequestCode.SEND_BATCH_MESSAGE: ("b", True),
+    RequestCode.SEND_MESSAGE_V2: (SEND_V2_LETTER["topic"], True),
+    RequestCode.SEND_BATCH_MESSAGE: (SEND_V2_LETTER["topic"], True),
     RequestCode.UPDATE_AND_CREATE_TOPIC: ("topic", False),
 }
 _JAVA_TOPIC_CHARS: Final = re.compile(r"[%|a-zA-Z0-9_-]+")

@@ -11,40 +11,37 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import TYPE_CHECKING, Any, Final, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 import orjson
 
-from rmq_cluster.broker.clients import SubscriptionData, build_subscription
-from rmq_cluster.broker.long_polling import Parked
-from rmq_cluster.broker.processors.common import FAQ_SUGGEST
-from rmq_cluster.broker.processors.consumer import TOTAL_MEMORY_BYTES as _RAM_BYTES
-from rmq_cluster.broker.topic_config import OFFSET_MOVED_EVENT
-from rmq_cluster.cluster.filter.sql92 import Selector
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.message import (
-    OFF_BODYLEN,
-    OFF_SYSFLAG,
-    RECORD_HEADER_SIZE,
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6,
+from ...cluster.filter.sql92 import Selector
+from ...cluster.logging import get_logger
+from ...cluster.protocol.message import (
     MessageConst,
-    decode_properties,
-    decode_record,
+    RecordError,
     java_map_order,
     new_message,
+    peek_field,
+    record_properties,
 )
-from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Deferred
-from rmq_cluster.cluster.remoting.errors import exception_remark
-from rmq_cluster.cluster.remoting.headers import HeaderError, PullMessageRequestHeader
-from rmq_cluster.store.message_store import GetMessageStatus
+from ...cluster.protocol.route import PermName, TopicConfig
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import ResponseCode
+from ...cluster.remoting.errors import exception_remark
+from ...cluster.remoting.headers import HeaderError, PullMessageRequestHeader
+from ...cluster.remoting.processors import Deferred
+from ...store.message_store import GetMessageStatus
+from ..clients import SubscriptionData, build_subscription
+from ..long_polling import Parked
+from ..topic_config import OFFSET_MOVED_EVENT
+from .common import FAQ_SUGGEST
+from .consumer import TOTAL_MEMORY_BYTES as _RAM_BYTES
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
-    from rmq_cluster.broker.offsets import SubscriptionGroupConfig
+    from ..context import BrokerContext
+    from ..offsets import SubscriptionGroupConfig
 
 FLAG_COMMIT_OFFSET: Final = 0x1
 FLAG_SUSPEND: Final = 0x2
@@ -58,12 +55,6 @@ MAX_SUSPEND_TIMEOUT_MS: Final = 120_000
 MASTER_ID: Final = 0
 #: A slave judges "on disk" with accessMessageInMemoryMaxRatio minus this many points.
 SLAVE_RATIO_DISCOUNT: Final = 10.0
-#: A stored record's PHYSICALOFFSET: big-endian long at byte 28.
-_PHYS_OFFSET: Final = struct.Struct(">q")
-_PHYS_OFFSET_AT: Final = 28
-_SYS_FLAG: Final = struct.Struct(">i")
-_BODY_LEN: Final = struct.Struct(">i")
-_PROPS_LEN: Final = struct.Struct(">h")
 #: RAM the in-memory ratio applies to (tests may patch it).
 TOTAL_MEMORY_BYTES: int = _RAM_BYTES
 
@@ -102,6 +93,18 @@ def offset_moved_message(
         offset_moved_body(group, topic, broker_name, queue_id, requested, new),
         0, 0, props, 0, now_ms, broker_host, broker_host, 0,
     )
+
+
+RecordFilter = Callable[[memoryview], bool]
+
+
+class _PullRead(NamedTuple):
+    """What a pull read, as its answer reports it."""
+
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    status_value: str
 
 
 class Park:
@@ -202,126 +205,19 @@ class PullProcessor:
                     ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}"), None
         else:
             h = header
-        if not PermName.is_readable(ctrl.bcfg.broker_permission):
-            return request.response(
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{ctrl.bcfg.broker_ip1}] pulling message is forbidden",
-            ), None
-        sgc = ctrl.groups.find(h.consumer_group)
-        if sgc is None:
-            return request.response(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group [{h.consumer_group}] does not exist, {FAQ_SUGGEST}",
-            ), None
-        if not sgc.consume_enable:
-            return request.response(
-                ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}"
-            ), None
-        tc = ctrl.topics.select(h.topic)
-        if tc is None and ctrl.is_slave:
-            tc = replicated_topic(ctrl, h.topic, h.queue_id)
-        if tc is None:
-            return request.response(
-                ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{h.topic}] not exist, apply first please! {FAQ_SUGGEST}",
-            ), None
-        if not PermName.is_readable(tc.perm):
-            return request.response(
-                ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden"
-            ), None
-        if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
-            return request.response(
-                ResponseCode.SYSTEM_ERROR,
-                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
-                f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[/{conn.peer}]",
-            ), None
-        sys_flag = h.sys_flag
-        if sys_flag & FLAG_SUBSCRIPTION:
-            try:
-                if sub is None:
-                    sub = self._subscription(h)
-            except ValueError as exc:
-                return request.response(
-                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                    f"parse the consumer's subscription failed: {exc}",
-                ), None
-        else:
-            group = ctrl.clients.consumer_group(h.consumer_group)
-            if group is None:
-                return request.response(
-                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                    f"the consumer's group info not exist{FAQ_SUGGEST}",
-                ), None
-            if group.message_model == "BROADCASTING" and not sgc.consume_broadcast_enable:
-                return request.response(
-                    ResponseCode.NO_PERMISSION,
-                    f"the consumer group[{h.consumer_group}] can not consume by broadcast way",
-                ), None
-            found = group.find_subscription(h.topic)
-            if found is None:
-                return request.response(
-                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                    f"the consumer's subscription not exist{FAQ_SUGGEST}",
-                ), None
-            if found.sub_version < h.sub_version:
-                return request.response(
-                    ResponseCode.SUBSCRIPTION_NOT_LATEST,
-                    "the consumer's subscription not latest",
-                ), None
+        sgc = self._readable(conn, request, h)
+        if isinstance(sgc, RemotingCommand):
+            return sgc, None
+        if sub is None or not h.sys_flag & FLAG_SUBSCRIPTION:  # (a group's is looked up again)
+            found = self._pull_subscription(request, h, sgc)
+            if isinstance(found, RemotingCommand):
+                return found, None
             sub = found
-        record_filter = None
-        if not sub.is_tag_type:
-            if not ctrl.bcfg.enable_property_filter:
-                return request.response(
-                    ResponseCode.SYSTEM_ERROR,
-                    f"The broker does not support consumer to filter message by "
-                    f"{sub.expression_type}",
-                ), None
-            if sub.selector is None:
-                return request.response(
-                    ResponseCode.FILTER_DATA_NOT_EXIST,
-                    "The broker's consumer filter data is not exist!Your expression may be "
-                    f"wrong! {sub.filter_error or ''}".rstrip(),
-                ), None
-            record_filter = functools.partial(_sql92_matches, sub.selector)
-        store = ctrl.store
-        if store.dispatch_behind_bytes > 0:
-            store.dispatch()  # a pull right after a send sees it
-        max_nums = max(1, min(h.max_msg_nums, MAX_PULL_MSG_NUMS))
-        result = store.get_message(
-            h.topic,
-            h.queue_id,
-            h.queue_offset,
-            max_nums,
-            message_filter=None if sub.matches_all else sub.is_matched_by_tags_code,
-            record_filter=record_filter,
-        )
-        status = result.status
-        if status is _S.NO_MATCHED_LOGIC_QUEUE:
-            # a queue of a known topic never written yet: RocketMQ creates its ConsumeQueue on
-            # the first look and answers NO_MESSAGE_IN_QUEUE
-            status = _S.NO_MESSAGE_IN_QUEUE
-        body: bytes = b""
-        lag = 0
-        if status is _S.FOUND:
-            code = ResponseCode.SUCCESS
-            lag = store.max_phys_offset - _last_phys_offset(result.buffers)  # before the copy
-            body = result.copy_body()
-            ctrl.stats.get(h.topic, (result.queue_offsets and len(result.queue_offsets)) or 0)
-        else:
-            result.release()
-            if status in (_S.MESSAGE_WAS_REMOVING, _S.NO_MATCHED_MESSAGE):
-                code = ResponseCode.PULL_RETRY_IMMEDIATELY
-            elif status in (_S.NO_MATCHED_LOGIC_QUEUE, _S.NO_MESSAGE_IN_QUEUE):
-                code = (
-                    ResponseCode.PULL_OFFSET_MOVED
-                    if h.queue_offset != 0
-                    else ResponseCode.PULL_NOT_FOUND
-                )
-            elif status in (_S.OFFSET_FOUND_NULL, _S.OFFSET_OVERFLOW_ONE):
-                code = ResponseCode.PULL_NOT_FOUND
-            else:  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
-                code = ResponseCode.PULL_OFFSET_MOVED
+        record_filter = self._record_filter(request, sub)
+        if isinstance(record_filter, RemotingCommand):
+            return record_filter, None
+        result, code, body, lag = self._read(h, sub, record_filter)
+        sys_flag = h.sys_flag
         if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not ctrl.is_slave:
             ctrl.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND:
@@ -350,8 +246,151 @@ class PullProcessor:
             "minOffset": str(result.min_offset),
             "maxOffset": str(result.max_offset),
         }
-        return request.response(code, status.value, ext, body), None
+        return request.response(code, result.status_value, ext, body), None
 
+    def _readable(
+        self, conn: Any, request: RemotingCommand, h: PullMessageRequestHeader
+    ) -> SubscriptionGroupConfig | RemotingCommand:
+        """The consumer group's config when the pull may read its queue, else the refusal."""
+        ctrl = self.ctrl
+        if not PermName.is_readable(ctrl.bcfg.broker_permission):
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{ctrl.bcfg.broker_ip1}] pulling message is forbidden",
+            )
+        sgc = ctrl.groups.find(h.consumer_group)
+        if sgc is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{h.consumer_group}] does not exist, {FAQ_SUGGEST}",
+            )
+        if not sgc.consume_enable:
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}"
+            )
+        tc = ctrl.topics.select(h.topic)
+        if tc is None and ctrl.is_slave:
+            tc = replicated_topic(ctrl, h.topic, h.queue_id)
+        if tc is None:
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{h.topic}] not exist, apply first please! {FAQ_SUGGEST}",
+            )
+        if not PermName.is_readable(tc.perm):
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden"
+            )
+        if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
+                f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[/{conn.peer}]",
+            )
+        return sgc
+
+    def _pull_subscription(
+        self, request: RemotingCommand, h: PullMessageRequestHeader, sgc: SubscriptionGroupConfig
+    ) -> SubscriptionData | RemotingCommand:
+        """The pull's own subscription (FLAG_SUBSCRIPTION), or the one its consumer group
+        registered; else the refusal."""
+        if h.sys_flag & FLAG_SUBSCRIPTION:
+            try:
+                return self._subscription(h)
+            except ValueError as exc:
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                    f"parse the consumer's subscription failed: {exc}",
+                )
+        group = self.ctrl.clients.consumer_group(h.consumer_group)
+        if group is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                f"the consumer's group info not exist{FAQ_SUGGEST}",
+            )
+        if group.message_model == "BROADCASTING" and not sgc.consume_broadcast_enable:
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the consumer group[{h.consumer_group}] can not consume by broadcast way",
+            )
+        found = group.find_subscription(h.topic)
+        if found is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                f"the consumer's subscription not exist{FAQ_SUGGEST}",
+            )
+        if found.sub_version < h.sub_version:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                "the consumer's subscription not latest",
+            )
+        return found
+
+    def _record_filter(
+        self, request: RemotingCommand, sub: SubscriptionData
+    ) -> RecordFilter | RemotingCommand | None:
+        """The SQL92 filter of a property-filtered subscription (None: tags only), or the
+        refusal."""
+        if sub.is_tag_type:
+            return None
+        if not self.ctrl.bcfg.enable_property_filter:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by "
+                f"{sub.expression_type}",
+            )
+        if sub.selector is None:
+            return request.response(
+                ResponseCode.FILTER_DATA_NOT_EXIST,
+                "The broker's consumer filter data is not exist!Your expression may be "
+                f"wrong! {sub.filter_error or ''}".rstrip(),
+            )
+        return functools.partial(_sql92_matches, sub.selector)
+
+    def _read(
+        self, h: PullMessageRequestHeader, sub: SubscriptionData,
+        record_filter: RecordFilter | None,
+    ) -> tuple[_PullRead, int, bytes, int]:
+        """Read the queue: what was read (offsets, status), the answer's code, its body and the
+        consumer's lag in CommitLog bytes."""
+        ctrl = self.ctrl
+        store = ctrl.store
+        if store.dispatch_behind_bytes > 0:
+            store.dispatch()  # a pull right after a send sees it
+        max_nums = max(1, min(h.max_msg_nums, MAX_PULL_MSG_NUMS))
+        result = store.get_message(
+            h.topic,
+            h.queue_id,
+            h.queue_offset,
+            max_nums,
+            message_filter=None if sub.matches_all else sub.is_matched_by_tags_code,
+            record_filter=record_filter,
+        )
+        status = result.status
+        if status is _S.NO_MATCHED_LOGIC_QUEUE:
+            # a queue of a known topic never written yet: RocketMQ creates its ConsumeQueue on
+            # the first look and answers NO_MESSAGE_IN_QUEUE
+            status = _S.NO_MESSAGE_IN_QUEUE
+        read = _PullRead(result.next_begin_offset, result.min_offset, result.max_offset,
+                         status.value)
+        if status is _S.FOUND:
+            lag = store.max_phys_offset - _last_phys_offset(result.buffers)  # before the copy
+            body = result.copy_body()
+            ctrl.stats.get(h.topic, (result.queue_offsets and len(result.queue_offsets)) or 0)
+            return read, ResponseCode.SUCCESS, body, lag
+        result.release()
+        if status in (_S.MESSAGE_WAS_REMOVING, _S.NO_MATCHED_MESSAGE):
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+        elif status in (_S.NO_MATCHED_LOGIC_QUEUE, _S.NO_MESSAGE_IN_QUEUE):
+            code = (
+                ResponseCode.PULL_OFFSET_MOVED
+                if h.queue_offset != 0
+                else ResponseCode.PULL_NOT_FOUND
+            )
+        elif status in (_S.OFFSET_FOUND_NULL, _S.OFFSET_OVERFLOW_ONE):
+            code = ResponseCode.PULL_NOT_FOUND
+        else:  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+            code = ResponseCode.PULL_OFFSET_MOVED
+        return read, code, b"", 0
 
     def _offset_moved(
         self, group: str, topic: str, queue_id: int, requested: int, new: int
@@ -386,26 +425,12 @@ def replicated_topic(ctrl: BrokerContext, topic: str, queue_id: int) -> TopicCon
                        perm=PermName.PERM_READ)
 
 
-def record_properties(record: memoryview) -> dict[str, str]:
-    """The properties of one stored record (only what SQL92 needs: no body copy)."""
-    sys_flag = _SYS_FLAG.unpack_from(record, OFF_SYSFLAG)[0]
-    if sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
-        return dict(decode_record(record, check_crc=False).properties)
-    (body_len,) = _BODY_LEN.unpack_from(record, OFF_BODYLEN)
-    tp = RECORD_HEADER_SIZE + body_len
-    pp = tp + 1 + record[tp]
-    (props_len,) = _PROPS_LEN.unpack_from(record, pp)
-    if props_len <= 0:
-        return {}
-    return decode_properties(record[pp + 2 : pp + 2 + props_len])
-
-
 def _sql92_matches(selector: Selector, record: memoryview) -> bool:
     """RocketMQ ``ExpressionMessageFilter.isMatchedByCommitLog``: evaluate on the record's
     properties; a record that cannot be read does not match."""
     try:
         props = record_properties(record)
-    except (struct.error, IndexError, ValueError):
+    except (struct.error, RecordError):
         return False
     return selector.matches(props)
 
@@ -414,7 +439,7 @@ def _last_phys_offset(buffers: list[memoryview]) -> int:
     """CommitLog offset of the last record pulled (its PHYSICALOFFSET field)."""
     if not buffers:
         return 0
-    return int(_PHYS_OFFSET.unpack_from(buffers[-1], _PHYS_OFFSET_AT)[0])
+    return peek_field(buffers[-1], "PHYSICALOFFSET")
 
 
 def suggest_broker_id(ctrl: BrokerContext, sgc: SubscriptionGroupConfig, lag: int) -> int:

@@ -23,24 +23,24 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from rmq_cluster.broker.processors.common import header_errors, message_topics
-from rmq_cluster.broker.topic_config import validate_topic
-from rmq_cluster.cluster.acl.permission import SUB
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.message import RecordError, decode_offset_msg_id, decode_record
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.errors import RemotingError, RemotingTimeoutError
-from rmq_cluster.cluster.remoting.headers import (
+from ...cluster.acl.permission import SUB
+from ...cluster.protocol import fastjson
+from ...cluster.protocol.message import RecordError, decode_offset_msg_id, decode_record
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import RequestCode, ResponseCode
+from ...cluster.remoting.connection import Connection
+from ...cluster.remoting.errors import RemotingError, RemotingTimeoutError
+from ...cluster.remoting.headers import (
     ConsumeMessageDirectlyResultRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     HeaderError,
     QueryConsumeTimeSpanRequestHeader,
 )
+from ..topic_config import validate_topic
+from .common import header_errors, message_topics
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from ..context import BrokerContext
 
 #: RocketMQ ``Broker2Client.callClient`` waits this long for the client.
 CALL_CLIENT_TIMEOUT_S: Final = 10.0

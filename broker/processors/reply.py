@@ -22,29 +22,29 @@ import random
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from rmq_cluster.broker.processors.common import FAQ_SUGGEST, MSG_REGION_DEFAULT, TRACE_ON_DEFAULT
-from rmq_cluster.broker.processors.send import peer_host
-from rmq_cluster.broker.topic_config import is_not_allowed_send_topic, validate_topic
-from rmq_cluster.cluster.protocol.message import (
+from ...cluster.protocol.message import (
     MessageConst,
     decode_properties,
     encode_properties,
     new_message,
 )
-from rmq_cluster.cluster.protocol.route import PermName
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.errors import RemotingError
-from rmq_cluster.cluster.remoting.headers import (
+from ...cluster.protocol.route import PermName
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import RequestCode, ResponseCode
+from ...cluster.remoting.connection import Connection
+from ...cluster.remoting.errors import RemotingError
+from ...cluster.remoting.headers import (
     HeaderError,
     ReplyMessageRequestHeader,
     SendMessageRequestHeader,
     parse_send_header,
 )
+from ..topic_config import is_not_allowed_send_topic, validate_topic
+from .common import FAQ_SUGGEST, MSG_REGION_DEFAULT, TRACE_ON_DEFAULT
+from .send import peer_host
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from ..context import BrokerContext
 
 #: How long the broker waits for the requester to acknowledge a pushed reply (RocketMQ
 #: ``Broker2Client.callClient``: 10 s).

@@ -5,35 +5,23 @@ topic validation, auto-create from TBW102, queue id range, retry topics past max
 to ``%DLQ%<group>``, transactional half messages, and responses that always carry ``msgId``,
 ``queueId``, ``queueOffset``, ``MSG_REGION`` and ``TRACE_ON``.
 
-Each entry point has a plain ``def`` form (answered inline; the store append does not wait), a
-``def`` form for SYNC_MASTER whose answer is held (``HeldAnswers``) until a slave acked (no task
-or object per send), and an ``async`` form for SYNC_FLUSH waits.
+One send form, ``SendProcessor.process`` (plain ``def``, no task or object per send): check,
+append, and answer at once -- or, when the put must pass a watermark first (the flush under
+SYNC_FLUSH, a slave's ack under SYNC_MASTER: ``MessageStore.put_wait``), hold the encoded answer
+on that watermark (``store/watermark.py``), which sends it once it passes the message's end
+offset, or its timeout form (``timeout_answer``) after the deadline. DLedger mode appends
+through the same checks and answers on its commit (``broker/dledger_role.py``).
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 import random
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from rmq_cluster.broker.processors.common import (
-    FAQ_SUGGEST,
-    MSG_REGION_DEFAULT,
-    TRACE_ON_DEFAULT,
-    message_topics,
-    put_status_code,
-)
-from rmq_cluster.broker.topic_config import (
-    RETRY_GROUP_TOPIC_PREFIX,
-    dlq_topic,
-    is_not_allowed_send_topic,
-    retry_topic,
-    validate_topic,
-)
-from rmq_cluster.broker.transaction import HALF_TOPIC, prepare_half_message
-from rmq_cluster.cluster.acl.permission import SUB
-from rmq_cluster.cluster.protocol.message import (
+from ...cluster.acl.permission import SUB
+from ...cluster.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED_TYPE,
     HostAddr,
@@ -43,28 +31,50 @@ from rmq_cluster.cluster.protocol.message import (
     java_map_order,
     new_message,
 )
-from rmq_cluster.cluster.protocol.route import PermName, TopicConfig
-from rmq_cluster.cluster.remoting.address import parse_address
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
-from rmq_cluster.cluster.remoting.dispatch import Held
-from rmq_cluster.cluster.remoting.headers import (
+from ...cluster.protocol.route import PermName, TopicConfig
+from ...cluster.protocol.topic_attributes import (
+    message_type,
+    topic_message_type,
+    type_mismatch,
+)
+from ...cluster.remoting.address import parse_address
+from ...cluster.remoting.codec import RemotingCommand
+from ...cluster.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
+from ...cluster.remoting.headers import (
+    SEND_V2_LETTER,
     ConsumerSendMsgBackRequestHeader,
     HeaderError,
     parse_send_header,
 )
-from rmq_cluster.store.commitlog import PutMessageResult, PutMessageStatus
-from rmq_cluster.store.config import TIMER_TOPIC, MessageStoreConfig
-from rmq_cluster.store.timer.hook import (
+from ...cluster.remoting.processors import Held
+from ...store.commitlog import PutMessageResult, PutMessageStatus
+from ...store.config import TIMER_TOPIC, BrokerRole, FlushDiskType, MessageStoreConfig
+from ...store.timer.hook import (
     TIMER_DELAY_MS,
     TIMER_DELAY_SEC,
     TIMER_DELIVER_MS,
     TimerRefusal,
     timer_put,
 )
+from ...store.watermark import ExpiredAnswer
+from ..topic_config import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    dlq_topic,
+    is_not_allowed_send_topic,
+    retry_topic,
+    validate_topic,
+)
+from ..transaction import HALF_TOPIC, prepare_half_message
+from .common import (
+    FAQ_SUGGEST,
+    MSG_REGION_DEFAULT,
+    TRACE_ON_DEFAULT,
+    message_topics,
+    put_status_code,
+)
 
 if TYPE_CHECKING:
-    from rmq_cluster.broker.context import BrokerContext
+    from ..context import BrokerContext
 
 DLQ_NUMS_PER_GROUP: Final = 1
 #: Client addresses whose parsed form is remembered (bornHost of sends).
@@ -77,6 +87,7 @@ _ILLEGAL: Final = frozenset(
     {PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED}
 )
 _CLUSTER: Final = MessageConst.PROPERTY_CLUSTER
+_PUT_OK: Final = PutMessageStatus.PUT_OK
 _TRAN: Final = MessageConst.PROPERTY_TRANSACTION_PREPARED
 #: What every send answer carries, refusals too (Java's ``preSend`` adds them first).
 _SEND_EXT: Final = {"MSG_REGION": MSG_REGION_DEFAULT, "TRACE_ON": TRACE_ON_DEFAULT}
@@ -164,29 +175,42 @@ class SendHeader(NamedTuple):
 _new_header: Final = tuple.__new__
 
 
+#: the required letters of SEND_V2_LETTER, read in one call
+_V2_REQUIRED: Final = operator.itemgetter(*(SEND_V2_LETTER[name] for name in (
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+    "bornTimestamp", "flag",
+)))  # fmt: skip
+_V2_TOPIC: Final = SEND_V2_LETTER["topic"]
+_V2_PROPERTIES: Final = SEND_V2_LETTER["properties"]
+_V2_RECONSUME_TIMES: Final = SEND_V2_LETTER["reconsumeTimes"]
+_V2_MAX_RECONSUME_TIMES: Final = SEND_V2_LETTER["maxReconsumeTimes"]
+_V2_BATCH: Final = SEND_V2_LETTER["batch"]
+
+
 def _fast_v2(request: RemotingCommand) -> SendHeader | None:
     """SEND_MESSAGE_V2's one-letter header read straight from extFields (the hot path); None
     when anything is missing or odd, so the generic parser can name the problem."""
     ext = request.ext_fields
     try:
-        j = ext.get("j")
-        l_ = ext.get("l")
+        group, topic, default_topic, nums, queue_id, sys_flag, born, flag = _V2_REQUIRED(ext)
+        j = ext.get(_V2_RECONSUME_TIMES)
+        l_ = ext.get(_V2_MAX_RECONSUME_TIMES)
         # tuple.__new__ straight: a NamedTuple's own __new__ is one more Python call per send
         return _new_header(
             SendHeader,
             (
-                ext["a"],
-                ext["b"],
-                ext["c"],
-                int(ext["d"]),
-                int(ext["e"]),
-                int(ext["f"]),
-                int(ext["g"]),
-                int(ext["h"]),
-                ext.get("i"),
+                group,
+                topic,
+                default_topic,
+                int(nums),
+                int(queue_id),
+                int(sys_flag),
+                int(born),
+                int(flag),
+                ext.get(_V2_PROPERTIES),
                 int(j) if j else None,
                 int(l_) if l_ else None,
-                ext.get("m") in _TRUE,
+                ext.get(_V2_BATCH) in _TRUE,
             ),
         )
     except (KeyError, ValueError, TypeError):
@@ -211,13 +235,20 @@ def _slow(code: int, ext: Any) -> SendHeader:
     )
 
 
-def replica_timeout_answer(ok: RemotingCommand) -> RemotingCommand:
-    """A held SYNC_MASTER answer (``HeldAnswers``) whose slave ack did not come within
-    syncFlushTimeout: the message is stored, so the answer keeps the PUT_OK answer's fields
-    (msgId, queueId, queueOffset, ...) under FLUSH_SLAVE_TIMEOUT, exactly what ``answer``
-    builds for that status."""
-    code, remark = put_status_code(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
-    return ok.response(code, remark, ok.ext_fields)
+def timeout_answer(status: PutMessageStatus) -> ExpiredAnswer:
+    """How a held send answer reads when the watermark did not pass it in time (``status``:
+    FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT): the message is stored, so a SUCCESS answer keeps
+    its fields (msgId, queueId, queueOffset, ...) under ``status``'s code, exactly what
+    ``answer`` builds for that status; an answer that already says why (SLAVE_NOT_AVAILABLE,
+    held only for the flush) stays as it is."""
+    code, remark = put_status_code(status)
+
+    def expired(ok: RemotingCommand, key: int) -> RemotingCommand:
+        if ok.code != ResponseCode.SUCCESS:
+            return ok
+        return ok.response(code, remark, ok.ext_fields)
+
+    return expired
 
 
 class SendProcessor:
@@ -231,6 +262,12 @@ class SendProcessor:
         #: topic names already validated (legal and not a system topic)
         self._valid_topics: set[str] = set()
         self._max_size = ctrl.settings.store.max_message_size
+        store_cfg = ctrl.settings.store
+        #: whether a put may have to wait (SYNC_FLUSH, SYNC_MASTER): else no ``put_wait`` call
+        self._may_wait = (
+            store_cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH
+            or store_cfg.broker_role is BrokerRole.SYNC_MASTER
+        )
         ctrl.config_listeners.append(self.config_changed)
 
     def config_changed(self) -> None:
@@ -243,25 +280,11 @@ class SendProcessor:
 
     # ------------------------------------------------------------------ entry points
 
-    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
-        """Inline form: append and answer at once (ASYNC_FLUSH without replica waits)."""
-        prepared = self.prepare(conn, request)
-        if isinstance(prepared, RemotingCommand):
-            return prepared
-        msg, batch, _wait = prepared
-        store = self.ctrl.store
-        result = store.append_messages(msg) if batch else store.append_message(msg)
-        return self.answer(request, msg, result)
-
-    def process_replicated(
-        self, conn: Any, request: RemotingCommand
-    ) -> RemotingCommand | Held | Awaitable[RemotingCommand]:
-        """Inline form for SYNC_MASTER with ASYNC_FLUSH: append now and answer at once when the
-        outcome is already known (no slave: SLAVE_NOT_AVAILABLE; already acked: SUCCESS);
-        otherwise the answer is encoded now and held in the broker's ``HeldAnswers`` until a
-        slave acks past the message (one ack releases every answer it covers, one send per
-        connection), or FLUSH_SLAVE_TIMEOUT after syncFlushTimeout. No task or object per
-        send."""
+    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand | Held:
+        """The one send form: check and append now; answer at once unless the put must pass a
+        watermark (``store.put_wait``: the flush, a slave's ack or both) -- then the answer is
+        encoded now and held on it (one advance releases every answer it covers, one send per
+        connection; after the deadline, its ``timeout_answer``). No task or object per send."""
         prepared = self.prepare(conn, request)
         if isinstance(prepared, RemotingCommand):
             return prepared
@@ -269,96 +292,70 @@ class SendProcessor:
         store = self.ctrl.store
         result = store.append_messages(msg) if batch else store.append_message(msg)
         appended = result.result
-        waiter = store.replica_waiter
-        if not wait or appended is None or waiter is None or request.flag & FLAG_ONEWAY:
+        if appended is None or not wait or not self._may_wait:
             return self.answer(request, msg, result)
         end = appended.end_offset
-        ha = self.ctrl.ha
-        held = self.ctrl.held_answers
-        # (identity first: the hook HAService.run installed; equality for one set by hand)
-        if (
-            ha is None
-            or held is None
-            or (waiter is not ha.replica_waiter_hook and waiter != ha.replica_waiter)
-        ):
-            return self._answer_after(request, msg, result, waiter(end))
-        status = ha.sync_status_nowait(end)
-        if status is not None:
-            return self._answer_status(request, msg, result, status)
-        return held.hold(conn, request.opaque, self.answer(request, msg, result), end)
-
-    async def _answer_after(
-        self,
-        request: RemotingCommand,
-        msg: Message,
-        result: PutMessageResult,
-        wait: Awaitable[PutMessageStatus],
-    ) -> RemotingCommand:
-        return self._answer_status(request, msg, result, await wait)
-
-    def _answer_status(
-        self,
-        request: RemotingCommand,
-        msg: Message,
-        result: PutMessageResult,
-        status: PutMessageStatus,
-    ) -> RemotingCommand:
-        if status is not PutMessageStatus.PUT_OK:
-            result = PutMessageResult(status, result.result, result.remark)
-        return self.answer(request, msg, result)
-
-    async def process_async(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
-        """Waiting form: SYNC_FLUSH and SYNC_MASTER wait for the flush/replica watermark."""
-        prepared = self.prepare(conn, request)
-        if isinstance(prepared, RemotingCommand):
-            return prepared
-        msg, batch, wait = prepared
-        store = self.ctrl.store
-        if not wait:
-            result = store.append_messages(msg) if batch else store.append_message(msg)
-        elif batch:
-            result = await store.put_messages(msg)
-        else:
-            result = await store.put_message(msg)
-        return self.answer(request, msg, result)
+        status, mark = store.put_wait(end)
+        if status is not _PUT_OK:
+            result = PutMessageResult(status, appended, result.remark)
+        if mark is None or request.flag & FLAG_ONEWAY:  # (a oneway send gets no answer)
+            return self.answer(request, msg, result)
+        return mark.held.hold(conn, request.opaque, self.answer(request, msg, result), end)
 
     # ------------------------------------------------------------------ checks
 
     def prepare(
         self, conn: Any, request: RemotingCommand
     ) -> RemotingCommand | tuple[Message, bool, bool]:
-        """The send pipeline's first half, shared by every write path (master inline, held,
-        waiting, and the DLedger role): decode and check the request (header, topic, queue,
-        permissions, size, retry/DLQ, transaction) and build the message to store.
+        """The send pipeline's first half, shared by both write paths (the store's put and the
+        DLedger role): decode and check the request (header, topic, queue, permissions, size,
+        retry/DLQ, transaction) and build the message to store.
 
         Returns the refusal to answer (a ``RemotingCommand``), or ``(msg, batch, wait)``:
         ``batch`` when ``msg`` is a SEND_BATCH_MESSAGE body, ``wait`` unless the producer's WAIT
         property is "false" (the answer may then wait for flush or replicas). Stores nothing."""
-        ctrl = self.ctrl
-        header = _fast_v2(request) if request.code != RequestCode.SEND_MESSAGE else None
-        if header is None:
-            try:
-                header = _slow(request.code, request.ext_fields)
-            except HeaderError as exc:
-                ext = request.ext_fields
-                if not (ext.get("b") if request.code != RequestCode.SEND_MESSAGE else None) and (
-                    not ext.get("topic")
-                ):
-                    return refuse(request, ResponseCode.SYSTEM_ERROR, BLANK_TOPIC_REMARK)
-                return refuse(request, ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
+        fast = _fast_v2(request) if request.code != RequestCode.SEND_MESSAGE else None
+        header = fast if fast is not None else self._slow_header(request)
+        if isinstance(header, RemotingCommand):
+            return header
         if not self._writable:
-            if ctrl.is_slave:
-                return refuse(
-                    request,
-                    ResponseCode.SERVICE_NOT_AVAILABLE,
-                    f"the broker[{ctrl.bcfg.broker_ip1}] is a slave, sending message is forbidden",
-                )
+            return self._not_writable(request)
+        target = self._target(conn, request, header.topic, header)
+        if isinstance(target, RemotingCommand):
+            return target
+        return self._message(conn, request, header, *target)
+
+    @staticmethod
+    def _slow_header(request: RemotingCommand) -> SendHeader | RemotingCommand:
+        """The header by the generic parser, or the refusal naming what is wrong with it."""
+        try:
+            return _slow(request.code, request.ext_fields)
+        except HeaderError as exc:
+            ext = request.ext_fields
+            v2_topic = ext.get(_V2_TOPIC) if request.code != RequestCode.SEND_MESSAGE else None
+            if not v2_topic and not ext.get("topic"):
+                return refuse(request, ResponseCode.SYSTEM_ERROR, BLANK_TOPIC_REMARK)
+            return refuse(request, ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
+
+    def _not_writable(self, request: RemotingCommand) -> RemotingCommand:
+        ctrl = self.ctrl
+        if ctrl.is_slave:
             return refuse(
                 request,
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{ctrl.bcfg.broker_ip1}] sending message is forbidden",
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"the broker[{ctrl.bcfg.broker_ip1}] is a slave, sending message is forbidden",
             )
-        topic = header.topic
+        return refuse(
+            request,
+            ResponseCode.NO_PERMISSION,
+            f"the broker[{ctrl.bcfg.broker_ip1}] sending message is forbidden",
+        )
+
+    def _target(
+        self, conn: Any, request: RemotingCommand, topic: str, header: SendHeader
+    ) -> RemotingCommand | tuple[int, TopicConfig]:
+        """The queue id to store in and the topic's config (created from the default topic
+        when allowed), or the refusal."""
         if topic not in self._valid_topics:
             bad = validate_topic(topic)
             if bad is not None:
@@ -371,26 +368,14 @@ class SendProcessor:
                 )
             if len(self._valid_topics) < MAX_VALID_TOPIC_CACHE:
                 self._valid_topics.add(topic)
-        tc = ctrl.topics.select(topic)
+        tc = self.ctrl.topics.select(topic)
         if tc is None:
-            tc, created, why = ctrl.topics.create_in_send_message(
-                topic, header.default_topic, header.default_topic_queue_nums
-            )
-            if tc is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                tc, created = ctrl.topics.create_in_send_message_back(topic, 1, PermName.PERM_RW)
-            if tc is None:
-                bad_nums = why.startswith("defaultTopicQueueNums")  # (a bad header field)
-                return refuse(
-                    request,
-                    ResponseCode.SYSTEM_ERROR if bad_nums else ResponseCode.TOPIC_NOT_EXIST,
-                    why if bad_nums else f"topic[{topic}] not exist, apply first please! "
-                    f"{FAQ_SUGGEST}",
-                )
-            if created:
-                ctrl.topic_created(topic)
+            created = self._create_topic(request, topic, header)
+            if isinstance(created, RemotingCommand):
+                return created
+            tc = created
         queue_id = header.queue_id
-        id_valid = max(tc.write_queue_nums, tc.read_queue_nums)
-        if queue_id >= id_valid:
+        if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
             return refuse(
                 request,
                 ResponseCode.SYSTEM_ERROR,
@@ -405,6 +390,37 @@ class SendProcessor:
             )
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.write_queue_nums))
+        return queue_id, tc
+
+    def _create_topic(
+        self, request: RemotingCommand, topic: str, header: SendHeader
+    ) -> TopicConfig | RemotingCommand:
+        """A send to an unknown topic: its config made from the default topic (or a retry
+        topic's), or the refusal."""
+        ctrl = self.ctrl
+        tc, created, why = ctrl.topics.create_in_send_message(
+            topic, header.default_topic, header.default_topic_queue_nums
+        )
+        if tc is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            tc, created = ctrl.topics.create_in_send_message_back(topic, 1, PermName.PERM_RW)
+        if tc is None:
+            bad_nums = why.startswith("defaultTopicQueueNums")  # (a bad header field)
+            return refuse(
+                request,
+                ResponseCode.SYSTEM_ERROR if bad_nums else ResponseCode.TOPIC_NOT_EXIST,
+                why if bad_nums else f"topic[{topic}] not exist, apply first please! "
+                f"{FAQ_SUGGEST}",
+            )
+        if created:
+            ctrl.topic_created(topic)
+        return tc
+
+    def _message(
+        self, conn: Any, request: RemotingCommand, header: SendHeader, queue_id: int,
+        tc: TopicConfig,
+    ) -> RemotingCommand | tuple[Message, bool, bool]:
+        """The message to store (body size, properties, retry/DLQ, transaction checked)."""
+        ctrl = self.ctrl
         body = request.body
         if not isinstance(body, bytes):
             body = bytes(body)
@@ -415,21 +431,14 @@ class SendProcessor:
         batch = bool(header.batch)
         if not batch and len(body) > max_size:
             return refuse(request, ResponseCode.MESSAGE_ILLEGAL, message_illegal_remark(max_size))
-        props = decode_properties(header.properties) if header.properties else {}
-        if batch:
-            # Java appends the batch header's properties (WAIT included) to every item, in
-            # its HashMap's order
-            wait = props.get(_WAIT, "true") != "false"
-            props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
-            props = java_map_order(props)
-            wait_prop = None
-        else:
-            # a single message is stored without WAIT (Java drops it to save 9 bytes)
-            wait_prop = props.pop(_WAIT, None)
-            wait = wait_prop != "false"
-            props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
+        props, wait, wait_prop = self._properties(header, batch)
+        if tc.attributes and not batch:  # a 5.x topic declaring message.type takes only that
+            wrong = type_mismatch(topic_message_type(tc.attribute_map), message_type(props))
+            if wrong is not None and not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                return refuse(request, ResponseCode.MESSAGE_ILLEGAL, wrong)
         reconsume = header.reconsume_times or 0
         sys_flag = header.sys_flag
+        topic = header.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             if batch:
                 return refuse(
@@ -472,6 +481,24 @@ class SendProcessor:
             enabled=scfg.timer_wheel_enable, max_delay_sec=scfg.timer_max_delay_sec,
             precision_ms=scfg.timer_precision_ms,
         )
+
+    def _properties(
+        self, header: SendHeader, batch: bool
+    ) -> tuple[dict[str, str], bool, str | None]:
+        """The message's properties, whether its producer waits, and its WAIT property as sent
+        (a single message is stored without it)."""
+        props = decode_properties(header.properties) if header.properties else {}
+        cluster = self.ctrl.bcfg.broker_cluster_name
+        if batch:
+            # Java appends the batch header's properties (WAIT included) to every item, in
+            # its HashMap's order
+            wait = props.get(_WAIT, "true") != "false"
+            props[_CLUSTER] = cluster
+            return java_map_order(props), wait, None
+        # a single message is stored without WAIT (Java drops it to save 9 bytes)
+        wait_prop = props.pop(_WAIT, None)
+        props[_CLUSTER] = cluster
+        return props, wait_prop != "false", wait_prop
 
     def _retry_or_dlq(
         self, request: RemotingCommand, header: SendHeader, reconsume: int

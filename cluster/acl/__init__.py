@@ -5,10 +5,10 @@ Pure: ``address`` (white-list patterns), ``permission``, ``rules`` (the YAML sch
 Shell: ``guard.AclGuard`` (file watch, processor wrapping, denial answers, counting).
 """
 
-from rmq_cluster.cluster.acl.address import AclConfigError
-from rmq_cluster.cluster.acl.rules import PlainAclConfig, parse_plain_acl, render_plain_acl
-from rmq_cluster.cluster.acl.signing import Credentials, credentials_from
-from rmq_cluster.cluster.acl.validator import AclDenied, check
+from .address import AclConfigError
+from .rules import PlainAclConfig, parse_plain_acl, render_plain_acl
+from .signing import Credentials, credentials_from
+from .validator import AclDenied, check
 
 __all__ = [
     "AclConfigError",

@@ -20,14 +20,14 @@ from typing import Final
 
 import trio
 
-from rmq_cluster.cluster.acl.permission import ADMIN_CODES
-from rmq_cluster.cluster.acl.rules import AclConfigError, PlainAclConfig, parse_plain_acl
-from rmq_cluster.cluster.acl.validator import AclDecider, AclDenied
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import FLAG_RESPONSE, ResponseCode
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Processor, checked
+from ..logging import get_logger
+from ..remoting.codec import RemotingCommand
+from ..remoting.codes import FLAG_RESPONSE, ResponseCode
+from ..remoting.connection import Connection
+from ..remoting.processors import Processor, checked
+from .permission import ADMIN_CODES
+from .rules import AclConfigError, PlainAclConfig, parse_plain_acl
+from .validator import AclDecider, AclDenied
 
 #: RocketMQ's FileWatchService looks at the rules file every 500 ms.
 ACL_RELOAD_CHECK_INTERVAL_S: Final = 0.5

@@ -18,8 +18,8 @@ from typing import Final
 
 import yaml
 
-from rmq_cluster.cluster.acl.rules import render_plain_acl
-from rmq_cluster.cluster.acl.signing import Credentials
+from .rules import render_plain_acl
+from .signing import Credentials
 
 #: Where ``up --acl`` keeps the rules, relative to the cluster directory.
 LOCAL_ACL_FILE: Final = "conf/plain_acl.yml"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from rmq_cluster.cluster.remoting.codes import RequestCode
+from ..remoting.codes import RequestCode
 
 DENY: Final = 1
 #: Needed-permission marker: either PUB or SUB satisfies it.

@@ -23,8 +23,8 @@ from typing import Any, Final
 import attrs
 import yaml
 
-from rmq_cluster.cluster.acl.address import AclConfigError, AddressPattern, compile_pattern
-from rmq_cluster.cluster.acl.permission import DENY, parse_perm
+from .address import AclConfigError, AddressPattern, compile_pattern
+from .permission import DENY, parse_perm
 
 #: RocketMQ ``AclConstants.ACCESS_KEY_MIN_LENGTH`` / ``SECRET_KEY_MIN_LENGTH``: keys must be longer.
 ACCESS_KEY_MIN_LENGTH: Final = 6

@@ -21,11 +21,12 @@ import base64
 import hashlib
 import hmac
 from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
+if TYPE_CHECKING:  # only a type here: Spark workers import this module without the codec
+    from ..remoting.codec import RemotingCommand
 
 ACCESS_KEY: Final = "AccessKey"
 SECRET_KEY: Final = "SecretKey"

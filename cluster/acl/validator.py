@@ -26,16 +26,7 @@ from typing import Final
 
 import attrs
 
-from rmq_cluster.cluster.acl.address import peer_ip
-from rmq_cluster.cluster.acl.permission import ADMIN_CODES, PUB, SUB, check_permission
-from rmq_cluster.cluster.acl.rules import RETRY_PREFIX, Account, PlainAclConfig, retry_topic
-from rmq_cluster.cluster.acl.signing import (
-    ACCESS_KEY,
-    SIGNATURE,
-    SigningKey,
-    signature_holds,
-)
-from rmq_cluster.cluster.protocol.names import (
+from ..protocol.names import (
     Access,
     Kind,
     Name,
@@ -43,8 +34,17 @@ from rmq_cluster.cluster.protocol.names import (
     group_of_topic,
     names_in,
 )
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode
+from ..remoting.codec import RemotingCommand
+from ..remoting.codes import RequestCode
+from .address import peer_ip
+from .permission import ADMIN_CODES, PUB, SUB, check_permission
+from .rules import RETRY_PREFIX, Account, PlainAclConfig, retry_topic
+from .signing import (
+    ACCESS_KEY,
+    SIGNATURE,
+    SigningKey,
+    signature_holds,
+)
 
 #: Peers (and account x peer pairs) whose white-list verdicts a decider remembers.
 MAX_CACHED_PEERS: Final = 4096

@@ -26,7 +26,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from rmq_cluster.cluster.remoting.headers import CommandHeader, hfield
+from ..remoting.headers import CommandHeader, hfield
 
 #: Most broker ids one SyncStateSet / one group may hold (input bound).
 MAX_REPLICAS_PER_GROUP: Final = 64

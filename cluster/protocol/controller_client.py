@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from rmq_cluster.cluster.protocol.controller import ControllerResponseCode
-from rmq_cluster.cluster.remoting.client_pool import RemotingClient
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.errors import RemotingError
+from ..remoting.client_pool import RemotingClient
+from ..remoting.codec import RemotingCommand
+from ..remoting.errors import RemotingError
+from .controller import ControllerResponseCode
 
 #: Per-controller call timeout.
 CONTROLLER_CALL_TIMEOUT_S: Final = 1.0

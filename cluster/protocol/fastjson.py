@@ -1,6 +1,6 @@
 """JSON the way RocketMQ's Java nodes write it with fastjson, and lenient input like fastjson reads.
 
-Output (shared/reference/remoting-protocol.md §4): compact, object keys sorted, ``None``
+Output (docs/protocol/remoting.md, "Route and cluster JSON"): compact, object keys sorted, ``None``
 values omitted, and **integer map keys unquoted** (``{0:"10.0.0.1:10911"}``) unless
 ``standard=True``, which mirrors the NameServer's "standard JSON" route encoding for clients
 of version >= V4_9_4

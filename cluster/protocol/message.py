@@ -2,10 +2,13 @@
 
 * ``Message``: what a producer sends (topic, body, flag, properties, sysFlag, hosts, ...).
 * Properties text: ``key 0x01 value 0x02 ...``; Java omits the final 0x02, C++ appends it, and the
-  parser skips empty entries (shared/reference/remoting-protocol.md §5.3).
+  parser skips empty entries (docs/protocol/commitlog.md, "Properties").
 * The stored record, v1 magic with IPv4 hosts (remoting-protocol.md §5.1,
-  store-and-replication.md §1.3): ``encode_record`` / ``decode_record`` and the header struct
-  the CommitLog packs straight into its mmap.
+  store-and-replication.md §1.3): one layout table (``RECORD_LAYOUT``: name, offset, struct
+  code of each header field) and everything derived from it: the header struct the CommitLog
+  packs straight into its mmap, the writers, and one family of readers (``head_status``,
+  ``record_tail``; on them ``decode_record``, ``record_properties``, ``peek_field``,
+  ``find_property``) that the store's check and scan and the replica audit use too.
 * Batch bodies of SEND_BATCH_MESSAGE (§5.5), offset msgIds (§5.4) and the tagsCode rule
   (Java ``String.hashCode`` of TAGS, widened to int64).
 
@@ -363,28 +366,88 @@ def decode_offset_msg_id(msg_id: str) -> tuple[HostAddr, int]:
 
 
 # --------------------------------------------------------------------------- stored record
+#
+# The one layout table of a v1/IPv4 CommitLog record: every offset, struct and reader below is
+# derived from it. After the fixed header come BODY (BODYLEN bytes), TOPICLEN (one unsigned
+# byte), TOPIC, PROPERTIESLENGTH (a signed short) and PROPERTIES; ``record_tail`` is the one
+# reader of those lengths.
 
-# TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP,
-# BORNHOST(ip+port), STORETIMESTAMP, STOREHOST(ip+port), RECONSUMETIMES, PREPAREDTXOFFSET, BODYLEN
-RECORD_HEADER: Final = struct.Struct(">iIiiiqqiq8sq8siqi")
+
+@attrs.frozen(slots=True)
+class RecordField:
+    """One field of the fixed record header: RocketMQ's name, its offset and struct code."""
+
+    name: str
+    offset: int
+    code: str  # a big-endian struct format code: "i", "I", "q", "8s"
+
+    @property
+    def size(self) -> int:
+        return struct.calcsize(">" + self.code)
+
+
+def _layout(spec: tuple[tuple[str, str], ...]) -> tuple[RecordField, ...]:
+    out: list[RecordField] = []
+    offset = 0
+    for name, code in spec:
+        out.append(RecordField(name, offset, code))
+        offset += struct.calcsize(">" + code)
+    return tuple(out)
+
+
+RECORD_LAYOUT: Final = _layout((
+    ("TOTALSIZE", "i"),
+    ("MAGIC", "I"),
+    ("BODYCRC", "i"),
+    ("QUEUEID", "i"),
+    ("FLAG", "i"),
+    ("QUEUEOFFSET", "q"),
+    ("PHYSICALOFFSET", "q"),
+    ("SYSFLAG", "i"),
+    ("BORNTIMESTAMP", "q"),
+    ("BORNHOST", "8s"),  # IPv4 address + int32 port (``encode_host``)
+    ("STORETIMESTAMP", "q"),
+    ("STOREHOST", "8s"),
+    ("RECONSUMETIMES", "i"),
+    ("PREPAREDTXOFFSET", "q"),
+    ("BODYLEN", "i"),
+))
+RECORD_FIELD: Final = {f.name: f for f in RECORD_LAYOUT}
+
+
+def header_struct(*names: str) -> struct.Struct:
+    """A struct over the record header from its start to the last of ``names`` that unpacks
+    only those fields (in layout order), padding over the others: what a reader of a few
+    fields unpacks in one call. Raises KeyError on a name not in ``RECORD_LAYOUT``."""
+    wanted = {RECORD_FIELD[n].name for n in names}
+    last = max(RECORD_FIELD[n].offset for n in names)
+    parts = []
+    for f in RECORD_LAYOUT:
+        if f.offset > last:
+            break
+        parts.append(f.code if f.name in wanted else f"{f.size}x")
+    return struct.Struct(">" + "".join(parts))
+
+
+RECORD_HEADER: Final = header_struct(*(f.name for f in RECORD_LAYOUT))
 RECORD_HEADER_SIZE: Final = RECORD_HEADER.size  # 88; the body starts here
 RECORD_FIXED_SIZE: Final = RECORD_HEADER_SIZE + 1 + 2  # 91 + body + topic + properties
 BLANK: Final = struct.Struct(">iI")
 
-# Field offsets inside a v1/IPv4 record
-OFF_TOTALSIZE: Final = 0
-OFF_MAGIC: Final = 4
-OFF_BODYCRC: Final = 8
-OFF_QUEUEID: Final = 12
-OFF_FLAG: Final = 16
-OFF_QUEUEOFFSET: Final = 20
-OFF_PHYSICALOFFSET: Final = 28
-OFF_SYSFLAG: Final = 36
-OFF_BORNTIMESTAMP: Final = 40
-OFF_STORETIMESTAMP: Final = 56
-OFF_BODYLEN: Final = 84
+# Field offsets inside a v1/IPv4 record (from the table)
+OFF_TOTALSIZE: Final = RECORD_FIELD["TOTALSIZE"].offset
+OFF_MAGIC: Final = RECORD_FIELD["MAGIC"].offset
+OFF_BODYCRC: Final = RECORD_FIELD["BODYCRC"].offset
+OFF_QUEUEID: Final = RECORD_FIELD["QUEUEID"].offset
+OFF_FLAG: Final = RECORD_FIELD["FLAG"].offset
+OFF_QUEUEOFFSET: Final = RECORD_FIELD["QUEUEOFFSET"].offset
+OFF_PHYSICALOFFSET: Final = RECORD_FIELD["PHYSICALOFFSET"].offset
+OFF_SYSFLAG: Final = RECORD_FIELD["SYSFLAG"].offset
+OFF_BORNTIMESTAMP: Final = RECORD_FIELD["BORNTIMESTAMP"].offset
+OFF_STORETIMESTAMP: Final = RECORD_FIELD["STORETIMESTAMP"].offset
+OFF_BODYLEN: Final = RECORD_FIELD["BODYLEN"].offset
 
-SIZE_MAGIC: Final = struct.Struct(">iI")
+SIZE_MAGIC: Final = header_struct("TOTALSIZE", "MAGIC")
 I32: Final = struct.Struct(">i")
 I16: Final = struct.Struct(">h")
 I64: Final = struct.Struct(">q")
@@ -431,7 +494,7 @@ def write_record(
     q = p + body_len
     buf[p:q] = body
     end = pos + total
-    n = len(props)  # the tail, as _record_tail (inlined: the put path's cost)
+    n = len(props)  # the tail, as _pack_tail (inlined: the put path's cost)
     buf[q:end] = b"".join((topic_part, _PROPS_LEN[n] if n < 256 else I16.pack(n), props))
     return end
 
@@ -462,7 +525,7 @@ def pack_record(
             reconsume_times, prepared_offset, len(body),
         ),
         body,
-        _record_tail(topic_part, props),
+        _pack_tail(topic_part, props),
     ))
 
 
@@ -525,7 +588,7 @@ def write_batch_records(
     return pos, offsets
 
 
-def _record_tail(topic_part: bytes, props: bytes | memoryview) -> bytes:
+def _pack_tail(topic_part: bytes, props: bytes | memoryview) -> bytes:
     """TOPICLEN, TOPIC, PROPERTIESLENGTH, PROPERTIES."""
     n = len(props)
     return b"".join((topic_part, _PROPS_LEN[n] if n < 256 else I16.pack(n), props))
@@ -557,58 +620,105 @@ class RecordError(ValueError):
     """Bytes that are not a valid v1/IPv4 record."""
 
 
+# --------------------------------------------------------------------------- record readers
+#
+# One family over the table: ``head_status`` / ``short_status`` (what the bytes at a position
+# are), ``record_tail`` (the lengths after the header), and on them the full decode
+# (``record_fields``, ``decode_record``), the property-only decode (``record_properties``), the
+# field peek (``peek_field``) and the property peek (``find_property``). The store's check and
+# scan (``CommitLog.check_record``, ``store.record.RecordScanner``) and the replica audit
+# (``spark_jobs.decode``) are built on the same functions.
+
+# what the bytes at a position of a CommitLog buffer are, besides a record of that many bytes
+REC_EMPTY: Final = 0  # nothing written here: no bytes, or zeros
+REC_BLANK: Final = -1  # an end-of-file blank: the rest of the file is filler
+REC_INCOMPLETE: Final = -2  # the bytes available end inside this record
+REC_CORRUPT: Final = -3  # not a record
+#: ``max_record`` of a reader that takes any size a TOTALSIZE can say
+ANY_RECORD_SIZE: Final = 0x7FFFFFFF
+#: sysFlag bits of a record with IPv6 hosts: not the v1/IPv4 layout these readers know
+SYSFLAG_HOSTS_V6: Final = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+_HOST_V6: Final = SYSFLAG_HOSTS_V6
+
+
+def head_status(total: int, magic: int, avail: int, max_record: int) -> int:
+    """What a position's TOTALSIZE and MAGIC say, with ``avail`` bytes from there: the record's
+    size when it is a v1 record of ``RECORD_FIXED_SIZE..max_record`` bytes, all available;
+    else REC_BLANK, REC_EMPTY (both words zero), REC_INCOMPLETE or REC_CORRUPT."""
+    if magic != MAGIC_V1:
+        if magic == BLANK_MAGIC:
+            return REC_BLANK
+        return REC_CORRUPT if total or magic else REC_EMPTY
+    if total < RECORD_FIXED_SIZE or total > max_record:
+        return REC_CORRUPT
+    return REC_INCOMPLETE if total > avail else total
+
+
+def short_status(buf: Any, pos: int, end: int, max_record: int) -> int:
+    """``head_status`` of ``buf[pos:end]`` when it is shorter than a record header (never a
+    size: a record is longer): fewer than 8 bytes are REC_EMPTY when all zero, else
+    REC_INCOMPLETE."""
+    avail = end - pos
+    if avail < SIZE_MAGIC.size:
+        return REC_INCOMPLETE if avail > 0 and any(buf[pos:end]) else REC_EMPTY
+    total, magic = SIZE_MAGIC.unpack_from(buf, pos)
+    return head_status(total, magic, avail, max_record)
+
+
+def record_tail(
+    buf: Any, pos: int, total: int, body_len: int, sys_flag: int
+) -> tuple[int, int, int]:
+    """(topic start, properties start, properties length) of the record of ``total`` bytes at
+    ``buf[pos:]`` whose BODYLEN is ``body_len``: the body, TOPICLEN + a non-empty topic and
+    PROPERTIESLENGTH + the properties must fill the record exactly, and its SYSFLAG must say
+    IPv4 hosts (an IPv6 host moves every field after it). Raises RecordError."""
+    if sys_flag & _HOST_V6:
+        raise RecordError("IPv6 hosts are not supported")
+    if body_len < 0 or body_len > total - RECORD_FIXED_SIZE:
+        raise RecordError("body length beyond record")
+    tp = pos + RECORD_HEADER_SIZE + body_len
+    topic_len = buf[tp]
+    pp = tp + 1 + topic_len
+    end = pos + total
+    if pp + 2 > end or not topic_len:
+        raise RecordError("topic length beyond record")
+    (props_len,) = I16.unpack_from(buf, pp)
+    if props_len < 0 or pp + 2 + props_len != end:
+        raise RecordError("size mismatch")
+    return tp, pp + 2, props_len
+
+
+def _head_error(status: int, magic: int) -> RecordError:
+    if magic != MAGIC_V1:
+        return RecordError(f"bad magic {magic:#x}")
+    return RecordError("truncated record" if status == REC_INCOMPLETE else "bad record size")
+
+
 RecordFields = tuple[
     int, int, int, int, int, int, int, int, bytes, int, bytes, int, int, bytes, str, dict[str, str]
 ]
 
 
 def record_fields(view: memoryview, offset: int = 0, *, check_crc: bool = True) -> RecordFields:
-    """The fields of the record at ``offset`` as a tuple (what ``decode_record`` wraps; decoders
-    of many records build their own values from it): total size, body CRC, queue id, flag,
-    queue offset, commit-log offset, sysFlag, born timestamp, born host (8 raw bytes), store
-    timestamp, store host (8 raw bytes), reconsume times, prepared offset, body, topic,
-    properties. Raises RecordError on a bad magic, size or CRC."""
-    if len(view) - offset < RECORD_HEADER_SIZE:
+    """The full decode, as a tuple (what ``decode_record`` wraps; decoders of many records
+    build their own values from it): total size, body CRC, queue id, flag, queue offset,
+    commit-log offset, sysFlag, born timestamp, born host (8 raw bytes), store timestamp,
+    store host (8 raw bytes), reconsume times, prepared offset, body, topic, properties.
+    Raises RecordError on a bad magic, size or CRC."""
+    avail = len(view) - offset
+    if avail < RECORD_HEADER_SIZE:
         raise RecordError("truncated header")
     (
-        total,
-        magic,
-        crc,
-        queue_id,
-        flag,
-        queue_offset,
-        phys,
-        sys_flag,
-        born_ts,
-        born_host,
-        store_ts,
-        store_host,
-        reconsume,
-        prepared,
-        body_len,
+        total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host,
+        store_ts, store_host, reconsume, prepared, body_len,
     ) = RECORD_HEADER.unpack_from(view, offset)
-    if magic != MAGIC_V1:
-        raise RecordError(f"bad magic {magic:#x}")
-    if sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):
-        raise RecordError("IPv6 hosts are not supported")
-    if total < RECORD_FIXED_SIZE or len(view) - offset < total or body_len < 0:
-        raise RecordError("truncated record")
-    pos = offset + RECORD_HEADER_SIZE
-    if body_len > total - RECORD_FIXED_SIZE:
-        raise RecordError("body length beyond record")
-    body = bytes(view[pos : pos + body_len])
-    pos += body_len
-    topic_len = view[pos]
-    pos += 1
-    topic = bytes(view[pos : pos + topic_len]).decode("utf-8", "replace")
-    pos += topic_len
-    if pos + 2 > offset + total:
-        raise RecordError("topic length beyond record")
-    (props_len,) = I16.unpack_from(view, pos)
-    pos += 2
-    if props_len < 0 or pos + props_len != offset + total:
-        raise RecordError("size mismatch")
-    props = decode_properties(view[pos : pos + props_len])
+    status = head_status(total, magic, avail, ANY_RECORD_SIZE)
+    if status <= 0:
+        raise _head_error(status, magic)
+    tp, p0, props_len = record_tail(view, offset, total, body_len, sys_flag)
+    body = bytes(view[offset + RECORD_HEADER_SIZE : tp])
+    topic = bytes(view[tp + 1 : p0 - 2]).decode("utf-8", "replace")
+    props = decode_properties(view[p0 : p0 + props_len])
     if check_crc and body_crc(body) != crc:
         raise RecordError("body CRC mismatch")
     return (
@@ -653,6 +763,66 @@ def iter_records(data: bytes | memoryview, *, check_crc: bool = True) -> Iterato
         msg = decode_record(data, pos, check_crc=check_crc)
         pos += msg.store_size
         yield msg
+
+
+_PROPERTIES_HEAD: Final = header_struct("TOTALSIZE", "MAGIC", "SYSFLAG", "BODYLEN")
+
+
+def record_properties(buf: Any, pos: int = 0) -> dict[str, str]:
+    """The property-only decode: the properties of the record at ``buf[pos:]`` (a SQL92
+    filter's read), the body not copied. Raises RecordError as ``record_fields``."""
+    avail = len(buf) - pos
+    if avail < RECORD_HEADER_SIZE:
+        raise RecordError("truncated header")
+    total, magic, sys_flag, body_len = _PROPERTIES_HEAD.unpack_from(buf, pos)
+    status = head_status(total, magic, avail, ANY_RECORD_SIZE)
+    if status <= 0:
+        raise _head_error(status, magic)
+    _tp, p0, props_len = record_tail(buf, pos, total, body_len, sys_flag)
+    return decode_properties(buf[p0 : p0 + props_len]) if props_len else {}
+
+
+_PEEK: Final = {
+    f.name: (struct.Struct(">" + f.code).unpack_from, f.offset)
+    for f in RECORD_LAYOUT
+    if f.code != "8s"
+}
+
+
+def peek_field(buf: Any, name: str, pos: int = 0) -> int:
+    """One integer field (``RECORD_LAYOUT`` name: "STORETIMESTAMP", "PHYSICALOFFSET", ...) of
+    the record at ``buf[pos:]``, nothing else read. Raises struct.error when the bytes end
+    before it, KeyError on a name that is no integer field."""
+    unpack, at = _PEEK[name]
+    value: int = unpack(buf, pos + at)[0]
+    return value
+
+
+# property names as they start an entry of the properties text (``name + 0x01``)
+PROP_TAGS: Final = b"TAGS\x01"
+PROP_KEYS: Final = b"KEYS\x01"
+PROP_UNIQ_KEY: Final = b"UNIQ_KEY\x01"
+PROP_DELAY: Final = b"DELAY\x01"
+
+
+def find_property(buf: Any, key: bytes, start: int, end: int) -> bytes | None:
+    """The property peek: the raw value ``decode_properties`` would keep for ``key`` (``name +
+    0x01``) among the properties text at ``buf[start:end]``, found by a bytes search instead
+    of a full decode: the last entry with that name and a non-empty value (a later duplicate
+    wins, as in the dict). An entry starts at ``start`` or right after a 0x02; names never
+    overlap themselves."""
+    i = buf.rfind(key, start, end)
+    while i >= 0:
+        if i == start or buf[i - 1] == 2:
+            v0 = i + len(key)
+            v1 = buf.find(b"\x02", v0, end)
+            if v1 < 0:
+                v1 = end
+            if v1 > v0:
+                value: bytes = buf[v0:v1]
+                return value
+        i = buf.rfind(key, start, i)
+    return None
 
 
 # --------------------------------------------------------------------------- batch body

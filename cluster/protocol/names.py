@@ -26,14 +26,15 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol import fastjson
-from rmq_cluster.cluster.protocol.route import (
+from ..remoting.codec import RemotingCommand
+from ..remoting.codes import RequestCode, Version
+from ..remoting.headers import SEND_V2_LETTER
+from . import fastjson
+from .route import (
     RegisterBrokerBody,
     RouteDecodeError,
     TopicConfigSerializeWrapper,
 )
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, Version
 
 TOPIC_MAX_LENGTH: Final = 127
 GROUP_MAX_LENGTH: Final = 255
@@ -85,6 +86,25 @@ def _quote(name: str) -> str:
     if not (cut.isascii() and cut.isprintable()):
         cut = ascii(cut)[1:-1]
     return cut + "..." if len(name) > MAX_QUOTED_NAME_CHARS else cut
+
+
+# =========================================================================== node names
+
+#: Longest broker, cluster or controller name (RocketMQ's topic/group length limit).
+MAX_NODE_NAME_CHARS: Final = 127
+#: What a broker, cluster or controller name cannot hold besides whitespace: the separators of
+#: address lists and ``.properties`` lines, and path separators (the names become file keys).
+_NODE_NAME_SEPARATORS: Final = frozenset(";:=,/\\")
+
+
+def node_name_problem(value: Any) -> str | None:
+    """Why ``value`` cannot name a broker, a cluster or a controller, or None: the one rule the
+    broker's config and the controller's replicated state both apply."""
+    if type(value) is not str or not value or len(value) > MAX_NODE_NAME_CHARS:
+        return f"must be 1..{MAX_NODE_NAME_CHARS} characters"
+    if not value.isprintable() or any(c.isspace() or c in _NODE_NAME_SEPARATORS for c in value):
+        return "has a character a name cannot have"
+    return None
 
 
 # =========================================================================== rules
@@ -291,6 +311,31 @@ def _subscription_group(request: RemotingCommand) -> Iterator[Name]:
         yield Name("groupName", Kind.GROUP, _scalar(obj["groupName"]), Access.ADMIN)
 
 
+def _assignment(access: Access) -> BodyReader:
+    """QUERY_ASSIGNMENT / SET_MESSAGE_REQUEST_MODE: topic and consumerGroup in a JSON body."""
+
+    def read(request: RemotingCommand) -> Iterator[Name]:
+        obj = _json_object(request)
+        if obj.get("topic") is not None:
+            yield Name("topic", Kind.TOPIC, _scalar(obj["topic"]), access)
+        if obj.get("consumerGroup") is not None:
+            yield Name("consumerGroup", Kind.GROUP, _scalar(obj["consumerGroup"]), access)
+
+    return read
+
+
+def _batch_ack(request: RemotingCommand) -> Iterator[Name]:
+    """BATCH_ACK_MESSAGE: each ack's consumerGroup ("c") and topic ("t")."""
+    obj = _json_object(request)
+    for i, ack in enumerate(_items(obj, "acks", "")):
+        if not isinstance(ack, dict):
+            continue
+        for short, long_, kind in (("c", "consumerGroup", Kind.GROUP), ("t", "topic", Kind.TOPIC)):
+            value = ack.get(short, ack.get(long_))
+            if value is not None:
+                yield Name(f"acks[{i}].{short}", kind, _scalar(value), Access.SUB)
+
+
 def _register_broker(request: RemotingCommand) -> Iterator[Name]:
     # A body whose CRC does not match or that does not decode carries no names: the handler
     # decodes it the same way and refuses it with RocketMQ's remark.
@@ -325,7 +370,10 @@ _PUB, _SUB, _ADM = Access.PUB, Access.SUB, Access.ADMIN
 _SEND_V1: Final = (
     H("producerGroup", _G), H("topic", _T, _PUB), H("defaultTopic", _T), H("queueId", _Q),
 )
-_SEND_V2: Final = (H("a", _G), H("b", _T, _PUB), H("c", _T), H("e", _Q))
+_SEND_V2: Final = (
+    H(SEND_V2_LETTER["producerGroup"], _G), H(SEND_V2_LETTER["topic"], _T, _PUB),
+    H(SEND_V2_LETTER["defaultTopic"], _T), H(SEND_V2_LETTER["queueId"], _Q),
+)
 _TOPIC_QUEUE: Final = (H("topic", _T, _SUB), H("queueId", _Q))
 _GROUP_TOPIC_QUEUE: Final = (H("consumerGroup", _G, _SUB), H("topic", _T, _SUB), H("queueId", _Q))
 
@@ -354,6 +402,15 @@ NAME_TABLE: Final[Mapping[int, tuple[H | BodyReader, ...]]] = {
     _RC.LOCK_BATCH_MQ: (_mq_batch,),
     _RC.UNLOCK_BATCH_MQ: (_mq_batch,),
     _RC.CHECK_CLIENT_CONFIG: (_client_config,),
+    # --- broker: RocketMQ 5 POP (the receipt handle in extraInfo names no topic or group)
+    _RC.POP_MESSAGE: _GROUP_TOPIC_QUEUE,
+    _RC.ACK_MESSAGE: _GROUP_TOPIC_QUEUE,
+    _RC.BATCH_ACK_MESSAGE: (_batch_ack,),
+    _RC.CHANGE_MESSAGE_INVISIBLETIME: _GROUP_TOPIC_QUEUE,
+    _RC.NOTIFICATION: _GROUP_TOPIC_QUEUE,
+    _RC.POLLING_INFO: _GROUP_TOPIC_QUEUE,
+    _RC.QUERY_ASSIGNMENT: (_assignment(_SUB),),
+    _RC.SET_MESSAGE_REQUEST_MODE: (_assignment(_ADM),),
     # --- broker: admin
     _RC.UPDATE_AND_CREATE_TOPIC: (H("topic", _T, _ADM), H("defaultTopic", _T, _ADM)),
     _RC.DELETE_TOPIC_IN_BROKER: (H("topic", _T, _ADM),),
@@ -388,6 +445,7 @@ NO_NAME_CODES: Final = frozenset(
         _RC.GET_ALL_DELAY_OFFSET,
         _RC.GET_BROKER_CONFIG,
         _RC.GET_BROKER_RUNTIME_INFO,
+        _RC.GET_BROKER_CONSUME_STATS,
         _RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
         _RC.UPDATE_BROKER_CONFIG,
         # statsKey is a topic or "topic@group": the processor splits and validates it

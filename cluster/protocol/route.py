@@ -3,7 +3,7 @@
 Frozen attrs values for RocketMQ's ``TopicRouteData``, ``QueueData``, ``BrokerData``,
 ``ClusterInfo``, ``TopicConfig``, ``DataVersion``, ``TopicConfigSerializeWrapper``,
 ``RegisterBrokerBody``, ``TopicList`` and ``KVTable``, with JSON in RocketMQ's shapes
-(shared/reference/remoting-protocol.md §4):
+(docs/protocol/remoting.md, "Route and cluster JSON"):
 
 * ``encode`` writes what a Java node writes (fastjson: compact, sorted keys, nulls omitted, integer
   map keys unquoted unless ``standard=True``);
@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import attrs
 
-from rmq_cluster.cluster.protocol import fastjson
+from . import fastjson
 
 #: ``MixAll.MASTER_ID``: the broker id of a group's master.
 MASTER_ID: Final = 0
@@ -213,9 +213,17 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    #: RocketMQ 5 topic attributes (``message.type`` ...; cluster/protocol/topic_attributes.py)
+    #: as sorted (key, value) pairs; written to JSON only when there are some, so a 4.x topic
+    #: encodes byte for byte as a 4.x broker's
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def attribute_map(self) -> dict[str, str]:
+        return dict(self.attributes)
 
     def to_json_obj(self) -> dict[str, Any]:
-        return {
+        obj: dict[str, Any] = {
             "order": self.order,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -224,6 +232,9 @@ class TopicConfig:
             "topicSysFlag": self.topic_sys_flag,
             "writeQueueNums": self.write_queue_nums,
         }
+        if self.attributes:
+            obj["attributes"] = dict(self.attributes)
+        return obj
 
     @classmethod
     def from_json_obj(cls, obj: Any, name: str | None = None) -> TopicConfig:
@@ -246,6 +257,7 @@ class TopicConfig:
             topic_filter_type=filter_type,
             topic_sys_flag=_int(o.get("topicSysFlag"), "topicSysFlag", 0),
             order=_bool(o.get("order"), "order"),
+            attributes=_attributes(o.get("attributes")),
         )
 
     def encode_compact(self) -> str:
@@ -270,6 +282,25 @@ class TopicConfig:
             perm=_int(parts[3], "perm"),
             topic_filter_type=parts[4],
         )
+
+
+#: Attributes one topic config may carry, and the longest key or value read.
+MAX_TOPIC_ATTRIBUTES: Final = 16
+MAX_ATTRIBUTE_CHARS: Final = 256
+
+
+def _attributes(value: Any) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    table = _obj(value, "TopicConfig.attributes")
+    if len(table) > MAX_TOPIC_ATTRIBUTES:
+        raise RouteDecodeError(f"TopicConfig.attributes has more than {MAX_TOPIC_ATTRIBUTES}")
+    out = []
+    for k, v in table.items():
+        if not isinstance(v, str) or len(k) > MAX_ATTRIBUTE_CHARS or len(v) > MAX_ATTRIBUTE_CHARS:
+            raise RouteDecodeError("TopicConfig.attributes holds a bad entry")
+        out.append((str(k), v))
+    return tuple(sorted(out))
 
 
 def _topic_table(value: Any) -> dict[str, TopicConfig]:

@@ -9,21 +9,21 @@ from typing import Any, Final
 
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.address import parse_address
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.connection import (
+from ..logging import get_logger
+from .address import parse_address
+from .codec import RemotingCommand
+from .connection import (
     DEFAULT_CALL_TIMEOUT_S,
     Connection,
 )
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
-from rmq_cluster.cluster.remoting.errors import (
+from .errors import (
     RemotingClosedError,
     RemotingConnectError,
     RemotingTimeoutError,
     RemotingUnsentError,
 )
-from rmq_cluster.cluster.remoting.sockets import InputShare, connect_socket
+from .processors import Processor, ProcessorTable
+from .sockets import InputShare, connect_socket
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 3.0
 #: Run on every connection the pool opens, before its first request (peer authentication:
@@ -35,13 +35,13 @@ class RemotingClient:
     """A pool with one connection per address, (re)connected on demand.
 
     Make one with ``open_remoting_client``; requests the peers send to us (server -> client calls)
-    go to ``dispatcher``.
+    go to ``table``.
     """
 
     def __init__(
         self,
         nursery: trio.Nursery,
-        dispatcher: Dispatcher,
+        table: ProcessorTable,
         *,
         node: str = "client",
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
@@ -49,7 +49,7 @@ class RemotingClient:
         handshake: Handshake | None = None,
     ) -> None:
         self._nursery = nursery
-        self.dispatcher = dispatcher
+        self.table = table
         self.node = node
         self.connect_timeout = connect_timeout
         #: Applied to every request this pool sends (RocketMQ's client RPCHook: ACL signing).
@@ -91,7 +91,7 @@ class RemotingClient:
                 raise RemotingClosedError("client is closed")
             try:
                 conn = Connection(
-                    sock, self.dispatcher, node=self.node, lend_reading=True,
+                    sock, self.table, node=self.node, lend_reading=True,
                     input_share=self._input,
                 )
             except OSError as exc:
@@ -189,7 +189,7 @@ async def open_remoting_client(
         async with trio.open_nursery() as nursery:
             client = RemotingClient(
                 nursery,
-                Dispatcher(dict(processors or {}), default),
+                ProcessorTable(dict(processors or {}), default),
                 node=node,
                 connect_timeout=connect_timeout,
                 rpc_hook=rpc_hook,

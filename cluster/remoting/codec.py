@@ -1,4 +1,4 @@
-"""Sans-IO codec for RocketMQ 4.x remoting frames (shared/reference/remoting-protocol.md §1).
+"""Sans-IO codec for RocketMQ 4.x remoting frames (docs/protocol/remoting.md).
 
 Frame (big-endian)::
 
@@ -22,7 +22,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from rmq_cluster.cluster.remoting.codes import (
+from .codes import (
     CURRENT_VERSION,
     FLAG_ONEWAY,
     FLAG_RESPONSE,

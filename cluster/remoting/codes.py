@@ -1,7 +1,7 @@
 """RocketMQ 4.x request/response codes, language codes and version ordinals.
 
 Numbers are RocketMQ's (``RequestCode``, ``ResponseCode``, ``LanguageCode``, ``MQVersion``);
-see shared/reference/remoting-protocol.md §1.2, §1.5 and §2.
+see docs/protocol/remoting.md (header, versions, generic answers).
 """
 
 from __future__ import annotations
@@ -57,6 +57,16 @@ class RequestCode(enum.IntEnum):
     SEND_BATCH_MESSAGE = 320
     SEND_REPLY_MESSAGE = 324
     SEND_REPLY_MESSAGE_V2 = 325
+    # RocketMQ 5 POP consumption (rmq_cluster.cluster.protocol.pop holds its headers)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
+    QUERY_ASSIGNMENT = 400
+    SET_MESSAGE_REQUEST_MODE = 401
 
     # --- Broker: admin and slave sync ---
     UPDATE_AND_CREATE_TOPIC = 17

@@ -36,26 +36,26 @@ from typing import Any, Final, cast
 import attrs
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.address import format_address
-from rmq_cluster.cluster.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand
-from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, ResponseCode
-from rmq_cluster.cluster.remoting.connection_state import (
+from ..logging import get_logger
+from .address import format_address
+from .codec import FrameDecoder, ProtocolError, RemotingCommand
+from .codes import FLAG_ONEWAY, ResponseCode
+from .connection_state import (
     MAX_IN_FLIGHT_REQUESTS,
     Blocked,
     ConnectionState,
 )
-from rmq_cluster.cluster.remoting.dispatch import AsyncProcessor, Dispatcher, Processor
-from rmq_cluster.cluster.remoting.errors import (
+from .errors import (
     RemotingError,
     RemotingTimeoutError,
     error_response,
     exception_remark,
 )
-from rmq_cluster.cluster.remoting.input_budget import READ_CHUNK_BYTES
-from rmq_cluster.cluster.remoting.lending import Lending
-from rmq_cluster.cluster.remoting.sockets import InputShare, Socket
-from rmq_cluster.cluster.remoting.writer import Writer
+from .input_budget import READ_CHUNK_BYTES
+from .lending import Lending
+from .processors import AsyncProcessor, Processor, ProcessorTable
+from .sockets import InputShare, Socket
+from .writer import Writer
 
 #: RocketMQ's default client call timeout.
 DEFAULT_CALL_TIMEOUT_S: Final = 3.0
@@ -99,7 +99,7 @@ class Connection:
     docstring). Writing never blocks a caller; call timeouts are kept by one timer task."""
 
     def __init__(
-        self, sock: socket.socket, dispatcher: Dispatcher, *, node: str,
+        self, sock: socket.socket, table: ProcessorTable, *, node: str,
         max_in_flight: int = MAX_IN_FLIGHT_REQUESTS, lend_reading: bool = False,
         input_share: InputShare | None = None,
     ) -> None:
@@ -113,7 +113,7 @@ class Connection:
         self.local = format_address(local[0], local[1])
         self.log = get_logger(node=node, remote=self.peer, local=self.local)
         self._state = ConnectionState(
-            self, dispatcher, max_in_flight=max_in_flight, peer=self.peer, log=self.log)
+            self, table, max_in_flight=max_in_flight, peer=self.peer, log=self.log)
         self._state.last_read = trio.current_time()
         self._decoder = FrameDecoder()
         self._writer = Writer(self._state, self._sock, self._abort, limit=MAX_OUTBOUND_BUFFER_BYTES)

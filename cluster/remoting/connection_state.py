@@ -48,18 +48,10 @@ from typing import Any, Final, Protocol, cast
 
 import attrs
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.codec import ProtocolError, RemotingCommand, encode_into
-from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import (
-    HELD,
-    Deferred,
-    Dispatcher,
-    Held,
-    Processor,
-    SyncProcessor,
-)
-from rmq_cluster.cluster.remoting.errors import (
+from ..logging import get_logger
+from .codec import ProtocolError, RemotingCommand, encode_into
+from .codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from .errors import (
     OVERLOAD_REMARK,
     RemotingClosedError,
     RemotingError,
@@ -67,6 +59,14 @@ from rmq_cluster.cluster.remoting.errors import (
     error_answer,
     error_response,
     exception_remark,
+)
+from .processors import (
+    HELD,
+    Deferred,
+    Held,
+    Processor,
+    ProcessorTable,
+    SyncProcessor,
 )
 
 #: Requests of one connection being processed at once; past this, SYSTEM_BUSY.
@@ -107,12 +107,12 @@ class ConnectionState:
     """See the module docstring. ``handle`` is what processors receive as their connection."""
 
     def __init__(
-        self, handle: Any, dispatcher: Dispatcher, *, max_in_flight: int = MAX_IN_FLIGHT_REQUESTS,
+        self, handle: Any, table: ProcessorTable, *, max_in_flight: int = MAX_IN_FLIGHT_REQUESTS,
         peer: str = "?", log: Any = None,
     ) -> None:
         self.handle = handle
         self.peer = peer
-        self.lookup = dispatcher.lookup
+        self.lookup = table.lookup
         self.max_in_flight = max_in_flight
         self.log = log if log is not None else get_logger(component="connection")
         self.pending: dict[int, CallSlot] = {}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import FLAG_RESPONSE
+from .codec import RemotingCommand
+from .codes import FLAG_RESPONSE
 
 #: RocketMQ's remark when its request executor rejects a request.
 OVERLOAD_REMARK: Final = "[OVERLOAD]system busy, start flow control for a while"

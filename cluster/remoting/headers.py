@@ -5,18 +5,19 @@ they are required (Java's ``@CFNotNull``). ``from_ext_fields`` validates and nam
 ``to_ext_fields`` writes every non-None value as a string, as Java's reflection does.
 
 Booleans: Java parses only "true" (any case) as true, but the C++ client 2.0 sends "0"/"1"
-(shared/reference/remoting-protocol.md §10, pitfalls). We accept "1" as true and "0" as false so a
+(docs/protocol/remoting.md, "extFields are strings"). We accept "1" as true and "0" as false so a
 C++ batch send (``m="1"``) is stored as a batch, not as one message holding the batch blob.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, Self
+from types import MappingProxyType
+from typing import Any, Final, Literal, Self
 
 import attrs
 
-from rmq_cluster.cluster.remoting.codec import ext_value_to_str
+from .codec import ext_value_to_str
 
 Kind = Literal["str", "int", "long", "bool"]
 
@@ -288,24 +289,46 @@ class SendMessageRequestHeader(CommandHeader):
         return SendMessageRequestHeaderV2(**attrs.asdict(self, recurse=False))
 
 
+#: SEND_MESSAGE_V2's one-letter header (SEND_BATCH_MESSAGE's and SEND_REPLY_MESSAGE_V2's too):
+#: the letter of each SendMessageRequestHeader wire name. The one table of the letters: the
+#: V2 header class, the client's request, the broker's fast parse and the name table read it.
+SEND_V2_LETTER: Final[Mapping[str, str]] = MappingProxyType({
+    "producerGroup": "a",
+    "topic": "b",
+    "defaultTopic": "c",
+    "defaultTopicQueueNums": "d",
+    "queueId": "e",
+    "sysFlag": "f",
+    "bornTimestamp": "g",
+    "flag": "h",
+    "properties": "i",
+    "reconsumeTimes": "j",
+    "unitMode": "k",
+    "maxReconsumeTimes": "l",
+    "batch": "m",
+    "brokerName": "n",  # 4.9.5+ Java
+})
+_V2: Final = SEND_V2_LETTER
+
+
 @attrs.frozen
 class SendMessageRequestHeaderV2(CommandHeader):
-    """The same fields under SEND_MESSAGE_V2's one-letter names a..n (``bname`` is 4.9.5+ Java)."""
+    """The same fields under SEND_MESSAGE_V2's one-letter names (``SEND_V2_LETTER``)."""
 
-    producer_group: str = hfield("a", required=True)
-    topic: str = hfield("b", required=True)
-    default_topic: str = hfield("c", required=True)
-    default_topic_queue_nums: int = hfield("d", "int", required=True)
-    queue_id: int = hfield("e", "int", required=True)
-    sys_flag: int = hfield("f", "int", required=True)
-    born_timestamp: int = hfield("g", "long", required=True)
-    flag: int = hfield("h", "int", required=True)
-    properties: str | None = hfield("i")
-    reconsume_times: int | None = hfield("j", "int")
-    unit_mode: bool | None = hfield("k", "bool")
-    max_reconsume_times: int | None = hfield("l", "int")
-    batch: bool | None = hfield("m", "bool")
-    broker_name: str | None = hfield("n")
+    producer_group: str = hfield(_V2["producerGroup"], required=True)
+    topic: str = hfield(_V2["topic"], required=True)
+    default_topic: str = hfield(_V2["defaultTopic"], required=True)
+    default_topic_queue_nums: int = hfield(_V2["defaultTopicQueueNums"], "int", required=True)
+    queue_id: int = hfield(_V2["queueId"], "int", required=True)
+    sys_flag: int = hfield(_V2["sysFlag"], "int", required=True)
+    born_timestamp: int = hfield(_V2["bornTimestamp"], "long", required=True)
+    flag: int = hfield(_V2["flag"], "int", required=True)
+    properties: str | None = hfield(_V2["properties"])
+    reconsume_times: int | None = hfield(_V2["reconsumeTimes"], "int")
+    unit_mode: bool | None = hfield(_V2["unitMode"], "bool")
+    max_reconsume_times: int | None = hfield(_V2["maxReconsumeTimes"], "int")
+    batch: bool | None = hfield(_V2["batch"], "bool")
+    broker_name: str | None = hfield(_V2["brokerName"])
 
     def to_v1(self) -> SendMessageRequestHeader:
         return SendMessageRequestHeader(**attrs.asdict(self, recurse=False))
@@ -313,7 +336,7 @@ class SendMessageRequestHeaderV2(CommandHeader):
 
 def parse_send_header(code: int, ext: Mapping[str, Any]) -> SendMessageRequestHeader:
     """Read a send request's header whichever way it came (10 long names; 310/320/325 letters)."""
-    from rmq_cluster.cluster.remoting.codes import RequestCode
+    from .codes import RequestCode
 
     if code in (
         RequestCode.SEND_MESSAGE_V2,
@@ -535,6 +558,8 @@ class CreateTopicRequestHeader(CommandHeader):
     topic_filter_type: str = hfield("topicFilterType", required=True)
     topic_sys_flag: int | None = hfield("topicSysFlag", "int")
     order: bool = hfield("order", "bool", default=False)
+    #: RocketMQ 5: "+message.type=FIFO,..." (cluster/protocol/topic_attributes.py)
+    attributes: str | None = hfield("attributes")
 
 
 @attrs.frozen

@@ -1,4 +1,6 @@
-"""Answers held back until a watermark passes their key (SYNC_MASTER sends). Pure: no trio."""
+"""The one way work waits for an offset: a watermark and the answers held until it passes them
+(SYNC_FLUSH, SYNC_MASTER and DLedger sends, and tasks that wait through ``store/watermark.py``).
+Pure: no trio."""
 
 from __future__ import annotations
 
@@ -11,14 +13,15 @@ from typing import Protocol
 
 import attrs
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode_into
-from rmq_cluster.cluster.remoting.codes import FLAG_RESPONSE
-from rmq_cluster.cluster.remoting.dispatch import HELD, Held
+from ..logging import get_logger
+from .codec import FrameDecoder, RemotingCommand, encode_into
+from .codes import FLAG_RESPONSE
+from .processors import HELD, Held
 
 
 class HeldReceiver(Protocol):
-    """What held answers are released to (a connection)."""
+    """What held answers are released to: a connection (its answers' frames), or a task's
+    wakeup (``store/watermark.py``: no frames)."""
 
     def _held_released(self, frames: bytearray, n: int) -> None: ...
 
@@ -50,17 +53,24 @@ class _HeldQueue:
         return out
 
 
-class HeldAnswers:
-    """Answers held back until a watermark reaches their key, or their deadline passes: a
-    SYNC_MASTER send's answer waits until a slave acked past the message's end offset.
+#: Rewrites a held answer whose deadline passed (the answer as held, its key).
+ExpiredAnswer = Callable[[RemotingCommand, int], RemotingCommand]
 
-    ``hold`` encodes the answer at once (as an inline answer is encoded) into its connection's
-    queue with its key and deadline; ``release_upto(mark)`` moves every answer whose key is at
-    most ``mark`` to its connection's outbound buffer and sends them in one ``send``;
-    ``expire(now)`` answers those whose deadline passed with ``expired_answer(answer)`` instead
-    (decoded again from the held frame: a rare path keeps nothing per answer). Keys and
-    deadlines rise within a connection (a connection's requests are handled in order and their
-    keys are assigned in that order), so each release or expiry takes a prefix.
+
+class HeldAnswers:
+    """A watermark (``mark``: a rising offset, never going back) and the answers held until it
+    reaches their key, or their deadline passes: a SYNC_FLUSH send's answer waits until the
+    flush passed the message's end offset, a SYNC_MASTER one until a slave acked past it, a
+    DLedger one until the group committed its entry.
+
+    ``hold`` encodes the answer at once (as an inline answer is encoded) into its receiver's
+    queue with its key and deadline; ``advance(mark)`` raises the mark and moves every answer
+    whose key is at most ``mark`` to its receiver in one call; ``expire(now)`` answers those
+    whose deadline passed with ``expired_answer(answer, key)`` instead (decoded again from the
+    held frame: a rare path keeps nothing per answer). ``wait`` holds an empty frame for a
+    task's wakeup. Keys and deadlines rise within a receiver (a connection's requests are
+    handled in order and their keys are assigned in that order), so each release or expiry
+    takes a prefix.
 
     A held send costs four array appends beside its encoding: no object, callback or task per
     request, and the kept state is bytes and numbers, nothing for the garbage collector.
@@ -68,29 +78,35 @@ class HeldAnswers:
 
     def __init__(
         self,
-        expired_answer: Callable[[RemotingCommand], RemotingCommand],
+        expired_answer: ExpiredAnswer,
         timeout_s: float,
         clock: Callable[[], float] = time.monotonic,
+        mark: int = 0,
     ) -> None:
-        self._expired_answer = expired_answer
+        self.expired_answer = expired_answer
         self.timeout_s = timeout_s
         #: the clock of deadlines, ``next_deadline`` and ``expire`` (a plain C call per hold:
         #: trio's clock is a Python method, ~0.3 us a send more)
         self.clock = clock
+        #: the watermark: every key at most this has been released
+        self.mark = mark
         self._queues: dict[HeldReceiver, _HeldQueue] = {}
-        #: the smallest key held (inf: none): an ack below it releases nothing, at no cost
+        #: the smallest key held (inf: none): an advance below it releases nothing, at no cost
         self._min_key: float = math.inf
         self.waiting = 0  # answers held now
         self.held_total = 0  # answers ever held
-        self.released_total = 0  # answers released by ``release_upto``
+        self.released_total = 0  # answers released by ``advance``
         self.expired_total = 0  # answers ``expire`` rewrote
-        #: called when an answer is held while none was (a sweeper that waits for work)
+        #: called when an answer is held whose deadline comes before ``wake_before`` (the
+        #: deadline a sweeper sleeps until; inf while it waits for one)
         self.on_busy: Callable[[], None] | None = None
+        self.wake_before = math.inf
         self.log = get_logger(component="held_answers")
 
     def hold(self, conn: HeldReceiver, opaque: int, response: RemotingCommand, key: int) -> Held:
-        """Hold ``response`` (the answer to the request ``opaque`` on ``conn``) until a
-        watermark reaches ``key``; return ``HELD`` for the processor to return."""
+        """Hold ``response`` (the answer to the request ``opaque`` on ``conn``) until the mark
+        reaches ``key`` (the caller answers at once when it already did: ``mark >= key``);
+        return ``HELD`` for the processor to return."""
         if not response.flag & FLAG_RESPONSE:
             response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
         q = self._queues.get(conn)
@@ -102,18 +118,49 @@ class HeldAnswers:
                 self._min_key = key
         else:  # (its first key is at most this one: the smallest first key stays)
             encode_into(q.data, response, opaque)
-        data = q.data
+            if key < q.keys[-1]:
+                key = q.keys[-1]  # keys rise within a receiver (released no earlier)
+        # (``_append`` inlined: once per held send)
+        deadline = self.clock() + self.timeout_s
         q.keys.append(key)
-        q.cuts.append(q.base + len(data))
-        q.deadlines.append(self.clock() + self.timeout_s)
+        q.cuts.append(q.base + len(q.data))
+        q.deadlines.append(deadline)
         self.held_total += 1
         self.waiting += 1
-        if self.waiting == 1 and self.on_busy is not None:
+        if deadline < self.wake_before and self.on_busy is not None:
+            self.wake_before = deadline
             self.on_busy()
         return HELD
 
-    def release_upto(self, mark: int) -> int:
-        """Send every held answer whose key is at most ``mark``; how many."""
+    def wait(self, receiver: HeldReceiver, key: int, deadline: float) -> None:
+        """Hold an empty answer for ``receiver`` (a task's wakeup) until the mark reaches
+        ``key`` or ``deadline`` passes; it then gets ``_held_released(b"", 1)``."""
+        q = self._queues.get(receiver)
+        if q is None:
+            q = self._queues[receiver] = _HeldQueue()
+            if key < self._min_key:
+                self._min_key = key
+        else:
+            key = max(key, q.keys[-1])
+            deadline = max(deadline, q.deadlines[-1])
+        self._append(q, key, deadline)
+
+    def _append(self, q: _HeldQueue, key: int, deadline: float) -> None:
+        q.keys.append(key)
+        q.cuts.append(q.base + len(q.data))
+        q.deadlines.append(deadline)
+        self.held_total += 1
+        self.waiting += 1
+        if deadline < self.wake_before and self.on_busy is not None:
+            self.wake_before = deadline
+            self.on_busy()
+
+    def advance(self, mark: int) -> int:
+        """Raise the watermark to ``mark`` (a lower one changes nothing) and send every held
+        answer whose key it reaches; how many."""
+        if mark <= self.mark:
+            return 0
+        self.mark = mark
         if mark < self._min_key:
             return 0
         released = 0
@@ -132,6 +179,18 @@ class HeldAnswers:
         self._reset_min_key()
         return released
 
+    def drop(self, receiver: HeldReceiver) -> int:
+        """Forget what ``receiver`` holds, unanswered (a waiting task that gave up: its own
+        timeout, or cancelled); how many, counted as expired."""
+        q = self._queues.pop(receiver, None)
+        if q is None:
+            return 0
+        n = len(q.keys)
+        self.waiting -= n
+        self.expired_total += n
+        self._reset_min_key()
+        return n
+
     def _reset_min_key(self) -> None:
         self._min_key = min((q.keys[0] for q in self._queues.values()), default=math.inf)
 
@@ -144,6 +203,7 @@ class HeldAnswers:
             if deadlines[0] > now:
                 continue
             n = bisect.bisect_right(deadlines, now)
+            keys = q.keys[:n]
             frames = q.take(n)
             if not q.keys:
                 del self._queues[conn]
@@ -152,8 +212,8 @@ class HeldAnswers:
             self.expired_total += n
             out = bytearray()
             try:
-                for held in FrameDecoder().feed(frames):
-                    encode_into(out, self._expired_answer(held), held.opaque)
+                for held, key in zip(FrameDecoder().feed(frames), keys, strict=False):
+                    encode_into(out, self.expired_answer(held, key), held.opaque)
             except Exception:  # the caller (a sweeper) must go on: these calls time out
                 self.log.exception("held answers not rewritable", answers=n)
                 out = bytearray()
@@ -162,7 +222,7 @@ class HeldAnswers:
         return expired
 
     def expire_all(self) -> int:
-        """Every held answer in its expired form (the watermark will not move again)."""
+        """Every held answer in its expired form (the mark will not move again)."""
         return self.expire(math.inf)
 
     def next_deadline(self) -> float | None:

@@ -35,7 +35,7 @@ import struct
 import sys
 from typing import Any, Final
 
-from rmq_cluster.cluster.remoting.codec import MAX_FRAME_BYTES
+from .codec import MAX_FRAME_BYTES
 
 #: Bytes asked of the socket per receive; every complete frame in them is decoded at once.
 READ_CHUNK_BYTES: Final = 64 * 1024

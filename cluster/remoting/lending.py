@@ -34,12 +34,12 @@ from typing import Any, Final, Protocol
 
 import trio
 
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.connection_state import Blocked, CallSlot, ConnectionState
-from rmq_cluster.cluster.remoting.errors import RemotingUnsentError
-from rmq_cluster.cluster.remoting.input_budget import READ_CHUNK_BYTES
-from rmq_cluster.cluster.remoting.sockets import Socket
-from rmq_cluster.cluster.remoting.writer import Writer
+from .codec import RemotingCommand
+from .connection_state import Blocked, CallSlot, ConnectionState
+from .errors import RemotingUnsentError
+from .input_budget import READ_CHUNK_BYTES
+from .sockets import Socket
+from .writer import Writer
 
 #: While the reader lends its reading, it goes back to the socket once a whole period this long
 #: passes without a lone call.

@@ -30,11 +30,11 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
-from rmq_cluster.cluster.remoting.errors import RemotingConnectError, RemotingError
+from ..logging import get_logger
+from .codec import RemotingCommand
+from .codes import ResponseCode
+from .errors import RemotingConnectError, RemotingError
+from .processors import Processor, ProcessorTable
 
 #: Request codes of the handshake (ours: no RocketMQ or DLedger code uses them).
 PEER_AUTH_HELLO: Final = 97001
@@ -90,7 +90,7 @@ class _Pending:
 
 
 class PeerAuthGate:
-    """The serving end: ``wrap(dispatcher)`` serves only connections that proved the secret."""
+    """The serving end: ``wrap(table)`` serves only connections that proved the secret."""
 
     def __init__(self, secret: str, *, node: str, port: str) -> None:
         if not secret:
@@ -105,16 +105,16 @@ class PeerAuthGate:
         self.authenticated = 0
         self._last_refused_log = -REFUSED_LOG_INTERVAL_S
 
-    def wrap(self, dispatcher: Dispatcher) -> Dispatcher:
+    def wrap(self, table: ProcessorTable) -> ProcessorTable:
         processors: dict[int, Processor] = {
-            code: self._guard(p) for code, p in dispatcher.processors.items()
+            code: self._guard(p) for code, p in table.processors.items()
         }
         processors[PEER_AUTH_HELLO] = self._on_hello
         processors[PEER_AUTH_PROVE] = self._on_prove
-        default = self._guard(dispatcher.default) if dispatcher.default is not None else None
+        default = self._guard(table.default) if table.default is not None else None
         if default is None:
             default = self._guard(None)
-        return Dispatcher(processors, default)
+        return ProcessorTable(processors, default)
 
     def is_authenticated(self, conn: Any) -> bool:
         return conn in self._authenticated

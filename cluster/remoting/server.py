@@ -19,17 +19,17 @@ from typing import Any, Final
 
 import trio
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.remoting.address import format_address
-from rmq_cluster.cluster.remoting.admission import ConnectionAdmission, Refused
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.connection_state import MAX_IN_FLIGHT_REQUESTS
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
-from rmq_cluster.cluster.remoting.input_budget import (
+from ..logging import get_logger
+from .address import format_address
+from .admission import ConnectionAdmission, Refused
+from .connection import Connection
+from .connection_state import MAX_IN_FLIGHT_REQUESTS
+from .input_budget import (
     INPUT_RESERVE_BYTES,
     MIN_MAX_BUFFERED_INPUT_BYTES,
 )
-from rmq_cluster.cluster.remoting.sockets import (
+from .processors import ProcessorTable
+from .sockets import (
     InputShare,
     close_socket,
     listen_socket,
@@ -59,11 +59,11 @@ ACCEPT_BACKOFF_S: Final = 0.1
 
 
 class RemotingServer:
-    """Serves a ``Dispatcher`` on one or more ports (a broker serves its listen and fast ports)."""
+    """Serves a ``ProcessorTable`` on one or more ports (a broker: its listen and fast ports)."""
 
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        table: ProcessorTable,
         *,
         node: str = "server",
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S,
@@ -77,7 +77,7 @@ class RemotingServer:
     ) -> None:
         if not partial_frame_timeout > 0:
             raise ValueError(f"partial_frame_timeout must be positive, got {partial_frame_timeout}")
-        self.dispatcher = dispatcher
+        self.table = table
         self.node = node
         self.idle_timeout = idle_timeout
         self.max_in_flight = max_in_flight
@@ -303,7 +303,7 @@ class RemotingServer:
     async def _serve_socket(self, sock: socket.socket, host: str) -> None:
         try:
             conn = Connection(
-                sock, self.dispatcher, node=self.node, max_in_flight=self.max_in_flight,
+                sock, self.table, node=self.node, max_in_flight=self.max_in_flight,
                 input_share=self._input,
             )
         except OSError:  # the peer vanished between accept and getpeername
@@ -334,8 +334,8 @@ class RemotingServer:
                     conn.log.exception("on_close callback failed")
 
 
-async def serve_dispatcher(
-    dispatcher: Dispatcher,
+async def serve_table(
+    table: ProcessorTable,
     *,
     host: str = "127.0.0.1",
     port: int = 0,
@@ -343,6 +343,6 @@ async def serve_dispatcher(
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
     **kwargs: Any,
 ) -> None:
-    """Convenience: ``RemotingServer(dispatcher, ...).serve(host, port)``."""
-    server = RemotingServer(dispatcher, node=node, **kwargs)
+    """Convenience: ``RemotingServer(table, ...).serve(host, port)``."""
+    server = RemotingServer(table, node=node, **kwargs)
     await server.serve(host, port, task_status=task_status)

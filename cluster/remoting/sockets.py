@@ -33,7 +33,7 @@ from typing import ClassVar, Final
 
 import trio
 
-from rmq_cluster.cluster.remoting.input_budget import READ_CHUNK_BYTES, InputBudget, InputCharge
+from .input_budget import READ_CHUNK_BYTES, InputBudget, InputCharge
 
 #: A ``send_all`` that cannot progress this long means the peer stopped reading.
 WRITE_TIMEOUT_S: Final = 30.0

@@ -32,11 +32,11 @@ from typing import Final
 
 import trio
 
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.connection_state import ConnectionState
-from rmq_cluster.cluster.remoting.errors import RemotingClosedError
-from rmq_cluster.cluster.remoting.sockets import WRITE_TIMEOUT_S as SOCKET_WRITE_TIMEOUT_S
-from rmq_cluster.cluster.remoting.sockets import Socket
+from .codec import RemotingCommand
+from .connection_state import ConnectionState
+from .errors import RemotingClosedError
+from .sockets import WRITE_TIMEOUT_S as SOCKET_WRITE_TIMEOUT_S
+from .sockets import Socket
 
 #: A send that cannot complete in this long means the peer stopped reading: the connection closes
 #: (the socket layer's one figure).

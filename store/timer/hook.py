@@ -19,14 +19,14 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-from rmq_cluster.cluster.protocol.message import (
+from ...cluster.protocol.message import (
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_NOT_TYPE,
     MessageConst,
     java_map_order,
 )
-from rmq_cluster.store.config import TIMER_PRECISIONS_MS, TIMER_TOPIC
+from ..config import TIMER_PRECISIONS_MS, TIMER_TOPIC
 
 TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
 TIMER_DELAY_SEC: Final = "TIMER_DELAY_SEC"

@@ -35,8 +35,8 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.protocol.message import (
+from ...cluster.logging import get_logger
+from ...cluster.protocol.message import (
     HostAddr,
     Message,
     MessageConst,
@@ -46,12 +46,12 @@ from rmq_cluster.cluster.protocol.message import (
     java_map_order,
     tags_code,
 )
-from rmq_cluster.store.commitlog import PutMessageStatus
-from rmq_cluster.store.config import TIMER_TOPIC, MessageStoreConfig
-from rmq_cluster.store.mapped_file import MappedFile, MappedFileQueue, run_flush_plan
-from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
-from rmq_cluster.store.timer import layout as L
-from rmq_cluster.store.timer.hook import (
+from ..commitlog import PutMessageStatus
+from ..config import TIMER_TOPIC, MessageStoreConfig
+from ..mapped_file import MappedFile, MappedFileQueue, run_flush_plan
+from ..message_store import GetMessageStatus, MessageStore
+from . import layout as L
+from .hook import (
     TIMER_DEQUEUE_MS,
     TIMER_ENQUEUE_MS,
     TIMER_OUT_MS,

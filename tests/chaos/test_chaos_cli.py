@@ -22,7 +22,7 @@ RUN_TIMEOUT_S = 180
 
 
 def _chaos(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rmq_cluster.deploy", "chaos", *args],
+    return subprocess.run([sys.executable, "-m", "rmq_cluster.cli", "chaos", *args],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
 
 

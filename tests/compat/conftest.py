@@ -132,12 +132,12 @@ def _classpath_cached(cp_file: Path) -> bool:
     return bool(jars) and all(Path(j).is_file() for j in jars)
 
 
-def build_java_probes(version: str) -> str:
-    """Build tests/compat/java against rocketmq ``version`` into ``target-<version>`` and return
-    the class path (probes + the client's jars). Maven runs offline once ``~/.m2`` holds
-    everything the last build listed."""
+def build_java_probes(version: str, directory: Path = JAVA_DIR) -> str:
+    """Build tests/compat/java (or another probe project) against rocketmq ``version`` into
+    ``target-<version>`` and return the class path (probes + the client's jars). Maven runs
+    offline once ``~/.m2`` holds everything the last build listed."""
     _java, mvn = _java_tools()
-    target = JAVA_DIR / f"target-{version}"
+    target = directory / f"target-{version}"
     cp_file = target / "classpath.txt"
     goals = [
         "-B", "-q", f"-Drocketmq.version={version}", "package", "dependency:build-classpath",
@@ -147,7 +147,7 @@ def build_java_probes(version: str) -> str:
     done = None
     for args in attempts:
         done = subprocess.run(
-            [mvn, *args], cwd=JAVA_DIR, capture_output=True, text=True,
+            [mvn, *args], cwd=directory, capture_output=True, text=True,
             timeout=MAVEN_TIMEOUT_S, stdin=subprocess.DEVNULL,
         )
         if done.returncode == 0:
@@ -172,6 +172,12 @@ def java_client(request: pytest.FixtureRequest) -> tuple[str, str]:
 def mqadmin_classpath() -> str:
     """Class path of rocketmq-tools 4.9.8 (``MQAdminStartup``, the real mqadmin)."""
     return build_java_probes(JAVA_CLIENTS[0])
+
+
+@pytest.fixture(scope="session", params=JAVA_CLIENTS)
+def mqadmin_tools(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(version, class path) of each pinned rocketmq-tools: 4.9.8 and 5.3.1's mqadmin."""
+    return request.param, build_java_probes(request.param)
 
 
 # --------------------------------------------------------------------------- Apache Go client

@@ -11,7 +11,7 @@ from pathlib import Path
 import trio
 
 from rmq_cluster.broker.config import load_broker_config
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
@@ -51,7 +51,7 @@ async def test_ali_ons_producer_and_push_consumer(node_probes: Path, tmp_path: P
                 "messageDelayLevel": " ".join(["1s"] * 18),
             }
         ).settings
-        broker = BrokerController(settings)
+        broker = BrokerNode(settings)
         bhost, bport = await nursery.start(broker.run)
         # ali-ons throws on TOPIC_NOT_EXIST instead of falling back to TBW102 like the Java
         # client, so the topic is created first, as an operator would with mqadmin updateTopic.

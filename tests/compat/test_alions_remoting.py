@@ -11,7 +11,7 @@ import trio
 
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
+from rmq_cluster.cluster.remoting.processors import ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 
 ECHO, FAIL = 1, 2
@@ -26,7 +26,7 @@ async def _fail(conn: Connection, request: RemotingCommand) -> RemotingCommand:
 
 
 async def test_ali_ons_client_talks_to_our_server(node_probes: Path, nursery: trio.Nursery) -> None:
-    server = RemotingServer(Dispatcher({ECHO: _echo, FAIL: _fail}), node="compat")
+    server = RemotingServer(ProcessorTable({ECHO: _echo, FAIL: _fail}), node="compat")
     _host, port = await nursery.start(server.serve, "127.0.0.1", 0)
     node = shutil.which("node")
     assert node is not None

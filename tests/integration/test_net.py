@@ -14,12 +14,12 @@ from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Deferred, Dispatcher
 from rmq_cluster.cluster.remoting.errors import (
     RemotingClosedError,
     RemotingConnectError,
     RemotingTimeoutError,
 )
+from rmq_cluster.cluster.remoting.processors import Deferred, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 
 ECHO, HOLD, BOOM, ONEWAY_SINK, NOTHING, JITTER, CALL_BACK = 1, 2, 3, 4, 5, 6, 7
@@ -72,8 +72,8 @@ class Harness:
         answer = await conn.invoke(RemotingCommand.request(40, {"consumerGroup": "G"}), timeout=5)
         return req.response(0, remark=f"client said {answer.remark}")
 
-    def dispatcher(self) -> Dispatcher:
-        return Dispatcher(
+    def table(self) -> ProcessorTable:
+        return ProcessorTable(
             {
                 ECHO: self.echo,
                 HOLD: self.hold,
@@ -107,7 +107,7 @@ class Harness:
 async def server(nursery: trio.Nursery) -> AsyncIterator[tuple[str, Harness, RemotingServer]]:
     harness = Harness()
     srv = RemotingServer(
-        harness.dispatcher(),
+        harness.table(),
         node="test-server",
         on_connect=harness.on_connect,
         on_close=harness.on_close,
@@ -308,7 +308,7 @@ async def test_connect_refused_is_a_clear_error() -> None:
 
 async def test_idle_server_connection_is_closed(nursery: trio.Nursery) -> None:
     harness = Harness()
-    srv = RemotingServer(harness.dispatcher(), idle_timeout=0.2, on_close=harness.on_close)
+    srv = RemotingServer(harness.table(), idle_timeout=0.2, on_close=harness.on_close)
     host, port = await nursery.start(srv.serve)
     async with open_remoting_client() as client:
         conn = await client.connection(format_address(host, port))
@@ -359,7 +359,7 @@ async def test_a_failing_close_callback_does_not_stop_the_server(nursery: trio.N
     def bad_on_close(conn: Connection) -> None:
         raise RuntimeError("callback bug")
 
-    srv = RemotingServer(harness.dispatcher(), on_close=bad_on_close)
+    srv = RemotingServer(harness.table(), on_close=bad_on_close)
     host, port = await nursery.start(srv.serve)
     addr = format_address(host, port)
     for _ in range(3):
@@ -371,7 +371,7 @@ async def test_busy_port_is_a_clear_error(server: tuple[str, Harness, RemotingSe
     addr, harness, _ = server
     host, port = addr.rsplit(":", 1)
     with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}"):
-        await RemotingServer(harness.dispatcher()).serve(host, int(port))
+        await RemotingServer(harness.table()).serve(host, int(port))
 
 
 async def test_large_bodies_cross_partial_sends(
@@ -453,7 +453,7 @@ async def test_a_failing_on_connect_closes_that_connection(nursery: trio.Nursery
     def bad_on_connect(conn: Connection) -> None:
         raise RuntimeError("on_connect bug")
 
-    srv = RemotingServer(harness.dispatcher(), on_connect=bad_on_connect)
+    srv = RemotingServer(harness.table(), on_connect=bad_on_connect)
     host, port = await nursery.start(srv.serve)
     raw = await trio.open_tcp_stream(host, port)
     try:
@@ -469,7 +469,7 @@ async def test_unencodable_response_fails_that_call_only(nursery: trio.Nursery) 
     def bad_remark(conn: Connection, req: RemotingCommand) -> RemotingCommand:
         return req.response(0, remark=ValueError("not a str"))  # type: ignore[arg-type]
 
-    srv = RemotingServer(Dispatcher({**harness.dispatcher().processors, 99: bad_remark}))
+    srv = RemotingServer(ProcessorTable({**harness.table().processors, 99: bad_remark}))
     host, port = await nursery.start(srv.serve)
     addr = format_address(host, port)
     async with open_remoting_client() as client:
@@ -551,7 +551,7 @@ async def test_a_plain_processor_may_defer_its_answer(nursery: trio.Nursery) -> 
 
         return later()
 
-    srv = RemotingServer(Dispatcher({1: maybe_wait, 2: boom_later}))  # type: ignore[dict-item]
+    srv = RemotingServer(ProcessorTable({1: maybe_wait, 2: boom_later}))  # type: ignore[dict-item]
     host, port = await nursery.start(srv.serve)
     addr = format_address(host, port)
     async with open_remoting_client() as client:
@@ -588,7 +588,7 @@ async def test_a_plain_processor_may_answer_through_a_deferred(nursery: trio.Nur
         parked_changed.set()
         return d
 
-    srv = RemotingServer(Dispatcher({1: park}))  # type: ignore[dict-item]
+    srv = RemotingServer(ProcessorTable({1: park}))  # type: ignore[dict-item]
     host, port = await nursery.start(srv.serve)
     async with open_remoting_client() as client:
         conn = await client.connection(format_address(host, port))

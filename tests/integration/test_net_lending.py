@@ -20,12 +20,12 @@ from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoti
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from rmq_cluster.cluster.remoting.connection import Connection
 from rmq_cluster.cluster.remoting.connection_state import LEND_QUIET_S
-from rmq_cluster.cluster.remoting.dispatch import Deferred, Dispatcher
 from rmq_cluster.cluster.remoting.errors import (
     RemotingClosedError,
     RemotingTimeoutError,
     RemotingUnsentError,
 )
+from rmq_cluster.cluster.remoting.processors import Deferred, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 
 ECHO, HOLD, CALL_BACK, NOTIFY = 1, 2, 3, 40
@@ -54,7 +54,7 @@ class Peer:
 async def peer(nursery: trio.Nursery) -> AsyncIterator[tuple[str, Peer]]:
     p = Peer()
     srv = RemotingServer(
-        Dispatcher({ECHO: p.echo, HOLD: p.hold, CALL_BACK: p.call_back}),
+        ProcessorTable({ECHO: p.echo, HOLD: p.hold, CALL_BACK: p.call_back}),
         node="peer",
         on_connect=p.conns.append,
     )
@@ -354,7 +354,7 @@ async def test_a_lone_call_hands_over_what_it_must_not_wait_for(nursery: trio.Nu
     port = listeners[0].socket.getsockname()[1]
     sock = socket.create_connection(("127.0.0.1", port))
     conn = Connection(
-        sock, Dispatcher({NOTIFY: defer}), node="c", max_in_flight=1, lend_reading=True
+        sock, ProcessorTable({NOTIFY: defer}), node="c", max_in_flight=1, lend_reading=True
     )
     await nursery.start(conn.run)
     await _echo(conn, 0)

@@ -14,8 +14,8 @@ import trio.testing
 from rmq_cluster.cluster.remoting import writer as writer_module
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand
 from rmq_cluster.cluster.remoting.connection_state import ConnectionState
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.errors import RemotingClosedError
+from rmq_cluster.cluster.remoting.processors import ProcessorTable
 from rmq_cluster.cluster.remoting.sockets import Socket
 from rmq_cluster.cluster.remoting.writer import Writer
 
@@ -26,7 +26,7 @@ class Side:
     """A writer with what a connection gives it: state, socket, and a close that records why."""
 
     def __init__(self, sock: socket.socket, limit: int) -> None:
-        self.state = ConnectionState(self, Dispatcher({}), peer="peer")
+        self.state = ConnectionState(self, ProcessorTable({}), peer="peer")
         self.sock = Socket(sock)
         self.aborted: list[str] = []
         self.writer = Writer(self.state, self.sock, self.abort, limit=limit)

@@ -18,11 +18,6 @@ DEVIATIONS: Final[tuple[tuple[str, str, str, str], ...]] = (
     ("error_unknown_code_namesrv", r"code|remark", "deliberate",
      "Java's NameServer never answers an unknown request code (the caller times out); ours "
      "answers REQUEST_CODE_NOT_SUPPORTED as Java's broker does"),
-    ("runtime_info",
-     r"body\.table\.(\w+ThreadPool\w+|EndTransactionQueueSize|pageCacheLockTimeMills|"
-     r"remainTransientStoreBufferNumbs|dispatchMaxBuffer)", "deliberate",
-     "GET_BROKER_RUNTIME_INFO: Java's thread-pool queues, page-cache lock and transient store "
-     "pool; we have none of them"),
     ("runtime_info", r"body\.table\.(ha\w+|remoting\w+|brokerActive|scheduleMessageOffset)",
      "deliberate", "GET_BROKER_RUNTIME_INFO: our extra keys (HA, remoting limits, liveness)"),
     # ---------------------------------------------------------------- clocks

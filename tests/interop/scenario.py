@@ -172,6 +172,9 @@ def _has_records(view: dict[str, Any]) -> bool:
 
 L = 2**63 - 1
 
+#: A MessageQueue as a map key in fastjson's output, made a plain "topic@broker@queue" key.
+_MQ_KEY: Final = re.compile(rb'\{"brokerName":"([^"]*)","queueId":(\d+),"topic":"([^"]*)"\}:')
+
 SCENARIO: Final[tuple[Step, ...]] = (
     # --- NameServer: routes and cluster info -------------------------------------------------
     Step("ns_route_unknown", "namesrv", RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"},
@@ -180,6 +183,8 @@ SCENARIO: Final[tuple[Step, ...]] = (
          body_kind="json", until=_code_is(0),
          doc="autoCreateTopicEnable=true registers the default topic"),
     Step("ns_cluster_info", "namesrv", RC.GET_BROKER_CLUSTER_INFO, body_kind="json"),
+    Step("ns_config", "namesrv", RC.GET_NAMESRV_CONFIG, body_kind="properties",
+         doc="every key Java's NameServer answers, ours too (extension keys aside)"),
     # --- admin: create a topic; its route follows --------------------------------------------
     Step("create_topic", "broker", RC.UPDATE_AND_CREATE_TOPIC, {
         "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4",
@@ -246,6 +251,9 @@ SCENARIO: Final[tuple[Step, ...]] = (
          {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "1"}),
     Step("query_offset_unknown_group", "broker", RC.QUERY_CONSUMER_OFFSET,
          {"consumerGroup": "NoSuchGroup", "topic": TOPIC, "queueId": "3"}),
+    Step("broker_consume_stats", "broker", RC.GET_BROKER_CONSUME_STATS, {"isOrder": "false"},
+         body_kind="mq_keyed_json",
+         doc="mqadmin brokerConsumeStats: every group's offsets and diff"),
     Step("max_offset", "broker", RC.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"}),
     Step("max_offset_missing_queue", "broker", RC.GET_MAX_OFFSET,
          {"topic": TOPIC, "queueId": "99"}),
@@ -377,7 +385,9 @@ def flatten_response(resp: RemotingCommand | None, body_kind: str) -> dict[str, 
     body = bytes(resp.body)
     if not body:
         return out
-    if body_kind == "json":
+    if body_kind in ("json", "mq_keyed_json"):
+        if body_kind == "mq_keyed_json":  # fastjson writes MessageQueue map keys as objects
+            body = _MQ_KEY.sub(rb'"\3@\1@\2":', body)
         try:
             _flatten("body", fastjson.loads(body), out)
         except ValueError:
@@ -469,6 +479,11 @@ ALLOWED: Final[tuple[tuple[str, str, str], ...]] = (
     (r"broker_config", r"body\.(storePath\w*|rocketmqHome|listenPort|haListenPort|brokerIP\d|"
      r"namesrvAddr|kvConfigPath|configStorePath|brokerName|hostName)",
      "per-run paths, ports and host names"),
+    (r"ns_config", r"body\.(listenPort|kvConfigPath|configStorePath|rocketmqHome)",
+     "per-run paths and ports"),
+    # the store time of the last consumed message: each broker's own clock
+    (r"broker_consume_stats", r"body\.consumeStatsList.*\.lastTimestamp",
+     "store time is the broker's clock"),
     # Java names one runtime key after the CommitLog directory (a per-run temp path)
     (r"runtime_info", r"body\.table\.commitLogDiskRatio_.*", "keyed by the store path"),
     # data versions carry a timestamp and a counter of how often the broker changed its tables
@@ -476,10 +491,10 @@ ALLOWED: Final[tuple[tuple[str, str, str], ...]] = (
 )
 
 
-#: Steps whose body keys are two different products' own settings (Java's ~180 config fields
-#: against ours): only the values of the keys both have are compared; ``config_key_sets`` below
-#: reports the rest.
-COMMON_KEYS_ONLY: Final = frozenset({"broker_config"})
+#: Steps whose body keys are a node's settings: every key Java's node answers must be there
+#: (with the same value unless ALLOWED); keys only ours answers are our extension keys
+#: (ACL, metrics, remoting limits, HA and DLedger extras) and are not compared.
+COMMON_KEYS_ONLY: Final = frozenset({"broker_config", "ns_config"})
 
 
 
@@ -490,9 +505,7 @@ def compare(step: str, java: dict[str, Any], ours: dict[str, Any]) -> list[tuple
     for field in sorted(set(java) | set(ours)):
         if any(a.fullmatch(field) for a in allowed):
             continue
-        if step in COMMON_KEYS_ONLY and field.startswith("body.") and (
-            field not in java or field not in ours
-        ):
+        if step in COMMON_KEYS_ONLY and field.startswith("body.") and field not in java:
             continue
         j, o = java.get(field, "<absent>"), ours.get(field, "<absent>")
         if j != o:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.cluster.protocol.message import MessageConst
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 from tests.integration.broker.conftest import WAIT_S, _run_broker, broker_settings, running_cluster
@@ -32,7 +32,7 @@ async def produce(tmp: Path, n: int) -> dict[str, int]:
             tmp / "slave", cluster.ns_addr, brokerId="1", brokerRole="SLAVE", haListenPort="0",
             mappedFileSizeCommitLog=str(FILE_BYTES), mappedFileSizeConsumeQueue=str(20 * 64),
         )  # fmt: skip
-        slave = BrokerController(slave_settings)
+        slave = BrokerNode(slave_settings)
         await cluster.nursery.start(_run_broker, slave, trio.CancelScope(), trio.Event())
         with trio.fail_after(WAIT_S):
             await master.ha.wait_for_slaves(1)

@@ -30,13 +30,15 @@ class Seeded:
     cut_ms: int  # every phase-1 message was stored before it, every phase-2 one at or after
     expected: dict[tuple[str, int], list[tuple[int, str, str, str]]]
     phase1: frozenset[str]  # keys of phase-1 messages
+    stores: dict[str, str] = attrs.field(factory=dict)  # broker name -> its store's root
 
 
 def sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-async def _send(namesrv: str, topic: str, ids: range, expected: dict[Any, Any]) -> None:
+async def _send(namesrv: str, topic: str, ids: range, expected: dict[Any, Any],
+                batch: int = BATCH) -> None:
     from rmq_cluster.client import Admin, Message, Producer
     from rmq_cluster.client.model import MessageQueue
 
@@ -49,8 +51,8 @@ async def _send(namesrv: str, topic: str, ids: range, expected: dict[Any, Any]) 
         by_queue[queues[(i * 7) % len(queues)]].append(i)
     async with Producer("seed_spark_source", namesrv_addr=namesrv) as producer:
         for mq, items in by_queue.items():
-            for s in range(0, len(items), BATCH):
-                chunk = items[s : s + BATCH]
+            for s in range(0, len(items), batch):
+                chunk = items[s : s + batch]
                 msgs = [Message(topic, body_of(i), tags=TAGS[i % 3], keys=f"k{i}",
                                 properties={"n": str(i)}) for i in chunk]  # fmt: skip
                 res = await producer.send_batch(msgs, queue=mq)
@@ -62,15 +64,18 @@ async def _send(namesrv: str, topic: str, ids: range, expected: dict[Any, Any]) 
 
 
 @contextmanager
-def seeded_cluster(count: int, topic: str = "SparkSource") -> Iterator[Seeded]:
+def seeded_cluster(count: int, topic: str = "SparkSource", *, batch: int = BATCH,
+                   timeout: float = 60.0) -> Iterator[Seeded]:  # fmt: skip
+    """``count`` messages in two halves (batches of ``batch``, our client's batch send)."""
     with rmq_cluster("2m-noslave") as cluster:
         create_topics(cluster.namesrv_addr, [topic], queues=QUEUES_PER_BROKER)
         expected: dict[Any, Any] = {}
         half = count // 2
-        _in_thread(lambda: _send(cluster.namesrv_addr, topic, range(half), expected))
+        ns = cluster.namesrv_addr
+        _in_thread(lambda: _send(ns, topic, range(half), expected, batch), timeout)
         cut = int(time.time() * 1000) + 1
         while int(time.time() * 1000) < cut + 20:  # a clear gap on the clock after the cut
             time.sleep(0.001)
-        _in_thread(lambda: _send(cluster.namesrv_addr, topic, range(half, count), expected))
-        yield Seeded(cluster.namesrv_addr, topic, cut, expected,
-                     frozenset(f"k{i}" for i in range(half)))  # fmt: skip
+        _in_thread(lambda: _send(ns, topic, range(half, count), expected, batch), timeout)
+        stores = {b: str(cluster.dir / "store" / b) for b in ("broker-a", "broker-b")}
+        yield Seeded(ns, topic, cut, expected, frozenset(f"k{i}" for i in range(half)), stores)

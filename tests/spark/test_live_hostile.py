@@ -138,7 +138,7 @@ def test_every_group_unverifiable_in_text(tmp_path: Path) -> None:
     ``rmq-cluster replica-diff``); the report names the reasons, a broker's words escaped."""
     bad = hb.answer({}, 1, "<script>x</script>")
     with hb.cluster_dir(tmp_path / "c", {"broker-a": bad, "broker-b-s": None}) as c:
-        args = [sys.executable, "-m", "rmq_cluster.deploy", "replica-diff", "--dir",
+        args = [sys.executable, "-m", "rmq_cluster.cli", "replica-diff", "--dir",
                 str(c["dir"]), "--live", "--node-timeout", str(NODE_TIMEOUT_S),
                 "--out", str(tmp_path / "out")]  # fmt: skip
         p = subprocess.run(args, capture_output=True, text=True, timeout=SLACK_S, check=False)

@@ -213,7 +213,9 @@ def test_the_pull_loop_runs_from_the_job_archive_alone(tmp_path: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
         "import rmq_cluster.spark_jobs.mq_io as io, rmq_cluster.spark_jobs.mq_model as m;"
+        "import rmq_cluster.spark_jobs.mq_store;"
         "o = m.read_options({'namesrv': '127.0.0.1:1', 'topic': 'T'});"
+        "assert 'Signature' in io.signed({'topic': 'T'}, b'', 'ak', 'sk');"  # ACL: the signing rule
         "assert 'trio' not in sys.modules and 'orjson' not in sys.modules;"
         "print(io.__file__)"
     )

@@ -151,7 +151,7 @@ def test_a_refused_row_is_named(spark: Any, seeded: Seeded) -> None:
 
 def test_export_cli_lands_parquet(spark: Any, seeded: Seeded, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from rmq_cluster.deploy.cli import main
+    from rmq_cluster.cli.main import main
 
     out = tmp_path / "out.parquet"
     code = main(["spark", "export", "-n", seeded.namesrv, "--topic", seeded.topic,

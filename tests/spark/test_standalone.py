@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rmq_cluster.spark_jobs import replica_diff
+from rmq_cluster.spark_jobs import replica_diff, submit
 from rmq_cluster.spark_jobs.replica_diff import main, run_job
 from rmq_cluster.spark_jobs.synth import make_msgs, write_commitlog_store
 from tests.spark import faults
@@ -117,7 +117,7 @@ def test_spark_submit_on_a_standalone_master_equals_local_mode(
          "--conf", f"spark.pyspark.python={py}",
          "--conf", f"spark.pyspark.driver.python={sys.executable}",
          "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
-         replica_diff.__file__, *args, "--out", str(tmp_path / "remote"), "--json",
+         submit.__file__, *args, "--out", str(tmp_path / "remote"), "--json",
          "--quiet"],
         capture_output=True, timeout=240, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
     )  # fmt: skip

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rmq_cluster.deploy.cli import main
+from rmq_cluster.cli.main import main
 
 
 def test_help_and_version_in_process(capsys: pytest.CaptureFixture[str]) -> None:
@@ -29,7 +29,7 @@ def test_unknown_command_exits_non_zero(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_console_script_is_installed() -> None:
     exe = shutil.which("rmq-cluster")
-    cmd = [exe] if exe else [sys.executable, "-m", "rmq_cluster.deploy.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "rmq_cluster.cli.main"]
     out = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=60, check=True)
     assert "usage: rmq-cluster" in out.stdout
     out = subprocess.run(
@@ -50,6 +50,7 @@ from pathlib import Path  # noqa: E402
 
 import structlog  # noqa: E402
 
+from rmq_cluster.cli.main import EXIT_CODES_EPILOG, build_parser  # noqa: E402
 from rmq_cluster.client.cli_common import body_fields  # noqa: E402
 from rmq_cluster.cluster.logging import (  # noqa: E402
     LogRotation,
@@ -60,12 +61,11 @@ from rmq_cluster.cluster.logging import (  # noqa: E402
     rotate_files,
     rotated_paths,
 )
-from rmq_cluster.deploy.cli import EXIT_CODES_EPILOG, build_parser  # noqa: E402
 
 
 def _rmq(*args: str, env: dict[str, str] | None = None,
          cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rmq_cluster.deploy", *args],
+    return subprocess.run([sys.executable, "-m", "rmq_cluster.cli", *args],
                           capture_output=True, text=True, timeout=60, check=False,
                           env=env, cwd=cwd)
 

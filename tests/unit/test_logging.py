@@ -77,7 +77,7 @@ def test_the_cli_prints_results_on_stdout_and_logs_on_stderr() -> None:
     """A client command against nothing: a one-line error on stderr, a failure exit, and not a
     log line on stdout (``| jq`` must see results only)."""
     done = subprocess.run(
-        [sys.executable, "-m", "rmq_cluster.deploy", "topicRoute", "-n", "127.0.0.1:1",
+        [sys.executable, "-m", "rmq_cluster.cli", "topicRoute", "-n", "127.0.0.1:1",
          "-t", "T"],
         capture_output=True, text=True, timeout=60, check=False,
         env={k: v for k, v in os.environ.items() if k != "RMQ_CLUSTER_LOG_LEVEL"},

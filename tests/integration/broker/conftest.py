@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from rmq_cluster.broker.config import BrokerSettings, load_broker_config
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.cluster.protocol.message import (
     MessageConst,
     StoredMessage,
@@ -56,7 +56,7 @@ def broker_settings(store_dir: Path, namesrv_addr: str, **props: str) -> BrokerS
 class Cluster:
     ns: NamesrvServer
     ns_addr: str
-    broker: BrokerController
+    broker: BrokerNode
     addr: str
     client: RemotingClient
     nursery: trio.Nursery
@@ -145,7 +145,7 @@ class Cluster:
         return await self.call(RequestCode.PULL_MESSAGE, ext, timeout=timeout)
 
     async def start_broker(self, settings: BrokerSettings) -> None:
-        self.broker = BrokerController(settings)
+        self.broker = BrokerNode(settings)
         self.broker_done = trio.Event()
         self.broker_scope = trio.CancelScope()
         host_port = await self.nursery.start(
@@ -155,7 +155,7 @@ class Cluster:
 
 
 async def _run_broker(
-    broker: BrokerController,
+    broker: BrokerNode,
     scope: trio.CancelScope,
     done: trio.Event,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,

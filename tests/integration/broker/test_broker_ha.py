@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from rmq_cluster.broker.config import BrokerSettings
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.cluster.protocol.message import StoredMessage, iter_records
 from rmq_cluster.cluster.protocol.route import KVTable
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
@@ -24,11 +24,11 @@ from tests.integration.broker.conftest import (
 )
 
 
-async def _start_slave(cluster: Cluster, store_dir: Path) -> tuple[BrokerController, str]:
+async def _start_slave(cluster: Cluster, store_dir: Path) -> tuple[BrokerNode, str]:
     settings: BrokerSettings = broker_settings(
         store_dir, cluster.ns_addr, brokerId="1", brokerRole="SLAVE", haListenPort="0"
     )
-    slave = BrokerController(settings)
+    slave = BrokerNode(settings)
     host, port = await cluster.nursery.start(_run_broker, slave, trio.CancelScope(), trio.Event())
     return slave, f"{host}:{port}"
 
@@ -222,6 +222,41 @@ async def test_sync_master_answers_waiting_sends_on_ack_or_timeout(tmp_path: Pat
         for resp in await sends(20):
             assert resp.code == ResponseCode.SUCCESS, (resp.code, resp.remark)
         assert master.ha.status().push_to_slave_max_offset == master.store.max_phys_offset
+        stop.set()
+
+
+async def test_sync_flush_sync_master_sends_are_held_until_flush_and_ack(tmp_path: Path) -> None:
+    """SYNC_FLUSH and SYNC_MASTER at once: a send's answer is held (no task) on the lower of the
+    flush and the slaves' ack; a slave that never acks yields FLUSH_SLAVE_TIMEOUT (stored,
+    msgId given), one that acks yields SUCCESS only once both passed the message."""
+    async with running_cluster(
+        tmp_path, brokerRole="SYNC_MASTER", flushDiskType="SYNC_FLUSH", haListenPort="0",
+        slaveTimeout="300", syncFlushTimeout="300",
+    ) as cluster:
+        master = cluster.broker
+        store = master.store
+        assert master.ha is not None and master.ha.port is not None
+        both = store.both_watermark
+        assert both is not None and store.replicas is master.ha
+        acking, stop = trio.Event(), trio.Event()
+        await cluster.nursery.start(_fake_slave, master.ha.port, acking, stop)
+        with trio.fail_after(WAIT_S):
+            await master.ha.wait_for_slaves(1)
+            late = await cluster.send("HaBoth", b"unacked")
+        assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (late.code, late.remark)
+        assert late.ext_fields["msgId"] and late.ext_fields["queueOffset"] == "0"
+        assert both.held.held_total == 1 and both.held.expired_total == 1
+
+        acking.set()
+        with trio.fail_after(WAIT_S):
+            async with trio.open_nursery() as sends:
+                for i in range(10):
+                    sends.start_soon(cluster.send, "HaBoth", b"m%d" % i)
+            resp = ok(await cluster.send("HaBoth", b"last"))
+        end = int(resp.ext_fields["msgId"][16:], 16)
+        assert store.flushed_offset > end and master.ha.table.push_to_slave_max_offset > end
+        assert both.held.released_total >= 1 and both.held.waiting == 0
+        assert both.value == min(store.flush_watermark.value, master.ha.ack_watermark.value)
         stop.set()
 
 

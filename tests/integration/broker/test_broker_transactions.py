@@ -81,3 +81,18 @@ async def test_commit_rollback_and_check_back(tmp_path: Path) -> None:
             RequestCode.END_TRANSACTION, {**_end(half2, 8), "producerGroup": "OTHER"}
         )
         assert wrong.code == ResponseCode.SYSTEM_ERROR
+
+
+async def test_first_check_pass_creates_the_half_topic(tmp_path: Path) -> None:
+    """As on Apache's broker, RMQ_SYS_TRANS_HALF_TOPIC exists once the transaction check has
+    run, whether or not a transaction was ever sent (topic lists agree), and is routed."""
+    async with running_cluster(tmp_path, transactionCheckInterval="100") as c:
+        def half(resp: RemotingCommand) -> dict[str, object] | None:
+            table = orjson.loads(bytes(resp.body))["topicConfigTable"]
+            found: dict[str, object] | None = table.get("RMQ_SYS_TRANS_HALF_TOPIC")
+            return found
+
+        with trio.fail_after(WAIT_S):
+            while (tc := half(ok(await c.call(RequestCode.GET_ALL_TOPIC_CONFIG)))) is None:  # noqa: ASYNC110
+                await trio.sleep(0.05)  # polling a condition with a deadline
+        assert (tc["readQueueNums"], tc["writeQueueNums"], tc["perm"]) == (1, 1, 6)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from rmq_cluster.broker.controller import TOPIC_REGISTER_WAIT_S
+from rmq_cluster.broker.node import TOPIC_REGISTER_WAIT_S
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode

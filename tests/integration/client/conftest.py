@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from rmq_cluster.broker.config import BrokerSettings, load_broker_config
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.client.config import ClientConfig
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer
@@ -46,7 +46,7 @@ def broker_settings(store_dir: Path, namesrv_addr: str, name: str = "broker-a",
 
 @attrs.define
 class BrokerHandle:
-    controller: BrokerController
+    controller: BrokerNode
     addr: str
     scope: trio.CancelScope
     done: trio.Event
@@ -66,7 +66,7 @@ class Cluster:
     brokers: dict[str, BrokerHandle] = attrs.field(factory=dict)
 
     @property
-    def broker(self) -> BrokerController:
+    def broker(self) -> BrokerNode:
         return self.brokers["broker-a"].controller
 
     @property
@@ -89,7 +89,7 @@ class Cluster:
                            **props: str) -> BrokerHandle:
         key = key or name
         settings = broker_settings(self.tmp / key, self.ns_addr, name, **props)
-        controller = BrokerController(settings)
+        controller = BrokerNode(settings)
         done = trio.Event()
         scope = trio.CancelScope()
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 
+from rmq_cluster.cli.main import main
 from rmq_cluster.client import ConsumeResult, Message, ReceivedMessage
 from rmq_cluster.client.sync import (
     SyncAdmin,
@@ -16,7 +17,6 @@ from rmq_cluster.client.sync import (
     SyncPullConsumer,
     SyncPushConsumer,
 )
-from rmq_cluster.deploy.cli import main
 
 from .conftest import WAIT_S, Cluster
 

@@ -42,7 +42,7 @@ from rmq_cluster.cluster.protocol.message import MessageConst as MC
 from rmq_cluster.cluster.protocol.message import encode_properties
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
+from rmq_cluster.cluster.remoting.processors import ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 
 from .conftest import WAIT_S, Cluster
@@ -270,7 +270,7 @@ async def test_broker_to_client_requests_refused_on_a_connection_that_is_not_a_b
             answers[code] = await conn.invoke(cmd, WAIT_S)
         return req.response(ResponseCode.TOPIC_NOT_EXIST, "no route")
 
-    hostile = RemotingServer(Dispatcher({RequestCode.GET_ROUTEINFO_BY_TOPIC: on_route}),
+    hostile = RemotingServer(ProcessorTable({RequestCode.GET_ROUTEINFO_BY_TOPIC: on_route}),
                              node="hostile-namesrv")
     host, port = await nursery.start(hostile.serve, "127.0.0.1", 0)
     seen: list[Any] = []

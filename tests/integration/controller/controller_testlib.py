@@ -11,7 +11,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.cluster.protocol.controller import (
     AlterSyncStateSetRequestHeader,
     BrokerHeartbeatRequestHeader,
@@ -171,7 +171,7 @@ async def replica_info(
 class Replica:
     settings: object
     store_dir: Path
-    broker: BrokerController | None = None
+    broker: BrokerNode | None = None
     scope: trio.CancelScope | None = None
     done: trio.Event | None = None
 
@@ -193,7 +193,7 @@ class Replica:
 
 
 async def start(nursery: trio.Nursery, r: Replica) -> None:
-    r.broker = BrokerController(r.settings)  # type: ignore[arg-type]
+    r.broker = BrokerNode(r.settings)  # type: ignore[arg-type]
     r.scope, r.done = trio.CancelScope(), trio.Event()
 
     async def run() -> None:

@@ -31,9 +31,9 @@ from rmq_cluster.cluster.protocol.controller import (
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.errors import RemotingConnectError
 from rmq_cluster.cluster.remoting.peer_auth import peer_handshake
+from rmq_cluster.cluster.remoting.processors import ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.deploy.testing import cli
 from tests.integration.controller.controller_testlib import (
@@ -68,7 +68,7 @@ async def fake_broker(nursery: trio.Nursery) -> str:
         cache = EpochEntryCache("c", G, FAKE_ID, (EpochEntry(1000, 0, 0),), 0)
         return request.response(ResponseCode.SUCCESS, None, {}, cache.encode())
 
-    server = RemotingServer(Dispatcher(
+    server = RemotingServer(ProcessorTable(
         {ControllerRequestCode.GET_BROKER_EPOCH_CACHE: epoch_cache}), node="fake-broker")
     host, port = await nursery.start(server.serve, "127.0.0.1", 0)
     return f"{host}:{port}"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from rmq_cluster.cli.main import main
 from rmq_cluster.deploy import supervisor
-from rmq_cluster.deploy.cli import main
 from rmq_cluster.deploy.testing import (
     become_subreaper,
     cli,
@@ -261,7 +261,7 @@ def test_foreground_stops_everything_on_sigterm(tmp_path: Path) -> None:
     root = str(Path(supervisor.__file__).resolve().parents[1])
     with _cleanup(d) as seen:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rmq_cluster.deploy", "up", "single", "--foreground",
+            [sys.executable, "-m", "rmq_cluster.cli", "up", "single", "--foreground",
              "--dir", str(d), "--base-port", str(base)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
         )

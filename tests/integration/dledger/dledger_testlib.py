@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.cluster.protocol.route import ClusterInfo
 from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
@@ -42,7 +42,7 @@ class Member:
     store_dir: Path
     peers: str
     ns_addr: str
-    ctrl: BrokerController | None = None
+    ctrl: BrokerNode | None = None
     scope: trio.CancelScope | None = None
     done: trio.Event | None = None
     addr: str = ""
@@ -73,7 +73,7 @@ class Group:
             dLegerGroup=GROUP, dLegerPeers=m.peers, dLegerSelfId=m.self_id,
             brokerClusterName="DlCluster", **self.props,
         )
-        m.ctrl = BrokerController(settings, node=m.self_id)
+        m.ctrl = BrokerNode(settings, node=m.self_id)
         m.scope = trio.CancelScope()
         m.done = trio.Event()
         host, port = await self.nursery.start(_run_broker, m.ctrl, m.scope, m.done)

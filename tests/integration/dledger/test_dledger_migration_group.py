@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trio
 
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.client.config import ClientConfig
 from rmq_cluster.client.model import Message as WireMessage
 from rmq_cluster.client.producer import Producer
@@ -42,7 +42,7 @@ async def _plain_master_phase(tmp_path: Path) -> list[bytes]:
             tmp_path / "n0", ns_addr, brokerName=GROUP, brokerClusterName="DlCluster",
             brokerRole="SYNC_MASTER",
         )
-        ctrl = BrokerController(settings, node="old-master")
+        ctrl = BrokerNode(settings, node="old-master")
         scope, done = trio.CancelScope(), trio.Event()
         await nursery.start(_run_broker, ctrl, scope, done)
         cc = ClientConfig(namesrv_addr=ns_addr, poll_namesrv_interval_s=0.2)

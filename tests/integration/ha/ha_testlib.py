@@ -13,8 +13,8 @@ import trio
 from rmq_cluster.cluster.protocol.message import Message
 from rmq_cluster.ha.client import HAClient
 from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.connection import HAService
 from rmq_cluster.ha.protocol import Frame, FrameDecoder, encode_offset_report
+from rmq_cluster.ha.service import HAService
 from rmq_cluster.store import flush as store_services
 from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
 from rmq_cluster.store.message_store import MessageStore

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import trio
 
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.cluster.protocol.message import decode_offset_msg_id
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from tests.integration.broker.conftest import (
@@ -30,11 +30,11 @@ COMMITTED = 7  # CG's committed offset of queue 0, made on the old master
 
 async def _start_slave(
     cluster: Cluster, store_dir: Path
-) -> tuple[BrokerController, trio.CancelScope, trio.Event]:
+) -> tuple[BrokerNode, trio.CancelScope, trio.Event]:
     settings = broker_settings(
         store_dir, cluster.ns_addr, brokerId="1", brokerRole="SLAVE", haListenPort="0"
     )
-    slave = BrokerController(settings)
+    slave = BrokerNode(settings)
     scope, done = trio.CancelScope(), trio.Event()
     await cluster.nursery.start(_run_broker, slave, scope, done)
     return slave, scope, done

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.client import MessageQueue, PullConsumer, PullStatus
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
@@ -39,11 +39,11 @@ def _small_ram(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def _start_slave(
     cluster: Cluster, store_dir: Path, **props: str
-) -> tuple[BrokerController, str]:
+) -> tuple[BrokerNode, str]:
     settings = broker_settings(
         store_dir, cluster.ns_addr, brokerId="1", brokerRole="SLAVE", haListenPort="0", **props
     )
-    slave = BrokerController(settings)
+    slave = BrokerNode(settings)
     host, port = await cluster.nursery.start(_run_broker, slave, trio.CancelScope(), trio.Event())
     return slave, f"{host}:{port}"
 
@@ -75,7 +75,7 @@ async def _pull(cluster: Cluster, addr: str, offset: int) -> tuple[int, int]:
 
 async def _fill_and_replicate(
     cluster: Cluster, tmp_path: Path, **slave_props: str
-) -> tuple[BrokerController, str]:
+) -> tuple[BrokerNode, str]:
     for _ in range(COUNT):
         ok(await cluster.send(TOPIC, BODY))
     slave, slave_addr = await _start_slave(cluster, tmp_path / "slave", **slave_props)

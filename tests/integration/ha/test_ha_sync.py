@@ -1,5 +1,5 @@
-"""SYNC_MASTER over real sockets: acks gate PUT_OK, group transfer, SLAVE_NOT_AVAILABLE and
-FLUSH_SLAVE_TIMEOUT."""
+"""SYNC_MASTER over real sockets: acks gate PUT_OK (puts wait on the ack watermark), shared acks,
+SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ async def test_sync_put_without_slave_is_slave_not_available(tmp_path: Path) -> 
     with trio.fail_after(TIMEOUT_S):
         async with trio.open_nursery() as n:
             await master.start(n)
-            assert master.s.replica_waiter is not None  # installed by HAService.run
+            assert master.s.replicas is master.h  # attached by HAService.run
             r = await master.s.put_message(message(0))
             assert r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
             assert r.result is not None  # stored on the master all the same
@@ -91,7 +91,7 @@ async def test_group_transfer_256_concurrent_sync_puts(tmp_path: Path) -> None:
                 for w in range(writers):
                     puts.start_soon(writer, w)
             advances = master.h.ack_advances - advances_before
-            assert len(master.h.groups) == 0
+            assert master.h.waiting_puts == 0
             await slave.wait_offset(master.s.max_phys_offset)
             await slave.stop()
             await master.stop()
@@ -118,7 +118,7 @@ async def test_pending_sync_puts_end_when_the_service_stops(tmp_path: Path) -> N
             async with trio.open_nursery() as puts:
                 for i in range(10):
                     puts.start_soon(put, i)
-                while master.h.groups.waiting_puts < 10:
+                while master.h.waiting_puts < 10:
                     await trio.testing.wait_all_tasks_blocked()
                 await master.stop()  # the HAService goes away: nobody will ack
             await fake.aclose()
@@ -137,12 +137,12 @@ async def test_sync_put_times_out_when_slave_never_acks(tmp_path: Path) -> None:
             r = await master.s.put_message(message(0))
             assert r.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
             assert 0.25 <= trio.current_time() - t0 < 3
-            assert len(master.h.groups) == 0
+            assert master.h.waiting_puts == 0
             # the slave finally acks: later puts at or below the ack need no wait
             assert r.result is not None
             await fake.report(r.result.end_offset)
             await master.h.ack_watermark.wait_for(r.result.end_offset)
-            assert await master.h.replica_waiter(r.result.end_offset) is PutMessageStatus.PUT_OK
+            assert master.s.put_wait(r.result.end_offset) == (PutMessageStatus.PUT_OK, None)
             # the inline (no-task) form of the same decision
             assert master.h.sync_status_nowait(r.result.end_offset) is PutMessageStatus.PUT_OK
             assert master.h.sync_status_nowait(r.result.end_offset + 1) is None

@@ -147,10 +147,10 @@ WRAPPER = textwrap.dedent(
 
     if kind == "broker":
         from rmq_cluster.broker import __main__ as entry
-        from rmq_cluster.broker.controller import BrokerController
-        BrokerController._persist_loop = failing_service
+        from rmq_cluster.broker.node import BrokerNode
+        BrokerNode._persist_loop = failing_service
         if mode == "stuck":
-            BrokerController._unregister_all = never_ends
+            BrokerNode._unregister_all = never_ends
     else:
         from rmq_cluster.namesrv import __main__ as entry
         from rmq_cluster.namesrv.server import NamesrvServer

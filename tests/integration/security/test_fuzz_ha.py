@@ -62,9 +62,9 @@ from rmq_cluster.ha.access import (
     auth_answer,
     decode_challenge,
 )
-from rmq_cluster.ha.connection import HA_AUTH_TIMEOUT_S, HA_MAX_PENDING_HANDSHAKES
 from rmq_cluster.ha.protocol import MAX_OFFSET, OFFSET_REPORT
 from rmq_cluster.ha.protocol import FrameDecoder as HAFrameDecoder
+from rmq_cluster.ha.service import HA_AUTH_TIMEOUT_S, HA_MAX_PENDING_HANDSHAKES
 from tests.integration.security.acl_cluster_testlib import ADMIN, AclCluster, acl_cluster
 
 pytestmark = pytest.mark.slow

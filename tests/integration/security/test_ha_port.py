@@ -24,8 +24,8 @@ from rmq_cluster.ha.access import (
     default_allow_list,
 )
 from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.connection import HAService
 from rmq_cluster.ha.protocol import FrameDecoder, encode_offset_report
+from rmq_cluster.ha.service import HAService
 from rmq_cluster.store.commitlog import PutMessageStatus
 from rmq_cluster.store.config import BrokerRole
 from rmq_cluster.store.message_store import MessageStore
@@ -167,8 +167,11 @@ async def test_ack_past_what_was_sent_closes_and_releases_nothing(
             assert FILE_SIZE < conn.ack_limit < end
             waiter_result: list[PutMessageStatus] = []
 
-            async def wait_put() -> None:
-                waiter_result.append(await ha.replica_waiter(end))
+            async def wait_put() -> None:  # a SYNC put of ``end`` waiting for its ack
+                status, mark = master.s.put_wait(end)
+                assert mark is ha.ack_watermark
+                passed = await mark.wait_for(end, mark.held.timeout_s)
+                waiter_result.append(status if passed else master.s.timeout_status(mark, end))
 
             async with trio.open_nursery() as n:
                 n.start_soon(wait_put)

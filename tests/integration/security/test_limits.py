@@ -15,8 +15,8 @@ from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Deferred, Dispatcher
 from rmq_cluster.cluster.remoting.errors import OVERLOAD_REMARK
+from rmq_cluster.cluster.remoting.processors import Deferred, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer
@@ -36,7 +36,7 @@ async def test_in_flight_cap_answers_system_busy(nursery: trio.Nursery) -> None:
     def echo(conn: Connection, req: RemotingCommand) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS)
 
-    server = RemotingServer(Dispatcher({HOLD_CODE: hold, ECHO_CODE: echo}), max_in_flight=3)
+    server = RemotingServer(ProcessorTable({HOLD_CODE: hold, ECHO_CODE: echo}), max_in_flight=3)
     host, port = await nursery.start(server.serve, "127.0.0.1", 0)
     addr = format_address(host, port)
     async with open_remoting_client() as rc:
@@ -75,7 +75,7 @@ async def test_deferred_answers_at_the_cap_wait_for_room(nursery: trio.Nursery) 
         parked.append((req, d))
         return d
 
-    server = RemotingServer(Dispatcher({HOLD_CODE: later}), max_in_flight=2)
+    server = RemotingServer(ProcessorTable({HOLD_CODE: later}), max_in_flight=2)
     host, port = await nursery.start(server.serve, "127.0.0.1", 0)
     addr = format_address(host, port)
     async with open_remoting_client() as rc:
@@ -106,7 +106,7 @@ async def test_deferred_answers_at_the_cap_wait_for_room(nursery: trio.Nursery) 
 
 
 async def test_namesrv_acl_on_writes_and_signed_registration(tmp_path: Path) -> None:
-    from rmq_cluster.broker.controller import BrokerController
+    from rmq_cluster.broker.node import BrokerNode
 
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(
@@ -142,7 +142,7 @@ async def test_namesrv_acl_on_writes_and_signed_registration(tmp_path: Path) -> 
         # a broker signing with aclAccessKey/aclSecretKey registers
         settings = broker_settings(tmp_path / "b", ns_addr, aclAccessKey="nsAdmin01",
                                    aclSecretKey="nsSecret01")
-        broker = BrokerController(settings)
+        broker = BrokerNode(settings)
         await nursery.start(broker.run)
         with trio.fail_after(WAIT_S):
             await ns.wait_until(lambda st: "broker-a" in st.routes.broker_addr_table)

@@ -24,12 +24,12 @@ from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode_into
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.input_budget import (
     INPUT_RESERVE_BYTES,
     MIN_MAX_BUFFERED_INPUT_BYTES,
     READ_CHUNK_BYTES,
 )
+from rmq_cluster.cluster.remoting.processors import ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from tests.integration.client.conftest import WAIT_S, running_cluster
 
@@ -47,7 +47,7 @@ def _size(conn: Connection, req: RemotingCommand) -> RemotingCommand:
 
 
 def _server(**kw: object) -> RemotingServer:
-    return RemotingServer(Dispatcher({ECHO: _echo, SIZE: _size}), node="mem", **kw)  # type: ignore[arg-type]
+    return RemotingServer(ProcessorTable({ECHO: _echo, SIZE: _size}), node="mem", **kw)  # type: ignore[arg-type]
 
 
 def _frame(code: int, body: bytes, opaque: int = 1) -> bytes:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.client import (
     ConsumeResult,
     Message,
@@ -77,7 +77,7 @@ async def test_broker_metrics_move_after_round_trip(tmp_path: Path) -> None:
                 with trio.fail_after(WAIT_S):
                     await done.wait()
 
-                def committed(ctrl: BrokerController) -> bool:
+                def committed(ctrl: BrokerNode) -> bool:
                     return sum(ctrl.offsets.table.get("MetricsTopic@MGroup", {}).values()) >= N
 
                 with trio.fail_after(WAIT_S):  # re-checked as pulls (carrying commits) park

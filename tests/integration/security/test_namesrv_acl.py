@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.client import (
     ConsumeResult,
     Message,
@@ -162,7 +162,7 @@ async def test_stranger_cannot_change_routes_and_signed_broker_registers(
             tmp_path / "b", ns_addr, aclEnable="true", aclFile=str(acl_file),
             aclAccessKey=ADMIN.access_key, aclSecretKey=ADMIN.secret_key,
         )
-        broker = BrokerController(settings)
+        broker = BrokerNode(settings)
         await nursery.start(broker.run)
         with trio.fail_after(WAIT_S):  # registered, signed with the admin's keys
             await ns.wait_until(lambda st: "broker-a" in st.routes.broker_addr_table)

@@ -14,7 +14,6 @@ import trio
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher
 from rmq_cluster.cluster.remoting.errors import RemotingConnectError
 from rmq_cluster.cluster.remoting.peer_auth import (
     PEER_AUTH_HELLO,
@@ -23,6 +22,7 @@ from rmq_cluster.cluster.remoting.peer_auth import (
     PeerAuthGate,
     peer_handshake,
 )
+from rmq_cluster.cluster.remoting.processors import ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 
 SECRET = "s3cret-of-this-cluster-0123456789"
@@ -53,9 +53,9 @@ async def gated_server(
     secret: str | None = SECRET,
 ) -> AsyncIterator[tuple[str, Seen, PeerAuthGate | None]]:
     seen = Seen()
-    dispatcher = Dispatcher({ECHO: seen.echo, SINK: seen.sink, ASYNC_ECHO: seen.async_echo})
+    table = ProcessorTable({ECHO: seen.echo, SINK: seen.sink, ASYNC_ECHO: seen.async_echo})
     gate = PeerAuthGate(secret, node="test", port="peer") if secret else None
-    server = RemotingServer(gate.wrap(dispatcher) if gate else dispatcher, node="test")
+    server = RemotingServer(gate.wrap(table) if gate else table, node="test")
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(server.serve, "127.0.0.1", 0)
         yield f"{host}:{port}", seen, gate

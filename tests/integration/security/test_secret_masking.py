@@ -22,7 +22,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.broker.processors.broker_config import _rewrite_file
 from rmq_cluster.client.admin import Admin
 from rmq_cluster.client.errors import MQBrokerError
@@ -113,7 +113,7 @@ async def test_config_reads_are_admin_only_and_masked(tmp_path: Path) -> None:
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, format_properties({"brokerName": "broker-a", **props}).encode())
         os.close(fd)
-        broker = BrokerController(
+        broker = BrokerNode(
             broker_settings(tmp_path / "b", ns_addr, **props), config_file=str(conf)
         )
         await nursery.start(broker.run)

@@ -105,6 +105,14 @@ BODY_POSITIONS: Final[dict[int, list[tuple[str, Any]]]] = {
         ("groupName", lambda n: fastjson.dumps({"groupName": n})),
     ],
     RC.REGISTER_BROKER: [("topicConfigTable", _register)],
+    **{code: [
+        ("topic", lambda n: fastjson.dumps({"topic": n, "consumerGroup": "G", "clientId": "c"})),
+        ("consumerGroup", lambda n: fastjson.dumps({"topic": "T", "consumerGroup": n})),
+    ] for code in (RC.QUERY_ASSIGNMENT, RC.SET_MESSAGE_REQUEST_MODE)},
+    RC.BATCH_ACK_MESSAGE: [
+        ("acks[0].c", lambda n: fastjson.dumps({"acks": [{"c": n, "t": "T"}]})),
+        ("acks[0].t", lambda n: fastjson.dumps({"acks": [{"c": "G", "t": n}]})),
+    ],
 }
 
 NS_CODES: Final = frozenset(NAMESRV_REQUEST_CODES)

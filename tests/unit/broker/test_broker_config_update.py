@@ -6,14 +6,17 @@ import re
 
 import pytest
 
+from rmq_cluster.broker.apache_keys import processors
 from rmq_cluster.broker.config import load_broker_config
 from rmq_cluster.broker.config_update import (
+    BlackListedKeyError,
     ConfigUpdateError,
     apply_update,
     current_values,
     parse_update_body,
     rewrite_properties,
 )
+from rmq_cluster.broker.processors.broker_config import config_properties
 from rmq_cluster.cluster.config import parse_properties
 
 
@@ -67,3 +70,29 @@ def test_rewrite_properties_in_place() -> None:
     assert parse_properties(out) == {"brokerPermission": "4", "keep": "1", "long": "z",
                                      "new": "v w"}
     assert rewrite_properties("", {"a": "1"}) == "a=1\n"
+
+
+def test_config_black_list_refuses_its_keys_with_no_permission() -> None:
+    """``configBlackList`` (RocketMQ 5's default: itself and brokerConfigPath) is honoured for
+    updates; a broker may list more keys, and those are refused too."""
+    with pytest.raises(BlackListedKeyError, match="configBlackList"):
+        apply_update(_settings(), {"configBlackList": ""})
+    with pytest.raises(BlackListedKeyError, match="brokerConfigPath"):
+        apply_update(_settings(), {"brokerConfigPath": "/tmp/x"})
+    strict = load_broker_config({"brokerName": "b", "brokerIP1": "127.0.0.1",
+                                 "configBlackList": "brokerPermission;configBlackList"})
+    with pytest.raises(BlackListedKeyError, match="brokerPermission"):
+        apply_update(strict.settings, {"brokerPermission": "4"})
+    assert apply_update(_settings(), {"brokerPermission": "4"}).broker.broker_permission == 4
+
+
+def test_apache_only_keys_are_answered_and_refused_as_inert() -> None:
+    """Every Apache key we answer at its default (thread pools, Netty options) is refused by an
+    update with a remark saying nothing here follows it, not as an unknown key."""
+    props = config_properties(_settings())
+    assert props["sendMessageThreadPoolNums"] == str(min(processors(), 4))
+    assert props["serverWorkerThreads"] == "8" and props["useTLS"] == "false"
+    assert props["configBlackList"] == "configBlackList;brokerConfigPath"
+    assert props["slaveTimeout"] == "3000" and props["enableDLegerCommitLog"] == "false"
+    with pytest.raises(ConfigUpdateError, match="sendMessageThreadPoolNums: Apache RocketMQ"):
+        apply_update(_settings(), {"sendMessageThreadPoolNums": "8"})

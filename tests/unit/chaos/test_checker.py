@@ -252,7 +252,7 @@ def test_latency_percentiles_overall_and_during_a_fault() -> None:
 def test_chaos_check_command_exit_status(tmp_path: Any, capsys: Any) -> None:
     """``rmq-cluster chaos check`` re-checks a history: 0 when the promise held, 1 when not,
     2 for an unreadable file."""
-    from rmq_cluster.deploy.cli import main
+    from rmq_cluster.cli.main import main
 
     good = H()
     good.send("a")

@@ -141,7 +141,7 @@ def test_check_reads_the_recorded_mode_and_orderly_topics(tmp_path: Path) -> Non
 
 
 def _check_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rmq_cluster.deploy", "chaos", "check", *args],
+    return subprocess.run([sys.executable, "-m", "rmq_cluster.cli", "chaos", "check", *args],
                           capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -1,7 +1,8 @@
 """Compatibility: the request frames a Java 4.9.7 client sends, hand-built from
-shared/reference/remoting-protocol.md (§1.2 header JSON, §1.3 string extFields, §3.2/§3.3 header
-fields, §4.6 HeartbeatData, §4.7 lock body, §5.3/§5.5 properties and batch), compared field for
-field (and byte for byte where Java's output is deterministic) with what our client builds.
+docs/protocol/remoting.md (JSON header, string extFields) and docs/protocol/commitlog.md
+(properties, batch body) and Java 4.9.7's header fields, HeartbeatData and lock body,
+compared field for field (and byte for byte where Java's output is deterministic) with what
+our client builds.
 
 Nothing here uses our encoders to build the expectation: the JSON texts are literals and the
 frame prefix is packed by hand.

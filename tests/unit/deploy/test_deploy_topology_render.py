@@ -241,7 +241,7 @@ def test_cluster_lock_is_exclusive(tmp_path: Path) -> None:
 
 
 def test_render_command_writes_per_host_files(tmp_path: Path) -> None:
-    from rmq_cluster.deploy.cli import main
+    from rmq_cluster.cli.main import main
 
     out = tmp_path / "out"
     assert main(["render", "2m-2s-async", "--hosts", "h1,h2", "--out", str(out)]) == 0
@@ -259,7 +259,7 @@ def test_render_command_writes_per_host_files(tmp_path: Path) -> None:
 
 
 def test_cli_has_both_command_sets() -> None:
-    from rmq_cluster.deploy.cli import build_parser
+    from rmq_cluster.cli.main import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

@@ -140,7 +140,7 @@ def test_systemd_units() -> None:
 def test_render_command_writes_units_and_the_per_host_plan(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "rmq_cluster.deploy", "render", "dledger", "--hosts",
+        [sys.executable, "-m", "rmq_cluster.cli", "render", "dledger", "--hosts",
          ",".join(HOSTS), "--out", str(out), "--install-dir", "/srv/x", "--json"],
         capture_output=True, text=True, timeout=60, check=False,
     )

@@ -1,4 +1,4 @@
-"""design.md: pure cores import no trio, read no clock, start no threads."""
+"""docs/architecture.md: pure cores import no trio, read no clock, start no threads."""
 
 from __future__ import annotations
 

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
-
 from rmq_cluster.ha.master import (
     AckTable,
-    GroupTransfer,
     ReportOutcome,
     SyncDecision,
-    WaitGroup,
     transfer_start_offset,
 )
 
@@ -85,66 +80,6 @@ def test_status_and_speed() -> None:
     assert s.address == "10.0.0.2:1234"
     assert s.ack_offset == 2000 and s.diff_bytes == 1000 and s.in_sync
     assert s.transfer_bytes_per_s == 2000.0
-
-
-class Token:
-    def __init__(self) -> None:
-        self.set_count = 0
-
-
-def test_group_transfer_one_token_per_group() -> None:
-    gt = GroupTransfer(Token)
-    a = gt.join(100, 5.0)
-    b = gt.join(200, 5.1)
-    assert a is b and a.members == 2 and a.target == 200 and a.deadline == 5.1
-    gt.seal()
-    c = gt.join(300, 5.2)
-    assert c is not a and len(gt) == 2 and gt.waiting_puts == 3
-    assert gt.release_upto(150) == []  # the group waits for its highest target
-    assert gt.release_upto(250) == [a]
-    assert gt.next_deadline() == 5.2
-    assert gt.release_upto(300) == [c]  # the open group too, once covered
-    assert len(gt) == 0 and gt.next_deadline() is None
-
-
-def test_group_transfer_expiry_and_drain() -> None:
-    gt = GroupTransfer(Token)
-    a = gt.join(100, 1.0)
-    gt.seal()
-    b = gt.join(200, 2.0)
-    assert gt.expire(0.5) == []
-    assert gt.expire(1.0) == [a] and a.timed_out and not b.timed_out
-    assert gt.expire(3.0) == [b] and b.timed_out
-    c = gt.join(300, 9.0)
-    assert gt.drain() == [c] and c.timed_out and len(gt) == 0
-
-
-@given(st.lists(st.tuples(st.sampled_from(["join", "seal", "ack"]), st.integers(1, 50)),
-                max_size=60))
-def test_group_transfer_never_releases_early_and_never_loses(ops: list[tuple[str, int]]) -> None:
-    gt = GroupTransfer(Token)
-    end = 0  # appends are sequential: end offsets rise
-    acked = 0
-    joined: dict[int, WaitGroup] = {}  # put end offset -> its group
-    released: set[int] = set()  # ids of released groups
-    for op, n in ops:
-        if op == "join":
-            end += n
-            if acked >= end:
-                continue  # the SYNC decision answers ACKED without waiting
-            joined[end] = gt.join(end, 0.0)
-        elif op == "seal":
-            gt.seal()
-        else:
-            acked = min(end, acked + n)
-            for g in gt.release_upto(acked):
-                assert g.target <= acked  # nobody wakes before its bytes are acked
-                assert id(g) not in released
-                released.add(id(g))
-    for g in gt.release_upto(end):  # a final ack covering everything releases every waiter
-        released.add(id(g))
-    assert all(id(g) in released for g in joined.values())
-    assert len(gt) == 0
 
 
 def test_sync_decision_matches_is_slave_ok_and_the_ack_everywhere() -> None:

@@ -1,7 +1,8 @@
 """SYNC_MASTER answers without a task: a waiting send's answer is encoded at append time and held
-(``HeldAnswers``) until a slave's ack covers it; the answers it gives, released or expired, are
-byte for byte those of the general path (``SendProcessor._answer_status``), and the HA service
-releases them on acks, expires them after slaveTimeout and when it stops."""
+on the HA service's ack watermark until a slave's ack covers it; the answers it gives, released
+or expired, are byte for byte those ``SendProcessor.answer`` builds for PUT_OK and
+FLUSH_SLAVE_TIMEOUT, and the HA service releases them on acks, expires them after slaveTimeout
+and when it stops."""
 
 from __future__ import annotations
 
@@ -12,14 +13,13 @@ import pytest
 import trio
 import trio.testing
 
-from rmq_cluster.broker.processors.send import SendProcessor, replica_timeout_answer
+from rmq_cluster.broker.processors.send import SendProcessor, timeout_answer
 from rmq_cluster.broker.transaction import HALF_TOPIC, TRANSACTION_ID_PROPERTY
 from rmq_cluster.cluster.protocol.message import Message
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.held import HeldAnswers
 from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.connection import HAService
+from rmq_cluster.ha.service import HAService
 from rmq_cluster.store.commitlog import AppendMessageResult, PutMessageResult, PutMessageStatus
 from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
 from rmq_cluster.store.message_store import MessageStore
@@ -38,8 +38,8 @@ def test_held_answers_are_the_general_paths_answers(
     status: PutMessageStatus, topic: str
 ) -> None:
     """The held frame as it goes out on an ack, and its expired form (decoded again from the
-    held frame), equal what ``_answer_status`` builds for PUT_OK and FLUSH_SLAVE_TIMEOUT (the
-    message is stored: msgId, queueOffset, transaction fields stay)."""
+    held frame), equal what ``answer`` builds for PUT_OK and FLUSH_SLAVE_TIMEOUT (the message
+    is stored: msgId, queueOffset, transaction fields stay)."""
     request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": topic, "e": "3"})
     msg = Message(
         topic=topic, body=b"x" * 10, queue_id=3,
@@ -50,11 +50,12 @@ def test_held_answers_are_the_general_paths_answers(
         logics_offset=41, msg_num=1, store_host_bytes=bytes([127, 0, 0, 1, 0, 0, 0x27, 0x1F]),
     )
     result = PutMessageResult(PutMessageStatus.PUT_OK, appended, "")
-    general = _processor()._answer_status(request, msg, result, status)
+    general = _processor().answer(request, msg, PutMessageResult(status, appended, ""))
 
     proc = _processor()
     (held,) = FrameDecoder().feed(encode(proc.answer(request, msg, result), 7))
-    got = held if status is PutMessageStatus.PUT_OK else replica_timeout_answer(held)
+    late = timeout_answer(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+    got = held if status is PutMessageStatus.PUT_OK else late(held, appended.end_offset)
     assert encode(got, 7) == encode(general, 7)
     if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
         assert got.code == ResponseCode.FLUSH_SLAVE_TIMEOUT and got.ext_fields["msgId"]
@@ -63,7 +64,7 @@ def test_held_answers_are_the_general_paths_answers(
 
 
 class _Conn:
-    """What ``HeldAnswers`` uses of a connection."""
+    """What a held answer is released to (a connection)."""
 
     def __init__(self) -> None:
         self.answers: list[RemotingCommand] = []
@@ -73,18 +74,23 @@ class _Conn:
 
 
 def _store(tmp_path: Path) -> MessageStore:
-    return MessageStore.open(MessageStoreConfig(
+    store = MessageStore.open(MessageStoreConfig(
         store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=1024 * 1024,
         broker_role=BrokerRole.SYNC_MASTER,
     ))
+    store.answer_timeouts_with(timeout_answer)  # as the broker does
+    return store
 
 
-def _hold(held: HeldAnswers, conn: _Conn, store: MessageStore, i: int) -> int:
+def _hold(ha: HAService, conn: _Conn, store: MessageStore, i: int) -> int:
+    """What the send processor does with a SYNC send that must wait for a slave."""
     r = store.append_message(Message(topic="T", body=b"m%d" % i, queue_id=0))
     assert r.result is not None
     end = r.result.end_offset
+    status, mark = store.put_wait(end)
+    assert status is PutMessageStatus.PUT_OK and mark is ha.ack_watermark
     ok = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2).response(0, None, {"i": i})
-    held.hold(conn, 100 + i, ok, end)  # type: ignore[arg-type]
+    mark.hold(conn, 100 + i, ok, end)
     return end
 
 
@@ -92,11 +98,10 @@ async def test_acks_release_held_answers_each_by_its_own_end(tmp_path: Path) -> 
     store = _store(tmp_path)
     try:
         ha = HAService(store, HAConfig(ha_listen_port=0), host="127.0.0.1")
-        held = HeldAnswers(replica_timeout_answer, 5.0)
-        ha.hold_answers(held)
+        store.attach_replicas(ha)  # (ha.run does it)
         ha.table.add(1, "slave", 0)
         conn = _Conn()
-        ends = [_hold(held, conn, store, i) for i in range(3)]
+        ends = [_hold(ha, conn, store, i) for i in range(3)]
         assert all(ha.sync_status_nowait(end) is None for end in ends)  # all must wait
         assert ha.waiting_puts == 3 and ha.waited_puts == 3
 
@@ -125,15 +130,14 @@ async def test_the_sweeper_expires_held_answers_and_a_stop_expires_the_rest(
         ha = HAService(
             store, HAConfig(ha_listen_port=0, slave_timeout_ms=1000), host="127.0.0.1"
         )
-        held = HeldAnswers(replica_timeout_answer, 1.0, clock=trio.current_time)
-        ha.hold_answers(held)
+        held = ha.ack_watermark.held
         conn = _Conn()
         async with trio.open_nursery() as nursery:
             await nursery.start(ha.run)
             ha.table.add(1, "slave", 0)
             await trio.testing.wait_all_tasks_blocked()
             t0 = trio.current_time()
-            _hold(held, conn, store, 0)
+            _hold(ha, conn, store, 0)
             with trio.fail_after(5):
                 while not conn.answers:  # noqa: ASYNC110 - the sweeper answers; no event
                     await trio.sleep(0.1)
@@ -142,8 +146,8 @@ async def test_the_sweeper_expires_held_answers_and_a_stop_expires_the_rest(
             assert (expired.opaque, expired.code) == (100, ResponseCode.FLUSH_SLAVE_TIMEOUT)
             assert expired.ext_fields == {"i": "0"}
 
-            _hold(held, conn, store, 1)
-            _hold(held, conn, store, 2)
+            _hold(ha, conn, store, 1)
+            _hold(ha, conn, store, 2)
             nursery.cancel_scope.cancel()
         assert [(a.opaque, a.code) for a in conn.answers[1:]] == [
             (101, ResponseCode.FLUSH_SLAVE_TIMEOUT), (102, ResponseCode.FLUSH_SLAVE_TIMEOUT),

@@ -1,4 +1,4 @@
-"""RouteInfoManager behaviours RocketMQ defines (shared/reference/remoting-protocol.md §7)."""
+"""RouteInfoManager behaviours RocketMQ defines (docs/protocol/remoting.md: the NameServer)."""
 
 from __future__ import annotations
 

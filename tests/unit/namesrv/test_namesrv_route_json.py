@@ -1,7 +1,7 @@
 """Route bodies byte for byte as RocketMQ's Java NameServer writes them, and lenient reading.
 
-Every expected string below is written by hand from shared/reference/remoting-protocol.md §4
-(not produced by our encoder).
+Every expected string below is written by hand from docs/protocol/remoting.md ("Route and
+cluster JSON"), not produced by our encoder.
 """
 
 from __future__ import annotations

@@ -49,8 +49,8 @@ from rmq_cluster.cluster.remoting.codec import (
 )
 from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE
 from rmq_cluster.cluster.remoting.connection_state import Blocked, ConnectionState
-from rmq_cluster.cluster.remoting.dispatch import HELD, Deferred, Dispatcher, Processor
 from rmq_cluster.cluster.remoting.errors import RemotingError, RemotingUnsentError
+from rmq_cluster.cluster.remoting.processors import HELD, Deferred, Processor, ProcessorTable
 
 
 class Slot:
@@ -94,7 +94,7 @@ class Machine:
     @property
     def state(self) -> ConnectionState:
         if self.st is None:
-            self.st = ConnectionState(self, Dispatcher(dict(self.processors)),
+            self.st = ConnectionState(self, ProcessorTable(dict(self.processors)),
                                       max_in_flight=self.max_in_flight, peer="peer:1")
         return self.st
 

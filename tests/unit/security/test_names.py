@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmq_cluster.broker.config import load_broker_config
-from rmq_cluster.broker.controller import BrokerController
+from rmq_cluster.broker.node import BrokerNode
 from rmq_cluster.broker.topic_config import TopicConfigManager, validate_topic
 from rmq_cluster.cluster.acl.permission import PUB, SUB
 from rmq_cluster.cluster.acl.validator import parse_request
@@ -32,7 +32,7 @@ def _broker_codes(tmp_path: Path) -> set[int]:
     settings = load_broker_config(
         {"storePathRootDir": str(tmp_path / "store"), "brokerName": "b", "listenPort": "0"}
     ).settings
-    return set(BrokerController(settings).processors())
+    return set(BrokerNode(settings).processors())
 
 
 def test_every_served_code_is_in_the_table_or_listed_nameless(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Test helpers for the store: configs on tmp dirs and an *independent* record decoder.
 
-The decoder is written from the layout table in shared/reference/store-and-replication.md §1.3
+The decoder is written from the layout table in docs/protocol/commitlog.md
 (and remoting-protocol.md §5.1); it deliberately imports nothing from ``store`` or
 ``cluster.protocol`` so a shared mistake cannot hide.
 """

@@ -106,19 +106,42 @@ async def test_async_flush_and_prompt_dispatch(tmp_path: Path) -> None:
         store.close()
 
 
-async def test_replica_waiter_hook(tmp_path: Path) -> None:
+class _Replicas:
+    """A replica gate (what the HA service is to a SYNC_MASTER store): always wait."""
+
+    def __init__(self) -> None:
+        self.ack_watermark = flush.Watermark(0, timeout_s=0.2)
+        self.asked: list[int] = []
+
+    def sync_status_nowait(self, end_offset: int) -> PutMessageStatus | None:
+        self.asked.append(end_offset)
+        return None
+
+
+async def test_a_put_waits_on_the_replicas_ack_watermark(tmp_path: Path) -> None:
+    """Attached replicas: a put returns PUT_OK once their ack watermark passes its end, or
+    FLUSH_SLAVE_TIMEOUT when it does not within its timeout (its sweeper expires it)."""
     store = MessageStore.open(small_config(tmp_path))
-    seen: list[int] = []
-
-    async def replica(end: int) -> PutMessageStatus:
-        seen.append(end)
-        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-
-    store.replica_waiter = replica
+    gate = _Replicas()
+    store.attach_replicas(gate)
     try:
-        res = await store.put_message(m(1))
-        assert res.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-        assert res.result is not None and seen == [res.result.end_offset]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gate.ack_watermark.run)
+
+            async def ack_soon() -> None:
+                while not gate.asked:
+                    await trio.testing.wait_all_tasks_blocked()
+                gate.ack_watermark.advance(gate.asked[0])
+
+            nursery.start_soon(ack_soon)
+            with trio.fail_after(5):
+                res = await store.put_message(m(1))
+            assert res.status is PutMessageStatus.PUT_OK
+            assert res.result is not None and gate.asked == [res.result.end_offset]
+            with trio.fail_after(5):
+                res = await store.put_message(m(2))
+            assert res.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+            nursery.cancel_scope.cancel()
     finally:
         store.close()
 

@@ -493,6 +493,44 @@ public final class Scenarios {
         p.shutdown();
     }
 
+    /** The delay level a consumer reads (getDelayTimeLevel): a message sent with level 2, and
+     * one whose first delivery asks for a retry at the default level (the broker picks
+     * 3 + reconsumeTimes). Run against Apache's broker and ours with short levels. */
+    static void delayLevel() throws Exception {
+        String sc = "delaylevel";
+        String t = topic("dlevel", 1);
+        String group = prefix + "-cg-dlevel";
+        if (org.apache.rocketmq.common.MQVersion.CURRENT_VERSION
+            >= org.apache.rocketmq.common.MQVersion.Version.V5_0_0.ordinal()) {
+            rawTopic("%RETRY%" + group, 1);  // see retryDlq
+        }
+        DefaultMQProducer p = producer(prefix + "-pg-dlevel");
+        List<MessageExt> got = new CopyOnWriteArrayList<>();
+        DefaultMQPushConsumer c = pushConsumer(group);
+        c.subscribe(t, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            boolean retry = false;
+            for (MessageExt x : msgs) {
+                Map<String, Object> r = received(sc, "consumer", x);
+                r.put("delay_level", x.getDelayTimeLevel());
+                emitMap(r);
+                got.add(x);
+                retry |= "Retry".equals(x.getTags()) && x.getReconsumeTimes() == 0;
+            }
+            return retry ? ConsumeConcurrentlyStatus.RECONSUME_LATER
+                         : ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        Message d = msg(t, 2, "Delayed", text(2));
+        d.setDelayTimeLevel(2);
+        emitMap(sent(sc, 2, d, p.send(d)));
+        Message r = msg(t, 0, "Retry", text(0));
+        emitMap(sent(sc, 0, r, p.send(r)));
+        await("the delayed message and both deliveries of the retried one", () -> got.size() >= 3);
+        c.shutdown();
+        p.shutdown();
+    }
+
     /** transactions: commit, rollback, unknown then checked (commit / rollback). */
     static void transactions() throws Exception {
         String sc = "transactions";
@@ -1005,6 +1043,7 @@ public final class Scenarios {
                     case "filters": filters(); break;
                     case "orderly": orderly(); break;
                     case "delay": delay(); break;
+                    case "delaylevel": delayLevel(); break;
                     case "transactions": transactions(); break;
                     case "reply": requestReply(); break;
                     case "retry": retryDlq(); break;

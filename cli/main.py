@@ -17,7 +17,7 @@ import os
 import sys
 from importlib import metadata
 
-from rmq_cluster.cluster.logging import LOG_FORMATS, configure_logging, level_for_verbosity
+from ..cluster.logging import LOG_FORMATS, configure_logging, level_for_verbosity
 
 #: Exit statuses every command keeps (shown in each command's ``--help``).
 EXIT_OK = 0
@@ -78,27 +78,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_log_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from rmq_cluster.deploy.commands import add_commands as add_cluster_commands
+    from ..deploy.commands import add_commands as add_cluster_commands
 
     add_cluster_commands(sub)
-    from rmq_cluster.deploy.dledger_cli import add_commands as add_dledger_commands
+    from ..deploy.dledger_cli import add_commands as add_dledger_commands
 
     add_dledger_commands(sub)
-    from rmq_cluster.client.cli import add_commands as add_client_commands
+    from ..client.cli import add_commands as add_client_commands
 
     add_client_commands(sub)
-    from rmq_cluster.client.mqadmin_cli import add_commands as add_mqadmin_commands
+    from ..client.mqadmin_cli import add_commands as add_mqadmin_commands
 
     add_mqadmin_commands(sub)
-    from rmq_cluster.chaos.cli import add_chaos_command
+    from ..chaos.cli import add_chaos_command
 
     add_chaos_command(sub)
-    from rmq_cluster.spark_jobs.cli import add_commands as add_spark_commands
+    from ..spark_jobs.cli import add_commands as add_spark_commands
 
     add_spark_commands(sub)
-    from rmq_cluster.spark_jobs.mq_export import add_commands as add_spark_source_commands
+    from ..spark_jobs.mq_export import add_commands as add_spark_source_commands
 
     add_spark_source_commands(sub)
+    from ..dashboard.cli import add_commands as add_dashboard_commands
+    from ..dashboard.cli import add_up_flag
+
+    add_dashboard_commands(sub)
+    add_up_flag(sub.choices["up"])
+    from ..deploy.proxy_up import add_up_flag as add_proxy_flag
+
+    add_proxy_flag(sub.choices["up"])
     seen: set[int] = set()
     stack = list(sub.choices.values())
     while stack:  # commands and their own subcommands (chaos run | check ...)

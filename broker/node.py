@@ -1,8 +1,8 @@
-"""BrokerController: one broker node composed in one nursery (RocketMQ ``BrokerController``).
+"""BrokerNode: one broker node composed in one nursery (RocketMQ calls it ``BrokerController``).
 
-    controller = BrokerController(settings)
+    broker = BrokerNode(settings)
     async with trio.open_nursery() as n:
-        host, port = await n.start(controller.run)
+        host, port = await n.start(broker.run)
 
 ``run`` loads the config files (topics, consumer offsets, subscription groups, delay offsets),
 opens the store (recovering it), then runs, side by side: the store's services, the remoting
@@ -24,14 +24,54 @@ from typing import Any, Final
 import trio
 import trio.lowlevel
 
-from rmq_cluster.broker.clients import ClientManager, RebalanceLockManager
-from rmq_cluster.broker.config import BrokerSettings
-from rmq_cluster.broker.dledger_role import DLedgerRoleHandler, dledger_send_processor
-from rmq_cluster.broker.intervals import LiveInterval
-from rmq_cluster.broker.long_polling import PullRequestHoldService
-from rmq_cluster.broker.metrics import BrokerMetrics, timed
-from rmq_cluster.broker.offsets import ConsumerOffsetManager, SubscriptionGroupManager
-from rmq_cluster.broker.persist import (
+from ..cluster.acl.guard import AclGuard, default_acl_path
+from ..cluster.acl.permission import PUB
+from ..cluster.acl.signing import credentials_from
+from ..cluster.clock import now_ms
+from ..cluster.logging import get_logger
+from ..cluster.metrics import Histogram
+from ..cluster.metrics_server import serve_metrics
+from ..cluster.node_main import NodeSupervisor
+from ..cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
+from ..cluster.protocol.route import (
+    ClusterInfo,
+    PermName,
+    RegisterBrokerBody,
+    TopicRouteData,
+)
+from ..cluster.remoting.address import format_address
+from ..cluster.remoting.client_pool import RemotingClient, open_remoting_client
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from ..cluster.remoting.connection import Connection
+from ..cluster.remoting.errors import RemotingError
+from ..cluster.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    NotifyConsumerIdsChangedRequestHeader,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnregisterBrokerRequestHeader,
+)
+from ..cluster.remoting.processors import Processor, ProcessorTable
+from ..cluster.remoting.server import RemotingServer
+from ..dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
+from ..dledger.node import run_store_node
+from ..ha.access import is_loopback_host
+from ..ha.master import InSyncState
+from ..ha.service import HAService
+from ..store import flush as store_services
+from ..store.epoch_file import EpochFile
+from ..store.message_store import MessageStore
+from ..store.timer.timer_store import MAX_ENQUEUE_PER_ROUND as TIMER_MAX_ENQUEUE_PER_ROUND
+from ..store.timer.timer_store import TimerStore
+from .clients import ClientManager, RebalanceLockManager
+from .config import BrokerSettings
+from .dledger_role import DLedgerRoleHandler, dledger_send_processor
+from .intervals import LiveInterval
+from .long_polling import PullRequestHoldService
+from .metrics import BrokerMetrics, timed
+from .offsets import ConsumerOffsetManager, SubscriptionGroupManager
+from .persist import (
     CONSUMER_OFFSET_FILE,
     DELAY_OFFSET_FILE,
     SUBSCRIPTION_GROUP_FILE,
@@ -40,72 +80,36 @@ from rmq_cluster.broker.persist import (
     read_file,
     write_atomically,
 )
-from rmq_cluster.broker.processors.admin import (
+from .pop.wiring import BrokerPop
+from .processors.admin import (
     MoreAdminProcessors,
     ResetOffsetProcessor,
     StatsProcessor,
 )
-from rmq_cluster.broker.processors.broker_config import BrokerConfigProcessor
-from rmq_cluster.broker.processors.common import TopicAccess
-from rmq_cluster.broker.processors.consumer import ConsumerProcessors
-from rmq_cluster.broker.processors.end_transaction import EndTransactionProcessor
-from rmq_cluster.broker.processors.gate import NameGate
-from rmq_cluster.broker.processors.pull import PullProcessor
-from rmq_cluster.broker.processors.relay import ConsumerRelayProcessors
-from rmq_cluster.broker.processors.reply import ReplyProcessor
-from rmq_cluster.broker.processors.send import (
+from .processors.broker_config import BrokerConfigProcessor
+from .processors.common import TopicAccess
+from .processors.consumer import ConsumerProcessors
+from .processors.end_transaction import EndTransactionProcessor
+from .processors.gate import NameGate
+from .processors.pull import PullProcessor
+from .processors.relay import ConsumerRelayProcessors
+from .processors.reply import ReplyProcessor
+from .processors.send import (
     SendBackProcessor,
     SendProcessor,
-    replica_timeout_answer,
+    timeout_answer,
 )
-from rmq_cluster.broker.replicas_manager import ReplicasManager
-from rmq_cluster.broker.schedule import ScheduleMessageService
-from rmq_cluster.broker.stats import BrokerStats
-from rmq_cluster.broker.topic_config import SCHEDULE_TOPIC, TIMER_TOPIC, TopicConfigManager
-from rmq_cluster.broker.transaction import (
+from .replicas_manager import ReplicasManager
+from .schedule import ScheduleMessageService
+from .stats import BrokerStats
+from .topic_config import SCHEDULE_TOPIC, TIMER_TOPIC, TopicConfigManager
+from .transaction import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
     HalfCheck,
     TransactionState,
     check_recipient,
 )
-from rmq_cluster.cluster.acl.guard import AclGuard, default_acl_path
-from rmq_cluster.cluster.acl.permission import PUB
-from rmq_cluster.cluster.acl.signing import credentials_from
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.cluster.metrics import Histogram
-from rmq_cluster.cluster.metrics_server import serve_metrics
-from rmq_cluster.cluster.node_main import NodeSupervisor
-from rmq_cluster.cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
-from rmq_cluster.cluster.protocol.route import ClusterInfo, PermName, RegisterBrokerBody
-from rmq_cluster.cluster.remoting.address import format_address
-from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoting_client
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
-from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
-from rmq_cluster.cluster.remoting.connection import Connection
-from rmq_cluster.cluster.remoting.dispatch import Dispatcher, Processor
-from rmq_cluster.cluster.remoting.errors import RemotingError
-from rmq_cluster.cluster.remoting.headers import (
-    CheckTransactionStateRequestHeader,
-    NotifyConsumerIdsChangedRequestHeader,
-    RegisterBrokerRequestHeader,
-    RegisterBrokerResponseHeader,
-    UnregisterBrokerRequestHeader,
-)
-from rmq_cluster.cluster.remoting.held import HeldAnswers
-from rmq_cluster.cluster.remoting.server import RemotingServer
-from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
-from rmq_cluster.dledger.node import run_store_node
-from rmq_cluster.ha.access import is_loopback_host
-from rmq_cluster.ha.connection import HAService
-from rmq_cluster.ha.master import InSyncState
-from rmq_cluster.store import flush as store_services
-from rmq_cluster.store.config import BrokerRole, FlushDiskType
-from rmq_cluster.store.epoch_file import EpochFile
-from rmq_cluster.store.message_store import MessageStore
-from rmq_cluster.store.timer.timer_store import MAX_ENQUEUE_PER_ROUND as TIMER_MAX_ENQUEUE_PER_ROUND
-from rmq_cluster.store.timer.timer_store import TimerStore
 
 #: How long shutdown waits for UNREGISTER_BROKER answers.
 UNREGISTER_TIMEOUT_S: Final = 3.0
@@ -121,7 +125,7 @@ TOPIC_REGISTER_WAIT_S: Final = 2.0
 HA_SLAVE_HOSTS_REFRESH_MIN_S: Final = 1.0
 
 
-class BrokerController:
+class BrokerNode:
     def __init__(
         self,
         settings: BrokerSettings,
@@ -173,18 +177,9 @@ class BrokerController:
         self._schedule: ScheduleMessageService | None = None
         self._nursery: trio.Nursery | None = None
         self._ns_client: RemotingClient | None = None
-        self._register_now = trio.Event()
-        #: register loop rounds: started, finished (a round includes every topic created
-        #: before it started) and an event set (and replaced) as each round finishes
-        self._register_round = 0
-        self._register_round_done = 0
-        self._register_round_ended = trio.Event()
-        self._persist_now = trio.Event()
-        self._schedule_wake = trio.Event()
-        self._timer_wake = trio.Event()
+        self._init_wakeups()
         #: the timer store while this broker delivers timers (a master), else None
         self.timer: TimerStore | None = None
-        self._changed = trio.Event()
         self.address: tuple[str, int] | None = None
         self.fast_address: tuple[str, int] | None = None
         self.broker_addr = ""
@@ -192,8 +187,6 @@ class BrokerController:
         self.server: RemotingServer | None = None
         self.ha: HAService | None = None
         self.ha_port: int | None = None
-        #: SYNC_MASTER send answers waiting for a slave's ack (released by ``ha``)
-        self.held_answers: HeldAnswers | None = None
         #: A slave's master (from REGISTER_BROKER's answer), synced every SLAVE_SYNC_INTERVAL_S.
         self.master_addr: str | None = None
         self._slave_sync_now = trio.Event()
@@ -211,6 +204,21 @@ class BrokerController:
         self.name_gate = NameGate(node=self.node)
         self.metrics: BrokerMetrics | None = None
         self.metrics_address: tuple[str, int] | None = None
+        #: RocketMQ 5 POP consumption (broker/pop)
+        self.pop = BrokerPop(self, self.topic_route)
+
+    def _init_wakeups(self) -> None:
+        """The events the service loops wait on, and the register loop's rounds."""
+        self._register_now = trio.Event()
+        #: register loop rounds: started, finished (a round includes every topic created
+        #: before it started) and an event set (and replaced) as each round finishes
+        self._register_round = 0
+        self._register_round_done = 0
+        self._register_round_ended = trio.Event()
+        self._persist_now = trio.Event()
+        self._schedule_wake = trio.Event()
+        self._timer_wake = trio.Event()
+        self._changed = trio.Event()
 
     # ------------------------------------------------------------------ accessors
 
@@ -290,6 +298,7 @@ class BrokerController:
         self, topic: str, queue_id: int, next_offset: int, tags_code: int, store_ts: int
     ) -> None:
         self.hold.notify_message_arriving(topic, queue_id, next_offset, tags_code, store_ts)
+        self.pop.message_arrived(topic)
         if topic == SCHEDULE_TOPIC:
             self._schedule_wake.set()
         elif topic == TIMER_TOPIC:
@@ -299,19 +308,9 @@ class BrokerController:
 
     def processors(self) -> dict[int, Processor]:
         send = SendProcessor(self)
-        store_cfg = self.settings.store
-        # Sends are answered inline unless they may wait: SYNC_FLUSH (group commit) or
-        # SYNC_MASTER (the HA replica watermark, via store.replica_waiter).
-        inline_send = (
-            store_cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
-            and store_cfg.broker_role is not BrokerRole.SYNC_MASTER
-        )
-        send_fn: Processor = send.process if inline_send else send.process_async
-        if (
-            store_cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH
-            and store_cfg.broker_role is BrokerRole.SYNC_MASTER
-        ):
-            send_fn = send.process_replicated  # answers held until the slave's ack
+        # one send form: answered at once, or held on the watermark its put must pass (the
+        # flush, a slave's ack) and answered as it passes (store.put_wait)
+        send_fn: Processor = send.process
         if self.dledger_role is not None:  # answered when its entry commits
             send_fn = dledger_send_processor(send, self.dledger_role.backend)
         pull = PullProcessor(self)
@@ -356,6 +355,7 @@ class BrokerController:
             rc.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
             rc.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             rc.GET_CONSUME_STATS: admin.get_consume_stats,
+            rc.GET_BROKER_CONSUME_STATS: admin.get_broker_consume_stats,
             rc.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
             rc.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
             rc.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
@@ -369,6 +369,7 @@ class BrokerController:
             rc.QUERY_CONSUME_TIME_SPAN: relay.query_consume_time_span,
             rc.GET_TOPIC_CONFIG: relay.get_topic_config,  # RocketMQ 5's tools ask it
             rc.UPDATE_BROKER_CONFIG: BrokerConfigProcessor(self).update_broker_config,
+            **self.pop.table(),  # RocketMQ 5 POP (broker/pop)
             # controller mode only (a replica's epochs; 4.x brokers do not know the code)
             **({ControllerRequestCode.GET_BROKER_EPOCH_CACHE: self.get_broker_epoch_cache}
                if self.managed else {}),
@@ -395,6 +396,7 @@ class BrokerController:
         self.topics.load(read_file(f"{root}/{TOPICS_FILE}"))
         self.offsets.load(read_file(f"{root}/{CONSUMER_OFFSET_FILE}"))
         self.groups.load(read_file(f"{root}/{SUBSCRIPTION_GROUP_FILE}"))
+        self.pop.load(read_file(f"{root}/{self.pop.file_name()}"))
 
     async def persist(self, *, everything: bool = False) -> None:
         """Write the config files whose tables changed (all of them with ``everything``)."""
@@ -409,6 +411,9 @@ class BrokerController:
         if everything or self.offsets.changed:
             self.offsets.changed = False
             jobs.append((f"{root}/{CONSUMER_OFFSET_FILE}", self.offsets.encode()))
+        modes = self.pop.take_changes(everything)
+        if modes is not None:
+            jobs.append((f"{root}/{self.pop.file_name()}", modes))
         if self._schedule is not None and (everything or self._schedule.offsets.changed):
             self._schedule.offsets.changed = False
             jobs.append((f"{root}/{DELAY_OFFSET_FILE}", self._schedule.offsets.encode()))
@@ -424,7 +429,7 @@ class BrokerController:
         if self.settings.controller_mode.enable and not self.managed:
             # controller mode: the replicas manager runs the broker in the role it is given
             self.replicas = ReplicasManager(self, functools.partial(
-                BrokerController, node=self.node, clock_ms=self.now_ms,
+                BrokerNode, node=self.node, clock_ms=self.now_ms,
                 config_file=self.config_file, supervisor=self.supervisor, managed=True,
             ))
             await self.replicas.run(task_status=task_status)
@@ -444,6 +449,8 @@ class BrokerController:
                 lambda: MessageStore.open(scfg, on_arrival=self._on_arrival)
             )
         self._store = store
+        # a send answer held on a watermark that did not pass in time (send.py)
+        store.answer_timeouts_with(timeout_answer)
         if not dcfg.enable and not self.is_slave:
             # a master serves what its store holds (the DLedger role and the replicas manager
             # do the same when they take the lead)
@@ -495,107 +502,17 @@ class BrokerController:
         scfg = self.settings.store
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            if dledger is not None:
-                # DLedger mode: the Raft member replaces the store services and HA; the role
-                # handler makes this broker a master or a slave as the group elects
-                self.dledger_role = DLedgerRoleHandler(self, store, dledger)
-                await self.supervisor.start(
-                    nursery, "dledger_node",
-                    functools.partial(run_store_node, dledger, host=bcfg.bind_address,
-                                      secret=bcfg.cluster_secret),
-                )
-            else:
-                await self.supervisor.start(nursery, "store_services", store_services.run, store)
-                # Master/slave replication: every broker listens on haListenPort (a master
-                # serves its slaves there); a SLAVE also runs the HA client toward its master,
-                # which it learns from REGISTER_BROKER's answer. A SYNC_MASTER's puts wait for
-                # slave acks.
-                self.ha = HAService(
-                    store, self.settings.ha, host=bcfg.bind_address,
-                    auth_secret=bcfg.ha_secret,
-                    on_peer_refused=self._ha_peer_refused,
-                    in_sync=self.in_sync,
-                )
-                if store.role is BrokerRole.SYNC_MASTER:
-                    # a SYNC send's answer waits here for the slave's ack (send.py)
-                    self.held_answers = HeldAnswers(
-                        replica_timeout_answer, self.settings.ha.sync_timeout_s
-                    )
-                    self.ha.hold_answers(self.held_answers)
-                self.ha_port = await self.supervisor.start(nursery, "ha", self.ha.run)
-                self.config_listeners.append(self._ha_config_changed)
-            processors = self.processors()
+            await self._start_store(nursery, store, dledger)
             # parked pulls (long polling) are woken by this one task, not a task each
+            processors = self.processors()
             await self.supervisor.start(nursery, "long_polling", self.hold.run)
-            if bcfg.metrics_port >= 0:
-                self.metrics = BrokerMetrics(self)
-                for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
-                             RequestCode.SEND_BATCH_MESSAGE):
-                    if code in processors:
-                        processors[code] = timed(processors[code], self.metrics.send_latency)
-            if bcfg.acl_enable:
-                acl_path = bcfg.acl_file or default_acl_path(bcfg.rocketmq_home)
-                acl = AclGuard(acl_path, node=self.node)
-                await trio.to_thread.run_sync(acl.load)
-                self.acl = acl
-                self.topic_access = acl.topic_access
-                processors = acl.wrap(processors)
-                self.supervisor.spawn(nursery, "acl", acl.run)
-            processors = self.name_gate.wrap(processors)
-            server = RemotingServer(
-                Dispatcher(processors, None),
-                node=self.node,
-                idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
-                on_close=self._on_close,
-                max_connections=bcfg.server_max_connections,
-                max_connections_per_address=bcfg.server_max_connections_per_address,
-                max_buffered_input_bytes=bcfg.server_max_buffered_input_bytes,
-                partial_frame_timeout=bcfg.server_partial_frame_timeout_seconds,
-            )
-            self.server = server
-            sup = self.supervisor
-            self.address = await sup.start(
-                nursery, "listener", server.serve, bcfg.bind_address, bcfg.listen_port
-            )
-            self.fast_address = await sup.start(
-                nursery, "fast_listener", server.serve, bcfg.bind_address, bcfg.fast_port
-            )
-            if self.metrics is not None:
-                self.metrics_address = await sup.start(
-                    nursery, "metrics", functools.partial(
-                        serve_metrics, build=self.metrics.build, host=bcfg.bind_address,
-                        port=bcfg.metrics_port, node=self.node,
-                        max_age_s=lambda: self.bcfg.metrics_cache_seconds,
-                        token=lambda: self.bcfg.metrics_token,
-                    )
-                )
-            port = bcfg.advertised_listen_port or self.address[1]
-            self.broker_addr = format_address(bcfg.broker_ip1, port)
-            self.store_host = (bcfg.broker_ip1, port)
-            schedule = ScheduleMessageService(store, scfg.message_delay_level, self.store_host)
-            root = config_dir(scfg.store_path_root_dir)
-            schedule.offsets.load(
-                await trio.to_thread.run_sync(read_file, f"{root}/{DELAY_OFFSET_FILE}")
-            )
-            self._schedule = schedule
-            await self.register_all()
-            sup.spawn(nursery, "register", self._register_loop)
-            sup.spawn(nursery, "housekeeping", self._housekeeping_loop)
-            sup.spawn(nursery, "persist", self._persist_loop)
-            if self.dledger_role is not None:
-                # role-specific services follow
-                sup.spawn(nursery, "dledger_role", self.dledger_role.run)
-            elif not self.is_slave:  # a slave's store refuses writes; the master delivers
-                sup.spawn(nursery, "schedule", self._schedule_loop)
-                sup.spawn(nursery, "transaction_check", self._transaction_check_loop)
-            else:
-                sup.spawn(nursery, "slave_sync", self._slave_sync_loop)
-            if self.ha is not None and self._ha_needs_slave_hosts():
-                sup.spawn(nursery, "ha_slave_hosts", self._ha_slave_hosts_loop)
+            processors = await self._guarded(nursery, processors)
+            address, fast_address = await self._listen(nursery, processors)
+            await self._start_services(nursery, store)
             self.log.info(
                 "broker started",
                 broker_addr=self.broker_addr,
-                fast_port=self.fast_address[1],
+                fast_port=fast_address[1],
                 cluster=bcfg.broker_cluster_name,
                 broker_name=bcfg.broker_name,
                 broker_id=bcfg.broker_id,
@@ -604,7 +521,119 @@ class BrokerController:
                 namesrv=bcfg.namesrv_addr,
                 store=scfg.store_path_root_dir,
             )
-            task_status.started(self.address)
+            task_status.started(address)
+
+    async def _start_store(
+        self, nursery: trio.Nursery, store: MessageStore, dledger: DLedgerCommitLog | None
+    ) -> None:
+        """The store's services: the DLedger member, or the store services and HA."""
+        bcfg = self.bcfg
+        if dledger is not None:
+            # DLedger mode: the Raft member replaces the store services and HA; the role
+            # handler makes this broker a master or a slave as the group elects
+            self.dledger_role = DLedgerRoleHandler(self, store, dledger)
+            await self.supervisor.start(
+                nursery, "dledger_node",
+                functools.partial(run_store_node, dledger, host=bcfg.bind_address,
+                                  secret=bcfg.cluster_secret),
+            )
+            return
+        await self.supervisor.start(nursery, "store_services", store_services.run, store)
+        # Master/slave replication: every broker listens on haListenPort (a master serves its
+        # slaves there); a SLAVE also runs the HA client toward its master, which it learns
+        # from REGISTER_BROKER's answer. A SYNC_MASTER's send answers wait on its acks.
+        self.ha = HAService(
+            store, self.settings.ha, host=bcfg.bind_address,
+            auth_secret=bcfg.ha_secret,
+            on_peer_refused=self._ha_peer_refused,
+            in_sync=self.in_sync,
+        )
+        self.ha_port = await self.supervisor.start(nursery, "ha", self.ha.run)
+        self.config_listeners.append(self._ha_config_changed)
+
+    async def _guarded(
+        self, nursery: trio.Nursery, processors: dict[int, Processor]
+    ) -> dict[int, Processor]:
+        """``processors`` timed (/metrics), behind the ACL (aclEnable) and the name gate."""
+        bcfg = self.bcfg
+        if bcfg.metrics_port >= 0:
+            self.metrics = BrokerMetrics(self)
+            for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
+                         RequestCode.SEND_BATCH_MESSAGE):
+                if code in processors:
+                    processors[code] = timed(processors[code], self.metrics.send_latency)
+        if bcfg.acl_enable:
+            acl_path = bcfg.acl_file or default_acl_path(bcfg.rocketmq_home)
+            acl = AclGuard(acl_path, node=self.node)
+            await trio.to_thread.run_sync(acl.load)
+            self.acl = acl
+            self.topic_access = acl.topic_access
+            processors = acl.wrap(processors)
+            self.supervisor.spawn(nursery, "acl", acl.run)
+        return self.name_gate.wrap(processors)
+
+    async def _listen(
+        self, nursery: trio.Nursery, processors: dict[int, Processor]
+    ) -> tuple[tuple[str, int], tuple[str, int]]:
+        """The client ports (listenPort, the fast port; their addresses) and /metrics."""
+        bcfg = self.bcfg
+        server = RemotingServer(
+            ProcessorTable(processors, None),
+            node=self.node,
+            idle_timeout=float(bcfg.server_channel_max_idle_time_seconds),
+            on_close=self._on_close,
+            max_connections=bcfg.server_max_connections,
+            max_connections_per_address=bcfg.server_max_connections_per_address,
+            max_buffered_input_bytes=bcfg.server_max_buffered_input_bytes,
+            partial_frame_timeout=bcfg.server_partial_frame_timeout_seconds,
+        )
+        self.server = server
+        sup = self.supervisor
+        self.address = address = await sup.start(
+            nursery, "listener", server.serve, bcfg.bind_address, bcfg.listen_port
+        )
+        self.fast_address = fast_address = await sup.start(
+            nursery, "fast_listener", server.serve, bcfg.bind_address, bcfg.fast_port
+        )
+        if self.metrics is not None:
+            self.metrics_address = await sup.start(
+                nursery, "metrics", functools.partial(
+                    serve_metrics, build=self.metrics.build, host=bcfg.bind_address,
+                    port=bcfg.metrics_port, node=self.node,
+                    max_age_s=lambda: self.bcfg.metrics_cache_seconds,
+                    token=lambda: self.bcfg.metrics_token,
+                )
+            )
+        port = bcfg.advertised_listen_port or address[1]
+        self.broker_addr = format_address(bcfg.broker_ip1, port)
+        self.store_host = (bcfg.broker_ip1, port)
+        return address, fast_address
+
+    async def _start_services(self, nursery: trio.Nursery, store: MessageStore) -> None:
+        """Delay levels, registration, housekeeping, persistence and the role's services."""
+        scfg = self.settings.store
+        sup = self.supervisor
+        schedule = ScheduleMessageService(store, scfg.message_delay_level, self.store_host)
+        root = config_dir(scfg.store_path_root_dir)
+        schedule.offsets.load(
+            await trio.to_thread.run_sync(read_file, f"{root}/{DELAY_OFFSET_FILE}")
+        )
+        self._schedule = schedule
+        await self.register_all()
+        sup.spawn(nursery, "register", self._register_loop)
+        sup.spawn(nursery, "housekeeping", self._housekeeping_loop)
+        sup.spawn(nursery, "persist", self._persist_loop)
+        sup.spawn(nursery, "pop_revive", self.pop.revive_loop)
+        if self.dledger_role is not None:
+            # role-specific services follow
+            sup.spawn(nursery, "dledger_role", self.dledger_role.run)
+        elif not self.is_slave:  # a slave's store refuses writes; the master delivers
+            sup.spawn(nursery, "schedule", self._schedule_loop)
+            sup.spawn(nursery, "transaction_check", self._transaction_check_loop)
+        else:
+            sup.spawn(nursery, "slave_sync", self._slave_sync_loop)
+        if self.ha is not None and self._ha_needs_slave_hosts():
+            sup.spawn(nursery, "ha_slave_hosts", self._ha_slave_hosts_loop)
 
     # ------------------------------------------------------------------ HA port access
 
@@ -719,6 +748,24 @@ class BrokerController:
         async with trio.open_nursery() as nursery:
             for addr in addrs:
                 nursery.start_soon(one, addr)
+
+    async def topic_route(self, topic: str) -> TopicRouteData | None:
+        """GET_ROUTEINFO_BY_TOPIC from the first NameServer that knows ``topic`` (POP's
+        QUERY_ASSIGNMENT allocates every broker's queues); None when none answers."""
+        client = self._ns_client
+        if client is None:
+            return None
+        timeout = self.bcfg.register_broker_timeout_mills / 1000.0
+        for addr in self.bcfg.namesrv_addrs:
+            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                              {"topic": topic})
+            try:
+                response = await client.invoke(addr, request, timeout)
+                if response.code == ResponseCode.SUCCESS:
+                    return TopicRouteData.decode(bytes(response.body))
+            except (RemotingError, OSError, ValueError) as exc:
+                self.log.debug("topic route lookup failed", namesrv=addr, error=str(exc))
+        return None
 
     async def _unregister_all(self) -> None:
         client = self._ns_client
@@ -933,6 +980,13 @@ class BrokerController:
             await self._check_interval.wait()
             bcfg = self.bcfg  # (transactionTimeOut and transactionCheckMax are live keys too)
             if self.topics.select(HALF_TOPIC) is None:
+                # Apache's first check pass creates the half topic (1 queue, read-write)
+                # whether or not a transaction was ever sent: topic lists match its
+                _tc, created = self.topics.create_in_send_message_back(
+                    HALF_TOPIC, 1, PermName.PERM_RW
+                )
+                if created:
+                    self.topic_created(HALF_TOPIC)
                 continue
             try:
                 checks = self.transactions.due_checks(
@@ -997,7 +1051,7 @@ class BrokerController:
         event, self._changed = self._changed, trio.Event()
         event.set()
 
-    async def wait_until(self, predicate: Callable[[BrokerController], bool]) -> None:
+    async def wait_until(self, predicate: Callable[[BrokerNode], bool]) -> None:
         """Return once ``predicate(self)`` holds, re-checked whenever clients join or leave or
         a pull parks. Bound it with ``trio.fail_after``."""
         while not predicate(self):

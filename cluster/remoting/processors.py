@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol, cast
 
 import attrs
 
-from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from .codec import RemotingCommand
 
 
 class Answerer(Protocol):
@@ -72,7 +72,7 @@ def checked(processor: Processor, check: ProcessorCheck) -> Processor:
 
 
 @attrs.frozen
-class Dispatcher:
+class ProcessorTable:
     """The processor table keyed by request code, and the processor for any other code."""
 
     processors: Mapping[int, Processor] = attrs.field(factory=dict)

@@ -3,22 +3,17 @@
 housekeeping timeout) and a write side (stream the CommitLog from the slave's offset in
 <= haTransferBatchSize frames, coalesced into big sends, heartbeat when idle).
 
-SYNC_MASTER: ``HAService.replica_waiter`` is the store's ``replica_waiter`` hook. A put decides
-with the pure ``AckTable`` (SLAVE_NOT_AVAILABLE / already acked / wait); a waiting put joins the
-open ``WaitGroup`` of the pure ``GroupTransfer``; a write side seals the group when it ships the
-bytes, and each ack advance sets one event per group it covers, waking all of its puts at once
-(group transfer). One sweeper task times groups out (no cancel scope per put).
-
-A SYNC send answered by a plain ``def`` processor waits without a task: its answer is held in
-the broker's ``HeldAnswers`` (``hold_answers``), keyed by the message's end offset; each ack
-advance releases the answers it covers, and the sweeper expires the rest after slaveTimeout
-(FLUSH_SLAVE_TIMEOUT).
+SYNC_MASTER: ``HAService`` is the store's replica gate (``store.attach_replicas``). A put
+decides with the pure ``AckTable`` (``sync_status_nowait``: SLAVE_NOT_AVAILABLE / already acked
+/ wait); a waiting put's answer is held on ``ack_watermark`` (push2SlaveMaxOffset), keyed by
+the message's end offset, without a task: each ack advance releases every answer it covers in
+one send per connection, and the watermark's sweeper answers the rest FLUSH_SLAVE_TIMEOUT after
+slaveTimeout, or when this service stops.
 
     ha = HAService(store, HAConfig(ha_listen_port=listen_port + 1, ...))
-    port = await nursery.start(ha.run)      # installs store.replica_waiter on a SYNC_MASTER
+    port = await nursery.start(ha.run)      # a SYNC_MASTER store's puts now wait for acks
     ha.update_master_address(addr)          # a SLAVE: REGISTER_BROKER's haServerAddr
     ha.status()                             # per slave: address, ack, diff, in-sync, speed
-    ha.hold_answers(held)                   # a SYNC_MASTER broker's held send answers
 
 Like RocketMQ's HAService, it listens on every broker; on a SLAVE store it also runs the
 ``HAClient`` that replicates from the master.
@@ -27,16 +22,19 @@ Like RocketMQ's HAService, it listens on every broker; on a SLAVE store it also 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
-from rmq_cluster.cluster.clock import now_ms
-from rmq_cluster.cluster.logging import get_logger
-from rmq_cluster.ha import net
-from rmq_cluster.ha.access import (
+from ..cluster.clock import now_ms
+from ..cluster.logging import get_logger
+from ..store.commitlog import PutMessageStatus
+from ..store.config import BrokerRole
+from ..store.watermark import Watermark
+from . import net
+from .access import (
     HA_AUTH_ANSWER_BYTES,
     HA_AUTH_NONCE_BYTES,
     SlaveAllowList,
@@ -44,30 +42,25 @@ from rmq_cluster.ha.access import (
     encode_challenge,
     verify_answer,
 )
-from rmq_cluster.ha.client import (
+from .client import (
     HA_RECONNECT_MAX_BACKOFF_S,
     HA_RECONNECT_MIN_BACKOFF_S,
     HAClient,
     HAClientStatus,
 )
-from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.master import (
+from .config import HAConfig
+from .master import (
     AckTable,
-    GroupTransfer,
     InSyncState,
     ReportOutcome,
     SlaveStatus,
     transfer_start_offset,
 )
-from rmq_cluster.ha.net import CONNECTION_ERRORS
-from rmq_cluster.ha.protocol import OffsetReportDecoder, append_frame, encode_heartbeat
-from rmq_cluster.store.commitlog import PutMessageStatus
-from rmq_cluster.store.config import BrokerRole
-from rmq_cluster.store.watermark import Watermark
+from .net import CONNECTION_ERRORS
+from .protocol import OffsetReportDecoder, append_frame, encode_heartbeat
 
 if TYPE_CHECKING:
-    from rmq_cluster.cluster.remoting.held import HeldAnswers
-    from rmq_cluster.store.message_store import MessageStore
+    from ..store.message_store import MessageStore
 
 log = get_logger(component="ha_service")
 
@@ -159,33 +152,18 @@ class HAService:
         self.over_acks = 0  # connections closed for acking past what they were sent
         self.clock_ms = clock_ms
         self.table = AckTable(config.ha_slave_fallbehind_max)
-        self.groups = GroupTransfer(trio.Event)
-        self._groups_changed = trio.Event()
-        self._sweeper_idle = False  # the sweeper waits for a first group (no deadline to watch)
-        #: the run's clock (trio.current_time without its two wrapper calls: once per SYNC put)
-        self._now: Callable[[], float] = trio.current_time
-        #: slaveTimeout in seconds, read once per put
-        self._sync_timeout_s = config.sync_timeout_s
-        #: push2SlaveMaxOffset as a Watermark (for observers and tests; puts use ``groups``).
-        self.ack_watermark = Watermark(0)
+        #: push2SlaveMaxOffset: SYNC_MASTER answers (and puts) wait here for a slave's ack,
+        #: FLUSH_SLAVE_TIMEOUT after slaveTimeout
+        self.ack_watermark = Watermark(0, timeout_s=config.sync_timeout_s)
         self.ack_advances = 0  # how often push2SlaveMaxOffset rose (= group-transfer wakeups)
         self.ack_reports = 0  # offset reports read from slaves
-        self.released_puts = 0  # SYNC puts released by acks
-        self.deferred_puts = 0  # SYNC puts that had to wait for an ack
         self.ship_sends = 0  # sends of CommitLog frames to slaves (all connections)
         self.ship_bytes = 0  # CommitLog bytes shipped
-        #: SYNC answers held until a slave acks past their message (``hold_answers``)
-        self.held: HeldAnswers | None = None
         self.port: int | None = None
         self.connections: dict[int, HAConnection] = {}
         self._next_conn_id = 0
         self._slaves_changed = trio.Event()
         self.log = get_logger(component="ha_service", role=store.role.value)
-        #: ``replica_waiter`` as one bound-method object: what ``run`` installs in the store, so
-        #: a caller can tell it by identity (``replica_waiter`` makes a new object per access)
-        self.replica_waiter_hook: Callable[[int], Awaitable[PutMessageStatus]] = (
-            self.replica_waiter
-        )
         #: The slave side, on a SLAVE store only.
         self.client: HAClient | None = (
             HAClient(
@@ -202,13 +180,12 @@ class HAService:
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve haListenPort until cancelled; ``task_status.started(port)``. On a SYNC_MASTER
-        store whose ``replica_waiter`` is unset, installs ``self.replica_waiter`` (it stays:
-        once this service stops, SYNC puts answer SLAVE_NOT_AVAILABLE)."""
+        store without a replica gate, becomes it (it stays: once this service stops, what
+        waits is answered FLUSH_SLAVE_TIMEOUT and SYNC puts SLAVE_NOT_AVAILABLE)."""
         listener = net.listen(self.host, self.config.ha_listen_port)
-        self._now = trio.lowlevel.current_clock().current_time
         self.port = listener.getsockname()[1]
-        if self.store.role is BrokerRole.SYNC_MASTER and self.store.replica_waiter is None:
-            self.store.replica_waiter = self.replica_waiter_hook
+        if self.store.role is BrokerRole.SYNC_MASTER and self.store.replicas is None:
+            self.store.attach_replicas(self)
         if self.auth_secret == "":
             self.log.warning("ha_auth_without_secret",
                              reason="aclEnable=true but no aclSecretKey: no slave can connect")
@@ -217,7 +194,7 @@ class HAService:
                       authenticated=self.auth_secret is not None)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._sweep_timeouts)
+                nursery.start_soon(self.ack_watermark.run)  # (expires all as it ends)
                 if self.client is not None:
                     await nursery.start(self.client.run)
                 task_status.started(self.port)
@@ -239,10 +216,7 @@ class HAService:
                         self.pending_handshakes += 1  # until conn.serve's handshake ends
                     nursery.start_soon(conn.serve)
         finally:
-            for group in self.groups.drain():
-                group.token.set()
-            if self.held is not None:
-                self.held.expire_all()  # FLUSH_SLAVE_TIMEOUT: no ack comes any more
+            self.ack_watermark.expire_all()  # FLUSH_SLAVE_TIMEOUT: no ack comes any more
             if listener.fileno() >= 0:
                 trio.lowlevel.notify_closing(listener)
                 listener.close()
@@ -334,20 +308,11 @@ class HAService:
 
     # ------------------------------------------------------------------ SYNC_MASTER
 
-    async def replica_waiter(self, end_offset: int) -> PutMessageStatus:
-        """The store's SYNC_MASTER hook: PUT_OK once a slave acked ``end_offset``;
-        SLAVE_NOT_AVAILABLE at once without a usable slave; FLUSH_SLAVE_TIMEOUT after
-        slaveTimeout."""
-        status = self.sync_status_nowait(end_offset)
-        if status is not None:
-            return status
-        return await self.wait_replicated(end_offset)
-
     def sync_status_nowait(self, end_offset: int) -> PutMessageStatus | None:
         """The SYNC_MASTER answer if it is already decided (SLAVE_NOT_AVAILABLE, or PUT_OK
-        when a slave acked past ``end_offset``), else None: then ``await
-        wait_replicated(end_offset)``. Lets a plain ``def`` send processor answer inline and
-        defer only the puts that must wait."""
+        when a slave acked past ``end_offset``; in controller mode also PUT_OK or
+        IN_SYNC_REPLICAS_NOT_ENOUGH as ``in_sync`` decides), else None: the answer then waits
+        on ``ack_watermark`` for ``end_offset``."""
         in_sync = self.in_sync
         if in_sync is not None:
             need = in_sync.rule.slave_acks_needed(in_sync.sync_state_set_size)
@@ -363,56 +328,8 @@ class HAService:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         return PutMessageStatus.PUT_OK if acked >= end_offset else None
 
-    async def wait_replicated(self, end_offset: int) -> PutMessageStatus:
-        """Join the open wait group; PUT_OK once a slave acked ``end_offset``, else
-        FLUSH_SLAVE_TIMEOUT (slaveTimeout passed, or this service stopped)."""
-        self.deferred_puts += 1
-        group = self.groups.join(end_offset, self._now() + self._sync_timeout_s)
-        self._wake_sweeper()
-        await group.token.wait()
-        if self.table.push_to_slave_max_offset >= end_offset:
-            return PutMessageStatus.PUT_OK
-        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-
-    def hold_answers(self, held: HeldAnswers) -> None:
-        """Release ``held``'s answers as slaves ack past their keys (end offsets), and expire
-        them after their deadline (slaveTimeout) or when this service stops."""
-        self.held = held
-        held.on_busy = self._wake_sweeper
-
-    def seal_group(self) -> None:
-        """A write side shipped everything appended so far: close the open wait group."""
-        self.groups.seal()
-
-    def _wake_sweeper(self) -> None:
-        """A group exists now: the sweeper, if it waits for one, watches its deadline."""
-        if self._sweeper_idle:
-            self._sweeper_idle = False
-            self._groups_changed.set()
-
-    async def _sweep_timeouts(self) -> None:
-        while True:
-            deadline = self.groups.next_deadline()
-            delay = None if deadline is None else deadline - trio.current_time()
-            held = self.held
-            if held is not None and held.waiting:
-                first = held.next_deadline()  # (in the held answers' own clock)
-                if first is not None:
-                    until = first - held.clock()
-                    delay = until if delay is None else min(delay, until)
-            if delay is None:
-                self._groups_changed = trio.Event()
-                self._sweeper_idle = True
-                await self._groups_changed.wait()
-                continue
-            await trio.sleep(max(0.0, delay))
-            for group in self.groups.expire(trio.current_time()):
-                group.token.set()
-            if held is not None and held.waiting:
-                held.expire(held.clock())
-
     def on_report(self, conn_id: int, offset: int) -> ReportOutcome:
-        """A slave's ack; releases every SYNC waiter the new push2SlaveMaxOffset covers."""
+        """A slave's ack; releases every SYNC answer the new push2SlaveMaxOffset covers."""
         self.ack_reports += 1
         before = self.table.push_to_slave_max_offset
         outcome = self.table.on_report(
@@ -421,12 +338,6 @@ class HAService:
         after = self.table.push_to_slave_max_offset
         if after > before:
             self.ack_advances += 1
-            for group in self.groups.release_upto(after):
-                self.released_puts += group.members
-                group.token.set()
-            held = self.held
-            if held is not None and held.waiting:
-                held.release_upto(after)
             self.ack_watermark.advance(after)
         return outcome
 
@@ -508,21 +419,18 @@ class HAService:
 
     @property
     def waited_puts(self) -> int:
-        """SYNC puts that had to wait for an ack (tasks and held answers), since boot."""
-        held = self.held
-        return self.deferred_puts + (held.held_total if held is not None else 0)
+        """What had to wait for an ack (held answers, tasks' puts), since boot."""
+        return self.ack_watermark.held.held_total
 
     @property
     def acked_puts(self) -> int:
-        """Waiting SYNC puts that a slave's ack released, since boot."""
-        held = self.held
-        return self.released_puts + (held.released_total if held is not None else 0)
+        """Of those, what a slave's ack released, since boot."""
+        return self.ack_watermark.held.released_total
 
     @property
     def waiting_puts(self) -> int:
-        """SYNC puts waiting for an ack now."""
-        held = self.held
-        return self.groups.waiting_puts + (held.waiting if held is not None else 0)
+        """What waits for an ack now."""
+        return self.ack_watermark.held.waiting
 
     @property
     def slave_fall_behind_bytes(self) -> int:
@@ -686,7 +594,6 @@ class HAConnection:
             max_off = store.max_phys_offset
             if nxt < max_off:
                 # ship everything appended so far (<= HA_MAX_SEND_BYTES per send), then yield
-                svc.seal_group()
                 while nxt < max_off:
                     out = bytearray()
                     while nxt < max_off and len(out) < HA_MAX_SEND_BYTES:

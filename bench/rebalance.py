@@ -1,0 +1,275 @@
+"""The rebalance calls under load: Apache RocketMQ 4.9.7's broker and ours, side by side.
+
+    python3 bench/rebalance.py [--seconds 15] [--consumers 3] [--queues 16] [--senders 4]
+                               [--inflight 16] [--size 1024] [--repeats 1] [--kinds java,ours]
+
+What a 4.x push consumer asks its broker while queues move between the members of a group
+(RebalanceImpl): the group's member list (GET_CONSUMER_LIST_BY_GROUP), the committed offset of
+each queue it takes (QUERY_CONSUMER_OFFSET), the offsets it commits (UPDATE_CONSUMER_OFFSET),
+and for orderly consumers the lock of its queues (LOCK_BATCH_MQ); the broker tells every member
+when one joins or leaves (NOTIFY_CONSUMER_IDS_CHANGED, measured from the joining heartbeat's
+sending to the notice reaching an existing member). For each kind (``--kinds``; tests/interop/
+oracle.py starts the NameServer and Broker on free loopback ports and always stops them),
+``--senders`` connections (in a process of their own) keep ``--inflight`` sends of
+``--size`` bytes each in flight (the busy broker) while ``--consumers`` members of one group
+run rebalance rounds back to back, and one more member joins and leaves again and again so the
+notices flow; every call's latency is recorded. Request loops are bounded by ``--seconds``
+and stop by themselves.
+
+Prints one JSON object: per kind and call, count, p50 / p99 / max in ms; the sends per second
+the load reached; and ``ratios`` (ours / Java, p50 and p99: below 1 means we answer faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
+from rmq_cluster.cluster.remoting.codes import RequestCode as RC
+from tests.interop import oracle
+from tests.interop.scenario import send_v2
+
+TOPIC = "RebalanceT"
+GROUP = "RebalanceG"
+CALL_TIMEOUT_S = 10.0
+NOTIFY_TIMEOUT_S = 5.0
+
+
+def _heartbeat(client_id: str) -> bytes:
+    return orjson.dumps({
+        "clientID": client_id,
+        "producerDataSet": [],
+        "consumerDataSet": [{
+            "groupName": GROUP, "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "unitMode": False,
+            "subscriptionDataSet": [{
+                "classFilterMode": False, "topic": TOPIC, "subString": "*", "tagsSet": [],
+                "codeSet": [], "subVersion": 1, "expressionType": "TAG",
+            }],
+        }],
+    })
+
+
+class Notices:
+    """When NOTIFY_CONSUMER_IDS_CHANGED reached a member (perf_counter), and an event per
+    wait for the next one."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+        self.next = trio.Event()
+
+    def arrived(self) -> None:
+        self.at.append(time.perf_counter())
+        self.next.set()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.ms: dict[str, list[float]] = defaultdict(list)
+        self.errors: dict[str, int] = defaultdict(int)
+
+    async def call(self, client: Any, addr: str, name: str, req: RemotingCommand) -> Any:
+        t0 = time.perf_counter()
+        try:
+            resp = await client.invoke(addr, req, timeout=CALL_TIMEOUT_S)
+        except Exception:
+            self.errors[name] += 1
+            return None
+        self.ms[name].append((time.perf_counter() - t0) * 1000)
+        if resp.code != 0 and name != "query_offset":  # 22: no offset committed yet
+            self.errors[name] += 1
+        return resp
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, values in sorted(self.ms.items()):
+            values.sort()
+            out[name] = {
+                "count": len(values),
+                "p50_ms": round(statistics.median(values), 3),
+                "p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 3),
+                "max_ms": round(values[-1], 3),
+                "errors": self.errors.get(name, 0),
+            }
+        return out
+
+
+async def _sender(addr: str, end: float, inflight: int, body: bytes, sent: list[int]) -> None:
+    async with open_remoting_client() as client, trio.open_nursery() as nursery:
+        async def one(i: int) -> None:
+            n = 0
+            while trio.current_time() < end:
+                ext = send_v2(TOPIC, (i + n) % 4, 1000 + n)
+                req = RemotingCommand.request(RC.SEND_MESSAGE_V2, ext, body)
+                with contextlib.suppress(Exception):  # a refused send is still load
+                    await client.invoke(addr, req, CALL_TIMEOUT_S)
+                n += 1
+                sent[0] += 1
+
+        for i in range(inflight):
+            nursery.start_soon(one, i)
+
+
+async def _member(addr: str, idx: int, args: argparse.Namespace, end: float,
+                  rec: Recorder, notices: Notices) -> None:
+    """One consumer of the group: heartbeats, then rebalance rounds until ``end``."""
+    client_id = f"127.0.0.1@bench-{idx}"
+
+    def on_notify(conn: Any, request: RemotingCommand) -> None:
+        notices.arrived()
+
+    async with open_remoting_client({RC.NOTIFY_CONSUMER_IDS_CHANGED: on_notify}) as client:
+        await rec.call(client, addr, "heartbeat",
+                       RemotingCommand.request(RC.HEART_BEAT, body=_heartbeat(client_id)))
+        n = 0
+        while trio.current_time() < end:
+            resp = await rec.call(client, addr, "consumer_list", RemotingCommand.request(
+                RC.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": GROUP}))
+            members = 1
+            if resp is not None and resp.code == 0 and resp.body:
+                members = max(1, len(orjson.loads(bytes(resp.body)).get("consumerIdList", [])))
+            mine = [q for q in range(args.queues) if q % members == idx % members]
+            for q in mine:
+                ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q)}
+                await rec.call(client, addr, "query_offset",
+                               RemotingCommand.request(RC.QUERY_CONSUMER_OFFSET, ext))
+            mq = [{"topic": TOPIC, "brokerName": "broker-a", "queueId": q} for q in mine]
+            lock = orjson.dumps({"consumerGroup": GROUP, "clientId": client_id, "mqSet": mq})
+            await rec.call(client, addr, "lock_batch",
+                           RemotingCommand.request(RC.LOCK_BATCH_MQ, body=lock))
+            for q in mine:
+                ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q),
+                       "commitOffset": str(n)}
+                await rec.call(client, addr, "update_offset",
+                               RemotingCommand.request(RC.UPDATE_CONSUMER_OFFSET, ext))
+            n += 1
+
+
+async def _churn(addr: str, end: float, rec: Recorder, notices: Notices) -> None:
+    """A member that joins and leaves again and again: each join is answered, then timed until
+    the existing members are told (NOTIFY_CONSUMER_IDS_CHANGED)."""
+    client_id = "127.0.0.1@bench-churn"
+    n = 0
+    while trio.current_time() < end:
+        async with open_remoting_client() as client:
+            seen = len(notices.at)
+            notices.next = trio.Event()
+            joined = time.perf_counter()
+            resp = await rec.call(client, addr, "heartbeat_join", RemotingCommand.request(
+                RC.HEART_BEAT, body=_heartbeat(f"{client_id}-{n}")))
+            with trio.move_on_after(NOTIFY_TIMEOUT_S):
+                await notices.next.wait()
+            if resp is not None and len(notices.at) > seen:
+                rec.ms["notify_after_join"].append((notices.at[seen] - joined) * 1000)
+            else:
+                rec.errors["notify_after_join"] += 1
+            await rec.call(client, addr, "unregister", RemotingCommand.request(
+                RC.UNREGISTER_CLIENT, {"clientID": f"{client_id}-{n}", "consumerGroup": GROUP}))
+        n += 1
+        await trio.sleep(0.2)  # a pause between rounds, bounded by ``end``
+
+
+async def _measure(addr: str, args: argparse.Namespace) -> dict[str, Any]:
+    rec = Recorder()
+    notices = Notices()
+    async with open_remoting_client() as client:
+        ext = {"topic": TOPIC, "readQueueNums": str(args.queues),
+               "writeQueueNums": str(args.queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
+               "topicSysFlag": "0", "order": "false"}
+        await client.invoke(addr, RemotingCommand.request(RC.UPDATE_AND_CREATE_TOPIC, ext))
+    # the load runs in a process of its own: its loop must not delay the measured calls
+    load = await trio.lowlevel.open_process(
+        [sys.executable, __file__, "--load", addr, "--seconds", str(args.seconds + 1),
+         "--senders", str(args.senders), "--inflight", str(args.inflight),
+         "--size", str(args.size)], stdout=subprocess.PIPE,
+    )
+    try:
+        await trio.sleep(1.0)  # the load is on before the first round
+        end = trio.current_time() + args.seconds
+        async with trio.open_nursery() as nursery:
+            for idx in range(args.consumers):
+                nursery.start_soon(_member, addr, idx, args, end, rec, notices)
+            nursery.start_soon(_churn, addr, end, rec, notices)
+        with trio.fail_after(CALL_TIMEOUT_S + 5):
+            await load.wait()
+        assert load.stdout is not None
+        sent = int((await load.stdout.receive_some()).decode().strip() or 0)
+    finally:
+        if load.returncode is None:
+            load.kill()  # our own child, by its handle
+            await load.wait()
+    return {"calls": rec.summary(), "sends_per_s": round(sent / (args.seconds + 1), 1)}
+
+
+async def _load(addr: str, args: argparse.Namespace) -> None:
+    """``--load``: the senders alone, for ``--seconds``; prints how many sends were made."""
+    sent = [0]
+    end = trio.current_time() + args.seconds
+    async with trio.open_nursery() as nursery:
+        for _ in range(args.senders):
+            nursery.start_soon(_sender, addr, end, args.inflight, b"x" * args.size, sent)
+    print(sent[0], flush=True)
+
+
+def run_kind(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    cp = oracle.java_classpath() if kind == "java" else None
+    with tempfile.TemporaryDirectory(prefix=f"rebalance-{kind}-") as tmp, \
+            oracle.running_cluster(kind, Path(tmp), cp=cp, quick_jvm=False) as cluster:
+        return trio.run(_measure, cluster.broker_addr, args)
+
+
+def ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if not runs.get("java") or not runs.get("ours"):
+        return out
+    for call in runs["ours"][0]["calls"]:
+        for stat in ("p50_ms", "p99_ms"):
+            j = statistics.mean(r["calls"].get(call, {}).get(stat, 0) for r in runs["java"])
+            o = statistics.mean(r["calls"].get(call, {}).get(stat, 0) for r in runs["ours"])
+            if j:
+                out[f"{call}.{stat}"] = round(o / j, 2)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=15.0)
+    p.add_argument("--consumers", type=int, default=3)
+    p.add_argument("--queues", type=int, default=16)
+    p.add_argument("--senders", type=int, default=4)
+    p.add_argument("--inflight", type=int, default=16)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--kinds", default="java,ours")
+    p.add_argument("--load", metavar="ADDR", help=argparse.SUPPRESS)  # the load process
+    args = p.parse_args()
+    if args.load:
+        trio.run(_load, args.load, args)
+        return
+    kinds = [k for k in args.kinds.split(",") if k]
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    for rep in range(args.repeats):
+        order = kinds if rep % 2 == 0 else kinds[::-1]  # alternate who goes first
+        for kind in order:
+            runs[kind].append(run_kind(kind, args))
+    print(orjson.dumps({"args": vars(args), "runs": runs, "ratios": ratios(runs)}).decode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""POP as one part of a broker: its processors, its config file, its revive loop and its
+arrival hook, so the controller wires it in a few lines."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ...cluster.logging import get_logger
+from ...cluster.protocol.route import TopicRouteData
+from ...cluster.remoting.codes import RequestCode
+from .modes import MODE_FILE, RequestModeTable
+from .polling import PopPolling
+from .processors import PopProcessors
+from .service import PopService
+
+if TYPE_CHECKING:
+    from ..context import BrokerContext
+
+log = get_logger(role="pop")
+#: (topic) -> the topic's route from the NameServers, or None.
+RouteLookup = Callable[[str], Awaitable[TopicRouteData | None]]
+
+
+class BrokerPop:
+    def __init__(self, ctrl: BrokerContext, route_lookup: RouteLookup | None = None) -> None:
+        self.ctrl = ctrl
+        self.modes = RequestModeTable()
+        self.polling = PopPolling(ctrl.bcfg.max_pop_polling_size)
+        self.service = PopService(ctrl)
+        self._route_lookup = route_lookup
+        self.processors = PopProcessors(ctrl, self.service, self.polling, self.modes,
+                                        self._route_queues if route_lookup else None)
+
+    def table(self) -> dict[int, Any]:
+        p = self.processors
+        rc = RequestCode
+        return {
+            rc.POP_MESSAGE: p.pop,
+            rc.ACK_MESSAGE: p.ack,
+            rc.BATCH_ACK_MESSAGE: p.batch_ack,
+            rc.CHANGE_MESSAGE_INVISIBLETIME: p.change_invisible_time,
+            rc.NOTIFICATION: p.notification,
+            rc.POLLING_INFO: p.polling_info,
+            rc.QUERY_ASSIGNMENT: p.query_assignment,
+            rc.SET_MESSAGE_REQUEST_MODE: p.set_message_request_mode,
+        }
+
+    async def _route_queues(self, topic: str) -> list[tuple[str, int, int]]:
+        assert self._route_lookup is not None
+        route = await self._route_lookup(topic)
+        if route is None:
+            return []
+        return [(q.broker_name, q.read_queue_nums, q.perm) for q in route.queue_datas]
+
+    # ------------------------------------------------------------------ config file
+
+    @staticmethod
+    def file_name() -> str:
+        return MODE_FILE
+
+    def load(self, data: bytes) -> None:
+        """Blocking callers' half: the mode table from ``messageRequestMode.json``."""
+        try:
+            self.modes.load(data)
+        except ValueError as exc:
+            log.error("unreadable request mode file", error=str(exc))
+
+    def take_changes(self, everything: bool) -> bytes | None:
+        if everything or self.modes.changed:
+            self.modes.changed = False
+            return self.modes.encode()
+        return None
+
+    # ------------------------------------------------------------------ services
+
+    def message_arrived(self, topic: str) -> None:
+        """The store dispatched a message of ``topic``: wake pops parked on it (a pop parks
+        under its topic and its pop retry topic)."""
+        self.polling.notify(topic)
+
+    async def revive_loop(self) -> None:
+        """The revive scan, every reviveInterval ms (a master's; a slave's round does nothing)."""
+        while True:
+            await trio.sleep(self.ctrl.bcfg.revive_interval_ms / 1000.0)
+            if self.ctrl.store_or_none is None:
+                continue
+            try:
+                moved = self.service.revive_once()
+            except Exception as exc:  # a bad record or a refused put must not stop revival
+                log.error("revive round failed", error=repr(exc))
+                continue
+            if moved:
+                log.info("revived", messages=moved, revived=self.service.revived,
+                         dead_lettered=self.service.dead_lettered)
+                self.ctrl.mark_dirty()
+                self.ctrl.state_changed()  # wakes wait_until (tests, tools)

@@ -1,0 +1,102 @@
+"""``mqproxy -n 127.0.0.1:9876 [--grpc-port 8081]``: run RocketMQ 5's gRPC endpoint in front
+of a cluster (Apache's ``mqproxy`` in cluster mode). Plain-text HTTP/2 for now (TLS and 5.x
+credentials come next).
+
+Prints ``The Proxy boot success. grpcPort=PORT`` once listening; stops cleanly on SIGTERM or
+SIGINT (exit 0); bad arguments exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import trio
+
+from ..cluster.logging import configure_logging
+from ..cluster.node_main import NodeSupervisor, serve_until_signal
+from .config import DEFAULT_GRPC_PORT, ProxyConfig
+from .node import run_proxy
+
+BOOT_LINE = "The Proxy boot success. grpcPort="
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mqproxy",
+                                     description="RocketMQ 5 gRPC proxy (plain text)")
+    parser.add_argument("-n", "--namesrvAddr", metavar="ADDR",
+                        default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
+                        help="NameServer addresses, host:port;host:port")
+    parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT,
+                        help="gRPC port (0: any free port)")
+    parser.add_argument("--bind", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    # rmq-cluster up --proxy: exit once no node of the cluster (pid files in DIR) is alive
+    parser.add_argument("--until-down", metavar="DIR", help=argparse.SUPPRESS)
+    return parser
+
+
+#: pid files in a cluster's run/ folder that are not its nodes
+NOT_NODES: Final = frozenset({"proxy.pid", "dashboard.pid"})
+CLUSTER_CHECK_S: Final = 1.0
+
+
+def _any_node_alive(run_dir: Path) -> bool:
+    for pid_file in run_dir.glob("*.pid"):
+        if pid_file.name in NOT_NODES:
+            continue
+        try:
+            os.kill(int(pid_file.read_text().strip()), 0)
+        except (ValueError, OSError):
+            continue
+        return True
+    return False
+
+
+async def _until_down(run_dir: Path, scope: trio.CancelScope) -> None:
+    # other processes' pid files: nothing to wait on but the clock
+    while _any_node_alive(run_dir):  # noqa: ASYNC110
+        await trio.sleep(CLUSTER_CHECK_S)
+    scope.cancel()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        configure_logging(args.log_level)
+    except ValueError as exc:
+        print(f"mqproxy: {exc}", file=sys.stderr)
+        return 2
+    if not 0 <= args.grpc_port <= 65535:
+        print(f"mqproxy: bad --grpc-port {args.grpc_port}", file=sys.stderr)
+        return 2
+    config = ProxyConfig(namesrv_addr=args.namesrvAddr, bind_address=args.bind,
+                         grpc_port=args.grpc_port)
+    port: list[int] = []
+
+    async def start(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            port.append(await nursery.start(run_proxy, config))
+            if args.until_down:
+                nursery.start_soon(_until_down, Path(args.until_down), nursery.cancel_scope)
+            task_status.started()
+
+    async def run() -> int:
+        supervisor = NodeSupervisor(node="proxy", role="proxy", hard_exit=os._exit)
+        return await serve_until_signal(
+            start, lambda: f"{BOOT_LINE}{port[0]}", node="proxy", role="proxy",
+            supervisor=supervisor,
+        )
+
+    try:
+        return trio.run(run)
+    except OSError as exc:  # the port is taken, the address is not ours
+        print(f"mqproxy: cannot start: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

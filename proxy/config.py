@@ -1,0 +1,38 @@
+"""The proxy's settings: its port, its NameServers and the named limits of its gRPC port."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+#: Apache's Proxy listens for gRPC on 8081 (``grpcServerPort``).
+DEFAULT_GRPC_PORT: Final = 8081
+#: the largest message body a client may send (RocketMQ's ``maxMessageSize``, 4 MiB); told to
+#: the SDKs in Settings.publishing.max_body_size.
+DEFAULT_MAX_BODY_BYTES: Final = 4 * 1024 * 1024
+
+
+@attrs.frozen
+class ProxyConfig:
+    namesrv_addr: str = "127.0.0.1:9876"
+    bind_address: str = "0.0.0.0"
+    grpc_port: int = DEFAULT_GRPC_PORT
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: one gRPC message (a request's protobuf): a SendMessage may carry a few bodies
+    max_grpc_message_bytes: int = 2 * DEFAULT_MAX_BODY_BYTES + 64 * 1024
+    #: HTTP/2 frames larger than this are a connection error (16 KiB is HTTP/2's floor)
+    max_frame_bytes: int = 16 * 1024
+    #: HTTP/2 header block (HPACK-decoded) per request
+    max_header_list_bytes: int = 16 * 1024
+    max_streams_per_connection: int = 100
+    #: request bytes buffered per connection across all its streams before it is closed
+    #: (room for two of the largest requests at once)
+    max_connection_input_bytes: int = 24 * 1024 * 1024
+    max_connections: int = 1024
+    #: telemetry commands queued on one stream before the stream is reset
+    max_telemetry_backlog: int = 16
+    #: a connection must send HTTP/2's preface within this long
+    handshake_timeout_s: float = 10.0
+    #: the remoting side's call timeout (NameServer and broker)
+    call_timeout_s: float = 5.0

@@ -1,0 +1,198 @@
+"""Simple consumption over gRPC on the broker's POP: ReceiveMessage (a POP_MESSAGE to the
+master of the broker the SDK picked, long polling), AckMessage and ChangeInvisibleDuration
+(ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME on the broker the receipt handle names). The receipt
+handle a client gets is the broker's own ``extraInfo`` (cluster/protocol/pop.py), opaque to it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from ..client.errors import MQBrokerError
+from ..client.frames import request
+from ..client.instance import ClientInstance
+from ..cluster.protocol.message import MessageConst as MC
+from ..cluster.protocol.message import StoredMessage, iter_records
+from ..cluster.protocol.pop import (
+    POLLING_TIMEOUT,
+    PROPERTY_POP_CK,
+    PROPERTY_SHARDING_KEY,
+    ReceiptHandle,
+    pop_retry_topic,
+    retry_flag,
+)
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from . import convert
+from .config import ProxyConfig
+from .pb import definition_pb2 as pb
+from .pb import service_pb2 as spb
+
+Send = Callable[[bytes], Awaitable[None]]
+#: messages one receive may ask for (Apache's proxy caps batch_size at 32)
+MAX_BATCH: Final = 32
+#: the longest long poll a receive may ask for
+MAX_POLL_MS: Final = 30_000
+DEFAULT_INVISIBLE_MS: Final = 30_000
+#: properties that are ours, not the user's
+_SYSTEM_KEYS: Final = frozenset({
+    MC.PROPERTY_TAGS, MC.PROPERTY_KEYS, MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    MC.PROPERTY_WAIT_STORE_MSG_OK, PROPERTY_POP_CK, PROPERTY_SHARDING_KEY,
+    "TIMER_DELIVER_MS", "TIMER_OUT_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "1ST_POP_TIME",
+    "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "MIN_OFFSET", "MAX_OFFSET",
+})
+
+
+def _info(text: str | None) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for item in filter(None, (text or "").split(";")):
+        parts = item.split(" ")
+        if len(parts) == 3 and parts[2]:
+            out[f"{parts[0]}@{parts[1]}"] = [int(v) for v in parts[2].split(",")]
+    return out
+
+
+def _millis(ts: Any) -> int:
+    return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
+
+
+def _handle(m: StoredMessage, ext: dict[str, str], broker: str) -> str:
+    if PROPERTY_POP_CK in m.properties:
+        return m.properties[PROPERTY_POP_CK]
+    key = f"{retry_flag(m.topic)}@{m.queue_id}"
+    start = _info(ext.get("startOffsetInfo")).get(key, [m.queue_offset])[0]
+    return ReceiptHandle(start, int(ext["popTime"]), int(ext["invisibleTime"]),
+                         int(ext["reviveQid"]), retry_flag(m.topic), broker, m.queue_id,
+                         m.queue_offset).encode()
+
+
+def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int) -> pb.Message:
+    props = m.properties
+    out = pb.Message(topic=pb.Resource(name=topic), body=m.body)
+    out.user_properties.update({k: v for k, v in props.items() if k not in _SYSTEM_KEYS})
+    sp = out.system_properties
+    if m.tags:
+        sp.tag = m.tags
+    sp.keys.extend(k for k in (props.get(MC.PROPERTY_KEYS) or "").split(" ") if k)
+    sp.message_id = props.get(MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or m.msg_id
+    sp.body_digest.CopyFrom(convert.body_digest(m.body))
+    sp.body_encoding = pb.IDENTITY
+    sp.born_timestamp.FromMilliseconds(m.born_timestamp)
+    sp.born_host = f"{m.born_host[0]}:{m.born_host[1]}"
+    sp.store_timestamp.FromMilliseconds(m.store_timestamp)
+    sp.store_host = f"{m.store_host[0]}:{m.store_host[1]}"
+    sp.receipt_handle = handle
+    sp.queue_id = m.queue_id
+    sp.queue_offset = m.queue_offset
+    sp.invisible_duration.FromMilliseconds(invisible_ms)
+    sp.delivery_attempt = m.reconsume_times + 1
+    group = props.get(PROPERTY_SHARDING_KEY)
+    if group:
+        sp.message_group = group
+        sp.message_type = pb.FIFO
+    elif props.get("TIMER_DELIVER_MS", "").isdigit():
+        sp.delivery_timestamp.FromMilliseconds(int(props["TIMER_DELIVER_MS"]))
+        sp.message_type = pb.DELAY
+    else:
+        sp.message_type = pb.NORMAL
+    return out
+
+
+class PopBridge:
+    def __init__(self, config: ProxyConfig, instance: ClientInstance) -> None:
+        self.config = config
+        self.instance = instance
+
+    async def _master(self, topic: str, broker: str) -> str:
+        route = await self.instance.fetch_route(topic)
+        for bd in route.broker_datas:
+            if bd.broker_name == broker and 0 in bd.broker_addrs:
+                return str(bd.broker_addrs[0])
+        raise convert.ProxyError(pb.NOT_FOUND, f"no master for broker {broker!r}")
+
+    async def receive(self, req: spb.ReceiveMessageRequest, send: Send) -> None:
+        try:
+            await self._receive(req, send)
+        except Exception as exc:
+            await send(spb.ReceiveMessageResponse(
+                status=convert.error_status(exc)).SerializeToString())
+
+    async def _receive(self, req: spb.ReceiveMessageRequest, send: Send) -> None:
+        group, topic = req.group.name, req.message_queue.topic.name
+        if not group or not topic:
+            raise convert.ProxyError(pb.BAD_REQUEST, "group and topic are required")
+        broker = req.message_queue.broker.name
+        addr = await self._master(topic, broker)
+        invisible_ms = (_millis(req.invisible_duration) if req.HasField("invisible_duration")
+                        else DEFAULT_INVISIBLE_MS)
+        poll_ms = min(MAX_POLL_MS, _millis(req.long_polling_timeout))
+        ext: dict[str, Any] = {
+            "consumerGroup": group, "topic": topic, "queueId": "-1",
+            "maxMsgNums": str(max(1, min(MAX_BATCH, req.batch_size or MAX_BATCH))),
+            "invisibleTime": str(max(1000, invisible_ms)), "pollTime": str(max(0, poll_ms)),
+            "bornTime": str(int(time.time() * 1000)), "initMode": "0",
+            "order": "false",
+        }
+        expr = req.filter_expression.expression
+        if expr and expr != "*":
+            ext["exp"], ext["expType"] = expr, "TAG"
+        timeout = poll_ms / 1000 + self.config.call_timeout_s
+        resp = await self.instance.invoke(addr, request(RequestCode.POP_MESSAGE, ext), timeout)
+        if resp.code in (ResponseCode.PULL_NOT_FOUND, POLLING_TIMEOUT):
+            await send(spb.ReceiveMessageResponse(status=pb.Status(
+                code=pb.MESSAGE_NOT_FOUND, message="no new message")).SerializeToString())
+            return
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark, addr)
+        msgs = list(iter_records(bytes(resp.body or b"")))
+        await send(spb.ReceiveMessageResponse(status=convert.ok_status()).SerializeToString())
+        rext = {k: str(v) for k, v in resp.ext_fields.items()}
+        for m in msgs:
+            shown = topic if m.topic == topic or m.topic.startswith("%RETRY%") else m.topic
+            out = to_pb(m, shown, _handle(m, rext, broker), int(rext["invisibleTime"]))
+            await send(spb.ReceiveMessageResponse(message=out).SerializeToString())
+
+    async def _call_handle(self, code: int, group: str, topic: str, handle_text: str,
+                           extra: dict[str, str]) -> tuple[ReceiptHandle, Any]:
+        try:
+            h = ReceiptHandle.parse(handle_text)
+        except ValueError as exc:
+            raise convert.ProxyError(pb.INVALID_RECEIPT_HANDLE, str(exc)) from exc
+        real = topic if h.flag == "0" else pop_retry_topic(topic, group)
+        addr = await self._master(topic, h.broker_name)
+        ext = {"consumerGroup": group, "topic": real, "queueId": str(h.queue_id),
+               "extraInfo": h.encode(), "offset": str(h.queue_offset), **extra}
+        resp = await self.instance.invoke(addr, request(code, ext))
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark, addr)
+        return h, resp
+
+    async def ack(self, req: spb.AckMessageRequest) -> spb.AckMessageResponse:
+        entries = []
+        for e in req.entries:
+            try:
+                await self._call_handle(RequestCode.ACK_MESSAGE, req.group.name,
+                                        req.topic.name, e.receipt_handle, {})
+                status = convert.ok_status()
+            except Exception as exc:
+                status = convert.error_status(exc)
+            entries.append(spb.AckMessageResultEntry(
+                message_id=e.message_id, receipt_handle=e.receipt_handle, status=status))
+        failed = next((x.status for x in entries if x.status.code != pb.OK), None)
+        return spb.AckMessageResponse(status=failed or convert.ok_status(), entries=entries)
+
+    async def change_invisible(self, req: spb.ChangeInvisibleDurationRequest
+                               ) -> spb.ChangeInvisibleDurationResponse:
+        try:
+            ms = max(1000, _millis(req.invisible_duration))
+            h, resp = await self._call_handle(
+                RequestCode.CHANGE_MESSAGE_INVISIBLETIME, req.group.name, req.topic.name,
+                req.receipt_handle, {"invisibleTime": str(ms)})
+        except Exception as exc:
+            return spb.ChangeInvisibleDurationResponse(status=convert.error_status(exc))
+        ext = resp.ext_fields
+        new = ReceiptHandle(h.queue_offset, int(ext["popTime"]), int(ext["invisibleTime"]),
+                            int(ext["reviveQid"]), h.flag, h.broker_name, h.queue_id,
+                            h.queue_offset)
+        return spb.ChangeInvisibleDurationResponse(status=convert.ok_status(),
+                                                   receipt_handle=new.encode())

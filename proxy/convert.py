@@ -1,0 +1,194 @@
+"""gRPC (apache.rocketmq.v2 protobuf) <-> our remoting model, in one place: routes into
+MessageQueues, a published Message into ours, client errors into the v2 ``Code``, Settings
+answered on Telemetry. Pure: no Trio."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Sequence
+from typing import Final
+
+from google.protobuf import duration_pb2
+
+from ..client.errors import (
+    MQBrokerError,
+    MQClientError,
+    MQTimeoutError,
+    NoRouteError,
+)
+from ..client.model import Message, MessageQueue
+from ..cluster.protocol.message import MessageConst as MC
+from ..cluster.protocol.route import PermName, TopicRouteData
+from ..cluster.remoting.codes import ResponseCode
+from .pb import definition_pb2 as pb
+
+#: the message group of a FIFO message, as the 5.x Proxy stores it (RocketMQ's sharding key)
+PROPERTY_MESSAGE_GROUP: Final = "__SHARDINGKEY"
+MASTER_ID: Final = 0
+#: user properties one message may carry (a bound on what one request makes us build)
+MAX_USER_PROPERTIES: Final = 128
+#: topics with no 5.x message type accept every type (Apache: UNSPECIFIED topics are mixed)
+ALL_TYPES: Final = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+#: delivery timestamps past this (in seconds since the epoch: the year 9999) are refused
+#: before they reach the broker, which refuses anything past its own timerMaxDelaySec
+MAX_DELIVERY_SECONDS: Final = 253_402_300_799
+#: what a producer is told in Settings: retries with exponential backoff
+PRODUCER_MAX_ATTEMPTS: Final = 3
+
+
+class ProxyError(Exception):
+    """A request refused with a v2 ``Code``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def ok_status() -> pb.Status:
+    return pb.Status(code=pb.OK, message="OK")
+
+
+def error_status(exc: BaseException) -> pb.Status:
+    code, message = code_of(exc)
+    return pb.Status(code=code, message=message[:512])
+
+
+def code_of(exc: BaseException) -> tuple[int, str]:
+    """The v2 Code for a failure of the remoting side (or a refused request)."""
+    if isinstance(exc, ProxyError):
+        return exc.code, exc.message
+    if isinstance(exc, NoRouteError):
+        return pb.TOPIC_NOT_FOUND, str(exc)
+    if isinstance(exc, MQTimeoutError):
+        return pb.PROXY_TIMEOUT, str(exc)
+    if isinstance(exc, MQBrokerError):
+        return _BROKER_CODES.get(exc.code or 0, pb.INTERNAL_SERVER_ERROR), str(exc)
+    if isinstance(exc, MQClientError):
+        if exc.code == ResponseCode.MESSAGE_ILLEGAL:
+            return pb.BAD_REQUEST, str(exc)
+        return pb.INTERNAL_SERVER_ERROR, str(exc)
+    return pb.INTERNAL_SERVER_ERROR, type(exc).__name__
+
+
+_BROKER_CODES: Final[dict[int, int]] = {
+    ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND,
+    ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
+    ResponseCode.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
+    ResponseCode.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
+    ResponseCode.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: pb.SLAVE_PERSISTENCE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: pb.HA_NOT_AVAILABLE,
+}
+
+
+# ---------------------------------------------------------------------- routes
+
+
+def message_queues(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
+                   ) -> list[pb.MessageQueue]:
+    """The topic's queues as 5.x clients see them: per broker with a master, ``min(read,
+    write)`` READ_WRITE queues, then the extra READ or WRITE ones, every broker reached through
+    this proxy's ``endpoints``."""
+    masters = {b.broker_name for b in route.broker_datas if MASTER_ID in b.broker_addrs}
+    out: list[pb.MessageQueue] = []
+    for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        if qd.broker_name not in masters:
+            continue
+        reads = qd.read_queue_nums if PermName.is_readable(qd.perm) else 0
+        writes = qd.write_queue_nums if PermName.is_writeable(qd.perm) else 0
+        broker = pb.Broker(name=qd.broker_name, id=MASTER_ID, endpoints=endpoints)
+        for qid in range(max(reads, writes)):
+            if qid < min(reads, writes):
+                perm = pb.READ_WRITE
+            else:
+                perm = pb.READ if qid < reads else pb.WRITE
+            out.append(pb.MessageQueue(
+                topic=pb.Resource(name=topic), id=qid, permission=perm, broker=broker,
+                accept_message_types=ALL_TYPES,
+            ))
+    return out
+
+
+def fifo_queue(queues: Sequence[MessageQueue], group: str) -> MessageQueue:
+    """A message group's queue: the same group always on the same queue (while the queue
+    count stays)."""
+    digest = hashlib.blake2b(group.encode(), digest_size=8).digest()
+    return queues[int.from_bytes(digest, "big") % len(queues)]
+
+
+# ---------------------------------------------------------------------- publishing
+
+
+def message_from_pb(m: pb.Message, max_body_bytes: int) -> tuple[Message, str | None]:
+    """A published message as ours, with its message group (FIFO) if any; ProxyError if the
+    SDK sent what a 5.x Proxy refuses."""
+    sp = m.system_properties
+    if not m.topic.name:
+        raise ProxyError(pb.ILLEGAL_TOPIC, "topic is empty")
+    if not m.body:
+        raise ProxyError(pb.MESSAGE_BODY_EMPTY, "message body is empty")
+    if len(m.body) > max_body_bytes:
+        raise ProxyError(pb.MESSAGE_BODY_TOO_LARGE,
+                         f"message body of {len(m.body)} bytes over {max_body_bytes}")
+    if sp.body_encoding not in (pb.ENCODING_UNSPECIFIED, pb.IDENTITY):
+        raise ProxyError(pb.UNSUPPORTED, "only identity-encoded bodies are accepted")
+    if not sp.message_id:
+        raise ProxyError(pb.ILLEGAL_MESSAGE_ID, "message id is empty")
+    if len(m.user_properties) > MAX_USER_PROPERTIES:
+        raise ProxyError(pb.MESSAGE_PROPERTIES_TOO_LARGE,
+                         f"more than {MAX_USER_PROPERTIES} user properties")
+    group = sp.message_group if sp.HasField("message_group") else None
+    deliver_ms = None
+    if sp.HasField("delivery_timestamp"):
+        ts = sp.delivery_timestamp
+        if not 0 < ts.seconds < MAX_DELIVERY_SECONDS or not 0 <= ts.nanos < 1_000_000_000:
+            raise ProxyError(pb.ILLEGAL_DELIVERY_TIME, f"bad delivery time {ts.seconds}s")
+        deliver_ms = ts.seconds * 1000 + ts.nanos // 1_000_000
+    if group is not None and deliver_ms is not None:
+        raise ProxyError(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                         "a message has a message group or a delivery time, not both")
+    if group is not None and not group.strip():
+        raise ProxyError(pb.ILLEGAL_MESSAGE_GROUP, "message group is blank")
+    props = dict(m.user_properties)
+    props[MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = sp.message_id
+    if group is not None:
+        props[PROPERTY_MESSAGE_GROUP] = group
+    msg = Message(
+        m.topic.name, bytes(m.body),
+        tags=sp.tag if sp.HasField("tag") and sp.tag else None,
+        keys=tuple(sp.keys) or None,
+        properties=props,
+        deliver_time_ms=deliver_ms,
+    )
+    return msg, group
+
+
+def body_digest(body: bytes) -> pb.Digest:
+    """CRC32 as the SDKs check it (the unsigned CRC-32 as 8 upper-case hex digits)."""
+    return pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body):08X}")
+
+
+# ---------------------------------------------------------------------- settings
+
+
+def settings_reply(client: pb.Settings, max_body_bytes: int) -> pb.Settings:
+    """What the proxy answers to a client's Settings on Telemetry: the client's own, with the
+    server side filled in (body limit, backoff, receive batch and long polling)."""
+    out = pb.Settings()
+    out.CopyFrom(client)
+    if client.HasField("publishing") or client.client_type in (pb.PRODUCER,):
+        out.publishing.max_body_size = max_body_bytes
+        out.publishing.validate_message_type = True
+    if client.HasField("subscription"):
+        if out.subscription.receive_batch_size <= 0:
+            out.subscription.receive_batch_size = 32
+        if not out.subscription.HasField("long_polling_timeout"):
+            out.subscription.long_polling_timeout.CopyFrom(duration_pb2.Duration(seconds=30))
+    out.backoff_policy.max_attempts = PRODUCER_MAX_ATTEMPTS
+    backoff = out.backoff_policy.exponential_backoff
+    backoff.initial.CopyFrom(duration_pb2.Duration(nanos=10_000_000))
+    backoff.max.CopyFrom(duration_pb2.Duration(seconds=1))
+    backoff.multiplier = 2.0
+    return out

@@ -1,0 +1,135 @@
+"""gRPC's framing over HTTP/2, sans-IO: length-prefixed messages, request paths, status
+trailers. Pure (no Trio): the connection in ``h2_server`` feeds it bytes."""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Final
+from urllib.parse import quote
+
+#: one gRPC message: compressed flag (1 byte) + big-endian length (4 bytes) + payload
+PREFIX: Final = struct.Struct(">BI")
+SERVICE_PREFIX: Final = "/apache.rocketmq.v2.MessagingService/"
+
+
+class GrpcStatus(enum.IntEnum):
+    """gRPC's own status codes (transport level; RocketMQ's ``Code`` rides in the response)."""
+
+    OK = 0
+    CANCELLED = 1
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    RESOURCE_EXHAUSTED = 8
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+
+
+class GrpcWireError(Exception):
+    def __init__(self, status: GrpcStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class MessageReader:
+    """Reassembles gRPC messages from a stream's DATA; refuses compressed ones (the proxy
+    announces no grpc-encoding) and any longer than ``limit`` before buffering it."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._buf = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        out: list[bytes] = []
+        while len(self._buf) >= PREFIX.size:
+            flag, length = PREFIX.unpack_from(self._buf)
+            if flag not in (0, 1):
+                raise GrpcWireError(GrpcStatus.INTERNAL, f"bad message flag {flag}")
+            if flag == 1:
+                raise GrpcWireError(GrpcStatus.UNIMPLEMENTED, "compressed messages unsupported")
+            if length > self._limit:
+                raise GrpcWireError(
+                    GrpcStatus.RESOURCE_EXHAUSTED,
+                    f"message of {length} bytes over the limit of {self._limit}",
+                )
+            end = PREFIX.size + length
+            if len(self._buf) < end:
+                break
+            out.append(bytes(self._buf[PREFIX.size:end]))
+            del self._buf[:end]
+        return out
+
+
+def frame(payload: bytes) -> bytes:
+    return PREFIX.pack(0, len(payload)) + payload
+
+
+def method_of(path: str) -> str | None:
+    """``/apache.rocketmq.v2.MessagingService/SendMessage`` -> ``SendMessage``."""
+    if not path.startswith(SERVICE_PREFIX):
+        return None
+    name = path[len(SERVICE_PREFIX):]
+    return name if name.isidentifier() else None
+
+
+def is_grpc_request(headers: dict[str, str]) -> bool:
+    content_type = headers.get("content-type", "")
+    return headers.get(":method") == "POST" and content_type.startswith("application/grpc")
+
+
+RESPONSE_HEADERS: Final = ((":status", "200"), ("content-type", "application/grpc"))
+
+
+def trailers(status: GrpcStatus, message: str = "") -> list[tuple[str, str]]:
+    out = [("grpc-status", str(int(status)))]
+    if message:
+        out.append(("grpc-message", quote(message[:512], safe=" !#$&'()*+,/:;=?@[]~")))
+    return out
+
+
+#: HTTP/2's client connection preface, then every frame starts with a 9-byte header
+H2_PREFACE_LEN: Final = 24
+H2_FRAME_HEADER_LEN: Final = 9
+
+
+class FrameLengthGuard:
+    """Follows the frame boundaries of a client's HTTP/2 byte stream and says when a frame
+    header declares more than ``limit`` bytes. h2 (4.4) checks a frame's length only once the
+    whole frame is buffered: without this a peer could make it hold 16 MiB per connection."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._preface_left = H2_PREFACE_LEN
+        self._skip = 0
+        self._header = bytearray()
+
+    def check(self, data: bytes | bytearray) -> bool:
+        """Feed the next bytes; False once a frame over the limit has been announced."""
+        view = memoryview(data)
+        if self._preface_left:
+            n = min(self._preface_left, len(view))
+            self._preface_left -= n
+            view = view[n:]
+        while view:
+            if self._skip:
+                n = min(self._skip, len(view))
+                self._skip -= n
+                view = view[n:]
+                continue
+            n = min(H2_FRAME_HEADER_LEN - len(self._header), len(view))
+            self._header += view[:n]
+            view = view[n:]
+            if len(self._header) == H2_FRAME_HEADER_LEN:
+                length = int.from_bytes(self._header[:3], "big")
+                if length > self._limit:
+                    return False
+                self._skip = length
+                self._header.clear()
+        return True

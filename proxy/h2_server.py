@@ -1,0 +1,335 @@
+"""The gRPC server on Trio: one task per HTTP/2 connection driving the sans-IO ``h2`` state
+machine (the shape of our remoting layer: bytes in, events out), one task per call.
+
+Every limit is a named ``ProxyConfig`` setting: HTTP/2 frame size and header list (h2 refuses
+larger ones: a connection error, GOAWAY), streams per connection, one gRPC message's size (checked
+from its length prefix, before it is buffered), the bytes a connection may have buffered across
+its streams, connections per proxy, the time to send the preface."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import attrs
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import trio
+
+from ..cluster.logging import get_logger
+from .config import ProxyConfig
+from .grpc_wire import (
+    RESPONSE_HEADERS,
+    FrameLengthGuard,
+    GrpcStatus,
+    GrpcWireError,
+    MessageReader,
+    frame,
+    is_grpc_request,
+    method_of,
+    trailers,
+)
+
+log = get_logger(node="proxy", component="grpc")
+READ_CHUNK = 64 * 1024
+
+Send = Callable[[bytes], Awaitable[None]]
+
+
+class GrpcService(Protocol):
+    def kind(self, method: str) -> str | None:
+        """``"unary"``, ``"server_stream"``, ``"bidi"`` or None (unknown method)."""
+
+    async def unary(self, method: str, request: bytes, metadata: dict[str, str]) -> bytes: ...
+
+    async def stream(self, method: str, request: bytes, metadata: dict[str, str],
+                     send: Send) -> None: ...
+
+    async def bidi(self, method: str, inbound: trio.MemoryReceiveChannel[bytes],
+                   metadata: dict[str, str], send: Send) -> None: ...
+
+
+@attrs.define
+class _Stream:
+    method: str
+    kind: str
+    metadata: dict[str, str]
+    reader: MessageReader
+    requests: list[bytes] = attrs.field(factory=list)
+    inbound: trio.MemorySendChannel[bytes] | None = None
+    cancel: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    done: bool = False
+    #: the client has half-closed the stream (its request is complete)
+    ended: bool = False
+
+
+class _Connection:
+    def __init__(self, stream: trio.abc.Stream, service: GrpcService, config: ProxyConfig,
+                 nursery: trio.Nursery) -> None:
+        self.sock = stream
+        self.service = service
+        self.config = config
+        self.nursery = nursery
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+        )
+        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: config.max_streams_per_connection,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: config.max_header_list_bytes,
+            h2.settings.SettingCodes.MAX_FRAME_SIZE: config.max_frame_bytes,
+        })
+        self.h2.max_inbound_frame_size = config.max_frame_bytes
+        self.streams: dict[int, _Stream] = {}
+        self.guard = FrameLengthGuard(config.max_frame_bytes)
+        self.send_lock = trio.Lock()
+        self.window = trio.Event()
+        #: set when h2 has bytes to send: the writer task sends everything queued by then in
+        #: one write (the answers of the calls that finished together, the window updates)
+        self.dirty = trio.Event()
+        self.closed = False
+
+    def kick(self) -> None:
+        self.dirty.set()
+
+    async def write_loop(self) -> None:
+        while not self.closed:
+            await self.dirty.wait()
+            self.dirty = trio.Event()
+            await self.flush()
+
+    async def flush(self) -> None:
+        async with self.send_lock:
+            data = self.h2.data_to_send()
+            if data and not self.closed:
+                try:
+                    await self.sock.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self.closed = True
+
+    async def run(self) -> None:
+        self.h2.initiate_connection()
+        await self.flush()
+        self.nursery.start_soon(self.write_loop)
+        first = True
+        while not self.closed:
+            if first:
+                with trio.move_on_after(self.config.handshake_timeout_s):
+                    data = await self.sock.receive_some(READ_CHUNK)
+                    first = False
+                if first:
+                    return
+            else:
+                data = await self.sock.receive_some(READ_CHUNK)
+            if not data:
+                return
+            if not self.guard.check(data):
+                log.info("grpc frame over the limit", limit=self.config.max_frame_bytes)
+                self.h2.close_connection(error_code=h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
+                await self.flush()
+                return
+            try:
+                events = self.h2.receive_data(data)
+            except h2.exceptions.ProtocolError as exc:  # h2 has queued its GOAWAY
+                log.info("grpc connection protocol error", error=str(exc)[:200])
+                await self.flush()
+                return
+            for event in events:
+                self.on_event(event)
+            if self.buffered() > self.config.max_connection_input_bytes:
+                log.warning("grpc connection over its input budget",
+                            limit=self.config.max_connection_input_bytes)
+                self.h2.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+                await self.flush()
+                return
+            self.kick()
+
+    def buffered(self) -> int:
+        return sum(s.reader.buffered + sum(map(len, s.requests)) for s in self.streams.values())
+
+    # ------------------------------------------------------------------ inbound events
+
+    def on_event(self, event: Any) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            self.on_request(event.stream_id, dict(event.headers), event.stream_ended is not None)
+        elif isinstance(event, h2.events.DataReceived):
+            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            self.on_data(event.stream_id, event.data)
+        elif isinstance(event, h2.events.StreamEnded):
+            self.on_end(event.stream_id)
+        elif isinstance(event, h2.events.StreamReset):
+            st = self.streams.pop(event.stream_id, None)
+            if st is not None:
+                st.cancel.cancel()
+        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+            self.window.set()
+            self.window = trio.Event()
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self.closed = True
+
+    def on_request(self, sid: int, headers: dict[str, str], ended: bool) -> None:
+        method = method_of(headers.get(":path", ""))
+        kind = self.service.kind(method) if method else None
+        if not is_grpc_request(headers) or method is None or kind is None:
+            self.fail(sid, GrpcStatus.UNIMPLEMENTED, f"unknown method {headers.get(':path')!r}")
+            return
+        st = _Stream(method, kind, headers, MessageReader(self.config.max_grpc_message_bytes))
+        self.streams[sid] = st
+        if kind == "bidi":
+            send, receive = trio.open_memory_channel[bytes](self.config.max_telemetry_backlog)
+            st.inbound = send
+            self.nursery.start_soon(self.call_bidi, sid, st, receive)
+        if ended:
+            self.on_end(sid)
+
+    def on_data(self, sid: int, data: bytes) -> None:
+        st = self.streams.get(sid)
+        if st is None or st.done:
+            return
+        try:
+            messages = st.reader.feed(data)
+        except GrpcWireError as exc:
+            self.fail(sid, exc.status, exc.message)
+            return
+        if st.inbound is None:
+            st.requests += messages
+            if len(st.requests) > 1:
+                self.fail(sid, GrpcStatus.INVALID_ARGUMENT, "more than one request message")
+            return
+        for msg in messages:
+            try:
+                st.inbound.send_nowait(msg)
+            except trio.WouldBlock:
+                self.fail(sid, GrpcStatus.RESOURCE_EXHAUSTED, "too many commands queued")
+                return
+
+    def on_end(self, sid: int) -> None:
+        st = self.streams.get(sid)
+        if st is None or st.done or st.ended:
+            return
+        st.ended = True
+        if st.inbound is not None:
+            st.inbound.close()
+            return
+        if len(st.requests) != 1 or st.reader.buffered:
+            self.fail(sid, GrpcStatus.INVALID_ARGUMENT, "a call takes exactly one message")
+            return
+        self.nursery.start_soon(self.call_unary, sid, st, st.requests.pop())
+
+    def fail(self, sid: int, status: GrpcStatus, message: str) -> None:
+        """Answer a call with a trailers-only response (and forget the stream)."""
+        st = self.streams.pop(sid, None)
+        if st is not None:
+            st.done = True
+            st.cancel.cancel()
+            if st.inbound is not None:
+                st.inbound.close()
+        try:
+            self.h2.send_headers(sid, [*RESPONSE_HEADERS, *trailers(status, message)],
+                                 end_stream=True)
+        except h2.exceptions.H2Error:
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self.h2.reset_stream(sid)
+
+    # ------------------------------------------------------------------ calls
+
+    async def call_unary(self, sid: int, st: _Stream, request: bytes) -> None:
+        async def send(payload: bytes) -> None:
+            await self.send_message(sid, payload)
+
+        await self.guarded(sid, st, lambda: self._unary(st, request, send))
+
+    async def _unary(self, st: _Stream, request: bytes, send: Send) -> None:
+        if st.kind == "server_stream":
+            await self.service.stream(st.method, request, st.metadata, send)
+        else:
+            await send(await self.service.unary(st.method, request, st.metadata))
+
+    async def call_bidi(self, sid: int, st: _Stream,
+                        receive: trio.MemoryReceiveChannel[bytes]) -> None:
+        async def send(payload: bytes) -> None:
+            await self.send_message(sid, payload)
+
+        async with receive:
+            await self.guarded(
+                sid, st, lambda: self.service.bidi(st.method, receive, st.metadata, send)
+            )
+
+    async def guarded(self, sid: int, st: _Stream, call: Callable[[], Awaitable[None]]) -> None:
+        status, message = GrpcStatus.OK, ""
+        with st.cancel:
+            try:
+                await call()
+            except GrpcWireError as exc:
+                status, message = exc.status, exc.message
+            except h2.exceptions.H2Error:
+                return  # the stream went away under us
+            except Exception as exc:  # a handler bug must not take the connection down
+                log.exception("grpc call failed", method=st.method)
+                status, message = GrpcStatus.INTERNAL, type(exc).__name__
+            if self.streams.get(sid) is not st:
+                return
+            del self.streams[sid]
+            st.done = True
+            try:
+                if self.h2.streams.get(sid) is not None and _headers_sent(self.h2, sid):
+                    self.h2.send_headers(sid, trailers(status, message), end_stream=True)
+                else:
+                    self.h2.send_headers(sid, [*RESPONSE_HEADERS, *trailers(status, message)],
+                                         end_stream=True)
+            except h2.exceptions.H2Error:
+                return
+            self.kick()
+
+    async def send_message(self, sid: int, payload: bytes) -> None:
+        if not _headers_sent(self.h2, sid):
+            self.h2.send_headers(sid, RESPONSE_HEADERS)
+        data = frame(payload)
+        while data:
+            size = min(self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size)
+            if size <= 0:
+                self.kick()
+                await self.window.wait()
+                continue
+            self.h2.send_data(sid, data[:size])
+            data = data[size:]
+        self.kick()
+
+
+def _headers_sent(conn: h2.connection.H2Connection, sid: int) -> bool:
+    stream = conn.streams.get(sid)
+    return stream is not None and stream.state_machine.headers_sent
+
+
+Started = trio.TaskStatus[list[trio.SocketListener]]
+
+
+async def serve_grpc(config: ProxyConfig, service: GrpcService, *,
+                     task_status: Started = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``service`` on ``config.grpc_port`` until cancelled; started, reports the
+    listeners (their bound ports)."""
+    listeners = await trio.open_tcp_listeners(config.grpc_port, host=config.bind_address)
+    slots = trio.CapacityLimiter(config.max_connections)
+
+    async def handle(sock: trio.SocketStream) -> None:
+        async with sock:
+            try:
+                slots.acquire_nowait()
+            except trio.WouldBlock:
+                log.warning("grpc connection refused: too many", limit=config.max_connections)
+                return
+            try:
+                async with trio.open_nursery() as nursery:
+                    conn = _Connection(sock, service, config, nursery)
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await conn.run()
+                    nursery.cancel_scope.cancel()
+            finally:
+                slots.release()
+
+    task_status.started(listeners)
+    await trio.serve_listeners(handle, listeners)

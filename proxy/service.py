@@ -1,0 +1,147 @@
+"""``apache.rocketmq.v2.MessagingService``: each RPC decoded, answered through the remoting
+side (``rmq_cluster.client``: NameServer routes, broker sends) and encoded back."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import trio
+from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as PbMessage
+
+from ..client.instance import ClientInstance
+from ..client.producer import Producer
+from ..cluster.logging import get_logger
+from . import convert
+from .config import ProxyConfig
+from .consume import PopBridge
+from .grpc_wire import GrpcStatus, GrpcWireError
+from .pb import definition_pb2 as pb
+from .pb import service_pb2 as spb
+
+log = get_logger(node="proxy", component="service")
+Send = Callable[[bytes], Awaitable[None]]
+#: the RPCs this slice does not serve yet: answered with Code NOT_IMPLEMENTED in their response
+NOT_YET: Final = frozenset({
+    "QueryAssignment", "ForwardMessageToDeadLetterQueue", "PullMessage",
+    "UpdateOffset", "GetOffset", "QueryOffset", "EndTransaction",
+    "RecallMessage", "SyncLiteSubscription",
+})
+
+
+def _decode(cls: type[PbMessage], payload: bytes) -> Any:
+    msg = cls()
+    try:
+        msg.ParseFromString(payload)
+    except (DecodeError, ValueError, RecursionError) as exc:
+        raise GrpcWireError(GrpcStatus.INVALID_ARGUMENT, f"bad {cls.__name__}") from exc
+    return msg
+
+
+class MessagingService:
+    def __init__(self, config: ProxyConfig, instance: ClientInstance, producer: Producer
+                 ) -> None:
+        self.config = config
+        self.instance = instance
+        self.producer = producer
+        self.pop = PopBridge(config, instance)
+        self._unary: dict[str, Callable[[Any, dict[str, str]], Awaitable[Any]]] = {
+            "QueryRoute": self.query_route,
+            "Heartbeat": self.heartbeat,
+            "SendMessage": self.send_message,
+            "NotifyClientTermination": self.notify_client_termination,
+            "AckMessage": lambda req, _md: self.pop.ack(req),
+            "ChangeInvisibleDuration": lambda req, _md: self.pop.change_invisible(req),
+        }
+
+    def kind(self, method: str) -> str | None:
+        if method == "Telemetry":
+            return "bidi"
+        if method == "ReceiveMessage":
+            return "server_stream"
+        if method in self._unary or method in NOT_YET:
+            return "unary"
+        return None
+
+    async def unary(self, method: str, request: bytes, metadata: dict[str, str]) -> bytes:
+        req = _decode(getattr(spb, f"{method}Request"), request)
+        handler = self._unary.get(method)
+        if handler is None:
+            resp = getattr(spb, f"{method}Response")()
+            resp.status.CopyFrom(pb.Status(code=pb.NOT_IMPLEMENTED,
+                                           message=f"{method} is not served yet"))
+            return bytes(resp.SerializeToString())
+        return bytes((await handler(req, metadata)).SerializeToString())
+
+    async def stream(self, method: str, request: bytes, metadata: dict[str, str],
+                     send: Send) -> None:
+        await self.pop.receive(_decode(spb.ReceiveMessageRequest, request), send)
+
+    async def bidi(self, method: str, inbound: trio.MemoryReceiveChannel[bytes],
+                   metadata: dict[str, str], send: Send) -> None:
+        """Telemetry: each Settings a client sends is answered with the settings it runs
+        with (the SDKs' startup waits for that first answer)."""
+        async for payload in inbound:
+            cmd = _decode(spb.TelemetryCommand, payload)
+            if cmd.HasField("settings"):
+                reply = spb.TelemetryCommand(
+                    status=convert.ok_status(),
+                    settings=convert.settings_reply(cmd.settings, self.config.max_body_bytes),
+                )
+                await send(reply.SerializeToString())
+
+    # ------------------------------------------------------------------ RPCs
+
+    async def query_route(self, req: spb.QueryRouteRequest, metadata: dict[str, str]
+                          ) -> spb.QueryRouteResponse:
+        try:
+            route = await self.instance.fetch_route(req.topic.name)
+        except Exception as exc:
+            return spb.QueryRouteResponse(status=convert.error_status(exc))
+        endpoints = req.endpoints if req.endpoints.addresses else _authority(metadata)
+        queues = convert.message_queues(req.topic.name, route, endpoints)
+        if not queues:
+            status = pb.Status(code=pb.TOPIC_NOT_FOUND, message="no queue with a master")
+            return spb.QueryRouteResponse(status=status)
+        return spb.QueryRouteResponse(status=convert.ok_status(), message_queues=queues)
+
+    async def heartbeat(self, req: spb.HeartbeatRequest, metadata: dict[str, str]
+                        ) -> spb.HeartbeatResponse:
+        return spb.HeartbeatResponse(status=convert.ok_status())
+
+    async def notify_client_termination(self, req: Any, metadata: dict[str, str]) -> Any:
+        return spb.NotifyClientTerminationResponse(status=convert.ok_status())
+
+    async def send_message(self, req: spb.SendMessageRequest, metadata: dict[str, str]
+                           ) -> spb.SendMessageResponse:
+        if not req.messages:
+            status = pb.Status(code=pb.BAD_REQUEST, message="no message to send")
+            return spb.SendMessageResponse(status=status)
+        entries = [await self._send_one(m) for m in req.messages]
+        failed = next((e.status for e in entries if e.status.code != pb.OK), None)
+        return spb.SendMessageResponse(status=failed or convert.ok_status(), entries=entries)
+
+    async def _send_one(self, m: pb.Message) -> spb.SendResultEntry:
+        try:
+            msg, group = convert.message_from_pb(m, self.config.max_body_bytes)
+            if group is not None:
+                queues = await self.producer.queues_for(msg.topic)
+                result = await self.producer.send(msg, queue=convert.fifo_queue(queues, group))
+            else:
+                result = await self.producer.send(msg)
+        except Exception as exc:
+            if not isinstance(exc, convert.ProxyError):
+                log.info("send failed", topic=m.topic.name, error=str(exc)[:200])
+            return spb.SendResultEntry(status=convert.error_status(exc))
+        return spb.SendResultEntry(
+            status=convert.ok_status(), message_id=m.system_properties.message_id,
+            offset=result.queue_offset, transaction_id=result.transaction_id or "",
+        )
+
+
+def _authority(metadata: dict[str, str]) -> pb.Endpoints:
+    host, _, port = metadata.get(":authority", "").rpartition(":")
+    if not host or not port.isdigit():
+        return pb.Endpoints(scheme=pb.IPv4, addresses=[])
+    return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))])

@@ -1,0 +1,103 @@
+"""Runs inside the venv of the unmodified rocketmq-python-client (5.x, from PyPI): a scenario
+against an endpoint, one JSON line per event on stdout.
+
+    probe.py ENDPOINT produce TOPIC FIFO_TOPIC DELAY_TOPIC
+    probe.py ENDPOINT consume TOPIC GROUP COUNT DEADLINE_S
+"""
+
+import json
+import sys
+import time
+
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
+
+
+def emit(**event):
+    print(json.dumps(event), flush=True)
+
+
+def produce(endpoint, topic, fifo_topic, delay_topic):
+    config = ClientConfiguration(endpoint, Credentials())
+    producer = Producer(config, (topic, fifo_topic, delay_topic))
+    producer.startup()
+    emit(event="started")
+    try:
+        for i in range(3):
+            msg = Message()
+            msg.topic = topic
+            msg.body = f"normal {i}".encode()
+            msg.tag = "N"
+            msg.keys = f"k{i}"
+            msg.add_property("idx", str(i))
+            r = producer.send(msg)
+            emit(event="sent", kind="normal", idx=i, message_id=r.message_id, offset=r.offset)
+        for i in range(4):
+            msg = Message()
+            msg.topic = fifo_topic
+            msg.body = f"fifo {i}".encode()
+            msg.tag = "F"
+            msg.message_group = f"group-{i % 2}"
+            r = producer.send(msg)
+            emit(event="sent", kind="fifo", idx=i, group=msg.message_group,
+                 message_id=r.message_id, offset=r.offset,
+)
+        msg = Message()
+        msg.topic = delay_topic
+        msg.body = b"delayed"
+        msg.tag = "D"
+        deliver_s = int(time.time()) + 3  # the SDK takes seconds since the epoch
+        msg.delivery_timestamp = deliver_s
+        r = producer.send(msg)
+        emit(event="sent", kind="delay", idx=0, message_id=r.message_id, offset=r.offset,
+             deliver_ms=deliver_s * 1000)
+    finally:
+        producer.shutdown()
+    emit(event="done")
+
+
+def consume(endpoint, topic, group, count, deadline_s):
+    """Receive COUNT messages: the first one is given 1 s more invisible time (and a new
+    receipt handle), every one is acked; then one more receive finds nothing."""
+    config = ClientConfiguration(endpoint, Credentials())
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    emit(event="started")
+    seen = set()
+    deadline = time.monotonic() + float(deadline_s)
+    changed = False
+    try:
+        while len(seen) < int(count) and time.monotonic() < deadline:
+            try:
+                msgs = consumer.receive(16, 15)
+            except Exception as exc:  # MESSAGE_NOT_FOUND surfaces as an exception
+                emit(event="receive_error", error=str(exc)[:200])
+                continue
+            for m in msgs:
+                if not changed:
+                    consumer.change_invisible_duration(m, 20)
+                    changed = True
+                    emit(event="changed", message_id=m.message_id)
+                consumer.ack(m)
+                seen.add(m.message_id)
+                emit(event="acked", message_id=m.message_id, body=m.body.decode(),
+                     tag=m.tag, attempt=m.delivery_attempt)
+    finally:
+        consumer.shutdown()
+    emit(event="done")
+
+
+if __name__ == "__main__":
+    endpoint, scenario, *rest = sys.argv[1:]
+    if scenario == "produce":
+        produce(endpoint, *rest)
+    elif scenario == "consume":
+        consume(endpoint, *rest)
+    else:
+        sys.exit(f"unknown scenario {scenario}")

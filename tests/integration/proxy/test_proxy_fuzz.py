@@ -1,0 +1,156 @@
+"""Hostile input on mqproxy's gRPC port, against a live proxy process: garbage instead of
+HTTP/2, frames over the frame limit, gRPC messages declared over the message limit, bad
+protobuf, unknown methods, streams that never end, seeded random frames, and a connection that
+tries to make the proxy buffer more than its input budget. After each the node still answers a
+Heartbeat with Code OK, and its memory stays within what its named limits allow."""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+from pathlib import Path
+
+import h2.errors
+import h2.events
+
+from rmq_cluster.proxy.config import ProxyConfig
+from rmq_cluster.proxy.grpc_wire import PREFIX, GrpcStatus
+from rmq_cluster.proxy.pb import definition_pb2 as pb
+from rmq_cluster.proxy.pb import service_pb2 as spb
+
+from .proxy_testlib import IO_TIMEOUT_S, H2Client, LiveProxy, live_proxy
+
+LIMITS = ProxyConfig()
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#: RSS growth allowed over the whole run: one connection's input budget, twice, plus slack
+RSS_GROWTH_BOUND = 2 * LIMITS.max_connection_input_bytes + 32 * 1024 * 1024
+RANDOM_ROUNDS = 60
+
+
+def _heartbeat_ok(proxy: LiveProxy) -> None:
+    assert proxy.alive
+    client = H2Client(proxy.port)
+    try:
+        req = spb.HeartbeatRequest(client_type=pb.PRODUCER).SerializeToString()
+        [answer], trailers = client.call("Heartbeat", req)
+        assert trailers["grpc-status"] == "0"
+        assert spb.HeartbeatResponse.FromString(answer).status.code == pb.OK
+    finally:
+        client.close()
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    sock.settimeout(IO_TIMEOUT_S)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def _frame(kind: int, flags: int, sid: int, payload: bytes, length: int | None = None) -> bytes:
+    n = len(payload) if length is None else length
+    return struct.pack(">I", n)[1:] + bytes([kind, flags]) + struct.pack(">I", sid) + payload
+
+
+def test_the_grpc_port_survives_hostile_input(tmp_path: Path) -> None:
+    with live_proxy(tmp_path) as proxy:
+        _heartbeat_ok(proxy)
+        base_rss = proxy.rss()
+
+        # not HTTP/2 at all
+        with socket.create_connection(("127.0.0.1", proxy.port)) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + bytes(range(256)) * 64)
+            assert _closed_by_peer(s)
+
+        # a DATA frame over the frame limit (16 MiB declared, a little sent)
+        with socket.create_connection(("127.0.0.1", proxy.port)) as s:
+            s.sendall(PREFACE + _frame(4, 0, 0, b"")
+                      + _frame(0, 0, 1, b"x" * 1024, length=(1 << 24) - 1))
+            assert _closed_by_peer(s)
+
+        client = H2Client(proxy.port)
+        try:
+            # bad protobuf, then a gRPC message declared over the limit, then an unknown method
+            _, trailers = client.call("SendMessage", b"\xff\xff\xff\xff\x0f garbage")
+            assert trailers["grpc-status"] == str(int(GrpcStatus.INVALID_ARGUMENT))
+            over = PREFIX.pack(0, LIMITS.max_grpc_message_bytes + 1) + b"x" * 100
+            _, trailers = client.call("SendMessage", b"", raw=over)
+            assert trailers["grpc-status"] == str(int(GrpcStatus.RESOURCE_EXHAUSTED))
+            _, trailers = client.call("NoSuchMethod", b"")
+            assert trailers["grpc-status"] == str(int(GrpcStatus.UNIMPLEMENTED))
+            _, trailers = client.call("SendMessage", b"", raw=PREFIX.pack(1, 3) + b"abc")
+            assert trailers["grpc-status"] == str(int(GrpcStatus.UNIMPLEMENTED))  # compressed
+            # a valid request refused with a v2 Code: an empty message body
+            msg = pb.Message(topic=pb.Resource(name="T"), body=b"")
+            msg.system_properties.message_id = "01"
+            [answer], _ = client.call("SendMessage",
+                                      spb.SendMessageRequest(messages=[msg]).SerializeToString())
+            assert spb.SendMessageResponse.FromString(answer).status.code == pb.MESSAGE_BODY_EMPTY
+        finally:
+            client.close()
+        _heartbeat_ok(proxy)
+
+        _flood_until_refused(proxy)
+        _random_frames(proxy)
+        _heartbeat_ok(proxy)
+        assert proxy.rss() - base_rss < RSS_GROWTH_BOUND, (base_rss, proxy.rss())
+
+
+def _flood_until_refused(proxy: LiveProxy) -> None:
+    """Streams that each declare the largest message and never finish it, fed as fast as
+    flow control lets them: the proxy closes the connection (GOAWAY ENHANCE_YOUR_CALM) once
+    it holds its input budget, not later."""
+    client = H2Client(proxy.port)
+    chunk = b"y" * 1000
+    sent = 0
+    goaway = None
+    try:
+        sids = [client.start_call("SendMessage") for _ in range(8)]
+        for sid in sids:
+            client.conn.send_data(sid, PREFIX.pack(0, LIMITS.max_grpc_message_bytes))
+        while goaway is None and sent < 4 * LIMITS.max_connection_input_bytes:
+            progress = True
+            while progress:  # round robin: every stream grows, none completes first
+                progress = False
+                for sid in sids:
+                    if client.conn.local_flow_control_window(sid) >= len(chunk):
+                        client.conn.send_data(sid, chunk)
+                        sent += len(chunk)
+                        progress = True
+            try:
+                client.flush()
+                data = client.sock.recv(65536)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            if not data:
+                break
+            for ev in client.conn.receive_data(data):
+                if isinstance(ev, h2.events.ConnectionTerminated):
+                    goaway = ev.error_code
+    finally:
+        client.close()
+    assert goaway == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, (goaway, sent)
+    assert sent <= LIMITS.max_connection_input_bytes + 2 * 1024 * 1024
+
+
+def _random_frames(proxy: LiveProxy) -> None:
+    """Seeded random frames (any type, flags, stream, length field) after a valid preface."""
+    rng = random.Random(34)
+    for _ in range(RANDOM_ROUNDS):
+        with socket.create_connection(("127.0.0.1", proxy.port)) as s:
+            out = PREFACE + _frame(4, 0, 0, b"")
+            for _ in range(rng.randint(1, 6)):
+                payload = rng.randbytes(rng.randint(0, 64))
+                length = rng.choice([len(payload), rng.randint(0, 1 << 24 - 1)])
+                out += _frame(rng.randint(0, 10), rng.randint(0, 255),
+                              rng.choice([0, 1, 3, rng.randint(0, 1 << 31 - 1)]), payload, length)
+            try:
+                s.sendall(out)
+                s.shutdown(socket.SHUT_WR)
+                assert _closed_by_peer(s)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        assert proxy.alive

@@ -1,0 +1,117 @@
+"""The pure parts of POP and RocketMQ 5 topic attributes: receipt handles, revive records,
+the revive ledger, orderly blocks, queue allocation, attribute rules, message types and the
+FIFO message group's queue (checked against Guava's consistentHash as the 5.x proxy runs it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rmq_cluster.broker.pop.modes import RequestModeTable, allocate_averagely, allocate_for_pop
+from rmq_cluster.broker.pop.state import OrderBlocks, ReviveLedger
+from rmq_cluster.cluster.protocol import pop as wire
+from rmq_cluster.cluster.protocol import topic_attributes as ta
+
+
+def test_receipt_handle_round_trip_and_refusals() -> None:
+    text = "12 1700000000000 60000 3 1 broker-a 2 14"
+    h = wire.ReceiptHandle.parse(text)
+    assert (h.ck_offset, h.revive_qid, h.flag, h.queue_id, h.queue_offset) == (12, 3, "1", 2, 14)
+    assert h.encode() == text and not h.is_order
+    for bad in ("", "1 2 3", "a 2 3 4 0 b 0 1", "1 2 3 4 9 b 0 1", "-1 2 3 4 0 b 0 1",
+                "1 2 3 4 0 b 0 1 9", "1 2 3 99999999999 0 b 0 1", "x" * 600):
+        with pytest.raises(wire.PopFormatError):
+            wire.ReceiptHandle.parse(bad)
+
+
+def test_revive_records_use_apache_keys() -> None:
+    ck = wire.Checkpoint("T", "G", 1, 10, 1000, 500, (0, 2), "b")
+    assert wire.Checkpoint.decode(ck.encode()) == ck
+    assert b'"so":10' in ck.encode() and b'"d":[0,2]' in ck.encode()
+    ack = wire.AckRecord("T", "G", 1, 10, 12, 1000, "b")
+    assert wire.AckRecord.decode(ack.encode()) == ack
+    # Apache's long names are read too
+    assert wire.AckRecord.decode(b'{"ackOffset":3,"startOffset":1,"consumerGroup":"G",'
+                                 b'"topic":"T","queueId":0,"popTime":5}').ack_offset == 3
+    for bad in (b"[]", b"{", b'{"t":"T","c":"G","q":-1,"so":0,"pt":0,"it":0}',
+                b'{"t":"T","c":"G","q":0,"so":0,"pt":0,"it":0,"d":[-1]}'):
+        with pytest.raises(wire.PopFormatError):
+            wire.Checkpoint.decode(bad)
+
+
+def test_ledger_finishes_acked_and_revives_due() -> None:
+    ledger = ReviveLedger()
+    ck = wire.Checkpoint("T", "G", 0, 5, 1000, 500, (0, 1, 3), "b")
+    ledger.add_checkpoint(ck, 2, 40)
+    ledger.add_ack(wire.AckRecord("T", "G", 0, 5, 6, 1000, "b"))
+    assert ledger.due(1499) == [] and ledger.revive_offset(2, 50) == 40
+    (due,) = ledger.due(1500)
+    assert due.unacked() == [5, 8]
+    ledger.finish(due)
+    assert len(ledger) == 0 and ledger.revive_offset(2, 50) == 50
+    # fully acked (even before the checkpoint is read): nothing pending
+    for off in (5, 6, 8):
+        ledger.add_ack(wire.AckRecord("T", "G", 0, 5, off, 1000, "b"))
+    ledger.add_checkpoint(ck, 2, 41)
+    assert len(ledger) == 0
+
+
+def test_order_blocks_one_batch_in_flight() -> None:
+    blocks = OrderBlocks()
+    key = ("T", "G", 0)
+    assert blocks.popped(key, [0, 1], 100, 50) == {0: 0, 1: 0}
+    assert blocks.blocked(key, 120) and not blocks.blocked(key, 150)
+    assert blocks.ack(key, 0, 999) is None  # stale handle
+    assert blocks.ack(key, 0, 100) == 1 and blocks.blocked(key, 120)
+    assert blocks.popped(key, [1], 160, 50) == {1: 1}  # popped again: counted
+    assert blocks.ack(key, 1, 160) == 2 and not blocks.blocked(key, 170)
+
+
+def test_allocation_for_pop_and_pull() -> None:
+    queues = [("T", "a", q) for q in range(4)] + [("T", "b", q) for q in range(4)]
+    cids = ["c0", "c1", "c2"]
+    got = [allocate_averagely(queues, cids, c) for c in cids]
+    assert [q for g in got for q in g] == queues and [len(g) for g in got] == [3, 3, 2]
+    assert allocate_for_pop(queues, cids, "c1", 0) == [("T", "a", -1), ("T", "b", -1)]
+    assert allocate_for_pop(queues[:2], cids, "c2", 1) == [("T", "a", 0)]
+    table = RequestModeTable()
+    table.set(wire.RequestModeSetting("T", "G", wire.RequestMode.POP, 2))
+    again = RequestModeTable()
+    again.load(table.encode())
+    assert again.get("T", "G") == wire.RequestModeSetting("T", "G", wire.RequestMode.POP, 2)
+
+
+def test_topic_attribute_rules() -> None:
+    assert ta.alter(True, {}, "+message.type=FIFO") == {"message.type": "FIFO"}
+    assert ta.alter(False, {"message.type": "FIFO"}, "-message.type") == {}
+    assert ta.alter(False, {}, None) == {}
+    for create, current, text in (
+        (True, {}, "-message.type"), (True, {}, "+message.type=BAD"), (True, {}, "+foo=1"),
+        (False, {}, "-message.type"), (False, {"queue.type": "SimpleCQ"}, "+queue.type=BatchCQ"),
+        (True, {}, "message.type=FIFO"), (True, {}, "+message.type=FIFO,+message.type=DELAY"),
+        (True, {}, "+reserve.time=x"),
+    ):
+        with pytest.raises(ta.AttributeError_):
+            ta.alter(create, current, text)
+
+
+def test_message_types_and_the_validator() -> None:
+    assert ta.message_type({}) is ta.MessageType.NORMAL
+    assert ta.message_type({"__SHARDINGKEY": "g"}) is ta.MessageType.FIFO
+    assert ta.message_type({"DELAY": "3", "__SHARDINGKEY": "g"}) is ta.MessageType.DELAY
+    assert ta.message_type({"TRAN_MSG": "true"}) is ta.MessageType.TRANSACTION
+    assert ta.type_mismatch(None, ta.MessageType.DELAY) is None  # a 4.x topic takes anything
+    assert ta.type_mismatch(ta.MessageType.MIXED, ta.MessageType.FIFO) is None
+    assert ta.type_mismatch(ta.MessageType.FIFO, ta.MessageType.FIFO) is None
+    assert ta.type_mismatch(ta.MessageType.FIFO, ta.MessageType.NORMAL) == (
+        "TopicMessageType validate failed, the expected type is FIFO, but actual type is NORMAL")
+
+
+@pytest.mark.parametrize(("group", "buckets", "want"), [
+    # Guava 32.0.1's Hashing.consistentHash(group.hashCode(), buckets), run in a JVM
+    ("order-1", 1, 0), ("order-1", 8, 3), ("order-1", 16, 3), ("order-1", 1024, 489),
+    ("g", 2, 1), ("g", 8, 1), ("g", 16, 12), ("g", 1024, 223), ("", 16, 0),
+    ("中文组", 8, 7), ("中文组", 16, 7), ("中文组", 1024, 52), ("x-99", 4, 0),
+    ("abcdefghijklmnop", 4, 3),
+])
+def test_fifo_group_queue_matches_guava(group: str, buckets: int, want: int) -> None:
+    assert ta.fifo_queue_index(group, buckets) == want
