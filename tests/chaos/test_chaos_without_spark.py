@@ -24,7 +24,7 @@ def test_chaos_run_without_pyspark_passes_and_skips_the_audit(tmp_path: Path) ->
         [str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
     out = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "rmq_cluster.deploy", "chaos", "run", "--profile", "2m-2s-sync",
+        [sys.executable, "-m", "rmq_cluster.cli", "chaos", "run", "--profile", "2m-2s-sync",
          "--fault", "suspend", "--duration", "3", "--fault-on", "1.5", "--fault-off",
          "1", "--rate", "40", "--out", str(out), "--json"],
         capture_output=True, text=True, timeout=240, env=env, check=False,

@@ -129,7 +129,8 @@ def test_cli_json_name_and_header_only(
     nodes = [{"name": "a0", "kind": "broker", "group": "a", "role": "SYNC_MASTER", "broker_id": 0},
              {"name": "a1", "kind": "broker", "group": "a", "role": "SLAVE", "broker_id": 1}]
     (d / "cluster.json").write_text(json.dumps({"topology": {"nodes": nodes}}))
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the home: ~/.rmq-cluster, not the cwd's
+    monkeypatch.delenv("RMQ_CLUSTER_HOME", raising=False)
     capsys.readouterr()
     assert main(["--name", "c1", "--json", "--quiet"]) == 1
     s = json.loads(capsys.readouterr().out)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq_cluster.spark_jobs import replica_diff
+from rmq_cluster.spark_jobs import replica_diff, submit
 from tests.spark.test_standalone import _spark_bin, _stores
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ def test_spark_submit_local_prints_json_only_and_binds_loopback(tmp_path: Path) 
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "SPARK_CONF_DIR")}
     proc = subprocess.run(
         [_spark_bin("spark-submit"), "--master", "local[1]", "--py-files", str(archive),
-         replica_diff.__file__, *[a for s in specs for a in ("--replica", s)],
+         submit.__file__, *[a for s in specs for a in ("--replica", s)],
          "--out", str(tmp_path / "out"), "--json", "-v"],  # -v: progress would go to stdout
         capture_output=True, text=True, timeout=240, env=env, check=False,
     )  # fmt: skip
