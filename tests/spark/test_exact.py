@@ -262,3 +262,22 @@ def test_a_local_audit_starts_no_spark(spark: Any, tmp_path: Path) -> None:
     assert first["phy_offset"] == placed[2].phy_offset
     assert (first["topic"], first["queue_id"], first["queue_offset"]) == (
         placed[2].topic, placed[2].queue_id, placed[2].queue_offset)
+
+
+def test_text_output_names_topic_queue_offset_and_field(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The text summary lists each first finding with its CommitLog offset, topic, queue,
+    queue offset and the field that differs (issue 38 item 3), not only --json."""
+    from rmq_cluster.spark_jobs.replica_diff import _print_text
+
+    finding = {"group": "g", "node": "s", "role": "SLAVE", "kind": "divergent",
+               "phy_offset": 4096, "end_offset": 4300, "count": 1, "topic": "T0",
+               "queue_id": 1, "queue_offset": 12, "detail": "differs from master in body"}
+    rep = {"is_master": False, "verdict": "divergent", "findings": {"divergent": 1},
+           "proven_identical_to": 4096, "end_offset": 9000, "lag_bytes": 0, "ahead_bytes": 0}
+    _print_text({"groups": {"g": {"master": "m", "replicas": {"s": rep}}},
+                 "first_findings": [finding], "verdict": "divergent"})
+    out = capsys.readouterr().out
+    assert ("  divergent at offset 4096 topic T0 queue 1 queue offset 12: differs from "
+            "master in body\n") in out
