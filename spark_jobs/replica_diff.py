@@ -16,6 +16,7 @@ or bad input.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import mmap
@@ -193,21 +194,21 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 def _quiet_log4j() -> str:
-    """A log4j2 configuration that logs errors only (the driver JVM reads it at start)."""
+    """A log4j2 configuration that logs errors only (the driver JVM reads it at start): a file
+    of our own (mkstemp: 0600, a fresh name), removed when this process exits."""
+    import atexit
     import tempfile
 
-    path = os.path.join(tempfile.gettempdir(), f"rmq-replica-diff-log4j2-{os.getuid()}.properties")
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == _QUIET_LOG4J:
-                return path
-    except OSError:
-        pass
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    fd, path = tempfile.mkstemp(prefix="rmq-replica-diff-log4j2-", suffix=".properties")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(_QUIET_LOG4J)
-    os.replace(tmp, path)
+    atexit.register(_remove_quietly, path)
     return path
 
 
