@@ -17,6 +17,13 @@ files of ``--file-mb`` MiB) and measures in the same run, on the same files:
     findings: Spark's start included).
 Measured warm (both read the page cache: equally warm) and cold (the bench's own files evicted
 from the page cache with POSIX_FADV_DONTNEED before each of the two reads).
+
+    python -m bench.replica_diff --divergent [--mb 150]
+
+instead times, in one run, three commands on the same store pair (``--mb`` MiB each, warm):
+``cat`` of both replicas' files to /dev/null, the CLI's audit of the identical pair, and the
+CLI's audit after one body byte of the slave was flipped (issue 38: the divergent run within
+2x the consistent one).
 """
 
 from __future__ import annotations
@@ -71,6 +78,52 @@ def _cli_wall(specs: list[str], *extra: str) -> float:
     return time.perf_counter() - t0
 
 
+def _timed(cmd: list[str]) -> tuple[float, str]:
+    import subprocess
+
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0, done.stdout.decode(errors="replace")
+
+
+def divergent_bench(mb: int, body_bytes: int, base: str) -> dict[str, Any]:
+    """cat, a consistent audit and a one-byte-divergent audit of the same ``mb`` MiB pair."""
+    master, slave = os.path.join(base, "master"), os.path.join(base, "slave")
+    placed = write_commitlog_store(master, make_msgs(mb * MiB // (body_bytes + 130) + 1,
+                                                     body_size=body_bytes), 64 * MiB)
+    shutil.copytree(master, slave)
+    reps = [make_replica("g", "m", "SYNC_MASTER", master),
+            make_replica("g", "s", "SLAVE", slave)]  # fmt: skip
+    _, _, segs = plan_scan(reps, 64 * MiB, verify_crc=False)
+    paths = [x.path for ss in segs.values() for x in ss]
+    audit = [sys.executable, "-m", "rmq_cluster.spark_jobs.replica_diff", "--json",
+             "--replica", f"g:m:SYNC_MASTER:{master}", "--replica", f"g:s:SLAVE:{slave}"]
+    _timed(["cat", *paths])  # warm the page cache
+    cat_s, _ = _timed(["cat", *paths])
+    consistent_s, out = _timed(audit)
+    ok = json.loads(out.splitlines()[-1])["verdict"]
+    victim = placed[len(placed) // 2]
+    seg = [x for x in segs[1] if x.start <= victim.phy_offset][-1]
+    with open(seg.path, "r+b") as f:  # one body byte of one record in the middle
+        pos = victim.phy_offset - seg.start + 88 + 7  # the body starts at byte 88
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0xFF]))
+    divergent_s, out = _timed(audit)
+    summary = json.loads(out.splitlines()[-1])
+    return {
+        "bench": "replica_diff_divergent", "store_bytes": sum(map(os.path.getsize, paths)),
+        "records_per_replica": len(placed), "cat_s": round(cat_s, 3),
+        "consistent_s": round(consistent_s, 3), "consistent_verdict": ok,
+        "divergent_s": round(divergent_s, 3), "divergent_verdict": summary["verdict"],
+        "divergent_vs_consistent": round(divergent_s / consistent_s, 2),
+        "target_divergent_vs_consistent": 2.0,
+        "first_finding": summary["first_findings"][0] if summary["first_findings"] else None,
+        "load_1min": round(os.getloadavg()[0], 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.replica_diff")
     ap.add_argument("--gib", type=float, default=1.0, help="total store size (both replicas)")
@@ -83,7 +136,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--wall", action="store_true",
                     help="also time the CLI end to end (Spark start included), 2 MB and this")
+    ap.add_argument("--divergent", action="store_true",
+                    help="cat vs a consistent vs a one-byte-divergent CLI audit, --mb each")
+    ap.add_argument("--mb", type=int, default=150, help="--divergent: MiB per replica")
     args = ap.parse_args(argv)
+    if args.divergent:
+        base = args.dir or tempfile.mkdtemp(prefix="bench-replica-diff-")
+        try:
+            print(json.dumps(divergent_bench(args.mb, args.body_bytes, base), indent=2))
+        finally:
+            if not args.keep and not args.dir:
+                shutil.rmtree(base, ignore_errors=True)
+        return 0
 
     load0 = os.getloadavg()[0]
     base = args.dir or tempfile.mkdtemp(prefix="bench-replica-diff-")

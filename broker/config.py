@@ -45,7 +45,7 @@ from ..ha.config import HAConfig
 from ..ha.protocol import MAX_FRAME_BODY_BYTES
 from ..store.config import BrokerRole, MessageStoreConfig
 from ..store.record import parse_delay_levels
-from .controller_mode import ControllerModeConfig
+from .controller_mode import MAX_IN_SYNC_REPLICAS, ControllerModeConfig
 
 DEFAULT_LISTEN_PORT: Final = 10911
 #: Nodes listen on loopback unless ``bindAddress`` says otherwise (RocketMQ binds 0.0.0.0): a
@@ -436,6 +436,8 @@ NUMERIC_RANGES: Final[dict[str, tuple[float, float]]] = {
     "syncControllerMetadataPeriod": _TIMEOUT,
     "haMaxTimeSlaveNotCatchup": _TIMEOUT,
     "masterLeaseMills": (-1, MAX_TIMEOUT_MS),  # -1: derived
+    "inSyncReplicas": (1, MAX_IN_SYNC_REPLICAS),
+    "minInSyncReplicas": (1, MAX_IN_SYNC_REPLICAS),
 }
 
 

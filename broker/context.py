@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..cluster.acl.guard import AclGuard
     from ..cluster.metrics import Histogram
     from ..cluster.remoting.server import RemotingServer
+    from ..ha.master import InSyncState
     from ..ha.service import HAService
     from ..store.epoch_file import EpochFile
     from ..store.message_store import MessageStore
@@ -121,6 +122,8 @@ class BrokerHost(BrokerContext, Protocol):
     address: tuple[str, int] | None
     epoch_file: EpochFile | None
     replica_id: int | None
+    #: controller mode, as master: the SYNC put rule and the SyncStateSet size (HAService)
+    in_sync: InSyncState | None
     #: the store or None (the replicas manager reads it while the inner broker may be closed)
     _store: MessageStore | None
 

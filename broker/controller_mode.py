@@ -13,6 +13,14 @@ heartbeat interval: the lease runs from when a heartbeat was *sent*, the control
 from when it arrived, so the master fences itself before the controller may elect another
 master; 0 = never, as RocketMQ 5).
 
+What a SYNC master's put waits for (RocketMQ 5 ``MessageStoreConfig`` names and defaults; the
+master counts as one replica; ``ha/master.py`` ``InSyncRule`` decides): ``inSyncReplicas`` (1:
+no slave ack), ``minInSyncReplicas`` (1: below this many SyncStateSet members a put answers
+IN_SYNC_REPLICAS_NOT_ENOUGH), ``allAckInSyncStateSet`` (false; true: every SyncStateSet member
+acks, and ``inSyncReplicas`` is ignored; a master alone in its set answers at once).  The
+``2m-2s-controller`` profile sets ``allAckInSyncStateSet=true``, as RocketMQ's own controller
+quick-start does.
+
 In controller mode ``brokerId`` is the replica's identity (>= 1: id 0 is the master's slot in
 routes) and ``brokerRole`` only says SYNC or ASYNC for the time this broker is master.
 """
@@ -25,6 +33,7 @@ import attrs
 
 from ..cluster.config import ConfigError, setting
 from ..cluster.protocol.controller_client import parse_controller_addrs
+from ..ha.master import InSyncRule
 
 DEFAULT_BROKER_HEARTBEAT_INTERVAL_MS: Final = 200
 DEFAULT_CONTROLLER_HEARTBEAT_TIMEOUT_MS: Final = 1_000
@@ -32,6 +41,8 @@ DEFAULT_SYNC_CONTROLLER_METADATA_PERIOD_MS: Final = 200
 DEFAULT_HA_MAX_TIME_SLAVE_NOT_CATCHUP_MS: Final = 3_000
 #: masterLeaseMills: derived from the heartbeat timeout and interval.
 LEASE_DERIVED: Final = -1
+#: inSyncReplicas / minInSyncReplicas: at most this many replicas per group.
+MAX_IN_SYNC_REPLICAS: Final = 64
 
 
 @attrs.frozen
@@ -51,6 +62,15 @@ class ControllerModeConfig:
         "haMaxTimeSlaveNotCatchup", DEFAULT_HA_MAX_TIME_SLAVE_NOT_CATCHUP_MS
     )
     master_lease_ms: int = setting("masterLeaseMills", LEASE_DERIVED)
+    in_sync_replicas: int = setting("inSyncReplicas", 1)
+    min_in_sync_replicas: int = setting("minInSyncReplicas", 1)
+    all_ack_in_sync_state_set: bool = setting("allAckInSyncStateSet", False)
+
+    @property
+    def in_sync_rule(self) -> InSyncRule:
+        return InSyncRule(
+            self.in_sync_replicas, self.min_in_sync_replicas, self.all_ack_in_sync_state_set
+        )
 
     @property
     def lease_ms(self) -> int:

@@ -57,6 +57,7 @@ from ..cluster.remoting.server import RemotingServer
 from ..dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from ..dledger.node import run_store_node
 from ..ha.access import is_loopback_host
+from ..ha.master import InSyncState
 from ..ha.service import HAService
 from ..store import flush as store_services
 from ..store.epoch_file import EpochFile
@@ -141,6 +142,8 @@ class BrokerNode:
         #: controller mode: the epoch file (GET_BROKER_EPOCH_CACHE) and this replica's id
         self.epoch_file: EpochFile | None = None
         self.replica_id: int | None = None
+        #: controller mode, as master: the SYNC put rule and the SyncStateSet size (HAService)
+        self.in_sync: InSyncState | None = None
         self.replicas: ReplicasManager | None = None
         #: the properties file it was started from (UPDATE_BROKER_CONFIG writes changes there)
         self.config_file = config_file
@@ -543,6 +546,7 @@ class BrokerNode:
             store, self.settings.ha, host=bcfg.bind_address,
             auth_secret=bcfg.ha_secret,
             on_peer_refused=self._ha_peer_refused,
+            in_sync=self.in_sync,
         )
         self.ha_port = await self.supervisor.start(nursery, "ha", self.ha.run)
         self.config_listeners.append(self._ha_config_changed)

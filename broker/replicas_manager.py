@@ -84,6 +84,7 @@ from ..cluster.remoting.codes import ResponseCode
 from ..cluster.remoting.errors import RemotingError
 from ..cluster.remoting.headers import HeaderError
 from ..cluster.remoting.peer_auth import peer_handshake
+from ..ha.master import InSyncState
 from ..store.config import BrokerRole, MessageStoreConfig
 from ..store.epoch_file import (
     AckedMark,
@@ -128,6 +129,12 @@ def adopt_logged_topics(ctrl: BrokerHost) -> list[str]:
     if adopted:
         ctrl.topic_created(adopted[0])  # persist and re-register
     return adopted
+
+
+def in_sync_size(my_id: int, sss: SyncStateSet) -> int:
+    """The SyncStateSet size a master's SYNC puts count on: 0 unless this replica is in the
+    set (a master the controller has replaced counts no replica, so it takes no put alone)."""
+    return len(sss.broker_ids) if my_id in sss.broker_ids else 0
 
 
 def next_sync_state_set(
@@ -188,7 +195,9 @@ class ReplicasManager:
         self.target = NO_TARGET
         self.running: Target | None = None
         self.is_master = False
-        self.sync_state_set = SyncStateSet(frozenset(), 0)
+        self._sync_state_set = SyncStateSet(frozenset(), 0)
+        #: as master: the SYNC put rule and the SyncStateSet size its HA service reads
+        self.in_sync: InSyncState | None = None
         self.last_max_offset = 0
         self.switches = 0
         self.truncated_bytes = 0
@@ -202,6 +211,17 @@ class ReplicasManager:
         self._client: Any = None
 
     # ------------------------------------------------------------------ observing
+
+    @property
+    def sync_state_set(self) -> SyncStateSet:
+        """The group's SyncStateSet as the controller last reported it."""
+        return self._sync_state_set
+
+    @sync_state_set.setter
+    def sync_state_set(self, sss: SyncStateSet) -> None:
+        self._sync_state_set = sss
+        if self.in_sync is not None:
+            self.in_sync.sync_state_set_size = in_sync_size(self.my_id, sss)
 
     @property
     def epoch(self) -> int:
@@ -253,6 +273,11 @@ class ReplicasManager:
                     await self._wait_target_change(target)
                     continue
             inner = self.factory(self._role_settings(is_master))
+            self.in_sync = (
+                InSyncState(self.cm.in_sync_rule, in_sync_size(self.my_id, self.sync_state_set))
+                if is_master else None
+            )
+            inner.in_sync = self.in_sync
             inner.epoch_file = self.epoch_file
             inner.replica_id = self.my_id
             self.is_master = is_master
@@ -282,6 +307,7 @@ class ReplicasManager:
             self.fenced = False
             self.inner = None
             self.running = None
+            self.in_sync = None
 
     def _role_settings(self, is_master: bool) -> BrokerSettings:
         s = self.settings

@@ -15,6 +15,7 @@ configured) and turns its JSON summary into the run's ``replica_audit`` verdict:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -26,6 +27,8 @@ AUDIT_OK: Final = "consistent"
 AUDIT_FAIL: Final = "divergent"
 AUDIT_ERROR: Final = "error"
 AUDIT_SKIPPED: Final = "skipped"
+#: Why the audit did not run where PySpark is not installed (the quick-start install).
+NEEDS_SPARK: Final = "skipped: needs the spark extra (python3 -m pip install -e '.[spark]')"
 #: replica-diff finding kinds that only say "behind the master".
 LAG_KINDS: Final = frozenset({"lag", "cq_dangling", "consumer_offset_lag"})
 
@@ -68,6 +71,15 @@ def audit_members(
             raise ValueError(f"group {group}: master {master!r} is not one of {nodes}")
         out.extend(Member(group, n, stores[n], n == master, dledger) for n in nodes)
     return out
+
+
+def spark_available() -> bool:
+    """PySpark imports here (``replica-diff`` runs with this interpreter)."""
+    try:
+        importlib.import_module("pyspark")
+    except ImportError:
+        return False
+    return True
 
 
 def audit_command(members: Sequence[Member]) -> list[str]:

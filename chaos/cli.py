@@ -41,6 +41,7 @@ from .faults import FAULTS, FaultError, make_fault
 from .nemesis import DEFAULT_OFF_S, DEFAULT_ON_S
 from .runner import RunOptions, run_chaos
 from .timeline import render_svg
+from .workload import CHAOS_POLL_NAMESRV_S
 
 PROG = "rmq-cluster chaos"
 
@@ -109,6 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         off_s=args.fault_off, proxy=not args.no_proxy, restart=not args.no_restart,
         keep_cluster=args.keep_cluster, producers=args.producers, orderly=not args.no_orderly,
         keys=args.keys, replica_audit=False if args.no_replica_audit else None,
+        route_poll_s=args.route_poll,
     )
     started = time.monotonic()
     try:
@@ -235,6 +237,9 @@ def add_chaos_command(sub: Any) -> None:
     p.add_argument("--no-replica-audit", action="store_true",
                    help="skip the replica audit at the end (by default every group's members "
                         "catch up, the nodes stop and replica-diff proves no divergent tail)")
+    p.add_argument("--route-poll", type=float, default=CHAOS_POLL_NAMESRV_S, metavar="S",
+                   help="the clients' NameServer poll, seconds (default %(default)s; "
+                        "RocketMQ's clients: 30)")
     p.add_argument("--json", action="store_true", help="print the result JSON")
     p.set_defaults(func=cmd_run)
 

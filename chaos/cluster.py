@@ -51,7 +51,14 @@ from ..deploy.topology import (
     build_topology,
     resolve_profile,
 )
-from .audit import AUDIT_SKIPPED, audit_command, audit_members, summarize
+from .audit import (
+    AUDIT_SKIPPED,
+    NEEDS_SPARK,
+    audit_command,
+    audit_members,
+    spark_available,
+    summarize,
+)
 from .checker import MODE_ASYNC, MODE_DLEDGER, MODE_NONE, MODE_SYNC
 from .proxy import ProxySet, Route
 
@@ -315,6 +322,8 @@ class ChaosCluster:
         groups = {g: self.members(g) for g in self.groups()}
         if all(len(m) < 2 for m in groups.values()):
             return {"verdict": AUDIT_SKIPPED, "reason": "no group has a replica"}
+        if not await trio.to_thread.run_sync(spark_available):
+            return {"verdict": AUDIT_SKIPPED, "reason": NEEDS_SPARK}
         masters: dict[str, str | None] = {}
         caught_up: dict[str, bool] = {}
         for g in groups:

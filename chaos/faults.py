@@ -39,6 +39,7 @@ reproduces the choices when the cluster is in the same state.
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -68,6 +69,9 @@ class Injected:
     nodes: list[str]
     window: dict[str, int] = attrs.field(factory=dict)
     info: dict[str, Any] = attrs.field(factory=dict)
+    #: time.monotonic() when the fault took effect, if ``inject`` went on after it (the
+    #: history's start event is dated then)
+    at_monotonic: float | None = None
 
     def event(self) -> dict[str, Any]:
         return {"fault": self.fault, "group": self.group, "nodes": list(self.nodes),
@@ -114,12 +118,22 @@ class KillMaster(Fault):
 
     async def inject(self, cc: ChaosCluster, window: Window) -> Injected:
         group, master = await _pick_master(cc, window)
+        epoch0 = 0
+        if cc.controllers():
+            before = await cc.controller_master(group)
+            epoch0 = before[1] if before is not None else 0
         pid = await cc.kill(master)
-        done = Injected(self.name, group, [master], info={"pid": pid})
+        killed_at = time.monotonic()
+        done = Injected(self.name, group, [master], info={"pid": pid}, at_monotonic=killed_at)
         for slave in cc.slaves_of(group):
             offset = await cc.max_offset(slave)
             if offset is not None:
                 done.window[group] = max(done.window.get(group, 0), offset)
+        if cc.controllers():  # controller mode: when was the new master named?
+            elected = await _wait_election(cc, group, master, epoch0)
+            done.info["elected"] = elected[0] if elected is not None else None
+            if elected is not None:
+                done.info["elected_after_s"] = round(time.monotonic() - killed_at, 3)
         return done
 
     async def heal(self, cc: ChaosCluster, done: Injected) -> dict[str, Any]:
@@ -242,6 +256,19 @@ class SlowNetwork(Fault):
 def _controller_mode(cc: ChaosCluster, fault: str) -> None:
     if not cc.controllers():
         raise FaultError(f"{fault} needs controller mode (a profile with controllers)")
+
+
+async def _wait_election(cc: ChaosCluster, group: str, old: str, epoch0: int
+                         ) -> tuple[str | None, int] | None:
+    """(new master, epoch) once the controller names a master other than ``old`` in a later
+    epoch than ``epoch0``; None if it does not within ELECTION_WAIT_S."""
+    with trio.move_on_after(ELECTION_WAIT_S):
+        while True:
+            now = await cc.controller_master(group)
+            if now is not None and now[1] > epoch0 and now[0] != old:
+                return now
+            await trio.sleep(ELECTION_POLL_S)  # the controller elects on its own timer
+    return None
 
 
 class KillMasterInElection(Fault):

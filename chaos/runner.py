@@ -33,7 +33,13 @@ from .cluster import ChaosCluster, chaos_cluster
 from .faults import Fault, FaultError, make_fault
 from .nemesis import DEFAULT_OFF_S, DEFAULT_ON_S, Schedule, build_schedule
 from .timeline import TIMELINE_FILE, render_svg
-from .workload import History, Workload, WorkloadConfig, create_topics
+from .workload import (
+    CHAOS_POLL_NAMESRV_S,
+    History,
+    Workload,
+    WorkloadConfig,
+    create_topics,
+)
 
 WARMUP_S: Final = 2.0
 SETTLE_S: Final = 5.0
@@ -77,6 +83,8 @@ class RunOptions:
     keep_cluster: bool = False
     #: end with the replica audit (None: when the profile has replicas)
     replica_audit: bool | None = None
+    #: the workload clients' NameServer poll in seconds (Java's default is 30)
+    route_poll_s: float = CHAOS_POLL_NAMESRV_S
 
 
 @attrs.define
@@ -143,7 +151,9 @@ async def _nemesis(cc: ChaosCluster, fault: Fault, schedule: Schedule, history: 
             history.record("phase", name="fault-skipped", fault=fault.name, reason=str(exc))
             say(f"\nfault {fault.name} skipped: {exc}")
             continue
-        ev = history.record("fault", phase="start", **done.event())
+        at = done.at_monotonic
+        dated = {} if at is None else {"t": round(at - history.t0, 6)}
+        ev = history.record("fault", phase="start", **done.event(), **dated)
         state.fault = f"{fault.name} {','.join(done.nodes)}"
         await trio.sleep_until(t_start + window.end_s)
         info = await fault.heal(cc, done)
@@ -174,7 +184,7 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None,
     out.mkdir(parents=True, exist_ok=True)
     history = History(out / HISTORY_FILE)
     cfg = WorkloadConfig(
-        rate=opts.rate, producers=opts.producers, keys=opts.keys,
+        rate=opts.rate, producers=opts.producers, keys=opts.keys, route_poll_s=opts.route_poll_s,
         orderly_topic=WorkloadConfig().orderly_topic if opts.orderly else None,
     )
     state = RunState(windows_total=len(schedule.windows))

@@ -70,6 +70,8 @@ class WorkloadConfig:
     retries: int = 2
     consumer_group: str = "ChaosConsumer"
     producer_group: str = "ChaosProducer"
+    #: the clients' NameServer poll (pollNameServerInterval): 1 s by default in a chaos run
+    route_poll_s: float = CHAOS_POLL_NAMESRV_S
 
     @property
     def all_topics(self) -> tuple[str, ...]:
@@ -82,6 +84,8 @@ class WorkloadConfig:
             raise ValueError("producers must be 1..256")
         if self.queues < 1 or self.keys < 1:
             raise ValueError("queues and keys must be at least 1")
+        if not 0.1 <= self.route_poll_s <= 3600:
+            raise ValueError("route poll must be 0.1..3600 s")
 
 
 class History:
@@ -132,11 +136,13 @@ class History:
             self._file = None
 
 
-def client_config(namesrv_addr: str, instance: str) -> ClientConfig:
+def client_config(
+    namesrv_addr: str, instance: str, route_poll_s: float = CHAOS_POLL_NAMESRV_S
+) -> ClientConfig:
     return ClientConfig(
         namesrv_addr=namesrv_addr,
         instance_name=instance,
-        poll_namesrv_interval_s=CHAOS_POLL_NAMESRV_S,
+        poll_namesrv_interval_s=route_poll_s,
         heartbeat_interval_s=CHAOS_HEARTBEAT_S,
     )
 
@@ -185,7 +191,7 @@ class Workload:
 
     async def _producer(self, k: int) -> None:
         cfg = self.cfg
-        cc = client_config(self.namesrv_addr, f"chaos-producer-{k}")
+        cc = client_config(self.namesrv_addr, f"chaos-producer-{k}", cfg.route_poll_s)
         per_s = cfg.rate / cfg.producers
         pad = b"x" * max(0, cfg.body_bytes - 24)
         my_keys = [f"key{j}" for j in range(cfg.keys) if j % cfg.producers == k] or [f"key{k}"]
@@ -239,7 +245,7 @@ class Workload:
     async def run_consumer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                            ) -> None:
         cfg = self.cfg
-        cc = client_config(self.namesrv_addr, "chaos-consumer")
+        cc = client_config(self.namesrv_addr, "chaos-consumer", cfg.route_poll_s)
         async with PullConsumer(
             cfg.consumer_group, client_config=cc, consume_from=ConsumeFromWhere.FIRST_OFFSET,
             auto_commit=False, pull_error_backoff_s=PULL_BACKOFF_S, suspend_s=PULL_SUSPEND_S,

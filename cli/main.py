@@ -57,7 +57,7 @@ def _add_log_options(p: argparse.ArgumentParser, *, top: bool) -> None:
 
 def _with_epilog(p: argparse.ArgumentParser) -> None:
     """Every command documents the exit statuses in its ``--help``."""
-    if EXIT_CODES_EPILOG not in (p.epilog or ""):
+    if "exit status:" not in (p.epilog or ""):  # a command's own table stays the only one
         p.epilog = f"{p.epilog}\n\n{EXIT_CODES_EPILOG}" if p.epilog else EXIT_CODES_EPILOG
         if p.formatter_class is argparse.HelpFormatter:
             p.formatter_class = argparse.RawDescriptionHelpFormatter

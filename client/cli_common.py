@@ -11,10 +11,12 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import trio
 
+from ..cluster.home import STATE_FILE, cluster_home
 from .config import ClientConfig
 from .errors import MQClientError
 from .model import ReceivedMessage
@@ -50,16 +52,49 @@ class Progress:
             sys.stderr.write("\n")
 
 
+#: The cluster a command uses when neither ``-n`` nor $NAMESRV_ADDR names NameServers.
+DEFAULT_CLUSTER = "default"
+
+
+def cluster_namesrv(name: str) -> tuple[str | None, Path]:
+    """The NameServer addresses ``rmq-cluster up --name NAME`` recorded (its cluster.json
+    under the cluster home), and where it looked."""
+    path = cluster_home().expanduser().resolve() / name / STATE_FILE
+    try:
+        addr = json.loads(path.read_text(encoding="utf-8")).get("namesrv_addr")
+    except (OSError, ValueError, AttributeError):
+        return None, path.parent
+    return (addr if isinstance(addr, str) and addr.strip() else None), path.parent
+
+
+def namesrv_of(args: argparse.Namespace) -> str:
+    """``-n``, else $NAMESRV_ADDR, else the NameServers of the cluster ``--name`` (status and
+    demo find a cluster the same way); MQClientError naming the flags when none is known."""
+    given = args.namesrv or os.environ.get("NAMESRV_ADDR", "").strip()
+    if given:
+        return str(given)
+    name = getattr(args, "name", None) or DEFAULT_CLUSTER
+    addr, where = cluster_namesrv(name)
+    if addr is None:
+        raise MQClientError(f"no NameServer address: pass -n HOST:PORT (or set NAMESRV_ADDR); "
+                            f"no cluster {name!r} in {where.parent} to take it from (--name)")
+    return addr
+
+
 def client_config(args: argparse.Namespace) -> ClientConfig:
-    return ClientConfig(namesrv_addr=args.namesrv or None,
+    return ClientConfig(namesrv_addr=namesrv_of(args),
                         instance_name=f"cli-{os.getpid()}",
                         access_key=getattr(args, "access_key", None) or None,
                         secret_key=getattr(args, "secret_key", None) or None)
 
 
 def add_ns(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR"),
-                   help="NameServer address(es), ';'-separated (default: $NAMESRV_ADDR)")
+    p.add_argument("-n", "--namesrv", default=None,
+                   help="NameServer address(es), ';'-separated (default: $NAMESRV_ADDR, else "
+                        "the running cluster --name's)")
+    p.add_argument("--name", default=None,
+                   help=f"cluster whose NameServers to use without -n (default "
+                        f"{DEFAULT_CLUSTER}, under $RMQ_CLUSTER_HOME)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--access-key", default=os.environ.get("RMQ_ACCESS_KEY"),
                    help="ACL accessKey: sign requests (default: $RMQ_ACCESS_KEY)")

@@ -44,6 +44,10 @@ class LatencyFaultTolerance:
         duration = self.not_available_duration(latency)
         self.items[broker_name] = FaultItem(broker_name, latency, now_ms + duration)
 
+    def forget(self, broker_name: str) -> None:
+        """``broker_name`` has a new master: what its old one did says nothing about it."""
+        self.items.pop(broker_name, None)
+
     def is_available(self, broker_name: str, now_ms: int) -> bool:
         item = self.items.get(broker_name)
         return item is None or now_ms >= item.start_ms

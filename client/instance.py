@@ -84,6 +84,8 @@ class ProducerHook(Protocol):
 
     def on_route(self, topic: str, route: TopicRouteData) -> None: ...
 
+    def on_new_master(self, broker_name: str) -> None: ...
+
     async def check_transaction(
         self, conn: Connection, header: CheckTransactionStateRequestHeader, body: bytes
     ) -> None: ...
@@ -538,6 +540,8 @@ class ClientInstance:
         for broker in self._suspects.settle(topic, self.master_addr):
             self.log.info("new master in the route", topic=topic, broker=broker,
                           addr=self.master_addr(broker))
+            for p in list(self.producers.values()):
+                p.on_new_master(broker)
 
     async def _watch_suspects(self) -> None:
         """Re-read suspect topics' routes every ``failover_route_poll_s`` while any remain."""

@@ -16,6 +16,7 @@ import base64
 import contextlib
 import datetime
 import functools
+import json
 import os
 import sys
 import time
@@ -288,6 +289,8 @@ async def _topic_route(admin: Admin, args: argparse.Namespace) -> Output:
         rows.append((bd.cluster if bd else "", q.broker_name,
                      (bd.master_addr if bd else None) or "", q.read_queue_nums,
                      q.write_queue_nums, q.perm))
+    if not getattr(args, "table", False):  # mqadmin prints the route as indented JSON
+        return Output(data, json.dumps(data, indent=2) + "\n")
     text = render_table([Col("ClusterName", 24), Col("BrokerName", 24), Col("BrokerAddr", 22),
                          Col("ReadQueue", 10), Col("WriteQueue", 10), Col("Perm", 4)], rows)
     if route.order_topic_conf:
@@ -400,7 +403,43 @@ async def _delete_sub_group(admin: Admin, args: argparse.Namespace) -> Output:
                   text)
 
 
+#: mqadmin's words for a consumer's consumeType.
+_CONSUME_TYPE = {"CONSUME_PASSIVELY": "PUSH", "CONSUME_ACTIVELY": "PULL", "CONSUME_POP": "POP"}
+
+
+async def _group_summary(admin: Admin, group: str) -> dict[str, Any]:
+    """One line of ``consumerProgress`` without -g: what mqadmin's shows for a group (its
+    offsets' total diff and TPS, its online consumers; OFFLINE without any)."""
+    row: dict[str, Any] = {"group": group, "count": 0, "version": "OFFLINE", "type": "",
+                           "model": "", "consumeTps": 0, "diffTotal": 0}
+    with contextlib.suppress(MQClientError):
+        queues, tps = await admin.consumer_progress(group)
+        row.update(consumeTps=int(tps), diffTotal=sum(r.diff for r in queues))
+    with contextlib.suppress(MQClientError):
+        cc = await admin.consumer_connection(group)
+        conns = cc.get("connectionSet") or []
+        if conns:
+            row.update(count=len(conns), version=str(min(int(c.get("version") or 0)
+                                                         for c in conns)),
+                       type=_CONSUME_TYPE.get(str(cc.get("consumeType")), ""),
+                       model=str(cc.get("messageModel") or ""))
+    return row
+
+
+async def _every_group_progress(admin: Admin) -> Output:
+    groups = sorted(t[len(RETRY_GROUP_TOPIC_PREFIX):] for t in await admin.topic_list()
+                    if t.startswith(RETRY_GROUP_TOPIC_PREFIX))
+    rows = [await _group_summary(admin, g) for g in groups]
+    lines = [f"{'#Group':<64}  {'#Count':<6}  {'#Version':<24} {'#Type':<5}  {'#Model':<14}  "
+             f"{'#TPS':<7}  #Diff Total"]  # mqadmin's widths
+    lines += [f"{r['group']:<64}  {r['count']:<6d}  {r['version']:<24} {r['type']:<5}  "
+              f"{r['model']:<14}  {r['consumeTps']:<7d}  {r['diffTotal']:d}" for r in rows]
+    return Output({"groups": rows}, "\n".join(lines) + "\n")
+
+
 async def _consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
+    if args.group is None:  # mqadmin: every group (a %RETRY% topic names each)
+        return await _every_group_progress(admin)
     rows, tps = await admin.consumer_progress(args.group)
     diff_total = sum(r.diff for r in rows)
     data = {
@@ -490,8 +529,9 @@ async def _query_by_id(admin: Admin, args: argparse.Namespace) -> Output:
 
 async def _query_by_key(admin: Admin, args: argparse.Namespace) -> Output:
     msgs = await admin.query_msg_by_key(args.topic, args.key)
-    text = render_table([Col("Message ID", 50), Col("QID", 4, True), Col("Offset", 40, True)],
-                        [(m.msg_id, m.queue_id, m.queue_offset) for m in msgs])
+    lines = [f"{'#Message ID':<50} {'#QID':>4} {'#Offset':>40}"]  # mqadmin's widths
+    lines += [f"{m.msg_id:<50} {m.queue_id:>4d} {m.queue_offset:>40d}" for m in msgs]
+    text = "\n".join(lines) + "\n"
     return Output({"messages": [message_json(m) for m in msgs]}, text)
 
 
@@ -866,8 +906,10 @@ def add_commands(sub: Any) -> None:
 def _add_topic_commands(admin_cmd: AdminCommand) -> None:
     ap = admin_cmd("clusterList", "brokers of every cluster", _cluster_list)
     ap.add_argument("-c", "--cluster", help="only this cluster")
-    ap = admin_cmd("topicRoute", "a topic's route", _topic_route)
+    ap = admin_cmd("topicRoute", "a topic's route (indented JSON, as mqadmin prints it)",
+                   _topic_route)
     ap.add_argument("-t", "--topic", required=True, type=_topic)
+    ap.add_argument("--table", action="store_true", help="one row per broker instead")
     admin_cmd("topicList", "every topic the NameServer knows", _topic_list)
     ap = admin_cmd("updateTopic", "create or update a topic", _update_topic)
     ap.add_argument("-t", "--topic", required=True, type=_topic)
@@ -911,9 +953,9 @@ def _add_group_commands(admin_cmd: AdminCommand) -> None:
                    "and DLQ topics)", _delete_sub_group)
     _where(ap)
     ap.add_argument("-g", "--group", required=True, type=_group)
-    ap = admin_cmd("consumerProgress", "a group's offsets against the brokers'",
-                   _consumer_progress)
-    ap.add_argument("-g", "--group", required=True, type=_group)
+    ap = admin_cmd("consumerProgress", "a group's offsets against the brokers' (without -g: "
+                   "every group, one line each)", _consumer_progress)
+    ap.add_argument("-g", "--group", type=_group)
     ap = admin_cmd("consumerConnection", "a group's online consumers and subscriptions",
                    _consumer_connection)
     ap.add_argument("-g", "--group", required=True, type=_group)

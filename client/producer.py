@@ -194,6 +194,11 @@ class Producer:
     def on_route(self, topic: str, route: TopicRouteData) -> None:
         self.publish_info[topic] = publish_queues(topic, route)
 
+    def on_new_master(self, broker_name: str) -> None:
+        """The route names a new master for ``broker_name`` after it failed: the latency
+        fault isolation (up to 10 minutes) was earned by the dead master, not this one."""
+        self.fault.forget(broker_name)
+
     # ------------------------------------------------------------------ routes and queues
 
     async def queues_for(self, topic: str) -> list[MessageQueue]:

@@ -350,8 +350,10 @@ def cmd_down(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
     else:
-        stopped = ", ".join(result["stopped"]) or "nothing was running"
-        print(f"cluster {state.name}: stopped {stopped}")
+        if result["stopped"]:
+            print(f"cluster {state.name}: stopped {', '.join(result['stopped'])}")
+        elif not result["strays"]:
+            print(f"cluster {state.name} was not running: nothing to stop")
         if result["killed"]:
             print(f"needed SIGKILL: {', '.join(result['killed'])}")
         if result["strays"]:

@@ -110,6 +110,8 @@ def broker_properties(
         props["brokerRole"] = "SYNC_MASTER" if spec.replication == "SYNC" else "ASYNC_MASTER"
         props["enableControllerMode"] = "true"
         props["controllerAddr"] = topo.controller_addr
+        # every acked message is on each SyncStateSet member (RocketMQ's quick-start setting)
+        props["allAckInSyncStateSet"] = "true"
     else:
         props["brokerId"] = str(node.broker_id or 0)
         props["brokerRole"] = node.role or "ASYNC_MASTER"

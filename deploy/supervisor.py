@@ -35,7 +35,7 @@ import attrs
 import trio
 
 from ..cluster.acl.local import local_admin, write_private
-from ..cluster.home import DEFAULT_ROOT, cluster_home
+from ..cluster.home import DEFAULT_ROOT, STATE_FILE, cluster_home
 from ..cluster.logging import LOG_FILE_ENV, LogRotation, rotate_files
 from ..cluster.protocol.controller import (
     ControllerRequestCode,
@@ -65,7 +65,6 @@ from .topology import (
     plan_span,
 )
 
-STATE_FILE: Final = "cluster.json"
 #: Held (flock) by a command that changes the cluster: up, down, restart, promote.
 LOCK_FILE: Final = ".lock"
 STATE_VERSION: Final = 1

@@ -40,6 +40,41 @@ def transfer_start_offset(requested: int, master_max: int, file_size: int) -> in
 
 
 @attrs.frozen
+class InSyncRule:
+    """RocketMQ 5 controller mode's rule for a SYNC put (``inSyncReplicas``,
+    ``minInSyncReplicas``, ``allAckInSyncStateSet``; the master counts as one replica):
+
+    * fewer SyncStateSet members than ``min_in_sync_replicas``: refused
+      (IN_SYNC_REPLICAS_NOT_ENOUGH);
+    * ``all_ack_in_sync_state_set``: every other member must ack, so a master alone in its
+      SyncStateSet answers at once;
+    * else ``in_sync_replicas`` - 1 slaves must ack (1, RocketMQ's default: none).
+    """
+
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
+    all_ack_in_sync_state_set: bool = False
+
+    def slave_acks_needed(self, sync_state_set_size: int) -> int | None:
+        """How many slave acks a SYNC put waits for with a SyncStateSet of this many members
+        (0: answer at once); None: refuse it."""
+        if sync_state_set_size < self.min_in_sync_replicas:
+            return None
+        if self.all_ack_in_sync_state_set:
+            return max(0, sync_state_set_size - 1)
+        return max(0, self.in_sync_replicas - 1)
+
+
+@attrs.define
+class InSyncState:
+    """The rule and the SyncStateSet size it is applied to now: the replicas manager updates
+    the size as the controller reports the set (0 when this broker is not in it)."""
+
+    rule: InSyncRule
+    sync_state_set_size: int = 0
+
+
+@attrs.frozen
 class SlaveStatus:
     conn_id: int
     address: str

@@ -51,6 +51,7 @@ from .client import (
 from .config import HAConfig
 from .master import (
     AckTable,
+    InSyncState,
     ReportOutcome,
     SlaveStatus,
     transfer_start_offset,
@@ -123,8 +124,12 @@ class HAService:
         client_reconnect_max_backoff_s: float = HA_RECONNECT_MAX_BACKOFF_S,
         auth_secret: str | None = None,
         on_peer_refused: Callable[[], None] | None = None,
+        in_sync: InSyncState | None = None,
     ) -> None:
         self.store = store
+        #: controller mode (RocketMQ 5): how many slave acks a SYNC put needs given the
+        #: SyncStateSet (ha/master.py ``InSyncRule``); None: the 4.x rule (one slave's ack)
+        self.in_sync = in_sync
         self.config = config
         self.host = host
         #: aclEnable=true: the shared aclSecretKey slaves prove they know (ha/access.py); ""
@@ -305,8 +310,17 @@ class HAService:
 
     def sync_status_nowait(self, end_offset: int) -> PutMessageStatus | None:
         """The SYNC_MASTER answer if it is already decided (SLAVE_NOT_AVAILABLE, or PUT_OK
-        when a slave acked past ``end_offset``), else None: the answer then waits on
-        ``ack_watermark`` for ``end_offset``."""
+        when a slave acked past ``end_offset``; in controller mode also PUT_OK or
+        IN_SYNC_REPLICAS_NOT_ENOUGH as ``in_sync`` decides), else None: the answer then waits
+        on ``ack_watermark`` for ``end_offset``."""
+        in_sync = self.in_sync
+        if in_sync is not None:
+            need = in_sync.rule.slave_acks_needed(in_sync.sync_state_set_size)
+            if need is None:
+                return PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+            if need == 0:
+                return PutMessageStatus.PUT_OK
+            # need >= 1: one slave's ack (push2SlaveMaxOffset); the 2m-2s layout has one
         # AckTable.sync_decision, inlined (once per SYNC put: three calls cost ~0.3 us)
         table = self.table
         acked = table.push_to_slave_max_offset

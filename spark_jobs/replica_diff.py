@@ -16,6 +16,7 @@ or bad input.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import mmap
@@ -45,6 +46,7 @@ from .decode import (
     decode_segment_range,
     list_segments,
 )
+from .diff_local import window_findings
 from .model import (
     K_CQ_DANGLING,
     K_CQ_MISMATCH,
@@ -78,6 +80,10 @@ _READ_BYTES = 4 * 1024 * 1024
 FIRST_FINDINGS = 100
 DRIVER_FINDINGS = 50_000  # up to this many findings are counted on the driver
 MAP_BUCKETS = 100
+#: The driver's address for a local-mode run (unless SPARK_LOCAL_IP or spark.driver.host).
+LOOPBACK = "127.0.0.1"
+#: Findings about two replicas (the rest are a store's own: copied to its identical replicas).
+_COMPARED_KINDS = frozenset({K_DIVERGENT, K_EXTRA_TAIL, K_LAG, K_MISSING, K_CQ_MISMATCH})
 
 FINDING_COLUMNS = (
     "group", "node", "role", "kind", "phy_offset", "end_offset", "count",
@@ -177,8 +183,38 @@ def finding_schema() -> Any:
     return StructType([StructField(c, types.get(c, StringType()), True) for c in FINDING_COLUMNS])
 
 
+_QUIET_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _quiet_log4j() -> str:
+    """A log4j2 configuration that logs errors only (the driver JVM reads it at start): a file
+    of our own (mkstemp: 0600, a fresh name), removed when this process exits."""
+    import atexit
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="rmq-replica-diff-log4j2-", suffix=".properties")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(_QUIET_LOG4J)
+    atexit.register(_remove_quietly, path)
+    return path
+
+
 def build_session(master: str | None, *, app: str = "rmq-replica-diff", quiet: bool = True) -> Any:
     """``--master`` wins; under spark-submit Spark's own config; else ``local[*]``."""
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     b = SparkSession.builder.appName(app)
@@ -186,6 +222,14 @@ def build_session(master: str | None, *, app: str = "rmq-replica-diff", quiet: b
         b = b.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         b = b.master("local[*]")
+    given = SparkConf()  # spark-submit's settings, when it launched us
+    if (master or given.get("spark.master", "local")).startswith("local") and not (
+        os.environ.get("SPARK_LOCAL_IP") or given.contains("spark.driver.host")
+    ):  # a local run talks to itself only: no address of this host's network in use
+        b = b.config("spark.driver.host", LOOPBACK).config("spark.driver.bindAddress", LOOPBACK)
+    if quiet and "PYSPARK_GATEWAY_PORT" not in os.environ:  # our JVM: no WARN at its start
+        b = b.config("spark.driver.extraJavaOptions",
+                     f"-Dlog4j2.configurationFile={_quiet_log4j()}")
     b = (
         b.config("spark.ui.enabled", "false")
         .config("spark.log.level", "ERROR")
@@ -195,6 +239,8 @@ def build_session(master: str | None, *, app: str = "rmq-replica-diff", quiet: b
     )
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    sc = spark.sparkContext
+    _progress(quiet, f"Spark {sc.master}, driver at {sc.getConf().get('spark.driver.host')}")
     return spark
 
 
@@ -550,6 +596,47 @@ def _cq_pairwise(spark: Any, cq_tasks: list[CqTask], schema: str, others: Any) -
     )  # fmt: skip
 
 
+def _windowed(
+    replicas: list[Replica], identical: dict[int, int], refs: dict[str, int],
+    quiet_refs: frozenset[int], probed: dict[int, dict[str, Any]],
+    wins: dict[str, list[tuple[int, int]]], cq_areas: dict[str, set[str]], *,
+    exact: bool, split_bytes: int, quiet: bool,
+) -> dict[str, Any]:
+    """The default audit of groups whose bytes differ: only the records in the differing
+    windows are decoded and compared, in the driver (``diff_local.py``: no Spark job)."""
+    skip = frozenset(identical) | quiet_refs
+    _, file_findings, segs_by = plan_scan(replicas, split_bytes, verify_crc=False,
+                                          skip=frozenset(range(len(replicas))))  # fmt: skip
+    stats = {i: dict(st) for i, st in probed.items()}
+    for ref in refs.values():
+        stats.setdefault(ref, _probe_stats(replicas, ref))
+    for rid, src in identical.items():
+        stats[rid] = dict(stats[src])
+    masters = choose_masters(replicas, {i: int(s["end"] or 0) for i, s in stats.items()})
+    decoded = frozenset(i for i, r in enumerate(replicas) if i not in skip and r.group in wins)
+    tasks = _window_tasks(replicas, skip, wins, segs_by, decoded if exact else frozenset(),
+                          split_bytes)  # fmt: skip
+    cq_tasks = [t for t in plan_cq(replicas, skip)
+                if f"cq/{t.topic}/{t.queue_id}" in cq_areas.get(replicas[t.rid].group, ())]
+    bounds = {i: ((segs_by[i][0].start if segs_by[i] else 0), int(stats[i]["end"] or 0))
+              for i in range(len(replicas)) if i in stats}  # fmt: skip
+    _progress(quiet, f"decoding {sum(len(w) for w in wins.values())} windows in the driver")
+    found = window_findings(replicas, masters, skip, bounds, wins, tasks, cq_tasks, exact,
+                            _scan, _scan_cq)  # fmt: skip
+    own = [f for f in found if f[0] in identical.values() and f[1] not in _COMPARED_KINDS]
+    found += [(rid, *f[1:]) for rid, src in identical.items() for f in own if f[0] == src]
+    found += [(f.rid, f.kind, f.offset, f.end, 1, None, None, None, f.detail)
+              for f in file_findings]  # fmt: skip
+    rows = [dict(zip(FINDING_COLUMNS, (replicas[f[0]].group, replicas[f[0]].node,
+                                       replicas[f[0]].role, *f[1:]), strict=True))
+            for f in found]  # fmt: skip
+    return {
+        "findings": None, "findings_rows": rows, "records": None, "joined": None,
+        "replicas": replicas, "masters": masters, "stats": stats, "segments": segs_by,
+        "identical": identical, "exact": exact,
+    }  # fmt: skip
+
+
 def run_diff(
     spark: Any,
     replicas: list[Replica],
@@ -610,6 +697,8 @@ def run_diff(
             cq_areas[g] = {area for i in members for area, _, _ in diffs.get(i, ())
                            if area != "data"}  # fmt: skip
         quiet_refs = frozenset(refs[g] for g in quiet_groups)
+        return _windowed(replicas, identical, refs, quiet_refs, probed, wins, cq_areas,
+                         exact=exact, split_bytes=split_bytes, quiet=quiet)
     spark = _session(spark)  # something to decode: a session from here on
     if not windowed and exact:
         identical, pre = checksum_replicas(spark, replicas, max(1, block_bytes),
@@ -1209,7 +1298,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--package", metavar="ZIP", default=None,
                    help="only build the job's Python archive (for spark-submit --py-files) "
                         "and exit")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="progress lines, Spark's warnings and progress bar on stderr (not "
+                        "with --json under spark-submit, which merges stderr into stdout)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines (the default; kept for scripts)")
 
 
 def _cluster_dir(args: argparse.Namespace) -> str | None:
@@ -1244,6 +1337,16 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise BadInput(f"--node-timeout {args.node_timeout}: want > 0 .. {MAX_NODE_TIMEOUT_S:g}")
 
 
+def finding_line(f: dict[str, Any]) -> str:
+    """One finding for a person: kind, CommitLog offset, topic/queue@queue offset, detail
+    (which names the field that differs)."""
+    where = f"offset {f['phy_offset']}" if f["phy_offset"] is not None else "file"
+    if f.get("topic") is not None:
+        where += f" topic {f['topic']} queue {f['queue_id']} queue offset {f['queue_offset']}"
+    count = f" x{f['count']}" if f.get("count") not in (None, 1) else ""
+    return f"{f['kind']}{count} at {where}: {f['detail']}"
+
+
 def _print_text(summary: dict[str, Any]) -> None:
     for group, g in sorted(summary["groups"].items()):
         for node, r in sorted(g["replicas"].items()):
@@ -1255,6 +1358,9 @@ def _print_text(summary: dict[str, Any]) -> None:
             print(f"{group} {node}: {r['verdict']}, identical up to "
                   f"{r['proven_identical_to']} of master {g['master']} end "
                   f"{r['end_offset'] + r['lag_bytes'] - r['ahead_bytes']} ({kinds})")  # fmt: skip
+            for f in summary.get("first_findings", []):
+                if (f["group"], f["node"]) == (group, node):
+                    print("  " + finding_line(f))
     for group, why in summary.get("unverifiable", {}).items():
         print(f"{group}: unverifiable: {why}")
     print(f"verdict: {summary['verdict']}")
@@ -1326,19 +1432,27 @@ def _audit(args: argparse.Namespace, replicas: list[Replica], plan: Any) -> dict
     local = (args.master or "").startswith("local") or (
         not args.master and "PYSPARK_GATEWAY_PORT" not in os.environ)
     try:
-        return run_job(session if local else session(), replicas, args.out,
-                       verify_crc=args.verify_crc, allow_lag=args.allow_lag,
-                       split_bytes=args.split_mb << 20,
-                       quiet=args.quiet, exact=not args.header_only,
-                       block_bytes=max(1, int(args.block_mb * (1 << 20))),
-                       check_stores=args.check_stores,
-                       judge=None if plan is None else judge)  # fmt: skip
+        summary = run_job(session if local else session(), replicas, args.out,
+                          verify_crc=args.verify_crc, allow_lag=args.allow_lag,
+                          split_bytes=args.split_mb << 20,
+                          quiet=args.quiet, exact=not args.header_only,
+                          block_bytes=max(1, int(args.block_mb * (1 << 20))),
+                          check_stores=args.check_stores,
+                          judge=None if plan is None else judge)  # fmt: skip
+        if started:  # where the job ran (None of it when no Spark was needed)
+            sc = started[0].sparkContext
+            summary["spark"] = {"master": sc.master,
+                                "driver_host": sc.getConf().get("spark.driver.host")}
+        return summary
     finally:
         if owned and started:
             started[0].stop()
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    args.quiet = not getattr(args, "verbose", False)
+    if args.json and "PYSPARK_GATEWAY_PORT" in os.environ:
+        args.quiet = True  # spark-submit merges our stderr into stdout: JSON only there
     if args.package:
         return _build_package(args)
     try:

@@ -93,6 +93,8 @@ class PutMessageStatus(enum.Enum):
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    #: controller mode: fewer SyncStateSet members than minInSyncReplicas (RocketMQ 5)
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
@@ -112,6 +114,7 @@ _STORED: Final = frozenset(
         PutMessageStatus.FLUSH_DISK_TIMEOUT,
         PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
         PutMessageStatus.SLAVE_NOT_AVAILABLE,
+        PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,  # decided after the append, as the above
     }
 )
 

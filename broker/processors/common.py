@@ -24,6 +24,9 @@ _PUT_STATUS_CODES: Final = {
     PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
     PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
+    PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: (
+        ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough"
+    ),
     PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
         ResponseCode.SYSTEM_ERROR,
         "create mapped file failed, server is busy or broken.",

@@ -129,7 +129,8 @@ def test_cli_json_name_and_header_only(
     nodes = [{"name": "a0", "kind": "broker", "group": "a", "role": "SYNC_MASTER", "broker_id": 0},
              {"name": "a1", "kind": "broker", "group": "a", "role": "SLAVE", "broker_id": 1}]
     (d / "cluster.json").write_text(json.dumps({"topology": {"nodes": nodes}}))
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the home: ~/.rmq-cluster, not the cwd's
+    monkeypatch.delenv("RMQ_CLUSTER_HOME", raising=False)
     capsys.readouterr()
     assert main(["--name", "c1", "--json", "--quiet"]) == 1
     s = json.loads(capsys.readouterr().out)
@@ -215,17 +216,29 @@ def test_records_are_decoded_only_inside_differing_blocks(spark: Any, tmp_path: 
     assert compare_replicas(spark, reps, 512, in_driver=False) == here  # as a Spark job
     ((area, a, b),) = here[1][1]
     assert area == "data" and a <= victim.phy_offset + 88 + 7 < b == a + 512
-    res = run_diff(spark, reps, block_bytes=512)
-    decoded = res["records"].where("anomaly is null").count()
-    assert 2 <= decoded <= 2 * 4, decoded  # a 512-byte block holds at most 3 records here
-    (f,) = [r.asDict() for r in res["findings"].collect()]
+    from rmq_cluster.spark_jobs import replica_diff
+
+    seen: list[tuple[int, int]] = []
+    scan = replica_diff._scan
+
+    def counting(task: Any) -> Any:
+        for row in scan(task):
+            seen.append((row[0], row[1]))
+            yield row
+
+    replica_diff._scan = counting  # type: ignore[assignment]
+    try:
+        res = run_diff(spark, reps, block_bytes=512)
+    finally:
+        replica_diff._scan = scan  # type: ignore[assignment]
+    assert 2 <= len(seen) <= 2 * 4, seen  # a 512-byte block holds at most 3 records here
+    assert res["records"] is None and res["findings"] is None  # compared in the driver
+    (f,) = res["findings_rows"]
     assert (f["node"], f["kind"], f["phy_offset"]) == ("s", "divergent", victim.phy_offset)
     assert "body" in f["detail"]
-    res["records"].unpersist()
-    res["joined"].unpersist()
 
 
-def test_a_consistent_local_audit_starts_no_spark(spark: Any, tmp_path: Path) -> None:
+def test_a_local_audit_starts_no_spark(spark: Any, tmp_path: Path) -> None:
     """Given a session-making function, the job calls it only when it has something to
     decode (or Parquet to write): a consistent audit runs without Spark."""
     m = tmp_path / "m"
@@ -243,6 +256,28 @@ def test_a_consistent_local_audit_starts_no_spark(spark: Any, tmp_path: Path) ->
     assert summary["groups"]["g"]["replicas"]["s"]["end_offset"] == placed[-1].phy_offset + (
         placed[-1].size)
     _flip(Path(list_segments(str(s / "commitlog"))[0].path), placed[2].phy_offset + 90)
-    summary = run_job(session, reps, None)
-    assert calls and summary["exit_code"] == 1
-    assert summary["first_findings"][0]["phy_offset"] == placed[2].phy_offset
+    summary = run_job(session, reps, None)  # divergent: still no Spark (issue 38 item 3)
+    assert calls == [] and summary["exit_code"] == 1
+    first = summary["first_findings"][0]
+    assert first["phy_offset"] == placed[2].phy_offset
+    assert (first["topic"], first["queue_id"], first["queue_offset"]) == (
+        placed[2].topic, placed[2].queue_id, placed[2].queue_offset)
+
+
+def test_text_output_names_topic_queue_offset_and_field(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The text summary lists each first finding with its CommitLog offset, topic, queue,
+    queue offset and the field that differs (issue 38 item 3), not only --json."""
+    from rmq_cluster.spark_jobs.replica_diff import _print_text
+
+    finding = {"group": "g", "node": "s", "role": "SLAVE", "kind": "divergent",
+               "phy_offset": 4096, "end_offset": 4300, "count": 1, "topic": "T0",
+               "queue_id": 1, "queue_offset": 12, "detail": "differs from master in body"}
+    rep = {"is_master": False, "verdict": "divergent", "findings": {"divergent": 1},
+           "proven_identical_to": 4096, "end_offset": 9000, "lag_bytes": 0, "ahead_bytes": 0}
+    _print_text({"groups": {"g": {"master": "m", "replicas": {"s": rep}}},
+                 "first_findings": [finding], "verdict": "divergent"})
+    out = capsys.readouterr().out
+    assert ("  divergent at offset 4096 topic T0 queue 1 queue offset 12: differs from "
+            "master in body\n") in out

@@ -119,7 +119,7 @@ def test_update_topic_order_true_sets_the_namesrv_order_conf(cluster: RunningClu
     assert "orderConf=[broker-a:4]" in text and "order=true]" in text
     for ns in namesrvs(cluster):  # mqadmin writes the order conf to every NameServer
         assert obj(ns, "topicRoute", "-t", "MqOrd")["orderTopicConf"] == "broker-a:4"
-    headers, rows = table(ok(cluster, "topicRoute", "-t", "MqOrd"), "ClusterName")
+    headers, rows = table(ok(cluster, "topicRoute", "-t", "MqOrd", "--table"), "ClusterName")
     assert headers == ["#ClusterName", "#BrokerName", "#BrokerAddr", "#ReadQueue",
                        "#WriteQueue", "#Perm"]
     assert rows == [[CLUSTER, "broker-a", master(cluster), "4", "4", "6"]]
@@ -221,6 +221,14 @@ def test_groups_connections_progress_and_stats(cluster: RunningCluster) -> None:
             mine = [r for r in rows if r[0] == "MqGrp"]
             assert sum(int(r[3]) for r in mine) == sum(int(r[4]) for r in mine) == 4
             assert re.search(r"^Diff Total: 0$", text, re.M)
+            # without -g, as mqadmin: one line per group (a %RETRY% topic names each)
+            headers, rows = table(ok(cluster, "consumerProgress"), "Group")
+            assert headers == ["#Group", "#Count", "#Version", "#Type", "#Model", "#TPS",
+                               "#Diff Total"]
+            (line,) = [r for r in rows if r[0] == "CG_MQ"]
+            assert line[1] == "1" and line[3:5] == ["PUSH", "CLUSTERING"] and line[-1] == "0"
+            every = obj(cluster, "consumerProgress")["groups"]
+            assert any(g["group"] == "CG_MQ" and g["count"] == 1 for g in every)
 
             (stats,) = records(cluster, "statsAll", "-t", "MqGrp")
             assert stats["group"] == "CG_MQ" and stats["inMsg24Hour"] == 4

@@ -306,7 +306,8 @@ def test_bind_ls_status_and_down_exit_codes(home: Path, cluster: Cli) -> None:
         assert {r["name"]: r["state"] for r in rows}["wide"] == "degraded"
         assert cli("down", "--name", "wide").returncode == 0
         done = cli("down", "--name", "wide")
-        assert done.returncode == 0 and "nothing was running" in done.stdout
+        assert done.returncode == 0  # a stopped cluster: said plainly (issue 38 item 9)
+        assert done.stdout == "cluster wide was not running: nothing to stop\n"
         done = cli("status", "--dir", str(home / "wide"))
         assert done.returncode == 1  # stopped: not healthy
         rc, rows, _err = cli.lines("ls")
@@ -328,3 +329,28 @@ def _listening_on_any() -> set[int]:
             if st == "0A" and addr == "00000000":
                 out.add(int(port, 16))
     return out
+
+
+def test_client_commands_find_their_cluster(cluster: Cli, tmp_path: Path) -> None:
+    """Without -n (and no $NAMESRV_ADDR) produce, consume and the mqadmin commands use the
+    NameServers of the cluster --name under $RMQ_CLUSTER_HOME, from any directory; without such
+    a cluster the one-line error names -n, and starts nothing (issue 38 item 5)."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*CLI, *args], capture_output=True, text=True, check=False,
+                              timeout=TIMEOUT_S, env=_env(cluster.home), cwd=tmp_path)
+
+    done = run("produce", "--name", "everyday", "-t", "FindT", "--count", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(x).get("status") for x in done.stdout.splitlines()][:2] == [
+        "SEND_OK", "SEND_OK"]
+    done = run("consume", "--name", "everyday", "-t", "FindT", "-g", "FindG", "--count", "2",
+               "--from", "first", "--timeout", "60", "--json")
+    assert done.returncode == 0, done.stderr
+    done = run("topicRoute", "--name", "everyday", "-t", "FindT")  # JSON, as mqadmin's
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["queueDatas"][0]["brokerName"] == "broker-a"
+    done = run("produce", "--name", "nosuch", "-t", "FindT", "--count", "1")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "-n HOST:PORT" in done.stderr and "nosuch" in done.stderr
+    assert "rmq-cluster up" not in done.stderr and "namesrv_addr" not in done.stderr
