@@ -13,8 +13,8 @@ from rmq_cluster.broker.replicas_manager import in_sync_size
 from rmq_cluster.cluster.protocol.controller import SyncStateSet
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.ha.config import HAConfig
-from rmq_cluster.ha.service import HAService
 from rmq_cluster.ha.master import InSyncRule, InSyncState
+from rmq_cluster.ha.service import HAService
 from rmq_cluster.store.commitlog import PutMessageStatus
 from rmq_cluster.store.config import BrokerRole, MessageStoreConfig
 from rmq_cluster.store.message_store import MessageStore
