@@ -637,6 +637,24 @@ def _windowed(
     }  # fmt: skip
 
 
+def _group_windows(
+    replicas: list[Replica], refs: dict[str, int], groups: set[str], identical: dict[int, int],
+    diffs: dict[int, Any],
+) -> tuple[dict[str, list[tuple[int, int]]], dict[str, set[str]]]:
+    """For each of ``groups`` (whose bytes differ): the record windows to decode around its
+    differing data blocks, and its differing ConsumeQueue areas."""
+    wins: dict[str, list[tuple[int, int]]] = {}
+    cq_areas: dict[str, set[str]] = {}
+    for g in groups:
+        members = [i for i, r in enumerate(replicas) if r.group == g and i not in identical]
+        runs = [(a, b) for i in members for area, a, b in diffs.get(i, ()) if area == "data"]
+        wins[g] = windows(replicas[refs[g]].kind,
+                          {i: list_segments(replicas[i].data_dir) for i in members}, runs)
+        cq_areas[g] = {area for i in members for area, _, _ in diffs.get(i, ())
+                       if area != "data"}  # fmt: skip
+    return wins, cq_areas
+
+
 def run_diff(
     spark: Any,
     replicas: list[Replica],
@@ -689,13 +707,8 @@ def run_diff(
         # the others: decoded only inside their differing blocks (widened to whole records)
         probed = {i: _probe_stats(replicas, i) for i in range(len(replicas))
                   if i not in identical}  # fmt: skip
-        for g in set(refs) - quiet_groups:
-            members = [i for i, r in enumerate(replicas) if r.group == g and i not in identical]
-            runs = [(a, b) for i in members for area, a, b in diffs.get(i, ()) if area == "data"]
-            wins[g] = windows(replicas[refs[g]].kind,
-                              {i: list_segments(replicas[i].data_dir) for i in members}, runs)
-            cq_areas[g] = {area for i in members for area, _, _ in diffs.get(i, ())
-                           if area != "data"}  # fmt: skip
+        wins, cq_areas = _group_windows(replicas, refs, set(refs) - quiet_groups, identical,
+                                        diffs)
         quiet_refs = frozenset(refs[g] for g in quiet_groups)
         return _windowed(replicas, identical, refs, quiet_refs, probed, wins, cq_areas,
                          exact=exact, split_bytes=split_bytes, quiet=quiet)

@@ -23,7 +23,7 @@ MAX_FUNCTION_LINES = 80
 
 #: "path:qualified name" -> its length today; split them, then lower or drop the entry
 ALLOWED: dict[str, int] = {
-    "spark_jobs/replica_diff.py:run_diff": 407,
+    "spark_jobs/replica_diff.py:run_diff": 404,
     "chaos/timeline.py:render_svg": 113,
     "chaos/checker.py:check": 111,
     "dledger/commitlog_adapter.py:DLedgerCommitLog._propose": 100,
