@@ -16,7 +16,9 @@ unregisters from every NameServer, writes the config files and closes the store 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -918,8 +920,7 @@ class BrokerNode:
         until the next slot is due or a timer message arrives. msyncs the timer files every
         timerFlushIntervalMs while they change; closes them when the broker stops delivering
         (shutdown, or a role change to slave)."""
-        timer = TimerStore(self.store, self.settings.store, self.store_host, self.now_ms)
-        timer.open()
+        timer = await self._open_timer_store()
         self.timer = timer
         flushed = timer.writes
         flush_at: int | None = None
@@ -951,6 +952,29 @@ class BrokerNode:
             self.timer = None
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(timer.close)
+
+    async def _open_timer_store(self) -> TimerStore:
+        """The timer store, opened once a timer message exists (or its files do): a broker
+        that never saw one writes no timer file. A disk that cannot hold the files (ENOSPC)
+        delays the timers, logged and tried again; it never stops the broker."""
+        scfg = self.settings.store
+        had_files = await trio.to_thread.run_sync(os.path.exists, scfg.timer_check_path)
+        while True:
+            self._timer_wake = trio.Event()
+            if had_files or (
+                self.store.get_max_offset_in_queue(TIMER_TOPIC, 0) > 0
+            ):
+                timer = TimerStore(self.store, scfg, self.store_host, self.now_ms)
+                try:
+                    await trio.to_thread.run_sync(timer.open)
+                    return timer
+                except OSError as exc:
+                    self.log.error("timer store cannot open: timers wait", error=str(exc))
+                    with contextlib.suppress(Exception):
+                        await trio.to_thread.run_sync(timer.close)
+                    await trio.sleep(LOOP_ERROR_BACKOFF_S)  # back-off timer, then again
+                    continue
+            await self._timer_wake.wait()
 
     async def _delay_level_loop(self) -> None:
         schedule = self.schedule

@@ -143,6 +143,10 @@ class _DeliveredBefore:
         return found
 
 
+#: TimerLog blocks reserved ahead of its writer at a time (posix_fallocate)
+LOG_RESERVE_CHUNK: Final = 1024 * 1024
+
+
 class TimerStore:
     """The timer wheel, TimerLog and checkpoint of one broker's store (module docstring)."""
 
@@ -191,6 +195,10 @@ class TimerStore:
         self._wheel = MappedFile(
             cfg.timer_wheel_path, 0, L.WHEEL_BYTES, create=not os.path.exists(cfg.timer_wheel_path)
         )
+        # blocks for the whole checkpoint page and wheel now: a write through their mappings
+        # must never meet a full disk (SIGBUS); ENOSPC here is an OSError the caller retries
+        self._cp.reserve(L.CHECKPOINT_PAGE_BYTES)
+        self._wheel.reserve(L.WHEEL_BYTES)
         self._log = MappedFileQueue(cfg.timer_log_dir, cfg.mapped_file_size_timer_log)
         self._log.load()
         end, last_unit = self._recover_log(cp.last_timer_log_flush_pos)
@@ -431,9 +439,13 @@ class TimerStore:
         assert log_ is not None
         mf = log_.last_file_for_write()
         if mf.remaining < L.UNIT_SIZE + L.MIN_BLANK_BYTES:
+            mf.reserve(mf.file_size)
             mf.append(L.BLANK.pack(mf.remaining, 0, L.BLANK_MAGIC))
             mf.wrote = mf.file_size
             mf = log_.last_file_for_write()
+        # blocks before bytes (ENOSPC raises here, before anything is written: the record is
+        # indexed again next round; a write through the mapping never meets a full disk)
+        mf.reserve(mf.wrote + len(unit), LOG_RESERVE_CHUNK)
         pos = mf.file_from + mf.wrote
         mf.append(unit)
         return pos

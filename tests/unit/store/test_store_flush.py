@@ -243,9 +243,11 @@ def test_pure_modules_do_not_import_trio() -> None:
 
     code = (
         "import sys\n"
-        "import cluster.protocol.message, store.mapped_file, store.commitlog, "
-        "store.consume_queue, store.index_file, store.checkpoint, store.dispatcher, "
-        "store.recovery, store.retention, store.config\n"
+        "import rmq_cluster.cluster.protocol.message, rmq_cluster.store.mapped_file, "
+        "rmq_cluster.store.commitlog, rmq_cluster.store.consume_queue, "
+        "rmq_cluster.store.index_file, rmq_cluster.store.checkpoint, "
+        "rmq_cluster.store.dispatcher, rmq_cluster.store.recovery, "
+        "rmq_cluster.store.retention, rmq_cluster.store.config\n"
         "assert 'trio' not in sys.modules, 'a pure module imported trio'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
