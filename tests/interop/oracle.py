@@ -27,6 +27,8 @@ from typing import IO, Final
 
 import attrs
 
+from tests.cache_lock import exclusive, inputs_digest, stamp_matches
+
 JAVA_DIR: Final = Path(__file__).parent / "java"
 POM: Final = JAVA_DIR / "pom.xml"
 #: ``mvn`` on a clean ~/.m2 downloads ~40 jars; afterwards it resolves offline in seconds.
@@ -94,7 +96,34 @@ def java_classpath(*, bench: bool = False) -> str:
     resolved offline when ~/.m2 has them, else fetched from Maven Central."""
     _tool("java")
     mvn = _tool("mvn")
-    out = JAVA_DIR / ("classpath-bench.txt" if bench else "classpath.txt")
+    name = "classpath-bench" if bench else "classpath"
+    out = JAVA_DIR / f"{name}.txt"
+    # parallel test workers resolve once: under a lock, and not again while the pom is the one
+    # the last resolution read and every jar it named is still there
+    stamp = JAVA_DIR / f"{name}-stamp.txt"
+    digest = inputs_digest(POM, extra=name)
+    with exclusive(JAVA_DIR / f"{name}-lock.txt"):
+        if stamp_matches(stamp, digest):
+            cp = _cached_classpath(out)
+            if cp:
+                return cp
+        stamp.unlink(missing_ok=True)
+        cp = _resolve_classpath(mvn, out, bench=bench)
+        stamp.write_text(digest)
+        return cp
+
+
+def _cached_classpath(out: Path) -> str | None:
+    try:
+        cp = out.read_text().strip()
+    except OSError:
+        return None
+    if cp and all(Path(p).is_file() for p in cp.split(os.pathsep)):
+        return cp
+    return None
+
+
+def _resolve_classpath(mvn: str, out: Path, *, bench: bool) -> str:
     profile = ["-P", "bench"] if bench else []
     cmd = [
         mvn, "-q", "-B", "-f", str(POM), *profile,
