@@ -4,6 +4,7 @@ how the suite is split between pytest-xdist workers."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -22,8 +23,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 
 # --------------------------------------------------------------------------- parallel runs
-# The suite runs on pytest-xdist workers (addopts in pyproject.toml: -n 3 --dist loadgroup; -n 0
-# runs in one process). Most tests wait on processes, not on the 2 cores.
+# The suite runs on pytest-xdist workers (addopts in pyproject.toml: -n 3 --dist loadscope, split
+# by suite_scope below; -n 0 runs in one process). Most tests wait on processes, not on the 2 cores.
 
 #: Directories whose tests share one costly session fixture (a SparkSession and a recorded
 #: cluster run; Apache's Java nodes replaying the scenario): all of each on one worker, once.
@@ -57,18 +58,30 @@ def _rank(item: pytest.Item) -> int:
                 len(RUN_ORDER))
 
 
-@pytest.hookimpl(tryfirst=True)
+def suite_scope(nodeid: str) -> str:
+    """The unit of work a test is handed out in: its module, or its shared-session directory."""
+    module = nodeid.split("::", 1)[0]
+    return next((g for prefix, g in SHARED_SESSION_DIRS.items() if module.startswith(prefix)),
+                module)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Work goes out by ``suite_scope`` (module-scoped clusters start once, spark/ and interop/
+    share their session), in collection order. xdist's own ``xdist_group`` suffix is not used:
+    pytest 9.2 derives a node id without the ``_nodeid`` xdist 3.8 rewrites."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return suite_scope(nodeid)
+
+    return SuiteScopes(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, every test without an ``xdist_group`` of its own is grouped with its module
-    (module-scoped clusters start once) or its shared-session directory, and the work is
-    ordered longest first."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        module = item.nodeid.split("::", 1)[0]
-        group = next((g for prefix, g in SHARED_SESSION_DIRS.items()
-                      if module.startswith(prefix)), module)
-        item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=_rank)
+    """Under xdist the work is ordered longest first (same order on every worker)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_rank)

@@ -20,7 +20,7 @@ from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.topology import BUILTIN_PROFILES, plan_span, resolve_profile
 from tests.cache_lock import exclusive, inputs_digest, stamp_matches
 from tests.compat.conftest import _fresh_maven_build
-from tests.conftest import WORKER_PORTS, _worker_slice
+from tests.conftest import WORKER_PORTS, _worker_slice, suite_scope
 
 WORKERS = 4
 #: A stand-in for mvn: counts its runs, then writes what a probe build leaves behind.
@@ -126,3 +126,12 @@ def test_stamp_and_lock(tmp_path: Path) -> None:
     assert not stamp_matches(tmp_path / "missing", first)
     with exclusive(tmp_path / "deep" / "x.lock"):
         assert (tmp_path / "deep" / "x.lock").exists()
+
+
+def test_work_goes_out_by_module_and_shared_session_directory() -> None:
+    assert suite_scope("tests/spark/test_exact.py::test_a[x]") == "tests/spark"
+    assert suite_scope("tests/spark/sub/test_b.py::T::test_b") == "tests/spark"
+    assert suite_scope("tests/interop/test_differential.py::test_step[ns]") == "tests/interop"
+    one = "tests/compat/test_java_client.py"
+    assert suite_scope(f"{one}::test_a[4.9.8]") == suite_scope(f"{one}::test_b") == one
+    assert suite_scope("tests/unit/test_cli.py::test_c") == "tests/unit/test_cli.py"
