@@ -23,8 +23,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 
 # --------------------------------------------------------------------------- parallel runs
-# The suite runs on pytest-xdist workers (addopts in pyproject.toml: -n 3 --dist loadscope, split
-# by suite_scope below; -n 0 runs in one process). Most tests wait on processes, not on the 2 cores.
+# `python3 -m pytest -n 3` runs the suite on three pytest-xdist workers (pinned in the test extra),
+# the work split by suite_scope below; without -n it runs in one process. Most tests wait on
+# processes, not on the 2 cores.
 
 #: Directories whose tests share one costly session fixture (a SparkSession and a recorded
 #: cluster run; Apache's Java nodes replaying the scenario): all of each on one worker, once.
@@ -70,8 +71,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Work goes out by ``suite_scope`` (module-scoped clusters start once, spark/ and interop/
     share their session), in collection order. xdist's own ``xdist_group`` suffix is not used:
     pytest 9.2 derives a node id without the ``_nodeid`` xdist 3.8 rewrites."""
-    if config.getvalue("dist") != "loadscope":
-        return None
+    if config.getvalue("dist") not in ("load", "loadscope"):
+        return None  # an explicit other mode (each, worksteal, loadgroup, loadfile) is kept
+    config.option.loadscopereorder = False  # our RUN_ORDER, not "most tests first"
     from xdist.scheduler import LoadScopeScheduling
 
     class SuiteScopes(LoadScopeScheduling):
