@@ -4,11 +4,15 @@ machine (the shape of our remoting layer: bytes in, events out), one task per ca
 Every limit is a named ``ProxyConfig`` setting: HTTP/2 frame size and header list (h2 refuses
 larger ones: a connection error, GOAWAY), streams per connection, one gRPC message's size (checked
 from its length prefix, before it is buffered), the bytes a connection may have buffered across
-its streams, connections per proxy, the time to send the preface."""
+its streams, connections per proxy, the time to finish the TLS handshake and then to send the
+preface. With TLS (``tls_context``) a connection is served only once its handshake is done and
+it chose ``h2`` by ALPN; the handshake holds a connection slot, so stalled ones count against
+``max_connections`` until their deadline."""
 
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -34,9 +38,13 @@ from .grpc_wire import (
     method_of,
     trailers,
 )
+from .tls import ALPN_H2
 
 log = get_logger(node="proxy", component="grpc")
 READ_CHUNK = 64 * 1024
+#: the metadata key the connection's peer address rides under: a pseudo-header name, which h2
+#: refuses from a client, so no request can forge it
+PEER_KEY = ":peer"
 
 Send = Callable[[bytes], Awaitable[None]]
 
@@ -70,8 +78,9 @@ class _Stream:
 
 class _Connection:
     def __init__(self, stream: trio.abc.Stream, service: GrpcService, config: ProxyConfig,
-                 nursery: trio.Nursery) -> None:
+                 nursery: trio.Nursery, peer: str = "") -> None:
         self.sock = stream
+        self.peer = peer
         self.service = service
         self.config = config
         self.nursery = nursery
@@ -84,8 +93,11 @@ class _Connection:
             h2.settings.SettingCodes.MAX_FRAME_SIZE: config.max_frame_bytes,
         })
         self.h2.max_inbound_frame_size = config.max_frame_bytes
+        # the settings above are h2's from the start (no ACK changes them), so its HPACK
+        # decoder must be told the header list limit itself
+        self.h2.decoder.max_header_list_size = config.max_header_list_bytes
         self.streams: dict[int, _Stream] = {}
-        self.guard = FrameLengthGuard(config.max_frame_bytes)
+        self.guard = FrameLengthGuard(config.max_frame_bytes, config.max_header_list_bytes)
         self.send_lock = trio.Lock()
         self.window = trio.Event()
         #: set when h2 has bytes to send: the writer task sends everything queued by then in
@@ -128,7 +140,7 @@ class _Connection:
             if not data:
                 return
             if not self.guard.check(data):
-                log.info("grpc frame over the limit", limit=self.config.max_frame_bytes)
+                log.info("grpc frame over the limit", reason=self.guard.reason)
                 self.h2.close_connection(error_code=h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
                 await self.flush()
                 return
@@ -172,6 +184,7 @@ class _Connection:
             self.closed = True
 
     def on_request(self, sid: int, headers: dict[str, str], ended: bool) -> None:
+        headers[PEER_KEY] = self.peer
         method = method_of(headers.get(":path", ""))
         kind = self.service.kind(method) if method else None
         if not is_grpc_request(headers) or method is None or kind is None:
@@ -308,12 +321,48 @@ def _headers_sent(conn: h2.connection.H2Connection, sid: int) -> bool:
 Started = trio.TaskStatus[list[trio.SocketListener]]
 
 
+def _peer_of(sock: trio.SocketStream) -> str:
+    try:
+        host, port = sock.socket.getpeername()[:2]
+    except OSError:
+        return ""
+    return f"{host}:{port}"
+
+
+async def _tls_handshake(sock: trio.SocketStream, ctx: ssl.SSLContext, timeout_s: float,
+                         peer: str) -> trio.SSLStream[trio.SocketStream] | None:
+    """The TLS stream once its handshake is done within ``timeout_s`` and ``h2`` was chosen;
+    None (logged) otherwise."""
+    stream = trio.SSLStream(sock, ctx, server_side=True)
+    with trio.move_on_after(timeout_s) as scope:
+        try:
+            await stream.do_handshake()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.info("grpc TLS handshake failed", peer=peer, error=str(exc.__cause__ or exc)[:200])
+            return None
+    if scope.cancelled_caught:
+        log.info("grpc TLS handshake timed out", peer=peer, limit_s=timeout_s)
+        return None
+    if stream.selected_alpn_protocol() != ALPN_H2:
+        log.info("grpc TLS connection without ALPN h2", peer=peer)
+        return None
+    return stream
+
+
 async def serve_grpc(config: ProxyConfig, service: GrpcService, *,
+                     tls_context: ssl.SSLContext | None = None,
                      task_status: Started = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve ``service`` on ``config.grpc_port`` until cancelled; started, reports the
-    listeners (their bound ports)."""
+    """Serve ``service`` on ``config.grpc_port`` until cancelled (TLS with ``tls_context``,
+    else plain text); started, reports the listeners (their bound ports)."""
     listeners = await trio.open_tcp_listeners(config.grpc_port, host=config.bind_address)
     slots = trio.CapacityLimiter(config.max_connections)
+
+    async def serve(stream: trio.abc.Stream, peer: str) -> None:
+        async with trio.open_nursery() as nursery:
+            conn = _Connection(stream, service, config, nursery, peer)
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await conn.run()
+            nursery.cancel_scope.cancel()
 
     async def handle(sock: trio.SocketStream) -> None:
         async with sock:
@@ -323,11 +372,13 @@ async def serve_grpc(config: ProxyConfig, service: GrpcService, *,
                 log.warning("grpc connection refused: too many", limit=config.max_connections)
                 return
             try:
-                async with trio.open_nursery() as nursery:
-                    conn = _Connection(sock, service, config, nursery)
-                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                        await conn.run()
-                    nursery.cancel_scope.cancel()
+                peer = _peer_of(sock)
+                if tls_context is None:
+                    await serve(sock, peer)
+                    return
+                tls = await _tls_handshake(sock, tls_context, config.handshake_timeout_s, peer)
+                if tls is not None:
+                    await serve(tls, peer)
             finally:
                 slots.release()
 
