@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+import attrs
 import trio
 
 from ..cluster.acl.rules import AclConfigError
@@ -47,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--acl-account", metavar="ACCESS_KEY",
                         help="the account the proxy signs its calls to the cluster with "
                              "(default: the file's first admin account)")
+    # tests: a shorter deadline for the TLS handshake and the HTTP/2 preface
+    parser.add_argument("--handshake-timeout", type=float, default=None, help=argparse.SUPPRESS)
     # rmq-cluster up --proxy: exit once no node of the cluster (pid files in DIR) is alive
     parser.add_argument("--until-down", metavar="DIR", help=argparse.SUPPRESS)
     return parser
@@ -93,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          grpc_port=args.grpc_port, tls_cert_file=args.tls_cert,
                          tls_key_file=args.tls_key, acl_file=args.acl,
                          acl_account=args.acl_account)
+    if args.handshake_timeout is not None and args.handshake_timeout > 0:
+        config = attrs.evolve(config, handshake_timeout_s=args.handshake_timeout)
     port: list[int] = []
 
     async def start(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
