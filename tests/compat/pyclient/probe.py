@@ -3,9 +3,16 @@ against an endpoint, one JSON line per event on stdout.
 
     probe.py ENDPOINT produce TOPIC FIFO_TOPIC DELAY_TOPIC
     probe.py ENDPOINT consume TOPIC GROUP COUNT DEADLINE_S
+    probe.py ENDPOINT try_send TOPIC
+
+Configured as a user would: $PROBE_ACCESS_KEY / $PROBE_SECRET_KEY are the credentials (none
+when unset); $PROBE_TLS=1 turns the SDK's TLS on (it then trusts the roots gRPC trusts:
+$GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names the cluster's certificate).
 """
 
+import contextlib
 import json
+import os
 import sys
 import time
 
@@ -23,9 +30,17 @@ def emit(**event):
     print(json.dumps(event), flush=True)
 
 
+def _config(endpoint):
+    credentials = Credentials(os.environ.get("PROBE_ACCESS_KEY", ""),
+                              os.environ.get("PROBE_SECRET_KEY", ""))
+    return ClientConfiguration(endpoint, credentials)
+
+
+TLS = os.environ.get("PROBE_TLS") == "1"
+
+
 def produce(endpoint, topic, fifo_topic, delay_topic):
-    config = ClientConfiguration(endpoint, Credentials())
-    producer = Producer(config, (topic, fifo_topic, delay_topic))
+    producer = Producer(_config(endpoint), (topic, fifo_topic, delay_topic), tls_enable=TLS)
     producer.startup()
     emit(event="started")
     try:
@@ -65,8 +80,8 @@ def produce(endpoint, topic, fifo_topic, delay_topic):
 def consume(endpoint, topic, group, count, deadline_s):
     """Receive COUNT messages: the first one is given 1 s more invisible time (and a new
     receipt handle), every one is acked; then one more receive finds nothing."""
-    config = ClientConfiguration(endpoint, Credentials())
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer = SimpleConsumer(_config(endpoint), group, {topic: FilterExpression("*")},
+                              await_duration=2, tls_enable=TLS)
     consumer.startup()
     emit(event="started")
     seen = set()
@@ -93,11 +108,31 @@ def consume(endpoint, topic, group, count, deadline_s):
     emit(event="done")
 
 
+def try_send(endpoint, topic):
+    """One send; what the SDK says about it (sent, or its error), never a failed exit."""
+    producer = Producer(_config(endpoint), (topic,), tls_enable=TLS)
+    try:
+        producer.startup()
+        msg = Message()
+        msg.topic = topic
+        msg.body = b"try"
+        r = producer.send(msg)
+        emit(event="sent", message_id=r.message_id)
+    except Exception as exc:
+        emit(event="refused", error=str(exc)[:500])
+    finally:
+        with contextlib.suppress(Exception):
+            producer.shutdown()
+    emit(event="done")
+
+
 if __name__ == "__main__":
     endpoint, scenario, *rest = sys.argv[1:]
     if scenario == "produce":
         produce(endpoint, *rest)
     elif scenario == "consume":
         consume(endpoint, *rest)
+    elif scenario == "try_send":
+        try_send(endpoint, *rest)
     else:
         sys.exit(f"unknown scenario {scenario}")
