@@ -3,7 +3,7 @@ against an endpoint, one JSON line per event on stdout.
 
     probe.py ENDPOINT produce TOPIC FIFO_TOPIC DELAY_TOPIC
     probe.py ENDPOINT consume TOPIC GROUP COUNT DEADLINE_S
-    probe.py ENDPOINT try_send TOPIC
+    probe.py ENDPOINT try_send TOPIC          (one send per account of $PROBE_ACCOUNTS)
 
 Configured as a user would: $PROBE_ACCESS_KEY / $PROBE_SECRET_KEY are the credentials (none
 when unset); $PROBE_TLS=1 turns the SDK's TLS on (it then trusts the roots gRPC trusts:
@@ -109,20 +109,23 @@ def consume(endpoint, topic, group, count, deadline_s):
 
 
 def try_send(endpoint, topic):
-    """One send; what the SDK says about it (sent, or its error), never a failed exit."""
-    producer = Producer(_config(endpoint), (topic,), tls_enable=TLS)
-    try:
-        producer.startup()
-        msg = Message()
-        msg.topic = topic
-        msg.body = b"try"
-        r = producer.send(msg)
-        emit(event="sent", message_id=r.message_id)
-    except Exception as exc:
-        emit(event="refused", error=str(exc)[:500])
-    finally:
-        with contextlib.suppress(Exception):
-            producer.shutdown()
+    """One send per account of $PROBE_ACCOUNTS (a JSON list of [access key, secret key]):
+    what the SDK says about each (sent, or its error), never a failed exit."""
+    for access_key, secret_key in json.loads(os.environ["PROBE_ACCOUNTS"]):
+        config = ClientConfiguration(endpoint, Credentials(access_key, secret_key))
+        producer = Producer(config, (topic,), tls_enable=TLS)
+        try:
+            producer.startup()
+            msg = Message()
+            msg.topic = topic
+            msg.body = b"try"
+            r = producer.send(msg)
+            emit(event="sent", who=access_key, message_id=r.message_id)
+        except Exception as exc:
+            emit(event="refused", who=access_key, error=str(exc)[:500])
+        finally:
+            with contextlib.suppress(Exception):
+                producer.shutdown()
     emit(event="done")
 
 
