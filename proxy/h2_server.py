@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 import h2.config
@@ -167,7 +167,9 @@ class _Connection:
 
     def on_event(self, event: Any) -> None:
         if isinstance(event, h2.events.RequestReceived):
-            self.on_request(event.stream_id, dict(event.headers), event.stream_ended is not None)
+            # header_encoding="utf-8": h2 hands names and values over as str
+            headers = cast("list[tuple[str, str]]", event.headers)
+            self.on_request(event.stream_id, dict(headers), event.stream_ended is not None)
         elif isinstance(event, h2.events.DataReceived):
             self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             self.on_data(event.stream_id, event.data)
@@ -315,7 +317,7 @@ class _Connection:
 
 def _headers_sent(conn: h2.connection.H2Connection, sid: int) -> bool:
     stream = conn.streams.get(sid)
-    return stream is not None and stream.state_machine.headers_sent
+    return stream is not None and bool(stream.state_machine.headers_sent)
 
 
 Started = trio.TaskStatus[list[trio.SocketListener]]
