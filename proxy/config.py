@@ -31,7 +31,13 @@ class ProxyConfig:
     #: request bytes buffered per connection across all its streams before it is closed
     #: (room for two of the largest requests at once)
     max_connection_input_bytes: int = 24 * 1024 * 1024
+    #: request bytes buffered across every connection together (the remoting port's
+    #: ``serverMaxBufferedInputBytes`` on a broker); the connection that passes it is closed
+    max_total_input_bytes: int = 256 * 1024 * 1024
     max_connections: int = 1024
+    #: connections from one peer address (a tenth of ``max_connections``, as the remoting
+    #: port's ``serverMaxConnectionsPerAddress``): one address cannot fill the proxy
+    max_connections_per_address: int = 102
     #: telemetry commands queued on one stream before the stream is reset
     max_telemetry_backlog: int = 16
     #: a connection must finish its TLS handshake, and then send HTTP/2's preface, within

@@ -25,6 +25,7 @@ import h2.exceptions
 import h2.settings
 import trio
 
+from ..cluster.acl.address import peer_ip
 from ..cluster.logging import get_logger
 from .config import ProxyConfig
 from .grpc_wire import (
@@ -76,11 +77,38 @@ class _Stream:
     ended: bool = False
 
 
+@attrs.define
+class _Admission:
+    """What every connection of the server holds together: connections per peer address
+    (``max_connections_per_address``) and request bytes buffered across all connections
+    (``max_total_input_bytes``)."""
+
+    config: ProxyConfig
+    per_address: dict[str, int] = attrs.field(factory=dict)
+    input_used: int = 0
+
+    def enter(self, ip: str) -> bool:
+        held = self.per_address.get(ip, 0)
+        if held >= self.config.max_connections_per_address:
+            return False
+        self.per_address[ip] = held + 1
+        return True
+
+    def leave(self, ip: str) -> None:
+        held = self.per_address.pop(ip, 1) - 1
+        if held > 0:
+            self.per_address[ip] = held
+
+
 class _Connection:
     def __init__(self, stream: trio.abc.Stream, service: GrpcService, config: ProxyConfig,
-                 nursery: trio.Nursery, peer: str = "") -> None:
+                 nursery: trio.Nursery, peer: str = "", admission: _Admission | None = None
+                 ) -> None:
         self.sock = stream
         self.peer = peer
+        self.admission = admission or _Admission(config)
+        #: this connection's part of ``admission.input_used``
+        self.charged = 0
         self.service = service
         self.config = config
         self.nursery = nursery
@@ -152,13 +180,28 @@ class _Connection:
                 return
             for event in events:
                 self.on_event(event)
-            if self.buffered() > self.config.max_connection_input_bytes:
-                log.warning("grpc connection over its input budget",
-                            limit=self.config.max_connection_input_bytes)
+            over = self.over_budget()
+            if over:
+                log.warning("grpc connection over an input budget", budget=over,
+                            peer=self.peer)
                 self.h2.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
                 await self.flush()
                 return
             self.kick()
+
+    def over_budget(self) -> str:
+        """Re-charge what this connection buffers; the name of the budget it breaks, or ""."""
+        held = self.buffered()
+        self.recharge(held)
+        if held > self.config.max_connection_input_bytes:
+            return "max_connection_input_bytes"
+        if self.admission.input_used > self.config.max_total_input_bytes:
+            return "max_total_input_bytes"
+        return ""
+
+    def recharge(self, held: int) -> None:
+        self.admission.input_used += held - self.charged
+        self.charged = held
 
     def buffered(self) -> int:
         return sum(s.reader.buffered + sum(map(len, s.requests)) for s in self.streams.values())
@@ -358,23 +401,33 @@ async def serve_grpc(config: ProxyConfig, service: GrpcService, *,
     else plain text); started, reports the listeners (their bound ports)."""
     listeners = await trio.open_tcp_listeners(config.grpc_port, host=config.bind_address)
     slots = trio.CapacityLimiter(config.max_connections)
+    admission = _Admission(config)
 
     async def serve(stream: trio.abc.Stream, peer: str) -> None:
         async with trio.open_nursery() as nursery:
-            conn = _Connection(stream, service, config, nursery, peer)
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await conn.run()
+            conn = _Connection(stream, service, config, nursery, peer, admission)
+            try:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await conn.run()
+            finally:
+                conn.recharge(0)
             nursery.cancel_scope.cancel()
 
     async def handle(sock: trio.SocketStream) -> None:
         async with sock:
+            peer = _peer_of(sock)
+            ip = peer_ip(peer)
             try:
                 slots.acquire_nowait()
             except trio.WouldBlock:
                 log.warning("grpc connection refused: too many", limit=config.max_connections)
                 return
+            if not admission.enter(ip):
+                slots.release()
+                log.warning("grpc connection refused: too many from one address", peer=peer,
+                            limit=config.max_connections_per_address)
+                return
             try:
-                peer = _peer_of(sock)
                 if tls_context is None:
                     await serve(sock, peer)
                     return
@@ -382,6 +435,7 @@ async def serve_grpc(config: ProxyConfig, service: GrpcService, *,
                 if tls is not None:
                     await serve(tls, peer)
             finally:
+                admission.leave(ip)
                 slots.release()
 
     task_status.started(listeners)

@@ -116,8 +116,9 @@ def test_the_grpc_port_survives_hostile_input(tmp_path: Path, tls: bool) -> None
             client.close()
         _heartbeat_ok(proxy)
 
-        if not tls:  # the input budget is counted above the transport: once is enough
+        if not tls:  # the budgets are counted above the transport: once is enough
             _flood_until_refused(proxy)
+            _one_address_cannot_fill_the_port(proxy)
         _random_frames(proxy)
         _heartbeat_ok(proxy)
         assert proxy.rss() - base_rss < RSS_GROWTH_BOUND, (base_rss, proxy.rss())
@@ -204,6 +205,28 @@ def _flood_until_refused(proxy: LiveProxy) -> None:
         client.close()
     assert goaway == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, (goaway, sent)
     assert sent <= LIMITS.max_connection_input_bytes + 2 * 1024 * 1024
+
+
+def _one_address_cannot_fill_the_port(proxy: LiveProxy) -> None:
+    """``max_connections_per_address`` connections from 127.0.0.1 are served (each gets the
+    proxy's SETTINGS); the next is closed unserved; once they go, a new one is served."""
+    held = [socket.create_connection(("127.0.0.1", proxy.port), timeout=IO_TIMEOUT_S)
+            for _ in range(LIMITS.max_connections_per_address)]
+    try:
+        assert all(s.recv(9) for s in held)  # the server's SETTINGS frame header
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=IO_TIMEOUT_S) as s, \
+                contextlib.suppress(ConnectionResetError):
+            assert s.recv(9) == b""
+    finally:
+        for s in held:
+            s.close()
+    deadline = time.monotonic() + IO_TIMEOUT_S
+    while time.monotonic() < deadline:  # the proxy notices the closes a moment later
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=IO_TIMEOUT_S) as s, \
+                contextlib.suppress(ConnectionResetError):
+            if s.recv(9):
+                return
+    raise AssertionError("no connection served after the others closed")
 
 
 def _random_frames(proxy: LiveProxy) -> None:
