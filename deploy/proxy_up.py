@@ -49,6 +49,8 @@ def add_up_flag(up: argparse.ArgumentParser) -> None:
         status = int(inner(args))
         if status == 0 and args.proxy is not None:
             status = start_proxy(args)
+        elif status == 0:  # this run has no proxy: forget one an earlier ``up`` started
+            (_cluster_dir(args) / INFO_FILE).unlink(missing_ok=True)
         return status
 
     up.set_defaults(func=run)
@@ -66,10 +68,16 @@ def _command(args: argparse.Namespace, directory: Path, namesrv: str,
     return cmd
 
 
+def _cluster_dir(args: argparse.Namespace) -> Path:
+    from . import supervisor
+
+    return (Path(args.dir) if args.dir else supervisor.default_dir(args.name)).resolve()
+
+
 def start_proxy(args: argparse.Namespace) -> int:
     from . import supervisor
 
-    directory = (Path(args.dir) if args.dir else supervisor.default_dir(args.name)).resolve()
+    directory = _cluster_dir(args)
     state = supervisor.load_state(directory)
     (directory / "logs").mkdir(exist_ok=True)
     (directory / "run").mkdir(exist_ok=True)
