@@ -5,7 +5,6 @@ answered on Telemetry. Pure: no Trio."""
 from __future__ import annotations
 
 import hashlib
-import zlib
 from collections.abc import Sequence
 from typing import Final
 
@@ -201,8 +200,10 @@ def message_from_pb(m: pb.Message, max_body_bytes: int) -> tuple[Message, str | 
 
 
 def body_digest(body: bytes) -> pb.Digest:
-    """CRC32 as the SDKs check it (the unsigned CRC-32 as 8 upper-case hex digits)."""
-    return pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body):08X}")
+    """MD5 in upper-case hex, as Apache's proxy sends it. (Not CRC32: the SDKs disagree on
+    its text, the Python SDK pads it to 8 digits and the Java SDK does not, so a Java client
+    took every body whose CRC-32 starts with a zero hex digit for corrupted.)"""
+    return pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper())
 
 
 # ---------------------------------------------------------------------- settings
