@@ -3,7 +3,7 @@ against an endpoint, one JSON line per event on stdout.
 
     probe.py ENDPOINT produce TOPIC FIFO_TOPIC DELAY_TOPIC
     probe.py ENDPOINT consume TOPIC GROUP COUNT DEADLINE_S
-    probe.py ENDPOINT transaction TOPIC DEADLINE_S   (runs until its stdin closes)
+    probe.py ENDPOINT transaction TOPIC DEADLINE_S
     probe.py ENDPOINT push TOPIC GROUP CONSUMERS COUNT DEADLINE_S
 """
 
@@ -27,8 +27,13 @@ from rocketmq import (
 )
 
 
+_OUT = threading.Lock()
+
+
 def emit(**event):
-    print(json.dumps(event), flush=True)
+    line = json.dumps(event)
+    with _OUT:  # listeners run on the SDK's threads
+        print(line, flush=True)
 
 
 def produce(endpoint, topic, fifo_topic, delay_topic):
@@ -130,9 +135,10 @@ class Checker(TransactionChecker):
 
 def transaction(endpoint, topic, deadline_s):
     """Four half messages: one committed, one rolled back, two left to the broker's check
-    (answered commit and rollback). Stays up (answering checks) until stdin closes."""
+    (answered commit and rollback); then a SimpleConsumer reads what the topic holds."""
     checker = Checker()
-    producer = Producer(ClientConfiguration(endpoint, Credentials()), (topic,), checker)
+    config = ClientConfiguration(endpoint, Credentials())
+    producer = Producer(config, (topic,), checker)
     producer.startup()
     emit(event="started")
     try:
@@ -150,10 +156,31 @@ def transaction(endpoint, topic, deadline_s):
                 emit(event="ended", body=body, resolution=end)
         checker.done.wait(float(deadline_s))
         emit(event="checks", bodies=sorted(checker.checked))
-        sys.stdin.read()  # the test reads the topic meanwhile
+        emit(event="visible", bodies=_receive_all(config, topic, f"{topic}_reader", 2,
+                                                  float(deadline_s)))
     finally:
         producer.shutdown()
     emit(event="done")
+
+
+def _receive_all(config, topic, group, want, deadline_s):
+    """Receive and ack until WANT messages came (or the deadline): their bodies, sorted."""
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    got = []
+    deadline = time.monotonic() + deadline_s
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            try:
+                msgs = consumer.receive(16, 15)
+            except Exception:  # MESSAGE_NOT_FOUND surfaces as an exception
+                continue
+            for m in msgs:
+                got.append(m.body.decode())
+                consumer.ack(m)
+    finally:
+        consumer.shutdown()
+    return sorted(got)
 
 
 class Recorder(MessageListener):
