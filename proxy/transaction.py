@@ -144,6 +144,8 @@ class TransactionBridge:
             problem = validate_topic(topic)
             if problem is not None:
                 raise convert.ProxyError(pb.ILLEGAL_TOPIC, problem)
+            if topic not in self._producers and topic in self.instance.producers:
+                raise convert.ProxyError(pb.ILLEGAL_TOPIC, f"{topic!r} is the proxy's own group")
         new = wanted - self._producers.keys()
         if len(self._producers) + len(new) > MAX_PRODUCER_GROUPS:
             raise convert.ProxyError(pb.TOO_MANY_REQUESTS,

@@ -26,7 +26,6 @@ from rocketmq import (
     TransactionResolution,
 )
 
-
 _OUT = threading.Lock()
 
 
