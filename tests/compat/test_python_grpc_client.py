@@ -1,36 +1,43 @@
 """Apache's RocketMQ 5 Python SDK (``rocketmq-python-client``, unmodified, pinned from PyPI)
-against ``rmq-cluster up single`` with ``mqproxy`` in front of it (``up --proxy``), over gRPC:
-the producer starts (QueryRoute, Telemetry settings, Heartbeat) and sends normal messages, FIFO
-messages of two message groups and a timer message with a delivery timestamp. What the broker
-stored is then read back over remoting by our client: every message with the SDK's message id,
-tag, keys and properties; each message group on one queue, in send order; the timer message not
-before its time. Then the SDK's SimpleConsumer receives the normal messages (ReceiveMessage on
-the broker's POP), changes one's invisible duration and acks each.
+against ``rmq-cluster up single`` with ``mqproxy`` in front of it (``up --proxy``), over gRPC,
+one cluster for the module:
+
+* the producer starts (QueryRoute, Telemetry settings, Heartbeat) and sends normal messages,
+  FIFO messages of two message groups and a timer message with a delivery timestamp; what the
+  broker stored is read back over remoting by our client: every message with the SDK's message
+  id, tag, keys and properties; each message group on one queue, in send order; the timer
+  message not before its time. Then the SDK's SimpleConsumer receives the normal messages
+  (ReceiveMessage on the broker's POP), changes one's invisible duration and acks each;
+* transactions: commit, rollback, and two half messages left to the broker's check, which
+  reaches the SDK's TransactionChecker over its Telemetry stream (EndTransaction from the check);
+* three PushConsumers on a two-queue topic (QueryAssignment, then POP): every message consumed;
+* ForwardMessageToDeadLetterQueue and RecallMessage, called on the wire (the SDK calls the first
+  only for FIFO push consumption, and our broker has no recall).
 
 The SDK is installed once into ``~/.cache/rmq-cluster-compat/pyclient-<version>`` (a venv of
 its own: its grpcio/protobuf never meet ours); the probe (``pyclient/probe.py``) runs there."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
-import trio
 
-from rmq_cluster.client import PullConsumer
-from rmq_cluster.client.model import PullStatus, ReceivedMessage
-from rmq_cluster.deploy.proxy_up import PID_FILE, start_proxy
-from rmq_cluster.deploy.testing import _in_thread, create_topics, pid_running, rmq_cluster
+from rmq_cluster.deploy.testing import RunningCluster, create_topics, rmq_cluster
+from rmq_cluster.proxy.pb import definition_pb2 as pb
+from rmq_cluster.proxy.pb import service_pb2 as spb
+from tests.integration.proxy.proxy_testlib import H2Client
 
-from .conftest import COMPAT_CACHE
+from .conftest import COMPAT_CACHE, JAVA_DIR
+from .grpc_testlib import check_stored, check_transactions, read_topic, running_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +46,8 @@ PYTHON_CLIENT = "5.1.2"
 PROBE = Path(__file__).parent / "pyclient" / "probe.py"
 INSTALL_TIMEOUT_S = 600
 PROBE_TIMEOUT_S = 90
-#: how long the timer message may take past its delivery time to be readable
-TIMER_WAIT_S = 30.0
+#: transaction checks within a second (transactionTimeOut, transactionCheckInterval)
+PROFILE = JAVA_DIR / "compat-single.toml"
 
 
 @pytest.fixture(scope="session")
@@ -79,90 +86,114 @@ def _run_probe(python: Path, endpoint: str, home: Path, *args: str) -> list[dict
     return events
 
 
-def _read_topic(namesrv: str, topic: str, want: int) -> list[ReceivedMessage]:
-    """Every message stored in ``topic`` once there are ``want`` (deadline TIMER_WAIT_S)."""
-
-    async def go() -> list[ReceivedMessage]:
-        async with PullConsumer("grpc_compat_reader", namesrv_addr=namesrv) as consumer:
-            queues = await consumer.fetch_queues(topic)
-            got: list[ReceivedMessage] = []
-            offsets = dict.fromkeys(queues, 0)
-            with trio.fail_after(TIMER_WAIT_S):
-                while len(got) < want:
-                    for mq in queues:
-                        res = await consumer.pull(mq, offsets[mq], suspend_s=0.5)
-                        if res.status == PullStatus.FOUND:
-                            got += res.messages
-                            offsets[mq] = res.next_begin_offset
-            return got
-
-    return _in_thread(go, timeout=TIMER_WAIT_S + 10)
+@attrs.frozen
+class Proxied:
+    cluster: RunningCluster
+    endpoint: str
+    home: Path
 
 
-def _stop_proxy(cluster_dir: Path) -> None:
-    pid_file = cluster_dir / PID_FILE
-    if pid_file.exists():
-        pid = int(pid_file.read_text())
-        if pid_running(pid):
-            os.kill(pid, signal.SIGKILL)
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
+    root = tmp_path_factory.mktemp("grpc-py")
+    cluster_dir = root / "cluster"
+    with rmq_cluster(str(PROFILE), directory=cluster_dir) as cluster, \
+            running_proxy(cluster_dir, root) as endpoint:
+        yield Proxied(cluster, endpoint, root / "home")
+
+
+def _topics(proxied: Proxied, *kinds: str, queues: int = 8) -> dict[str, str]:
+    topics = {kind: f"grpc_{kind}_{os.getpid()}" for kind in kinds}
+    create_topics(proxied.cluster.namesrv_addr, topics.values(), queues=queues)
+    return topics
 
 
 def test_python_sdk_produces_and_a_simple_consumer_receives_and_acks_through_the_proxy(
-    tmp_path: Path, python_client: Path
+    proxied: Proxied, python_client: Path
 ) -> None:
-    cluster_dir = tmp_path / "cluster"
-    with rmq_cluster("single", directory=cluster_dir) as cluster:
-        try:
-            topics = {kind: f"grpc_{kind}_{os.getpid()}" for kind in ("normal", "fifo", "delay")}
-            create_topics(cluster.namesrv_addr, topics.values())
-            out = tmp_path / "up-proxy.json"
-            args = argparse.Namespace(dir=str(cluster_dir), name=None, proxy=0, json=True)
-            with open(out, "w") as f:  # the code `up --proxy` runs; its line on stdout
-                saved, sys.stdout = sys.stdout, f
-                try:
-                    assert start_proxy(args) == 0
-                finally:
-                    sys.stdout = saved
-            endpoint = json.loads(out.read_text())["proxy"]
-            events = _run_probe(python_client, endpoint, tmp_path / "home", "produce",
-                                topics["normal"], topics["fifo"], topics["delay"])
-            _check_stored(cluster.namesrv_addr, topics, events)
-            group = f"grpc_simple_{os.getpid()}"
-            consumed = _run_probe(python_client, endpoint, tmp_path / "home", "consume",
-                                  topics["normal"], group, "3", "40")
-            acked = {e["message_id"]: e for e in consumed if e["event"] == "acked"}
-            assert set(acked) == {sent_id for (kind, _), sent_id in _ids(events).items()
-                                  if kind == "normal"}, consumed
-            assert sorted(e["body"] for e in acked.values()) == [f"normal {i}" for i in range(3)]
-            assert all(e["tag"] == "N" for e in acked.values())
-            assert [e["event"] for e in consumed].count("changed") == 1
-        finally:
-            _stop_proxy(cluster_dir)
+    topics = _topics(proxied, "normal", "fifo", "delay")
+    events = _run_probe(python_client, proxied.endpoint, proxied.home, "produce",
+                        topics["normal"], topics["fifo"], topics["delay"])
+    check_stored(proxied.cluster.namesrv_addr, topics, events)
+    group = f"grpc_simple_{os.getpid()}"
+    consumed = _run_probe(python_client, proxied.endpoint, proxied.home, "consume",
+                          topics["normal"], group, "3", "40")
+    acked = {e["message_id"]: e for e in consumed if e["event"] == "acked"}
+    assert set(acked) == {sent_id for (kind, _), sent_id in _ids(events).items()
+                          if kind == "normal"}, consumed
+    assert sorted(e["body"] for e in acked.values()) == [f"normal {i}" for i in range(3)]
+    assert all(e["tag"] == "N" for e in acked.values())
+    assert [e["event"] for e in consumed].count("changed") == 1
+
+
+def test_python_sdk_transactions_commit_rollback_and_checks_over_telemetry(
+    proxied: Proxied, python_client: Path
+) -> None:
+    topic = _topics(proxied, "tx")["tx"]
+    events = _run_probe(python_client, proxied.endpoint, proxied.home, "transaction", topic, "40")
+    ids = [e["transaction_id"] for e in events if e["event"] == "sent"]
+    assert len(ids) == 4 and all(ids) and len(set(ids)) == 4, events
+    check_transactions(events, topic)
+
+
+def test_python_sdk_push_consumers_outnumbering_the_queues_consume_everything(
+    proxied: Proxied, python_client: Path
+) -> None:
+    topic = _topics(proxied, "push", queues=2)["push"]
+    events = _run_probe(python_client, proxied.endpoint, proxied.home, "push", topic,
+                        f"grpc_push_{os.getpid()}", "3", "12", "40")
+    consumed = Counter(e["body"] for e in events if e["event"] == "consumed")
+    assert set(consumed) == {f"push {i}" for i in range(12)}, events
+    assert all(e["attempt"] == 1 for e in events if e["event"] == "consumed")
+
+
+def _receive_one(client: H2Client, topic: str, group: str) -> pb.Message:
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), batch_size=1, auto_renew=False,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1,
+                                      broker=pb.Broker(name="broker-a")),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req.long_polling_timeout.FromSeconds(5)
+    req.invisible_duration.FromSeconds(30)
+    answers, trailers = client.call("ReceiveMessage", req.SerializeToString())
+    assert trailers["grpc-status"] == "0", trailers
+    msgs = [r.message for r in map(spb.ReceiveMessageResponse.FromString, answers)
+            if r.HasField("message")]
+    assert len(msgs) == 1, answers
+    return msgs[0]
+
+
+def test_forward_to_dead_letter_queue_and_recall_on_the_wire(proxied: Proxied) -> None:
+    """ForwardMessageToDeadLetterQueue puts the received message into ``%DLQ%<group>`` at once
+    and acks it; RecallMessage is answered NOT_IMPLEMENTED (no recall in our broker), as
+    Apache's proxy answers when its broker does not know the request."""
+    topic = _topics(proxied, "dlq", queues=1)["dlq"]
+    group = f"grpc_dlq_{os.getpid()}"
+    client = H2Client(int(proxied.endpoint.rpartition(":")[2]))
+    try:
+        msg = pb.Message(topic=pb.Resource(name=topic), body=b"to the DLQ")
+        msg.system_properties.message_id = "0102FC00000001000000000000000000D1"
+        [answer], _ = client.call("SendMessage",
+                                  spb.SendMessageRequest(messages=[msg]).SerializeToString())
+        assert spb.SendMessageResponse.FromString(answer).status.code == pb.OK
+        got = _receive_one(client, topic, group)
+        fwd = spb.ForwardMessageToDeadLetterQueueRequest(
+            group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+            receipt_handle=got.system_properties.receipt_handle,
+            message_id=got.system_properties.message_id, delivery_attempt=1,
+            max_delivery_attempts=16)
+        [answer], _ = client.call("ForwardMessageToDeadLetterQueue", fwd.SerializeToString())
+        status = spb.ForwardMessageToDeadLetterQueueResponse.FromString(answer).status
+        assert status.code == pb.OK, status
+        recall = spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle="x")
+        [answer], _ = client.call("RecallMessage", recall.SerializeToString())
+        assert spb.RecallMessageResponse.FromString(answer).status.code == pb.NOT_IMPLEMENTED
+    finally:
+        client.close()
+    [dead] = read_topic(proxied.cluster.namesrv_addr, f"%DLQ%{group}", 1)
+    assert dead.body == b"to the DLQ"
+    assert dead.msg_id == msg.system_properties.message_id
 
 
 def _ids(events: list[dict[str, Any]]) -> dict[tuple[str, int], str]:
     return {(e["kind"], e["idx"]): e["message_id"] for e in events if e["event"] == "sent"}
-
-
-def _check_stored(namesrv: str, topics: dict[str, str], events: list[dict[str, Any]]) -> None:
-    sent = {(e["kind"], e["idx"]): e for e in events if e["event"] == "sent"}
-    assert len(sent) == 8, events
-    normal = {m.msg_id: m for m in _read_topic(namesrv, topics["normal"], 3)}
-    for i in range(3):
-        m = normal[sent["normal", i]["message_id"]]
-        assert (m.body, m.tags, m.keys, m.properties.get("idx")) == (
-            f"normal {i}".encode(), "N", f"k{i}", str(i))
-    fifo = sorted(_read_topic(namesrv, topics["fifo"], 4), key=lambda m: m.queue_offset)
-    by_group: dict[str, list[ReceivedMessage]] = {}
-    for m in fifo:
-        by_group.setdefault(m.properties["__SHARDINGKEY"], []).append(m)
-    for group, msgs in by_group.items():
-        assert len({m.queue_id for m in msgs}) == 1, (group, msgs)
-        ids = [m.msg_id for m in msgs]
-        assert ids == [sent["fifo", i]["message_id"] for i in range(4)
-                       if sent["fifo", i]["group"] == group]
-    [timer] = _read_topic(namesrv, topics["delay"], 1)
-    due_ms = sent["delay", 0]["deliver_ms"]
-    assert timer.msg_id == sent["delay", 0]["message_id"] and timer.body == b"delayed"
-    assert timer.store_timestamp >= due_ms - 50, (timer.store_timestamp, due_ms)
-    assert time.time() * 1000 >= due_ms

@@ -88,20 +88,25 @@ class H2Client:
         if data:
             self.sock.sendall(data)
 
-    def start_call(self, method: str) -> int:
+    def start_call(self, method: str, headers: tuple[tuple[str, str], ...] = ()) -> int:
         sid = self.conn.get_next_available_stream_id()
         self.conn.send_headers(sid, [
             (":method", "POST"), (":scheme", "http"), (":path", SERVICE_PREFIX + method),
             (":authority", "127.0.0.1"), ("content-type", "application/grpc"), ("te", "trailers"),
+            *headers,
         ])
         return sid
 
-    def call(self, method: str, payload: bytes, *, raw: bytes | None = None
-             ) -> tuple[list[bytes], dict[str, str]]:
-        """One unary call: ``frame(payload)`` (or ``raw`` bytes as the body); the response
-        messages and the trailers."""
-        sid = self.start_call(method)
-        self.conn.send_data(sid, frame(payload) if raw is None else raw, end_stream=True)
+    def call(self, method: str, payload: bytes, *, raw: bytes | None = None,
+             headers: tuple[tuple[str, str], ...] = ()) -> tuple[list[bytes], dict[str, str]]:
+        """One call that sends one message: ``frame(payload)`` (or ``raw`` bytes as the body);
+        the response messages and the trailers."""
+        sid = self.start_call(method, headers)
+        data = frame(payload) if raw is None else raw
+        step = self.conn.max_outbound_frame_size
+        for at in range(0, len(data), step):  # within the default flow-control window
+            self.conn.send_data(sid, data[at:at + step])
+        self.conn.end_stream(sid)
         self.flush()
         return self.responses(sid)
 

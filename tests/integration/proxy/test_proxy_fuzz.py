@@ -93,10 +93,55 @@ def test_the_grpc_port_survives_hostile_input(tmp_path: Path) -> None:
             client.close()
         _heartbeat_ok(proxy)
 
+        _new_rpcs(proxy)
+        _heartbeat_ok(proxy)
         _flood_until_refused(proxy)
         _random_frames(proxy)
         _heartbeat_ok(proxy)
         assert proxy.rss() - base_rss < RSS_GROWTH_BOUND, (base_rss, proxy.rss())
+
+
+#: the RPCs of transactions, assignment and dead letters, with a request each that is valid
+#: protobuf but hostile, and the v2 Code it must be answered with
+HOSTILE: dict[str, tuple[bytes, int]] = {
+    "EndTransaction": (spb.EndTransactionRequest(
+        topic=pb.Resource(name="T"), transaction_id="TX1:99999999999999999999:0:b",
+        resolution=pb.COMMIT).SerializeToString(), pb.INVALID_TRANSACTION_ID),
+    "ForwardMessageToDeadLetterQueue": (spb.ForwardMessageToDeadLetterQueueRequest(
+        group=pb.Resource(name="G"), topic=pb.Resource(name="T"),
+        receipt_handle="1 2 3 4 0 ../b 0 0 x").SerializeToString(), pb.INVALID_RECEIPT_HANDLE),
+    "QueryAssignment": (spb.QueryAssignmentRequest(
+        group=pb.Resource(name="G/../x"), topic=pb.Resource(name="T")).SerializeToString(),
+        pb.BAD_REQUEST),
+    "RecallMessage": (spb.RecallMessageRequest(
+        topic=pb.Resource(name="T"), recall_handle="\x00" * 100).SerializeToString(),
+        pb.NOT_IMPLEMENTED),
+    "NotifyClientTermination": (spb.NotifyClientTerminationRequest().SerializeToString(),
+                                pb.OK),
+}
+
+
+def _new_rpcs(proxy: LiveProxy) -> None:
+    """Garbage protobuf in each new RPC (INVALID_ARGUMENT), a hostile request that decodes
+    (its v2 Code), and a producer's Settings naming more topics than a producer may announce
+    (the Telemetry stream refused, INVALID_ARGUMENT)."""
+    client = H2Client(proxy.port)
+    try:
+        for method, (request, code) in HOSTILE.items():
+            _, trailers = client.call(method, b"\xff\xff\xff\xff\x0f garbage")
+            assert trailers["grpc-status"] == str(int(GrpcStatus.INVALID_ARGUMENT)), method
+            [answer], trailers = client.call(method, request)
+            assert trailers["grpc-status"] == "0", (method, trailers)
+            status = getattr(spb, f"{method}Response").FromString(answer).status
+            assert status.code == code, (method, status)
+        settings = pb.Settings(client_type=pb.PRODUCER)
+        settings.publishing.topics.extend(pb.Resource(name=f"T{i}") for i in range(5000))
+        _, trailers = client.call(
+            "Telemetry", spb.TelemetryCommand(settings=settings).SerializeToString(),
+            headers=(("x-mq-client-id", "fuzz"),))
+        assert trailers["grpc-status"] == str(int(GrpcStatus.INVALID_ARGUMENT)), trailers
+    finally:
+        client.close()
 
 
 def _flood_until_refused(proxy: LiveProxy) -> None:
