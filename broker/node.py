@@ -258,17 +258,20 @@ class BrokerNode:
     def mark_dirty(self) -> None:
         self._persist_now.set()
 
-    async def register_topics_now(self, topics: Sequence[str]) -> None:
+    async def register_topics_now(
+        self, topics: Sequence[str], wait_s: float = TOPIC_REGISTER_WAIT_S
+    ) -> None:
         """``topics`` were created for a client about to look up their routes (consumer
-        groups' retry topics, on a heartbeat): wait until the NameServers were told, as
-        RocketMQ's ``createTopicInSendMessageBackMethod`` does (``registerBrokerAll`` at
-        once, not at the next period). The register loop does it at once, one registration
-        for every waiter; the wait is bounded by TOPIC_REGISTER_WAIT_S (the registration still
+        groups' retry topics, on a heartbeat; an admin's new topic): wait until the
+        NameServers were told, as RocketMQ's ``createTopicInSendMessageBackMethod`` and
+        ``registerIncrementBrokerData`` do (``registerBrokerAll`` at once, not at the next
+        period). The register loop does it at once, one registration for every waiter; the
+        wait is bounded by ``wait_s`` and registerBrokerTimeoutMills (the registration still
         goes on)."""
         self._persist_now.set()
         wanted = self._register_round + 1  # the next round to start includes ``topics``
         self._register_now.set()
-        wait_s = min(TOPIC_REGISTER_WAIT_S, self.bcfg.register_broker_timeout_mills / 1000.0)
+        wait_s = min(wait_s, self.bcfg.register_broker_timeout_mills / 1000.0)
         with trio.move_on_after(wait_s):
             while self._register_round_done < wanted:
                 await self._register_round_ended.wait()

@@ -114,8 +114,11 @@ class AdminProcessors:
 
         async def registered() -> RemotingCommand:
             # as RocketMQ's registerIncrementBrokerData: the NameServers know the new route
-            # before the creator is answered (the Go client's admin looks it up right away)
-            await self.ctrl.register_topics_now([h.topic])
+            # before the creator is answered (the Go client's admin looks it up right away),
+            # waiting as long as a registration may take (a loaded host is slow to answer)
+            await self.ctrl.register_topics_now(
+                [h.topic], self.ctrl.bcfg.register_broker_timeout_mills / 1000.0
+            )
             return answer
 
         return registered()

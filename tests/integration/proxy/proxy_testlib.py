@@ -37,12 +37,10 @@ class LiveProxy:
     cert: Path | None = None
 
     def connect(self) -> socket.socket:
-        """A connection to the gRPC port: TLS (the test's certificate trusted, ALPN h2)
-        when the proxy serves TLS."""
-        sock = socket.create_connection(("127.0.0.1", self.port), timeout=IO_TIMEOUT_S)
-        if self.cert is None:
-            return sock
-        return client_context(self.cert).wrap_socket(sock, server_hostname="localhost")
+        return connect(self.port, self.cert)
+
+    def client(self, metadata: Sequence[tuple[str, str]] = ()) -> H2Client:
+        return H2Client(self.port, cert=self.cert, metadata=metadata)
 
     @property
     def alive(self) -> bool:
@@ -52,6 +50,15 @@ class LiveProxy:
         value = rss_bytes(self.proc.pid)
         assert value is not None
         return value
+
+
+def connect(port: int, cert: Path | None = None) -> socket.socket:
+    """A connection to a gRPC port on 127.0.0.1: TLS (``cert`` trusted, ALPN h2) when
+    given the certificate the proxy serves."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S)
+    if cert is None:
+        return sock
+    return client_context(cert).wrap_socket(sock, server_hostname="localhost")
 
 
 def client_context(cert: Path) -> ssl.SSLContext:
@@ -102,8 +109,9 @@ class H2Client:
     """One HTTP/2 connection (prior knowledge over plain text, or TLS) driven synchronously;
     ``metadata``: headers sent with every call (the 5.x signature)."""
 
-    def __init__(self, proxy: LiveProxy, metadata: Sequence[tuple[str, str]] = ()) -> None:
-        self.sock = proxy.connect()
+    def __init__(self, port: int, *, cert: Path | None = None,
+                 metadata: Sequence[tuple[str, str]] = ()) -> None:
+        self.sock = connect(port, cert)
         self.metadata = list(metadata)
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.conn.initiate_connection()
@@ -117,21 +125,26 @@ class H2Client:
         if data:
             self.sock.sendall(data)
 
-    def start_call(self, method: str) -> int:
+    def start_call(self, method: str, headers: tuple[tuple[str, str], ...] = ()) -> int:
         sid = self.conn.get_next_available_stream_id()
         self.conn.send_headers(sid, [
             (":method", "POST"), (":scheme", "http"), (":path", SERVICE_PREFIX + method),
             (":authority", "127.0.0.1"), ("content-type", "application/grpc"), ("te", "trailers"),
             *self.metadata,
+            *headers,
         ])
         return sid
 
-    def call(self, method: str, payload: bytes, *, raw: bytes | None = None
-             ) -> tuple[list[bytes], dict[str, str]]:
-        """One unary call: ``frame(payload)`` (or ``raw`` bytes as the body); the response
-        messages and the trailers."""
-        sid = self.start_call(method)
-        self.conn.send_data(sid, frame(payload) if raw is None else raw, end_stream=True)
+    def call(self, method: str, payload: bytes, *, raw: bytes | None = None,
+             headers: tuple[tuple[str, str], ...] = ()) -> tuple[list[bytes], dict[str, str]]:
+        """One call that sends one message: ``frame(payload)`` (or ``raw`` bytes as the body);
+        the response messages and the trailers."""
+        sid = self.start_call(method, headers)
+        data = frame(payload) if raw is None else raw
+        step = self.conn.max_outbound_frame_size
+        for at in range(0, len(data), step):  # within the default flow-control window
+            self.conn.send_data(sid, data[at:at + step])
+        self.conn.end_stream(sid)
         self.flush()
         return self.responses(sid)
 

@@ -20,7 +20,7 @@ from rmq_cluster.proxy import auth
 from rmq_cluster.proxy.pb import definition_pb2 as pb
 from rmq_cluster.proxy.pb import service_pb2 as spb
 
-from .proxy_testlib import H2Client, LiveProxy, live_proxy
+from .proxy_testlib import LiveProxy, live_proxy
 
 ACCOUNTS = [
     {"accessKey": "proxyAdmin1", "secretKey": "proxyAdminSecret1", "admin": True,
@@ -42,7 +42,7 @@ def _signed(ak: str, sk: str, epoch: float | None = None) -> list[tuple[str, str
 
 def _code(proxy: LiveProxy, metadata: list[tuple[str, str]], method: str, request: object,
           response: type) -> tuple[int, str]:
-    client = H2Client(proxy, metadata)
+    client = proxy.client(metadata)
     try:
         answers, trailers = client.call(method, request.SerializeToString())  # type: ignore[attr-defined]
     finally:

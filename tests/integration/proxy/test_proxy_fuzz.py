@@ -26,7 +26,7 @@ from rmq_cluster.proxy.grpc_wire import PREFIX, GrpcStatus
 from rmq_cluster.proxy.pb import definition_pb2 as pb
 from rmq_cluster.proxy.pb import service_pb2 as spb
 
-from .proxy_testlib import IO_TIMEOUT_S, H2Client, LiveProxy, client_context, live_proxy
+from .proxy_testlib import IO_TIMEOUT_S, LiveProxy, client_context, live_proxy
 
 LIMITS = ProxyConfig()
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -39,7 +39,7 @@ HANDSHAKE_S = 1.0
 
 def _heartbeat_ok(proxy: LiveProxy) -> None:
     assert proxy.alive
-    client = H2Client(proxy)
+    client = proxy.client()
     try:
         req = spb.HeartbeatRequest(client_type=pb.PRODUCER).SerializeToString()
         [answer], trailers = client.call("Heartbeat", req)
@@ -94,7 +94,7 @@ def test_the_grpc_port_survives_hostile_input(tmp_path: Path, tls: bool) -> None
                 s.sendall(PREFACE + _frame(4, 0, 0, b"") + block)
             assert _closed_by_peer(s)
 
-        client = H2Client(proxy)
+        client = proxy.client()
         try:
             # bad protobuf, then a gRPC message declared over the limit, then an unknown method
             _, trailers = client.call("SendMessage", b"\xff\xff\xff\xff\x0f garbage")
@@ -116,6 +116,8 @@ def test_the_grpc_port_survives_hostile_input(tmp_path: Path, tls: bool) -> None
             client.close()
         _heartbeat_ok(proxy)
 
+        _new_rpcs(proxy)
+        _heartbeat_ok(proxy)
         if not tls:  # the budgets are counted above the transport: once is enough
             _flood_until_refused(proxy)
             _one_address_cannot_fill_the_port(proxy)
@@ -170,11 +172,54 @@ def _tls_handshake_attacks(proxy: LiveProxy) -> None:
             pass  # refused inside the handshake: as good
 
 
+#: the RPCs of transactions, assignment and dead letters, with a request each that is valid
+#: protobuf but hostile, and the v2 Code it must be answered with
+HOSTILE: dict[str, tuple[bytes, int]] = {
+    "EndTransaction": (spb.EndTransactionRequest(
+        topic=pb.Resource(name="T"), transaction_id="TX1:99999999999999999999:0:b",
+        resolution=pb.COMMIT).SerializeToString(), pb.INVALID_TRANSACTION_ID),
+    "ForwardMessageToDeadLetterQueue": (spb.ForwardMessageToDeadLetterQueueRequest(
+        group=pb.Resource(name="G"), topic=pb.Resource(name="T"),
+        receipt_handle="1 2 3 4 0 ../b 0 0 x").SerializeToString(), pb.INVALID_RECEIPT_HANDLE),
+    "QueryAssignment": (spb.QueryAssignmentRequest(
+        group=pb.Resource(name="G/../x"), topic=pb.Resource(name="T")).SerializeToString(),
+        pb.BAD_REQUEST),
+    "RecallMessage": (spb.RecallMessageRequest(
+        topic=pb.Resource(name="T"), recall_handle="\x00" * 100).SerializeToString(),
+        pb.NOT_IMPLEMENTED),
+    "NotifyClientTermination": (spb.NotifyClientTerminationRequest().SerializeToString(),
+                                pb.OK),
+}
+
+
+def _new_rpcs(proxy: LiveProxy) -> None:
+    """Garbage protobuf in each new RPC (INVALID_ARGUMENT), a hostile request that decodes
+    (its v2 Code), and a producer's Settings naming more topics than a producer may announce
+    (the Telemetry stream refused, INVALID_ARGUMENT)."""
+    client = proxy.client()
+    try:
+        for method, (request, code) in HOSTILE.items():
+            _, trailers = client.call(method, b"\xff\xff\xff\xff\x0f garbage")
+            assert trailers["grpc-status"] == str(int(GrpcStatus.INVALID_ARGUMENT)), method
+            [answer], trailers = client.call(method, request)
+            assert trailers["grpc-status"] == "0", (method, trailers)
+            status = getattr(spb, f"{method}Response").FromString(answer).status
+            assert status.code == code, (method, status)
+        settings = pb.Settings(client_type=pb.PRODUCER)
+        settings.publishing.topics.extend(pb.Resource(name=f"T{i}") for i in range(5000))
+        _, trailers = client.call(
+            "Telemetry", spb.TelemetryCommand(settings=settings).SerializeToString(),
+            headers=(("x-mq-client-id", "fuzz"),))
+        assert trailers["grpc-status"] == str(int(GrpcStatus.INVALID_ARGUMENT)), trailers
+    finally:
+        client.close()
+
+
 def _flood_until_refused(proxy: LiveProxy) -> None:
     """Streams that each declare the largest message and never finish it, fed as fast as
     flow control lets them: the proxy closes the connection (GOAWAY ENHANCE_YOUR_CALM) once
     it holds its input budget, not later."""
-    client = H2Client(proxy)
+    client = proxy.client()
     chunk = b"y" * 1000
     sent = 0
     goaway = None
