@@ -28,9 +28,9 @@ UNAUTHORIZED (40100). Pure: no I/O, no trio; the secret never leaves ``_signatur
 from __future__ import annotations
 
 import calendar
+import datetime
 import hashlib
 import hmac
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -47,6 +47,7 @@ ALGORITHM: Final = "MQv2-HMAC-SHA1"
 CREDENTIAL: Final = "Credential"
 SIGNATURE: Final = "Signature"
 DATE_FORMAT: Final = "%Y%m%dT%H%M%SZ"
+DATE_CHARS: Final = len("20260101T000000Z")
 #: an ``authorization`` value longer than this is refused unread
 MAX_AUTHORIZATION_CHARS: Final = 1024
 #: HMAC-SHA1 in hex
@@ -91,13 +92,19 @@ def parse_authorization(value: str | None) -> Signed:
 
 
 def parse_date_time(text: str | None) -> int | None:
-    """Seconds since the epoch of ``yyyyMMddTHHmmssZ`` read as UTC; None when malformed."""
-    if not text or len(text) != len("20260101T000000Z"):
+    """Seconds since the epoch of ``yyyyMMddTHHmmssZ`` read as UTC; None when malformed.
+    (By hand: ``time.strptime`` costs about 100 us a call, more than the rest of ``admit``.)"""
+    if not text or len(text) != DATE_CHARS or text[8] != "T" or text[15] != "Z":
+        return None
+    digits = text[:8] + text[9:15]
+    if not (digits.isascii() and digits.isdigit()):
         return None
     try:
-        return calendar.timegm(time.strptime(text, DATE_FORMAT))
-    except ValueError:
+        when = datetime.datetime(int(digits[:4]), int(digits[4:6]), int(digits[6:8]),
+                                 int(digits[8:10]), int(digits[10:12]), int(digits[12:14]))
+    except ValueError:  # month 13, hour 24, ...
         return None
+    return calendar.timegm(when.timetuple())
 
 
 def date_fresh(text: str | None, now: float, max_skew_s: float,
