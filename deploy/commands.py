@@ -42,6 +42,7 @@ from ..cluster.logging import pretty_line, rotated_paths
 from ..cluster.metrics import ExpositionError, parse_exposition, sample_value
 from ..cluster.metrics_server import fetch_metrics
 from . import supervisor
+from .proxy_up import proxy_rows
 from .render import DEFAULT_INSTALL_DIR, METRICS_PORT_AUTO, metrics_port_of
 from .supervisor import ClusterState, SupervisorError
 from .topology import (
@@ -371,8 +372,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     state = _state(args)
     report = supervisor.status(state)
     nodes = report["nodes"]
-    # a script's health check: every node running (a paused or dead one is not)
-    healthy = all(n["state"] == "running" for n in nodes)
+    report["proxies"] = proxies = proxy_rows(state.dir)
+    # a script's health check: every node running (a paused or dead one is not), every
+    # proxy ``up --proxy`` started taking connections
+    healthy = all(n["state"] == "running" for n in nodes) and all(
+        p["state"] == "up" for p in proxies)
     if args.json:
         if getattr(args, "metrics", False):
             report["metrics"] = _metrics_rows(state)
@@ -390,13 +394,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     if any("epoch" in n for n in nodes):
         columns = [*columns, *CONTROLLER_STATUS_COLUMNS]
     print(format_table(nodes, columns))
+    if proxies:
+        rows = [{**p, "tls": "TLS" if p["tls"] else "plain text"} for p in proxies]
+        print(format_table(rows, PROXY_STATUS_COLUMNS))
     if getattr(args, "metrics", False):
         _print_metrics(state)
     if not healthy:
         down = [n["name"] for n in nodes if n["state"] != "running"]
+        down += [p["name"] for p in proxies if p["state"] != "up"]
         _err(f"cluster {report['name']} is not healthy: {', '.join(down)} not running")
         return 1
     return 0
+
+
+#: ``status``: the proxies ``up --proxy`` started (key, column title)
+PROXY_STATUS_COLUMNS = [("name", "PROXY"), ("address", "GRPC"), ("tls", "TRANSPORT"),
+                        ("pid", "PID"), ("state", "STATE")]
 
 
 #: ``status --metrics``: the figures shown per broker (sample name, column title).

@@ -5,9 +5,16 @@ against an endpoint, one JSON line per event on stdout.
     probe.py ENDPOINT consume TOPIC GROUP COUNT DEADLINE_S
     probe.py ENDPOINT transaction TOPIC DEADLINE_S
     probe.py ENDPOINT push TOPIC GROUP CONSUMERS COUNT DEADLINE_S
+    probe.py ENDPOINT try_send TOPIC          (one send per account of $PROBE_ACCOUNTS)
+
+Configured as a user would: $PROBE_ACCESS_KEY / $PROBE_SECRET_KEY are the credentials (none
+when unset); $PROBE_TLS=1 turns the SDK's TLS on (it then trusts the roots gRPC trusts:
+$GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names the cluster's certificate).
 """
 
+import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -27,6 +34,13 @@ from rocketmq import (
 )
 
 _OUT = threading.Lock()
+TLS = os.environ.get("PROBE_TLS") == "1"
+
+
+def _config(endpoint, access_key=None, secret_key=None):
+    credentials = Credentials(access_key or os.environ.get("PROBE_ACCESS_KEY", ""),
+                              secret_key or os.environ.get("PROBE_SECRET_KEY", ""))
+    return ClientConfiguration(endpoint, credentials)
 
 
 def emit(**event):
@@ -36,8 +50,8 @@ def emit(**event):
 
 
 def produce(endpoint, topic, fifo_topic, delay_topic):
-    config = ClientConfiguration(endpoint, Credentials())
-    producer = Producer(config, (topic, fifo_topic, delay_topic))
+    config = _config(endpoint)
+    producer = Producer(config, (topic, fifo_topic, delay_topic), tls_enable=TLS)
     producer.startup()
     emit(event="started")
     try:
@@ -77,8 +91,9 @@ def produce(endpoint, topic, fifo_topic, delay_topic):
 def consume(endpoint, topic, group, count, deadline_s):
     """Receive COUNT messages: the first one is given 1 s more invisible time (and a new
     receipt handle), every one is acked; then one more receive finds nothing."""
-    config = ClientConfiguration(endpoint, Credentials())
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2)
+    config = _config(endpoint)
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2,
+                              tls_enable=TLS)
     consumer.startup()
     emit(event="started")
     seen = set()
@@ -136,8 +151,8 @@ def transaction(endpoint, topic, deadline_s):
     """Four half messages: one committed, one rolled back, two left to the broker's check
     (answered commit and rollback); then a SimpleConsumer reads what the topic holds."""
     checker = Checker()
-    config = ClientConfiguration(endpoint, Credentials())
-    producer = Producer(config, (topic,), checker)
+    config = _config(endpoint)
+    producer = Producer(config, (topic,), checker, tls_enable=TLS)
     producer.startup()
     emit(event="started")
     try:
@@ -164,7 +179,8 @@ def transaction(endpoint, topic, deadline_s):
 
 def _receive_all(config, topic, group, want, deadline_s):
     """Receive and ack until WANT messages came (or the deadline): their bodies, sorted."""
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2)
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2,
+                              tls_enable=TLS)
     consumer.startup()
     got = []
     deadline = time.monotonic() + deadline_s
@@ -197,17 +213,17 @@ class Recorder(MessageListener):
 def push(endpoint, topic, group, consumers, count, deadline_s):
     """CONSUMERS push consumers of GROUP (QueryAssignment, then receive by POP), then COUNT
     messages sent: each consumed."""
-    config = ClientConfiguration(endpoint, Credentials())
+    config = _config(endpoint)
     seen, lock = [], threading.Lock()
     started = []
     try:
         for i in range(int(consumers)):
             c = PushConsumer(config, group, Recorder(f"c{i}", seen, lock),
-                             {topic: FilterExpression("*")})
+                             {topic: FilterExpression("*")}, tls_enable=TLS)
             c.startup()
             started.append(c)
         emit(event="started", consumers=len(started))
-        producer = Producer(config, (topic,))
+        producer = Producer(config, (topic,), tls_enable=TLS)
         producer.startup()
         try:
             for i in range(int(count)):
@@ -227,6 +243,23 @@ def push(endpoint, topic, group, consumers, count, deadline_s):
     emit(event="done")
 
 
+def try_send(endpoint, topic):
+    """One send per account of $PROBE_ACCOUNTS (a JSON list of [access key, secret key]):
+    what the SDK says about each (sent, or its error), never a failed exit."""
+    for access_key, secret_key in json.loads(os.environ["PROBE_ACCOUNTS"]):
+        producer = Producer(_config(endpoint, access_key, secret_key), (topic,), tls_enable=TLS)
+        try:
+            producer.startup()
+            r = producer.send(_message(topic, "try", "T"))
+            emit(event="sent", who=access_key, message_id=r.message_id)
+        except Exception as exc:
+            emit(event="refused", who=access_key, error=str(exc)[:500])
+        finally:
+            with contextlib.suppress(Exception):
+                producer.shutdown()
+    emit(event="done")
+
+
 if __name__ == "__main__":
     endpoint, scenario, *rest = sys.argv[1:]
     if scenario == "produce":
@@ -237,5 +270,7 @@ if __name__ == "__main__":
         transaction(endpoint, *rest)
     elif scenario == "push":
         push(endpoint, *rest)
+    elif scenario == "try_send":
+        try_send(endpoint, *rest)
     else:
         sys.exit(f"unknown scenario {scenario}")
