@@ -24,7 +24,7 @@ offset, at least once and still in order).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -123,10 +123,12 @@ class PopService:
     # ------------------------------------------------------------------ pop
 
     def next_revive_qid(self, order: bool) -> int:
+        """Pops take the revive queues in turn from 0 (as Apache's ck counter does)."""
         if order:
             return wire.ORDER_REVIVE_QID
+        qid = self._ck_counter % self.revive_queue_num
         self._ck_counter += 1
-        return self._ck_counter % self.revive_queue_num
+        return qid
 
     def pop(self, req: PopRequest, read_queue_nums: int, batch: PopBatch, pop_time: int,
             revive_qid: int) -> None:
@@ -200,8 +202,7 @@ class PopService:
             if req.order:
                 counts = self.order.popped(okey, offsets, pop_time, req.invisible_ms,
                                            req.attempt_id)
-                batch.order_info.extend(
-                    wire.order_count_item(topic, queue_id, o, counts[o]) for o in offsets)
+                batch.order_info.extend(_order_count_info(topic, queue_id, offsets, counts))
             else:
                 ck = wire.Checkpoint(
                     topic=topic, cid=req.group, queue_id=queue_id, start_offset=offset,
@@ -393,7 +394,8 @@ class PopService:
             topic = ck.topic if is_retry_topic(ck.topic) else wire.pop_retry_topic(
                 ck.topic, ck.cid)
             self.ensure_topic(topic, RETRY_QUEUE_NUMS)
-        props.setdefault(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID, rec.msg_id)
+        if dead:  # a retry keeps the message's own properties (Apache adds no origin id)
+            props.setdefault(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID, rec.msg_id)
         msg = Message(
             topic=topic, body=rec.body, queue_id=0, flag=rec.flag, properties=props,
             sys_flag=rec.sys_flag, born_timestamp=rec.born_timestamp,
@@ -412,6 +414,18 @@ class PopService:
 
     def pending_checkpoints(self) -> Iterator[PendingCheckpoint]:
         return self.ledger.pending()
+
+
+def _order_count_info(topic: str, queue_id: int, offsets: list[int],
+                      counts: Mapping[int, int]) -> list[str]:
+    """``orderCountInfo`` items of one queue, as Apache writes them: one per message handed
+    out before (count > 0), then the queue's item with the smallest count (0 while a message
+    of the batch is new), which older clients read."""
+    seen = [o for o in offsets if counts.get(o, 0) > 0]
+    items = [wire.order_count_item(topic, queue_id, o, counts[o]) for o in seen]
+    least = min((counts[o] for o in seen), default=0) if len(seen) == len(offsets) else 0
+    items.append(wire.offset_info_item(topic, queue_id, [least]))
+    return items
 
 
 def is_retry_topic(topic: str) -> bool:
