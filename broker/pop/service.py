@@ -99,6 +99,8 @@ class PopService:
         self._ck_counter = 0
         #: revive queue -> the next revive log offset the scan reads
         self._scanned: dict[int, int] = {}
+        #: the next scan is the first since boot (or since this broker was a slave)
+        self._recovering = True
         #: revived and dead-lettered messages (tests and /metrics read them)
         self.revived = 0
         self.dead_lettered = 0
@@ -134,6 +136,8 @@ class PopService:
             revive_qid: int) -> None:
         """Fill ``batch`` from the topic (one queue or all, from a random one) and, unless
         orderly, its pop retry topic (first with popFromRetryProbability %, else after)."""
+        if self._recovering:  # the first pop after a restart must not beat the recovery
+            self.scan()
         rand = self._rng.randrange(100)
         retry = wire.pop_retry_topic(req.topic, req.group)
         retry_first = rand < self.ctrl.bcfg.pop_from_retry_probability
@@ -317,6 +321,7 @@ class PopService:
                 finally:
                     result.release()
             self._scanned[qid] = offset
+        self._recovering = False
         # our checkpoints precede their acks in the log: an ack whose checkpoint was not read
         # by now belongs to a finished one (late, or a duplicate) and is dropped. (With
         # checkpoints delayed by a timer, as Apache writes them, keep them for the invisible
@@ -328,7 +333,10 @@ class PopService:
         try:
             rec = decode_record(view, check_crc=False)
             if rec.tags == wire.CK_TAG:
-                self.ledger.add_checkpoint(wire.Checkpoint.decode(rec.body), qid, log_offset)
+                ck = wire.Checkpoint.decode(rec.body)
+                if self._recovering:
+                    self._recover_pop_offset(ck)
+                self.ledger.add_checkpoint(ck, qid, log_offset)
             elif rec.tags == wire.ACK_TAG:
                 self.ledger.add_ack(wire.AckRecord.decode(rec.body))
             elif rec.tags == wire.BATCH_ACK_TAG:  # Apache's batch acks (its revive log)
@@ -338,12 +346,28 @@ class PopService:
             log.warning("unreadable revive log record", queue=qid, offset=log_offset,
                         error=str(exc))
 
+    def _recover_pop_offset(self, ck: wire.Checkpoint) -> None:
+        """A checkpoint read by the first scan after a restart (or a promotion): its pop had
+        moved the group's offset past its messages, and that move may not have reached disk
+        (offsets are persisted every few seconds; the checkpoint went to the CommitLog before
+        the move). Move it again, so what was popped -- and perhaps acked -- is not popped
+        afresh from the topic: it comes back only through the revive, if it was not acked.
+        (Every checkpoint not yet read lies past the persisted revive offset, which is saved
+        with the consumer offsets, so the first scan sees every pop the file may miss.)"""
+        if not ck.diffs:
+            return
+        end = ck.start_offset + max(ck.diffs) + 1
+        offsets = self.ctrl.offsets
+        if offsets.query(ck.cid, ck.topic, ck.queue_id) < end:
+            offsets.commit(ck.cid, ck.topic, ck.queue_id, end)
+
     def revive_once(self) -> int:
         """Scan, re-put what is due, move the revive offsets; -> messages re-put."""
         ctrl = self.ctrl
         if ctrl.is_slave:  # the master revives; a promoted slave starts from the offsets
             self.ledger = ReviveLedger()
             self._scanned.clear()
+            self._recovering = True
             return 0
         self.scan()
         now = ctrl.now_ms()
