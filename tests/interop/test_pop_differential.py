@@ -14,6 +14,7 @@ import contextlib
 import re
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +70,15 @@ def java5_classpath() -> str:
 @pytest.fixture(scope="module")
 def both(java5_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Both]:
     with contextlib.ExitStack() as stack:
-        java = stack.enter_context(oracle.running_cluster(
-            "java5", tmp_path_factory.mktemp("java5"), cp=java5_classpath))
-        ours = stack.enter_context(oracle.running_cluster(
-            "ours", tmp_path_factory.mktemp("ours5")))
+        # both boot at once (each stack is entered in its thread, closed here, failed or not)
+        java_stack = stack.enter_context(contextlib.ExitStack())
+        ours_stack = stack.enter_context(contextlib.ExitStack())
+        with ThreadPoolExecutor(2) as pool:
+            java_f = pool.submit(java_stack.enter_context, oracle.running_cluster(
+                "java5", tmp_path_factory.mktemp("java5"), cp=java5_classpath))
+            ours_f = pool.submit(ours_stack.enter_context, oracle.running_cluster(
+                "ours", tmp_path_factory.mktemp("ours5")))
+            java, ours = java_f.result(), ours_f.result()
         views: dict[str, dict[str, dict[str, Any]]] = {}
 
         async def run(name: str, cluster: oracle.Cluster) -> None:
