@@ -302,6 +302,7 @@ class PopService:
             store.dispatch()
         topic = self.revive_topic
         if self.ctrl.topics.select(topic) is None:
+            self._recovering = False  # no revive log yet: nothing was popped
             return 0
         read = 0
         for qid in range(self.revive_queue_num):
