@@ -151,9 +151,11 @@ class PopProcessors:
 
     def _not_found(self, request: RemotingCommand, req: PopRequest, rest: int,
                    code: int = wire.POLLING_TIMEOUT) -> RemotingCommand:
-        header = wire.PopMessageResponseHeader(
+        header = wire.PopMessageResponseHeader(  # Apache: an orderly pop answers its qid
             pop_time=self.ctrl.now_ms(), invisible_time=req.invisible_ms,
-            revive_qid=0, rest_num=rest, start_offset_info="", msg_offset_info="",
+            revive_qid=wire.ORDER_REVIVE_QID if req.order else 0, rest_num=rest,
+            start_offset_info="", msg_offset_info="",
+            order_count_info="" if req.order else None,
         )
         return request.response(code, "NO_MESSAGE_IN_QUEUE", header.to_ext_fields())
 
