@@ -83,7 +83,8 @@ class NamesrvMetrics:
 
     def _request_rows(self) -> Rows:
         return [
-            ({"code": str(code), "name": _code_label(code) if isinstance(code, int) else code},
+            ({"code": str(code),
+              "request": _code_label(code) if isinstance(code, int) else code},
              n)
             for code, n in sorted(self.requests.items(), key=lambda kv: str(kv[0]))
         ]

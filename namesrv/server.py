@@ -125,7 +125,8 @@ class NamesrvServer:
             await trio.to_thread.run_sync(acl.load)
             self.acl = acl
             processors = acl.wrap(processors)
-        table = ProcessorTable(processors, None)
+        # any other code: ``process`` answers REQUEST_CODE_NOT_SUPPORTED (and it is counted)
+        table = ProcessorTable(processors, self._handle_inline)
         server = RemotingServer(
             table,
             node=self.node,
