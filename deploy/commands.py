@@ -49,6 +49,8 @@ from .topology import (
     BUILTIN_PROFILES,
     KIND_BROKER,
     KIND_NAMESRV,
+    ROLE_AUTO,
+    ROLE_DLEDGER,
     ProfileError,
     ProfileSpec,
     build_topology,
@@ -160,8 +162,16 @@ def metrics_urls(state: ClusterState) -> dict[str, str]:
     return urls
 
 
+#: Configured roles the group decides (DLedger's election, the controller): ``up`` shows the
+#: role and brokerId each such node holds now, as ``status`` does.
+_ELECTED_ROLES = (ROLE_DLEDGER, ROLE_AUTO)
+
+
 def _node_rows(state: ClusterState) -> list[dict[str, Any]]:
     urls = metrics_urls(state)
+    live: dict[str, dict[str, Any]] = {}
+    if any(r.spec.role in _ELECTED_ROLES for r in state.records()):
+        live = {n["name"]: n for n in supervisor.status(state)["nodes"]}
     rows = []
     for rec in state.records():
         st = rec.state()
@@ -170,8 +180,8 @@ def _node_rows(state: ClusterState) -> list[dict[str, Any]]:
                 "name": rec.name,
                 "kind": rec.spec.kind,
                 "group": rec.spec.group,
-                "role": rec.spec.role,
-                "broker_id": rec.spec.broker_id,
+                "role": live.get(rec.name, {}).get("role", rec.spec.role),
+                "broker_id": live.get(rec.name, {}).get("broker_id", rec.spec.broker_id),
                 "addr": rec.spec.addr,
                 "pid": rec.pid if st != "dead" else None,
                 "alive": st != "dead",
