@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -32,7 +33,7 @@ from ..cluster.acl.signing import credentials_from
 from ..cluster.clock import now_ms
 from ..cluster.logging import get_logger
 from ..cluster.metrics import Histogram
-from ..cluster.metrics_server import serve_metrics
+from ..cluster.metrics_server import run_steps, serve_metrics
 from ..cluster.node_main import NodeSupervisor
 from ..cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
 from ..cluster.protocol.route import (
@@ -103,7 +104,7 @@ from .processors.send import (
 )
 from .replicas_manager import ReplicasManager
 from .schedule import ScheduleMessageService
-from .stats import BrokerStats
+from .stats import RATE_SAMPLE_PERIOD_S, BrokerStats
 from .topic_config import SCHEDULE_TOPIC, TIMER_TOPIC, TopicConfigManager
 from .transaction import (
     HALF_TOPIC,
@@ -125,6 +126,9 @@ LOOP_ERROR_BACKOFF_S: Final = 1.0
 TOPIC_REGISTER_WAIT_S: Final = 2.0
 #: Shortest pause between two lookups of this group's slave hosts (HA default allow-list).
 HA_SLAVE_HOSTS_REFRESH_MIN_S: Final = 1.0
+#: The rate sampler waits at least this many times what its last sample cost (metrics on, a
+#: broker with very many queues): sampling takes at most 1/20 of the event loop.
+SAMPLE_COST_SHARE: Final = 20
 
 
 class BrokerNode:
@@ -627,6 +631,7 @@ class BrokerNode:
         await self.register_all()
         sup.spawn(nursery, "register", self._register_loop)
         sup.spawn(nursery, "housekeeping", self._housekeeping_loop)
+        sup.spawn(nursery, "stats_sampler", self._sample_loop)
         sup.spawn(nursery, "persist", self._persist_loop)
         sup.spawn(nursery, "pop_revive", self.pop.revive_loop)
         if self.dledger_role is not None:
@@ -891,6 +896,18 @@ class BrokerNode:
             if expired:
                 self.state_changed()
             self.locks_gc()
+
+    async def _sample_loop(self) -> None:
+        """The totals behind every TPS figure, sampled every RATE_SAMPLE_PERIOD_S (stats.py);
+        the per-topic and per-group ones (metrics on) in steps, and less often when walking
+        the queues costs more than 1/SAMPLE_COST_SHARE of the time."""
+        while True:
+            started = time.monotonic()
+            self.stats.sample(started)
+            if self.metrics is not None:
+                await run_steps(self.metrics.sample(started))
+            cost = time.monotonic() - started
+            await trio.sleep(max(RATE_SAMPLE_PERIOD_S - cost, cost * SAMPLE_COST_SHARE))
 
     def locks_gc(self) -> None:
         now = self.now_ms()
