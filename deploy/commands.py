@@ -74,9 +74,10 @@ def _print_json(obj: Any) -> None:
 
 
 def _say(line: str) -> None:
-    """A progress line; a closed stdout (``| head``) must not abort what is being done."""
+    """A progress line: on stderr (stdout carries results only); a closed stream must not
+    abort what is being done."""
     with contextlib.suppress(BrokenPipeError):
-        print(line, flush=True)
+        print(line, file=sys.stderr, flush=True)
 
 
 def _dir(args: argparse.Namespace) -> Path:
@@ -232,7 +233,7 @@ def metrics_token(admin: Credentials) -> str:
 def cmd_up(args: argparse.Namespace) -> int:
     spec = resolve_profile(args.profile, groups=args.groups)
     directory = _dir(args)
-    say = (lambda line: None) if args.json else _say
+    say = _say  # progress goes to stderr in every mode
     fresh: Credentials | None = None
     if getattr(args, "metrics", False):
         spec = attrs.evolve(
