@@ -91,9 +91,10 @@ class Watermark:
                 held.drop(wakeup)
         return held.mark >= target
 
-    def expire_all(self) -> int:
-        """Answer everything waiting in its expired form (the watermark stops moving)."""
-        return self.held.expire_all()
+    def expire_all(self, rewrite: ExpiredAnswer | None = None) -> int:
+        """Answer everything waiting in its expired form (the watermark stops moving), or as
+        ``rewrite`` makes it (what waited may never pass: a DLedger term change)."""
+        return self.held.expire_all(rewrite)
 
     def _wake_sweeper(self) -> None:
         if self._work is not None:

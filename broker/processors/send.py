@@ -251,6 +251,21 @@ def timeout_answer(status: PutMessageStatus) -> ExpiredAnswer:
     return expired
 
 
+def refused_answer(status: PutMessageStatus, detail: str) -> ExpiredAnswer:
+    """How a held send answer reads when its message turned out not stored (``status`` is
+    not a stored one: a DLedger entry whose quorum commit timed out, or whose leader's term
+    ended first): the refusal ``answer`` builds for that status, without msgId and offsets;
+    an answer that is already a refusal stays as it is."""
+    code, remark = put_status_code(status, detail)
+
+    def refused(ok: RemotingCommand, key: int) -> RemotingCommand:
+        if ok.code != ResponseCode.SUCCESS:
+            return ok
+        return refuse(ok, code, remark)
+
+    return refused
+
+
 class SendProcessor:
     def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl

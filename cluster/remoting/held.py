@@ -194,9 +194,10 @@ class HeldAnswers:
     def _reset_min_key(self) -> None:
         self._min_key = min((q.keys[0] for q in self._queues.values()), default=math.inf)
 
-    def expire(self, now: float) -> int:
-        """Answer every held answer whose deadline is at most ``now`` with its expired form;
-        how many."""
+    def expire(self, now: float, rewrite: ExpiredAnswer | None = None) -> int:
+        """Answer every held answer whose deadline is at most ``now`` with its expired form
+        (``rewrite``'s instead when given: a DLedger term change); how many."""
+        rewrite = self.expired_answer if rewrite is None else rewrite
         expired = 0
         for conn, q in list(self._queues.items()):
             deadlines = q.deadlines
@@ -213,7 +214,7 @@ class HeldAnswers:
             out = bytearray()
             try:
                 for held, key in zip(FrameDecoder().feed(frames), keys, strict=False):
-                    encode_into(out, self.expired_answer(held, key), held.opaque)
+                    encode_into(out, rewrite(held, key), held.opaque)
             except Exception:  # the caller (a sweeper) must go on: these calls time out
                 self.log.exception("held answers not rewritable", answers=n)
                 out = bytearray()
@@ -221,9 +222,11 @@ class HeldAnswers:
         self._reset_min_key()
         return expired
 
-    def expire_all(self) -> int:
-        """Every held answer in its expired form (the mark will not move again)."""
-        return self.expire(math.inf)
+    def expire_all(self, rewrite: ExpiredAnswer | None = None) -> int:
+        """Every held answer in its expired form, or as ``rewrite`` makes it (nothing held now
+        may be released by a later ``advance``: the mark stopped, or what it counts changed
+        meaning, as a DLedger log's tail does when its leader's term ends)."""
+        return self.expire(math.inf, rewrite)
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of a held answer (None: nothing held)."""
