@@ -497,18 +497,17 @@ class DLedgerNode:
                 send(msg.remote_id, encode(msg), _CODE_OF[type(msg)])
         role = (rd.role, rd.term, rd.leader_id)
         commit = self.commit
-        if commit.held.waiting and (rd.role is not Role.LEADER or rd.term != self._role[1]):
-            # the term this node led in ended: what it proposed then may be overwritten, so
-            # what waits is answered TERM_CHANGED now, before the commit moves on (DLedger
-            # does the same; those entries may still commit)
-            commit.expire_all(self.term_changed)
         lo, hi = rd.committed
+        if commit.held.waiting:
+            # the term this node led in ended: what it proposed then may be overwritten, so
+            # what waits is answered TERM_CHANGED before the commit moves on (DLedger does
+            # the same; those entries may still commit)
+            ended = rd.role is not Role.LEADER or rd.term != self._role[1]
+            commit.settle(hi, ended, self.term_changed)
+            if lo < hi:
+                await trio.lowlevel.checkpoint()  # the answers leave while we apply
         if lo < hi:
-            if commit.held.waiting:
-                commit.advance(hi)  # answer first: the committed sends' answers leave ...
-                await trio.lowlevel.checkpoint()  # ... while we apply
-            else:
-                commit.advance(hi)
+            commit.advance(hi)
             if self.on_apply_range is not None:
                 self.on_apply_range(lo, hi)
             elif self.on_apply is not None:

@@ -71,6 +71,15 @@ class Watermark:
             for follow in self.followers:
                 follow()
 
+    def settle(self, value: int, term_ended: bool, rewrite: ExpiredAnswer) -> None:
+        """``HeldAnswers.settle``: a term change answers what is held, then the rise."""
+        held = self.held
+        rose = value > held.mark
+        held.settle(value, term_ended, rewrite)
+        if rose:
+            for follow in self.followers:
+                follow()
+
     def hold(self, conn: HeldReceiver, opaque: int, response: RemotingCommand, key: int) -> Held:
         """Hold an encoded answer until the watermark reaches ``key`` (see ``HeldAnswers``)."""
         return self.held.hold(conn, opaque, response, key)

@@ -179,6 +179,15 @@ class HeldAnswers:
         self._reset_min_key()
         return released
 
+    def settle(self, mark: int, term_ended: bool, rewrite: ExpiredAnswer) -> int:
+        """One step of a watermark over a replicated log whose uncommitted tail a new leader
+        may overwrite (DLedger's quorum commit: keys are entry index + 1, held in the term
+        their entries were proposed in): when that term ended, everything held is answered
+        with ``rewrite`` first (its entries may be gone, and the indexes the mark passes may
+        now hold other entries), then the mark rises to ``mark``; how many went out."""
+        out = self.expire_all(rewrite) if term_ended else 0
+        return out + self.advance(mark)
+
     def drop(self, receiver: HeldReceiver) -> int:
         """Forget what ``receiver`` holds, unanswered (a waiting task that gave up: its own
         timeout, or cancelled); how many, counted as expired."""
