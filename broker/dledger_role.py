@@ -24,7 +24,7 @@ import trio
 from ..cluster.logging import get_logger
 from ..cluster.remoting.codec import RemotingCommand
 from ..cluster.remoting.codes import FLAG_ONEWAY
-from ..cluster.remoting.processors import Held, SyncProcessor
+from ..cluster.remoting.processors import Later, Processor
 from ..dledger.commitlog_adapter import DLedgerCommitLog
 from ..store.message_store import MessageStore
 from .processors.send import refused_answer
@@ -121,7 +121,7 @@ class DLedgerRoleHandler:
             await ctrl.register_all()
 
 
-def dledger_send_processor(send: SendProcessor, store: DLedgerCommitLog) -> SyncProcessor:
+def dledger_send_processor(send: SendProcessor, store: DLedgerCommitLog) -> Processor:
     """SEND_MESSAGE / V2 / BATCH in DLedger mode: the send processor's checks, the entry (or
     a batch's entries) appended at once and its answer encoded at once and held on the
     group's commit watermark (``store.commit``) until it reaches the last entry (index + 1):
@@ -132,7 +132,7 @@ def dledger_send_processor(send: SendProcessor, store: DLedgerCommitLog) -> Sync
     oneway sends are answered inline."""
     store.answer_failures_with(refused_answer)
 
-    def process(conn: Any, request: RemotingCommand) -> RemotingCommand | Held:
+    def process(conn: Any, request: RemotingCommand) -> RemotingCommand | Later:
         prepared = send.prepare(conn, request)
         if isinstance(prepared, RemotingCommand):
             return prepared

@@ -66,7 +66,7 @@ from ..cluster.remoting.codes import ResponseCode as RemotingResponseCode
 from ..cluster.remoting.connection import Connection
 from ..cluster.remoting.errors import RemotingError
 from ..cluster.remoting.peer_auth import PeerAuthGate, peer_handshake
-from ..cluster.remoting.processors import ProcessorTable
+from ..cluster.remoting.processors import Later, ProcessorTable, Reply
 from ..cluster.remoting.server import RemotingServer
 from ..store.flush import clean_service
 from ..store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
@@ -617,7 +617,7 @@ def peer_table(
     ``node.deliver``; a two-way LEADERSHIP_TRANSFER is DLedger's admin request
     (``dledger/admin.py``), answered when the transfer is done."""
 
-    def on_message(conn: Any, request: RemotingCommand) -> Any:
+    def on_message(conn: Any, request: RemotingCommand) -> Reply:
         if request.is_oneway:
             node.deliver(request.body)
             return None
@@ -633,7 +633,7 @@ def peer_table(
                                  node.core.leader_id, node.core.term, node.core.cfg.self_id,
                                  remark=str(exc))
             return _admin_response(request, bad)
-        return _admin_answer(node, request, cmd, transfer_timeout_s)
+        return Later(_admin_answer(node, request, cmd, transfer_timeout_s))
 
     codes = (
         DLedgerRequestCode.VOTE,

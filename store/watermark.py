@@ -20,7 +20,7 @@ import trio.testing
 
 from ..cluster.remoting.codec import RemotingCommand
 from ..cluster.remoting.held import ExpiredAnswer, HeldAnswers, HeldReceiver
-from ..cluster.remoting.processors import Held
+from ..cluster.remoting.processors import Later
 
 
 def keep_answer(answer: RemotingCommand, key: int) -> RemotingCommand:
@@ -80,7 +80,7 @@ class Watermark:
             for follow in self.followers:
                 follow()
 
-    def hold(self, conn: HeldReceiver, opaque: int, response: RemotingCommand, key: int) -> Held:
+    def hold(self, conn: HeldReceiver, opaque: int, response: RemotingCommand, key: int) -> Later:
         """Hold an encoded answer until the watermark reaches ``key`` (see ``HeldAnswers``)."""
         return self.held.hold(conn, opaque, response, key)
 

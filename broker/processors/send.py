@@ -46,7 +46,7 @@ from ...cluster.remoting.headers import (
     HeaderError,
     parse_send_header,
 )
-from ...cluster.remoting.processors import Held
+from ...cluster.remoting.processors import Later
 from ...store.commitlog import PutMessageResult, PutMessageStatus
 from ...store.config import TIMER_TOPIC, BrokerRole, FlushDiskType, MessageStoreConfig
 from ...store.timer.hook import (
@@ -295,7 +295,7 @@ class SendProcessor:
 
     # ------------------------------------------------------------------ entry points
 
-    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand | Held:
+    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand | Later:
         """The one send form: check and append now; answer at once unless the put must pass a
         watermark (``store.put_wait``: the flush, a slave's ack or both) -- then the answer is
         encoded now and held on it (one advance releases every answer it covers, one send per

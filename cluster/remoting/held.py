@@ -16,7 +16,7 @@ import attrs
 from ..logging import get_logger
 from .codec import FrameDecoder, RemotingCommand, encode_into
 from .codes import FLAG_RESPONSE
-from .processors import HELD, Held
+from .processors import LATER, Later
 
 
 class HeldReceiver(Protocol):
@@ -103,10 +103,10 @@ class HeldAnswers:
         self.wake_before = math.inf
         self.log = get_logger(component="held_answers")
 
-    def hold(self, conn: HeldReceiver, opaque: int, response: RemotingCommand, key: int) -> Held:
+    def hold(self, conn: HeldReceiver, opaque: int, response: RemotingCommand, key: int) -> Later:
         """Hold ``response`` (the answer to the request ``opaque`` on ``conn``) until the mark
         reaches ``key`` (the caller answers at once when it already did: ``mark >= key``);
-        return ``HELD`` for the processor to return."""
+        return ``LATER`` for the processor to return."""
         if not response.flag & FLAG_RESPONSE:
             response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
         q = self._queues.get(conn)
@@ -130,7 +130,7 @@ class HeldAnswers:
         if deadline < self.wake_before and self.on_busy is not None:
             self.wake_before = deadline
             self.on_busy()
-        return HELD
+        return LATER
 
     def wait(self, receiver: HeldReceiver, key: int, deadline: float) -> None:
         """Hold an empty answer for ``receiver`` (a task's wakeup) until the mark reaches
