@@ -16,15 +16,17 @@ CommitLog is the DLedger log in ``<storePathRootDir>/dledger-<selfId>/{data,inde
   an entry a new leader might truncate.  Empty entries (a new leader's no-op) are skipped.
 * **Writes** go through :meth:`DLedgerNode.propose_now` (synchronous: position, queue offset and
   append happen with no ``await`` between them); ``put_message`` then waits for the commit
-  (group commit: one Ready wakes every send it commits; the broker's send processor answers
-  through a ``Deferred`` instead, see ``broker/dledger_role.py``).  The node answers a commit
-  before it dispatches the entries; a pull or query right after the answer finds
-  ``dispatch_behind_bytes > 0`` and ``dispatch()`` applies the committed entries on the spot.
+  (group commit: one Ready wakes every send it commits; the broker's send processor holds its
+  encoded answer on the node's commit watermark instead, see ``broker/dledger_role.py``).  The
+  node answers a commit before it dispatches the entries; a pull or query right after the
+  answer finds ``dispatch_behind_bytes > 0`` and ``dispatch()`` applies the committed entries
+  on the spot.
   Result mapping (reference §7.7):
   NOT_LEADER / LEADER_NOT_READY / INCONSISTENT_LEADER / DISK_FULL -> SERVICE_NOT_AVAILABLE;
   WAIT_QUORUM_ACK_TIMEOUT / LEADER_PENDING_FULL -> OS_PAGECACHE_BUSY (the client gets
   SYSTEM_ERROR and retries, so a timed-out entry that commits later is a duplicate); others ->
-  UNKNOWN_ERROR.  ``append_message`` (the schedule service, end-transaction, send-back) proposes
+  UNKNOWN_ERROR (TERM_CHANGED: the leader's term ended before the entry committed).
+  ``append_message`` (the schedule service, end-transaction, send-back) proposes
   without waiting, as an async master would.
 * **Leader readiness** (DLedgerRoleChangeHandler): a new leader accepts writes only once its
   no-op entry committed and every entry up to it was dispatched; then it rebuilds the queue

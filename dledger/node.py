@@ -7,15 +7,18 @@ is the only decision maker; this file moves bytes and time.
 
 Proposals: :meth:`DLedgerNode.propose_now` appends synchronously (the event loop is the put lock:
 the CommitLog adapter computes an entry's position and then proposes it with no ``await`` in
-between) and wakes the driver; :meth:`DLedgerNode.wait_committed` waits for the commit, or
-:meth:`DLedgerNode.on_commit` registers a callback (no task per proposal);
-:meth:`DLedgerNode.propose_with` takes the caller's own waiter object (the broker's send answer:
-one object per send).  Deadlines are checked on the tick, oldest first.  Committed entries
-finish their waiters all at once per Ready (group commit), *before* they are applied: the
-driver yields once in between so the answers leave while it applies (the store applies on
-demand for a read that comes first).  When the
-storage fsyncs in a worker thread (``offload_io``), ``propose_now`` refuses while that sync runs
-(``append`` then queues through the channel instead), so a write never races an msync.
+between), wakes the driver and returns the entry's index and term.  The quorum commit is one
+:class:`~rmq_cluster.store.watermark.Watermark`, :attr:`DLedgerNode.commit` (its mark: the
+number of committed entries): the broker's sends hold their encoded answers on it (key = index
++ 1: no task or object per send), :meth:`DLedgerNode.wait_committed` waits on it and then
+checks the entry's term.  Each Ready raises it once (group commit), *before* its entries are
+applied: the driver yields once in between so the answers leave while it applies (the store
+applies on demand for a read that comes first).  A term change answers everything held on it
+TERM_CHANGED first (``Watermark.settle``): from then on the indexes it passes may hold a new
+leader's entries.  Its sweeper answers what waited past ``maxWaitAckMs``
+(WAIT_QUORUM_ACK_TIMEOUT).  When the storage fsyncs in a worker thread (``offload_io``),
+``propose_now`` refuses while that sync runs (``append`` waits for it), so a write never races
+an msync.
 
 Network (:class:`RemotingTransport`, :func:`serve_peers`): every DLedger message is a **oneway**
 remoting request on the peer's dLegerPeers port, with DLedger's request codes
