@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol, final
+from typing import Any, Final, Protocol, cast, final
 
 import attrs
 
@@ -50,7 +50,7 @@ Reply = RemotingCommand | Later | None
 Processor = Callable[[Any, RemotingCommand], Reply]
 AsyncProcessor = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]]
 #: What a table takes: a processor, or an ``async def`` one it adapts (``plain``).
-AnyProcessor = Processor | AsyncProcessor
+AnyProcessor = Callable[[Any, RemotingCommand], "Reply | Awaitable[RemotingCommand | None]"]
 #: A check run before a processor: None lets the request through, a response refuses it.
 ProcessorCheck = Callable[[Any, RemotingCommand], "RemotingCommand | None"]
 
@@ -81,8 +81,8 @@ def in_task(processor: AsyncProcessor) -> Processor:
 def plain(processor: AnyProcessor) -> Processor:
     """``processor`` in the one form (``async def`` ones through ``in_task``)."""
     if is_async(processor):
-        return in_task(processor)  # type: ignore[arg-type]
-    return processor  # type: ignore[return-value]
+        return in_task(cast(AsyncProcessor, processor))
+    return cast(Processor, processor)
 
 
 def checked(processor: AnyProcessor, check: ProcessorCheck) -> Processor:
