@@ -270,8 +270,7 @@ class BrokerMetrics:
 
 def timed(processor: Any, histogram: Histogram) -> Any:
     """``processor`` with its handling time observed in ``histogram`` (plain ``def`` stays
-    plain; an answer that is not ready at once -- a coroutine, a Deferred or a held answer --
-    is not timed)."""
+    plain; a reply that is not the answer itself -- a ``Later`` -- is not timed)."""
     observe = histogram.observe
     clock = time.perf_counter
     if inspect.iscoroutinefunction(processor):

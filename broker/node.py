@@ -55,7 +55,7 @@ from ..cluster.remoting.headers import (
     RegisterBrokerResponseHeader,
     UnregisterBrokerRequestHeader,
 )
-from ..cluster.remoting.processors import Processor, ProcessorTable
+from ..cluster.remoting.processors import AnyProcessor, ProcessorTable
 from ..cluster.remoting.server import RemotingServer
 from ..dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from ..dledger.node import run_store_node
@@ -315,11 +315,11 @@ class BrokerNode:
 
     # ------------------------------------------------------------------ processors
 
-    def processors(self) -> dict[int, Processor]:
+    def processors(self) -> dict[int, AnyProcessor]:
         send = SendProcessor(self)
         # one send form: answered at once, or held on the watermark its put must pass (the
         # flush, a slave's ack) and answered as it passes (store.put_wait)
-        send_fn: Processor = send.process
+        send_fn: AnyProcessor = send.process
         if self.dledger_role is not None:  # answered when its entry commits
             send_fn = dledger_send_processor(send, self.dledger_role.backend)
         pull = PullProcessor(self)
@@ -561,8 +561,8 @@ class BrokerNode:
         self.config_listeners.append(self._ha_config_changed)
 
     async def _guarded(
-        self, nursery: trio.Nursery, processors: dict[int, Processor]
-    ) -> dict[int, Processor]:
+        self, nursery: trio.Nursery, processors: dict[int, AnyProcessor]
+    ) -> dict[int, AnyProcessor]:
         """``processors`` timed (/metrics), behind the ACL (aclEnable) and the name gate."""
         bcfg = self.bcfg
         if bcfg.metrics_port >= 0:
@@ -582,7 +582,7 @@ class BrokerNode:
         return self.name_gate.wrap(processors)
 
     async def _listen(
-        self, nursery: trio.Nursery, processors: dict[int, Processor]
+        self, nursery: trio.Nursery, processors: dict[int, AnyProcessor]
     ) -> tuple[tuple[str, int], tuple[str, int]]:
         """The client ports (listenPort, the fast port; their addresses) and /metrics."""
         bcfg = self.bcfg

@@ -25,7 +25,7 @@ from ..cluster.remoting.address import format_address
 from ..cluster.remoting.codec import RemotingCommand
 from ..cluster.remoting.codes import RequestCode, ResponseCode
 from ..cluster.remoting.connection import Connection
-from ..cluster.remoting.processors import Processor, ProcessorTable
+from ..cluster.remoting.processors import AnyProcessor, ProcessorTable
 from ..cluster.remoting.server import RemotingServer
 from .config import NamesrvConfig
 from .kv_config import load_file, write_atomically
@@ -111,7 +111,7 @@ class NamesrvServer:
         self._notify()
         # Only KV writes wait (for the file); every other request is answered inline by the
         # connection's reader, its response batched with the others of the same read.
-        processors: dict[int, Processor] = {
+        processors: dict[int, AnyProcessor] = {
             code: self._handle if code in _PERSISTING_CODES else self._handle_inline
             for code in NAMESRV_REQUEST_CODES
         }

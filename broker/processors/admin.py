@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
 
 from ...cluster.protocol import fastjson, topic_attributes
@@ -24,6 +23,7 @@ from ...cluster.remoting.headers import (
     GetConsumeStatsRequestHeader,
     ResetOffsetRequestHeader,
 )
+from ...cluster.remoting.processors import Later
 from ..apache_keys import runtime_info_keys
 from ..metrics import RuntimeStats
 from ..offsets import SubscriptionGroupConfig
@@ -69,7 +69,7 @@ class AdminProcessors:
     @header_errors
     def update_and_create_topic(
         self, conn: Any, request: RemotingCommand
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Later:
         refused = self._refuse_on_slave(request)
         if refused is not None:
             return refused
@@ -121,7 +121,7 @@ class AdminProcessors:
             )
             return answer
 
-        return registered()
+        return Later(registered())
 
     @header_errors
     def delete_topic(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
@@ -489,7 +489,7 @@ class ResetOffsetProcessor:
     @header_errors
     def reset_offset(
         self, conn: Any, request: RemotingCommand
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Later:
         ctrl = self.ctrl
         h = ResetOffsetRequestHeader.from_ext_fields(request.ext_fields)
         tc = ctrl.topics.select(h.topic)
@@ -555,7 +555,7 @@ class ResetOffsetProcessor:
                           timestamp=h.timestamp, offsets=dict(table), clients=len(channels))
             return answer
 
-        return notify_all()
+        return Later(notify_all())
 
 
 def _reset_body(topic: str, broker_name: str, table: list[tuple[int, int]], *, cpp: bool) -> bytes:
