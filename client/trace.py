@@ -1,0 +1,245 @@
+"""Message traces written by our client (Java ``enableMsgTrace``): producers write a Pub record
+per sent message, consumers a SubBefore and a SubAfter per consumed one, transaction producers
+an EndTransaction per commit/rollback, into the trace topic, in Apache's format
+(``cluster/protocol/trace.py``).
+
+The send and consume paths never wait for traces: a record goes into a bounded queue
+(``TRACE_QUEUE_SIZE``) without blocking, and one task per traced client takes whatever is
+queued (up to ``TRACE_BATCH_RECORDS`` records and ``TRACE_MAX_BODY_BYTES`` of body per
+message) and sends it to the trace topic through an inner producer. When the queue is full the
+record is dropped and counted (``TraceDispatcher.dropped``); a trace message the broker does
+not take is counted too (``failed``), logged at info, and not retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final, Protocol
+
+import attrs
+import trio
+
+from ..cluster.clock import now_ms
+from ..cluster.protocol.message import MessageConst
+from ..cluster.protocol.trace import (
+    DEFAULT_REGION,
+    DEFAULT_TRACE_TOPIC,
+    KEY_SEPARATOR,
+    ConsumeReturnType,
+    EndTransactionRecord,
+    PubRecord,
+    SubAfterRecord,
+    SubBeforeRecord,
+    TraceMessageType,
+    TraceRecord,
+    clean,
+    encode_record,
+    trace_keys,
+)
+from .errors import MQClientError
+from .ids import UniqIdGenerator
+from .model import Message, ReceivedMessage, SendResult, SendStatus
+
+if TYPE_CHECKING:
+    from .instance import ClientInstance
+
+MC = MessageConst
+
+#: Records waiting to be sent, per traced client; past this, new records are dropped.
+TRACE_QUEUE_SIZE: Final = 2048
+#: Records in one trace message at most (Apache's batchSize).
+TRACE_BATCH_RECORDS: Final = 100
+#: Body bytes of one trace message at most (Apache's maxMsgSize, 128 000).
+TRACE_MAX_BODY_BYTES: Final = 128_000
+#: On close, queued records are sent for at most this long.
+TRACE_CLOSE_FLUSH_S: Final = 3.0
+#: The inner producer's group: this prefix, the traced client's group, its kind.
+TRACE_PRODUCER_GROUP_PREFIX: Final = "_INNER_TRACE_PRODUCER"
+
+
+
+class TraceSender(Protocol):
+    """What ships trace messages (the inner ``Producer``)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def send(self, msg: Message) -> SendResult: ...
+
+
+def inner_group(owner_group: str, kind: str) -> str:
+    """The inner trace producer's group for a client of ``owner_group``."""
+    return f"{TRACE_PRODUCER_GROUP_PREFIX}-{owner_group}-{kind}"[:255]
+
+
+@attrs.frozen
+class TraceOptions:
+    """``enable_msg_trace`` / ``trace_topic`` (Java's constructor arguments
+    ``enableMsgTrace`` and ``customizedTraceTopic``)."""
+
+    enabled: bool = False
+    topic: str = DEFAULT_TRACE_TOPIC
+
+
+class TraceDispatcher:
+    """The bounded queue and the task that ships one traced client's records."""
+
+    def __init__(self, instance: ClientInstance, sender: TraceSender,
+                 topic: str = DEFAULT_TRACE_TOPIC, *, queue_size: int = TRACE_QUEUE_SIZE) -> None:
+        self.instance = instance
+        self.topic = topic
+        self.log = instance.log.bind(trace_topic=topic)
+        self._send, self._recv = trio.open_memory_channel[TraceRecord](queue_size)
+        self._stopped = trio.Event()
+        self._sender = sender
+        self._started = False
+        self.request_ids = UniqIdGenerator()
+        self.dropped = 0
+        self.failed = 0
+        self.sent_records = 0
+        self.sent_messages = 0
+
+    def append(self, record: TraceRecord) -> None:
+        """Queue ``record``; never blocks (a full queue drops it and counts it)."""
+        try:
+            self._send.send_nowait(record)
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            self.dropped += 1
+
+    async def start(self) -> None:
+        await self._sender.start()
+        self._started = True
+        self.instance.spawn(self._run)
+
+    async def close(self) -> None:
+        """Send what is queued (at most ``TRACE_CLOSE_FLUSH_S``), then stop."""
+        self._send.close()
+        if not self._started:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(TRACE_CLOSE_FLUSH_S):
+            await self._stopped.wait()
+        await self._sender.close()
+        if self.dropped or self.failed:
+            self.log.info("trace records lost", dropped=self.dropped, failed=self.failed)
+
+    async def _run(self) -> None:
+        try:
+            async for first in self._recv:
+                batch = [first]
+                while len(batch) < TRACE_BATCH_RECORDS:
+                    try:
+                        batch.append(self._recv.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                for body, records in split_bodies(batch):
+                    await self._ship(body, records)
+        finally:
+            self._stopped.set()
+
+    async def _ship(self, body: bytes, records: Sequence[TraceRecord]) -> None:
+        msg = Message(self.topic, body, keys=KEY_SEPARATOR.join(trace_keys(records)))
+        try:
+            await self._sender.send(msg)
+        except MQClientError as exc:
+            self.failed += len(records)
+            self.log.info("trace message not sent", records=len(records), error=str(exc))
+            return
+        self.sent_records += len(records)
+        self.sent_messages += 1
+
+
+def split_bodies(records: Sequence[TraceRecord], max_bytes: int = TRACE_MAX_BODY_BYTES
+                 ) -> list[tuple[bytes, list[TraceRecord]]]:
+    """``records`` as trace message bodies of at most ``max_bytes`` each (a record larger than
+    that alone goes in a body of its own)."""
+    out: list[tuple[bytes, list[TraceRecord]]] = []
+    parts: list[bytes] = []
+    held: list[TraceRecord] = []
+    size = 0
+    for r in records:
+        data = encode_record(r).encode("utf-8")
+        if held and size + len(data) > max_bytes:
+            out.append((b"".join(parts), held))
+            parts, held, size = [], [], 0
+        parts.append(data)
+        held.append(r)
+        size += len(data)
+    if held:
+        out.append((b"".join(parts), held))
+    return out
+
+
+# ------------------------------------------------------------------ records
+
+
+def message_type(props: dict[str, str]) -> int:
+    if props.get(MC.PROPERTY_TRANSACTION_PREPARED) == "true":
+        return TraceMessageType.TRANS_HALF
+    if props.get(MC.PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+        return TraceMessageType.DELAY
+    return TraceMessageType.NORMAL
+
+
+def pub_record(group: str, props: dict[str, str], topic: str, body_length: int,
+               store_host: str, result: SendResult, started_ms: int) -> PubRecord:
+    """The Pub record of one send answered by ``store_host``."""
+    return PubRecord(
+        timestamp=started_ms, region=clean(result.region_id or DEFAULT_REGION), group=group,
+        topic=topic, msg_id=result.msg_id, tags=clean(props.get(MC.PROPERTY_TAGS)),
+        keys=clean(props.get(MC.PROPERTY_KEYS)), store_host=store_host,
+        body_length=body_length, cost_ms=max(0, now_ms() - started_ms),
+        msg_type=message_type(props), offset_msg_id=clean(result.offset_msg_id),
+        success=result.status is SendStatus.SEND_OK,
+    )
+
+
+def end_transaction_record(group: str, msg: Message, result: SendResult, store_host: str,
+                           state: str, *, from_check: bool) -> EndTransactionRecord:
+    props = msg.wire_properties()
+    return EndTransactionRecord(
+        timestamp=now_ms(), region=clean(result.region_id or DEFAULT_REGION), group=group,
+        topic=msg.topic, msg_id=result.msg_id, tags=clean(props.get(MC.PROPERTY_TAGS)),
+        keys=clean(props.get(MC.PROPERTY_KEYS)), store_host=store_host,
+        msg_type=TraceMessageType.TRANS_HALF, transaction_id=clean(result.transaction_id),
+        transaction_state=state, from_check=from_check,
+    )
+
+
+@attrs.frozen
+class ConsumeTrace:
+    """One listener call being traced: its request id, start, and the messages' SubBefores."""
+
+    request_id: str
+    started_ms: int
+    befores: tuple[SubBeforeRecord, ...]
+
+
+def consume_before(dispatcher: TraceDispatcher, group: str, msgs: Sequence[ReceivedMessage]
+                   ) -> ConsumeTrace | None:
+    """Queue a SubBefore per message (the trace topic's own messages are not traced)."""
+    msgs = [m for m in msgs if m.topic != dispatcher.topic]
+    if not msgs:
+        return None
+    started = now_ms()
+    request_id = dispatcher.request_ids.next_id()
+    befores = tuple(
+        SubBeforeRecord(timestamp=started, region=clean(m.properties.get("MSG_REGION")
+                                                        or DEFAULT_REGION),
+                        group=group, request_id=request_id, msg_id=m.msg_id,
+                        retry_times=m.reconsume_times, keys=clean(m.keys))
+        for m in msgs)
+    for r in befores:
+        dispatcher.append(r)
+    return ConsumeTrace(request_id, started, befores)
+
+
+def consume_after(dispatcher: TraceDispatcher, ctx: ConsumeTrace, code: ConsumeReturnType
+                  ) -> None:
+    """Queue a SubAfter per message of ``ctx``: the call's time shared among them."""
+    cost = max(0, now_ms() - ctx.started_ms) // max(1, len(ctx.befores))
+    for b in ctx.befores:
+        dispatcher.append(SubAfterRecord(
+            request_id=ctx.request_id, msg_id=b.msg_id, cost_ms=cost,
+            success=code is ConsumeReturnType.SUCCESS, keys=b.keys,
+            context_code=int(code), timestamp=ctx.started_ms))
