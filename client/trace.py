@@ -236,10 +236,12 @@ def consume_before(dispatcher: TraceDispatcher, group: str, msgs: Sequence[Recei
 
 def consume_after(dispatcher: TraceDispatcher, ctx: ConsumeTrace, code: ConsumeReturnType
                   ) -> None:
-    """Queue a SubAfter per message of ``ctx``: the call's time shared among them."""
-    cost = max(0, now_ms() - ctx.started_ms) // max(1, len(ctx.befores))
+    """Queue a SubAfter per message of ``ctx``: the call's time shared among them, stamped
+    with its end (as Apache's 4.9 client does)."""
+    ended = now_ms()
+    cost = max(0, ended - ctx.started_ms) // max(1, len(ctx.befores))
     for b in ctx.befores:
         dispatcher.append(SubAfterRecord(
             request_id=ctx.request_id, msg_id=b.msg_id, cost_ms=cost,
             success=code is ConsumeReturnType.SUCCESS, keys=b.keys,
-            context_code=int(code), timestamp=ctx.started_ms))
+            context_code=int(code), timestamp=ended, group=b.group))

@@ -14,16 +14,17 @@ the first field naming the record's kind. The fields in order:
 ``SubBefore``
     timestamp, region, consumer group, request id, msgId, reconsume times, keys
 ``SubAfter``
-    request id, msgId, cost (ms), success, keys [, context code [, timestamp]]
+    request id, msgId, cost (ms), success, keys [, context code [, timestamp [, consumer
+    group -- written since 4.9.x]]]
 ``EndTransaction``
     timestamp, region, producer group, topic, msgId, tags, keys, store host, message type,
     transaction id, transaction state (``COMMIT_MESSAGE``/``ROLLBACK_MESSAGE``/``UNKNOW``),
     from a check-back (boolean)
 
-A SubBefore and the SubAfter of the same consumption share the request id; the SubAfter
-carries no group of its own. A value the client did not have is written as Java prints a null
-(``null``). Booleans read as Java's ``Boolean.parseBoolean`` does (``true`` in any case, else
-false).
+A SubBefore and the SubAfter of the same consumption share the request id; an older client's
+SubAfter carries no group of its own. A value the client did not have is written as Java
+prints a null (``null``). Booleans read as Java's ``Boolean.parseBoolean`` does (``true`` in
+any case, else false).
 
 ``decode`` is for bodies read off a broker: a record that does not parse is skipped (and
 counted), never raised, and at most ``MAX_RECORDS_PER_BODY`` records are read from one body.
@@ -120,6 +121,7 @@ class SubAfterRecord:
     keys: str
     context_code: int | None = None
     timestamp: int | None = None
+    group: str | None = None
     kind: TraceType = TraceType.SUB_AFTER
 
 
@@ -165,10 +167,12 @@ def _fields(r: TraceRecord) -> list[str]:
                 str(r.retry_times), r.keys]
     if isinstance(r, SubAfterRecord):
         out = [r.request_id, r.msg_id, str(r.cost_ms), _bool(r.success), r.keys]
-        if r.context_code is not None:
-            out.append(str(r.context_code))
-            if r.timestamp is not None:
-                out.append(str(r.timestamp))
+        optional = [None if r.context_code is None else str(r.context_code),
+                    None if r.timestamp is None else str(r.timestamp), r.group]
+        for value in optional:  # each needs the ones before it
+            if value is None:
+                break
+            out.append(value)
         return out
     return [str(r.timestamp), r.region, r.group, r.topic, r.msg_id, r.tags, r.keys,
             r.store_host, str(r.msg_type), r.transaction_id, r.transaction_state,
@@ -256,6 +260,7 @@ def _sub_after(f: Sequence[str]) -> SubAfterRecord:
         request_id=f[1], msg_id=f[2], cost_ms=_int(f[3]), success=_parse_bool(f[4]), keys=f[5],
         context_code=_int(f[6]) if len(f) >= 7 else None,
         timestamp=_int(f[7]) if len(f) >= 8 else None,
+        group=f[8] if len(f) >= 9 else None,
     )
 
 
@@ -341,9 +346,8 @@ class TraceView:
 def views_of(messages: Iterable[tuple[Sequence[TraceRecord], str]], msg_id: str
              ) -> list[TraceView]:
     """The views about ``msg_id`` in trace messages, each given as (its records, the host it
-    was born at), in record order. A SubAfter takes its group (and its time, when it has none)
-    from the SubBefore of the same request, in whichever trace message that is (Apache prints
-    no group for a SubAfter)."""
+    was born at), in record order. A SubAfter without a group (or time) of its own takes the
+    SubBefore's of the same request, in whichever trace message that is."""
     batches = [(list(recs), host) for recs, host in messages]
     before = {r.request_id: r for recs, _h in batches for r in recs
               if isinstance(r, SubBeforeRecord) and r.msg_id == msg_id}
@@ -361,7 +365,8 @@ def _view(r: TraceRecord, host: str, before: dict[str, SubBeforeRecord]) -> Trac
     if isinstance(r, SubAfterRecord):
         b = before.get(r.request_id)
         ts = r.timestamp if r.timestamp is not None else (b.timestamp if b else None)
-        return TraceView(r.kind, r.msg_id, b.group if b else None, host, ts, r.cost_ms,
+        group = r.group if r.group is not None else (b.group if b else None)
+        return TraceView(r.kind, r.msg_id, group, host, ts, r.cost_ms,
                          r.success, keys=r.keys, request_id=r.request_id,
                          retry_times=b.retry_times if b else None)
     return TraceView(r.kind, r.msg_id, r.group, host, r.timestamp, 0, True, topic=r.topic,
