@@ -116,7 +116,10 @@ _TRACE_ROW: Final = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}"
 
 
 def _trace_line(kind: str, v: TraceView) -> str:
-    when = human_time(v.timestamp, millis=False) if v.timestamp else "null"
+    try:
+        when = human_time(v.timestamp, millis=False) if v.timestamp else "null"
+    except (OverflowError, ValueError, OSError):  # a client wrote a time past year 9999
+        when = str(v.timestamp)
     return _TRACE_ROW.format(kind, v.group or "null", v.client_host, when, f"{v.cost_ms}ms",
                              v.status).rstrip()
 

@@ -113,3 +113,9 @@ def test_hostile_bodies_never_raise() -> None:
     assert decode(b"Pub\x01" + b"1\x01" * 10 + b"9\x01x\x01true\x02").skipped == 1  # type 9
     many = decode(JAVA_SUB * (MAX_RECORDS_PER_BODY // 2 + 5))
     assert len(many.records) == MAX_RECORDS_PER_BODY and many.skipped == 10
+
+
+def test_a_time_past_year_9999_prints() -> None:
+    rec = SubAfterRecord("r", MSG_ID, 1, True, "k", 0, 9_999_999_999_999_999, "G")
+    text = render_trace(views_of([((rec,), "h")], MSG_ID))
+    assert "9999999999999999" in text
