@@ -4,15 +4,18 @@ an EndTransaction per commit/rollback, into the trace topic, in Apache's format
 (``cluster/protocol/trace.py``).
 
 The send and consume paths never wait for traces: a record goes into a bounded queue
-(``TRACE_QUEUE_SIZE``) without blocking, and one task per traced client takes whatever is
-queued (up to ``TRACE_BATCH_RECORDS`` records and ``TRACE_MAX_BODY_BYTES`` of body per
-message) and sends it to the trace topic through an inner producer. When the queue is full the
-record is dropped and counted (``TraceDispatcher.dropped``); a trace message the broker does
-not take is counted too (``failed``), logged at info, and not retried.
+(``TRACE_QUEUE_SIZE``) without blocking, and one task per traced client takes the queued
+records every ``TRACE_FLUSH_INTERVAL_S`` (``TRACE_WINDOW_RECORDS`` at a time), splits them
+into messages of at most ``TRACE_BATCH_RECORDS`` records and ``TRACE_MAX_BODY_BYTES`` of
+body, and sends those side by side to the trace topic through an inner producer. When the
+queue is full the record is dropped and counted (``TraceDispatcher.dropped``); a trace
+message the broker does not take is counted too (``failed``), logged at info, and not
+retried.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -47,10 +50,16 @@ MC = MessageConst
 
 #: Records waiting to be sent, per traced client; past this, new records are dropped.
 TRACE_QUEUE_SIZE: Final = 2048
-#: Records in one trace message at most (Apache's batchSize).
+#: Records in one trace message at most (Apache's batchSize; a trace message's keys are its
+#: records' ids and keys, and a message's properties hold at most 32 KiB).
 TRACE_BATCH_RECORDS: Final = 100
+#: Records gathered in one flush window at most; its trace messages are sent side by side.
+TRACE_WINDOW_RECORDS: Final = 1000
 #: Body bytes of one trace message at most (Apache's maxMsgSize, 128 000).
 TRACE_MAX_BODY_BYTES: Final = 128_000
+#: A trace message waits at most this long for more records before it is sent (Apache's
+#: dispatcher polls its queue every 100 ms): one send per window, not one per record.
+TRACE_FLUSH_INTERVAL_S: Final = 0.1
 #: On close, queued records are sent for at most this long.
 TRACE_CLOSE_FLUSH_S: Final = 3.0
 #: The inner producer's group: this prefix, the traced client's group, its kind.
@@ -73,28 +82,25 @@ def inner_group(owner_group: str, kind: str) -> str:
     return f"{TRACE_PRODUCER_GROUP_PREFIX}-{owner_group}-{kind}"[:255]
 
 
-@attrs.frozen
-class TraceOptions:
-    """``enable_msg_trace`` / ``trace_topic`` (Java's constructor arguments
-    ``enableMsgTrace`` and ``customizedTraceTopic``)."""
-
-    enabled: bool = False
-    topic: str = DEFAULT_TRACE_TOPIC
-
-
 class TraceDispatcher:
-    """The bounded queue and the task that ships one traced client's records."""
+    """The bounded queue and the task that ships one traced client's records. Appending
+    touches no Trio machinery (a deque and a counter): the send and consume paths pay no task
+    switch per record; the shipping task wakes every ``TRACE_FLUSH_INTERVAL_S``."""
 
     def __init__(self, instance: ClientInstance, sender: TraceSender,
                  topic: str = DEFAULT_TRACE_TOPIC, *, queue_size: int = TRACE_QUEUE_SIZE) -> None:
         self.instance = instance
         self.topic = topic
         self.log = instance.log.bind(trace_topic=topic)
-        self._send, self._recv = trio.open_memory_channel[TraceRecord](queue_size)
+        self.queue_size = queue_size
+        self._queue: deque[TraceRecord] = deque()
+        self._closing = trio.Event()
         self._stopped = trio.Event()
         self._sender = sender
         self._started = False
         self.request_ids = UniqIdGenerator()
+        #: records offered, dropped (queue full or closed), not taken by the broker
+        self.appended = 0
         self.dropped = 0
         self.failed = 0
         self.sent_records = 0
@@ -102,10 +108,11 @@ class TraceDispatcher:
 
     def append(self, record: TraceRecord) -> None:
         """Queue ``record``; never blocks (a full queue drops it and counts it)."""
-        try:
-            self._send.send_nowait(record)
-        except (trio.WouldBlock, trio.ClosedResourceError):
+        self.appended += 1
+        if len(self._queue) >= self.queue_size or self._closing.is_set():
             self.dropped += 1
+            return
+        self._queue.append(record)
 
     async def start(self) -> None:
         await self._sender.start()
@@ -114,7 +121,7 @@ class TraceDispatcher:
 
     async def close(self) -> None:
         """Send what is queued (at most ``TRACE_CLOSE_FLUSH_S``), then stop."""
-        self._send.close()
+        self._closing.set()
         if not self._started:
             return
         with trio.CancelScope(shield=True), trio.move_on_after(TRACE_CLOSE_FLUSH_S):
@@ -125,15 +132,17 @@ class TraceDispatcher:
 
     async def _run(self) -> None:
         try:
-            async for first in self._recv:
-                batch = [first]
-                while len(batch) < TRACE_BATCH_RECORDS:
-                    try:
-                        batch.append(self._recv.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                for body, records in split_bodies(batch):
-                    await self._ship(body, records)
+            while True:
+                with trio.move_on_after(TRACE_FLUSH_INTERVAL_S):
+                    await self._closing.wait()
+                while self._queue:  # a window of records at a time, its messages side by side
+                    n = min(len(self._queue), TRACE_WINDOW_RECORDS)
+                    batch = [self._queue.popleft() for _ in range(n)]
+                    async with trio.open_nursery() as nursery:
+                        for body, records in split_bodies(batch):
+                            nursery.start_soon(self._ship, body, records)
+                if self._closing.is_set():
+                    return
         finally:
             self._stopped.set()
 
@@ -149,17 +158,18 @@ class TraceDispatcher:
         self.sent_messages += 1
 
 
-def split_bodies(records: Sequence[TraceRecord], max_bytes: int = TRACE_MAX_BODY_BYTES
+def split_bodies(records: Sequence[TraceRecord], max_bytes: int = TRACE_MAX_BODY_BYTES,
+                 max_records: int = TRACE_BATCH_RECORDS
                  ) -> list[tuple[bytes, list[TraceRecord]]]:
-    """``records`` as trace message bodies of at most ``max_bytes`` each (a record larger than
-    that alone goes in a body of its own)."""
+    """``records`` as trace message bodies of at most ``max_bytes`` and ``max_records`` each
+    (a record larger than ``max_bytes`` alone goes in a body of its own)."""
     out: list[tuple[bytes, list[TraceRecord]]] = []
     parts: list[bytes] = []
     held: list[TraceRecord] = []
     size = 0
     for r in records:
         data = encode_record(r).encode("utf-8")
-        if held and size + len(data) > max_bytes:
+        if held and (size + len(data) > max_bytes or len(held) >= max_records):
             out.append((b"".join(parts), held))
             parts, held, size = [], [], 0
         parts.append(data)
