@@ -14,6 +14,7 @@ and failed. Prints one JSON object; ``ratio`` = on / off.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -29,7 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
 
-import client as client_bench  # noqa: E402  (bench/client.py: processes and the driver)
+#: bench/client.py (its processes and driver), loaded by path: its module name would shadow
+#: the client package's
+_spec = importlib.util.spec_from_file_location("bench_client", ROOT / "bench" / "client.py")
+assert _spec is not None and _spec.loader is not None
+client_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(client_bench)
 from rmq_cluster.client import ClientConfig, Message, Producer  # noqa: E402
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
 
