@@ -36,8 +36,9 @@ _spec = importlib.util.spec_from_file_location("bench_client", ROOT / "bench" / 
 assert _spec is not None and _spec.loader is not None
 client_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(client_bench)
-from rmq_cluster.client import ClientConfig, Message, Producer  # noqa: E402
+from rmq_cluster.client import Admin, ClientConfig, Message, Producer  # noqa: E402
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
+from rmq_cluster.cluster.protocol.trace import DEFAULT_TRACE_TOPIC  # noqa: E402
 
 
 async def _case(p: Producer, msg: Message, inflight: int, seconds: float) -> dict[str, Any]:
@@ -53,9 +54,12 @@ async def _case(p: Producer, msg: Message, inflight: int, seconds: float) -> dic
     return row
 
 
-async def _bench(ns_addr: str, args: argparse.Namespace) -> dict[str, Any]:
+async def _bench(ns_addr: str, port: int, args: argparse.Namespace) -> dict[str, Any]:
     body = os.urandom(args.body)
     cc = ClientConfig(namesrv_addr=ns_addr, client_ip="127.0.0.1")
+    async with Admin(client_config=cc) as admin:  # as a broker with traceTopicEnable has it
+        await admin.update_topic(DEFAULT_TRACE_TOPIC, broker_addr=f"127.0.0.1:{port}",
+                                 read_queue_nums=1, write_queue_nums=1)
     topic = "BenchTrace"
     seg = args.seconds / args.rounds
     msg = Message(topic, body, tags="TagA", keys="order-1")
@@ -98,8 +102,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-trace-") as store:
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            ns_addr, _port = client_bench._start(store, procs)
-            result = trio.run(_bench, ns_addr, args)
+            ns_addr, port = client_bench._start(store, procs)
+            result = trio.run(_bench, ns_addr, port, args)
         finally:
             for proc in reversed(procs):  # the broker first: it unregisters from the NameServer
                 proc.terminate()

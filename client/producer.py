@@ -585,10 +585,12 @@ class Producer:
 async def start_tracer(instance: ClientInstance, group: str, kind: str, enabled: bool,
                        topic: str) -> TraceDispatcher | None:
     """A started trace dispatcher for a client of ``group`` when ``enabled``: its records go
-    through an inner producer on the same instance."""
+    through an inner producer on an instance of its own (as Apache's trace producer): its
+    connections are not the traced client's, so a lone send keeps reading its own answer."""
     if not enabled:
         return None
-    tracer = TraceDispatcher(instance, Producer(inner_group(group, kind), instance=instance),
+    config = attrs.evolve(instance.config, instance_name=f"{instance.instance_name}-trace")
+    tracer = TraceDispatcher(instance, Producer(inner_group(group, kind), client_config=config),
                              topic)
     await tracer.start()
     return tracer
