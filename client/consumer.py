@@ -1090,11 +1090,11 @@ class PullConsumer:
             return
         self.running = False
         self.instance.unregister_consumer(self.group)
+        tracer, self.tracer = self.tracer, None
+        if tracer is not None:  # not in a scope of its own: its producer's nursery must close
+            await tracer.close()
         try:
             with trio.CancelScope(shield=True):
-                tracer, self.tracer = self.tracer, None
-                if tracer is not None:
-                    await tracer.close()
                 if self.auto_commit:
                     await self.commit()
                 with trio.move_on_after(self.instance.config.call_timeout_s):
