@@ -337,6 +337,18 @@ async def message_trace(admin: Admin, msg_id: str, trace_topic: str
         return str(exc)
 
 
+async def broker_name_at(admin: Admin, addr: str) -> str:
+    """The name of the broker group serving ``addr`` ("" when no broker there is known)."""
+    try:
+        info = await admin.cluster_list()
+    except MQClientError:
+        return ""
+    for name, data in info.broker_addr_table.items():
+        if addr in data.broker_addrs.values():
+            return name
+    return ""
+
+
 def is_offset_id(msg_id: str) -> bool:
     try:
         decode_offset_msg_id(msg_id)

@@ -309,8 +309,10 @@ async def message(dash: Dashboard, request: Request, session: Session) -> Respon
     admin, m = await _one_message(dash, request, session)
     dlq = m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
     trace = await gather.message_trace(admin, m.msg_id, trace_topic)
+    stored_on = m.queue.broker_name or await gather.broker_name_at(
+        admin, f"{m.store_host[0]}:{m.store_host[1]}")
     return html(dash, request, session, "message", f"Message {m.msg_id}", m=m,
-                trace=trace, trace_topic=trace_topic,
+                trace=trace, trace_topic=trace_topic, stored_on=stored_on,
                 props=sorted(m.properties.items()),
                 body=body_views(m.body, MAX_BODY_SHOWN, MAX_HEX_SHOWN), dlq=dlq,
                 origin=m.properties.get(MessageConst.PROPERTY_RETRY_TOPIC, ""),

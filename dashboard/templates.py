@@ -158,7 +158,7 @@ MESSAGE = """{% extends "base" %}{% block body %}
 {% else %}<ol id="trace-path" class="path">
 {% for v in trace.sent %}<li class="step" data-step="sent"><b>sent</b> by producer group <b>{{ v.group }}</b> from {{ v.client_host }} at {{ when(v.timestamp) }} to {{ v.store_host }}: <b class="{{ v.status }}">{{ v.status }}</b> in {{ v.cost_ms }} ms</li>
 {% else %}<li class="step note" data-step="sent">no Pub record (the producer traced nothing)</li>{% endfor %}
-<li class="step" data-step="stored"><b>stored</b> on <b>{{ m.queue.broker_name }}</b> ({{ m.store_host[0] }}:{{ m.store_host[1] }}) at {{ when(m.store_timestamp) }}, queue {{ m.queue_id }} offset {{ m.queue_offset }}</li>
+<li class="step" data-step="stored"><b>stored</b> on <b>{{ stored_on or "?" }}</b> ({{ m.store_host[0] }}:{{ m.store_host[1] }}) at {{ when(m.store_timestamp) }}, queue {{ m.queue_id }} offset {{ m.queue_offset }}</li>
 {% for v in trace.ended %}<li class="step" data-step="ended"><b>transaction ended</b> by <b>{{ v.group }}</b> at {{ when(v.timestamp) }}</li>{% endfor %}
 {% for group, views in trace.consumed %}<li class="step" data-step="consumed" data-group="{{ group }}"><b>consumed</b> by group <b>{{ group }}</b>
 <table class="consumptions"><thead><tr><th>at</th><th>client</th><th>cost</th><th>status</th><th>retry</th></tr></thead><tbody>
