@@ -10,6 +10,7 @@ fault tolerance, new topics through TBW102's route, UNIQ_KEY ids, zlib over 4 Ki
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import time
@@ -502,8 +503,10 @@ class Producer:
             region_id=ext.get("MSG_REGION"),
         )
         if traced and self.tracer is not None and mq.topic != self.tracer.topic:
-            self.tracer.append(pub_record(self.group, props, mq.topic, len(msg.body), addr,
-                                          result, started))
+            # built later by the shipping task: the send path only queues its inputs
+            self.tracer.append(functools.partial(pub_record, self.group, props, mq.topic,
+                                                 len(msg.body), addr, result, started,
+                                                 now_ms()))
         return result
 
     # ------------------------------------------------------------------ request-reply

@@ -16,7 +16,7 @@ retried.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
@@ -93,7 +93,8 @@ class TraceDispatcher:
         self.topic = topic
         self.log = instance.log.bind(trace_topic=topic)
         self.queue_size = queue_size
-        self._queue: deque[TraceRecord] = deque()
+        #: records, or what builds one (built by the shipping task, off the send path)
+        self._queue: deque[TraceRecord | Callable[[], TraceRecord]] = deque()
         self._closing = trio.Event()
         self._stopped = trio.Event()
         self._sender = sender
@@ -106,8 +107,9 @@ class TraceDispatcher:
         self.sent_records = 0
         self.sent_messages = 0
 
-    def append(self, record: TraceRecord) -> None:
-        """Queue ``record``; never blocks (a full queue drops it and counts it)."""
+    def append(self, record: TraceRecord | Callable[[], TraceRecord]) -> None:
+        """Queue ``record`` (or a function making it, called later by the shipping task);
+        never blocks (a full queue drops it and counts it)."""
         self.appended += 1
         if len(self._queue) >= self.queue_size or self._closing.is_set():
             self.dropped += 1
@@ -137,7 +139,8 @@ class TraceDispatcher:
                     await self._closing.wait()
                 while self._queue:  # a window of records at a time, its messages side by side
                     n = min(len(self._queue), TRACE_WINDOW_RECORDS)
-                    batch = [self._queue.popleft() for _ in range(n)]
+                    taken = [self._queue.popleft() for _ in range(n)]
+                    batch = [r() if callable(r) else r for r in taken]
                     async with trio.open_nursery() as nursery:
                         for body, records in split_bodies(batch):
                             nursery.start_soon(self._ship, body, records)
@@ -192,13 +195,14 @@ def message_type(props: dict[str, str]) -> int:
 
 
 def pub_record(group: str, props: dict[str, str], topic: str, body_length: int,
-               store_host: str, result: SendResult, started_ms: int) -> PubRecord:
+               store_host: str, result: SendResult, started_ms: int, ended_ms: int
+               ) -> PubRecord:
     """The Pub record of one send answered by ``store_host``."""
     return PubRecord(
         timestamp=started_ms, region=clean(result.region_id or DEFAULT_REGION), group=group,
         topic=topic, msg_id=result.msg_id, tags=clean(props.get(MC.PROPERTY_TAGS)),
         keys=clean(props.get(MC.PROPERTY_KEYS)), store_host=store_host,
-        body_length=body_length, cost_ms=max(0, now_ms() - started_ms),
+        body_length=body_length, cost_ms=max(0, ended_ms - started_ms),
         msg_type=message_type(props), offset_msg_id=clean(result.offset_msg_id),
         success=result.status is SendStatus.SEND_OK,
     )
