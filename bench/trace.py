@@ -4,7 +4,10 @@ interleaved, against the same broker in the same run.
     python3 bench/trace.py [--seconds 6] [--body 1024] [--inflight 256] [--rounds 3]
 
 A NameServer and a broker run as child processes (bench/client.py's ``_start``). Cases, each
-with trace off and on: sync send (1 in flight) and async send (``--inflight`` tasks). Each
+with trace off, on, and ``queued_only`` (records made and queued as with trace on, but the
+shipping task throws them away: what the send path itself pays, without the trace messages'
+own cost in this process and on the broker): sync send (1 in flight) and async send
+(``--inflight`` tasks). Each
 row gives msgs/s, latency percentiles and ``client_cpu_us_per_msg`` (this process's CPU time
 over the measured window per message: the tracer's queueing and its shipping of trace
 messages included). With trace on, also the records the tracer shipped, dropped (queue full)
@@ -37,8 +40,22 @@ assert _spec is not None and _spec.loader is not None
 client_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(client_bench)
 from rmq_cluster.client import Admin, ClientConfig, Message, Producer  # noqa: E402
+from rmq_cluster.client.trace import TraceDispatcher  # noqa: E402
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
 from rmq_cluster.cluster.protocol.trace import DEFAULT_TRACE_TOPIC  # noqa: E402
+
+
+class _Discard:
+    """A trace sender that sends nothing."""
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def send(self, msg: Message) -> Any:
+        return None
 
 
 async def _case(p: Producer, msg: Message, inflight: int, seconds: float) -> dict[str, Any]:
@@ -66,7 +83,9 @@ async def _bench(ns_addr: str, port: int, args: argparse.Namespace) -> dict[str,
     out: dict[str, Any] = {}
     async with Producer("BenchTraceOff", client_config=cc) as off, Producer(
         "BenchTraceOn", client_config=cc, enable_msg_trace=True
-    ) as on:
+    ) as on, Producer("BenchTraceQueued", client_config=cc) as queued:
+        queued.tracer = TraceDispatcher(queued.instance, _Discard())
+        await queued.tracer.start()
         await off.send(msg)  # creates the topic, loads the route
         await on.send(msg)
         for name, inflight in (("sync_send", 1), ("async_send", args.inflight)):
@@ -76,9 +95,14 @@ async def _bench(ns_addr: str, port: int, args: argparse.Namespace) -> dict[str,
             async def case_on(inflight: int = inflight) -> dict[str, Any]:
                 return await _case(on, msg, inflight, seg)
 
-            r_off, r_on = await client_bench._rounds(args.rounds, case_off, case_on)
-            out[name] = {"trace_off": r_off, "trace_on": r_on,
-                         "ratio": client_bench._ratio(r_on, r_off)}
+            async def case_queued(inflight: int = inflight) -> dict[str, Any]:
+                return await _case(queued, msg, inflight, seg)
+
+            r_off, r_on, r_queued = await client_bench._rounds(args.rounds, case_off, case_on,
+                                                               case_queued)
+            out[name] = {"trace_off": r_off, "trace_on": r_on, "queued_only": r_queued,
+                         "ratio": client_bench._ratio(r_on, r_off),
+                         "ratio_queued_only": client_bench._ratio(r_queued, r_off)}
         tracer = on.tracer
         assert tracer is not None
         with trio.fail_after(30):  # let the queue drain before the counts are read
