@@ -99,8 +99,8 @@ class BrokerContext(Protocol):
     def mark_dirty(self) -> None:
         """Offsets or groups changed: persist the config files soon."""
 
-    async def register_topics_now(self, topics: Sequence[str]) -> None:
-        """Wait (bounded) until the NameServers were told about ``topics``."""
+    async def register_topics_now(self, topics: Sequence[str], wait_s: float = ...) -> None:
+        """Wait (at most ``wait_s``) until the NameServers were told about ``topics``."""
 
     async def register_all(self) -> None:
         """REGISTER_BROKER to every NameServer at once."""

@@ -23,14 +23,13 @@ import trio
 
 from ..cluster.logging import get_logger
 from ..cluster.remoting.codec import RemotingCommand
-from ..cluster.remoting.processors import Deferred, SyncProcessor
-from ..dledger.commitlog_adapter import DLedgerCommitLog, put_status_of
-from ..dledger.messages import ResponseCode as DLedgerCode
-from ..store.commitlog import PutMessageResult
+from ..cluster.remoting.codes import FLAG_ONEWAY
+from ..cluster.remoting.processors import Later, Processor
+from ..dledger.commitlog_adapter import DLedgerCommitLog
 from ..store.message_store import MessageStore
+from .processors.send import refused_answer
 
 if TYPE_CHECKING:
-    from ..dledger.node import AppendResult
     from .context import BrokerHost
     from .processors.send import SendProcessor
 
@@ -122,90 +121,27 @@ class DLedgerRoleHandler:
             await ctrl.register_all()
 
 
-class _CommitAnswer(Deferred):
-    """One send waiting for its entry's commit: the ``Deferred`` the connection answers from
-    *and* the node's waiter for the entry (``DLedgerNode.propose_with``): one object per send,
-    no Waiter, callback or clock read of its own."""
+def dledger_send_processor(send: SendProcessor, store: DLedgerCommitLog) -> Processor:
+    """SEND_MESSAGE / V2 / BATCH in DLedger mode: the send processor's checks, the entry (or
+    a batch's entries) appended at once and its answer encoded at once and held on the
+    group's commit watermark (``store.commit``) until it reaches the last entry (index + 1):
+    one advance per Ready answers every send it commits, one write per connection. A term
+    change first, or no commit within ``maxWaitAckMs``, answers it as RocketMQ's DLedger
+    broker does (TERM_CHANGED: UNKNOWN_ERROR; WAIT_QUORUM_ACK_TIMEOUT: OS_PAGECACHE_BUSY),
+    without msgId. No task or object per send; refusals (not the leader, bad message) and
+    oneway sends are answered inline."""
+    store.answer_failures_with(refused_answer)
 
-    __slots__ = ("deadline", "event", "index", "msg", "put_result", "request", "result", "send",
-                 "term")
-
-    def __init__(self, send: SendProcessor, request: RemotingCommand, msg: Any) -> None:
-        super().__init__()
-        self.send = send
-        self.request = request
-        self.msg = msg
-        self.put_result: PutMessageResult | None = None
-        # the node's Pending fields (set by propose_with)
-        self.index = -1
-        self.term = 0
-        self.deadline = 0.0
-        self.result: AppendResult | None = None
-        self.event: trio.Event | None = None
-
-    def finish(self, ack: AppendResult) -> None:
-        if self.result is not None:
-            return
-        self.result = ack
-        result = self.put_result
-        assert result is not None
-        if ack.code is not DLedgerCode.SUCCESS:
-            result = PutMessageResult(
-                put_status_of(ack.code), result.result, f"DLedger append: {ack.code.name}"
-            )
-        try:
-            answer = self.send.answer(self.request, self.msg, result)
-        except Exception:
-            log.warning("commit answer failed", index=self.index, exc_info=True)
-            answer = None  # the connection answers SYSTEM_ERROR
-        self.resolve(answer)
-
-
-class _BatchCommitAnswer:
-    """A batch send waiting for its last entry's commit (the batch path keeps a Waiter)."""
-
-    __slots__ = ("deferred", "msg", "request", "result", "send")
-
-    def __init__(
-        self, send: SendProcessor, request: RemotingCommand, msg: Any, result: PutMessageResult
-    ) -> None:
-        self.send = send
-        self.request = request
-        self.msg = msg
-        self.result = result
-        self.deferred = Deferred()
-
-    def committed(self, ack: AppendResult) -> None:
-        result = self.result
-        if ack.code is not DLedgerCode.SUCCESS:
-            result = PutMessageResult(
-                put_status_of(ack.code), result.result, f"DLedger append: {ack.code.name}"
-            )
-        self.deferred.resolve(self.send.answer(self.request, self.msg, result))
-
-
-def dledger_send_processor(send: SendProcessor, store: DLedgerCommitLog) -> SyncProcessor:
-    """SEND_MESSAGE / V2 / BATCH in DLedger mode: the send processor's checks, the entry
-    appended at once, and the answer sent when it commits through a ``Deferred`` (no task per
-    send: one Ready that commits many entries answers them all in one write per connection).
-    Refusals (not the leader, bad message) are answered inline."""
-    def process(conn: Any, request: RemotingCommand) -> RemotingCommand | Deferred:
+    def process(conn: Any, request: RemotingCommand) -> RemotingCommand | Later:
         prepared = send.prepare(conn, request)
         if isinstance(prepared, RemotingCommand):
             return prepared
         msg, batch, _wait = prepared  # DLedger always waits for the quorum (RocketMQ too)
-        if batch:
-            result, waiter = store.propose_message(msg, batch)
-            if waiter is None:
-                return send.answer(request, msg, result)
-            pending = _BatchCommitAnswer(send, request, msg, result)
-            store.on_committed(waiter, pending.committed)
-            return pending.deferred
-        answer = _CommitAnswer(send, request, msg)
-        result = store.propose_with(msg, answer)
-        if answer.index < 0:  # refused: never registered with the node
-            return send.answer(request, msg, result)
-        answer.put_result = result
-        return answer
+        result, key = store.propose_message(msg, batch)
+        answer = send.answer(request, msg, result)
+        commit = store.commit if key >= 0 else None
+        if commit is None or commit.value >= key or request.flag & FLAG_ONEWAY:
+            return answer
+        return commit.hold(conn, request.opaque, answer, key)
 
     return process

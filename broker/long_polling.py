@@ -4,9 +4,9 @@ A parked pull is an object (``Parked``), not a task: it sits in its queue's list
 deadline heap. The store's arrival callback moves the pulls a message for their queue wakes
 (dispatched past the pull's offset, its tagsCode matching the pull's filter) to a ready list;
 the service's one task (``run``) then calls each one's ``wake`` -- the pull processor answers
-it through a ``Deferred`` -- and wakes the pulls whose own deadline (suspendTimeoutMillis)
-passed. Nothing polls on a 5 s tick, and a thousand parked pulls cost a thousand small
-objects, not a thousand tasks, Events and cancel scopes.
+it through its connection's ``answer_later`` -- and wakes the pulls whose own deadline
+(suspendTimeoutMillis) passed. Nothing polls on a 5 s tick, and a thousand parked pulls cost
+a thousand small objects, not a thousand tasks, Events and cancel scopes.
 """
 
 from __future__ import annotations

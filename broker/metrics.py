@@ -23,9 +23,10 @@ import time
 from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ..cluster.metrics import Histogram, RateTracker, Registry, Steps, run_to_end
+from ..cluster.metrics import Histogram, Registry, Steps, WindowRates, run_to_end
 from ..cluster.remoting.codec import RemotingCommand
 from .offsets import TOPIC_GROUP_SEPARATOR
+from .stats import RATE_SAMPLE_PERIOD_S, TPS_WINDOW_S
 
 if TYPE_CHECKING:
     from .context import BrokerContext
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 Rows = Iterable[tuple[Mapping[str, object] | None, float]]
 
 PUT_LATENCY_METRIC = "rmq_broker_send_latency_seconds"
+#: Said in the HELP of every rate: its window.
+_OVER_WINDOW: Final = f", over the last {TPS_WINDOW_S:g} s"
 #: Queue offsets read between two safe points of a build.
 BUILD_STEP_QUEUES: Final = 64
 
@@ -43,7 +46,8 @@ class BrokerMetrics:
     def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
         self.registry = Registry()
-        self._rates = RateTracker()
+        #: per-topic and per-group rates over TPS_WINDOW_S, fed by ``sample`` (never by a build)
+        self._rates = WindowRates(TPS_WINDOW_S, RATE_SAMPLE_PERIOD_S)
         #: what the last build read: topic -> sum of its queues' max offsets, and
         #: (topic, group) -> (committed total, max total)
         self._topic_totals: dict[str, int] = {}
@@ -56,8 +60,10 @@ class BrokerMetrics:
             PUT_LATENCY_METRIC, "Send request handling time (header to stored), seconds"
         )
         gauge, counter = "gauge", "counter"
-        reg.collect("rocketmq_broker_tps", gauge, "Messages put per second", self._broker_tps)
-        reg.collect("rocketmq_broker_qps", gauge, "Messages got per second", self._broker_qps)
+        reg.collect("rocketmq_broker_tps", gauge, f"Messages put per second{_OVER_WINDOW}",
+                    self._broker_tps)
+        reg.collect("rocketmq_broker_qps", gauge, f"Messages got per second{_OVER_WINDOW}",
+                    self._broker_qps)
         reg.collect("rocketmq_brokeruntime_commitlog_maxoffset", gauge,
                     "brokerRuntimeCommitLogMaxOffset", self._max_offset)
         reg.collect("rocketmq_brokeruntime_commitlog_minoffset", gauge,
@@ -66,12 +72,13 @@ class BrokerMetrics:
                     "brokerRuntimeDispatchBehindBytes", self._dispatch_behind)
         reg.collect("rocketmq_producer_offset", gauge,
                     "Sum of the max offsets of a topic's queues", self._producer_offset)
-        reg.collect("rocketmq_producer_tps", gauge, "Messages put per second per topic",
-                    self._producer_tps)
+        reg.collect("rocketmq_producer_tps", gauge,
+                    f"Messages put per second per topic{_OVER_WINDOW}", self._producer_tps)
         reg.collect("rocketmq_consumer_offset", gauge,
                     "Sum of a group's committed offsets on a topic", self._consumer_offset)
         reg.collect("rocketmq_consumer_tps", gauge,
-                    "Committed-offset advance per second per topic and group", self._consumer_tps)
+                    f"Committed-offset advance per second per topic and group{_OVER_WINDOW}",
+                    self._consumer_tps)
         reg.collect("rocketmq_group_diff", gauge, "Messages a group has not consumed yet",
                     self._group_diff)
         reg.collect("rocketmq_broker_commitlog_diff", gauge,
@@ -103,7 +110,6 @@ class BrokerMetrics:
         self._topic_totals = yield from self._read_topic_totals()
         self._group_offsets = yield from self._read_group_offsets()
         text = yield from self.registry.render_steps()
-        self._rates.end_look()
         self.builds += 1
         self.last_build_s = time.perf_counter() - started
         return text
@@ -111,6 +117,20 @@ class BrokerMetrics:
     def render(self) -> str:
         """The whole build at once (tests, tools)."""
         return run_to_end(self.build())
+
+    def sample(self, now: float) -> Steps:
+        """Record every topic's and group's total as of ``now`` (monotonic seconds) for the
+        rates, in steps like a build (the broker's sampler runs it every
+        ``RATE_SAMPLE_PERIOD_S``, or less often when it is costly); returns ""."""
+        topics = yield from self._read_topic_totals()
+        groups = yield from self._read_group_offsets()
+        observe = self._rates.observe
+        for topic, total in topics.items():
+            observe(("p", topic), total, now)
+        for key, (committed, _max) in groups.items():
+            observe(("c", *key), committed, now)
+        self._rates.forget(now)
+        return ""
 
     # ------------------------------------------------------------------ helpers
 
@@ -193,10 +213,8 @@ class BrokerMetrics:
         return [({**b, "topic": t}, v) for t, v in self._topic_totals.items()]
 
     def _producer_tps(self) -> Rows:
-        now = time.monotonic()
         b = self._base()
-        return [({**b, "topic": t}, self._rates.rate(("p", t), v, now))
-                for t, v in self._topic_totals.items()]
+        return [({**b, "topic": t}, self._rates.rate(("p", t))) for t in self._topic_totals]
 
     def _consumer_offset(self) -> Rows:
         b = self._base()
@@ -204,10 +222,9 @@ class BrokerMetrics:
                 for (t, g), (c, _m) in self._group_offsets.items()]
 
     def _consumer_tps(self) -> Rows:
-        now = time.monotonic()
         b = self._base()
-        return [({**b, "topic": t, "group": g}, self._rates.rate(("c", t, g), c, now))
-                for (t, g), (c, _m) in self._group_offsets.items()]
+        return [({**b, "topic": t, "group": g}, self._rates.rate(("c", t, g)))
+                for t, g in self._group_offsets]
 
     def _group_diff(self) -> Rows:
         rows = []
@@ -253,8 +270,7 @@ class BrokerMetrics:
 
 def timed(processor: Any, histogram: Histogram) -> Any:
     """``processor`` with its handling time observed in ``histogram`` (plain ``def`` stays
-    plain; an answer that is not ready at once -- a coroutine, a Deferred or a held answer --
-    is not timed)."""
+    plain; a reply that is not the answer itself -- a ``Later`` -- is not timed)."""
     observe = histogram.observe
     clock = time.perf_counter
     if inspect.iscoroutinefunction(processor):
@@ -348,11 +364,12 @@ class RuntimeStats:
     """The RocketMQ StoreStatsService / DefaultMessageStore figures of GET_BROKER_RUNTIME_INFO
     that mqadmin (brokerStatus, clusterList) and rocketmq-exporter read, from what the store
     counts (puts, failed puts, found/missed pulls, bytes put since boot) and the disk. TPS
-    figures are rates between two looks (the first look answers 0), RocketMQ's three windows
-    (10 s, 1 min, 10 min) all given the same rate."""
+    figures are rates over TPS_WINDOW_S sampled at each look (or since the previous look, when
+    looks are further apart; the first look answers 0), RocketMQ's three windows (10 s,
+    1 min, 10 min) all given that rate."""
 
     def __init__(self) -> None:
-        self._rates = RateTracker()
+        self._rates = WindowRates(TPS_WINDOW_S, RATE_SAMPLE_PERIOD_S)
 
     def table(
         self,
@@ -367,10 +384,10 @@ class RuntimeStats:
         now = time.monotonic() if now_s is None else now_s
         found = getattr(store, "get_found_times", 0)
         miss = getattr(store, "get_miss_times", 0)
-        rate = self._rates.rate
-        found_tps = rate("found", found, now)
-        miss_tps = rate("miss", miss, now)
-        self._rates.end_look()
+        rates = self._rates
+        rates.observe("found", found, now)
+        rates.observe("miss", miss, now)
+        found_tps, miss_tps = rates.rate("found"), rates.rate("miss")
         times = ctrl.stats.put_total
         size = max(0, store.max_phys_offset - getattr(store, "boot_max_offset", 0))
         cl_total, cl_free = commitlog_disk

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -32,7 +33,7 @@ from ..cluster.acl.signing import credentials_from
 from ..cluster.clock import now_ms
 from ..cluster.logging import get_logger
 from ..cluster.metrics import Histogram
-from ..cluster.metrics_server import serve_metrics
+from ..cluster.metrics_server import run_steps, serve_metrics
 from ..cluster.node_main import NodeSupervisor
 from ..cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
 from ..cluster.protocol.route import (
@@ -54,7 +55,7 @@ from ..cluster.remoting.headers import (
     RegisterBrokerResponseHeader,
     UnregisterBrokerRequestHeader,
 )
-from ..cluster.remoting.processors import Processor, ProcessorTable
+from ..cluster.remoting.processors import AnyProcessor, ProcessorTable
 from ..cluster.remoting.server import RemotingServer
 from ..dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
 from ..dledger.node import run_store_node
@@ -103,7 +104,7 @@ from .processors.send import (
 )
 from .replicas_manager import ReplicasManager
 from .schedule import ScheduleMessageService
-from .stats import BrokerStats
+from .stats import RATE_SAMPLE_PERIOD_S, BrokerStats
 from .topic_config import SCHEDULE_TOPIC, TIMER_TOPIC, TopicConfigManager
 from .transaction import (
     HALF_TOPIC,
@@ -125,6 +126,9 @@ LOOP_ERROR_BACKOFF_S: Final = 1.0
 TOPIC_REGISTER_WAIT_S: Final = 2.0
 #: Shortest pause between two lookups of this group's slave hosts (HA default allow-list).
 HA_SLAVE_HOSTS_REFRESH_MIN_S: Final = 1.0
+#: The rate sampler waits at least this many times what its last sample cost (metrics on, a
+#: broker with very many queues): sampling takes at most 1/20 of the event loop.
+SAMPLE_COST_SHARE: Final = 20
 
 
 class BrokerNode:
@@ -258,17 +262,20 @@ class BrokerNode:
     def mark_dirty(self) -> None:
         self._persist_now.set()
 
-    async def register_topics_now(self, topics: Sequence[str]) -> None:
+    async def register_topics_now(
+        self, topics: Sequence[str], wait_s: float = TOPIC_REGISTER_WAIT_S
+    ) -> None:
         """``topics`` were created for a client about to look up their routes (consumer
-        groups' retry topics, on a heartbeat): wait until the NameServers were told, as
-        RocketMQ's ``createTopicInSendMessageBackMethod`` does (``registerBrokerAll`` at
-        once, not at the next period). The register loop does it at once, one registration
-        for every waiter; the wait is bounded by TOPIC_REGISTER_WAIT_S (the registration still
+        groups' retry topics, on a heartbeat; an admin's new topic): wait until the
+        NameServers were told, as RocketMQ's ``createTopicInSendMessageBackMethod`` and
+        ``registerIncrementBrokerData`` do (``registerBrokerAll`` at once, not at the next
+        period). The register loop does it at once, one registration for every waiter; the
+        wait is bounded by ``wait_s`` and registerBrokerTimeoutMills (the registration still
         goes on)."""
         self._persist_now.set()
         wanted = self._register_round + 1  # the next round to start includes ``topics``
         self._register_now.set()
-        wait_s = min(TOPIC_REGISTER_WAIT_S, self.bcfg.register_broker_timeout_mills / 1000.0)
+        wait_s = min(wait_s, self.bcfg.register_broker_timeout_mills / 1000.0)
         with trio.move_on_after(wait_s):
             while self._register_round_done < wanted:
                 await self._register_round_ended.wait()
@@ -308,11 +315,11 @@ class BrokerNode:
 
     # ------------------------------------------------------------------ processors
 
-    def processors(self) -> dict[int, Processor]:
+    def processors(self) -> dict[int, AnyProcessor]:
         send = SendProcessor(self)
         # one send form: answered at once, or held on the watermark its put must pass (the
         # flush, a slave's ack) and answered as it passes (store.put_wait)
-        send_fn: Processor = send.process
+        send_fn: AnyProcessor = send.process
         if self.dledger_role is not None:  # answered when its entry commits
             send_fn = dledger_send_processor(send, self.dledger_role.backend)
         pull = PullProcessor(self)
@@ -554,8 +561,8 @@ class BrokerNode:
         self.config_listeners.append(self._ha_config_changed)
 
     async def _guarded(
-        self, nursery: trio.Nursery, processors: dict[int, Processor]
-    ) -> dict[int, Processor]:
+        self, nursery: trio.Nursery, processors: dict[int, AnyProcessor]
+    ) -> dict[int, AnyProcessor]:
         """``processors`` timed (/metrics), behind the ACL (aclEnable) and the name gate."""
         bcfg = self.bcfg
         if bcfg.metrics_port >= 0:
@@ -575,7 +582,7 @@ class BrokerNode:
         return self.name_gate.wrap(processors)
 
     async def _listen(
-        self, nursery: trio.Nursery, processors: dict[int, Processor]
+        self, nursery: trio.Nursery, processors: dict[int, AnyProcessor]
     ) -> tuple[tuple[str, int], tuple[str, int]]:
         """The client ports (listenPort, the fast port; their addresses) and /metrics."""
         bcfg = self.bcfg
@@ -624,6 +631,7 @@ class BrokerNode:
         await self.register_all()
         sup.spawn(nursery, "register", self._register_loop)
         sup.spawn(nursery, "housekeeping", self._housekeeping_loop)
+        sup.spawn(nursery, "stats_sampler", self._sample_loop)
         sup.spawn(nursery, "persist", self._persist_loop)
         sup.spawn(nursery, "pop_revive", self.pop.revive_loop)
         if self.dledger_role is not None:
@@ -888,6 +896,18 @@ class BrokerNode:
             if expired:
                 self.state_changed()
             self.locks_gc()
+
+    async def _sample_loop(self) -> None:
+        """The totals behind every TPS figure, sampled every RATE_SAMPLE_PERIOD_S (stats.py);
+        the per-topic and per-group ones (metrics on) in steps, and less often when walking
+        the queues costs more than 1/SAMPLE_COST_SHARE of the time."""
+        while True:
+            started = time.monotonic()
+            self.stats.sample(started)
+            if self.metrics is not None:
+                await run_steps(self.metrics.sample(started))
+            cost = time.monotonic() - started
+            await trio.sleep(max(RATE_SAMPLE_PERIOD_S - cost, cost * SAMPLE_COST_SHARE))
 
     def locks_gc(self) -> None:
         now = self.now_ms()

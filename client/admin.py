@@ -31,6 +31,7 @@ from ..cluster.protocol.route import (
     TopicList,
     TopicRouteData,
 )
+from ..cluster.protocol.trace import DEFAULT_TRACE_TOPIC, TraceView, decode, views_of
 from ..cluster.remoting.codes import RequestCode, ResponseCode
 from . import frames
 from .config import ClientConfig
@@ -424,6 +425,13 @@ class Admin:
                                ) -> list[ReceivedMessage]:
         msgs = await self._query(topic, key, unique=False, max_num=max_num)
         return [m for m in msgs if key in (m.keys or "").split(" ")]
+
+    async def query_msg_trace(self, msg_id: str, trace_topic: str = DEFAULT_TRACE_TOPIC,
+                              max_num: int = QUERY_MAX_NUM) -> list[TraceView]:
+        """``mqadmin queryMsgTraceById``: the trace records about ``msg_id`` (a client
+        UNIQ_KEY), found by key in ``trace_topic``, oldest trace message first."""
+        msgs = await self.query_msg_by_key(trace_topic, msg_id, max_num)
+        return views_of(((decode(m.body).records, m.born_host[0]) for m in msgs), msg_id)
 
     def _readable(self, records: Iterable[StoredMessage], broker_name: str
                   ) -> list[ReceivedMessage]:

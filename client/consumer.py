@@ -26,6 +26,7 @@ from ..cluster.clock import now_ms
 from ..cluster.protocol import fastjson
 from ..cluster.protocol.message import iter_records
 from ..cluster.protocol.route import TopicRouteData
+from ..cluster.protocol.trace import DEFAULT_TRACE_TOPIC, ConsumeReturnType
 from ..cluster.remoting.codes import ResponseCode
 from . import frames
 from .allocate import AllocateStrategy, allocate_averagely
@@ -76,11 +77,13 @@ from .offset_store import (
     RemoteOffsetStore,
     default_local_offset_dir,
 )
+from .producer import start_tracer
 from .subscription import (
     ConsumerData,
     SubscriptionData,
     build_subscription,
 )
+from .trace import TraceDispatcher, consume_after, consume_before
 
 Listener = Callable[[list[ReceivedMessage]], Any]
 _PULL_STATUS: dict[int, PullStatus] = {
@@ -288,6 +291,10 @@ class PushConfig:
     #: limit); the rest stay pulled but unconsumed and their offsets uncommitted, so the
     #: next consumer of the group gets them (``rmq-cluster consume --count N``)
     consume_limit: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    #: write SubBefore/SubAfter trace records per consumed message (Java ``enableMsgTrace``)
+    #: into ``trace_topic`` (Java ``customizedTraceTopic``)
+    enable_msg_trace: bool = False
+    trace_topic: str = DEFAULT_TRACE_TOPIC
 
 
 class PushConsumer:
@@ -341,6 +348,8 @@ class PushConsumer:
         self.handed = 0
         #: set once ``consume_limit`` messages were handed to the listener
         self.limit_reached = trio.Event()
+        #: set while running with ``enable_msg_trace``
+        self.tracer: TraceDispatcher | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -391,10 +400,16 @@ class PushConsumer:
         try:
             self.instance.register_consumer(self)
             self.running = True
+            self.tracer = await start_tracer(self.instance, self.group, "sub",
+                                             self.config.enable_msg_trace,
+                                             self.config.trace_topic)
             await self._start_work()
         except BaseException:
             self.running = False
             self.instance.unregister_consumer(self.group)
+            if self.tracer is not None:
+                await self.tracer.close()
+                self.tracer = None
             self._stack = None
             await stack.aclose()
             if self._own_instance:
@@ -444,6 +459,9 @@ class PushConsumer:
         self.instance.unregister_consumer(self.group)
         try:
             await self._shutdown_steps()
+            tracer, self.tracer = self.tracer, None
+            if tracer is not None:
+                await tracer.close()
         finally:
             await self._close_nurseries()
 
@@ -726,6 +744,16 @@ class PushConsumer:
             self._spawn(self._consume_concurrently, pq, msgs[i : i + size])
 
     async def _run_listener(self, msgs: list[ReceivedMessage]) -> Any:
+        tracer = self.tracer
+        if tracer is None:
+            return await self._call_listener(msgs)
+        ctx = consume_before(tracer, self.group, msgs)
+        status = await self._call_listener(msgs)
+        if ctx is not None:
+            consume_after(tracer, ctx, _return_type(status))
+        return status
+
+    async def _call_listener(self, msgs: list[ReceivedMessage]) -> Any:
         view = [m.restore_retry_topic(self.group) for m in msgs]
         listener = self.listener
         assert listener is not None
@@ -945,6 +973,16 @@ class PushConsumer:
 _FAILED = object()
 
 
+def _return_type(status: Any) -> ConsumeReturnType:
+    """A listener's answer as a SubAfter record's context code."""
+    if status is None or status is True or status in (ConsumeResult.SUCCESS,
+                                                      OrderlyResult.SUCCESS):
+        return ConsumeReturnType.SUCCESS  # None and True count as success here (as above)
+    if status is _FAILED:
+        return ConsumeReturnType.EXCEPTION
+    return ConsumeReturnType.FAILED
+
+
 def _is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None))  # noqa: B004 - callables with async __call__
@@ -993,6 +1031,8 @@ class PullConsumer:
         buffered_batches: int = 64,
         pull_error_backoff_s: float = PULL_ERROR_BACKOFF_S,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        enable_msg_trace: bool = False,
+        trace_topic: str = DEFAULT_TRACE_TOPIC,
     ) -> None:
         if max_message_bytes < 1:
             raise MQClientError(f"max_message_bytes must be positive, not {max_message_bytes}")
@@ -1019,6 +1059,11 @@ class PullConsumer:
         self._nursery: trio.Nursery | None = None
         self._stack: AsyncExitStack | None = None
         self.running = False
+        self.enable_msg_trace = enable_msg_trace
+        self.trace_topic = trace_topic
+        #: set while running with ``enable_msg_trace``: each polled message gets a SubBefore
+        #: and a successful SubAfter (a poll hands messages over; their processing is unseen)
+        self.tracer: TraceDispatcher | None = None
 
     async def __aenter__(self) -> PullConsumer:
         await self.start()
@@ -1037,12 +1082,17 @@ class PullConsumer:
         self._stack = stack
         self.instance.register_consumer(self)
         self.running = True
+        self.tracer = await start_tracer(self.instance, self.group, "sub",
+                                         self.enable_msg_trace, self.trace_topic)
 
     async def close(self) -> None:
         if not self.running:
             return
         self.running = False
         self.instance.unregister_consumer(self.group)
+        tracer, self.tracer = self.tracer, None
+        if tracer is not None:  # not in a scope of its own: its producer's nursery must close
+            await tracer.close()
         try:
             with trio.CancelScope(shield=True):
                 if self.auto_commit:
@@ -1166,6 +1216,10 @@ class PullConsumer:
                 if past > st.consumed:  # a skipped message counts as consumed once reached
                     st.consumed = past
                 if msgs:
+                    if self.tracer is not None:
+                        ctx = consume_before(self.tracer, self.group, msgs)
+                        if ctx is not None:
+                            consume_after(self.tracer, ctx, ConsumeReturnType.SUCCESS)
                     return msgs
         return []
 

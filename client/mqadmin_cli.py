@@ -34,9 +34,11 @@ from ..cluster.protocol.names import (
     validate_topic,
 )
 from ..cluster.protocol.route import ClusterInfo, TopicRouteData
+from ..cluster.protocol.trace import DEFAULT_TRACE_TOPIC
 from .admin import (
     DLQ_GROUP_TOPIC_PREFIX,
     GROUP_GET_NUMS,
+    QUERY_MAX_NUM,
     TOOLS_CONSUMER_GROUP,
     TOPIC_PUT_NUMS,
     Admin,
@@ -52,7 +54,15 @@ from .model import (
     retry_topic,
 )
 from .producer import Producer
-from .tables import Col, human_time, json_lines, render_kv, render_table
+from .tables import (
+    Col,
+    human_time,
+    json_lines,
+    render_kv,
+    render_table,
+    render_trace,
+    trace_json,
+)
 
 #: mqadmin's page size when it reads queues (printMsg, consumeMessage).
 PULL_BATCH = 32
@@ -535,6 +545,11 @@ async def _query_by_key(admin: Admin, args: argparse.Namespace) -> Output:
     return Output({"messages": [message_json(m) for m in msgs]}, text)
 
 
+async def _query_msg_trace(admin: Admin, args: argparse.Namespace) -> Output:
+    views = await admin.query_msg_trace(args.msg_id, args.trace_topic, args.max_num)
+    return Output([trace_json(v) for v in views], render_trace(views), lines=True)
+
+
 async def _query_by_offset(admin: Admin, args: argparse.Namespace) -> Output:
     mq = MessageQueue(args.topic, args.broker_name, args.queue_id)
     await admin.queues_of(args.topic, args.broker_name)  # the route, and the broker in it
@@ -980,6 +995,12 @@ def _add_message_commands(admin_cmd: AdminCommand) -> None:
     ap = admin_cmd("queryMsgByKey", "messages by key", _query_by_key)
     ap.add_argument("-t", "--topic", required=True, type=_topic)
     ap.add_argument("-k", "--key", required=True)
+    ap = admin_cmd("queryMsgTraceById", "a message's trace (its Pub and SubAfter records in "
+                   "the trace topic; --json: every record, one line each)", _query_msg_trace)
+    ap.add_argument("-i", "--msg-id", required=True, help="the message's id (UNIQ_KEY)")
+    ap.add_argument("-t", "--trace-topic", type=_topic, default=DEFAULT_TRACE_TOPIC)
+    ap.add_argument("--num", "--max-num", dest="max_num", type=at_most(QUERY_MAX_NUM),
+                    default=QUERY_MAX_NUM, help="trace messages read at most")
     ap = admin_cmd("queryMsgByOffset", "the message at a queue offset", _query_by_offset)
     ap.add_argument("-t", "--topic", required=True, type=_topic)
     ap.add_argument("-b", "--broker-name", required=True, help="broker name")

@@ -10,6 +10,7 @@ fault tolerance, new topics through TBW102's route, UNIQ_KEY ids, zlib over 4 Ki
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import time
@@ -32,6 +33,7 @@ from ..cluster.protocol.message import (
     java_string_hash,
 )
 from ..cluster.protocol.route import TopicRouteData
+from ..cluster.protocol.trace import DEFAULT_TRACE_TOPIC
 from ..cluster.remoting.codes import RequestCode, ResponseCode
 from ..cluster.remoting.connection import Connection
 from ..cluster.remoting.errors import RemotingError
@@ -71,6 +73,7 @@ from .request_reply import (
     is_reply,
 )
 from .subscription import JavaMapOrder
+from .trace import TraceDispatcher, end_transaction_record, inner_group, pub_record
 
 MC = MessageConst
 #: Java compresses with zlib level 5 and marks the type in sysFlag bits 8-10 (0x300 = ZLIB).
@@ -109,6 +112,10 @@ class ProducerConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     #: Java defaults this to false; we default to on (it only ever avoids slow/failed brokers).
     send_latency_fault_enable: bool = True
+    #: write a Pub trace record per sent message (Java ``enableMsgTrace``) ...
+    enable_msg_trace: bool = False
+    #: ... into this topic (Java ``customizedTraceTopic``)
+    trace_topic: str = DEFAULT_TRACE_TOPIC
 
 
 class SendHandle:
@@ -156,6 +163,8 @@ class Producer:
         self._map_order = JavaMapOrder()  # properties in Java HashMap order, per key sequence
         self.log = instance.log.bind(producer=group)
         self.running = False
+        #: set while running with ``enable_msg_trace``
+        self.tracer: TraceDispatcher | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,11 +180,16 @@ class Producer:
             await self.instance.__aenter__()
         self.instance.register_producer(self)
         self.running = True
+        self.tracer = await start_tracer(self.instance, self.group, "pub",
+                                         self.config.enable_msg_trace, self.config.trace_topic)
 
     async def close(self) -> None:
         if not self.running:
             return
         self.running = False
+        tracer, self.tracer = self.tracer, None
+        if tracer is not None:
+            await tracer.close()
         self.instance.unregister_producer(self.group)
         try:
             with trio.CancelScope(shield=True), trio.move_on_after(
@@ -420,6 +434,8 @@ class Producer:
             addr = self.instance.master_addr(mq.broker_name)
         if addr is None:
             raise MQClientError(f"The broker[{mq.broker_name}] not exist")
+        traced = self.tracer is not None and not oneway and not isinstance(msg, _Batch)
+        started = now_ms() if traced else 0
         sys_flag = sys_flag_extra
         reconsume_times = 0
         max_reconsume: int | None = None
@@ -476,7 +492,7 @@ class Producer:
             queue_offset = int(ext.get("queueOffset", -1))
         except ValueError as exc:
             raise MQClientError(f"bad send response header: {exc}", addr=addr) from None
-        return SendResult(
+        result = SendResult(
             status=status,
             msg_id=uniq,
             offset_msg_id=ext.get("msgId", ""),
@@ -486,6 +502,12 @@ class Producer:
             transaction_id=ext.get("transactionId"),
             region_id=ext.get("MSG_REGION"),
         )
+        if traced and self.tracer is not None and mq.topic != self.tracer.topic:
+            # built later by the shipping task: the send path only queues its inputs
+            self.tracer.append(functools.partial(pub_record, self.group, props, mq.topic,
+                                                 len(msg.body), addr, result, started,
+                                                 now_ms()))
+        return result
 
     # ------------------------------------------------------------------ request-reply
 
@@ -563,6 +585,20 @@ class Producer:
         self.log.info("transaction check ignored by a non-transactional producer")
 
 
+async def start_tracer(instance: ClientInstance, group: str, kind: str, enabled: bool,
+                       topic: str) -> TraceDispatcher | None:
+    """A started trace dispatcher for a client of ``group`` when ``enabled``: its records go
+    through an inner producer on an instance of its own (as Apache's trace producer): its
+    connections are not the traced client's, so a lone send keeps reading its own answer."""
+    if not enabled:
+        return None
+    config = attrs.evolve(instance.config, instance_name=f"{instance.instance_name}-trace")
+    tracer = TraceDispatcher(instance, Producer(inner_group(group, kind), client_config=config),
+                             topic)
+    await tracer.start()
+    return tracer
+
+
 @attrs.frozen
 class _Batch:
     topic: str
@@ -627,6 +663,10 @@ class TransactionProducer(Producer):
         else:
             state = TransactionState.ROLLBACK_MESSAGE
         await self._end_transaction(result, state, remark)
+        if self.tracer is not None:
+            self.tracer.append(end_transaction_record(
+                self.group, msg, result, self.instance.master_addr(result.queue.broker_name)
+                or "", state.name, from_check=False))
         return result, state
 
     async def _end_transaction(self, result: SendResult, state: TransactionState,

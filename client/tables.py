@@ -34,6 +34,8 @@ from typing import Any, Final
 
 import attrs
 
+from ..cluster.protocol.trace import TraceType, TraceView
+
 #: Column separator (mqadmin's format strings put two blanks between most columns).
 GAP: Final = "  "
 #: mqadmin's key column width in its message views (``%-20s %s``).
@@ -105,3 +107,51 @@ def human_time(ms: int | None, *, millis: bool = True) -> str:
 def json_lines(records: Iterable[Any]) -> str:
     """Records as JSON lines (sorted keys, one object per line)."""
     return "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+
+
+# ------------------------------------------------------------------ queryMsgTraceById
+
+#: ``mqadmin queryMsgTraceById``'s row format (``%-10s %-20s %-20s %-20s %-10s %-10s``).
+_TRACE_ROW: Final = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}"
+
+
+def _trace_line(kind: str, v: TraceView) -> str:
+    try:
+        when = human_time(v.timestamp, millis=False) if v.timestamp else "null"
+    except (OverflowError, ValueError, OSError):  # a client wrote a time past year 9999
+        when = str(v.timestamp)
+    return _TRACE_ROW.format(kind, v.group or "null", v.client_host, when, f"{v.cost_ms}ms",
+                             v.status).rstrip()
+
+
+def render_trace(views: Sequence[TraceView]) -> str:
+    """``mqadmin queryMsgTraceById``'s text: each Pub under its header and a blank line, then
+    per consumer group (first seen first) a header, its consumptions (SubAfter records) and a
+    blank line. SubBefore and EndTransaction records are not printed (nor by mqadmin)."""
+    lines: list[str] = []
+    subs: dict[str | None, list[TraceView]] = {}
+    for v in views:
+        if v.kind is TraceType.PUB:
+            lines += [_TRACE_ROW.format("#Type", "#ProducerGroup", "#ClientHost", "#SendTime",
+                                        "#CostTimes", "#Status").rstrip(),
+                      _trace_line("Pub", v), ""]
+        elif v.kind is TraceType.SUB_AFTER:
+            subs.setdefault(v.group, []).append(v)
+    for group_views in subs.values():
+        lines.append(_TRACE_ROW.format("#Type", "#ConsumerGroup", "#ClientHost", "#ConsumerTime",
+                                       "#CostTimes", "#Status").rstrip())
+        lines += [_trace_line("Sub", v) for v in group_views]
+        lines.append("")
+    return "".join(line + "\n" for line in lines)
+
+
+def trace_json(v: TraceView) -> dict[str, Any]:
+    """One trace record about a message, for ``--json`` (one line each)."""
+    return {
+        "type": v.kind.value, "msgId": v.msg_id, "group": v.group, "clientHost": v.client_host,
+        "timestamp": v.timestamp, "costMs": v.cost_ms,
+        "status": v.status if v.kind is not TraceType.SUB_BEFORE else None,
+        "topic": v.topic, "tags": v.tags, "keys": v.keys, "storeHost": v.store_host,
+        "offsetMsgId": v.offset_msg_id, "requestId": v.request_id,
+        "retryTimes": v.retry_times,
+    }

@@ -20,6 +20,7 @@ a time (``cluster.metrics_server.run_steps``), so a scrape never holds the loop 
 from __future__ import annotations
 
 import bisect
+import collections
 import math
 import re
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
@@ -388,30 +389,51 @@ def sample_value(
     return total
 
 
-class RateTracker:
-    """Per-key rate of a growing total between two looks (scrape-time TPS figures).
+class WindowRates:
+    """Per-key rate of a growing total over a stated window, from samples of the total.
 
-    The first look at a key gives 0; later looks give (total - previous) / elapsed, or the last
-    rate when no time passed. Keys not seen for ``forget_after`` looks are dropped.
+    Every ``*_tps`` figure is one of these: ``observe(key, total, now)`` records a sample (one
+    per ``period_s`` at most: a sooner one is ignored), and ``rate(key)`` is the total's rise
+    from its *anchor* to its newest sample divided by the time between them. The anchor is the
+    newest sample at least ``window_s`` older than the newest one, so under a sampler ticking
+    every ``period_s`` a rate covers between ``window_s`` and ``window_s + period_s`` seconds;
+    a key younger than the window is measured over its whole life (as RocketMQ's StatsItem
+    does over the snapshots it has). One sample gives 0; a total that went down (a counter
+    reset) starts the key again. Reading a rate changes nothing: who reads, or how often, never
+    moves a figure. ``forget(now)`` drops keys with no sample for a window.
     """
 
-    def __init__(self, forget_after: int = 10) -> None:
-        self._last: dict[object, tuple[float, float, float, int]] = {}
-        self._looks = 0
-        self._forget_after = forget_after
+    def __init__(self, window_s: float, period_s: float = 1.0) -> None:
+        if not 0 < period_s <= window_s:
+            raise ValueError("0 < period_s <= window_s")
+        self.window_s = window_s
+        self.period_s = period_s
+        self._samples: dict[object, collections.deque[tuple[float, float]]] = {}
 
-    def rate(self, key: object, total: float, now: float) -> float:
-        prev = self._last.get(key)
-        rate = 0.0
-        if prev is not None:
-            t0, v0, r0, _ = prev
-            rate = (total - v0) / (now - t0) if now > t0 else r0
-            rate = max(rate, 0.0)
-        self._last[key] = (now, total, rate, self._looks)
-        return rate
+    def observe(self, key: object, total: float, now: float) -> None:
+        samples = self._samples.get(key)
+        if samples is None:
+            samples = self._samples[key] = collections.deque()
+        elif samples and now - samples[-1][0] < self.period_s:
+            return
+        if samples and total < samples[-1][1]:
+            samples.clear()
+        samples.append((now, total))
+        horizon = now - self.window_s
+        while len(samples) > 2 and samples[1][0] <= horizon:
+            samples.popleft()
 
-    def end_look(self) -> None:
-        self._looks += 1
-        stale = [k for k, v in self._last.items() if self._looks - v[3] > self._forget_after]
+    def rate(self, key: object) -> float:
+        samples = self._samples.get(key)
+        if not samples or len(samples) < 2:
+            return 0.0
+        (t0, v0), (t1, v1) = samples[0], samples[-1]
+        return (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def forget(self, now: float) -> None:
+        stale = [k for k, s in self._samples.items() if not s or now - s[-1][0] > self.window_s]
         for k in stale:
-            del self._last[k]
+            del self._samples[k]
+
+    def __len__(self) -> int:
+        return len(self._samples)

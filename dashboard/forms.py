@@ -82,10 +82,16 @@ def body_views(body: bytes, max_text: int, max_hex: int) -> dict[str, str]:
     return {"text": text + more, "json": pretty, "hex": "\n".join(lines)}
 
 
-def when(ms: int) -> str:
-    if ms <= 0:
+def when(ms: int | None) -> str:
+    """A time in ms as UTC text; "-" for none, 0 or less, or past year 9999 (a trace record's
+    time is whatever a client wrote)."""
+    if ms is None or ms <= 0:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    try:
+        t = datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, ValueError, OSError):
+        return "-"
+    return t.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def perm_text(perm: int) -> str:

@@ -21,6 +21,7 @@ from ..client.admin import (
 from ..client.errors import MQClientError, NoRouteError
 from ..client.model import MessageQueue, ReceivedMessage
 from ..cluster.protocol.message import decode_offset_msg_id
+from ..cluster.protocol.trace import TraceType, TraceView
 
 T = TypeVar("T")
 RETRY_PREFIX = "%RETRY%"
@@ -294,6 +295,58 @@ async def query_messages(admin: Admin, *, topic: str = "", key: str = "", msg_id
         return list(result.messages)[:limit]
     raise MQClientError("give a message id, a topic and a key, or a topic, broker, queue and "
                         "offset")
+
+
+@attrs.frozen
+class TracePath:
+    """A message's path from the trace topic: who sent it (Pub records), each consumer group's
+    consumptions (SubAfter records, in time order), consumptions begun and not yet ended
+    (a SubBefore without its SubAfter), and transaction ends."""
+
+    sent: tuple[TraceView, ...]
+    consumed: tuple[tuple[str, tuple[TraceView, ...]], ...]
+    in_flight: tuple[TraceView, ...]
+    ended: tuple[TraceView, ...]
+
+
+def trace_path(views: list[TraceView]) -> TracePath:
+    done = {v.request_id for v in views if v.kind is TraceType.SUB_AFTER}
+    groups: dict[str, list[TraceView]] = {}
+    for v in views:
+        if v.kind is TraceType.SUB_AFTER:
+            groups.setdefault(v.group or "?", []).append(v)
+    return TracePath(
+        sent=tuple(v for v in views if v.kind is TraceType.PUB),
+        consumed=tuple((g, tuple(sorted(vs, key=lambda v: v.timestamp or 0)))
+                       for g, vs in groups.items()),
+        in_flight=tuple(v for v in views
+                        if v.kind is TraceType.SUB_BEFORE and v.request_id not in done),
+        ended=tuple(v for v in views if v.kind is TraceType.END_TRANSACTION),
+    )
+
+
+async def message_trace(admin: Admin, msg_id: str, trace_topic: str
+                        ) -> TracePath | str | None:
+    """``msg_id``'s path from ``trace_topic`` (None: the cluster has no such topic; a string:
+    why the query failed)."""
+    try:
+        return trace_path(await admin.query_msg_trace(msg_id, trace_topic))
+    except NoRouteError:
+        return None
+    except MQClientError as exc:
+        return str(exc)
+
+
+async def broker_name_at(admin: Admin, addr: str) -> str:
+    """The name of the broker group serving ``addr`` ("" when no broker there is known)."""
+    try:
+        info = await admin.cluster_list()
+    except MQClientError:
+        return ""
+    for name, data in info.broker_addr_table.items():
+        if addr in data.broker_addrs.values():
+            return name
+    return ""
 
 
 def is_offset_id(msg_id: str) -> bool:

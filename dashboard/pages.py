@@ -15,6 +15,7 @@ from ..client.model import Message
 from ..client.producer import Producer
 from ..cluster.protocol.message import MessageConst
 from ..cluster.protocol.names import validate_group, validate_topic
+from ..cluster.protocol.trace import DEFAULT_TRACE_TOPIC
 from . import chaos_runs, gather
 from .forms import (
     SYSTEM_PROPERTIES,
@@ -304,9 +305,14 @@ async def _one_message(dash: Dashboard, request: Request, session: Session) -> A
 
 
 async def message(dash: Dashboard, request: Request, session: Session) -> Response:
-    _, m = await _one_message(dash, request, session)
+    trace_topic = _topic_name(request.query_params.get("trace", DEFAULT_TRACE_TOPIC))
+    admin, m = await _one_message(dash, request, session)
     dlq = m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+    trace = await gather.message_trace(admin, m.msg_id, trace_topic)
+    stored_on = m.queue.broker_name or await gather.broker_name_at(
+        admin, f"{m.store_host[0]}:{m.store_host[1]}")
     return html(dash, request, session, "message", f"Message {m.msg_id}", m=m,
+                trace=trace, trace_topic=trace_topic, stored_on=stored_on,
                 props=sorted(m.properties.items()),
                 body=body_views(m.body, MAX_BODY_SHOWN, MAX_HEX_SHOWN), dlq=dlq,
                 origin=m.properties.get(MessageConst.PROPERTY_RETRY_TOPIC, ""),

@@ -13,6 +13,8 @@ DEFAULT_PORT: Final = 8088
 MAX_REQUEST_BYTES: Final = 16 * 1024
 #: Largest header block Hypercorn keeps for one request.
 MAX_HEADER_BYTES: Final = 16 * 1024
+#: HTTP connections open at once; more are closed as they arrive.
+MAX_CONNECTIONS: Final = 256
 #: Sessions kept at once (the oldest goes first) and how long an idle one lives.
 MAX_SESSIONS: Final = 256
 SESSION_IDLE_S: Final = 8 * 3600.0
@@ -57,6 +59,7 @@ class DashboardSettings:
     chaos_dirs: tuple[str, ...] = ()
     max_request_bytes: int = MAX_REQUEST_BYTES
     max_sessions: int = MAX_SESSIONS
+    max_connections: int = MAX_CONNECTIONS
     session_idle_s: float = SESSION_IDLE_S
     max_live_streams: int = MAX_LIVE_STREAMS
     live_interval_s: float = LIVE_INTERVAL_S

@@ -18,6 +18,9 @@ th{background:#eef}.num{text-align:right;font-variant-numeric:tabular-nums}
 button{cursor:pointer}.danger{background:#c33;color:#fff;border:0;padding:.3em .8em}
 .chart{background:#fff;border:1px solid #ddd;max-width:100%}
 pre{background:#fff;border:1px solid #ddd;padding:.6em;overflow:auto;max-height:30em;white-space:pre-wrap;word-break:break-all}
+.path{list-style:none;padding:0;border-left:3px solid #9ab;margin-left:.5em}.path .step{padding:.3em .8em;position:relative}
+.path .step::before{content:"";position:absolute;left:-.45em;top:.75em;width:.6em;height:.6em;border-radius:50%;background:#9ab}
+.success{color:#080}.failed{color:#b00}
 .views button.on{font-weight:bold}.timeline{max-width:100%;background:#fff}.note{color:#666}
 """
 

@@ -152,6 +152,21 @@ MESSAGE = """{% extends "base" %}{% block body %}
 <tr><th>reconsumed</th><td>{{ m.reconsume_times }}</td></tr>
 {% for k, v in props %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>{% endfor %}
 </tbody></table>
+<h2>path</h2>
+{% if trace is none %}<p class="note" id="trace-none">no trace topic {{ trace_topic }} in this cluster (clients write traces with enableMsgTrace; brokers make the topic with traceTopicEnable)</p>
+{% elif trace is string %}<p class="err" id="trace-error">trace: {{ trace }}</p>
+{% else %}<ol id="trace-path" class="path">
+{% for v in trace.sent %}<li class="step" data-step="sent"><b>sent</b> by producer group <b>{{ v.group }}</b> from {{ v.client_host }} at {{ when(v.timestamp) }} to {{ v.store_host }}: <b class="{{ v.status }}">{{ v.status }}</b> in {{ v.cost_ms }} ms</li>
+{% else %}<li class="step note" data-step="sent">no Pub record (the producer traced nothing)</li>{% endfor %}
+<li class="step" data-step="stored"><b>stored</b> on <b>{{ stored_on or "?" }}</b> ({{ m.store_host[0] }}:{{ m.store_host[1] }}) at {{ when(m.store_timestamp) }}, queue {{ m.queue_id }} offset {{ m.queue_offset }}</li>
+{% for v in trace.ended %}<li class="step" data-step="ended"><b>transaction ended</b> by <b>{{ v.group }}</b> at {{ when(v.timestamp) }}</li>{% endfor %}
+{% for group, views in trace.consumed %}<li class="step" data-step="consumed" data-group="{{ group }}"><b>consumed</b> by group <b>{{ group }}</b>
+<table class="consumptions"><thead><tr><th>at</th><th>client</th><th>cost</th><th>status</th><th>retry</th></tr></thead><tbody>
+{% for v in views %}<tr><td>{{ when(v.timestamp) }}</td><td>{{ v.client_host }}</td><td class="num">{{ v.cost_ms }} ms</td><td class="{{ v.status }}">{{ v.status }}</td><td class="num">{{ v.retry_times if v.retry_times is not none else "-" }}</td></tr>{% endfor %}
+</tbody></table></li>{% endfor %}
+{% for v in trace.in_flight %}<li class="step note" data-step="consuming"><b>being consumed</b> by group <b>{{ v.group }}</b> since {{ when(v.timestamp) }} ({{ v.client_host }})</li>{% endfor %}
+{% if not trace.consumed and not trace.in_flight %}<li class="step note" data-step="unconsumed">not consumed yet (no consumer trace record)</li>{% endif %}
+</ol>{% endif %}
 <h2>body ({{ m.body|length }} bytes)</h2>
 <p class="views"><button type="button" data-view="text" class="on">text</button><button type="button" data-view="json">JSON</button><button type="button" data-view="hex">hex</button></p>
 <pre id="body-text" data-body="text">{{ body.text }}</pre>

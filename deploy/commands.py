@@ -40,13 +40,17 @@ from ..cluster.acl.signing import Credentials
 from ..cluster.cli_args import non_negative
 from ..cluster.logging import pretty_line, rotated_paths
 from ..cluster.metrics import ExpositionError, parse_exposition, sample_value
-from ..cluster.metrics_server import fetch_metrics
+from ..cluster.metrics_server import METRICS_PATH, fetch_metrics
 from . import supervisor
+from .proxy_up import proxy_rows
 from .render import DEFAULT_INSTALL_DIR, METRICS_PORT_AUTO, metrics_port_of
 from .supervisor import ClusterState, SupervisorError
 from .topology import (
     BUILTIN_PROFILES,
     KIND_BROKER,
+    KIND_NAMESRV,
+    ROLE_AUTO,
+    ROLE_DLEDGER,
     ProfileError,
     ProfileSpec,
     build_topology,
@@ -70,9 +74,10 @@ def _print_json(obj: Any) -> None:
 
 
 def _say(line: str) -> None:
-    """A progress line; a closed stdout (``| head``) must not abort what is being done."""
+    """A progress line: on stderr (stdout carries results only); a closed stream must not
+    abort what is being done."""
     with contextlib.suppress(BrokenPipeError):
-        print(line, flush=True)
+        print(line, file=sys.stderr, flush=True)
 
 
 def _dir(args: argparse.Namespace) -> Path:
@@ -141,7 +146,33 @@ DLEDGER_STATUS_COLUMNS = [("term", "TERM"), ("leader", "LEADER"), ("commit_index
 CONTROLLER_STATUS_COLUMNS = [("epoch", "EPOCH"), ("sync_state_set", "SYNCSTATESET")]
 
 
+def metrics_urls(state: ClusterState) -> dict[str, str]:
+    """Node name -> its /metrics URL, for every node of the cluster that serves one (``up
+    --metrics``: brokers and NameServers; controllers have none)."""
+    spec = state.topology.spec
+    urls = {}
+    for rec in state.records():
+        if rec.spec.kind == KIND_BROKER:
+            props = spec.broker_properties
+        elif rec.spec.kind == KIND_NAMESRV:
+            props = spec.namesrv_properties
+        else:
+            continue
+        if props.get("metricsPort") == METRICS_PORT_AUTO:
+            urls[rec.name] = f"http://{rec.spec.host}:{metrics_port_of(rec.spec)}{METRICS_PATH}"
+    return urls
+
+
+#: Configured roles the group decides (DLedger's election, the controller): ``up`` shows the
+#: role and brokerId each such node holds now, as ``status`` does.
+_ELECTED_ROLES = (ROLE_DLEDGER, ROLE_AUTO)
+
+
 def _node_rows(state: ClusterState) -> list[dict[str, Any]]:
+    urls = metrics_urls(state)
+    live: dict[str, dict[str, Any]] = {}
+    if any(r.spec.role in _ELECTED_ROLES for r in state.records()):
+        live = {n["name"]: n for n in supervisor.status(state)["nodes"]}
     rows = []
     for rec in state.records():
         st = rec.state()
@@ -150,13 +181,14 @@ def _node_rows(state: ClusterState) -> list[dict[str, Any]]:
                 "name": rec.name,
                 "kind": rec.spec.kind,
                 "group": rec.spec.group,
-                "role": rec.spec.role,
-                "broker_id": rec.spec.broker_id,
+                "role": live.get(rec.name, {}).get("role", rec.spec.role),
+                "broker_id": live.get(rec.name, {}).get("broker_id", rec.spec.broker_id),
                 "addr": rec.spec.addr,
                 "pid": rec.pid if st != "dead" else None,
                 "alive": st != "dead",
                 "state": st,
                 "log": rec.log,
+                "metrics_url": urls.get(rec.name),
             }
         )
     return rows
@@ -201,11 +233,12 @@ def metrics_token(admin: Credentials) -> str:
 def cmd_up(args: argparse.Namespace) -> int:
     spec = resolve_profile(args.profile, groups=args.groups)
     directory = _dir(args)
-    say = (lambda line: None) if args.json else _say
+    say = _say  # progress goes to stderr in every mode
     fresh: Credentials | None = None
     if getattr(args, "metrics", False):
         spec = attrs.evolve(
-            spec, broker_properties={**spec.broker_properties, "metricsPort": METRICS_PORT_AUTO}
+            spec, broker_properties={**spec.broker_properties, "metricsPort": METRICS_PORT_AUTO},
+            namesrv_properties={**spec.namesrv_properties, "metricsPort": METRICS_PORT_AUTO},
         )
     spec, hosts = _with_bind(spec, getattr(args, "bind", None))
     if getattr(args, "acl", False):
@@ -297,12 +330,20 @@ def _cmd_up(
             )
         print(format_table(rows, NODE_COLUMNS))
         print(f"NAMESRV_ADDR={state.topology.namesrv_addr}")
+        _print_metrics_urls(rows)
         if fresh is not None and not result.already_running:
             # printed once, on its own line (kept in conf/plain_acl.yml, mode 0600)
             print(f"accessKey={fresh.access_key} secretKey={fresh.secret_key}")
     if args.foreground:
         return _foreground(state, quiet=args.json)
     return 0
+
+
+def _print_metrics_urls(rows: list[dict[str, Any]]) -> None:
+    """``up --metrics``: every /metrics URL, one node a line."""
+    served = [r for r in rows if r.get("metrics_url")]
+    if served:
+        print(format_table(served, [("name", "NODE"), ("metrics_url", "METRICS")]))
 
 
 def _foreground(state: ClusterState, *, quiet: bool) -> int:
@@ -371,8 +412,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     state = _state(args)
     report = supervisor.status(state)
     nodes = report["nodes"]
-    # a script's health check: every node running (a paused or dead one is not)
-    healthy = all(n["state"] == "running" for n in nodes)
+    urls = metrics_urls(state)
+    for node in nodes:
+        node["metrics_url"] = urls.get(node["name"])
+    report["proxies"] = proxies = proxy_rows(state.dir)
+    # a script's health check: every node running (a paused or dead one is not), every
+    # proxy ``up --proxy`` started taking connections
+    healthy = all(n["state"] == "running" for n in nodes) and all(
+        p["state"] == "up" for p in proxies)
     if args.json:
         if getattr(args, "metrics", False):
             report["metrics"] = _metrics_rows(state)
@@ -390,13 +437,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     if any("epoch" in n for n in nodes):
         columns = [*columns, *CONTROLLER_STATUS_COLUMNS]
     print(format_table(nodes, columns))
+    if proxies:
+        rows = [{**p, "tls": "TLS" if p["tls"] else "plain text"} for p in proxies]
+        print(format_table(rows, PROXY_STATUS_COLUMNS))
     if getattr(args, "metrics", False):
         _print_metrics(state)
     if not healthy:
         down = [n["name"] for n in nodes if n["state"] != "running"]
+        down += [p["name"] for p in proxies if p["state"] != "up"]
         _err(f"cluster {report['name']} is not healthy: {', '.join(down)} not running")
         return 1
     return 0
+
+
+#: ``status``: the proxies ``up --proxy`` started (key, column title)
+PROXY_STATUS_COLUMNS = [("name", "PROXY"), ("address", "GRPC"), ("tls", "TRANSPORT"),
+                        ("pid", "PID"), ("state", "STATE")]
 
 
 #: ``status --metrics``: the figures shown per broker (sample name, column title).
@@ -409,28 +465,46 @@ METRICS_COLUMNS = [
     ("rmq_broker_replication_lag_bytes", "REPL_LAG"),
     ("rmq_acl_denials_total", "ACL_DENIED"),
 ]
+#: ... and per NameServer.
+NAMESRV_METRICS_COLUMNS = [
+    ("rmq_namesrv_live_brokers", "BROKERS"),
+    ("rmq_namesrv_topics", "TOPICS"),
+    ("rmq_namesrv_requests_total", "REQUESTS"),
+    ("rmq_namesrv_broker_registrations_total", "REGISTRATIONS"),
+    ("rmq_namesrv_connections", "CONNS"),
+]
 
 
 def _metrics_rows(state: ClusterState) -> list[dict[str, Any]] | None:
-    """Scrape each broker's /metrics (``up --metrics``); None when the cluster has none."""
-    if state.topology.spec.broker_properties.get("metricsPort") != METRICS_PORT_AUTO:
+    """Scrape every node's /metrics (``up --metrics``: NameServers, then brokers); None when
+    the cluster serves none."""
+    urls = metrics_urls(state)
+    if not urls:
         return None
-    token = state.topology.spec.broker_properties.get("metricsToken", "")
+    spec = state.topology.spec
     rows = []
-    for rec in state.records(KIND_BROKER):
-        addr = f"{rec.spec.host}:{metrics_port_of(rec.spec)}"
-        row: dict[str, Any] = {"name": rec.name, "metrics": addr}
-        try:
-            fams = parse_exposition(fetch_metrics(addr, token=token))
-        except (OSError, ExpositionError) as exc:
-            row["error"] = str(exc)
-            rows.append(row)
-            continue
-        for sample, _title in METRICS_COLUMNS:
-            value = sample_value(fams, sample)
-            row[sample] = None if value is None else round(value, 2)
-        rows.append(row)
+    for kind, props, columns in ((KIND_NAMESRV, spec.namesrv_properties, NAMESRV_METRICS_COLUMNS),
+                                 (KIND_BROKER, spec.broker_properties, METRICS_COLUMNS)):
+        for rec in state.records(kind):
+            if rec.name in urls:
+                row = _scrape_row(urls[rec.name], columns, props.get("metricsToken", ""))
+                rows.append({"name": rec.name, "kind": kind, **row})
     return rows
+
+
+def _scrape_row(url: str, columns: list[tuple[str, str]], token: str) -> dict[str, Any]:
+    """One node's figures (``columns``) from a scrape of ``url``; ``error`` when it failed."""
+    addr = url.removeprefix("http://").removesuffix(METRICS_PATH)
+    row: dict[str, Any] = {"metrics": addr, "metrics_url": url}
+    try:
+        fams = parse_exposition(fetch_metrics(addr, token=token))
+    except (OSError, ExpositionError) as exc:
+        row["error"] = str(exc)
+        return row
+    for sample, _title in columns:
+        value = sample_value(fams, sample)
+        row[sample] = None if value is None else round(value, 2)
+    return row
 
 
 def _print_metrics(state: ClusterState) -> None:
@@ -438,7 +512,10 @@ def _print_metrics(state: ClusterState) -> None:
     if rows is None:
         print("metrics: not enabled for this cluster (rmq-cluster up PROFILE --metrics)")
         return
-    print(format_table(rows, [("name", "NODE"), ("metrics", "METRICS"), *METRICS_COLUMNS]))
+    for kind, columns in ((KIND_NAMESRV, NAMESRV_METRICS_COLUMNS), (KIND_BROKER, METRICS_COLUMNS)):
+        part = [r for r in rows if r["kind"] == kind]
+        if part:
+            print(format_table(part, [("name", "NODE"), ("metrics", "METRICS"), *columns]))
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
@@ -765,7 +842,8 @@ def _add_cluster_commands(sub: Any, profiles: str) -> None:
                    help="brokers and NameServers enforce plain ACL; prints generated admin "
                         "credentials once")
     p.add_argument("--metrics", action="store_true",
-                   help="brokers serve Prometheus /metrics on listenPort + 4")
+                   help="brokers serve Prometheus /metrics on listenPort + 4, NameServers on "
+                        "listenPort + 100 (loopback unless --bind); up prints every URL")
     p.add_argument("--bind", type=_bind_address, default=None, metavar="ADDR",
                    help="every node listens on ADDR (default 127.0.0.1; 0.0.0.0: every "
                         "interface, still advertising 127.0.0.1; another address is also "
@@ -780,7 +858,7 @@ def _add_cluster_commands(sub: Any, profiles: str) -> None:
     p = sub.add_parser("status", help="nodes, pids, liveness, roles and CommitLog offsets")
     _common(p)
     p.add_argument("--metrics", action="store_true",
-                   help="also scrape each broker's /metrics (clusters started with --metrics)")
+                   help="also scrape each node's /metrics (clusters started with --metrics)")
     p.set_defaults(func=_guarded(cmd_status))
 
     p = sub.add_parser("nodes", help="list node names")

@@ -3,7 +3,10 @@
 ``transfer --group G --to n2`` sends DLedger's admin LEADERSHIP_TRANSFER request
 (``dledger/admin.py``) to the group's peers on their dLegerPeers ports: a follower answers
 NOT_LEADER naming the leader, the leader hands over and answers once ``n2`` leads (or
-TAKE_LEADERSHIP_FAILED).  ``leaders`` prints who leads each group, in which term.  When the
+TAKE_LEADERSHIP_FAILED).  When the group names another member its ``preferredLeaderId``, that
+member takes the leadership back within a few seconds (DLedger's preferred-leader check):
+``transfer`` watches the group for ``PREFERRED_WATCH_S`` and says so (exit 1: the member asked
+for does not lead).  ``leaders`` prints who leads each group, in which term.  When the
 group's brokers hold a ``clusterSecret`` (their dLegerPeers ports authenticate every peer), the
 admin client proves it too (``cluster/remoting/peer_auth.py``), read from a member's config.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 import attrs
@@ -42,6 +46,12 @@ CODE_NOT_LEADER = 404
 DEFAULT_WAIT_S = 15.0
 MAX_ANSWER_BYTES = 4096
 MAX_REDIRECTS = 3
+#: After a transfer away from the group's preferredLeaderId: how long ``transfer`` watches for
+#: the preferred member taking the leadership back (it checks every second, dledger/core.py),
+#: and how often it looks.
+PREFERRED_WATCH_S = 8.0
+PREFERRED_POLL_S = 0.25
+PREFERRED_LEADER_KEY = "preferredLeaderId"
 
 
 @attrs.frozen
@@ -97,17 +107,38 @@ def group_peers(topo: Topology, group: str) -> dict[str, str]:
     }
 
 
-def group_secret(state: supervisor.ClusterState, group: str) -> str:
-    """The ``clusterSecret`` of ``group``'s brokers, from a member's rendered config ("" when
-    none has one: open peer ports)."""
+def group_setting(state: supervisor.ClusterState, group: str, key: str) -> str:
+    """``key`` of ``group``'s brokers, from a member's rendered config ("" when none has it)."""
     for spec in state.topology.group_members(group):
         try:
-            secret = read_properties(state.node(spec.name).conf).get(CLUSTER_SECRET_KEY, "")
+            value = read_properties(state.node(spec.name).conf).get(key, "")
         except (OSError, supervisor.SupervisorError):
             continue
-        if secret:
-            return secret
+        if value:
+            return value
     return ""
+
+
+def group_secret(state: supervisor.ClusterState, group: str) -> str:
+    """The ``clusterSecret`` of ``group``'s brokers ("" when none has one: open peer ports)."""
+    return group_setting(state, group, CLUSTER_SECRET_KEY)
+
+
+def watch_taken_back(
+    state: supervisor.ClusterState, group: str, to: str, within_s: float
+) -> dict[str, Any] | None:
+    """Whether another member leads ``group`` within ``within_s`` of ``to`` taking over: its
+    ``leader`` (dLegerSelfId), ``term`` and ``after_s``; None if ``to`` still leads."""
+    started = time.monotonic()
+    while time.monotonic() - started < within_s:
+        for node in supervisor.status(state)["nodes"]:
+            leader = node.get("leader")
+            if (node.get("group") == group and node.get("alive") and leader
+                    and leader != to and node.get("term") is not None):
+                return {"leader": leader, "term": node["term"],
+                        "after_s": round(time.monotonic() - started, 2)}
+        time.sleep(PREFERRED_POLL_S)
+    return None
 
 
 async def transfer(
@@ -179,13 +210,27 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         "term": out.answer.term if out.answer else None,
         "remark": (out.answer.remark if out.answer else "") or out.error,
     }
+    preferred = group_setting(state, args.group, PREFERRED_LEADER_KEY)
+    back = None
+    if out.ok and preferred and preferred != to:
+        report["preferred_leader"] = preferred
+        back = report["taken_back"] = watch_taken_back(state, args.group, to, PREFERRED_WATCH_S)
     if args.json:
         _print_json(report)
     elif out.ok:
         print(f"group {args.group}: {to} leads (term {report['term']})")
+        if back is not None:
+            print(f"group {args.group}: {back['leader']} took the leadership back after "
+                  f"{back['after_s']} s (term {back['term']}): it is the group's "
+                  f"{PREFERRED_LEADER_KEY}")
     if not out.ok:
         sys.stderr.write(f"{PROG}: error: transfer to {to} failed: {report['code']} "
                          f"{report['remark']}\n")
+        return 1
+    if back is not None:
+        sys.stderr.write(f"{PROG}: error: {to} no longer leads {args.group}: "
+                         f"{PREFERRED_LEADER_KEY}={preferred} took the leadership back; change "
+                         f"or remove {PREFERRED_LEADER_KEY} to keep {to} leading\n")
         return 1
     return 0
 

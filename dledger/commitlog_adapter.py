@@ -16,15 +16,17 @@ CommitLog is the DLedger log in ``<storePathRootDir>/dledger-<selfId>/{data,inde
   an entry a new leader might truncate.  Empty entries (a new leader's no-op) are skipped.
 * **Writes** go through :meth:`DLedgerNode.propose_now` (synchronous: position, queue offset and
   append happen with no ``await`` between them); ``put_message`` then waits for the commit
-  (group commit: one Ready wakes every send it commits; the broker's send processor answers
-  through a ``Deferred`` instead, see ``broker/dledger_role.py``).  The node answers a commit
-  before it dispatches the entries; a pull or query right after the answer finds
-  ``dispatch_behind_bytes > 0`` and ``dispatch()`` applies the committed entries on the spot.
+  (group commit: one Ready wakes every send it commits; the broker's send processor holds its
+  encoded answer on the node's commit watermark instead, see ``broker/dledger_role.py``).  The
+  node answers a commit before it dispatches the entries; a pull or query right after the
+  answer finds ``dispatch_behind_bytes > 0`` and ``dispatch()`` applies the committed entries
+  on the spot.
   Result mapping (reference §7.7):
   NOT_LEADER / LEADER_NOT_READY / INCONSISTENT_LEADER / DISK_FULL -> SERVICE_NOT_AVAILABLE;
   WAIT_QUORUM_ACK_TIMEOUT / LEADER_PENDING_FULL -> OS_PAGECACHE_BUSY (the client gets
   SYSTEM_ERROR and retries, so a timed-out entry that commits later is a duplicate); others ->
-  UNKNOWN_ERROR.  ``append_message`` (the schedule service, end-transaction, send-back) proposes
+  UNKNOWN_ERROR (TERM_CHANGED: the leader's term ended before the entry committed).
+  ``append_message`` (the schedule service, end-transaction, send-back) proposes
   without waiting, as an async master would.
 * **Leader readiness** (DLedgerRoleChangeHandler): a new leader accepts writes only once its
   no-op entry committed and every entry up to it was dispatched; then it rebuilds the queue
@@ -65,7 +67,7 @@ import contextlib
 import os
 import struct
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from ..cluster.clock import now_ms
 from ..cluster.logging import get_logger
@@ -113,7 +115,8 @@ from .log_storage import BODY_OFFSET, FileLogStorage
 from .messages import Entry, ResponseCode
 
 if TYPE_CHECKING:
-    from .node import AppendResult, DLedgerNode, Pending, Waiter
+    from ..store.watermark import ExpiredAnswer, Watermark
+    from .node import DLedgerNode
 
 log = get_logger(component="dledger_commitlog")
 
@@ -314,6 +317,8 @@ class DLedgerCommitLog:
         self.leader_ready = False
         self._noop_index = -1
         self.wait_ack_s = dledger.max_wait_ack_ms / 1000
+        #: how a held send answer reads when its entry did not commit (``answer_failures_with``)
+        self._failed_answer: Callable[[PutMessageStatus, str], ExpiredAnswer] | None = None
         #: called with no arguments whenever the role or the leader's readiness changes
         self.on_role_change: Callable[[], None] | None = None
         self._host_cache: dict[tuple[str, int], bytes] = {}
@@ -479,6 +484,7 @@ class DLedgerCommitLog:
 
     def attach(self, node: DLedgerNode) -> None:
         self.node = node
+        self._wire_commit(node)
 
     @property
     def dledger_role(self) -> Role:
@@ -664,21 +670,20 @@ class DLedgerCommitLog:
         return raw
 
     def _propose(
-        self, msg: Message, props: bytes | None = None, sink: Pending | None = None
-    ) -> tuple[PutMessageResult, Pending | None]:
-        """Encode ``msg`` at the next entry's position and append it (leader, ready).  The
-        second value is the waiter for its commit: ``sink`` itself when given (see
-        :meth:`DLedgerNode.propose_with`), else a new :class:`Waiter`; None when refused."""
+        self, msg: Message, props: bytes | None = None
+    ) -> tuple[PutMessageResult, int, int]:
+        """Encode ``msg`` at the next entry's position and append it (leader, ready): the
+        result, the entry's index and term ((result, -1, 0) when refused)."""
         refused = self.refusal()
         if refused is not None:
-            return refused, None
+            return refused, -1, 0
         node = self.node
         storage = self.storage
         view = self.view
         if node is None or storage is None or view is None:
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "DLedger store is not open"
-            ), None
+            ), -1, 0
         topic = msg.topic
         queue_id = msg.queue_id
         sys_flag = msg.sys_flag & ~_HOST_V6_FLAGS
@@ -696,11 +701,11 @@ class DLedgerCommitLog:
                 return PutMessageResult(
                     PutMessageStatus.MESSAGE_ILLEGAL, None,
                     f"topic length must be 1..{MAX_TOPIC_BYTES} bytes",
-                ), None
+                ), -1, 0
             if not is_valid_component(topic):  # it could never get a ConsumeQueue directory
                 return PutMessageResult(
                     PutMessageStatus.MESSAGE_ILLEGAL, None, "topic is not a valid file name"
-                ), None
+                ), -1, 0
             topic_part = _TOPIC_LEN[len(topic_b)] + topic_b
             if len(self._topic_parts) < TOPIC_CACHE_MAX_ENTRIES:
                 self._topic_parts[topic] = topic_part
@@ -710,13 +715,13 @@ class DLedgerCommitLog:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, None,
                 f"message body {body_len} > maxMessageSize {self.config.max_message_size}",
-            ), None
+            ), -1, 0
         props_len = len(props)
         if props_len > MAX_PROPERTIES_BYTES:
             return PutMessageResult(
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, None,
                 f"properties {props_len} > {MAX_PROPERTIES_BYTES}",
-            ), None
+            ), -1, 0
         key = (topic, queue_id)
         table = view.topic_queue_table
         qo = 0 if txn in _NO_ADVANCE_TXN else table.get(key, 0)
@@ -735,25 +740,21 @@ class DLedgerCommitLog:
         except (OSError, TypeError, ValueError, struct.error) as exc:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, None, f"cannot encode the message: {exc}"
-            ), None
-        waiter: Pending | None
+            ), -1, 0
         try:
-            if sink is None:
-                code, waiter = node.propose_now(record)
-            else:
-                code = node.propose_with(record, sink, self.wait_ack_s)
-                waiter = sink if code is ResponseCode.SUCCESS else None
+            code, index, term = node.propose_now(record)
         except OSError as exc:  # the log's files could not reserve room (disk full): nothing
             return PutMessageResult(  # was appended, the log and the Raft core are unchanged
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, None, f"DLedger append failed: {exc}"
-            ), None
-        if waiter is None:
-            return PutMessageResult(put_status_of(code), None, f"DLedger append: {code.name}"), None
+            ), -1, 0
+        if index < 0:
+            refused = PutMessageResult(put_status_of(code), None, f"DLedger append: {code.name}")
+            return refused, -1, 0
         if txn not in _NO_ADVANCE_TXN:
             table[key] = qo + 1
         if pmap is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
-            self._stash[waiter.index] = (
-                waiter.term, topic, queue_id, qo,
+            self._stash[index] = (
+                term, topic, queue_id, qo,
                 record_tags_code(topic, pmap, now, self.delay_levels), now,
                 pmap.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or "",
                 pmap.get(MessageConst.PROPERTY_KEYS) or "",
@@ -762,76 +763,94 @@ class DLedgerCommitLog:
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             AppendMessageResult(pos + BODY_OFFSET, record_len, now, qo, 1, store_host),
-        ), waiter
+        ), index, term
 
-    def _propose_batch(self, batch: Message) -> tuple[PutMessageResult, Pending | None]:
+    def _propose_batch(self, batch: Message) -> tuple[PutMessageResult, int, int]:
+        """Each item of ``batch`` appended as its own entry: the result covering them, the
+        last one's index and term ((result, -1, 0) when refused)."""
         refused = self.refusal()
         if refused is not None:
-            return refused, None
+            return refused, -1, 0
         if batch.sys_flag & SYSFLAG_TRANSACTION_MASK:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be transactional"
-            ), None
+            ), -1, 0
         if MessageConst.PROPERTY_DELAY_TIME_LEVEL in batch.properties:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot be delayed"
-            ), None
+            ), -1, 0
         try:
             items = decode_batch(batch.body)
         except ValueError as exc:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, None, f"bad batch body: {exc}"
-            ), None
+            ), -1, 0
         if not items:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch"), None
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch"), -1, 0
         extra = encode_properties(batch.properties)
         offsets: list[int] = []
         first: AppendMessageResult | None = None
-        waiter: Pending | None = None
+        last = (-1, 0)
         total = 0
         for item in items:
             msg = Message(
                 batch.topic, item.body, batch.queue_id, item.flag, {}, batch.sys_flag,
                 batch.born_timestamp, batch.born_host, batch.store_host, batch.reconsume_times,
             )
-            result, w = self._propose(msg, join_properties(item.properties, extra))
-            if w is None or result.result is None:
+            result, index, term = self._propose(msg, join_properties(item.properties, extra))
+            if index < 0 or result.result is None:
                 if first is None:
-                    return result, None
+                    return result, -1, 0
                 break  # the items appended so far stand; the answer covers them
-            waiter = w
+            last = (index, term)
             if first is None:
                 first = result.result
             offsets.append(result.result.wrote_offset)
             total += result.result.wrote_bytes
         if first is None:  # (items is not empty: the first one was proposed or returned)
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch"), None
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch"), -1, 0
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             AppendMessageResult(
                 first.wrote_offset, total, first.store_timestamp, first.logics_offset,
                 len(offsets), first.store_host_bytes, tuple(offsets),
             ),
-        ), waiter
+        ), *last
 
-    def propose_message(
-        self, msg: Message, batch: bool
-    ) -> tuple[PutMessageResult, Pending | None]:
-        """Append now; the waiter (None when refused) reports the commit."""
-        return self._propose_batch(msg) if batch else self._propose(msg)
+    def propose_message(self, msg: Message, batch: bool) -> tuple[PutMessageResult, int]:
+        """Append now: the result and the mark :attr:`commit` must reach before it may be
+        answered PUT_OK (its last entry's index + 1; -1 when refused)."""
+        result, index, _term = self._propose_batch(msg) if batch else self._propose(msg)
+        return result, index + 1 if index >= 0 else -1
 
-    def propose_with(self, msg: Message, sink: Pending) -> PutMessageResult:
-        """Append one (non-batch) message now with ``sink`` as its commit waiter: when the
-        result is stored, ``sink.finish(ack)`` follows once the entry commits, fails or times
-        out (``wait_ack_s``); otherwise (refused) it is never called."""
-        return self._propose(msg, None, sink)[0]
-
-    def on_committed(self, waiter: Pending, callback: Callable[[AppendResult], None]) -> None:
-        """``callback(result)`` once ``waiter``'s entry committed, failed or timed out (map a
-        failure with :func:`put_status_of`)."""
+    @property
+    def commit(self) -> Watermark:
+        """The group's quorum commit (:attr:`DLedgerNode.commit`): sends hold their answers on
+        it (``broker/dledger_role.py``)."""
         if self.node is None:
-            raise RuntimeError("a commit waiter without a DLedger node")
-        self.node.on_commit(cast("Waiter", waiter), callback, self.wait_ack_s)
+            raise RuntimeError("the DLedger node is not attached")
+        return self.node.commit
+
+    def answer_failures_with(
+        self, failed: Callable[[PutMessageStatus, str], ExpiredAnswer]
+    ) -> None:
+        """How answers held on :attr:`commit` read when their entry did not commit: after
+        ``wait_ack_s`` (WAIT_QUORUM_ACK_TIMEOUT), or when the leader's term ended first
+        (TERM_CHANGED), mapped by :func:`put_status_of` (the broker's send answers)."""
+        self._failed_answer = failed
+        if self.node is not None:
+            self._wire_commit(self.node)
+
+    def _wire_commit(self, node: DLedgerNode) -> None:
+        failed = self._failed_answer
+        if failed is None:
+            return
+        held = node.commit.held
+        held.timeout_s = self.wait_ack_s
+        timeout = ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+        held.expired_answer = failed(put_status_of(timeout), f"DLedger append: {timeout.name}")
+        changed = ResponseCode.TERM_CHANGED
+        node.term_changed = failed(put_status_of(changed), f"DLedger append: {changed.name}")
 
     def append_message(self, msg: Message) -> PutMessageResult:
         """Propose without waiting for the commit (schedule service, end-transaction)."""
@@ -840,12 +859,10 @@ class DLedgerCommitLog:
     def append_messages(self, batch: Message) -> PutMessageResult:
         return self._propose_batch(batch)[0]
 
-    async def _committed(
-        self, result: PutMessageResult, waiter: Pending | None
-    ) -> PutMessageResult:
-        if waiter is None or self.node is None:
+    async def _committed(self, result: PutMessageResult, index: int, term: int) -> PutMessageResult:
+        if index < 0 or self.node is None:
             return result
-        ack = await self.node.wait_committed(cast("Waiter", waiter), self.wait_ack_s)
+        ack = await self.node.wait_committed(index, term, self.wait_ack_s)
         if ack.code is ResponseCode.SUCCESS:
             return result
         return PutMessageResult(

@@ -7,15 +7,18 @@ is the only decision maker; this file moves bytes and time.
 
 Proposals: :meth:`DLedgerNode.propose_now` appends synchronously (the event loop is the put lock:
 the CommitLog adapter computes an entry's position and then proposes it with no ``await`` in
-between) and wakes the driver; :meth:`DLedgerNode.wait_committed` waits for the commit, or
-:meth:`DLedgerNode.on_commit` registers a callback (no task per proposal);
-:meth:`DLedgerNode.propose_with` takes the caller's own waiter object (the broker's send answer:
-one object per send).  Deadlines are checked on the tick, oldest first.  Committed entries
-finish their waiters all at once per Ready (group commit), *before* they are applied: the
-driver yields once in between so the answers leave while it applies (the store applies on
-demand for a read that comes first).  When the
-storage fsyncs in a worker thread (``offload_io``), ``propose_now`` refuses while that sync runs
-(``append`` then queues through the channel instead), so a write never races an msync.
+between), wakes the driver and returns the entry's index and term.  The quorum commit is one
+:class:`~rmq_cluster.store.watermark.Watermark`, :attr:`DLedgerNode.commit` (its mark: the
+number of committed entries): the broker's sends hold their encoded answers on it (key = index
++ 1: no task or object per send), :meth:`DLedgerNode.wait_committed` waits on it and then
+checks the entry's term.  Each Ready raises it once (group commit), *before* its entries are
+applied: the driver yields once in between so the answers leave while it applies (the store
+applies on demand for a read that comes first).  A term change answers everything held on it
+TERM_CHANGED first (``Watermark.settle``): from then on the indexes it passes may hold a new
+leader's entries.  Its sweeper answers what waited past ``maxWaitAckMs``
+(WAIT_QUORUM_ACK_TIMEOUT).  When the storage fsyncs in a worker thread (``offload_io``),
+``propose_now`` refuses while that sync runs (``append`` waits for it), so a write never races
+an msync.
 
 Network (:class:`RemotingTransport`, :func:`serve_peers`): every DLedger message is a **oneway**
 remoting request on the peer's dLegerPeers port, with DLedger's request codes
@@ -62,14 +65,16 @@ import trio
 from ..cluster.logging import get_logger
 from ..cluster.remoting.client_pool import RemotingClient, open_remoting_client
 from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import ResponseCode as RemotingResponseCode
 from ..cluster.remoting.connection import Connection
 from ..cluster.remoting.errors import RemotingError
 from ..cluster.remoting.peer_auth import PeerAuthGate, peer_handshake
-from ..cluster.remoting.processors import ProcessorTable
+from ..cluster.remoting.processors import Later, ProcessorTable, Reply
 from ..cluster.remoting.server import RemotingServer
 from ..store.flush import clean_service
 from ..store.mapped_file import MADV_POPULATE_WRITE, MS_SYNC, _madvise
 from ..store.mapped_file import libc_msync as _msync
+from ..store.watermark import ExpiredAnswer, Watermark
 from .admin import (
     DEFAULT_TRANSFER_TIMEOUT_S,
     AdminRequestError,
@@ -203,47 +208,16 @@ class AppendResult:
     term: int = 0
 
 
-_COMMITTED: Final = AppendResult(ResponseCode.SUCCESS)
+def failed_answer(why: ResponseCode) -> ExpiredAnswer:
+    """How an answer held on :attr:`DLedgerNode.commit` reads when its entry did not commit
+    (``why``: TERM_CHANGED, WAIT_QUORUM_ACK_TIMEOUT) unless its holder says otherwise (the
+    broker's send does: ``DLedgerCommitLog.answer_failures_with``): never a success."""
+    remark = f"DLedger append: {why.name}"
 
+    def failed(answer: RemotingCommand, key: int) -> RemotingCommand:
+        return answer.response(RemotingResponseCode.SYSTEM_ERROR, remark)
 
-class Waiter:
-    """One proposal waiting for its commit: awaited (``wait_committed``) or with a callback
-    (``on_commit``, no task and no Event per proposal)."""
-
-    __slots__ = ("callback", "deadline", "event", "index", "result", "term")
-
-    def __init__(self, index: int = -1, term: int = 0) -> None:
-        self.event: trio.Event | None = None
-        self.callback: Callable[[AppendResult], None] | None = None
-        self.result: AppendResult | None = None
-        self.index = index
-        self.term = term
-        self.deadline = math.inf
-
-    def finish(self, result: AppendResult) -> None:
-        if self.result is None:
-            self.result = result
-            if self.event is not None:
-                self.event.set()
-            if self.callback is not None:
-                try:
-                    self.callback(result)
-                except Exception:  # e.g. the client's connection closed meanwhile
-                    _log.warning("commit callback failed", index=self.index, exc_info=True)
-
-
-class Pending(Protocol):
-    """What the node keeps per proposal until it commits: a :class:`Waiter`, or a caller's own
-    object with the same fields (``propose_with``: the broker's send answer is its own waiter,
-    so one object per send instead of a Waiter, a callback and an answer object)."""
-
-    index: int
-    term: int
-    deadline: float
-    result: AppendResult | None
-    event: trio.Event | None
-
-    def finish(self, result: AppendResult) -> None: ...
+    return failed
 
 
 _TICK = object()
@@ -282,10 +256,16 @@ class DLedgerNode:
         self.on_applied = on_applied
         self.on_role_change = on_role_change
         self._send_ch, self._recv_ch = trio.open_memory_channel[Any](MAX_INBOUND_QUEUE)
-        self._pending: dict[int, Pending] = {}
-        # trio time, refreshed on every driver wake-up (a tick at least): deadlines of
-        # propose_with are computed from it (one clock read per wake-up, not per proposal)
-        self._now = 0.0
+        #: the quorum commit as a watermark: its mark is the number of committed entries
+        #: (commit index + 1), so an entry at index i is committed once it reaches i + 1.
+        #: Answers held on it (the broker's sends) go out as it rises; those whose deadline
+        #: passes first get its expired form; a term change answers them all with
+        #: ``term_changed`` (before the commit moves again: the tail may be overwritten).
+        self.commit = Watermark(
+            max(0, self.core.commit + 1), timeout_s=MAX_WAIT_ACK_S,
+            expired_answer=failed_answer(ResponseCode.WAIT_QUORUM_ACK_TIMEOUT),
+        )
+        self.term_changed = failed_answer(ResponseCode.TERM_CHANGED)
         self._role = (self.core.role, self.core.term, self.core.leader_id)
         self._changed = trio.Event()
         self._io_busy = False
@@ -331,78 +311,46 @@ class DLedgerNode:
         except trio.WouldBlock:
             self.dropped_inbound += 1
 
-    def propose_now(self, body: bytes) -> tuple[ResponseCode, Waiter | None]:
-        """Append ``body`` now (leader only) and return a waiter for its commit."""
+    def propose_now(self, body: bytes) -> tuple[ResponseCode, int, int]:
+        """Append ``body`` now (leader only): (SUCCESS, its index, its term), or (why not,
+        -1, 0). It is committed once :attr:`commit` reaches index + 1 in that same term (a
+        term change first answers everything held on :attr:`commit`: see there)."""
         if self._io_busy:
-            return ResponseCode.LEADER_NOT_READY, None
+            return ResponseCode.LEADER_NOT_READY, -1, 0
         core = self.core
         index = core.propose_index(body)
         if index < 0:
-            return ResponseCode(-index), None
-        waiter = self._pending[index] = Waiter(index, core.term)
+            return ResponseCode(-index), -1, 0
         if not self._wake_queued:
             self._wake()
-        return ResponseCode.SUCCESS, waiter
-
-    def propose_with(
-        self, body: bytes, sink: Pending, timeout_s: float = MAX_WAIT_ACK_S
-    ) -> ResponseCode:
-        """:meth:`propose_now` + :meth:`on_commit` with the caller's own waiter object: on
-        SUCCESS ``sink`` gets its index, term and deadline, and ``sink.finish(result)`` is
-        called once it commits, fails or times out (not called when refused).  The deadline
-        is at least ``timeout_s`` from now (the clock read of the driver's last wake-up, plus
-        one tick for its age)."""
-        if self._io_busy:
-            return ResponseCode.LEADER_NOT_READY
-        core = self.core
-        index = core.propose_index(body)
-        if index < 0:
-            return ResponseCode(-index)
-        sink.index = index
-        sink.term = core.term
-        sink.deadline = self._now + timeout_s + self.tick_s
-        self._pending[index] = sink
-        if not self._wake_queued:
-            self._wake()
-        return ResponseCode.SUCCESS
+        return ResponseCode.SUCCESS, index, core.term
 
     async def wait_committed(
-        self, waiter: Waiter, timeout_s: float = MAX_WAIT_ACK_S
+        self, index: int, term: int, timeout_s: float = MAX_WAIT_ACK_S
     ) -> AppendResult:
-        """Wait for ``waiter``'s commit; WAIT_QUORUM_ACK_TIMEOUT after ``timeout_s``.  No cancel
-        scope per wait: the driver expires waiters on its tick (pending waiters are in index
-        order, so it looks at the oldest only; the timeout is exact to a tick)."""
-        if waiter.result is None:
-            waiter.deadline = min(waiter.deadline, trio.current_time() + timeout_s)
-            if waiter.event is None:
-                waiter.event = trio.Event()
-            await waiter.event.wait()
-        return waiter.result or AppendResult(ResponseCode.UNKNOWN)  # (set before the event)
-
-    def on_commit(
-        self, waiter: Waiter, callback: Callable[[AppendResult], None],
-        timeout_s: float = MAX_WAIT_ACK_S,
-    ) -> None:
-        """Call ``callback(result)`` once ``waiter``'s entry commits (or fails / times out)."""
-        if waiter.result is not None:
-            callback(waiter.result)
-            return
-        waiter.deadline = min(waiter.deadline, trio.current_time() + timeout_s)
-        waiter.callback = callback
+        """Wait until the entry ``index`` proposed in ``term`` is committed: SUCCESS, or
+        TERM_CHANGED (another term's entry holds that index now, or the term ended first),
+        or WAIT_QUORUM_ACK_TIMEOUT after ``timeout_s``."""
+        committed = await self.commit.wait_for(index + 1, timeout_s)
+        if committed and self.storage.term_at(index) == term:
+            return AppendResult(ResponseCode.SUCCESS, index, term)
+        if committed or self._role[1] != term or self._role[0] is not Role.LEADER:
+            return AppendResult(ResponseCode.TERM_CHANGED, index, term)
+        return AppendResult(ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, index, term)
 
     async def append(self, body: bytes, timeout_s: float = MAX_WAIT_ACK_S) -> AppendResult:
-        """Propose ``body``; returns once it is committed (SUCCESS), or why not."""
-        if not self._io_busy:
-            code, ready_waiter = self.propose_now(body)
-            if ready_waiter is None:
-                return AppendResult(code)
-            return await self.wait_committed(ready_waiter, timeout_s)
-        waiter = Waiter()
-        try:
-            self._send_ch.send_nowait((body, waiter))
-        except trio.WouldBlock:
+        """Propose ``body``; returns once it is committed (SUCCESS), or why not. While the
+        storage syncs in a worker thread it waits for the sync (within ``timeout_s``)."""
+        deadline = trio.current_time() + timeout_s
+        with trio.move_on_at(deadline):
+            while self._io_busy:
+                await self._changed.wait()
+        if self._io_busy:
             return AppendResult(ResponseCode.LEADER_PENDING_FULL)
-        return await self.wait_committed(waiter, timeout_s)
+        code, index, term = self.propose_now(body)
+        if code is not ResponseCode.SUCCESS:
+            return AppendResult(code)
+        return await self.wait_committed(index, term, max(0.0, deadline - trio.current_time()))
 
     async def wait_for(self, predicate: Callable[[DLedgerNode], bool]) -> None:
         """Wait until ``predicate(self)`` holds (re-checked after every processed Ready)."""
@@ -463,9 +411,9 @@ class DLedgerNode:
                       f"{cmd.transferee_id} did not take leadership within {timeout_s:g} s")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self._now = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._ticker)
+            nursery.start_soon(self.commit.run)  # expires held answers on their deadline
             task_status.started()
             await self._drive()
 
@@ -489,20 +437,6 @@ class DLedgerNode:
             except trio.WouldBlock:
                 pass  # the driver has plenty to do and will see the core's Ready anyway
 
-    def _expire_waiters(self) -> None:
-        pending = self._pending
-        if not pending:
-            return
-        now = trio.current_time()
-        while pending:
-            index, waiter = next(iter(pending.items()))
-            if waiter.deadline > now and waiter.result is None:
-                return
-            del pending[index]
-            waiter.finish(
-                AppendResult(ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, waiter.index, waiter.term)
-            )
-
     async def _ticker(self) -> None:
         while True:
             await trio.sleep(self.tick_s)
@@ -512,7 +446,6 @@ class DLedgerNode:
         core = self.core
         while True:
             item = await self._recv_ch.receive()
-            self._now = trio.current_time()
             while True:
                 self._handle(item)
                 try:
@@ -528,19 +461,8 @@ class DLedgerNode:
         core = self.core
         if item is _TICK:
             core.tick()
-            self._expire_waiters()
         elif item is _WAKE:
             self._wake_queued = False
-        elif isinstance(item, tuple):
-            body, waiter = item
-            if waiter.result is not None:
-                return  # timed out before we got to it
-            res = core.propose(body)
-            if res.code is not ResponseCode.SUCCESS:
-                waiter.finish(AppendResult(res.code))
-            else:
-                waiter.index, waiter.term = res.index, res.term
-                self._pending[res.index] = waiter
         else:
             core.step(item)
 
@@ -576,26 +498,19 @@ class DLedgerNode:
                 send(msg.remote_id, encode(msg, blob), _CODE_OF[PushEntryRequest])
             else:
                 send(msg.remote_id, encode(msg), _CODE_OF[type(msg)])
+        role = (rd.role, rd.term, rd.leader_id)
+        commit = self.commit
         lo, hi = rd.committed
+        if commit.held.waiting:
+            # the term this node led in ended: what it proposed then may be overwritten, so
+            # what waits is answered TERM_CHANGED before the commit moves on (DLedger does
+            # the same; those entries may still commit)
+            ended = rd.role is not Role.LEADER or rd.term != self._role[1]
+            commit.settle(hi, ended, self.term_changed)
+            if lo < hi:
+                await trio.lowlevel.checkpoint()  # the answers leave while we apply
         if lo < hi:
-            pending = self._pending
-            if pending:
-                # answer first: the committed sends' responses leave while we apply
-                term_at = self.storage.term_at
-                # terms never decrease along the log: equal at both ends = one term throughout
-                one_term = term_at(lo) if term_at(lo) == term_at(hi - 1) else -1
-                for index in range(lo, hi):
-                    waiter = pending.pop(index, None)
-                    if waiter is None:
-                        continue
-                    term = one_term if one_term >= 0 else term_at(index)
-                    if term != waiter.term:
-                        waiter.finish(AppendResult(ResponseCode.TERM_CHANGED, index, term))
-                    elif waiter.event is None:
-                        waiter.finish(_COMMITTED)  # a callback: no need for the index
-                    else:
-                        waiter.finish(AppendResult(ResponseCode.SUCCESS, index, term))
-                await trio.lowlevel.checkpoint()
+            commit.advance(hi)
             if self.on_apply_range is not None:
                 self.on_apply_range(lo, hi)
             elif self.on_apply is not None:
@@ -604,14 +519,7 @@ class DLedgerNode:
             if self.on_applied is not None:
                 self.on_applied()
         self.core.advance(rd)
-        role = (rd.role, rd.term, rd.leader_id)
         if role != self._role:
-            if self._pending and (rd.role is not Role.LEADER or rd.term != self._role[1]):
-                # DLedger completes older-term futures with TERM_CHANGED (they may still commit)
-                for waiter in self._pending.values():
-                    waiter.finish(AppendResult(ResponseCode.TERM_CHANGED, waiter.index,
-                                               waiter.term))
-                self._pending.clear()
             self._role = role
             if self.on_role_change is not None:
                 self.on_role_change(*role)
@@ -712,7 +620,7 @@ def peer_table(
     ``node.deliver``; a two-way LEADERSHIP_TRANSFER is DLedger's admin request
     (``dledger/admin.py``), answered when the transfer is done."""
 
-    def on_message(conn: Any, request: RemotingCommand) -> Any:
+    def on_message(conn: Any, request: RemotingCommand) -> Reply:
         if request.is_oneway:
             node.deliver(request.body)
             return None
@@ -728,7 +636,7 @@ def peer_table(
                                  node.core.leader_id, node.core.term, node.core.cfg.self_id,
                                  remark=str(exc))
             return _admin_response(request, bad)
-        return _admin_answer(node, request, cmd, transfer_timeout_s)
+        return Later(_admin_answer(node, request, cmd, transfer_timeout_s))
 
     codes = (
         DLedgerRequestCode.VOTE,

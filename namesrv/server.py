@@ -19,17 +19,17 @@ import trio
 
 from ..cluster.acl.guard import AclGuard, default_acl_path
 from ..cluster.logging import get_logger
-from ..cluster.metrics import Registry
 from ..cluster.metrics_server import serve_metrics
 from ..cluster.node_main import NodeSupervisor
 from ..cluster.remoting.address import format_address
 from ..cluster.remoting.codec import RemotingCommand
 from ..cluster.remoting.codes import RequestCode, ResponseCode
 from ..cluster.remoting.connection import Connection
-from ..cluster.remoting.processors import Processor, ProcessorTable
+from ..cluster.remoting.processors import AnyProcessor, ProcessorTable
 from ..cluster.remoting.server import RemotingServer
 from .config import NamesrvConfig
 from .kv_config import load_file, write_atomically
+from .metrics import NamesrvMetrics
 from .processor import (
     NAMESRV_REQUEST_CODES,
     NamesrvState,
@@ -91,6 +91,14 @@ class NamesrvServer:
         self.acl: AclGuard | None = None
         self.server: RemotingServer | None = None
         self.metrics_address: tuple[str, int] | None = None
+        #: requests by code and registrations (counted always: a few integer adds), and the
+        #: /metrics families
+        self.metrics = NamesrvMetrics(
+            node,
+            routes=lambda: self._state.routes,
+            connections=lambda: len(self.server.connections) if self.server else 0,
+            acl_denials=lambda: self.acl.denials if self.acl else 0,
+        )
 
     # ------------------------------------------------------------------ running
 
@@ -103,7 +111,7 @@ class NamesrvServer:
         self._notify()
         # Only KV writes wait (for the file); every other request is answered inline by the
         # connection's reader, its response batched with the others of the same read.
-        processors: dict[int, Processor] = {
+        processors: dict[int, AnyProcessor] = {
             code: self._handle if code in _PERSISTING_CODES else self._handle_inline
             for code in NAMESRV_REQUEST_CODES
         }
@@ -117,7 +125,8 @@ class NamesrvServer:
             await trio.to_thread.run_sync(acl.load)
             self.acl = acl
             processors = acl.wrap(processors)
-        table = ProcessorTable(processors, None)
+        # any other code: ``process`` answers REQUEST_CODE_NOT_SUPPORTED (and it is counted)
+        table = ProcessorTable(processors, self._handle_inline)
         server = RemotingServer(
             table,
             node=self.node,
@@ -142,7 +151,7 @@ class NamesrvServer:
             if config.metrics_port >= 0:
                 self.metrics_address = await sup.start(
                     nursery, "metrics", functools.partial(
-                        serve_metrics, self._metrics_registry().render,
+                        serve_metrics, self.metrics.render,
                         host=config.bind_address, port=config.metrics_port, node=self.node,
                         token=lambda: self._state.config.metrics_token,
                     )
@@ -156,19 +165,6 @@ class NamesrvServer:
                 acl=self.acl is not None,
             )
             task_status.started(bound)
-
-    def _metrics_registry(self) -> Registry:
-        reg = Registry({"node": self.node})
-        routes = lambda: self._state.routes  # noqa: E731
-        reg.collect("rmq_namesrv_live_brokers", "gauge", "Brokers registered and alive",
-                    lambda: [(None, len(routes().live_brokers))])
-        reg.collect("rmq_namesrv_topics", "gauge", "Topics with routes",
-                    lambda: [(None, len(routes().topic_queue_table))])
-        reg.collect("rmq_namesrv_connections", "gauge", "Open remoting connections",
-                    lambda: [(None, len(self.server.connections) if self.server else 0)])
-        reg.collect("rmq_acl_denials", "counter", "Requests refused by the ACL",
-                    lambda: [(None, self.acl.denials if self.acl else 0)])
-        return reg
 
     @property
     def _state(self) -> NamesrvState:
@@ -212,7 +208,11 @@ class NamesrvServer:
                 now=trio.current_time(), conn_id=self._conn_ids.get(conn), remote=conn.peer
             ),
         )
-        if registering and not was_live and registering in state.routes.live_brokers:
+        self.metrics.request(request.code)
+        new_broker = bool(registering) and not was_live and registering in state.routes.live_brokers
+        if request.code == RequestCode.REGISTER_BROKER:
+            self.metrics.registered(reply.response.code, new=new_broker)
+        if new_broker:
             self.log.info(
                 "new broker registered",
                 broker_addr=registering,

@@ -1,6 +1,9 @@
-"""``mqproxy -n 127.0.0.1:9876 [--grpc-port 8081]``: run RocketMQ 5's gRPC endpoint in front
-of a cluster (Apache's ``mqproxy`` in cluster mode). Plain-text HTTP/2 for now (TLS and 5.x
-credentials come next).
+"""``mqproxy -n 127.0.0.1:9876 [--grpc-port 8081] [--tls-cert PEM --tls-key PEM]
+[--acl plain_acl.yml [--acl-account KEY]]``: run RocketMQ 5's gRPC endpoint in front of a
+cluster (Apache's ``mqproxy`` in cluster mode). TLS when given a certificate (else plain-text
+HTTP/2); under ``--acl`` every call must be signed by an account of that file (5.x
+credentials) and the proxy signs its own remoting calls with ``--acl-account`` (default: the
+file's first admin account). Secrets are read from the file, never from the command line.
 
 Prints ``The Proxy boot success. grpcPort=PORT`` once listening; stops cleanly on SIGTERM or
 SIGINT (exit 0); bad arguments exit 2."""
@@ -9,13 +12,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+import attrs
 import trio
 
+from ..cluster.acl.rules import AclConfigError
 from ..cluster.logging import configure_logging
 from ..cluster.node_main import NodeSupervisor, serve_until_signal
 from .config import DEFAULT_GRPC_PORT, ProxyConfig
@@ -26,7 +32,7 @@ BOOT_LINE = "The Proxy boot success. grpcPort="
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqproxy",
-                                     description="RocketMQ 5 gRPC proxy (plain text)")
+                                     description="RocketMQ 5 gRPC proxy")
     parser.add_argument("-n", "--namesrvAddr", metavar="ADDR",
                         default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
                         help="NameServer addresses, host:port;host:port")
@@ -34,6 +40,16 @@ def _parser() -> argparse.ArgumentParser:
                         help="gRPC port (0: any free port)")
     parser.add_argument("--bind", default="0.0.0.0", help="address to listen on")
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate")
+    parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    parser.add_argument("--acl", metavar="FILE",
+                        help="plain_acl.yml: every call must carry a 5.x signature of one of "
+                             "its accounts")
+    parser.add_argument("--acl-account", metavar="ACCESS_KEY",
+                        help="the account the proxy signs its calls to the cluster with "
+                             "(default: the file's first admin account)")
+    # tests: a shorter deadline for the TLS handshake and the HTTP/2 preface
+    parser.add_argument("--handshake-timeout", type=float, default=None, help=argparse.SUPPRESS)
     # rmq-cluster up --proxy: exit once no node of the cluster (pid files in DIR) is alive
     parser.add_argument("--until-down", metavar="DIR", help=argparse.SUPPRESS)
     return parser
@@ -73,8 +89,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.grpc_port <= 65535:
         print(f"mqproxy: bad --grpc-port {args.grpc_port}", file=sys.stderr)
         return 2
+    if (args.tls_cert is None) != (args.tls_key is None):
+        print("mqproxy: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
     config = ProxyConfig(namesrv_addr=args.namesrvAddr, bind_address=args.bind,
-                         grpc_port=args.grpc_port)
+                         grpc_port=args.grpc_port, tls_cert_file=args.tls_cert,
+                         tls_key_file=args.tls_key, acl_file=args.acl,
+                         acl_account=args.acl_account)
+    if args.handshake_timeout is not None and args.handshake_timeout > 0:
+        config = attrs.evolve(config, handshake_timeout_s=args.handshake_timeout)
     port: list[int] = []
 
     async def start(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -93,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return trio.run(run)
-    except OSError as exc:  # the port is taken, the address is not ours
+    except (OSError, ssl.SSLError, AclConfigError) as exc:
+        # the port is taken, the address is not ours, the TLS or ACL files are unusable
         print(f"mqproxy: cannot start: {exc}", file=sys.stderr)
         return 1
 

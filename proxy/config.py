@@ -11,6 +11,8 @@ DEFAULT_GRPC_PORT: Final = 8081
 #: the largest message body a client may send (RocketMQ's ``maxMessageSize``, 4 MiB); told to
 #: the SDKs in Settings.publishing.max_body_size.
 DEFAULT_MAX_BODY_BYTES: Final = 4 * 1024 * 1024
+#: a signature older or newer than this is refused (both SDKs sign the time of the call)
+DEFAULT_MAX_SIGNATURE_SKEW_S: Final = 15 * 60.0
 
 
 @attrs.frozen
@@ -29,10 +31,32 @@ class ProxyConfig:
     #: request bytes buffered per connection across all its streams before it is closed
     #: (room for two of the largest requests at once)
     max_connection_input_bytes: int = 24 * 1024 * 1024
+    #: request bytes buffered across every connection together (the remoting port's
+    #: ``serverMaxBufferedInputBytes`` on a broker); the connection that passes it is closed
+    max_total_input_bytes: int = 256 * 1024 * 1024
     max_connections: int = 1024
+    #: connections from one peer address (a tenth of ``max_connections``, as the remoting
+    #: port's ``serverMaxConnectionsPerAddress``): one address cannot fill the proxy
+    max_connections_per_address: int = 102
     #: telemetry commands queued on one stream before the stream is reset
     max_telemetry_backlog: int = 16
-    #: a connection must send HTTP/2's preface within this long
+    #: a connection must finish its TLS handshake, and then send HTTP/2's preface, within
+    #: this long (each)
     handshake_timeout_s: float = 10.0
     #: the remoting side's call timeout (NameServer and broker)
     call_timeout_s: float = 5.0
+    #: TLS on the gRPC port: a PEM certificate (chain) and its key; both None: plain text
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    #: plain_acl.yml: when set, every RPC must carry a 5.x signature of one of its accounts
+    #: (proxy/auth.py) and the proxy signs its remoting calls with ``acl_account``'s keys
+    acl_file: str | None = None
+    #: the account the proxy itself uses toward NameServers and brokers (None: the file's
+    #: first admin account)
+    acl_account: str | None = None
+    #: how far a signed request's ``x-mq-date-time`` may lie from the proxy's clock
+    max_signature_skew_s: float = DEFAULT_MAX_SIGNATURE_SKEW_S
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None

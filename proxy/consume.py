@@ -10,10 +10,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from ..client.errors import MQBrokerError
-from ..client.frames import request
+from ..client.frames import request, send_back
 from ..client.instance import ClientInstance
 from ..cluster.protocol.message import MessageConst as MC
 from ..cluster.protocol.message import StoredMessage, iter_records
+from ..cluster.protocol.names import validate_group, validate_topic
 from ..cluster.protocol.pop import (
     POLLING_TIMEOUT,
     PROPERTY_POP_CK,
@@ -57,13 +58,31 @@ def _millis(ts: Any) -> int:
 
 
 def _handle(m: StoredMessage, ext: dict[str, str], broker: str) -> str:
+    """The receipt handle a client gets: the broker's extraInfo and, after it, the message's
+    CommitLog offset (ForwardMessageToDeadLetterQueue sends that message back)."""
     if PROPERTY_POP_CK in m.properties:
-        return m.properties[PROPERTY_POP_CK]
+        return f"{m.properties[PROPERTY_POP_CK]} {m.commitlog_offset}"
     key = f"{retry_flag(m.topic)}@{m.queue_id}"
     start = _info(ext.get("startOffsetInfo")).get(key, [m.queue_offset])[0]
-    return ReceiptHandle(start, int(ext["popTime"]), int(ext["invisibleTime"]),
+    info = ReceiptHandle(start, int(ext["popTime"]), int(ext["invisibleTime"]),
                          int(ext["reviveQid"]), retry_flag(m.topic), broker, m.queue_id,
                          m.queue_offset).encode()
+    return f"{info} {m.commitlog_offset}"
+
+
+def parse_handle(text: str) -> tuple[ReceiptHandle, int | None]:
+    """A client's receipt handle: the broker's extraInfo and the CommitLog offset after it
+    (None in a handle without one); ProxyError INVALID_RECEIPT_HANDLE for anything else."""
+    info, _, tail = text.rpartition(" ")
+    offset: int | None = None
+    if tail.isascii() and tail.isdigit() and len(tail) <= 19 and info.count(" ") == 7:
+        offset = int(tail)
+    else:
+        info = text
+    try:
+        return ReceiptHandle.parse(info), offset
+    except ValueError as exc:
+        raise convert.ProxyError(pb.INVALID_RECEIPT_HANDLE, str(exc)) from exc
 
 
 def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int) -> pb.Message:
@@ -81,10 +100,11 @@ def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int) -> pb.Me
     sp.born_host = f"{m.born_host[0]}:{m.born_host[1]}"
     sp.store_timestamp.FromMilliseconds(m.store_timestamp)
     sp.store_host = f"{m.store_host[0]}:{m.store_host[1]}"
-    sp.receipt_handle = handle
+    if handle:  # a received message (a transaction check's has none)
+        sp.receipt_handle = handle
+        sp.invisible_duration.FromMilliseconds(invisible_ms)
     sp.queue_id = m.queue_id
     sp.queue_offset = m.queue_offset
-    sp.invisible_duration.FromMilliseconds(invisible_ms)
     sp.delivery_attempt = m.reconsume_times + 1
     group = props.get(PROPERTY_SHARDING_KEY)
     if group:
@@ -151,13 +171,15 @@ class PopBridge:
             shown = topic if m.topic == topic or m.topic.startswith("%RETRY%") else m.topic
             out = to_pb(m, shown, _handle(m, rext, broker), int(rext["invisibleTime"]))
             await send(spb.ReceiveMessageResponse(message=out).SerializeToString())
+        # the stream's last entry: when the messages were handed over (the SDKs' PushConsumer
+        # measures its delivery latency from it, and fails without it)
+        done = spb.ReceiveMessageResponse()
+        done.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
+        await send(done.SerializeToString())
 
     async def _call_handle(self, code: int, group: str, topic: str, handle_text: str,
                            extra: dict[str, str]) -> tuple[ReceiptHandle, Any]:
-        try:
-            h = ReceiptHandle.parse(handle_text)
-        except ValueError as exc:
-            raise convert.ProxyError(pb.INVALID_RECEIPT_HANDLE, str(exc)) from exc
+        h, _offset = parse_handle(handle_text)
         real = topic if h.flag == "0" else pop_retry_topic(topic, group)
         addr = await self._master(topic, h.broker_name)
         ext = {"consumerGroup": group, "topic": real, "queueId": str(h.queue_id),
@@ -194,5 +216,34 @@ class PopBridge:
         new = ReceiptHandle(h.queue_offset, int(ext["popTime"]), int(ext["invisibleTime"]),
                             int(ext["reviveQid"]), h.flag, h.broker_name, h.queue_id,
                             h.queue_offset)
+        _h, offset = parse_handle(req.receipt_handle)
+        text = new.encode() if offset is None else f"{new.encode()} {offset}"
         return spb.ChangeInvisibleDurationResponse(status=convert.ok_status(),
-                                                   receipt_handle=new.encode())
+                                                   receipt_handle=text)
+
+    async def forward_to_dlq(self, req: spb.ForwardMessageToDeadLetterQueueRequest
+                             ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        """The message goes to ``%DLQ%<group>`` at once (a send-back with delay level -1 and no
+        retries left), then its receipt handle is acked."""
+        try:
+            await self._forward(req)
+        except Exception as exc:
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=convert.error_status(exc))
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=convert.ok_status())
+
+    async def _forward(self, req: spb.ForwardMessageToDeadLetterQueueRequest) -> None:
+        group, topic = req.group.name, req.topic.name
+        problem = validate_group(group) or validate_topic(topic)
+        if problem is not None:
+            raise convert.ProxyError(pb.BAD_REQUEST, problem)
+        h, offset = parse_handle(req.receipt_handle)
+        if offset is None:
+            raise convert.ProxyError(pb.INVALID_RECEIPT_HANDLE, "no CommitLog offset in it")
+        addr = await self._master(topic, h.broker_name)
+        real = topic if h.flag == "0" else pop_retry_topic(topic, group)
+        cmd = send_back(commitlog_offset=offset, group=group, delay_level=-1,
+                        origin_msg_id=req.message_id, origin_topic=real, max_reconsume_times=0)
+        resp = await self.instance.invoke(addr, cmd)
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark, addr)
+        await self._call_handle(RequestCode.ACK_MESSAGE, group, topic, req.receipt_handle, {})

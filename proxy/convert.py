@@ -5,7 +5,6 @@ answered on Telemetry. Pure: no Trio."""
 from __future__ import annotations
 
 import hashlib
-import zlib
 from collections.abc import Sequence
 from typing import Final
 
@@ -33,6 +32,13 @@ ALL_TYPES: Final = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 #: delivery timestamps past this (in seconds since the epoch: the year 9999) are refused
 #: before they reach the broker, which refuses anything past its own timerMaxDelaySec
 MAX_DELIVERY_SECONDS: Final = 253_402_300_799
+#: user property keys that would change what the broker does with a message
+_RESERVED_KEYS: Final = frozenset({
+    MC.PROPERTY_TRANSACTION_PREPARED, MC.PROPERTY_PRODUCER_GROUP,
+    MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_MESSAGE_GROUP,
+    MC.PROPERTY_DELAY_TIME_LEVEL, MC.PROPERTY_REAL_TOPIC, MC.PROPERTY_REAL_QUEUE_ID,
+    "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "__STARTDELIVERTIME",
+})
 #: what a producer is told in Settings: retries with exponential backoff
 PRODUCER_MAX_ATTEMPTS: Final = 3
 
@@ -111,6 +117,25 @@ def message_queues(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
     return out
 
 
+def assignments(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
+                ) -> list[pb.Assignment]:
+    """A PushConsumer's assignment (QueryAssignment): each broker with a master and readable
+    queues as one whole-broker queue (id -1), which it receives from by POP; the broker
+    balances the group's consumers over its queues, however many consumers there are."""
+    masters = {b.broker_name for b in route.broker_datas if MASTER_ID in b.broker_addrs}
+    out: list[pb.Assignment] = []
+    for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        if qd.broker_name not in masters or not PermName.is_readable(qd.perm) \
+                or qd.read_queue_nums <= 0:
+            continue
+        perm = pb.READ_WRITE if PermName.is_writeable(qd.perm) else pb.READ
+        broker = pb.Broker(name=qd.broker_name, id=MASTER_ID, endpoints=endpoints)
+        out.append(pb.Assignment(message_queue=pb.MessageQueue(
+            topic=pb.Resource(name=topic), id=-1, permission=perm, broker=broker,
+            accept_message_types=ALL_TYPES)))
+    return out
+
+
 def fifo_queue(queues: Sequence[MessageQueue], group: str) -> MessageQueue:
     """A message group's queue: the same group always on the same queue (while the queue
     count stays)."""
@@ -139,6 +164,8 @@ def message_from_pb(m: pb.Message, max_body_bytes: int) -> tuple[Message, str | 
     if len(m.user_properties) > MAX_USER_PROPERTIES:
         raise ProxyError(pb.MESSAGE_PROPERTIES_TOO_LARGE,
                          f"more than {MAX_USER_PROPERTIES} user properties")
+    if any(k in _RESERVED_KEYS for k in m.user_properties):
+        raise ProxyError(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, "a user property uses a system key")
     group = sp.message_group if sp.HasField("message_group") else None
     deliver_ms = None
     if sp.HasField("delivery_timestamp"):
@@ -149,12 +176,19 @@ def message_from_pb(m: pb.Message, max_body_bytes: int) -> tuple[Message, str | 
     if group is not None and deliver_ms is not None:
         raise ProxyError(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                          "a message has a message group or a delivery time, not both")
+    transaction = sp.message_type == pb.TRANSACTION
+    if transaction and (group is not None or deliver_ms is not None):
+        raise ProxyError(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                         "a transaction message has no message group nor delivery time")
     if group is not None and not group.strip():
         raise ProxyError(pb.ILLEGAL_MESSAGE_GROUP, "message group is blank")
     props = dict(m.user_properties)
     props[MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = sp.message_id
     if group is not None:
         props[PROPERTY_MESSAGE_GROUP] = group
+    if transaction:  # a 4.x half message of the topic's producer group (as Apache's proxy)
+        props[MC.PROPERTY_TRANSACTION_PREPARED] = "true"
+        props[MC.PROPERTY_PRODUCER_GROUP] = m.topic.name
     msg = Message(
         m.topic.name, bytes(m.body),
         tags=sp.tag if sp.HasField("tag") and sp.tag else None,
@@ -166,8 +200,10 @@ def message_from_pb(m: pb.Message, max_body_bytes: int) -> tuple[Message, str | 
 
 
 def body_digest(body: bytes) -> pb.Digest:
-    """CRC32 as the SDKs check it (the unsigned CRC-32 as 8 upper-case hex digits)."""
-    return pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body):08X}")
+    """MD5 in upper-case hex, as Apache's proxy sends it. (Not CRC32: the SDKs disagree on
+    its text, the Python SDK pads it to 8 digits and the Java SDK does not, so a Java client
+    took every body whose CRC-32 starts with a zero hex digit for corrupted.)"""
+    return pb.Digest(type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper())
 
 
 # ---------------------------------------------------------------------- settings

@@ -99,19 +99,34 @@ H2_PREFACE_LEN: Final = 24
 H2_FRAME_HEADER_LEN: Final = 9
 
 
+#: frame types that carry a header block, and the flag that ends one
+_HEADERS: Final = 0x1
+_PUSH_PROMISE: Final = 0x5
+_CONTINUATION: Final = 0x9
+_END_HEADERS: Final = 0x4
+
+
 class FrameLengthGuard:
     """Follows the frame boundaries of a client's HTTP/2 byte stream and says when a frame
-    header declares more than ``limit`` bytes. h2 (4.4) checks a frame's length only once the
-    whole frame is buffered: without this a peer could make it hold 16 MiB per connection."""
+    header declares more than ``limit`` bytes, or a header block (HEADERS and its
+    CONTINUATIONs) would exceed ``header_limit`` bytes. h2 (4.4) checks a frame's length only
+    once the whole frame is buffered, and buffers up to 64 CONTINUATION frames of a header
+    block before decoding it: without this a peer could make it hold 16 MiB (or 64 frames)
+    per connection."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, header_limit: int | None = None) -> None:
         self._limit = limit
+        self._header_limit = limit if header_limit is None else header_limit
         self._preface_left = H2_PREFACE_LEN
         self._skip = 0
         self._header = bytearray()
+        #: bytes of the header block under way (None: no block open)
+        self._block: int | None = None
+        self.reason = ""
 
     def check(self, data: bytes | bytearray) -> bool:
-        """Feed the next bytes; False once a frame over the limit has been announced."""
+        """Feed the next bytes; False once a frame (or header block) over its limit has been
+        announced (``reason`` says which)."""
         view = memoryview(data)
         if self._preface_left:
             n = min(self._preface_left, len(view))
@@ -127,9 +142,22 @@ class FrameLengthGuard:
             self._header += view[:n]
             view = view[n:]
             if len(self._header) == H2_FRAME_HEADER_LEN:
-                length = int.from_bytes(self._header[:3], "big")
-                if length > self._limit:
+                if not self._frame(bytes(self._header)):
                     return False
-                self._skip = length
                 self._header.clear()
+        return True
+
+    def _frame(self, header: bytes) -> bool:
+        length, kind, flags = int.from_bytes(header[:3], "big"), header[3], header[4]
+        if length > self._limit:
+            self.reason = f"frame of {length} bytes"
+            return False
+        if kind in (_HEADERS, _PUSH_PROMISE, _CONTINUATION):
+            self._block = (self._block or 0) + length if kind == _CONTINUATION else length
+            if self._block > self._header_limit:
+                self.reason = f"header block of over {self._header_limit} bytes"
+                return False
+            if flags & _END_HEADERS:
+                self._block = None
+        self._skip = length
         return True

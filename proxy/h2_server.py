@@ -4,13 +4,17 @@ machine (the shape of our remoting layer: bytes in, events out), one task per ca
 Every limit is a named ``ProxyConfig`` setting: HTTP/2 frame size and header list (h2 refuses
 larger ones: a connection error, GOAWAY), streams per connection, one gRPC message's size (checked
 from its length prefix, before it is buffered), the bytes a connection may have buffered across
-its streams, connections per proxy, the time to send the preface."""
+its streams, connections per proxy, the time to finish the TLS handshake and then to send the
+preface. With TLS (``tls_context``) a connection is served only once its handshake is done and
+it chose ``h2`` by ALPN; the handshake holds a connection slot, so stalled ones count against
+``max_connections`` until their deadline."""
 
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 import h2.config
@@ -21,6 +25,7 @@ import h2.exceptions
 import h2.settings
 import trio
 
+from ..cluster.acl.address import peer_ip
 from ..cluster.logging import get_logger
 from .config import ProxyConfig
 from .grpc_wire import (
@@ -34,9 +39,13 @@ from .grpc_wire import (
     method_of,
     trailers,
 )
+from .tls import ALPN_H2
 
 log = get_logger(node="proxy", component="grpc")
 READ_CHUNK = 64 * 1024
+#: the metadata key the connection's peer address rides under: a pseudo-header name, which h2
+#: refuses from a client, so no request can forge it
+PEER_KEY = ":peer"
 
 Send = Callable[[bytes], Awaitable[None]]
 
@@ -68,10 +77,38 @@ class _Stream:
     ended: bool = False
 
 
+@attrs.define
+class _Admission:
+    """What every connection of the server holds together: connections per peer address
+    (``max_connections_per_address``) and request bytes buffered across all connections
+    (``max_total_input_bytes``)."""
+
+    config: ProxyConfig
+    per_address: dict[str, int] = attrs.field(factory=dict)
+    input_used: int = 0
+
+    def enter(self, ip: str) -> bool:
+        held = self.per_address.get(ip, 0)
+        if held >= self.config.max_connections_per_address:
+            return False
+        self.per_address[ip] = held + 1
+        return True
+
+    def leave(self, ip: str) -> None:
+        held = self.per_address.pop(ip, 1) - 1
+        if held > 0:
+            self.per_address[ip] = held
+
+
 class _Connection:
     def __init__(self, stream: trio.abc.Stream, service: GrpcService, config: ProxyConfig,
-                 nursery: trio.Nursery) -> None:
+                 nursery: trio.Nursery, peer: str = "", admission: _Admission | None = None
+                 ) -> None:
         self.sock = stream
+        self.peer = peer
+        self.admission = admission or _Admission(config)
+        #: this connection's part of ``admission.input_used``
+        self.charged = 0
         self.service = service
         self.config = config
         self.nursery = nursery
@@ -84,8 +121,11 @@ class _Connection:
             h2.settings.SettingCodes.MAX_FRAME_SIZE: config.max_frame_bytes,
         })
         self.h2.max_inbound_frame_size = config.max_frame_bytes
+        # the settings above are h2's from the start (no ACK changes them), so its HPACK
+        # decoder must be told the header list limit itself
+        self.h2.decoder.max_header_list_size = config.max_header_list_bytes
         self.streams: dict[int, _Stream] = {}
-        self.guard = FrameLengthGuard(config.max_frame_bytes)
+        self.guard = FrameLengthGuard(config.max_frame_bytes, config.max_header_list_bytes)
         self.send_lock = trio.Lock()
         self.window = trio.Event()
         #: set when h2 has bytes to send: the writer task sends everything queued by then in
@@ -128,7 +168,7 @@ class _Connection:
             if not data:
                 return
             if not self.guard.check(data):
-                log.info("grpc frame over the limit", limit=self.config.max_frame_bytes)
+                log.info("grpc frame over the limit", reason=self.guard.reason)
                 self.h2.close_connection(error_code=h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
                 await self.flush()
                 return
@@ -140,13 +180,28 @@ class _Connection:
                 return
             for event in events:
                 self.on_event(event)
-            if self.buffered() > self.config.max_connection_input_bytes:
-                log.warning("grpc connection over its input budget",
-                            limit=self.config.max_connection_input_bytes)
+            over = self.over_budget()
+            if over:
+                log.warning("grpc connection over an input budget", budget=over,
+                            peer=self.peer)
                 self.h2.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
                 await self.flush()
                 return
             self.kick()
+
+    def over_budget(self) -> str:
+        """Re-charge what this connection buffers; the name of the budget it breaks, or ""."""
+        held = self.buffered()
+        self.recharge(held)
+        if held > self.config.max_connection_input_bytes:
+            return "max_connection_input_bytes"
+        if self.admission.input_used > self.config.max_total_input_bytes:
+            return "max_total_input_bytes"
+        return ""
+
+    def recharge(self, held: int) -> None:
+        self.admission.input_used += held - self.charged
+        self.charged = held
 
     def buffered(self) -> int:
         return sum(s.reader.buffered + sum(map(len, s.requests)) for s in self.streams.values())
@@ -155,7 +210,9 @@ class _Connection:
 
     def on_event(self, event: Any) -> None:
         if isinstance(event, h2.events.RequestReceived):
-            self.on_request(event.stream_id, dict(event.headers), event.stream_ended is not None)
+            # header_encoding="utf-8": h2 hands names and values over as str
+            headers = cast("list[tuple[str, str]]", event.headers)
+            self.on_request(event.stream_id, dict(headers), event.stream_ended is not None)
         elif isinstance(event, h2.events.DataReceived):
             self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             self.on_data(event.stream_id, event.data)
@@ -172,6 +229,7 @@ class _Connection:
             self.closed = True
 
     def on_request(self, sid: int, headers: dict[str, str], ended: bool) -> None:
+        headers[PEER_KEY] = self.peer
         method = method_of(headers.get(":path", ""))
         kind = self.service.kind(method) if method else None
         if not is_grpc_request(headers) or method is None or kind is None:
@@ -302,33 +360,82 @@ class _Connection:
 
 def _headers_sent(conn: h2.connection.H2Connection, sid: int) -> bool:
     stream = conn.streams.get(sid)
-    return stream is not None and stream.state_machine.headers_sent
+    return stream is not None and bool(stream.state_machine.headers_sent)
 
 
 Started = trio.TaskStatus[list[trio.SocketListener]]
 
 
+def _peer_of(sock: trio.SocketStream) -> str:
+    try:
+        host, port = sock.socket.getpeername()[:2]
+    except OSError:
+        return ""
+    return f"{host}:{port}"
+
+
+async def _tls_handshake(sock: trio.SocketStream, ctx: ssl.SSLContext, timeout_s: float,
+                         peer: str) -> trio.SSLStream[trio.SocketStream] | None:
+    """The TLS stream once its handshake is done within ``timeout_s`` and ``h2`` was chosen;
+    None (logged) otherwise."""
+    stream = trio.SSLStream(sock, ctx, server_side=True)
+    with trio.move_on_after(timeout_s) as scope:
+        try:
+            await stream.do_handshake()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.info("grpc TLS handshake failed", peer=peer, error=str(exc.__cause__ or exc)[:200])
+            return None
+    if scope.cancelled_caught:
+        log.info("grpc TLS handshake timed out", peer=peer, limit_s=timeout_s)
+        return None
+    if stream.selected_alpn_protocol() != ALPN_H2:
+        log.info("grpc TLS connection without ALPN h2", peer=peer)
+        return None
+    return stream
+
+
 async def serve_grpc(config: ProxyConfig, service: GrpcService, *,
+                     tls_context: ssl.SSLContext | None = None,
                      task_status: Started = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve ``service`` on ``config.grpc_port`` until cancelled; started, reports the
-    listeners (their bound ports)."""
+    """Serve ``service`` on ``config.grpc_port`` until cancelled (TLS with ``tls_context``,
+    else plain text); started, reports the listeners (their bound ports)."""
     listeners = await trio.open_tcp_listeners(config.grpc_port, host=config.bind_address)
     slots = trio.CapacityLimiter(config.max_connections)
+    admission = _Admission(config)
+
+    async def serve(stream: trio.abc.Stream, peer: str) -> None:
+        async with trio.open_nursery() as nursery:
+            conn = _Connection(stream, service, config, nursery, peer, admission)
+            try:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await conn.run()
+            finally:
+                conn.recharge(0)
+            nursery.cancel_scope.cancel()
 
     async def handle(sock: trio.SocketStream) -> None:
         async with sock:
+            peer = _peer_of(sock)
+            ip = peer_ip(peer)
             try:
                 slots.acquire_nowait()
             except trio.WouldBlock:
                 log.warning("grpc connection refused: too many", limit=config.max_connections)
                 return
+            if not admission.enter(ip):
+                slots.release()
+                log.warning("grpc connection refused: too many from one address", peer=peer,
+                            limit=config.max_connections_per_address)
+                return
             try:
-                async with trio.open_nursery() as nursery:
-                    conn = _Connection(sock, service, config, nursery)
-                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                        await conn.run()
-                    nursery.cancel_scope.cancel()
+                if tls_context is None:
+                    await serve(sock, peer)
+                    return
+                tls = await _tls_handshake(sock, tls_context, config.handshake_timeout_s, peer)
+                if tls is not None:
+                    await serve(tls, peer)
             finally:
+                admission.leave(ip)
                 slots.release()
 
     task_status.started(listeners)

@@ -13,21 +13,27 @@ from google.protobuf.message import Message as PbMessage
 from ..client.instance import ClientInstance
 from ..client.producer import Producer
 from ..cluster.logging import get_logger
+from ..cluster.protocol.message import decode_offset_msg_id
+from ..cluster.protocol.names import validate_group, validate_topic
 from . import convert
 from .config import ProxyConfig
 from .consume import PopBridge
 from .grpc_wire import GrpcStatus, GrpcWireError
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
+from .transaction import TelemetrySession, TransactionBridge, TransactionRef
 
 log = get_logger(node="proxy", component="service")
 Send = Callable[[bytes], Awaitable[None]]
-#: the RPCs this slice does not serve yet: answered with Code NOT_IMPLEMENTED in their response
+#: the RPCs not served: answered with Code NOT_IMPLEMENTED in their response. RecallMessage
+#: among them: our broker has no recall (Apache's proxy answers NOT_IMPLEMENTED too when its
+#: broker does not know the request code)
 NOT_YET: Final = frozenset({
-    "QueryAssignment", "ForwardMessageToDeadLetterQueue", "PullMessage",
-    "UpdateOffset", "GetOffset", "QueryOffset", "EndTransaction",
-    "RecallMessage", "SyncLiteSubscription",
+    "PullMessage", "UpdateOffset", "GetOffset", "QueryOffset", "RecallMessage",
+    "SyncLiteSubscription",
 })
+#: the header the SDKs name themselves with on every call
+CLIENT_ID_HEADER: Final = "x-mq-client-id"
 
 
 def _decode(cls: type[PbMessage], payload: bytes) -> Any:
@@ -46,6 +52,7 @@ class MessagingService:
         self.instance = instance
         self.producer = producer
         self.pop = PopBridge(config, instance)
+        self.transactions = TransactionBridge(config, instance)
         self._unary: dict[str, Callable[[Any, dict[str, str]], Awaitable[Any]]] = {
             "QueryRoute": self.query_route,
             "Heartbeat": self.heartbeat,
@@ -53,6 +60,9 @@ class MessagingService:
             "NotifyClientTermination": self.notify_client_termination,
             "AckMessage": lambda req, _md: self.pop.ack(req),
             "ChangeInvisibleDuration": lambda req, _md: self.pop.change_invisible(req),
+            "EndTransaction": lambda req, _md: self.transactions.end_transaction(req),
+            "QueryAssignment": self.query_assignment,
+            "ForwardMessageToDeadLetterQueue": lambda req, _md: self.pop.forward_to_dlq(req),
         }
 
     def kind(self, method: str) -> str | None:
@@ -70,7 +80,7 @@ class MessagingService:
         if handler is None:
             resp = getattr(spb, f"{method}Response")()
             resp.status.CopyFrom(pb.Status(code=pb.NOT_IMPLEMENTED,
-                                           message=f"{method} is not served yet"))
+                                           message=f"{method} is not served"))
             return bytes(resp.SerializeToString())
         return bytes((await handler(req, metadata)).SerializeToString())
 
@@ -81,15 +91,29 @@ class MessagingService:
     async def bidi(self, method: str, inbound: trio.MemoryReceiveChannel[bytes],
                    metadata: dict[str, str], send: Send) -> None:
         """Telemetry: each Settings a client sends is answered with the settings it runs
-        with (the SDKs' startup waits for that first answer)."""
-        async for payload in inbound:
-            cmd = _decode(spb.TelemetryCommand, payload)
-            if cmd.HasField("settings"):
-                reply = spb.TelemetryCommand(
-                    status=convert.ok_status(),
-                    settings=convert.settings_reply(cmd.settings, self.config.max_body_bytes),
-                )
-                await send(reply.SerializeToString())
+        with (the SDKs' startup waits for that first answer); a producer's stream also carries
+        the broker's transaction checks to it, until the stream ends."""
+        session = TelemetrySession(metadata.get(CLIENT_ID_HEADER, ""), send)
+        try:
+            async for payload in inbound:
+                cmd = _decode(spb.TelemetryCommand, payload)
+                if cmd.HasField("settings"):
+                    await self._settings(session, cmd.settings)
+        finally:
+            self.transactions.unregister(session.client_id, session)
+
+    async def _settings(self, session: TelemetrySession, settings: pb.Settings) -> None:
+        if settings.HasField("publishing") and session.client_id:
+            try:
+                self.transactions.register(
+                    session, (t.name for t in settings.publishing.topics))
+            except convert.ProxyError as exc:
+                raise GrpcWireError(GrpcStatus.INVALID_ARGUMENT, exc.message) from exc
+        reply = spb.TelemetryCommand(
+            status=convert.ok_status(),
+            settings=convert.settings_reply(settings, self.config.max_body_bytes),
+        )
+        await session.send(reply, self.config.call_timeout_s)
 
     # ------------------------------------------------------------------ RPCs
 
@@ -111,7 +135,26 @@ class MessagingService:
         return spb.HeartbeatResponse(status=convert.ok_status())
 
     async def notify_client_termination(self, req: Any, metadata: dict[str, str]) -> Any:
+        """The client is going: its producer groups are no longer announced for it."""
+        self.transactions.unregister(metadata.get(CLIENT_ID_HEADER, ""))
         return spb.NotifyClientTerminationResponse(status=convert.ok_status())
+
+    async def query_assignment(self, req: spb.QueryAssignmentRequest, metadata: dict[str, str]
+                               ) -> spb.QueryAssignmentResponse:
+        problem = validate_topic(req.topic.name) or validate_group(req.group.name)
+        if problem is not None:
+            return spb.QueryAssignmentResponse(status=pb.Status(code=pb.BAD_REQUEST,
+                                                                message=problem))
+        try:
+            route = await self.instance.fetch_route(req.topic.name)
+        except Exception as exc:
+            return spb.QueryAssignmentResponse(status=convert.error_status(exc))
+        endpoints = req.endpoints if req.endpoints.addresses else _authority(metadata)
+        found = convert.assignments(req.topic.name, route, endpoints)
+        if not found:
+            status = pb.Status(code=pb.FORBIDDEN, message="no readable queue")
+            return spb.QueryAssignmentResponse(status=status)
+        return spb.QueryAssignmentResponse(status=convert.ok_status(), assignments=found)
 
     async def send_message(self, req: spb.SendMessageRequest, metadata: dict[str, str]
                            ) -> spb.SendMessageResponse:
@@ -134,9 +177,14 @@ class MessagingService:
             if not isinstance(exc, convert.ProxyError):
                 log.info("send failed", topic=m.topic.name, error=str(exc)[:200])
             return spb.SendResultEntry(status=convert.error_status(exc))
+        tx_id = ""
+        if m.system_properties.message_type == pb.TRANSACTION:
+            _host, commitlog_offset = decode_offset_msg_id(result.offset_msg_id)
+            tx_id = TransactionRef(result.queue.broker_name, result.queue_offset,
+                                   commitlog_offset).encode()
         return spb.SendResultEntry(
             status=convert.ok_status(), message_id=m.system_properties.message_id,
-            offset=result.queue_offset, transaction_id=result.transaction_id or "",
+            offset=result.queue_offset, transaction_id=tx_id,
         )
 
 

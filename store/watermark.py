@@ -20,7 +20,7 @@ import trio.testing
 
 from ..cluster.remoting.codec import RemotingCommand
 from ..cluster.remoting.held import ExpiredAnswer, HeldAnswers, HeldReceiver
-from ..cluster.remoting.processors import Held
+from ..cluster.remoting.processors import Later
 
 
 def keep_answer(answer: RemotingCommand, key: int) -> RemotingCommand:
@@ -71,7 +71,16 @@ class Watermark:
             for follow in self.followers:
                 follow()
 
-    def hold(self, conn: HeldReceiver, opaque: int, response: RemotingCommand, key: int) -> Held:
+    def settle(self, value: int, term_ended: bool, rewrite: ExpiredAnswer) -> None:
+        """``HeldAnswers.settle``: a term change answers what is held, then the rise."""
+        held = self.held
+        rose = value > held.mark
+        held.settle(value, term_ended, rewrite)
+        if rose:
+            for follow in self.followers:
+                follow()
+
+    def hold(self, conn: HeldReceiver, opaque: int, response: RemotingCommand, key: int) -> Later:
         """Hold an encoded answer until the watermark reaches ``key`` (see ``HeldAnswers``)."""
         return self.held.hold(conn, opaque, response, key)
 
@@ -91,9 +100,10 @@ class Watermark:
                 held.drop(wakeup)
         return held.mark >= target
 
-    def expire_all(self) -> int:
-        """Answer everything waiting in its expired form (the watermark stops moving)."""
-        return self.held.expire_all()
+    def expire_all(self, rewrite: ExpiredAnswer | None = None) -> int:
+        """Answer everything waiting in its expired form (the watermark stops moving), or as
+        ``rewrite`` makes it (what waited may never pass: a DLedger term change)."""
+        return self.held.expire_all(rewrite)
 
     def _wake_sweeper(self) -> None:
         if self._work is not None:

@@ -18,6 +18,7 @@ from ...cluster.protocol.names import validate_topic
 from ...cluster.protocol.route import PermName, TopicConfig
 from ...cluster.remoting.codec import RemotingCommand
 from ...cluster.remoting.codes import ResponseCode
+from ...cluster.remoting.processors import Later
 from ..clients import build_subscription
 from ..processors.common import FAQ_SUGGEST, header_errors
 from .modes import (
@@ -108,7 +109,7 @@ class PopProcessors:
         if self.polling.full():
             return self._not_found(request, req, 0, wire.POLLING_FULL)
         wait_s = min(h.poll_time, MAX_POLL_TIME_MS) / 1000.0
-        return self._pop_later(request, req, tc.read_queue_nums, wait_s)
+        return Later(self._pop_later(request, req, tc.read_queue_nums, wait_s))
 
     async def _pop_later(self, request: RemotingCommand, req: PopRequest, queues: int,
                          wait_s: float) -> RemotingCommand:
@@ -151,9 +152,11 @@ class PopProcessors:
 
     def _not_found(self, request: RemotingCommand, req: PopRequest, rest: int,
                    code: int = wire.POLLING_TIMEOUT) -> RemotingCommand:
-        header = wire.PopMessageResponseHeader(
+        header = wire.PopMessageResponseHeader(  # Apache: an orderly pop answers its qid
             pop_time=self.ctrl.now_ms(), invisible_time=req.invisible_ms,
-            revive_qid=0, rest_num=rest, start_offset_info="", msg_offset_info="",
+            revive_qid=wire.ORDER_REVIVE_QID if req.order else 0, rest_num=rest,
+            start_offset_info="", msg_offset_info="",
+            order_count_info="" if req.order else None,
         )
         return request.response(code, "NO_MESSAGE_IN_QUEUE", header.to_ext_fields())
 
@@ -241,7 +244,7 @@ class PopProcessors:
             start_offset=handle.ck_offset, ack_offset=h.offset, pop_time=handle.pop_time,
             broker_name=self.ctrl.bcfg.broker_name,
         )
-        return self._stored(request, [(ack, handle.revive_qid)])
+        return Later(self._stored(request, [(ack, handle.revive_qid)]))
 
     async def _stored(self, request: RemotingCommand,
                       records: list[tuple[wire.Checkpoint | wire.AckRecord, int]],
@@ -277,7 +280,7 @@ class PopProcessors:
             for offset in b.offsets:
                 if lo <= offset <= hi:
                     records += self._ack_one(b, topic, offset)
-        return self._stored(request, records)
+        return Later(self._stored(request, records))
 
     def _ack_one(self, b: wire.BatchAck, topic: str,
                  offset: int) -> list[tuple[wire.Checkpoint | wire.AckRecord, int]]:
@@ -330,8 +333,8 @@ class PopProcessors:
         # the new checkpoint first, then the ack of the old one (a crash between the two
         # redelivers the message twice at worst, never not at all)
         answer = self._changed(request, now, h.invisible_time, handle.revive_qid)
-        return self._stored(request, [(ck, handle.revive_qid), (old, handle.revive_qid)],
-                            answer)
+        return Later(self._stored(request, [(ck, handle.revive_qid), (old, handle.revive_qid)],
+                                  answer))
 
     @staticmethod
     def _changed(request: RemotingCommand, pop_time: int, invisible: int,
@@ -368,7 +371,7 @@ class PopProcessors:
         if h.poll_time <= 0 or self.polling.full():
             return request.response(ResponseCode.SUCCESS, None, {"hasMsg": "false"})
         wait_s = min(h.poll_time, MAX_POLL_TIME_MS) / 1000.0
-        return self._notify_later(request, h, tc.read_queue_nums, wait_s)
+        return Later(self._notify_later(request, h, tc.read_queue_nums, wait_s))
 
     async def _notify_later(self, request: RemotingCommand, h: wire.NotificationRequestHeader,
                             queues: int, wait_s: float) -> RemotingCommand:
@@ -406,7 +409,7 @@ class PopProcessors:
             query = wire.AssignmentQuery.decode(request.body)
         except wire.PopFormatError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad request body: {exc}")
-        return self._assign(request, query)
+        return Later(self._assign(request, query))
 
     async def _assign(self, request: RemotingCommand,
                       query: wire.AssignmentQuery) -> RemotingCommand:

@@ -24,7 +24,7 @@ offset, at least once and still in order).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -99,6 +99,8 @@ class PopService:
         self._ck_counter = 0
         #: revive queue -> the next revive log offset the scan reads
         self._scanned: dict[int, int] = {}
+        #: the next scan is the first since boot (or since this broker was a slave)
+        self._recovering = True
         #: revived and dead-lettered messages (tests and /metrics read them)
         self.revived = 0
         self.dead_lettered = 0
@@ -123,15 +125,19 @@ class PopService:
     # ------------------------------------------------------------------ pop
 
     def next_revive_qid(self, order: bool) -> int:
+        """Pops take the revive queues in turn from 0 (as Apache's ck counter does)."""
         if order:
             return wire.ORDER_REVIVE_QID
+        qid = self._ck_counter % self.revive_queue_num
         self._ck_counter += 1
-        return self._ck_counter % self.revive_queue_num
+        return qid
 
     def pop(self, req: PopRequest, read_queue_nums: int, batch: PopBatch, pop_time: int,
             revive_qid: int) -> None:
         """Fill ``batch`` from the topic (one queue or all, from a random one) and, unless
         orderly, its pop retry topic (first with popFromRetryProbability %, else after)."""
+        if self._recovering:  # the first pop after a restart must not beat the recovery
+            self.scan()
         rand = self._rng.randrange(100)
         retry = wire.pop_retry_topic(req.topic, req.group)
         retry_first = rand < self.ctrl.bcfg.pop_from_retry_probability
@@ -200,8 +206,7 @@ class PopService:
             if req.order:
                 counts = self.order.popped(okey, offsets, pop_time, req.invisible_ms,
                                            req.attempt_id)
-                batch.order_info.extend(
-                    wire.order_count_item(topic, queue_id, o, counts[o]) for o in offsets)
+                batch.order_info.extend(_order_count_info(topic, queue_id, offsets, counts))
             else:
                 ck = wire.Checkpoint(
                     topic=topic, cid=req.group, queue_id=queue_id, start_offset=offset,
@@ -297,6 +302,7 @@ class PopService:
             store.dispatch()
         topic = self.revive_topic
         if self.ctrl.topics.select(topic) is None:
+            self._recovering = False  # no revive log yet: nothing was popped
             return 0
         read = 0
         for qid in range(self.revive_queue_num):
@@ -316,6 +322,7 @@ class PopService:
                 finally:
                     result.release()
             self._scanned[qid] = offset
+        self._recovering = False
         # our checkpoints precede their acks in the log: an ack whose checkpoint was not read
         # by now belongs to a finished one (late, or a duplicate) and is dropped. (With
         # checkpoints delayed by a timer, as Apache writes them, keep them for the invisible
@@ -327,7 +334,10 @@ class PopService:
         try:
             rec = decode_record(view, check_crc=False)
             if rec.tags == wire.CK_TAG:
-                self.ledger.add_checkpoint(wire.Checkpoint.decode(rec.body), qid, log_offset)
+                ck = wire.Checkpoint.decode(rec.body)
+                if self._recovering:
+                    self._recover_pop_offset(ck)
+                self.ledger.add_checkpoint(ck, qid, log_offset)
             elif rec.tags == wire.ACK_TAG:
                 self.ledger.add_ack(wire.AckRecord.decode(rec.body))
             elif rec.tags == wire.BATCH_ACK_TAG:  # Apache's batch acks (its revive log)
@@ -337,12 +347,28 @@ class PopService:
             log.warning("unreadable revive log record", queue=qid, offset=log_offset,
                         error=str(exc))
 
+    def _recover_pop_offset(self, ck: wire.Checkpoint) -> None:
+        """A checkpoint read by the first scan after a restart (or a promotion): its pop had
+        moved the group's offset past its messages, and that move may not have reached disk
+        (offsets are persisted every few seconds; the checkpoint went to the CommitLog before
+        the move). Move it again, so what was popped -- and perhaps acked -- is not popped
+        afresh from the topic: it comes back only through the revive, if it was not acked.
+        (Every checkpoint not yet read lies past the persisted revive offset, which is saved
+        with the consumer offsets, so the first scan sees every pop the file may miss.)"""
+        if not ck.diffs:
+            return
+        end = ck.start_offset + max(ck.diffs) + 1
+        offsets = self.ctrl.offsets
+        if offsets.query(ck.cid, ck.topic, ck.queue_id) < end:
+            offsets.commit(ck.cid, ck.topic, ck.queue_id, end)
+
     def revive_once(self) -> int:
         """Scan, re-put what is due, move the revive offsets; -> messages re-put."""
         ctrl = self.ctrl
         if ctrl.is_slave:  # the master revives; a promoted slave starts from the offsets
             self.ledger = ReviveLedger()
             self._scanned.clear()
+            self._recovering = True
             return 0
         self.scan()
         now = ctrl.now_ms()
@@ -393,7 +419,8 @@ class PopService:
             topic = ck.topic if is_retry_topic(ck.topic) else wire.pop_retry_topic(
                 ck.topic, ck.cid)
             self.ensure_topic(topic, RETRY_QUEUE_NUMS)
-        props.setdefault(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID, rec.msg_id)
+        if dead:  # a retry keeps the message's own properties (Apache adds no origin id)
+            props.setdefault(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID, rec.msg_id)
         msg = Message(
             topic=topic, body=rec.body, queue_id=0, flag=rec.flag, properties=props,
             sys_flag=rec.sys_flag, born_timestamp=rec.born_timestamp,
@@ -412,6 +439,18 @@ class PopService:
 
     def pending_checkpoints(self) -> Iterator[PendingCheckpoint]:
         return self.ledger.pending()
+
+
+def _order_count_info(topic: str, queue_id: int, offsets: list[int],
+                      counts: Mapping[int, int]) -> list[str]:
+    """``orderCountInfo`` items of one queue, as Apache writes them: one per message handed
+    out before (count > 0), then the queue's item with the smallest count (0 while a message
+    of the batch is new), which older clients read."""
+    seen = [o for o in offsets if counts.get(o, 0) > 0]
+    items = [wire.order_count_item(topic, queue_id, o, counts[o]) for o in seen]
+    least = min((counts[o] for o in seen), default=0) if len(seen) == len(offsets) else 0
+    items.append(wire.offset_info_item(topic, queue_id, [least]))
+    return items
 
 
 def is_retry_topic(topic: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
 
 from ...cluster.protocol import fastjson, topic_attributes
@@ -24,6 +23,7 @@ from ...cluster.remoting.headers import (
     GetConsumeStatsRequestHeader,
     ResetOffsetRequestHeader,
 )
+from ...cluster.remoting.processors import Later
 from ..apache_keys import runtime_info_keys
 from ..metrics import RuntimeStats
 from ..offsets import SubscriptionGroupConfig
@@ -69,7 +69,7 @@ class AdminProcessors:
     @header_errors
     def update_and_create_topic(
         self, conn: Any, request: RemotingCommand
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Later:
         refused = self._refuse_on_slave(request)
         if refused is not None:
             return refused
@@ -114,11 +114,14 @@ class AdminProcessors:
 
         async def registered() -> RemotingCommand:
             # as RocketMQ's registerIncrementBrokerData: the NameServers know the new route
-            # before the creator is answered (the Go client's admin looks it up right away)
-            await self.ctrl.register_topics_now([h.topic])
+            # before the creator is answered (the Go client's admin looks it up right away),
+            # waiting as long as a registration may take (a loaded host is slow to answer)
+            await self.ctrl.register_topics_now(
+                [h.topic], self.ctrl.bcfg.register_broker_timeout_mills / 1000.0
+            )
             return answer
 
-        return registered()
+        return Later(registered())
 
     @header_errors
     def delete_topic(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
@@ -183,8 +186,8 @@ class AdminProcessors:
             "msgPutTotalTodayMorning": "0",
             "msgGetTotalYesterdayMorning": "0",
             "msgGetTotalTodayMorning": "0",
-            "putTps": f"{stats.put_tps():.2f} 0.0 0.0",
-            "getTransferedTps": f"{stats.get_tps():.2f} 0.0 0.0",
+            "putTps": stats.put_tps_figures(),
+            "getTransferedTps": stats.get_tps_figures(),
             "commitLogMinOffset": str(store.min_phys_offset),
             "commitLogMaxOffset": str(store.max_phys_offset),
             "dispatchBehindBytes": str(store.dispatch_behind_bytes),
@@ -486,7 +489,7 @@ class ResetOffsetProcessor:
     @header_errors
     def reset_offset(
         self, conn: Any, request: RemotingCommand
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Later:
         ctrl = self.ctrl
         h = ResetOffsetRequestHeader.from_ext_fields(request.ext_fields)
         tc = ctrl.topics.select(h.topic)
@@ -552,7 +555,7 @@ class ResetOffsetProcessor:
                           timestamp=h.timestamp, offsets=dict(table), clients=len(channels))
             return answer
 
-        return notify_all()
+        return Later(notify_all())
 
 
 def _reset_body(topic: str, broker_name: str, table: list[tuple[int, int]], *, cpp: bool) -> bytes:

@@ -8,7 +8,6 @@ GET_EARLIEST_MSG_STORETIME, LOCK/UNLOCK_BATCH_MQ, QUERY_MESSAGE, VIEW_MESSAGE_BY
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final
 
 from ...cluster.acl.permission import SUB
@@ -29,6 +28,7 @@ from ...cluster.remoting.headers import (
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
+from ...cluster.remoting.processors import Later
 from ..clients import (
     ClientChannelInfo,
     HeartbeatData,
@@ -77,7 +77,7 @@ class ConsumerProcessors:
 
     def heart_beat(
         self, conn: Any, request: RemotingCommand
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Later:
         """HEART_BEAT. As RocketMQ's ``ClientManageProcessor.heartBeat``: each consumer group's
         retry topic is created first and, when new, registered with the NameServers before the
         group's members are recorded and told (so the route of ``%RETRY%group`` exists by the
@@ -99,7 +99,7 @@ class ConsumerProcessors:
                     created.append(topic)
         if not created:
             return self._register_clients(conn, request, hb)
-        return self._register_topics_then_clients(conn, request, hb, created)
+        return Later(self._register_topics_then_clients(conn, request, hb, created))
 
     async def _register_topics_then_clients(
         self, conn: Any, request: RemotingCommand, hb: HeartbeatData, topics: list[str]

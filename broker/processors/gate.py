@@ -19,7 +19,7 @@ from ...cluster.protocol.names import NAME_TABLE, NameCache, check_request
 from ...cluster.remoting.codec import RemotingCommand
 from ...cluster.remoting.codes import RequestCode, ResponseCode
 from ...cluster.remoting.headers import SEND_V2_LETTER
-from ...cluster.remoting.processors import Processor, checked
+from ...cluster.remoting.processors import AnyProcessor, Processor, checked
 
 #: Requests whose bad topic RocketMQ answers in its own words (``TopicValidator``): the header
 #: field holding the topic, and whether the answer is a send's (with MSG_REGION / TRACE_ON).
@@ -89,10 +89,10 @@ class NameGate:
         )
         return refusal(request, bad)
 
-    def wrap_one(self, processor: Processor) -> Processor:
+    def wrap_one(self, processor: AnyProcessor) -> Processor:
         return checked(processor, self.check)
 
-    def wrap(self, processors: Mapping[int, Processor]) -> dict[int, Processor]:
+    def wrap(self, processors: Mapping[int, AnyProcessor]) -> dict[int, AnyProcessor]:
         """Every processor whose code carries a name, gated; the others as they are."""
         return {
             code: self.wrap_one(p) if code in NAME_TABLE else p

@@ -4,7 +4,8 @@
 whether the pull may be parked. ``process`` (a plain processor: a pull that finds messages is
 answered inline, in the read's batch) parks the others in ``PullRequestHoldService`` until a
 matching message arrives or ``suspendTimeoutMillis`` passes, then answers with a second,
-non-suspending read, through a ``Deferred`` (no task per parked pull).
+non-suspending read, handed to its connection's ``answer_later`` (it replied ``LATER``: no
+task per parked pull).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ...cluster.remoting.codec import RemotingCommand
 from ...cluster.remoting.codes import ResponseCode
 from ...cluster.remoting.errors import exception_remark
 from ...cluster.remoting.headers import HeaderError, PullMessageRequestHeader
-from ...cluster.remoting.processors import Deferred
+from ...cluster.remoting.processors import LATER, Later
 from ...store.message_store import GetMessageStatus
 from ..clients import SubscriptionData, build_subscription
 from ..long_polling import Parked
@@ -127,9 +128,9 @@ class Park:
 
 class _ParkedPull(Parked):
     """A parked pull: woken, it is decided again (no suspending) and answered through its
-    ``Deferred`` on its connection; nothing of it is a task."""
+    connection's ``answer_later``; nothing of it is a task."""
 
-    __slots__ = ("conn", "deferred", "header", "processor", "request", "sub")
+    __slots__ = ("conn", "header", "processor", "request", "sub")
 
     def __init__(
         self, processor: PullProcessor, conn: Any, request: RemotingCommand, park: Park
@@ -142,7 +143,6 @@ class _ParkedPull(Parked):
         self.request: RemotingCommand | None = request
         self.header = park.header
         self.sub: SubscriptionData | None = sub
-        self.deferred = Deferred()
 
     def wake(self) -> None:
         processor, request, conn = self.processor, self.request, self.conn
@@ -155,7 +155,7 @@ class _ParkedPull(Parked):
         except Exception as exc:
             log.warning("parked pull failed", error=repr(exc), exc_info=True)
             response = request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
-        self.deferred.resolve(response)
+        conn.answer_later(request, response)
 
 
 #: Subscriptions a pull carries (FLAG_SUBSCRIPTION), built once per distinct text: the cache's
@@ -180,15 +180,16 @@ class PullProcessor:
             self._subs[key] = sub
         return sub
 
-    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand | Deferred:
+    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand | Later:
         """A plain processor (answered inline when it need not wait); a pull to hold is
-        parked and answered later through a ``Deferred`` (no task per parked pull)."""
+        parked and answered later through its connection (``LATER``: no task per parked
+        pull)."""
         response, park = self.decide(conn, request, allow_suspend=True)
         if park is None:
             return cast(RemotingCommand, response)  # (decide answers when it does not park)
         parked = _ParkedPull(self, conn, request, park)
         self.ctrl.hold.park(park.topic, park.queue_id, parked, park.timeout_s)
-        return parked.deferred
+        return LATER
 
     def decide(
         self, conn: Any, request: RemotingCommand, *, allow_suspend: bool,

@@ -46,7 +46,7 @@ from ...cluster.remoting.headers import (
     HeaderError,
     parse_send_header,
 )
-from ...cluster.remoting.processors import Held
+from ...cluster.remoting.processors import Later
 from ...store.commitlog import PutMessageResult, PutMessageStatus
 from ...store.config import TIMER_TOPIC, BrokerRole, FlushDiskType, MessageStoreConfig
 from ...store.timer.hook import (
@@ -251,6 +251,21 @@ def timeout_answer(status: PutMessageStatus) -> ExpiredAnswer:
     return expired
 
 
+def refused_answer(status: PutMessageStatus, detail: str) -> ExpiredAnswer:
+    """How a held send answer reads when its message turned out not stored (``status`` is
+    not a stored one: a DLedger entry whose quorum commit timed out, or whose leader's term
+    ended first): the refusal ``answer`` builds for that status, without msgId and offsets;
+    an answer that is already a refusal stays as it is."""
+    code, remark = put_status_code(status, detail)
+
+    def refused(ok: RemotingCommand, key: int) -> RemotingCommand:
+        if ok.code != ResponseCode.SUCCESS:
+            return ok
+        return refuse(ok, code, remark)
+
+    return refused
+
+
 class SendProcessor:
     def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
@@ -280,7 +295,7 @@ class SendProcessor:
 
     # ------------------------------------------------------------------ entry points
 
-    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand | Held:
+    def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand | Later:
         """The one send form: check and append now; answer at once unless the put must pass a
         watermark (``store.put_wait``: the flush, a slave's ack or both) -- then the answer is
         encoded now and held on it (one advance releases every answer it covers, one send per

@@ -24,7 +24,7 @@ from ..logging import get_logger
 from ..remoting.codec import RemotingCommand
 from ..remoting.codes import FLAG_RESPONSE, ResponseCode
 from ..remoting.connection import Connection
-from ..remoting.processors import Processor, checked
+from ..remoting.processors import AnyProcessor, Processor, checked
 from .permission import ADMIN_CODES
 from .rules import AclConfigError, PlainAclConfig, parse_plain_acl
 from .validator import AclDecider, AclDenied
@@ -180,10 +180,10 @@ class AclGuard:
             remark=denied.remark,
         )
 
-    def wrap_one(self, processor: Processor) -> Processor:
+    def wrap_one(self, processor: AnyProcessor) -> Processor:
         return checked(processor, self.check)
 
-    def wrap(self, processors: Mapping[int, Processor]) -> dict[int, Processor]:
+    def wrap(self, processors: Mapping[int, AnyProcessor]) -> dict[int, AnyProcessor]:
         codes = self.guarded_codes
         return {
             code: self.wrap_one(p) if codes is None or code in codes else p

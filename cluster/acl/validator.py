@@ -247,6 +247,19 @@ def _check_resources(account: Account, resources: Iterable[tuple[str, int]]) -> 
             raise AclDenied(f"No default permission for {_describe(resource, is_group)}")
 
 
+def check_account(account: Account, resources: Iterable[tuple[str, int]]) -> AclDenied | None:
+    """None if ``account`` holds every (resource, permission) in ``resources`` (an admin
+    account without resource rules holds all), else why not: for a caller that authenticated
+    the account itself (the gRPC proxy, ``proxy/auth.py``)."""
+    if account.resource_perms is None and account.admin:
+        return None
+    try:
+        _check_resources(account, resources)
+    except AclDenied as denied:
+        return denied
+    return None
+
+
 def check(
     rules: PlainAclConfig,
     request: RemotingCommand,

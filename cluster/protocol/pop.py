@@ -286,8 +286,10 @@ class Checkpoint:
         obj: dict[str, Any] = {
             "bm": self.bit_map, "bn": self.broker_name, "c": self.cid, "d": list(self.diffs),
             "it": self.invisible_time, "n": len(self.diffs), "pt": self.pop_time,
-            "q": self.queue_id, "ro": self.revive_offset, "so": self.start_offset,
-            "t": self.topic,
+            "q": self.queue_id,
+            # Apache writes its reviveTime getter too (popTime + invisibleTime); nobody reads it
+            "reviveTime": self.pop_time + self.invisible_time,
+            "ro": self.revive_offset, "so": self.start_offset, "t": self.topic,
         }
         if self.re_put_times is not None:
             obj["rp"] = self.re_put_times

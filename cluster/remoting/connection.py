@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Awaitable
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import attrs
 import trio
@@ -53,7 +53,7 @@ from .errors import (
 )
 from .input_budget import READ_CHUNK_BYTES
 from .lending import Lending
-from .processors import AsyncProcessor, Processor, ProcessorTable
+from .processors import ProcessorTable
 from .sockets import InputShare, Socket
 from .writer import Writer
 
@@ -292,8 +292,8 @@ class Connection:
         spawns, answered, blocked = self._state.take(commands)
         if spawns is not None:
             gather = len(commands) > 1
-            for processor, cmd, awaitable in spawns:
-                nursery.start_soon(self._serve_request, processor, cmd, gather, awaitable)
+            for cmd, work in spawns:
+                nursery.start_soon(self._serve_request, cmd, work, gather)
         writer.send_queued()  # every inline answer of this read in one send
         if lone:
             return spawns is not None, answered, blocked
@@ -308,23 +308,17 @@ class Connection:
             if self._room is None:
                 self._room = trio.Event()
             await self._room.wait()
-        self._state.resume(blocked)
         if blocked.rest:
             await self._take(blocked.rest, nursery)
 
     async def _serve_request(
-        self, processor: Processor | None, request: RemotingCommand, gather: bool,
-        awaitable: Awaitable[RemotingCommand | None] | None = None,
+        self, request: RemotingCommand, work: Awaitable[RemotingCommand | None], gather: bool
     ) -> None:
+        """Await a ``Later``'s work (its processor's reply: ``processors.py``) and answer."""
         try:
             response: RemotingCommand | None
             try:
-                if awaitable is not None:
-                    response = await awaitable
-                elif processor is None:
-                    response = self._state.unsupported(request)
-                else:
-                    response = await cast(AsyncProcessor, processor)(self, request)
+                response = await work
             except Exception as exc:
                 self.log.warning("processor failed", code=request.code, error=repr(exc),
                                  exc_info=True)
@@ -339,27 +333,26 @@ class Connection:
         finally:
             self._request_ended()
 
-    def _deferred_done(
-        self, opaque: int, flag: int, code: int, response: RemotingCommand | None
-    ) -> None:
-        """A ``Deferred`` answer arrived; one task sends all answers of this batch."""
-        flush = self._state.deferred_done(opaque, flag, code, response)
+    def answer_later(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """The answer of a request whose processor replied ``LATER`` and kept it (a parked
+        pull), given once from any task of this Trio run; one task sends all answers of
+        this batch."""
+        flush = self._state.answer_later(request, response)
         room = self._room
         if room is not None:
             self._room = None
             room.set()
         if flush and self._nursery is not None:
             try:
-                self._nursery.start_soon(self._flush_deferred)
+                self._nursery.start_soon(self._flush_later)
             except RuntimeError:  # the connection is shutting down: nothing more goes out
-                self._state.deferred_flush = False
+                self._state.later_flush = False
         elif flush:
-            self._state.deferred_flush = False
+            self._state.later_flush = False
 
-    async def _flush_deferred(self) -> None:
-        self._state.deferred_flush = False
+    async def _flush_later(self) -> None:
+        self._state.later_flush = False
         self._writer.send_queued()
-
     def _held_released(self, frames: bytearray, n: int) -> None:
         """``HeldAnswers`` released ``n`` answers of this connection: one send."""
         send = self._state.held_released(frames, n)

@@ -8,10 +8,12 @@ connection closed) and carries out what the machine asks for:
   the bytes to send now (None while a flusher owns the send side, or nothing is queued);
 * **wake this call**: a pending call's slot (any object with ``deadline``, ``response``,
   ``error``, ``reading`` and ``finish()``) is finished by ``complete``/``expire``/``close``;
-* **dispatch this request**: ``take`` answers plain processors inline, attaches ``Deferred``
-  answers, counts ``HELD`` ones, and returns the requests that need a task of their own
-  (``Spawn``: processor, request, awaitable) and, when a request must wait for room, the
-  ``Blocked`` rest of the read;
+* **dispatch this request**: ``take`` runs each request's processor inline and acts on its
+  ``Reply`` (``processors.py``): an answer is queued, a ``Later`` counts the request as in
+  flight -- ``LATER`` (held on a watermark, or kept by a parked pull) until its answer is
+  released, ``Later(work)`` until the task that awaits ``work`` answers (returned as a
+  ``Spawn``); when a request over the limit is already under way, the ``Blocked`` rest of the
+  read;
 * **close**: ``close`` fails every pending call; a malformed frame (``malformed``) answers what
   came before it and the shell closes.
 
@@ -22,20 +24,20 @@ Invariants (each method keeps them; the datadriven scripts in tests/unit/remotin
    ``timer_deadline`` is at most the earliest deadline in ``pending`` (inf: none).
 2. Opaques this end allocates are 31-bit, strictly increasing modulo 2**31 (a peer's requests
    carry their own opaques; answers echo them).
-3. ``running`` counts the peer's requests being processed: a task running, a ``Deferred``
-   unresolved, an answer held in ``HeldAnswers``. It rises only in ``take``/``resume`` and
-   ``malformed`` (for a HELD answer), falls only in ``request_ended`` (task ended, deferred
-   resolved, held answers released); it never goes below 0. A request is admitted only while
-   ``running < max_in_flight``; an admitted ``HELD`` answer may take it to ``max_in_flight``
-   + 1 at most, and then nothing more is taken until it is back at ``max_in_flight``. A request
-   that would pass the limit is answered SYSTEM_BUSY, unless it is already under way (a
-   ``Deferred``, a ``HELD`` answer): then the rest of the read is ``Blocked`` until room.
+3. ``running`` counts the peer's requests being processed: a ``Later``'s task running, a
+   ``LATER`` answer not yet released (held, or kept by a parked pull). It rises only in
+   ``take`` and ``malformed`` (for a ``LATER`` answer), falls only in ``request_ended`` (task
+   ended, held answers released, a later answer given); it never goes below 0. A task is
+   started only while ``running < max_in_flight``, else its request is answered SYSTEM_BUSY
+   (its work is closed unstarted); a ``LATER`` answer is already under way: it may take
+   ``running`` to ``max_in_flight`` + 1 at most, and then the rest of the read is ``Blocked``
+   until it is back at ``max_in_flight``.
 4. Every non-oneway request gets exactly one answer in ``out`` (or in ``HeldAnswers``), in
    the order the processors produce them; nothing is queued once ``closed``.
 5. ``flushing``: a flusher task owns the send side; ``take_outbound`` then returns None and
    frames queue behind it. ``flush_soon``: a writer is gathering this scheduling batch's
-   frames, and sends them after its checkpoint. ``deferred_flush``: one task will send the
-   answers resolved by Deferreds in this batch.
+   frames, and sends them after its checkpoint. ``later_flush``: one task will send the
+   answers given by ``answer_later`` in this batch.
 6. ``closed`` is final: ``pending`` is empty from then on.
 """
 
@@ -44,7 +46,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Awaitable
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -60,14 +62,7 @@ from .errors import (
     error_response,
     exception_remark,
 )
-from .processors import (
-    HELD,
-    Deferred,
-    Held,
-    Processor,
-    ProcessorTable,
-    SyncProcessor,
-)
+from .processors import Later, ProcessorTable
 
 #: Requests of one connection being processed at once; past this, SYSTEM_BUSY.
 MAX_IN_FLIGHT_REQUESTS: Final = 65_536
@@ -88,18 +83,16 @@ class CallSlot(Protocol):
     def finish(self) -> None: ...
 
 
-#: A request that needs a task: (processor or None when unknown, request, awaitable or None).
-Spawn = tuple["Processor | None", RemotingCommand, "Awaitable[RemotingCommand | None] | None"]
+#: A request whose answer a task gives: (the request, the ``Later``'s work to await).
+Spawn = tuple[RemotingCommand, "Awaitable[RemotingCommand | None]"]
 
 
 @attrs.frozen
 class Blocked:
-    """``take`` stopped: a request already under way needs room (``running`` at most
-    ``limit``) before ``resume``; ``rest`` is what remained of the read."""
+    """``take`` stopped: a ``LATER`` answer took ``running`` past the limit; the shell waits
+    for room (``running`` at most ``limit``), then takes ``rest``, what remained of the read."""
 
     limit: int
-    request: RemotingCommand | None  # the Deferred's request (None: a HELD answer, counted)
-    deferred: Deferred | None
     rest: list[RemotingCommand]
 
 
@@ -123,7 +116,7 @@ class ConnectionState:
         self.out = bytearray()
         self.flushing = False
         self.flush_soon = False
-        self.deferred_flush = False
+        self.later_flush = False
         self.closed = False
         self.close_reason: str | None = None
         self.last_read = 0.0  # when the shell last read (its clock)
@@ -185,10 +178,9 @@ class ConnectionState:
         self, commands: list[RemotingCommand]
     ) -> tuple[list[Spawn] | None, bool, Blocked | None]:
         """Handle the frames of one read: responses end their calls, requests go to their
-        processors (answered inline into ``out``, deferred, held, or returned to be spawned).
+        processors (answered inline into ``out``, later, or returned to be spawned).
         Returns (the requests to spawn, whether a response ended a call, where it stopped)."""
         max_in_flight = self.max_in_flight
-        lookup = self.lookup
         spawns: list[Spawn] | None = None
         answered = False
         for i, cmd in enumerate(commands):
@@ -197,66 +189,46 @@ class ConnectionState:
                 answered = True
                 continue
             self.peer_request_read = self.last_read
-            processor, is_async = lookup(cmd.code)
-            deferred = None
-            if processor is not None and not is_async:
-                deferred = self.answer_inline(processor, cmd)
-                if deferred is None:
-                    continue
-                if isinstance(deferred, Held):  # answered when HeldAnswers releases it
-                    self.running += 1
-                    if self.running > max_in_flight:
-                        return spawns, answered, Blocked(
-                            max_in_flight, None, None, commands[i + 1 :])
-                    continue
+            later = self.answer_inline(cmd)
+            if later is None:
+                continue
+            work = later.work
+            if work is None:  # under way already: counted until its answer is released
+                self.running += 1
+                if self.running > max_in_flight:
+                    return spawns, answered, Blocked(max_in_flight, commands[i + 1 :])
+                continue
             if self.running >= max_in_flight:
-                if isinstance(deferred, Deferred):  # already under way: wait for room
-                    return spawns, answered, Blocked(
-                        max_in_flight - 1, cmd, deferred, commands[i + 1 :])
-                close = getattr(deferred, "close", None)
+                close = getattr(work, "close", None)
                 if close is not None:
                     close()  # a coroutine that never started
                 self.refuse_busy(cmd)
                 continue
             self.running += 1
-            if isinstance(deferred, Deferred):
-                deferred._attach_connection(self.handle, cmd)
-                continue
             if spawns is None:
                 spawns = []
-            spawns.append(
-                (processor, cmd, cast("Awaitable[RemotingCommand | None] | None", deferred)))
+            spawns.append((cmd, work))
         return spawns, answered, None
 
-    def resume(self, blocked: Blocked) -> None:
-        """Room came (``running <= blocked.limit``): the blocked request goes on; the shell
-        then ``take``s ``blocked.rest``."""
-        if blocked.deferred is not None:
-            self.running += 1
-            blocked.deferred._attach_connection(
-                self.handle, cast(RemotingCommand, blocked.request))
-
-    def answer_inline(
-        self, processor: SyncProcessor, request: RemotingCommand
-    ) -> Awaitable[RemotingCommand | None] | Deferred | Held | None:
-        """Run a plain ``def`` processor now; its answer is queued. An awaitable, a
-        ``Deferred`` or ``HELD`` instead is returned (the answer comes later)."""
+    def answer_inline(self, request: RemotingCommand) -> Later | None:
+        """Run ``request``'s processor now and queue its answer; a ``Later`` is returned
+        instead (the answer comes later). No processor: REQUEST_CODE_NOT_SUPPORTED."""
+        processor = self.lookup(request.code)
         try:
-            response = processor(self.handle, request)
+            reply = (
+                processor(self.handle, request) if processor is not None
+                else self.unsupported(request)
+            )
         except Exception as exc:
             self.log.warning("processor failed", code=request.code, error=repr(exc),
                              exc_info=True)
-            response = error_response(request, ResponseCode.SYSTEM_ERROR, exception_remark(exc))
-        if (
-            response is not None
-            and type(response) is not RemotingCommand
-            and (response is HELD or isinstance(response, Deferred)
-                 or inspect.isawaitable(response))
-        ):
-            return response
+            reply = error_response(request, ResponseCode.SYSTEM_ERROR, exception_remark(exc))
+        if type(reply) is Later:
+            return reply
         if not request.flag & FLAG_ONEWAY and not self.closed:
-            self.queue_answer(request.opaque, request.code,
-                              cast("RemotingCommand | None", response))
+            self.queue_answer(request.opaque, request.code, reply)
+        elif inspect.iscoroutine(reply):  # (not a Reply: never awaited, say so once)
+            reply.close()
         return None
 
     def refuse_busy(self, request: RemotingCommand) -> None:
@@ -269,12 +241,14 @@ class ConnectionState:
             self.queue_answer(request.opaque, request.code, error_response(
                 request, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK))
 
-    def queue_answer(self, opaque: int, code: int, response: RemotingCommand | None) -> None:
+    def queue_answer(self, opaque: int, code: int, response: Any) -> None:
         """Encode the answer to the request (``opaque``, ``code``) into ``out``."""
         if response is None:
             response = error_answer(
                 opaque, ResponseCode.SYSTEM_ERROR, f"no response for request code {code}")
         elif not isinstance(response, RemotingCommand):
+            if inspect.iscoroutine(response):
+                response.close()  # (a processor returned a coroutine, not a ``Later``)
             response = error_answer(
                 opaque, ResponseCode.SYSTEM_ERROR,
                 f"processor for code {code} returned {type(response).__name__}")
@@ -299,18 +273,17 @@ class ConnectionState:
         self.queue_answer(request.opaque, request.code, response)
         return True
 
-    def deferred_done(
-        self, opaque: int, flag: int, code: int, response: RemotingCommand | None
-    ) -> bool:
-        """A ``Deferred`` answer arrived: it ends its request and is queued. True: the shell
-        must start the one task that flushes this batch's deferred answers."""
+    def answer_later(self, request: RemotingCommand, response: RemotingCommand | None) -> bool:
+        """The answer of a request that replied ``LATER`` (a parked pull): it ends its request
+        and is queued. True: the shell must start the one task that flushes this batch's
+        later answers."""
         self.running -= 1
-        if flag & FLAG_ONEWAY or self.closed:
+        if request.flag & FLAG_ONEWAY or self.closed:
             return False
-        self.queue_answer(opaque, code, response)
-        if self.deferred_flush:
+        self.queue_answer(request.opaque, request.code, response)
+        if self.later_flush:
             return False
-        self.deferred_flush = True
+        self.later_flush = True
         return True
 
     def held_released(self, frames: bytearray, n: int) -> bool:
@@ -336,14 +309,13 @@ class ConnectionState:
             if cmd.flag & FLAG_RESPONSE:
                 self.complete(cmd)
                 continue
-            processor, is_async = self.lookup(cmd.code)
-            if processor is None or is_async:
+            later = self.answer_inline(cmd)
+            if later is None:
                 continue
-            answer = self.answer_inline(processor, cmd)
-            if isinstance(answer, Held):
+            if later.work is None:
                 self.running += 1  # as ``take`` counts it (its release uncounts it)
-            elif inspect.iscoroutine(answer):
-                answer.close()  # the connection closes: nothing will await it
+            elif inspect.iscoroutine(later.work):
+                later.work.close()  # the connection closes: nothing will await it
 
     # ------------------------------------------------------------------ sending
 

@@ -16,7 +16,7 @@ import attrs
 from ..logging import get_logger
 from .codec import FrameDecoder, RemotingCommand, encode_into
 from .codes import FLAG_RESPONSE
-from .processors import HELD, Held
+from .processors import LATER, Later
 
 
 class HeldReceiver(Protocol):
@@ -103,10 +103,10 @@ class HeldAnswers:
         self.wake_before = math.inf
         self.log = get_logger(component="held_answers")
 
-    def hold(self, conn: HeldReceiver, opaque: int, response: RemotingCommand, key: int) -> Held:
+    def hold(self, conn: HeldReceiver, opaque: int, response: RemotingCommand, key: int) -> Later:
         """Hold ``response`` (the answer to the request ``opaque`` on ``conn``) until the mark
         reaches ``key`` (the caller answers at once when it already did: ``mark >= key``);
-        return ``HELD`` for the processor to return."""
+        return ``LATER`` for the processor to return."""
         if not response.flag & FLAG_RESPONSE:
             response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
         q = self._queues.get(conn)
@@ -130,7 +130,7 @@ class HeldAnswers:
         if deadline < self.wake_before and self.on_busy is not None:
             self.wake_before = deadline
             self.on_busy()
-        return HELD
+        return LATER
 
     def wait(self, receiver: HeldReceiver, key: int, deadline: float) -> None:
         """Hold an empty answer for ``receiver`` (a task's wakeup) until the mark reaches
@@ -179,6 +179,15 @@ class HeldAnswers:
         self._reset_min_key()
         return released
 
+    def settle(self, mark: int, term_ended: bool, rewrite: ExpiredAnswer) -> int:
+        """One step of a watermark over a replicated log whose uncommitted tail a new leader
+        may overwrite (DLedger's quorum commit: keys are entry index + 1, held in the term
+        their entries were proposed in): when that term ended, everything held is answered
+        with ``rewrite`` first (its entries may be gone, and the indexes the mark passes may
+        now hold other entries), then the mark rises to ``mark``; how many went out."""
+        out = self.expire_all(rewrite) if term_ended else 0
+        return out + self.advance(mark)
+
     def drop(self, receiver: HeldReceiver) -> int:
         """Forget what ``receiver`` holds, unanswered (a waiting task that gave up: its own
         timeout, or cancelled); how many, counted as expired."""
@@ -194,9 +203,10 @@ class HeldAnswers:
     def _reset_min_key(self) -> None:
         self._min_key = min((q.keys[0] for q in self._queues.values()), default=math.inf)
 
-    def expire(self, now: float) -> int:
-        """Answer every held answer whose deadline is at most ``now`` with its expired form;
-        how many."""
+    def expire(self, now: float, rewrite: ExpiredAnswer | None = None) -> int:
+        """Answer every held answer whose deadline is at most ``now`` with its expired form
+        (``rewrite``'s instead when given: a DLedger term change); how many."""
+        rewrite = self.expired_answer if rewrite is None else rewrite
         expired = 0
         for conn, q in list(self._queues.items()):
             deadlines = q.deadlines
@@ -213,7 +223,7 @@ class HeldAnswers:
             out = bytearray()
             try:
                 for held, key in zip(FrameDecoder().feed(frames), keys, strict=False):
-                    encode_into(out, self.expired_answer(held, key), held.opaque)
+                    encode_into(out, rewrite(held, key), held.opaque)
             except Exception:  # the caller (a sweeper) must go on: these calls time out
                 self.log.exception("held answers not rewritable", answers=n)
                 out = bytearray()
@@ -221,9 +231,11 @@ class HeldAnswers:
         self._reset_min_key()
         return expired
 
-    def expire_all(self) -> int:
-        """Every held answer in its expired form (the mark will not move again)."""
-        return self.expire(math.inf)
+    def expire_all(self, rewrite: ExpiredAnswer | None = None) -> int:
+        """Every held answer in its expired form, or as ``rewrite`` makes it (nothing held now
+        may be released by a later ``advance``: the mark stopped, or what it counts changed
+        meaning, as a DLedger log's tail does when its leader's term ends)."""
+        return self.expire(math.inf, rewrite)
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of a held answer (None: nothing held)."""

@@ -34,7 +34,7 @@ from ..logging import get_logger
 from .codec import RemotingCommand
 from .codes import ResponseCode
 from .errors import RemotingConnectError, RemotingError
-from .processors import Processor, ProcessorTable
+from .processors import AnyProcessor, Later, Processor, ProcessorTable, Reply, plain
 
 #: Request codes of the handshake (ours: no RocketMQ or DLedger code uses them).
 PEER_AUTH_HELLO: Final = 97001
@@ -119,21 +119,21 @@ class PeerAuthGate:
     def is_authenticated(self, conn: Any) -> bool:
         return conn in self._authenticated
 
-    def _guard(self, processor: Processor | None) -> Processor:
-        """``processor`` for authenticated connections; a plain ``def`` either way (an async
-        processor's coroutine is returned, and the connection awaits it in a task)."""
+    def _guard(self, processor: AnyProcessor | None) -> Processor:
+        """``processor`` for authenticated connections, in the one form (``plain``)."""
+        inner = plain(processor) if processor is not None else None
 
-        def guarded(conn: Any, request: RemotingCommand) -> Any:
+        def guarded(conn: Any, request: RemotingCommand) -> Reply:
             if conn not in self._authenticated:
                 return self._refuse(conn, request, "frame before peer authentication")
-            if processor is None:
+            if inner is None:
                 return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                         f"request code {request.code} not supported")
-            return processor(conn, request)
+            return inner(conn, request)
 
         return guarded
 
-    def _on_hello(self, conn: Any, request: RemotingCommand) -> Any:
+    def _on_hello(self, conn: Any, request: RemotingCommand) -> Reply:
         nonce = _nonce_field(request.ext_fields, "nonce")
         if request.is_oneway or nonce is None or len(nonce) != NONCE_BYTES:
             return self._refuse(conn, request, "malformed PEER_AUTH_HELLO")
@@ -144,7 +144,7 @@ class PeerAuthGate:
             "proof": proof(self._secret, SERVER_LABEL, nonce, server_nonce).hex(),
         })
 
-    def _on_prove(self, conn: Any, request: RemotingCommand) -> Any:
+    def _on_prove(self, conn: Any, request: RemotingCommand) -> Reply:
         pending = self._pending.pop(conn, None)
         got = _nonce_field(request.ext_fields, "proof")
         if pending is None or got is None or request.is_oneway:
@@ -157,7 +157,7 @@ class PeerAuthGate:
             self.authenticated += 1
         return request.response(ResponseCode.SUCCESS)
 
-    def _refuse(self, conn: Any, request: RemotingCommand, reason: str) -> Awaitable[None]:
+    def _refuse(self, conn: Any, request: RemotingCommand, reason: str) -> Later:
         """Close ``conn`` without an answer; log at a limited rate."""
         self.refused += 1
         self._pending.pop(conn, None)
@@ -166,7 +166,7 @@ class PeerAuthGate:
             self._last_refused_log = now
             self.log.warning("peer_auth_refused", reason=reason, code=request.code,
                              remote=getattr(conn, "peer", "?"), refused=self.refused)
-        return _close(conn, f"peer auth: {reason}")
+        return Later(_close(conn, f"peer auth: {reason}"))
 
 
 async def _close(conn: Any, reason: str) -> None:

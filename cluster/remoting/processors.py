@@ -1,161 +1,120 @@
-"""Request processors, the table that finds them, and the two ways a plain processor answers
-later without a task of its own (``Deferred``, ``HELD``). Pure: no trio.
+"""Request processors, the one shape of what they return (``Reply``), and the table that
+finds them. Pure: no trio.
 
-A request processor takes ``(connection, request)``. ``async def`` processors run in a task of
-their own (they may wait: long polling, a flush, a call back to the peer); plain ``def``
-processors must not block and run inline in the connection's reader, their responses batched
-into one send per read. A plain ``def`` processor may also return an awaitable (a coroutine)
-when it finds it must wait after all: the answer is then awaited in a task of its own (a pull
-with nothing to return yet), or a ``Deferred`` that another task resolves later (no task per
-request), or ``HELD`` when it put its answer in ``HeldAnswers`` (sent once a watermark passes
-its key: SYNC_MASTER sends).
+A processor is a plain ``def (connection, request) -> Reply``, run inline in the connection's
+reader (it must not block; the answers of one read go out in one send). ``Reply`` is one of:
+
+* a ``RemotingCommand``: the answer, sent now;
+* ``None``: no answer (a oneway request; a two-way one is answered SYSTEM_ERROR);
+* a ``Later``: the answer comes later, and the request counts as in flight until it does.
+  ``Later(work)`` -- ``work`` is an awaitable (a coroutine) the connection awaits in a task of
+  its own and answers with (a call back to a client, a file to write, a route to look up);
+  ``LATER`` -- the processor already arranged its answer with no task: held, encoded, on a
+  watermark (``HeldAnswers``: SYNC_FLUSH, SYNC_MASTER and DLedger sends), or kept by whoever
+  will finish it, who hands it to ``conn.answer_later`` (a parked pull).
+
+An ``async def`` processor is accepted by the table and adapted to this shape (``in_task``:
+its coroutine becomes ``Later(work)``), so the connection handles one form.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol, cast, final
 
 import attrs
 
 from .codec import RemotingCommand
 
 
-class Answerer(Protocol):
-    """What a ``Deferred`` answers on (a connection)."""
+@final
+class Later:
+    """A reply that comes later (see the module docstring): ``work`` to await in a task, or
+    nothing (``LATER``: the answer is held or kept elsewhere)."""
 
-    def _deferred_done(
-        self, opaque: int, flag: int, code: int, response: RemotingCommand | None
-    ) -> None: ...
+    __slots__ = ("work",)
+
+    def __init__(self, work: Awaitable[RemotingCommand | None] | None = None) -> None:
+        self.work = work
+
+    def __repr__(self) -> str:
+        return "LATER" if self.work is None else f"Later({self.work!r})"
 
 
+#: The answer is arranged already, with no task (held on a watermark, or kept by a parked pull).
+LATER: Final = Later()
+
+#: What a processor returns: the answer now, no answer, or the answer later.
+Reply = RemotingCommand | Later | None
+Processor = Callable[[Any, RemotingCommand], Reply]
 AsyncProcessor = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]]
-SyncProcessor = Callable[
-    [Any, RemotingCommand],
-    "RemotingCommand | Awaitable[RemotingCommand | None] | Deferred | Held | None",
-]
-Processor = AsyncProcessor | SyncProcessor
+#: What a table takes: a processor, or an ``async def`` one it adapts (``plain``).
+AnyProcessor = Callable[[Any, RemotingCommand], "Reply | Awaitable[RemotingCommand | None]"]
 #: A check run before a processor: None lets the request through, a response refuses it.
 ProcessorCheck = Callable[[Any, RemotingCommand], "RemotingCommand | None"]
 
 
-def is_async(processor: Processor) -> bool:
+class LaterAnswers(Protocol):
+    """What a processor that returned ``LATER`` answers on (a connection): once, with the
+    request (its opaque, flag and code) and the answer (None: SYSTEM_ERROR)."""
+
+    def answer_later(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        ...
+
+
+def is_async(processor: Any) -> bool:
     """Whether ``processor`` is ``async def`` (or a callable with an ``async def __call__``)."""
     target = getattr(processor, "__call__", processor)  # noqa: B004
     return inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(target)
 
 
-def checked(processor: Processor, check: ProcessorCheck) -> Processor:
-    """``processor`` behind ``check`` (the ACL guard, the name gate): when ``check`` answers, that
-    answer is the response and the processor does not run. A plain processor stays plain (the
-    inline fast path), an ``async def`` one stays async."""
+def in_task(processor: AsyncProcessor) -> Processor:
+    """An ``async def`` processor as a plain one: its coroutine is the ``Later``'s work."""
+
+    def later(conn: Any, request: RemotingCommand) -> Reply:
+        return Later(processor(conn, request))
+
+    return later
+
+
+def plain(processor: AnyProcessor) -> Processor:
+    """``processor`` in the one form (``async def`` ones through ``in_task``)."""
     if is_async(processor):
-        async_p = cast(AsyncProcessor, processor)
+        return in_task(cast(AsyncProcessor, processor))
+    return cast(Processor, processor)
 
-        async def checked_async(conn: Any, request: RemotingCommand) -> Any:
-            refusal = check(conn, request)
-            if refusal is not None:
-                return refusal
-            return await async_p(conn, request)
 
-        return checked_async
-    sync_p = processor
+def checked(processor: AnyProcessor, check: ProcessorCheck) -> Processor:
+    """``processor`` behind ``check`` (the ACL guard, the name gate): when ``check`` answers,
+    that answer is the reply and the processor does not run."""
+    inner = plain(processor)
 
-    def checked_sync(conn: Any, request: RemotingCommand) -> Any:
+    def checked_p(conn: Any, request: RemotingCommand) -> Reply:
         refusal = check(conn, request)
         if refusal is not None:
             return refusal
-        return sync_p(conn, request)
+        return inner(conn, request)
 
-    return checked_sync
+    return checked_p
 
 
 @attrs.frozen
 class ProcessorTable:
-    """The processor table keyed by request code, and the processor for any other code."""
+    """The processor table keyed by request code, and the processor for any other code
+    (``async def`` processors are adapted to the one form when the table is built)."""
 
-    processors: Mapping[int, Processor] = attrs.field(factory=dict)
-    default: Processor | None = None
-    _is_async: Mapping[int, bool] = attrs.field(init=False, repr=False, eq=False)
+    processors: Mapping[int, AnyProcessor] = attrs.field(factory=dict)
+    default: AnyProcessor | None = None
+    _plain: Mapping[int, Processor] = attrs.field(init=False, repr=False, eq=False)
+    _default: Processor | None = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        flags = {code: is_async(p) for code, p in self.processors.items()}
-        object.__setattr__(self, "_is_async", flags)
+        object.__setattr__(self, "_plain", {c: plain(p) for c, p in self.processors.items()})
+        default = plain(self.default) if self.default is not None else None
+        object.__setattr__(self, "_default", default)
 
-    def lookup(self, code: int) -> tuple[Processor | None, bool]:
-        """The processor for ``code`` and whether it is ``async`` (needs a task of its own)."""
-        processor = self.processors.get(code)
-        if processor is not None:
-            return processor, self._is_async[code]
-        if self.default is not None:
-            return self.default, is_async(self.default)
-        return None, False
-
-
-class Deferred:
-    """An answer a plain ``def`` processor promises for later, without a task of its own.
-
-    A processor that must wait on something another task will finish (a SYNC_MASTER send
-    waiting for a slave's ack) returns a ``Deferred`` and arranges for ``resolve(response)`` to
-    be called once from any task of the same Trio run; the connection then queues the response
-    and flushes every answer resolved in the same scheduling batch in one send. Costs an object
-    and a callback instead of a task per request.
-    """
-
-    __slots__ = ("_conn", "_conn_code", "_conn_flag", "_conn_opaque", "_on_done", "done",
-                 "response")
-
-    def __init__(self) -> None:
-        self._on_done: Callable[[RemotingCommand | None], None] | None = None
-        self._conn: Answerer | None = None  # the connection to answer on (no callback object)
-        # the request's opaque, flag and code: all the answer needs of it (the request itself,
-        # its header fields and body, is freed at once, not kept until the answer)
-        self._conn_opaque = self._conn_flag = self._conn_code = 0
-        self.done = False
-        self.response: RemotingCommand | None = None
-
-    def resolve(self, response: RemotingCommand | None) -> None:
-        """Deliver the answer (later calls are ignored)."""
-        if self.done:
-            return
-        self.done = True
-        self.response = response
-        conn = self._conn
-        if conn is not None:
-            self._conn = None
-            conn._deferred_done(self._conn_opaque, self._conn_flag, self._conn_code, response)
-            return
-        callback, self._on_done = self._on_done, None
-        if callback is not None:
-            callback(response)
-
-    def _attach(self, callback: Callable[[RemotingCommand | None], None]) -> None:
-        if self.done:
-            callback(self.response)
-        else:
-            self._on_done = callback
-
-    def _attach_connection(self, conn: Answerer, request: RemotingCommand) -> None:
-        """``_attach(partial(conn._deferred_done, ...request))`` without the partial."""
-        if self.done:
-            conn._deferred_done(request.opaque, request.flag, request.code, self.response)
-        else:
-            self._conn = conn
-            self._conn_opaque = request.opaque
-            self._conn_flag = request.flag
-            self._conn_code = request.code
-
-
-class Held:
-    """What a processor returns when it put its answer in ``HeldAnswers``: the connection
-    counts the request as running until the answer is released."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "HELD"
-
-
-#: A plain ``def`` processor's answer is in ``HeldAnswers`` (see there).
-HELD: Final = Held()
+    def lookup(self, code: int) -> Processor | None:
+        """The processor for ``code`` (None: no processor takes it)."""
+        processor = self._plain.get(code)
+        return processor if processor is not None else self._default

@@ -10,7 +10,7 @@ Timer messages are stored to ``rmq_sys_wheel_timer`` queue 0 by the put path
   does);
 * ``deliver_due`` walks, in time order, every slot whose time is over (a slot is delivered when
   the next one begins) and puts each message of its chain, in arrival order, into its real topic
-  and queue (``REAL_TOPIC``/``REAL_QID`` removed; ``TIMER_OUT_MS`` kept and ``TIMER_ENQUEUE_MS``,
+  and queue (``REAL_TOPIC``/``REAL_QID`` and ``TIMER_OUT_MS`` kept, ``TIMER_ENQUEUE_MS``,
   ``TIMER_DEQUEUE_MS`` added, as 5.x consumers see them). It says when the next slot is due, so
   the shell sleeps until then: an idle wheel costs nothing.
 
@@ -588,8 +588,9 @@ class TimerStore:
         if roll:
             topic, queue_id = TIMER_TOPIC, 0
         else:
-            topic = props.pop(_REAL_TOPIC, "")
-            qid = parse_java_long(props.pop(_REAL_QID, ""))
+            # REAL_TOPIC / REAL_QID stay on the delivered message, as Apache leaves them
+            topic = props.get(_REAL_TOPIC, "")
+            qid = parse_java_long(props.get(_REAL_QID, ""))
             if not _NAME_RE.fullmatch(topic) or qid is None or not 0 <= qid < _MAX_QUEUE_ID:
                 return None
             queue_id = qid

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from rmq_cluster.cluster.protocol.trace import decode
 from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.testing import (
     UP_TIMEOUT_S,
@@ -437,7 +439,7 @@ def test_admin_ext_reset_offset_by_time(events: Events) -> None:
         if s["queue_offset"] >= want[s["queue_id"]])
 
 
-def test_message_trace_lands_in_the_trace_topic(events: Events) -> None:
+def test_message_trace_lands_in_the_trace_topic(events: Events, cluster: RunningCluster) -> None:
     evs = scenario(events, "trace")
     (sent,) = of(evs, "sent")
     (got,) = of(evs, "recv", "consumer")
@@ -451,6 +453,23 @@ def test_message_trace_lands_in_the_trace_topic(events: Events) -> None:
     # Pub: type, timestamp, region, group, topic, msgId, tags, keys, store host, body length ...
     assert pub[3].endswith("-pg-trace") and pub[4] == sent["topic"] and pub[5] == sent["msg_id"]
     assert pub[6] == sent["tags"] and pub[7] == sent["keys"]
+    # our decoder reads every record the Java client wrote ...
+    decoded = [decode(t["body"]) for t in traces]
+    assert all(d.skipped == 0 for d in decoded)
+    assert {r.kind.value for d in decoded for r in d.records} >= {"Pub", "SubBefore", "SubAfter"}
+    # ... and so does our queryMsgTraceById (the Java SubAfter's group: from its SubBefore)
+    done = cli("queryMsgTraceById", "-n", cluster.namesrv_addr, "-i", sent["msg_id"], "--json")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    (pub_row,) = [r for r in rows if r["type"] == "Pub"]
+    assert pub_row["group"].endswith("-pg-trace") and pub_row["topic"] == sent["topic"]
+    assert pub_row["status"] == "success" and pub_row["offsetMsgId"] == sent["offset_msg_id"]
+    afters = [r for r in rows if r["type"] == "SubAfter"]
+    assert afters and all(r["group"].endswith("-cg-trace") and r["status"] == "success"
+                          for r in afters)
+    text = cli("queryMsgTraceById", "-n", cluster.namesrv_addr, "-i", sent["msg_id"]).stdout
+    assert re.search(r"^Pub +\S+-pg-trace +\S+ +\S+ \S+ +\d+ms +success$", text, re.M), text
+    assert re.search(r"^Sub +\S+-cg-trace +\S+ +\S+ \S+ +\d+ms +success$", text, re.M), text
 
 
 # --------------------------------------------------------------------------- ACL

@@ -13,11 +13,15 @@ from __future__ import annotations
 import contextlib
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from rmq_cluster.client import ConsumeFromWhere, ConsumeResult, Message, ReceivedMessage
+from rmq_cluster.client.sync import SyncAdmin, SyncProducer, SyncPushConsumer
 from tests.interop import oracle
 
 from .test_mqadmin import FAILED, NULL, OWN_NULL, jvm
@@ -25,6 +29,8 @@ from .test_mqadmin import FAILED, NULL, OWN_NULL, jvm
 pytestmark = pytest.mark.slow
 
 CLUSTER = "InteropCluster"
+#: a traced message consumed, and its trace records found, within this
+TRACE_WAIT_S = 60.0
 
 
 def _run(classpath: str, home: Path, ns: str, broker: str) -> dict[str, str]:
@@ -93,3 +99,52 @@ def test_every_command_prints_what_apache_does_and_no_null(
         rows["java"][0])]
     assert rows["java"][0][:3] == rows["ours"][0][:3]  # cluster, broker name, id
     assert head.findall(java["brokerConsumeStats"]) == head.findall(ours["brokerConsumeStats"])
+
+
+# --------------------------------------------------------------------------- message traces
+
+
+def _traced_round_trip(c: oracle.Cluster, tag: str) -> str:
+    """Our producer and push consumer, both with ``enable_msg_trace``, through ``c``; the
+    message's id once our own reader finds its Pub and SubAfter records."""
+    topic = f"TraceVs{tag}"
+    got = threading.Event()
+
+    def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
+        got.set()
+        return ConsumeResult.SUCCESS
+
+    with SyncProducer(f"TracePG{tag}", namesrv_addr=c.namesrv_addr, enable_msg_trace=True) as p:
+        sent = p.send(Message(topic, b"traced", tags="TagT", keys=f"tk-{tag}"))
+    with SyncPushConsumer(f"TraceCG{tag}", listener, {topic: "*"},
+                          namesrv_addr=c.namesrv_addr, enable_msg_trace=True,
+                          consume_from=ConsumeFromWhere.FIRST_OFFSET):
+        assert got.wait(TRACE_WAIT_S), "not consumed"
+    with SyncAdmin(namesrv_addr=c.namesrv_addr) as admin:
+        deadline = time.monotonic() + TRACE_WAIT_S
+        while {v.kind.value for v in admin.query_msg_trace(sent.msg_id)} < {"Pub", "SubAfter"}:
+            assert time.monotonic() < deadline, "trace records not found"
+            time.sleep(0.1)  # polling a condition with a deadline
+    return sent.msg_id
+
+
+def test_apaches_mqadmin_reads_the_traces_our_client_writes(
+    mqadmin_classpath: str, clusters: dict[str, oracle.Cluster],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Our client's traces, on Apache's broker and on ours, read by mqadmin 4.9.8's
+    ``queryMsgTraceById``: a Pub row for our producer group and a Sub row for our consumer
+    group, both successful."""
+    home = tmp_path_factory.mktemp("mqadmin-trace-home")
+    for kind, c in clusters.items():
+        msg_id = _traced_round_trip(c, kind)
+        done = subprocess.run(jvm(mqadmin_classpath, home, "AdminBatch"),
+                              input=f"queryMsgTraceById\t-n\t{c.namesrv_addr}\t-i\t{msg_id}\n",
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        text = done.stdout
+        assert not FAILED.search(text), (kind, text[-3000:])
+        assert re.search(rf"^Pub +TracePG{kind} +127\.0\.0\.1 +\S+ \S+ +\d+ms +success",
+                         text, re.M), (kind, text)
+        assert re.search(rf"^Sub +TraceCG{kind} +127\.0\.0\.1 +\S+ \S+ +\d+ms +success",
+                         text, re.M), (kind, text)

@@ -1,36 +1,56 @@
 """Apache's RocketMQ 5 Python SDK (``rocketmq-python-client``, unmodified, pinned from PyPI)
-against ``rmq-cluster up single`` with ``mqproxy`` in front of it (``up --proxy``), over gRPC:
-the producer starts (QueryRoute, Telemetry settings, Heartbeat) and sends normal messages, FIFO
-messages of two message groups and a timer message with a delivery timestamp. What the broker
-stored is then read back over remoting by our client: every message with the SDK's message id,
-tag, keys and properties; each message group on one queue, in send order; the timer message not
-before its time. Then the SDK's SimpleConsumer receives the normal messages (ReceiveMessage on
-the broker's POP), changes one's invisible duration and acks each.
+against ``rmq-cluster up single --acl`` with ``mqproxy`` in front of it (``up --proxy``), over
+gRPC on TLS (the SDK's ``tls_enable=True``, trusting the cluster's self-signed certificate
+through ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``), every call signed with an account of the
+cluster's ``plain_acl.yml``; one cluster for the module:
+
+* the producer starts (QueryRoute, Telemetry settings, Heartbeat) and sends normal messages,
+  FIFO messages of two message groups and a timer message with a delivery timestamp; what the
+  broker stored is read back over remoting by our client: every message with the SDK's message
+  id, tag, keys and properties; each message group on one queue, in send order; the timer
+  message not before its time. Then the SDK's SimpleConsumer receives the normal messages
+  (ReceiveMessage on the broker's POP), changes one's invisible duration and acks each;
+* transactions: commit, rollback, and two half messages left to the broker's check, which
+  reaches the SDK's TransactionChecker over its Telemetry stream (EndTransaction from the check);
+* three PushConsumers on a two-queue topic (QueryAssignment, then POP): every message consumed;
+* ForwardMessageToDeadLetterQueue and RecallMessage, called on the wire (the SDK calls the first
+  only for FIFO push consumption, and our broker has no recall);
+* refusals: a wrong secret, an unknown access key and an account without PUB cannot send (the
+  SDK reports the proxy's UNAUTHORIZED, 40100); ``rmq-cluster status`` shows the proxy on TLS.
 
 The SDK is installed once into ``~/.cache/rmq-cluster-compat/pyclient-<version>`` (a venv of
 its own: its grpcio/protobuf never meet ours); the probe (``pyclient/probe.py``) runs there."""
 
 from __future__ import annotations
 
-import argparse
+import hashlib
+import hmac
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
+import tomllib
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
-import trio
 
-from rmq_cluster.client import PullConsumer
-from rmq_cluster.client.model import PullStatus, ReceivedMessage
-from rmq_cluster.deploy.proxy_up import PID_FILE, start_proxy
-from rmq_cluster.deploy.testing import _in_thread, create_topics, pid_running, rmq_cluster
+from rmq_cluster.client import Admin
+from rmq_cluster.cluster.acl.signing import Credentials
+from rmq_cluster.deploy.testing import _create_topics, _in_thread, cli
+from rmq_cluster.proxy import auth
+from rmq_cluster.proxy.pb import definition_pb2 as pb
+from rmq_cluster.proxy.pb import service_pb2 as spb
+from rmq_cluster.proxy.tls import cert_files
+from tests.integration.proxy.proxy_testlib import H2Client
+from tests.integration.security.acl_cluster_testlib import ADMIN, acl_cluster
 
-from .conftest import COMPAT_CACHE
+from .conftest import COMPAT_CACHE, JAVA_DIR
+from .grpc_testlib import check_stored, check_transactions, read_topic, running_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +59,17 @@ PYTHON_CLIENT = "5.1.2"
 PROBE = Path(__file__).parent / "pyclient" / "probe.py"
 INSTALL_TIMEOUT_S = 600
 PROBE_TIMEOUT_S = 90
-#: how long the timer message may take past its delivery time to be readable
-TIMER_WAIT_S = 30.0
+#: transaction checks within a second (transactionTimeOut, transactionCheckInterval)
+PROFILE = JAVA_DIR / "compat-single.toml"
+#: the SDK's account (may publish and subscribe), and one that may only subscribe
+SDK_USER = Credentials("grpcUser01", "grpcUserSecret01")
+SDK_READER = Credentials("grpcReader1", "grpcReaderSecret1")
+ACCOUNTS = [
+    {"accessKey": SDK_USER.access_key, "secretKey": SDK_USER.secret_key,
+     "defaultTopicPerm": "PUB|SUB", "defaultGroupPerm": "SUB"},
+    {"accessKey": SDK_READER.access_key, "secretKey": SDK_READER.secret_key,
+     "defaultTopicPerm": "SUB", "defaultGroupPerm": "SUB"},
+]
 
 
 @pytest.fixture(scope="session")
@@ -64,11 +93,20 @@ def python_client() -> Path:
     return python
 
 
-def _run_probe(python: Path, endpoint: str, home: Path, *args: str) -> list[dict[str, Any]]:
+def _sdk_env(cert: Path, who: Credentials) -> dict[str, str]:
+    """What a user sets: TLS on, the cluster's certificate trusted, the account's keys."""
+    return {"PROBE_TLS": "1", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(cert),
+            "PROBE_ACCESS_KEY": who.access_key, "PROBE_SECRET_KEY": who.secret_key}
+
+
+def _run_probe(proxied: Proxied, python: Path, *args: str, env: dict[str, str] | None = None
+               ) -> list[dict[str, Any]]:
+    home = proxied.home
     home.mkdir(exist_ok=True)  # the SDK logs under $HOME/logs
     done = subprocess.run(
-        [str(python), str(PROBE), endpoint, *args], capture_output=True, text=True,
-        timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL, env={**os.environ, "HOME": str(home)},
+        [str(python), str(PROBE), proxied.endpoint, *args], capture_output=True, text=True,
+        timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
+        env={**os.environ, "HOME": str(home), **(env or _sdk_env(proxied.cert, SDK_USER))},
     )
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     sdk_log = home / "logs" / "rocketmq_python" / "rocketmq_client.log"
@@ -79,90 +117,165 @@ def _run_probe(python: Path, endpoint: str, home: Path, *args: str) -> list[dict
     return events
 
 
-def _read_topic(namesrv: str, topic: str, want: int) -> list[ReceivedMessage]:
-    """Every message stored in ``topic`` once there are ``want`` (deadline TIMER_WAIT_S)."""
-
-    async def go() -> list[ReceivedMessage]:
-        async with PullConsumer("grpc_compat_reader", namesrv_addr=namesrv) as consumer:
-            queues = await consumer.fetch_queues(topic)
-            got: list[ReceivedMessage] = []
-            offsets = dict.fromkeys(queues, 0)
-            with trio.fail_after(TIMER_WAIT_S):
-                while len(got) < want:
-                    for mq in queues:
-                        res = await consumer.pull(mq, offsets[mq], suspend_s=0.5)
-                        if res.status == PullStatus.FOUND:
-                            got += res.messages
-                            offsets[mq] = res.next_begin_offset
-            return got
-
-    return _in_thread(go, timeout=TIMER_WAIT_S + 10)
+@attrs.frozen
+class Proxied:
+    namesrv_addr: str
+    dir: Path
+    endpoint: str
+    home: Path
+    #: the certificate the proxy serves (``up --proxy`` made it in the cluster's dir)
+    cert: Path
 
 
-def _stop_proxy(cluster_dir: Path) -> None:
-    pid_file = cluster_dir / PID_FILE
-    if pid_file.exists():
-        pid = int(pid_file.read_text())
-        if pid_running(pid):
-            os.kill(pid, signal.SIGKILL)
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
+    root = tmp_path_factory.mktemp("grpc-py")
+    profile = tomllib.loads(PROFILE.read_text())
+    props = {k: str(v) for k, v in profile.pop("broker_properties").items()}
+    with acl_cluster(root, profile=profile, broker_properties=props,
+                     accounts=ACCOUNTS) as cluster, \
+            running_proxy(cluster.dir, root) as endpoint:
+        yield Proxied(cluster.namesrv_addr, cluster.dir, endpoint, root / "home",
+                      cert_files(cluster.dir).cert)
+
+
+def _topics(proxied: Proxied, *kinds: str, queues: int = 8) -> dict[str, str]:
+    topics = {kind: f"grpc_{kind}_{os.getpid()}" for kind in kinds}
+
+    async def create() -> None:
+        async with Admin(namesrv_addr=proxied.namesrv_addr, access_key=ADMIN.access_key,
+                         secret_key=ADMIN.secret_key) as admin:
+            await _create_topics(admin, list(topics.values()), queues=queues, order=False)
+
+    _in_thread(create, timeout=60)
+    return topics
 
 
 def test_python_sdk_produces_and_a_simple_consumer_receives_and_acks_through_the_proxy(
-    tmp_path: Path, python_client: Path
+    proxied: Proxied, python_client: Path
 ) -> None:
-    cluster_dir = tmp_path / "cluster"
-    with rmq_cluster("single", directory=cluster_dir) as cluster:
-        try:
-            topics = {kind: f"grpc_{kind}_{os.getpid()}" for kind in ("normal", "fifo", "delay")}
-            create_topics(cluster.namesrv_addr, topics.values())
-            out = tmp_path / "up-proxy.json"
-            args = argparse.Namespace(dir=str(cluster_dir), name=None, proxy=0, json=True)
-            with open(out, "w") as f:  # the code `up --proxy` runs; its line on stdout
-                saved, sys.stdout = sys.stdout, f
-                try:
-                    assert start_proxy(args) == 0
-                finally:
-                    sys.stdout = saved
-            endpoint = json.loads(out.read_text())["proxy"]
-            events = _run_probe(python_client, endpoint, tmp_path / "home", "produce",
-                                topics["normal"], topics["fifo"], topics["delay"])
-            _check_stored(cluster.namesrv_addr, topics, events)
-            group = f"grpc_simple_{os.getpid()}"
-            consumed = _run_probe(python_client, endpoint, tmp_path / "home", "consume",
-                                  topics["normal"], group, "3", "40")
-            acked = {e["message_id"]: e for e in consumed if e["event"] == "acked"}
-            assert set(acked) == {sent_id for (kind, _), sent_id in _ids(events).items()
-                                  if kind == "normal"}, consumed
-            assert sorted(e["body"] for e in acked.values()) == [f"normal {i}" for i in range(3)]
-            assert all(e["tag"] == "N" for e in acked.values())
-            assert [e["event"] for e in consumed].count("changed") == 1
-        finally:
-            _stop_proxy(cluster_dir)
+    topics = _topics(proxied, "normal", "fifo", "delay")
+    events = _run_probe(proxied, python_client, "produce",
+                        topics["normal"], topics["fifo"], topics["delay"])
+    check_stored(proxied.namesrv_addr, topics, events, ADMIN)
+    group = f"grpc_simple_{os.getpid()}"
+    consumed = _run_probe(proxied, python_client, "consume",
+                          topics["normal"], group, "3", "40")
+    acked = {e["message_id"]: e for e in consumed if e["event"] == "acked"}
+    assert set(acked) == {sent_id for (kind, _), sent_id in _ids(events).items()
+                          if kind == "normal"}, consumed
+    assert sorted(e["body"] for e in acked.values()) == [f"normal {i}" for i in range(3)]
+    assert all(e["tag"] == "N" for e in acked.values())
+    assert [e["event"] for e in consumed].count("changed") == 1
+
+
+def test_python_sdk_transactions_commit_rollback_and_checks_over_telemetry(
+    proxied: Proxied, python_client: Path
+) -> None:
+    topic = _topics(proxied, "tx")["tx"]
+    events = _run_probe(proxied, python_client, "transaction", topic, "40")
+    ids = [e["transaction_id"] for e in events if e["event"] == "sent"]
+    assert len(ids) == 4 and all(ids) and len(set(ids)) == 4, events
+    check_transactions(events, topic)
+
+
+def test_python_sdk_push_consumers_outnumbering_the_queues_consume_everything(
+    proxied: Proxied, python_client: Path
+) -> None:
+    topic = _topics(proxied, "push", queues=2)["push"]
+    events = _run_probe(proxied, python_client, "push", topic,
+                        f"grpc_push_{os.getpid()}", "3", "12", "40")
+    consumed = Counter(e["body"] for e in events if e["event"] == "consumed")
+    assert set(consumed) == {f"push {i}" for i in range(12)}, events
+    assert all(e["attempt"] == 1 for e in events if e["event"] == "consumed")
+
+
+def _receive_one(client: H2Client, topic: str, group: str) -> pb.Message:
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), batch_size=1, auto_renew=False,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1,
+                                      broker=pb.Broker(name="broker-a")),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req.long_polling_timeout.FromSeconds(5)
+    req.invisible_duration.FromSeconds(30)
+    answers, trailers = client.call("ReceiveMessage", req.SerializeToString())
+    assert trailers["grpc-status"] == "0", trailers
+    msgs = [r.message for r in map(spb.ReceiveMessageResponse.FromString, answers)
+            if r.HasField("message")]
+    assert len(msgs) == 1, answers
+    return msgs[0]
+
+
+def test_forward_to_dead_letter_queue_and_recall_on_the_wire(proxied: Proxied) -> None:
+    """ForwardMessageToDeadLetterQueue puts the received message into ``%DLQ%<group>`` at once
+    and acks it; RecallMessage is answered NOT_IMPLEMENTED (no recall in our broker), as
+    Apache's proxy answers when its broker does not know the request."""
+    topic = _topics(proxied, "dlq", queues=1)["dlq"]
+    group = f"grpc_dlq_{os.getpid()}"
+    client = H2Client(int(proxied.endpoint.rpartition(":")[2]), cert=proxied.cert,
+                      metadata=_signed(ADMIN))
+    try:
+        msg = pb.Message(topic=pb.Resource(name=topic), body=b"to the DLQ")
+        msg.system_properties.message_id = "0102FC00000001000000000000000000D1"
+        [answer], _ = client.call("SendMessage",
+                                  spb.SendMessageRequest(messages=[msg]).SerializeToString())
+        assert spb.SendMessageResponse.FromString(answer).status.code == pb.OK
+        got = _receive_one(client, topic, group)
+        fwd = spb.ForwardMessageToDeadLetterQueueRequest(
+            group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+            receipt_handle=got.system_properties.receipt_handle,
+            message_id=got.system_properties.message_id, delivery_attempt=1,
+            max_delivery_attempts=16)
+        [answer], _ = client.call("ForwardMessageToDeadLetterQueue", fwd.SerializeToString())
+        status = spb.ForwardMessageToDeadLetterQueueResponse.FromString(answer).status
+        assert status.code == pb.OK, status
+        recall = spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle="x")
+        [answer], _ = client.call("RecallMessage", recall.SerializeToString())
+        assert spb.RecallMessageResponse.FromString(answer).status.code == pb.NOT_IMPLEMENTED
+    finally:
+        client.close()
+    [dead] = read_topic(proxied.namesrv_addr, f"%DLQ%{group}", 1, ADMIN)
+    assert dead.body == b"to the DLQ"
+    assert dead.msg_id == msg.system_properties.message_id
+
+
+def _signed(who: Credentials) -> tuple[tuple[str, str], ...]:
+    """The 5.x signature the SDKs send with each call."""
+    date = time.strftime(auth.DATE_FORMAT, time.gmtime())
+    sig = hmac.new(who.secret_key.encode(), date.encode(), hashlib.sha1).hexdigest()
+    return ((auth.DATE_TIME, date), (auth.AUTHORIZATION, f"{auth.ALGORITHM} Credential="
+            f"{who.access_key}, SignedHeaders=x-mq-date-time, Signature={sig}"))
+
+
+def test_wrong_credentials_and_missing_permissions_are_refused_and_status_shows_the_proxy(
+    proxied: Proxied, python_client: Path
+) -> None:
+    """A wrong secret, an unknown key and an account without PUB: the SDK cannot send, and
+    what it reports (its exception, or its log when the refusal came at startup: "failed to
+    fetch topic route") carries the proxy's Code UNAUTHORIZED (40100) and remark."""
+    topic = _topics(proxied, "refused")["refused"]
+    sdk_log = proxied.home / "logs" / "rocketmq_python" / "rocketmq_client.log"
+    before = sdk_log.stat().st_size if sdk_log.exists() else 0
+    refused = [Credentials(SDK_USER.access_key, "notTheSecret99"),
+               Credentials("grpcNobody1", "grpcNobodySecret1"), SDK_READER]
+    env = {**_sdk_env(proxied.cert, SDK_USER),
+           "PROBE_ACCOUNTS": json.dumps([[c.access_key, c.secret_key] for c in refused])}
+    events = _run_probe(proxied, python_client, "try_send", topic, env=env)
+    outcomes = [e for e in events if e["event"] in ("sent", "refused")]
+    assert [e["event"] for e in outcomes] == ["refused"] * 3, events
+    said = sdk_log.read_bytes()[before:].decode(errors="replace")
+    said += "".join(e["error"] for e in outcomes)
+    for remark in (f"Check signature failed for accessKey={SDK_USER.access_key}",
+                   "No acl config for grpcNobody1", f"No default permission for topic:{topic}"):
+        assert f"{pb.UNAUTHORIZED}, {remark}" in said, (remark, said[-3000:])
+    assert (proxied.cert.with_suffix(".key").stat().st_mode & 0o777) == 0o600
+    done = cli("status", "--dir", str(proxied.dir), "--json")
+    assert done.returncode == 0, done.stderr
+    [proxy] = json.loads(done.stdout)["proxies"]
+    assert (proxy["address"], proxy["tls"], proxy["state"]) == (proxied.endpoint, True, "up")
+    text = cli("status", "--dir", str(proxied.dir))
+    assert text.returncode == 0 and proxied.endpoint in text.stdout and "TLS" in text.stdout
 
 
 def _ids(events: list[dict[str, Any]]) -> dict[tuple[str, int], str]:
     return {(e["kind"], e["idx"]): e["message_id"] for e in events if e["event"] == "sent"}
-
-
-def _check_stored(namesrv: str, topics: dict[str, str], events: list[dict[str, Any]]) -> None:
-    sent = {(e["kind"], e["idx"]): e for e in events if e["event"] == "sent"}
-    assert len(sent) == 8, events
-    normal = {m.msg_id: m for m in _read_topic(namesrv, topics["normal"], 3)}
-    for i in range(3):
-        m = normal[sent["normal", i]["message_id"]]
-        assert (m.body, m.tags, m.keys, m.properties.get("idx")) == (
-            f"normal {i}".encode(), "N", f"k{i}", str(i))
-    fifo = sorted(_read_topic(namesrv, topics["fifo"], 4), key=lambda m: m.queue_offset)
-    by_group: dict[str, list[ReceivedMessage]] = {}
-    for m in fifo:
-        by_group.setdefault(m.properties["__SHARDINGKEY"], []).append(m)
-    for group, msgs in by_group.items():
-        assert len({m.queue_id for m in msgs}) == 1, (group, msgs)
-        ids = [m.msg_id for m in msgs]
-        assert ids == [sent["fifo", i]["message_id"] for i in range(4)
-                       if sent["fifo", i]["group"] == group]
-    [timer] = _read_topic(namesrv, topics["delay"], 1)
-    due_ms = sent["delay", 0]["deliver_ms"]
-    assert timer.msg_id == sent["delay", 0]["message_id"] and timer.body == b"delayed"
-    assert timer.store_timestamp >= due_ms - 50, (timer.store_timestamp, due_ms)
-    assert time.time() * 1000 >= due_ms

@@ -1,6 +1,7 @@
 """The dashboard in headless Chromium against a live ``2m-2s-async`` cluster with traffic:
 every page renders with no console error (a screenshot of each is saved), live lag follows a
-consumer, and topic creation, offset reset and DLQ resend work by clicking."""
+consumer, topic creation, offset reset and DLQ resend work by clicking, and a traced message's
+page draws its path."""
 
 from __future__ import annotations
 
@@ -28,12 +29,13 @@ pytestmark = pytest.mark.slow
 TRAFFIC = "DashTraffic"
 LAGGY = "DashLaggy"
 DEAD = "DashDead"
+TRACED = "DashTraced"
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RunningCluster]:
     with rmq_cluster("2m-2s-async") as c:
-        create_topics(c.namesrv_addr, [TRAFFIC, LAGGY, DEAD], queues=2)
+        create_topics(c.namesrv_addr, [TRAFFIC, LAGGY, DEAD, TRACED], queues=2)
         yield c
 
 
@@ -198,3 +200,34 @@ def test_resend_dead_letter_by_clicking(cluster: RunningCluster, dash: Dashboard
     rows = wait_for(driver, lambda d: len(d.find_elements("css selector",
                                                           "#messages tbody tr a")) == 2 or None)
     assert rows
+
+
+def test_message_page_draws_its_trace_path(cluster: RunningCluster, dash: DashboardProcess,
+                                           driver: Any) -> None:
+    """A message sent and consumed with ``enable_msg_trace``: its page draws sent (producer
+    group, host, time, cost) -> stored (broker) -> consumed (group, cost, status) from the
+    trace topic."""
+    addr = cluster.namesrv_addr
+    got = threading.Event()
+
+    def listener(msgs: list[Any]) -> ConsumeResult:
+        got.set()
+        return ConsumeResult.SUCCESS
+
+    with SyncProducer("DashTracePG", namesrv_addr=addr, enable_msg_trace=True) as p:
+        sent = p.send(Message(TRACED, b"traced", tags="t", keys="trace-1"))
+    with SyncPushConsumer("DashTraceCG", listener, {TRACED: "*"}, namesrv_addr=addr,
+                          enable_msg_trace=True, consume_from=ConsumeFromWhere.FIRST_OFFSET):
+        assert got.wait(60)
+    with SyncAdmin(namesrv_addr=addr) as admin:
+        until(lambda: {v.kind.value for v in admin.query_msg_trace(sent.msg_id)}
+              >= {"Pub", "SubAfter"} or None, 60, "the trace records")
+    driver.get(f"{dash.url}/c/0/message/{sent.offset_msg_id}")
+    wait_for(driver, lambda d: _by_css(d, "#trace-path"))
+    steps = {s.get_attribute("data-step"): s.text
+             for s in driver.find_elements("css selector", "#trace-path > li")}
+    assert "DashTracePG" in steps["sent"] and "success" in steps["sent"]
+    assert sent.queue.broker_name in steps["stored"]
+    assert "DashTraceCG" in steps["consumed"] and "success" in steps["consumed"]
+    screenshot(driver, "message-trace")
+    assert not console_errors(driver)

@@ -20,7 +20,7 @@ from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from rmq_cluster.cluster.remoting.connection import Connection
 from rmq_cluster.cluster.remoting.held import HeldAnswers
-from rmq_cluster.cluster.remoting.processors import HELD, Held, ProcessorTable
+from rmq_cluster.cluster.remoting.processors import LATER, Later, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 
 HOLD = 7
@@ -43,7 +43,7 @@ class _Clock:
 async def _server(
     nursery: trio.Nursery, held: HeldAnswers, max_in_flight: int = 1024
 ) -> AsyncIterator[tuple[str, RemotingServer]]:
-    def hold(conn: Connection, req: RemotingCommand) -> Held:
+    def hold(conn: Connection, req: RemotingCommand) -> Later:
         k = req.ext_fields["k"]
         return held.hold(conn, req.opaque, req.response(0, f"ok {k}", {"k": k}), int(k))
 
@@ -167,7 +167,7 @@ async def test_a_lone_call_hands_back_held_requests_over_the_limit(nursery: trio
     held = HeldAnswers(_expired, timeout_s=60)
     ping, calls_sent = 8, trio.Event()
 
-    def hold(conn: Connection, req: RemotingCommand) -> Held:
+    def hold(conn: Connection, req: RemotingCommand) -> Later:
         k = req.ext_fields["k"]
         return held.hold(conn, req.opaque, req.response(0, f"ok {k}", {"k": k}), int(k))
 
@@ -307,7 +307,7 @@ def test_every_held_answer_goes_out_once_in_order_by_its_own_fate(ops: list[Any]
             opaque += 1
             conn = conns[a]
             req = RemotingCommand.request(HOLD, {"k": key})
-            assert held.hold(conn, opaque, req.response(0, "ok", {"k": key}), key) is HELD  # type: ignore[arg-type]
+            assert held.hold(conn, opaque, req.response(0, "ok", {"k": key}), key) is LATER  # type: ignore[arg-type]
             keys[opaque], deadline[opaque] = key, clock.now + 5
             order[a].append(opaque)
         elif op == "release":

@@ -19,7 +19,7 @@ from rmq_cluster.cluster.remoting.errors import (
     RemotingConnectError,
     RemotingTimeoutError,
 )
-from rmq_cluster.cluster.remoting.processors import Deferred, ProcessorTable
+from rmq_cluster.cluster.remoting.processors import LATER, Later, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 
 ECHO, HOLD, BOOM, ONEWAY_SINK, NOTHING, JITTER, CALL_BACK = 1, 2, 3, 4, 5, 6, 7
@@ -543,13 +543,13 @@ async def test_a_plain_processor_may_defer_its_answer(nursery: trio.Nursery) -> 
             await ready.wait()
             return req.response(0, remark="later")
 
-        return later()
+        return Later(later())
 
     def boom_later(conn: Connection, req: RemotingCommand) -> object:
         async def later() -> RemotingCommand:
             raise OSError("deferred failure")
 
-        return later()
+        return Later(later())
 
     srv = RemotingServer(ProcessorTable({1: maybe_wait, 2: boom_later}))  # type: ignore[dict-item]
     host, port = await nursery.start(srv.serve)
@@ -572,21 +572,22 @@ async def test_a_plain_processor_may_defer_its_answer(nursery: trio.Nursery) -> 
         assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "OSError: deferred failure")
 
 
-async def test_a_plain_processor_may_answer_through_a_deferred(nursery: trio.Nursery) -> None:
-    """No task per request: answers resolved later by another task, in any order, reach the
-    right callers; an unresolved Deferred holds only its own caller; oneway ones send nothing."""
-    parked: list[tuple[RemotingCommand, Deferred]] = []
+async def test_a_plain_processor_may_answer_later_through_its_connection(
+    nursery: trio.Nursery,
+) -> None:
+    """No task per request: a processor replies LATER and another task gives the answers,
+    in any order, through ``conn.answer_later``: they reach the right callers; one never given
+    holds only its own caller; an answer given after the peer left goes nowhere."""
+    parked: list[tuple[RemotingCommand, Connection]] = []
     parked_changed = trio.Event()
 
     def park(conn: Connection, req: RemotingCommand) -> object:
-        if req.ext_fields.get("now") == "1":
-            d = Deferred()
-            d.resolve(req.response(0, remark="resolved before return"))
-            return d
-        d = Deferred()
-        parked.append((req, d))
+        if req.ext_fields.get("now") == "1":  # given before the processor returns
+            conn.answer_later(req, req.response(0, remark="resolved before return"))
+            return LATER
+        parked.append((req, conn))
         parked_changed.set()
-        return d
+        return LATER
 
     srv = RemotingServer(ProcessorTable({1: park}))  # type: ignore[dict-item]
     host, port = await nursery.start(srv.serve)
@@ -608,15 +609,16 @@ async def test_a_plain_processor_may_answer_through_a_deferred(nursery: trio.Nur
             r = await conn.invoke(RemotingCommand.request(1, {"now": "1"}))
             assert r.remark == "resolved before return"
             assert got == {}
-            for req, d in reversed(parked):  # answered in reverse order, by this task
-                d.resolve(req.response(0, remark=f"done {req.ext_fields['i']}"))
-                d.resolve(req.response(0, remark="ignored: second resolve"))
+            for req, c in reversed(parked):  # answered in reverse order, by this task
+                c.answer_later(req, req.response(0, remark=f"done {req.ext_fields['i']}"))
         assert got == {str(i): f"done {i}" for i in range(50)}
         # one never resolved: its caller times out, the connection keeps serving
         with pytest.raises(RemotingTimeoutError):
             await conn.invoke(RemotingCommand.request(1, {"i": "stuck"}), timeout=0.2)
         r = await conn.invoke(RemotingCommand.request(1, {"now": "1"}))
         assert r.remark == "resolved before return"
-        req, d = parked[-1]
+        req, c = parked[-1]
         await conn.aclose()
-    d.resolve(req.response(0, remark="after the peer left"))  # must not raise
+        with trio.fail_after(10):
+            await c.closed.wait()
+    c.answer_later(req, req.response(0, remark="after the peer left"))  # must not raise

@@ -25,7 +25,7 @@ from rmq_cluster.cluster.remoting.errors import (
     RemotingTimeoutError,
     RemotingUnsentError,
 )
-from rmq_cluster.cluster.remoting.processors import Deferred, ProcessorTable
+from rmq_cluster.cluster.remoting.processors import LATER, Later, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 
 ECHO, HOLD, CALL_BACK, NOTIFY = 1, 2, 3, 40
@@ -323,15 +323,14 @@ async def test_a_peer_close_between_lone_calls_is_seen_before_the_next_send(
 
 
 async def test_a_lone_call_hands_over_what_it_must_not_wait_for(nursery: trio.Nursery) -> None:
-    """The peer's request needs room that only frees later (max_in_flight with a Deferred): a
-    lone call does not wait for it in its own task (its deadline and cancel would strike
+    """The peer's requests take room that only frees later (max_in_flight with LATER answers):
+    a lone call does not wait for it in its own task (its deadline and cancel would strike
     mid-batch) but hands the reading back; the reader waits, and loses nothing behind it."""
-    deferreds: list[Deferred] = []
+    kept: list[RemotingCommand] = []
 
-    def defer(conn: Connection, req: RemotingCommand) -> Deferred:
-        d = Deferred()
-        deferreds.append(d)
-        return d
+    def defer(conn: Connection, req: RemotingCommand) -> Later:
+        kept.append(req)
+        return LATER
 
     async def serve(stream: trio.SocketStream) -> None:
         decoder = FrameDecoder()
@@ -365,10 +364,10 @@ async def test_a_lone_call_hands_over_what_it_must_not_wait_for(nursery: trio.Nu
         # still ends it on time, though its answer came behind that request
         await conn.invoke(RemotingCommand.request(HOLD), timeout=0.3)
     assert trio.current_time() - started < 1.0
-    assert conn.lone_calls == 1 and len(deferreds) == 2
-    deferreds[0].resolve(RemotingCommand(code=0, flag=1))  # room: the reader attaches #2
+    assert conn.lone_calls == 1 and len(kept) == 2
+    conn.answer_later(kept[0], RemotingCommand(code=0, flag=1))  # room: the reader goes on
     await _until(lambda: conn._running == 1 and conn._lending.stash is None)
-    deferreds[1].resolve(RemotingCommand(code=0, flag=1))
+    conn.answer_later(kept[1], RemotingCommand(code=0, flag=1))
     await _until(lambda: conn._running == 0)
     await _echo(conn, 1)
     await conn.aclose()

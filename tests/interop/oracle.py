@@ -1,10 +1,13 @@
 """Apache RocketMQ's own Java NameServer and Broker next to ours, as real processes.
 
-``java_classpath()`` resolves the pinned Java nodes with Maven (``java/pom.xml``; offline once
-~/.m2 holds them, from Maven Central on a clean machine). ``running_cluster(kind, root)`` starts
-one NameServer and one Broker (``kind`` "java" or "ours") on free loopback ports inside ``root``
-from the same rendered broker.conf, waits for their boot lines and for the broker's route with a
-deadline, and always stops both (by pid) when the block ends, failed or not.
+``java_classpath()`` resolves the pinned Java nodes with Maven (``java/pom.xml``: 4.9.7;
+``java_classpath(apache5=True)``: ``java5/pom.xml``, Apache's 5.3.1 broker; offline once ~/.m2
+holds them, from Maven Central on a clean machine). ``running_cluster(kind, root)`` starts one
+NameServer and one Broker on free loopback ports inside ``root`` from the same rendered
+broker.conf, waits for their boot lines and for the broker's route with a deadline, and always
+stops both (by pid) when the block ends, failed or not. ``kind`` is "java" (Apache 4.9.7's
+NameServer and Broker), "ours", or "java5": Apache's 5.3.1 Broker beside our NameServer (Maven
+Central serves no 5.x NameServer jar; the broker only registers its route there).
 
 Used by the interop tests (tests/interop/conftest.py) and by bench/vs_java.py.
 """
@@ -27,10 +30,15 @@ from typing import IO, Final
 
 import attrs
 
-from tests.cache_lock import exclusive, inputs_digest, stamp_matches
+from tests.cache_lock import exclusive
 
 JAVA_DIR: Final = Path(__file__).parent / "java"
 POM: Final = JAVA_DIR / "pom.xml"
+JAVA5_DIR: Final = Path(__file__).parent / "java5"
+POM5: Final = JAVA5_DIR / "pom.xml"
+#: The kinds of cluster ``running_cluster`` starts, and whose broker is a JVM.
+KINDS: Final = ("java", "java5", "ours")
+JAVA_BROKERS: Final = frozenset({"java", "java5"})
 #: ``mvn`` on a clean ~/.m2 downloads ~40 jars; afterwards it resolves offline in seconds.
 MAVEN_TIMEOUT_S: Final = 600.0
 #: JVMs on 2 shared cores: ~3 s for the NameServer, ~8 s for the Broker (tiered C1 only).
@@ -91,42 +99,40 @@ def _tool(name: str) -> str:
     return path
 
 
-def java_classpath(*, bench: bool = False) -> str:
-    """The classpath of the pinned Java nodes (plus RocketMQ's benchmark tools with ``bench``),
-    resolved offline when ~/.m2 has them, else fetched from Maven Central."""
-    _tool("java")
-    mvn = _tool("mvn")
-    name = "classpath-bench" if bench else "classpath"
-    out = JAVA_DIR / f"{name}.txt"
-    # parallel test workers resolve once: under a lock, and not again while the pom is the one
-    # the last resolution read and every jar it named is still there
-    stamp = JAVA_DIR / f"{name}-stamp.txt"
-    digest = inputs_digest(POM, extra=name)
-    with exclusive(JAVA_DIR / f"{name}-lock.txt"):
-        if stamp_matches(stamp, digest):
-            cp = _cached_classpath(out)
-            if cp:
-                return cp
-        stamp.unlink(missing_ok=True)
-        cp = _resolve_classpath(mvn, out, bench=bench)
-        stamp.write_text(digest)
-        return cp
-
-
-def _cached_classpath(out: Path) -> str | None:
+def _cached_classpath(out: Path, pom: Path) -> str | None:
+    """The classpath Maven wrote last time, if written after the pom was last changed and every
+    jar it names is still there (``mvn -o`` takes 10-40 s on 2 busy cores to say the same)."""
     try:
+        if out.stat().st_mtime < pom.stat().st_mtime:
+            return None
         cp = out.read_text().strip()
     except OSError:
         return None
-    if cp and all(Path(p).is_file() for p in cp.split(os.pathsep)):
-        return cp
-    return None
+    jars = cp.split(os.pathsep)
+    return cp if cp and all(Path(p).is_file() for p in jars) else None
 
 
-def _resolve_classpath(mvn: str, out: Path, *, bench: bool) -> str:
+def java_classpath(*, bench: bool = False, apache5: bool = False) -> str:
+    """The classpath of the pinned Java nodes (plus RocketMQ's benchmark tools with ``bench``;
+    Apache's 5.3.1 broker with ``apache5``), resolved offline when ~/.m2 has them, else fetched
+    from Maven Central."""
+    _tool("java")
+    mvn = _tool("mvn")
+    pom = POM5 if apache5 else POM
+    name = "classpath-bench" if bench else "classpath"
+    out = pom.parent / f"{name}.txt"
+    # parallel test workers (pytest -n) resolve one at a time; the others find the cached one
+    with exclusive(pom.parent / f"{name}-lock.txt"):
+        cached = _cached_classpath(out, pom)
+        if cached is not None:
+            return cached
+        return _resolve_classpath(mvn, pom, out, bench=bench)
+
+
+def _resolve_classpath(mvn: str, pom: Path, out: Path, *, bench: bool) -> str:
     profile = ["-P", "bench"] if bench else []
     cmd = [
-        mvn, "-q", "-B", "-f", str(POM), *profile,
+        mvn, "-q", "-B", "-f", str(pom), *profile,
         f"{_DEP_PLUGIN}:build-classpath", f"-Dmdep.outputFile={out}",
     ]
     errors = ""
@@ -147,7 +153,7 @@ def _resolve_classpath(mvn: str, out: Path, *, bench: bool) -> str:
             errors = f"classpath names missing jars: {missing[:3]}"
         else:
             errors = (done.stdout + done.stderr)[-3000:]
-    raise OracleError(f"mvn could not resolve {POM} (online or offline):\n{errors}")
+    raise OracleError(f"mvn could not resolve {pom} (online or offline):\n{errors}")
 
 
 # --------------------------------------------------------------------------- ports
@@ -389,7 +395,7 @@ def start_broker(
     """A broker of ``kind`` booting from ``conf`` (written to ``root``/conf/broker.conf; its
     output goes to ``root``/logs); the caller waits for its boot and stops it."""
     path = write_properties(root / "conf" / "broker.conf", conf)
-    if kind == "java":
+    if kind in JAVA_BROKERS:
         assert cp is not None
         cmd = _java_cmd(root, cp, "org.apache.rocketmq.broker.BrokerStartup", path, quick_jvm)
         return spawn(f"{kind}-broker", cmd, root, BROKER_BOOT_RE, _java_env(root))
@@ -444,19 +450,22 @@ def running_cluster(
     broker_extra: Mapping[str, object] | None = None,
     quick_jvm: bool = True,
 ) -> Iterator[Cluster]:
-    """A NameServer and a Broker of ``kind`` ("java" or "ours") under ``root``, stopped on exit."""
-    if kind not in ("java", "ours"):
-        raise ValueError(f"kind must be 'java' or 'ours', not {kind!r}")
-    if kind == "java" and cp is None:
-        cp = java_classpath()
+    """A NameServer and a Broker of ``kind`` (``KINDS``) under ``root``, stopped on exit."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    if kind in JAVA_BROKERS and cp is None:
+        cp = java_classpath(apache5=kind == "java5")
     root.mkdir(parents=True, exist_ok=True)
     started: list[Node] = []
     cluster: Cluster | None = None
     try:
-        ns, namesrv_addr = start_namesrv(kind, root, cp, quick_jvm)
+        ns, namesrv_addr = start_namesrv("ours" if kind == "java5" else kind, root, cp, quick_jvm)
         started.append(ns)
         ns.wait_boot()
-        conf = broker_conf(root, free_broker_port(), namesrv_addr, broker_extra)
+        port = free_broker_port()
+        # 5.x no longer derives its HA port from listenPort (it binds 10912): name it
+        extra = {"haListenPort": port + 1, **(broker_extra or {})}
+        conf = broker_conf(root, port, namesrv_addr, extra)
         broker = start_broker(kind, root, conf, cp, quick_jvm)
         started.append(broker)
         m = broker.wait_boot()

@@ -78,6 +78,10 @@ class Step:
     #: why this step is here (shown in failures)
     doc: str = ""
     timeout_s: float = 10.0
+    #: how long ``until`` may keep repeating the step (revive and timers take longer)
+    eventual_s: float = EVENTUAL_TIMEOUT_S
+    #: pause between two tries of an ``until`` step
+    retry_s: float = 0.1
 
 
 def uniq(n: int) -> str:
@@ -434,34 +438,38 @@ async def _call(
         return None
 
 
-async def replay_async(namesrv_addr: str, broker_addr: str) -> dict[str, dict[str, Any]]:
+async def replay_async(
+    namesrv_addr: str, broker_addr: str, steps: tuple[Step, ...] = SCENARIO
+) -> dict[str, dict[str, Any]]:
     ctx: Ctx = {}
     views: dict[str, dict[str, Any]] = {}
     async with open_remoting_client(node="interop") as client:
-        for step in SCENARIO:
+        for step in steps:
             addr = namesrv_addr if step.target == "namesrv" else broker_addr
-            try:
-                ext = step.ext(ctx) if callable(step.ext) else step.ext
-                body = step.body(ctx) if callable(step.body) else step.body
-            except KeyError as exc:  # an earlier step did not answer what this one needs
-                views[step.name] = {"code": f"SKIPPED (no {exc} from an earlier step)"}
-                continue
-            deadline = trio.current_time() + EVENTUAL_TIMEOUT_S
+            deadline = trio.current_time() + step.eventual_s
             while True:
+                try:  # built per try: a step may carry the time it is sent at
+                    ext = step.ext(ctx) if callable(step.ext) else step.ext
+                    body = step.body(ctx) if callable(step.body) else step.body
+                except KeyError as exc:  # an earlier step did not answer what this one needs
+                    resp, view = None, {"code": f"SKIPPED (no {exc} from an earlier step)"}
+                    break
                 req = RemotingCommand.request(step.code, ext, body)
                 resp = await _call(client, addr, req, step.timeout_s)
                 view = flatten_response(resp, step.body_kind)
                 if step.until is None or step.until(view) or trio.current_time() > deadline:
                     break
-                await trio.sleep(0.1)  # polling an eventually consistent read, with a deadline
+                await trio.sleep(step.retry_s)  # polling an eventual read, with a deadline
             if resp is not None and step.save is not None:
                 step.save(ctx, resp)
             views[step.name] = view
     return views
 
 
-def replay(namesrv_addr: str, broker_addr: str) -> dict[str, dict[str, Any]]:
-    return trio.run(replay_async, namesrv_addr, broker_addr)
+def replay(
+    namesrv_addr: str, broker_addr: str, steps: tuple[Step, ...] = SCENARIO
+) -> dict[str, dict[str, Any]]:
+    return trio.run(replay_async, namesrv_addr, broker_addr, steps)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -498,9 +506,12 @@ COMMON_KEYS_ONLY: Final = frozenset({"broker_config", "ns_config"})
 
 
 
-def compare(step: str, java: dict[str, Any], ours: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """[(field, java value, our value)] for every field that differs and is not ALLOWED."""
-    allowed = [re.compile(f) for s, f, _ in ALLOWED if re.fullmatch(s, step)]
+def compare(
+    step: str, java: dict[str, Any], ours: dict[str, Any],
+    allowed_fields: tuple[tuple[str, str, str], ...] = ALLOWED,
+) -> list[tuple[str, Any, Any]]:
+    """[(field, java value, our value)] for every field that differs and is not allowed."""
+    allowed = [re.compile(f) for s, f, _ in allowed_fields if re.fullmatch(s, step)]
     diffs = []
     for field in sorted(set(java) | set(ours)):
         if any(a.fullmatch(field) for a in allowed):

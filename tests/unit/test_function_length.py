@@ -26,7 +26,7 @@ ALLOWED: dict[str, int] = {
     "spark_jobs/replica_diff.py:run_diff": 404,
     "chaos/timeline.py:render_svg": 113,
     "chaos/checker.py:check": 111,
-    "dledger/commitlog_adapter.py:DLedgerCommitLog._propose": 100,
+    "dledger/commitlog_adapter.py:DLedgerCommitLog._propose": 95,
     "spark_jobs/reference.py:reference_diff": 97,
     "chaos/runner.py:run_chaos": 96,
     "deploy/demo.py:demo": 93,

@@ -3,29 +3,55 @@ against an endpoint, one JSON line per event on stdout.
 
     probe.py ENDPOINT produce TOPIC FIFO_TOPIC DELAY_TOPIC
     probe.py ENDPOINT consume TOPIC GROUP COUNT DEADLINE_S
+    probe.py ENDPOINT transaction TOPIC DEADLINE_S
+    probe.py ENDPOINT push TOPIC GROUP CONSUMERS COUNT DEADLINE_S
+    probe.py ENDPOINT try_send TOPIC          (one send per account of $PROBE_ACCOUNTS)
+
+Configured as a user would: $PROBE_ACCESS_KEY / $PROBE_SECRET_KEY are the credentials (none
+when unset); $PROBE_TLS=1 turns the SDK's TLS on (it then trusts the roots gRPC trusts:
+$GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names the cluster's certificate).
 """
 
+import contextlib
 import json
+import os
 import sys
+import threading
 import time
 
 from rocketmq import (
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
     FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
+
+_OUT = threading.Lock()
+TLS = os.environ.get("PROBE_TLS") == "1"
+
+
+def _config(endpoint, access_key=None, secret_key=None):
+    credentials = Credentials(access_key or os.environ.get("PROBE_ACCESS_KEY", ""),
+                              secret_key or os.environ.get("PROBE_SECRET_KEY", ""))
+    return ClientConfiguration(endpoint, credentials)
 
 
 def emit(**event):
-    print(json.dumps(event), flush=True)
+    line = json.dumps(event)
+    with _OUT:  # listeners run on the SDK's threads
+        print(line, flush=True)
 
 
 def produce(endpoint, topic, fifo_topic, delay_topic):
-    config = ClientConfiguration(endpoint, Credentials())
-    producer = Producer(config, (topic, fifo_topic, delay_topic))
+    config = _config(endpoint)
+    producer = Producer(config, (topic, fifo_topic, delay_topic), tls_enable=TLS)
     producer.startup()
     emit(event="started")
     try:
@@ -65,8 +91,9 @@ def produce(endpoint, topic, fifo_topic, delay_topic):
 def consume(endpoint, topic, group, count, deadline_s):
     """Receive COUNT messages: the first one is given 1 s more invisible time (and a new
     receipt handle), every one is acked; then one more receive finds nothing."""
-    config = ClientConfiguration(endpoint, Credentials())
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2)
+    config = _config(endpoint)
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2,
+                              tls_enable=TLS)
     consumer.startup()
     emit(event="started")
     seen = set()
@@ -93,11 +120,157 @@ def consume(endpoint, topic, group, count, deadline_s):
     emit(event="done")
 
 
+def _message(topic, body, tag):
+    msg = Message()
+    msg.topic = topic
+    msg.body = body.encode()
+    msg.tag = tag
+    return msg
+
+
+class Checker(TransactionChecker):
+    """Answers the proxy's check by the body: "check-commit" commits, anything else rolls
+    back. Every check is reported."""
+
+    def __init__(self):
+        self.checked = set()
+        self.done = threading.Event()
+
+    def check(self, message):
+        body = message.body.decode()
+        emit(event="checked", body=body, message_id=message.message_id, topic=message.topic)
+        self.checked.add(body)
+        if {"check-commit", "check-rollback"} <= self.checked:
+            self.done.set()
+        if body == "check-commit":
+            return TransactionResolution.COMMIT
+        return TransactionResolution.ROLLBACK
+
+
+def transaction(endpoint, topic, deadline_s):
+    """Four half messages: one committed, one rolled back, two left to the broker's check
+    (answered commit and rollback); then a SimpleConsumer reads what the topic holds."""
+    checker = Checker()
+    config = _config(endpoint)
+    producer = Producer(config, (topic,), checker, tls_enable=TLS)
+    producer.startup()
+    emit(event="started")
+    try:
+        for body, end in (("commit", "commit"), ("rollback", "rollback"),
+                          ("check-commit", None), ("check-rollback", None)):
+            tx = producer.begin_transaction()
+            r = producer.send(_message(topic, body, "TX"), tx)
+            emit(event="sent", body=body, message_id=r.message_id,
+                 transaction_id=r.transaction_id)
+            if end == "commit":
+                tx.commit()
+            elif end == "rollback":
+                tx.rollback()
+            if end:
+                emit(event="ended", body=body, resolution=end)
+        checker.done.wait(float(deadline_s))
+        emit(event="checks", bodies=sorted(checker.checked))
+        emit(event="visible", bodies=_receive_all(config, topic, f"{topic}_reader", 2,
+                                                  float(deadline_s)))
+    finally:
+        producer.shutdown()
+    emit(event="done")
+
+
+def _receive_all(config, topic, group, want, deadline_s):
+    """Receive and ack until WANT messages came (or the deadline): their bodies, sorted."""
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2,
+                              tls_enable=TLS)
+    consumer.startup()
+    got = []
+    deadline = time.monotonic() + deadline_s
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            try:
+                msgs = consumer.receive(16, 15)
+            except Exception:  # MESSAGE_NOT_FOUND surfaces as an exception
+                continue
+            for m in msgs:
+                got.append(m.body.decode())
+                consumer.ack(m)
+    finally:
+        consumer.shutdown()
+    return sorted(got)
+
+
+class Recorder(MessageListener):
+    def __init__(self, who, seen, lock):
+        self.who, self.seen, self.lock = who, seen, lock
+
+    def consume(self, message):
+        with self.lock:
+            self.seen.append((self.who, message.body.decode()))
+        emit(event="consumed", who=self.who, body=message.body.decode(),
+             attempt=message.delivery_attempt)
+        return ConsumeResult.SUCCESS
+
+
+def push(endpoint, topic, group, consumers, count, deadline_s):
+    """CONSUMERS push consumers of GROUP (QueryAssignment, then receive by POP), then COUNT
+    messages sent: each consumed."""
+    config = _config(endpoint)
+    seen, lock = [], threading.Lock()
+    started = []
+    try:
+        for i in range(int(consumers)):
+            c = PushConsumer(config, group, Recorder(f"c{i}", seen, lock),
+                             {topic: FilterExpression("*")}, tls_enable=TLS)
+            c.startup()
+            started.append(c)
+        emit(event="started", consumers=len(started))
+        producer = Producer(config, (topic,), tls_enable=TLS)
+        producer.startup()
+        try:
+            for i in range(int(count)):
+                producer.send(_message(topic, f"push {i}", "P"))
+        finally:
+            producer.shutdown()
+        want = {f"push {i}" for i in range(int(count))}
+        deadline = time.monotonic() + float(deadline_s)
+        while time.monotonic() < deadline:
+            with lock:
+                if want <= {body for _, body in seen}:
+                    break
+            time.sleep(0.1)
+    finally:
+        for c in started:
+            c.shutdown()
+    emit(event="done")
+
+
+def try_send(endpoint, topic):
+    """One send per account of $PROBE_ACCOUNTS (a JSON list of [access key, secret key]):
+    what the SDK says about each (sent, or its error), never a failed exit."""
+    for access_key, secret_key in json.loads(os.environ["PROBE_ACCOUNTS"]):
+        producer = Producer(_config(endpoint, access_key, secret_key), (topic,), tls_enable=TLS)
+        try:
+            producer.startup()
+            r = producer.send(_message(topic, "try", "T"))
+            emit(event="sent", who=access_key, message_id=r.message_id)
+        except Exception as exc:
+            emit(event="refused", who=access_key, error=str(exc)[:500])
+        finally:
+            with contextlib.suppress(Exception):
+                producer.shutdown()
+    emit(event="done")
+
+
 if __name__ == "__main__":
     endpoint, scenario, *rest = sys.argv[1:]
     if scenario == "produce":
         produce(endpoint, *rest)
     elif scenario == "consume":
         consume(endpoint, *rest)
+    elif scenario == "transaction":
+        transaction(endpoint, *rest)
+    elif scenario == "push":
+        push(endpoint, *rest)
+    elif scenario == "try_send":
+        try_send(endpoint, *rest)
     else:
         sys.exit(f"unknown scenario {scenario}")

@@ -1,7 +1,7 @@
 """Parked pulls cost no task: many long-polling pulls over one connection park as objects, a
-message wakes exactly its queue's pulls (answered through a Deferred, in order of the store's
-read), the rest answer PULL_NOT_FOUND at their own suspendTimeoutMillis, and pulls parked by a
-connection that closed are dropped harmlessly when they come due."""
+message wakes exactly its queue's pulls (answered through their connection's answer_later, in
+order of the store's read), the rest answer PULL_NOT_FOUND at their own suspendTimeoutMillis,
+and pulls parked by a connection that closed are dropped harmlessly when they come due."""
 
 from __future__ import annotations
 

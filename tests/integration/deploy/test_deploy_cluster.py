@@ -116,6 +116,10 @@ def test_lifecycle(profile: str, victim: str, tmp_path: Path) -> None:
         assert {n["name"]: n["pid"] for n in info["nodes"]} == {
             k: v["pid"] for k, v in nodes.items()
         }
+        # up numbers the nodes as status does (a DLedger peer: the brokerId it holds now)
+        assert {n["name"]: (n["role"], n["broker_id"]) for n in info["nodes"]} == {
+            k: (v["role"], v["broker_id"]) for k, v in _by_name(_status(d)).items()
+        }
 
         # a produce/consume round trip through the client
         demo = cli("demo", "--dir", str(d), "--json", "--count", "6")

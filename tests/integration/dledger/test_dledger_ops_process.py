@@ -3,7 +3,8 @@
 * ``rmq-cluster dledger transfer`` under a producer's load: the named member leads, every
   acknowledged message is readable from it, it takes sends;
 * ``preferredLeaderId``: the preferred member leads, and leads again after a ``kill -9`` and a
-  restart, within a deadline;
+  restart, within a deadline; ``dledger transfer`` to another member says when the preferred
+  one takes the leadership back;
 * retention: small DLedger data files with ``fileReservedTime=0`` are deleted on every member,
   ConsumeQueue min offsets move up, a pull below answers with the next begin offset and every
   message above it is still readable.
@@ -151,7 +152,17 @@ def test_preferred_leader_leads_again_after_restart(tmp_path: Path) -> None:
             restarted = cluster.cli("restart", preferred)
             assert restarted.returncode == 0, restarted.stderr
             returns.append(_wait_leader(cluster, preferred, PREFERRED_RETURN_S))
-        print(f"preferred leader first={first:.2f}s returned_after_restart={returns}")
+        # a transfer away from the preferred member succeeds, and the CLI says that the
+        # preferred member took the leadership back (issue 38 item 9): exit 1, not a silent 0
+        other = next(n for n in cluster.broker_addrs() if n.endswith("-n2"))
+        moved = cluster.cli("dledger", "transfer", "--group", GROUP, "--to", other, "--json")
+        assert moved.returncode == 1, moved.stdout + moved.stderr
+        report = json.loads(moved.stdout)
+        assert report["ok"] and report["to"] == "n2" and report["preferred_leader"] == "n1"
+        assert report["taken_back"]["leader"] == "n1", report
+        assert "preferredLeaderId=n1 took the leadership back" in moved.stderr
+        print(f"preferred leader first={first:.2f}s returned_after_restart={returns} "
+              f"taken_back={report['taken_back']}")
 
 
 async def _check_member(

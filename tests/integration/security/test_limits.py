@@ -16,7 +16,7 @@ from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.cluster.remoting.connection import Connection
 from rmq_cluster.cluster.remoting.errors import OVERLOAD_REMARK
-from rmq_cluster.cluster.remoting.processors import Deferred, ProcessorTable
+from rmq_cluster.cluster.remoting.processors import LATER, Later, ProcessorTable
 from rmq_cluster.cluster.remoting.server import RemotingServer
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer
@@ -65,15 +65,15 @@ async def test_in_flight_cap_answers_system_busy(nursery: trio.Nursery) -> None:
         assert [r.code for r in results] == [ResponseCode.SUCCESS] * 3
 
 
-async def test_deferred_answers_at_the_cap_wait_for_room(nursery: trio.Nursery) -> None:
-    """A Deferred is already under way when the cap is reached: the reader waits for a running
-    request to end (no SYSTEM_BUSY), and every answer reaches its caller."""
-    parked: list[tuple[RemotingCommand, Deferred]] = []
+async def test_later_answers_at_the_cap_wait_for_room(nursery: trio.Nursery) -> None:
+    """A LATER answer is already under way when it passes the cap: the reader waits for
+    requests to end before it takes the rest of the read (no SYSTEM_BUSY), and every answer
+    reaches its caller."""
+    parked: list[tuple[RemotingCommand, Connection]] = []
 
-    def later(conn: Connection, req: RemotingCommand) -> Deferred:
-        d = Deferred()
-        parked.append((req, d))
-        return d
+    def later(conn: Connection, req: RemotingCommand) -> Later:
+        parked.append((req, conn))
+        return LATER
 
     server = RemotingServer(ProcessorTable({HOLD_CODE: later}), max_in_flight=2)
     host, port = await nursery.start(server.serve, "127.0.0.1", 0)
@@ -91,15 +91,15 @@ async def test_deferred_answers_at_the_cap_wait_for_room(nursery: trio.Nursery) 
             for i in range(4):
                 n.start_soon(one, i)
             with trio.fail_after(WAIT_S):
-                while len(parked) < 3:  # two attached, the third made and waiting for room
+                while len(parked) < 3:  # the third passed the cap: the fourth waits for room
                     await trio.testing.wait_all_tasks_blocked()
                 (server_conn,) = server.connections
-                assert server_conn._running == 2 and server_conn.busy_refusals == 0
+                assert server_conn._running == 3 and server_conn.busy_refusals == 0
                 done = 0
                 while done < 4:
                     await trio.testing.wait_all_tasks_blocked()
-                    req, d = parked[done]
-                    d.resolve(req.response(ResponseCode.SUCCESS, req.ext_fields["i"]))
+                    req, conn = parked[done]
+                    conn.answer_later(req, req.response(ResponseCode.SUCCESS, req.ext_fields["i"]))
                     done += 1
         assert sorted(results) == [0, 1, 2, 3]
         assert server_conn._running == 0 and server_conn.busy_refusals == 0

@@ -11,6 +11,7 @@ build and a cached text is served for ``metricsCacheSeconds``; connections are b
 from __future__ import annotations
 
 import functools
+import itertools
 import statistics
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 import trio
 
 from rmq_cluster.broker.node import BrokerNode
+from rmq_cluster.broker.stats import RATE_SAMPLE_PERIOD_S, TPS_WINDOW_S
 from rmq_cluster.client import (
     ConsumeResult,
     Message,
@@ -338,3 +340,72 @@ async def test_namesrv_metrics_token(tmp_path: Path) -> None:
             functools.partial(fetch_metrics, addr, token="ns-token"))
         assert sample_value(parse_exposition(text), "rmq_namesrv_live_brokers") == 0
         nursery.cancel_scope.cancel()
+
+
+# ------------------------------------------------------------------- rates over a window
+
+#: Messages per second the steady load sends, and how far a rate may stray from the rate the
+#: producer achieved over the same 10 s (TPS_WINDOW_S).
+RATE, RATE_TOLERANCE = 100, 0.2
+SCRAPES, SCRAPE_EVERY_S = 4, 2.0
+
+
+async def test_rates_under_a_steady_load_are_the_send_rate(tmp_path: Path) -> None:
+    """Issue 38, item 8: under a steady load, four scrapes a few seconds apart give broker,
+    producer, consumer and pull rates within RATE_TOLERANCE of the rate the producer achieved
+    over the stated window (the last 10 s), and no series repeats one value (stuck)."""
+    async with running_cluster(tmp_path, metricsPort="0", metricsCacheSeconds="1") as cluster:
+        broker = cluster.broker
+        assert broker.metrics_address is not None
+        port = broker.metrics_address[1]
+        cc = cluster.client_config()
+        acked: list[float] = []
+        progress = trio.Event()
+
+        def listener(msgs: list[ReceivedMessage]) -> ConsumeResult:
+            return ConsumeResult.SUCCESS
+
+        async def steady_load(producer: Producer) -> None:
+            nonlocal progress
+            start = trio.current_time()
+            for i in itertools.count():
+                await trio.sleep_until(start + i / RATE)  # the load's pace
+                await producer.send(Message("RateTopic", b"r%d" % i))
+                acked.append(trio.current_time())
+                progress.set()
+                progress = trio.Event()
+
+        async def until_acked(count: int) -> None:
+            with trio.fail_after(3 * count / RATE):
+                while len(acked) < count:
+                    await progress.wait()
+
+        seen: dict[str, list[float]] = {}
+        async with Producer("RatePG", client_config=cc) as producer, trio.open_nursery() as n:
+            consumer = PushConsumer("RateGroup", listener=listener, client_config=cc)
+            consumer.subscribe("RateTopic")
+            async with consumer:
+                n.start_soon(steady_load, producer)
+                goal = int(RATE * (TPS_WINDOW_S + 2 * RATE_SAMPLE_PERIOD_S))
+                await until_acked(goal)  # a full window of load (and a sample more)
+                for _ in range(SCRAPES):
+                    fams = await scrape(port)
+                    now = trio.current_time()
+                    achieved = sum(1 for t in acked if t > now - TPS_WINDOW_S) / TPS_WINDOW_S
+                    assert achieved > RATE * (1 - RATE_TOLERANCE), "the load fell behind its pace"
+                    for name, labels in (
+                        ("rocketmq_broker_tps", {}),
+                        ("rocketmq_producer_tps", {"topic": "RateTopic"}),
+                        ("rocketmq_consumer_tps", {"topic": "RateTopic", "group": "RateGroup"}),
+                        ("rocketmq_broker_qps", {}),
+                    ):
+                        value = sample_value(fams, name, **labels)
+                        assert value is not None, name
+                        assert abs(value - achieved) <= RATE_TOLERANCE * achieved, (
+                            name, value, achieved)
+                        seen.setdefault(name, []).append(value)
+                    goal += int(RATE * SCRAPE_EVERY_S)
+                    await until_acked(goal)  # the next scrape a few seconds later
+                n.cancel_scope.cancel()
+        for name, values in seen.items():
+            assert len(set(values)) > 1, f"{name} stuck at {values}"

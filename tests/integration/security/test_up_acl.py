@@ -1,6 +1,7 @@
 """``rmq-cluster up --acl --metrics`` with real processes: credentials printed once, the demo
-and the client CLI work with them, unsigned requests are refused, ``status --metrics``
-scrapes the broker."""
+and the client CLI work with them, unsigned requests are refused; ``up`` prints every node's
+/metrics URL (the NameServer's too, issue 38 item 8), ``status --json`` lists them and
+``status --metrics`` scrapes the NameServer and the broker."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ def test_up_acl_prints_credentials_once_and_enforces(tmp_path: Path) -> None:
         up = cli("up", "single", "--acl", "--metrics", "--dir", str(cluster_dir),
                  "--base-port", str(port), "--timeout", str(UP_TIMEOUT_S))
         assert up.returncode == 0, up.stderr
+        urls = dict(re.findall(r"^(\S+)\s+(http://127\.0\.0\.1:\d+/metrics)$", up.stdout, re.M))
+        assert set(urls) == {"namesrv-0", "broker-a"}, up.stdout
         found = CRED_LINE.findall(up.stdout)
         assert len(found) == 1, up.stdout
         ak, sk = found[0]
@@ -53,11 +56,17 @@ def test_up_acl_prints_credentials_once_and_enforces(tmp_path: Path) -> None:
         assert metrics_row[0] == "broker-a" and metrics_row[1].startswith("127.0.0.1:")
         assert float(metrics_row[-1]) >= 1  # ACL_DENIED: the unsigned produce was counted
         as_json = cli("status", "--dir", str(cluster_dir), "--metrics", "--json")
-        (row,) = json.loads(as_json.stdout)["metrics"]
+        report = json.loads(as_json.stdout)
+        assert {n["name"]: n["metrics_url"] for n in report["nodes"]} == urls
+        ns_row, row = report["metrics"]
         assert row["rmq_broker_put_messages_total"] >= 6  # demo (5) + the signed produce
-        with pytest.raises(urllib.error.HTTPError) as denied:  # /metrics wants up's token
-            fetch_metrics(row["metrics"])
-        assert denied.value.code == 401
+        assert ns_row["name"] == "namesrv-0" and ns_row["rmq_namesrv_live_brokers"] == 1
+        assert ns_row["rmq_namesrv_broker_registrations_total"] >= 1
+        assert ns_row["rmq_namesrv_requests_total"] >= 2  # a registration, route lookups
+        for url in urls.values():
+            with pytest.raises(urllib.error.HTTPError) as denied:  # /metrics wants up's token
+                fetch_metrics(url.removeprefix("http://").removesuffix("/metrics"))
+            assert denied.value.code == 401
     finally:
         cli("down", "--dir", str(cluster_dir), "--purge")
         kill_leftovers(cluster_dir, pids)

@@ -88,3 +88,22 @@ async def test_a_build_run_on_the_loop_lets_other_tasks_run() -> None:
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert len(ticks) >= took / (BUILD_SLICE_S * 10)  # it ran all along the build
     assert max(gaps) < 0.25  # never held for a whole build (a busy machine may preempt us)
+
+
+def test_rates_come_from_samples_not_from_builds() -> None:
+    """A topic's and a group's rates are measured between the broker's samples over the stated
+    window; building an exposition (a scrape) moves nothing."""
+    metrics = _metrics()
+    queues = metrics.ctrl.store_or_none.cqs.queues
+    offsets = metrics.ctrl.offsets.table["T1@G"]
+    for t in range(12):  # T5 grows 40/s on one queue, G commits 20/s on T1
+        queues[("T5", 0)]._max = 3 + 40 * t
+        offsets[0] = 1 + 20 * t
+        run_to_end(metrics.sample(float(t)))
+        for _ in range(3):
+            run_to_end(metrics.build())
+    fams = parse_exposition(metrics.render())
+    assert sample_value(fams, "rocketmq_producer_tps", topic="T5") == 40.0
+    assert sample_value(fams, "rocketmq_producer_tps", topic="T6") == 0.0
+    assert sample_value(fams, "rocketmq_consumer_tps", topic="T1", group="G") == 20.0
+    assert "over the last 10 s" in metrics.render()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rmq_cluster.broker.pop.modes import RequestModeTable, allocate_averagely, allocate_for_pop
+from rmq_cluster.broker.pop.service import _order_count_info
 from rmq_cluster.broker.pop.state import OrderBlocks, ReviveLedger
 from rmq_cluster.cluster.protocol import pop as wire
 from rmq_cluster.cluster.protocol import topic_attributes as ta
@@ -27,6 +28,7 @@ def test_revive_records_use_apache_keys() -> None:
     ck = wire.Checkpoint("T", "G", 1, 10, 1000, 500, (0, 2), "b")
     assert wire.Checkpoint.decode(ck.encode()) == ck
     assert b'"so":10' in ck.encode() and b'"d":[0,2]' in ck.encode()
+    assert b'"reviveTime":1500' in ck.encode()  # Apache's getter: popTime + invisibleTime
     ack = wire.AckRecord("T", "G", 1, 10, 12, 1000, "b")
     assert wire.AckRecord.decode(ack.encode()) == ack
     # Apache's long names are read too
@@ -115,3 +117,12 @@ def test_message_types_and_the_validator() -> None:
 ])
 def test_fifo_group_queue_matches_guava(group: str, buckets: int, want: int) -> None:
     assert ta.fifo_queue_index(group, buckets) == want
+
+
+def test_order_count_info_as_apache_writes_it() -> None:
+    """Apache 5.3.1 (tests/interop: pop_order): messages handed out before get an item each,
+    then the queue's item carries the least count (0 while one of the batch is new)."""
+    assert _order_count_info("T", 0, [0, 1], {0: 0, 1: 0}) == ["0 0 0"]
+    assert _order_count_info("T", 0, [2, 3], {2: 2, 3: 2}) == [
+        "0 qo0%2 2", "0 qo0%3 2", "0 0 2"]
+    assert _order_count_info("%RETRY%G_T", 1, [4, 5], {4: 1, 5: 0}) == ["1 qo1%4 1", "1 1 0"]

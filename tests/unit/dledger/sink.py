@@ -1,25 +1,31 @@
-"""A caller's own waiter for ``DLedgerNode.propose_with`` (the part broker/dledger_role.py's
-send answer plays), recording every ``finish`` with the time it came."""
+"""A connection as ``HeldAnswers`` sees it (what ``DLedgerNode.commit`` releases answers to,
+the part a broker's client connection plays), recording every answer with when it came."""
 
 from __future__ import annotations
 
 import trio
 
-from rmq_cluster.dledger.node import AppendResult
+from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand
 
 
-class Sink:
+class Receiver:
     def __init__(self) -> None:
-        self.index = -1
-        self.term = 0
-        self.deadline = 0.0
-        self.result: AppendResult | None = None
-        self.event: trio.Event | None = None
-        self.calls: list[tuple[float, AppendResult]] = []
-        self.done = trio.Event()
+        self.answers: list[tuple[float, RemotingCommand]] = []
+        self.changed = trio.Event()
 
-    def finish(self, result: AppendResult) -> None:
-        self.calls.append((trio.current_time(), result))
-        self.done.set()
-        if self.result is None:
-            self.result = result
+    def _held_released(self, frames: bytearray, n: int) -> None:
+        got = FrameDecoder().feed(frames)
+        assert len(got) == n
+        now = trio.current_time()
+        self.answers.extend((now, a) for a in got)
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def wait_for(self, n: int) -> None:
+        while len(self.answers) < n:
+            await self.changed.wait()
+
+
+def ok_answer(i: int) -> RemotingCommand:
+    """A SUCCESS answer to request ``i`` (its opaque)."""
+    return RemotingCommand.request(0, {"i": str(i)}).response(0)

@@ -1,12 +1,13 @@
 """The leader's fast paths agree with the general ones, through a real single-member
 a store over a DLedgerCommitLog (its peer port on 127.0.0.1, its files in a temp dir):
 
-* sends proposed with the caller's own commit waiter (``propose_with``, the broker's send
-  path), with a node Waiter (``propose_message``) and without waiting (``append_message``),
+* sends whose answers are held on the commit watermark (``propose_message`` + ``commit.hold``,
+  the broker's send path), proposed alone (``propose_message``) and without waiting
+  (``append_message``),
   applied from the leader's stash by ``apply_committed_range``, leave ConsumeQueue and
   IndexFile bytes identical to what a member that parses every committed record (recovery of a
   copy of the same DLedger files with no ConsumeQueues) builds;
-* a sink gets exactly one ``finish`` with the entry it was given; a refused one none.
+* a held answer is released exactly once, as SUCCESS; a refused send holds nothing.
 """
 
 from __future__ import annotations
@@ -21,12 +22,23 @@ import trio
 
 from rmq_cluster.broker.config import load_broker_config
 from rmq_cluster.cluster.protocol.message import MessageConst, new_message
+from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand
 from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger_store
-from rmq_cluster.dledger.messages import ResponseCode
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.store.commitlog import PutMessageStatus
 from rmq_cluster.store.message_store import MessageStore
-from tests.unit.dledger.sink import Sink
+
+
+class _Receiver:
+    """A connection as ``HeldAnswers`` sees it: records the answers released to it."""
+
+    def __init__(self) -> None:
+        self.answers: list[RemotingCommand] = []
+
+    def _held_released(self, frames: bytearray, n: int) -> None:
+        got = FrameDecoder().feed(frames)
+        assert len(got) == n
+        self.answers.extend(got)
 
 WAIT_S = 20.0
 TOPIC = "ApplyPaths"
@@ -102,7 +114,8 @@ async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path:
     port = _free_port()
     leader_root = tmp_path / "leader"
     store, dl = await trio.to_thread.run_sync(_open, leader_root, port)
-    sinks: list[Sink] = []
+    receiver = _Receiver()
+    held = 0
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(functools.partial(run_store_node, dl, host="127.0.0.1"))
@@ -113,13 +126,14 @@ async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path:
             for i in range(MESSAGES):
                 msg = _message(i)
                 if i % 3 == 0:
-                    sink = Sink()
-                    result = dl.propose_with(msg, sink)
-                    assert result.status is PutMessageStatus.PUT_OK and sink.index >= 0
-                    sinks.append(sink)
+                    result, key = dl.propose_message(msg, False)
+                    assert result.status is PutMessageStatus.PUT_OK and key > 0
+                    ok = RemotingCommand.request(0, {"i": str(i)}).response(0)
+                    dl.commit.hold(receiver, i, ok, key)
+                    held += 1
                 elif i % 3 == 1:
-                    result, waiter = dl.propose_message(msg, False)
-                    assert waiter is not None
+                    result, key = dl.propose_message(msg, False)
+                    assert key > 0
                 else:
                     assert store.append_message(msg).status is PutMessageStatus.PUT_OK
                 if i % 10 == 9:
@@ -127,22 +141,19 @@ async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path:
             last = node.core.storage.last_index()
             with trio.fail_after(WAIT_S):
                 await node.wait_for(
-                    lambda _n: dl.applied_index >= last and all(s.calls for s in sinks)
+                    lambda _n: dl.applied_index >= last and len(receiver.answers) == held
                 )
-            # a refused send never registers its sink
+            # a refused send gets no key: nothing to hold
             dl.leader_ready = False
-            refused = Sink()
-            assert dl.propose_with(_message(0), refused).status is (
-                PutMessageStatus.SERVICE_NOT_AVAILABLE
-            )
+            refused, key = dl.propose_message(_message(0), False)
+            assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and key == -1
             dl.leader_ready = True
-            assert refused.index == -1 and not refused.calls
+            assert dl.commit.held.waiting == 0
             nursery.cancel_scope.cancel()
     finally:
         store.close()
-    for sink in sinks:
-        assert [c.code for _t, c in sink.calls] == [ResponseCode.SUCCESS]
-    assert len({s.index for s in sinks}) == len(sinks)
+    assert [a.code for a in receiver.answers] == [0] * held
+    assert sorted(a.opaque for a in receiver.answers) == list(range(0, MESSAGES, 3))
 
     # a copy of the DLedger files with no ConsumeQueue/IndexFile: recovery parses every record
     parsed_root = tmp_path / "parsed"

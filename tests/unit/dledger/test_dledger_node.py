@@ -8,11 +8,12 @@ from pathlib import Path
 import trio
 import trio.testing
 
+from rmq_cluster.cluster.remoting.codes import ResponseCode as RemotingResponseCode
 from rmq_cluster.dledger.core import CoreConfig, Role
 from rmq_cluster.dledger.log_storage import FileLogStorage, MemoryLogStorage
 from rmq_cluster.dledger.messages import Entry, ResponseCode
 from rmq_cluster.dledger.node import DLedgerNode
-from tests.unit.dledger.sink import Sink
+from tests.unit.dledger.sink import Receiver, ok_answer
 
 PEERS = ("n0", "n1", "n2")
 
@@ -137,43 +138,82 @@ async def test_file_store_group_real_time(tmp_path: Path) -> None:
     reopened.close()
 
 
-async def test_propose_with_sinks_commit_refuse_and_time_out(
+def _hold(node: DLedgerNode, receiver: Receiver, i: int, body: bytes) -> int:
+    """Propose ``body`` and hold a SUCCESS answer (opaque ``i``) on the commit watermark, as
+    the broker's DLedger send does; the entry's index."""
+    code, index, _term = node.propose_now(body)
+    assert code is ResponseCode.SUCCESS
+    node.commit.hold(receiver, i, ok_answer(i), index + 1)
+    return index
+
+
+async def test_held_answers_commit_refuse_and_time_out(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """``propose_with``: committed sinks finish once with SUCCESS; a follower refuses without
-    registering the sink; an isolated leader's sink finishes once, never before its timeout
-    and at most two ticks after it (the deadline comes from the clock read of the driver's
-    last wake-up plus a tick)."""
+    """Answers held on ``commit`` leave once each, SUCCESS, when their entries commit; a
+    follower refuses a proposal (nothing to hold); an isolated leader's held answer leaves
+    once, in its failed form, never before its timeout and at most a tick after it."""
     net = MemNet()
     make_group(net)
     async with trio.open_nursery() as nursery:
         leader = await start_group(net, nursery)
-        sinks = [Sink() for _ in range(30)]
-        for i, sink in enumerate(sinks):
-            assert leader.propose_with(b"s%d" % i, sink) is ResponseCode.SUCCESS
+        receiver = Receiver()
+        indexes = [_hold(leader, receiver, i, b"s%d" % i) for i in range(30)]
+        assert indexes == list(range(indexes[0], indexes[0] + 30))
         with trio.fail_after(10):
-            for sink in sinks:
-                await sink.done.wait()
-        assert all([r.code for _t, r in s.calls] == [ResponseCode.SUCCESS] for s in sinks)
-        assert [s.index for s in sinks] == list(range(sinks[0].index, sinks[0].index + 30))
+            await receiver.wait_for(30)
+        assert [(a.opaque, a.code) for _t, a in receiver.answers] == [(i, 0) for i in range(30)]
+        assert leader.commit.value > indexes[-1]
         follower = next(n for n in net.nodes.values() if n is not leader)
-        refused = Sink()
-        assert follower.propose_with(b"no", refused) is ResponseCode.NOT_LEADER
-        assert refused.index == -1
+        assert follower.propose_now(b"no") == (ResponseCode.NOT_LEADER, -1, 0)
 
         net.isolate(next(p for p, n in net.nodes.items() if n is leader))
-        lost = Sink()
+        lost = Receiver()
         timeout = 1.5
+        leader.commit.held.timeout_s = timeout
         proposed_at = trio.current_time()
-        assert leader.propose_with(b"lost", lost, timeout_s=timeout) is ResponseCode.SUCCESS
+        _hold(leader, lost, 99, b"lost")
         with trio.fail_after(30):
-            await lost.done.wait()
-        (at, result), = lost.calls
+            await lost.wait_for(1)
+        ((at, answer),) = lost.answers
         # (the timeout is well inside the leader's check-quorum period: it is still leader)
-        assert result.code is ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
-        assert timeout <= at - proposed_at <= timeout + 2 * leader.tick_s + 1e-9
+        assert answer.code == RemotingResponseCode.SYSTEM_ERROR
+        assert answer.remark == "DLedger append: WAIT_QUORUM_ACK_TIMEOUT"
+        assert timeout <= at - proposed_at <= timeout + leader.tick_s + 1e-9
         await trio.sleep(5)
-        assert len(lost.calls) == 1 and refused.calls == []
+        assert len(lost.answers) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_term_change_answers_held_before_the_commit_passes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An isolated leader holds answers for entries the new leader overwrites: once it
+    follows the new term they are answered TERM_CHANGED, exactly once, although the commit
+    mark then passes their keys (other entries now hold those indexes); never SUCCESS."""
+    net = MemNet()
+    make_group(net)
+    async with trio.open_nursery() as nursery:
+        old = await start_group(net, nursery)
+        old.commit.held.timeout_s = 3600.0  # the term change must come first
+        old_id = next(p for p, n in net.nodes.items() if n is old)
+        net.isolate(old_id)
+        receiver = Receiver()
+        keys = [_hold(old, receiver, i, b"doomed%d" % i) + 1 for i in range(5)]
+        leader = await leader_of(net, tuple(p for p in PEERS if p != old_id))
+        for i in range(10):  # the new leader's entries take those indexes
+            assert (await leader.append(b"new%d" % i)).code is ResponseCode.SUCCESS
+        assert receiver.answers == []  # (still cut off: nothing answered yet)
+        net.cut.clear()
+        with trio.fail_after(60):
+            await old.wait_for(lambda n: n.commit.value > keys[-1])
+        assert [(a.opaque, a.code, a.remark) for _t, a in receiver.answers] == [
+            (i, RemotingResponseCode.SYSTEM_ERROR, "DLedger append: TERM_CHANGED")
+            for i in range(5)
+        ]
+        assert old.commit.held.waiting == 0
+        await trio.sleep(5)
+        assert len(receiver.answers) == 5
         nursery.cancel_scope.cancel()
 
 

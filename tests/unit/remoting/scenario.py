@@ -13,8 +13,9 @@ Set ``REWRITE=1`` to rewrite the files with what the machine did (then read the 
 Setup (output: ``ok``):
     max-in-flight N                  the connection's limit of requests in flight
     processor CODE KIND              KIND: inline (answers code 0 remark ok), task (async def),
-                                     deferred (returns a Deferred, kept by the request's op),
-                                     held (returns HELD), await (returns a coroutine),
+                                     later (returns LATER, its request kept by its op),
+                                     held (returns LATER, its answer held), await (returns
+                                     Later(a coroutine)),
                                      raise (raises ValueError), none (returns None)
 Events:
     call NAME deadline=T [reading]   a call starts (a lone call that reads: ``reading``)
@@ -23,7 +24,8 @@ Events:
                                      or ``response op=N [code=C]``
     resume                           room came for the last blocked read: go on, then take
                                      its rest
-    resolve OP [none]                the Deferred of request OP resolves (with an answer, or None)
+    resolve OP [none]                request OP's kept answer is given (``answer_later``: an
+                                     answer, or None)
     release N                        HeldAnswers releases N answers (as encoded frames)
     task-done OP [none]              the spawned request OP's processor answered (or None)
     expire T                         the clock is at T: calls whose deadline passed end
@@ -50,7 +52,12 @@ from rmq_cluster.cluster.remoting.codec import (
 from rmq_cluster.cluster.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE
 from rmq_cluster.cluster.remoting.connection_state import Blocked, ConnectionState
 from rmq_cluster.cluster.remoting.errors import RemotingError, RemotingUnsentError
-from rmq_cluster.cluster.remoting.processors import HELD, Deferred, Processor, ProcessorTable
+from rmq_cluster.cluster.remoting.processors import (
+    LATER,
+    AnyProcessor,
+    Later,
+    ProcessorTable,
+)
 
 
 class Slot:
@@ -81,9 +88,9 @@ def _answer(req: RemotingCommand) -> RemotingCommand:
 class Machine:
     def __init__(self) -> None:
         self.log: list[str] = []
-        self.processors: dict[int, Processor] = {}
-        self.deferreds: dict[int, Deferred] = {}
-        self.spawned: dict[int, tuple[RemotingCommand, bool]] = {}
+        self.processors: dict[int, AnyProcessor] = {}
+        self.kept: dict[int, RemotingCommand] = {}  # requests whose processor replied LATER
+        self.spawned: dict[int, RemotingCommand] = {}
         self.slots: dict[str, Slot] = {}
         self.blocked: Blocked | None = None
         self.max_in_flight = 4
@@ -98,30 +105,29 @@ class Machine:
                                       max_in_flight=self.max_in_flight, peer="peer:1")
         return self.st
 
-    # what processors see as their connection: a Deferred answers through it
-    def _deferred_done(self, opaque: int, flag: int, code: int, resp: RemotingCommand | None
-                       ) -> None:
-        if self.state.deferred_done(opaque, flag, code, resp):
-            self.log.append("schedule deferred flush")
+    # what processors see as their connection: a kept answer is given through it
+    def answer_later(self, req: RemotingCommand, resp: RemotingCommand | None) -> None:
+        if self.state.answer_later(req, resp):
+            self.log.append("schedule later flush")
             self.flush_scheduled = True
 
-    def processor(self, kind: str) -> Processor:
+    def processor(self, kind: str) -> AnyProcessor:
         def inline(conn: Any, req: RemotingCommand) -> Any:
             return _answer(req)
 
         async def task(conn: Any, req: RemotingCommand) -> Any:
             return _answer(req)
 
-        def deferred(conn: Any, req: RemotingCommand) -> Any:
-            d = self.deferreds[req.opaque] = Deferred()
-            return d
+        def later(conn: Any, req: RemotingCommand) -> Any:
+            self.kept[req.opaque] = req
+            return LATER
 
         def held(conn: Any, req: RemotingCommand) -> Any:
             self.held_frames.append(_answer(req))
-            return HELD
+            return LATER
 
         def awaiting(conn: Any, req: RemotingCommand) -> Any:
-            return task(conn, req)
+            return Later(task(conn, req))
 
         def raising(conn: Any, req: RemotingCommand) -> Any:
             raise ValueError("boom")
@@ -129,7 +135,7 @@ class Machine:
         def none(conn: Any, req: RemotingCommand) -> Any:
             return None
 
-        kinds: dict[str, Processor] = {"inline": inline, "task": task, "deferred": deferred,
+        kinds: dict[str, AnyProcessor] = {"inline": inline, "task": task, "later": later,
                                        "held": held, "await": awaiting, "raise": raising,
                                        "none": none}
         return kinds[kind]
@@ -154,19 +160,14 @@ class Machine:
 
     def take(self, commands: list[RemotingCommand]) -> None:
         spawns, answered, blocked = self.state.take(commands)
-        for processor, cmd, awaitable in spawns or ():
-            kind = "awaitable" if awaitable is not None else (
-                "unknown code" if processor is None else "processor")
-            self.log.append(f"spawn op={cmd.opaque} code={cmd.code} ({kind})")
-            if awaitable is not None:
-                awaitable.close()  # type: ignore[attr-defined]
-            self.spawned[cmd.opaque] = (cmd, processor is None)
+        for cmd, work in spawns or ():
+            self.log.append(f"spawn op={cmd.opaque} code={cmd.code}")
+            work.close()  # type: ignore[attr-defined]
+            self.spawned[cmd.opaque] = cmd
         if answered:
             self.log.append("answered a call")
         if blocked is not None:
-            what = f" deferred op={blocked.request.opaque}" if blocked.request else " held"
-            self.log.append(f"blocked until running<={blocked.limit}{what} "
-                            f"rest={len(blocked.rest)}")
+            self.log.append(f"blocked until running<={blocked.limit} rest={len(blocked.rest)}")
             self.blocked = blocked
 
     def run(self, line: str) -> str:
@@ -199,12 +200,11 @@ class Machine:
             if self.state.running > blocked.limit:
                 raise AssertionError(f"resume with running={self.state.running} over "
                                      f"{blocked.limit}")
-            self.state.resume(blocked)
             if blocked.rest:
                 self.take(blocked.rest)
         elif cmd == "resolve":
-            d = self.deferreds.pop(int(args[0]))
-            d.resolve(None if "none" in args else RemotingCommand(
+            req = self.kept.pop(int(args[0]))
+            self.answer_later(req, None if "none" in args else RemotingCommand(
                 code=0, opaque=int(args[0]), remark="later"))
         elif cmd == "release":
             n = int(args[0])
@@ -216,12 +216,8 @@ class Machine:
                 self.log.append("(closed: dropped)")
         elif cmd == "task-done":
             op = int(args[0])
-            req, unknown = self.spawned.pop(op)
-            resp: RemotingCommand | None
-            if unknown:  # the task answers as the shell's does
-                resp = self.state.unsupported(req)
-            else:
-                resp = None if "none" in args else _answer(req)
+            req = self.spawned.pop(op)
+            resp = None if "none" in args else _answer(req)
             if not self.state.task_answer(req, resp):
                 self.log.append("(no answer queued)")
             self.state.request_ended()
@@ -242,7 +238,7 @@ class Machine:
                 self.log.append("(already closed)")
         elif cmd == "state":
             st = self.state
-            flags = [f for f in ("flushing", "deferred_flush", "closed") if getattr(st, f)]
+            flags = [f for f in ("flushing", "later_flush", "closed") if getattr(st, f)]
             return (f"running={st.running} pending={sorted(st.pending)} "
                     f"refused={st.busy_refusals}" + (" " + " ".join(flags) if flags else ""))
         else:
@@ -250,7 +246,7 @@ class Machine:
         if setup:
             return "ok"
         if self.flush_scheduled:  # (the flush task runs at the end of the batch)
-            self.flush_scheduled = self.state.deferred_flush = False
+            self.flush_scheduled = self.state.later_flush = False
         chunk = self.state.take_outbound()
         if chunk:
             for frame in FrameDecoder().feed(chunk):

@@ -16,10 +16,11 @@ from hypothesis import given, settings
 
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand
 from rmq_cluster.cluster.remoting.held import HeldAnswers
-from rmq_cluster.cluster.remoting.processors import HELD
+from rmq_cluster.cluster.remoting.processors import LATER
 
 CODE = 7
 EXPIRED = 17
+TERM_CHANGED = 19
 TIMEOUT_S = 5.0
 
 
@@ -48,8 +49,9 @@ class _Receiver:
             return
         assert len(answers) == n
         for a in answers:
-            assert a.code in (0, EXPIRED) and (a.remark or "").split()[-1] == a.ext_fields["k"]
-            self.got.append(("ok" if a.code == 0 else "late", a.opaque))
+            assert (a.remark or "").split()[-1] == a.ext_fields["k"]
+            self.got.append(({0: "ok", EXPIRED: "late", TERM_CHANGED: "changed"}[a.code],
+                             a.opaque))
 
 
 _OPS = st.lists(
@@ -87,7 +89,7 @@ def test_each_held_item_goes_out_once_at_its_mark_or_its_deadline(
             r = conns[a]
             req = RemotingCommand.request(CODE, {"k": key})
             got = held.hold(r, opaque, req.response(0, f"ok {key}", {"k": str(key)}), key)
-            assert got is HELD
+            assert got is LATER
             pending[opaque] = (r, key, clock.now + TIMEOUT_S)
             order.setdefault(id(r), []).append(opaque)
         elif op == "wait":
@@ -124,3 +126,94 @@ def test_each_held_item_goes_out_once_at_its_mark_or_its_deadline(
         assert held.waiting == 0 and held.next_deadline() is None
         for r in conns:
             assert [o for _what, o in r.got] == order.get(id(r), [])
+
+
+# ------------------------------------------------------------------ the quorum case (DLedger)
+
+def _term_changed(ok: RemotingCommand, key: int) -> RemotingCommand:
+    # (``key`` may be raised: a new term's shorter log, on a receiver that still holds older
+    # answers, gives a lower index; it is released no earlier)
+    return ok.response(TERM_CHANGED, f"term {ok.ext_fields['k']}", ok.ext_fields)
+
+
+_QUORUM_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("propose"), st.integers(0, 2), st.integers(1, 3)),  # conn, entries
+        st.tuples(st.just("commit"), st.integers(0, 4), st.just(0)),  # entries more committed
+        # a new term: (the new leader keeps this many uncommitted entries, appends this many)
+        st.tuples(st.just("elect"), st.integers(0, 4), st.integers(0, 4)),
+        st.tuples(st.just("tick"), st.integers(0, 4), st.just(0)),
+        st.tuples(st.just("expire"), st.just(0), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+class _Ledger:
+    """A DLedger log as its leader's shell sees it: entries (their terms), the commit (the
+    number of committed entries), the term; a new leader keeps a prefix of the uncommitted
+    tail and overwrites the rest with entries of its own term."""
+
+    def __init__(self) -> None:
+        self.terms: list[int] = []
+        self.commit = 0
+        self.term = 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(_QUORUM_OPS)
+def test_quorum_commit_releases_only_entries_of_their_term(ops: list[Any]) -> None:
+    """``settle`` over a DLedger schedule (proposals, commits, elections that overwrite the
+    uncommitted tail, deadlines): every held answer goes out exactly once; SUCCESS only once
+    the commit reached its entry and that entry is still the one proposed (same index, same
+    term), never after its term ended; TERM_CHANGED for everything held when a term ends;
+    the timeout form at its deadline otherwise."""
+    clock = _Clock()
+    held = HeldAnswers(_expired, TIMEOUT_S, clock, mark=0)
+    log = _Ledger()
+    conns = [_Receiver() for _ in range(3)]
+    # what is held: opaque -> (receiver, index, term it was proposed in, deadline)
+    pending: dict[int, tuple[_Receiver, int, int, float]] = {}
+    expected: dict[int, list[tuple[str, int]]] = {id(r): [] for r in conns}
+    opaque = 0
+    ended = False  # the term the held answers were proposed in ended (the next settle sees it)
+    for op, a, b in ops:
+        if op == "propose":
+            log.terms.extend([log.term] * b)
+            index = len(log.terms) - 1
+            opaque += 1
+            ok = RemotingCommand.request(CODE, {}).response(0, f"ok {index + 1}",
+                                                            {"k": str(index + 1)})
+            assert held.hold(conns[a], opaque, ok, index + 1) is LATER
+            pending[opaque] = (conns[a], index, log.term, clock.now + TIMEOUT_S)
+        elif op == "elect":  # seen by the shell with its next commit (one Ready)
+            del log.terms[log.commit + a:]  # the new leader's log: a prefix of the tail ...
+            log.term += 1
+            log.terms.extend([log.term] * b)  # ... and its own entries after it
+            ended = True
+        elif op == "commit":
+            new_commit = min(len(log.terms), log.commit + a)
+            n = held.settle(new_commit, ended, _term_changed)
+            due: list[tuple[int, str]] = []
+            for o, (_r, index, term, _d) in sorted(pending.items()):
+                if ended:
+                    due.append((o, "changed"))
+                elif index < new_commit:
+                    assert log.terms[index] == term  # (the model's own claim: same entry)
+                    due.append((o, "ok"))
+            assert n == len(due)
+            for o, what in due:
+                expected[id(pending.pop(o)[0])].append((what, o))
+            log.commit = new_commit
+            ended = False
+        elif op == "tick":
+            clock.now += a
+        else:
+            n = held.expire(clock.now)
+            late = [o for o, (_r, _i, _t, d) in sorted(pending.items()) if d <= clock.now]
+            assert n == len(late)
+            for o in late:
+                expected[id(pending.pop(o)[0])].append(("late", o))
+        assert held.mark == log.commit and held.waiting == len(pending)
+        for r in conns:
+            assert r.got == expected[id(r)]

@@ -8,8 +8,8 @@ import pytest
 
 from rmq_cluster.cluster.metrics import (
     ExpositionError,
-    RateTracker,
     Registry,
+    WindowRates,
     parse_exposition,
     sample_value,
 )
@@ -78,15 +78,33 @@ def test_failing_collector_does_not_hide_others() -> None:
     assert "a_broken" not in fams and sample_value(fams, "b_fine") == 1
 
 
-def test_rate_tracker() -> None:
-    r = RateTracker(forget_after=1)
-    assert r.rate("k", 100, 10.0) == 0.0
-    assert r.rate("k", 150, 12.0) == 25.0
-    assert r.rate("k", 150, 12.0) == 25.0  # no time passed: last rate
-    r.end_look()
-    r.end_look()
-    r.end_look()
-    assert r.rate("k", 1000, 20.0) == 0.0  # forgotten: starts again
+def test_window_rates_cover_the_stated_window() -> None:
+    r = WindowRates(10.0, 1.0)
+    assert r.rate("k") == 0.0
+    r.observe("k", 0, 100.0)
+    assert r.rate("k") == 0.0  # one sample: nothing to measure yet
+    for t in range(1, 31):  # 50 per second for 30 s, sampled every second
+        r.observe("k", 50 * t, 100.0 + t)
+    assert r.rate("k") == 50.0
+    r.observe("k", 10_000, 130.5)  # too soon after the last sample: ignored
+    assert r.rate("k") == 50.0
+    for t in range(31, 36):  # 5 s at 150 per second: half of the window
+        r.observe("k", 1500 + 150 * (t - 30), 100.0 + t)
+    assert r.rate("k") == (2250 - 1250) / 10  # the last 10 s exactly: 25 s -> 35 s
+    assert r.rate("k") == r.rate("k")  # reading moves nothing
+
+
+def test_window_rates_young_keys_resets_and_forgetting() -> None:
+    r = WindowRates(10.0, 1.0)
+    r.observe("young", 500, 0.0)
+    r.observe("young", 530, 3.0)
+    assert r.rate("young") == 10.0  # younger than the window: over its life
+    r.observe("young", 5, 4.0)  # a reset
+    assert r.rate("young") == 0.0
+    r.forget(20.0)
+    assert len(r) == 0
+    with pytest.raises(ValueError):
+        WindowRates(1.0, 2.0)
 
 
 def test_bad_names_refused() -> None:

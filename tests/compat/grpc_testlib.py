@@ -1,0 +1,117 @@
+"""What the gRPC compat tests (Apache's Python and Java 5.x SDKs through ``mqproxy``) share: a
+proxy started the way ``up --proxy`` starts it (TLS with the cluster's certificate, unless
+``plaintext``) and stopped whatever happens, and reading back over remoting (our client, signed
+when the cluster runs ACL) what the SDKs stored."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from rmq_cluster.client import PullConsumer
+from rmq_cluster.client.model import PullStatus, ReceivedMessage
+from rmq_cluster.cluster.acl.signing import Credentials
+from rmq_cluster.deploy.proxy_up import PID_FILE, start_proxy
+from rmq_cluster.deploy.testing import _in_thread, pid_running
+
+#: how long a message may take to be readable (a timer message past its delivery time)
+READ_WAIT_S = 30.0
+
+
+@contextlib.contextmanager
+def running_proxy(cluster_dir: Path, out_dir: Path, *, plaintext: bool = False
+                  ) -> Iterator[str]:
+    """``mqproxy`` for the cluster in ``cluster_dir``, started by the code ``up --proxy`` runs;
+    yields its endpoint (host:port); killed afterwards. Its certificate is
+    ``rmq_cluster.proxy.tls.cert_files(cluster_dir).cert``."""
+    out = out_dir / "up-proxy.json"
+    args = argparse.Namespace(dir=str(cluster_dir), name=None, proxy=0, json=True,
+                              proxy_plaintext=plaintext)
+    try:
+        with open(out, "w") as f:  # `up --proxy` prints its line on stdout
+            saved, sys.stdout = sys.stdout, f
+            try:
+                assert start_proxy(args) == 0
+            finally:
+                sys.stdout = saved
+        yield str(json.loads(out.read_text())["proxy"])
+    finally:
+        pid_file = cluster_dir / PID_FILE
+        if pid_file.exists():
+            pid = int(pid_file.read_text())
+            if pid_running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def read_topic(namesrv: str, topic: str, want: int, creds: Credentials | None = None
+               ) -> list[ReceivedMessage]:
+    """Every message stored in ``topic`` once there are ``want`` (deadline READ_WAIT_S)."""
+    keys = (creds.access_key, creds.secret_key) if creds is not None else (None, None)
+
+    async def go() -> list[ReceivedMessage]:
+        async with PullConsumer("grpc_compat_reader", namesrv_addr=namesrv,
+                                access_key=keys[0], secret_key=keys[1]) as consumer:
+            queues = await consumer.fetch_queues(topic)
+            got: list[ReceivedMessage] = []
+            offsets = dict.fromkeys(queues, 0)
+            with trio.fail_after(READ_WAIT_S):
+                while len(got) < want:
+                    for mq in queues:
+                        res = await consumer.pull(mq, offsets[mq], suspend_s=0.5)
+                        if res.status == PullStatus.FOUND:
+                            got += res.messages
+                            offsets[mq] = res.next_begin_offset
+            return got
+
+    return _in_thread(go, timeout=READ_WAIT_S + 10)
+
+
+def check_stored(namesrv: str, topics: dict[str, str], events: list[dict[str, Any]],
+                 creds: Credentials | None = None) -> None:
+    """What the SDK's producer sent (its "sent" events: 3 normal, 4 FIFO in two message groups,
+    1 timer message) is stored as it was sent: ids, tags, keys, properties; each message group
+    on one queue in send order; the timer message not before its time."""
+    sent = {(e["kind"], e["idx"]): e for e in events if e["event"] == "sent"}
+    assert len(sent) == 8, events
+    normal = {m.msg_id: m for m in read_topic(namesrv, topics["normal"], 3, creds)}
+    for i in range(3):
+        m = normal[sent["normal", i]["message_id"]]
+        assert (m.body, m.tags, m.keys, m.properties.get("idx")) == (
+            f"normal {i}".encode(), "N", f"k{i}", str(i))
+    fifo = sorted(read_topic(namesrv, topics["fifo"], 4, creds), key=lambda m: m.queue_offset)
+    by_group: dict[str, list[ReceivedMessage]] = {}
+    for m in fifo:
+        by_group.setdefault(m.properties["__SHARDINGKEY"], []).append(m)
+    for group, msgs in by_group.items():
+        assert len({m.queue_id for m in msgs}) == 1, (group, msgs)
+        ids = [m.msg_id for m in msgs]
+        assert ids == [sent["fifo", i]["message_id"] for i in range(4)
+                       if sent["fifo", i]["group"] == group]
+    [timer] = read_topic(namesrv, topics["delay"], 1, creds)
+    due_ms = sent["delay", 0]["deliver_ms"]
+    assert timer.msg_id == sent["delay", 0]["message_id"] and timer.body == b"delayed"
+    assert timer.store_timestamp >= due_ms - 50, (timer.store_timestamp, due_ms)
+    assert time.time() * 1000 >= due_ms
+
+
+def check_transactions(events: list[dict[str, Any]], topic: str) -> None:
+    """Commit and rollback by the producer, the two others by the broker's check relayed over
+    Telemetry (the checker saw each half message as sent), and consumers see the committed
+    two only."""
+    sent = {e["body"]: e["message_id"] for e in events if e["event"] == "sent"}
+    checked = {e["body"]: e for e in events if e["event"] == "checked"}
+    assert set(checked) == {"check-commit", "check-rollback"}, events
+    for body, e in checked.items():
+        assert (e["message_id"], e["topic"]) == (sent[body], topic)
+    [visible] = [e["bodies"] for e in events if e["event"] == "visible"]
+    assert visible in (["check-commit", "commit"], "check-commit,commit"), events

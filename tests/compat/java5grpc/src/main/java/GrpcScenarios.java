@@ -1,0 +1,275 @@
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.BooleanSupplier;
+
+import org.apache.rocketmq.client.apis.ClientConfiguration;
+import org.apache.rocketmq.client.apis.ClientServiceProvider;
+import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
+import org.apache.rocketmq.client.apis.consumer.FilterExpression;
+import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
+import org.apache.rocketmq.client.apis.consumer.PushConsumer;
+import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
+import org.apache.rocketmq.client.apis.message.Message;
+import org.apache.rocketmq.client.apis.message.MessageView;
+import org.apache.rocketmq.client.apis.producer.Producer;
+import org.apache.rocketmq.client.apis.producer.SendReceipt;
+import org.apache.rocketmq.client.apis.producer.Transaction;
+import org.apache.rocketmq.client.apis.producer.TransactionResolution;
+
+/**
+ * Apache's unmodified RocketMQ 5.x Java SDK (rocketmq-client-java, gRPC) against mqproxy. One JSON
+ * line per observation; tests/compat/test_java_grpc_client.py asserts on them.
+ *
+ * Usage: java -cp ... GrpcScenarios ENDPOINT PREFIX SCENARIO...
+ *   produce:     normal (tag, keys, property), FIFO (two message groups), delay (+2 s)
+ *   transaction: commit, rollback, two left to the broker's check (answered commit / rollback);
+ *                then a SimpleConsumer reads what the topic holds
+ *   simple:      receive; ack one, change one's invisible duration, leave one to its invisible
+ *                time: both come back with delivery attempt 2
+ *   push:        three push consumers on a two-queue topic, every message consumed
+ * Topics (the test creates them): PREFIX + Normal, Fifo, Delay, Tx, Simple, Push.
+ */
+public final class GrpcScenarios {
+    static final ClientServiceProvider PROVIDER = ClientServiceProvider.loadService();
+    static final long DEADLINE_MS = Long.getLong("deadline.ms", 45000);
+    static ClientConfiguration config;
+    static String prefix;
+
+    public static void main(String[] args) throws Exception {
+        // TLS on, the SDK's default: it accepts any server certificate (its channel trusts
+        // through an insecure trust manager), so the cluster's self-signed one needs no setup
+        config = ClientConfiguration.newBuilder().setEndpoints(args[0])
+            .setRequestTimeout(Duration.ofSeconds(10)).build();
+        prefix = args[1];
+        int failures = 0;
+        for (int i = 2; i < args.length; i++) {
+            String sc = args[i];
+            try {
+                switch (sc) {
+                    case "produce": produce(sc); break;
+                    case "transaction": transaction(sc); break;
+                    case "simple": simple(sc); break;
+                    case "push": push(sc); break;
+                    default: throw new IllegalArgumentException("unknown scenario " + sc);
+                }
+                emit(sc, "done");
+            } catch (Throwable t) {
+                failures++;
+                emit(sc, "failed", "error", String.valueOf(t));
+                t.printStackTrace();
+            }
+        }
+        System.out.flush();
+        System.exit(failures == 0 ? 0 : 1);
+    }
+
+    // ------------------------------------------------------------------ scenarios
+
+    static void produce(String sc) throws Exception {
+        String normal = prefix + "Normal", fifo = prefix + "Fifo", delay = prefix + "Delay";
+        try (Producer p = PROVIDER.newProducerBuilder().setClientConfiguration(config)
+                .setTopics(normal, fifo, delay).build()) {
+            for (int i = 0; i < 3; i++) {
+                Message m = PROVIDER.newMessageBuilder().setTopic(normal).setTag("N")
+                    .setKeys("k" + i).addProperty("idx", String.valueOf(i))
+                    .setBody(("normal " + i).getBytes(StandardCharsets.UTF_8)).build();
+                SendReceipt r = p.send(m);
+                emit(sc, "sent", "kind", "normal", "idx", i, "message_id", r.getMessageId().toString());
+            }
+            for (int i = 0; i < 4; i++) {
+                String group = "group-" + (i % 2);
+                Message m = PROVIDER.newMessageBuilder().setTopic(fifo).setTag("F")
+                    .setMessageGroup(group).setBody(("fifo " + i).getBytes(StandardCharsets.UTF_8)).build();
+                SendReceipt r = p.send(m);
+                emit(sc, "sent", "kind", "fifo", "idx", i, "group", group,
+                    "message_id", r.getMessageId().toString());
+            }
+            long due = System.currentTimeMillis() + 2000;
+            Message m = PROVIDER.newMessageBuilder().setTopic(delay).setTag("D")
+                .setDeliveryTimestamp(due).setBody("delayed".getBytes(StandardCharsets.UTF_8)).build();
+            SendReceipt r = p.send(m);
+            emit(sc, "sent", "kind", "delay", "idx", 0, "deliver_ms", due,
+                "message_id", r.getMessageId().toString());
+        }
+    }
+
+    static void transaction(String sc) throws Exception {
+        String topic = prefix + "Tx";
+        Set<String> checked = ConcurrentHashMap.newKeySet();
+        try (Producer p = PROVIDER.newProducerBuilder().setClientConfiguration(config).setTopics(topic)
+                .setTransactionChecker(view -> {
+                    String body = body(view);
+                    emit(sc, "checked", "body", body, "message_id", view.getMessageId().toString(),
+                        "topic", view.getTopic());
+                    checked.add(body);
+                    return body.equals("check-commit") ? TransactionResolution.COMMIT
+                        : TransactionResolution.ROLLBACK;
+                }).build()) {
+            String[][] plan = {{"commit", "commit"}, {"rollback", "rollback"},
+                {"check-commit", ""}, {"check-rollback", ""}};
+            for (String[] step : plan) {
+                Transaction tx = p.beginTransaction();
+                Message m = PROVIDER.newMessageBuilder().setTopic(topic).setTag("TX")
+                    .setBody(step[0].getBytes(StandardCharsets.UTF_8)).build();
+                SendReceipt r = p.send(m, tx);
+                emit(sc, "sent", "body", step[0], "message_id", r.getMessageId().toString());
+                if (step[1].equals("commit")) {
+                    tx.commit();
+                } else if (step[1].equals("rollback")) {
+                    tx.rollback();
+                }
+            }
+            await(() -> checked.containsAll(List.of("check-commit", "check-rollback")));
+            // what consumers see: the two committed messages, never the rolled back ones
+            List<String> seen = receiveAll(topic, prefix + "TxReader", 2);
+            emit(sc, "visible", "bodies", String.join(",", seen));
+        }
+    }
+
+    static void simple(String sc) throws Exception {
+        String topic = prefix + "Simple";
+        try (Producer p = PROVIDER.newProducerBuilder().setClientConfiguration(config).setTopics(topic).build()) {
+            for (String body : new String[] {"keep", "change", "expire"}) {
+                p.send(PROVIDER.newMessageBuilder().setTopic(topic).setTag("S")
+                    .setBody(body.getBytes(StandardCharsets.UTF_8)).build());
+            }
+        }
+        try (SimpleConsumer c = simpleConsumer(topic, prefix + "SimpleG")) {
+            Set<String> done = new HashSet<>();
+            long end = System.currentTimeMillis() + DEADLINE_MS;
+            while (done.size() < 3 && System.currentTimeMillis() < end) {
+                List<MessageView> got = receive(c, Duration.ofSeconds(3));
+                for (MessageView v : got) {
+                    String body = body(v);
+                    emit(sc, "received", "body", body, "attempt", v.getDeliveryAttempt(),
+                        "message_id", v.getMessageId().toString());
+                    if (v.getDeliveryAttempt() > 1 || body.equals("keep")) {
+                        c.ack(v);
+                        done.add(body);
+                        emit(sc, "acked", "body", body, "attempt", v.getDeliveryAttempt());
+                    } else if (body.equals("change")) {
+                        c.changeInvisibleDuration(v, Duration.ofSeconds(1));
+                        emit(sc, "changed", "body", body);
+                    }  // "expire": left to its invisible time (3 s)
+                }
+            }
+        }
+    }
+
+    static void push(String sc) throws Exception {
+        String topic = prefix + "Push";
+        Map<String, String> consumedBy = new ConcurrentHashMap<>();
+        List<PushConsumer> consumers = new ArrayList<>();
+        try {
+            for (int i = 0; i < 3; i++) {
+                String who = "c" + i;
+                consumers.add(PROVIDER.newPushConsumerBuilder().setClientConfiguration(config)
+                    .setConsumerGroup(prefix + "PushG")
+                    .setSubscriptionExpressions(Map.of(topic, new FilterExpression("*", FilterExpressionType.TAG)))
+                    .setMessageListener(view -> {
+                        String body = body(view);
+                        consumedBy.put(body, who);
+                        emit(sc, "consumed", "who", who, "body", body, "attempt", view.getDeliveryAttempt());
+                        return ConsumeResult.SUCCESS;
+                    }).build());
+            }
+            try (Producer p = PROVIDER.newProducerBuilder().setClientConfiguration(config).setTopics(topic).build()) {
+                for (int i = 0; i < 12; i++) {
+                    p.send(PROVIDER.newMessageBuilder().setTopic(topic).setTag("P")
+                        .setBody(("push " + i).getBytes(StandardCharsets.UTF_8)).build());
+                    emit(sc, "sent", "body", "push " + i);
+                }
+            }
+            await(() -> consumedBy.size() >= 12);
+        } finally {
+            for (PushConsumer c : consumers) {
+                c.close();
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ helpers
+
+    static SimpleConsumer simpleConsumer(String topic, String group) throws Exception {
+        return PROVIDER.newSimpleConsumerBuilder().setClientConfiguration(config).setConsumerGroup(group)
+            .setAwaitDuration(Duration.ofSeconds(2))
+            .setSubscriptionExpressions(Map.of(topic, new FilterExpression("*", FilterExpressionType.TAG)))
+            .build();
+    }
+
+    static List<MessageView> receive(SimpleConsumer c, Duration invisible) {
+        try {
+            return c.receive(16, invisible);
+        } catch (Exception e) {  // MESSAGE_NOT_FOUND surfaces as an exception
+            return Collections.emptyList();
+        }
+    }
+
+    /** Receive and ack until {@code want} messages came (or the deadline); their bodies, sorted. */
+    static List<String> receiveAll(String topic, String group, int want) throws Exception {
+        List<String> out = new ArrayList<>();
+        try (SimpleConsumer c = simpleConsumer(topic, group)) {
+            long end = System.currentTimeMillis() + DEADLINE_MS;
+            while (out.size() < want && System.currentTimeMillis() < end) {
+                for (MessageView v : receive(c, Duration.ofSeconds(15))) {
+                    out.add(body(v));
+                    c.ack(v);
+                }
+            }
+        }
+        Collections.sort(out);
+        return out;
+    }
+
+    static String body(MessageView v) {
+        ByteBuffer b = v.getBody().duplicate();
+        byte[] bytes = new byte[b.remaining()];
+        b.get(bytes);
+        return new String(bytes, StandardCharsets.UTF_8);
+    }
+
+    static void await(BooleanSupplier cond) throws InterruptedException {
+        long end = System.currentTimeMillis() + DEADLINE_MS;
+        while (!cond.getAsBoolean()) {
+            if (System.currentTimeMillis() > end) {
+                throw new IllegalStateException("condition not met within " + DEADLINE_MS + " ms");
+            }
+            Thread.sleep(50);
+        }
+    }
+
+    // ------------------------------------------------------------------ output
+
+    static synchronized void emit(String scenario, String event, Object... kv) {
+        StringBuilder sb = new StringBuilder("{\"scenario\":").append(q(scenario))
+            .append(",\"event\":").append(q(event));
+        for (int i = 0; i + 1 < kv.length; i += 2) {
+            sb.append(',').append(q(String.valueOf(kv[i]))).append(':');
+            Object v = kv[i + 1];
+            sb.append(v instanceof Number || v instanceof Boolean ? String.valueOf(v) : q(String.valueOf(v)));
+        }
+        System.out.println(sb.append('}'));
+    }
+
+    static String q(String s) {
+        StringBuilder sb = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            if (c == '"' || c == '\\') {
+                sb.append('\\').append(c);
+            } else if (c < 0x20) {
+                sb.append(String.format("\\u%04x", (int) c));
+            } else {
+                sb.append(c);
+            }
+        }
+        return sb.append('"').toString();
+    }
+}

@@ -1,0 +1,107 @@
+"""Apache's RocketMQ 5 Java SDK (``rocketmq-client-java``, unmodified, pinned from Maven Central)
+against ``rmq-cluster up single`` with ``mqproxy`` in front of it (``up --proxy``), over gRPC:
+one cluster and one JVM for the module (tests/compat/java5grpc/.../GrpcScenarios.java):
+
+* Producer: normal (tag, keys, property), FIFO (two message groups), delay (a delivery
+  timestamp 2 s ahead): read back over remoting as the Python SDK's are;
+* transactions: commit, rollback, and two half messages left to the broker's check, which
+  reaches the SDK's TransactionChecker over Telemetry; a SimpleConsumer then sees the two
+  committed only;
+* SimpleConsumer: ack, changeInvisibleDuration (1 s) and a message left to its invisible time
+  (3 s): both come back with delivery attempt 2;
+* three PushConsumers on a two-queue topic (QueryAssignment, then POP): every message consumed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rmq_cluster.deploy.testing import create_topics, rmq_cluster
+
+from .conftest import JAVA_DIR, JVM_OPTS, build_java_probes
+from .grpc_testlib import check_stored, check_transactions, running_proxy
+from .test_java_client import Events, finish, of, parse
+
+pytestmark = pytest.mark.slow
+
+JAVA5GRPC_DIR = Path(__file__).parent / "java5grpc"
+#: the newest rocketmq-client-java on Maven Central here (gRPC only; 5.3.x is the remoting one)
+VERSION = "5.0.7"
+#: transaction checks within a second (transactionTimeOut, transactionCheckInterval)
+PROFILE = JAVA_DIR / "compat-single.toml"
+PREFIX = "jg"
+JVM_TIMEOUT_S = 240
+SCENARIOS = ("produce", "transaction", "simple", "push")
+
+
+@pytest.fixture(scope="module")
+def classpath() -> str:
+    return build_java_probes(VERSION, JAVA5GRPC_DIR)
+
+
+@pytest.fixture(scope="module")
+def run(classpath: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Events, str]]:
+    """Every scenario in one JVM against one cluster; (events by scenario, NameServer)."""
+    root = tmp_path_factory.mktemp("grpc-java")
+    cluster_dir = root / "cluster"
+    with rmq_cluster(str(PROFILE), directory=cluster_dir) as cluster, \
+            running_proxy(cluster_dir, root) as endpoint:
+        ns = cluster.namesrv_addr
+        create_topics(ns, [f"{PREFIX}{t}" for t in ("Normal", "Fifo", "Delay", "Tx", "Simple")])
+        create_topics(ns, [f"{PREFIX}Push"], queues=2)
+        java = shutil.which("java")
+        assert java, "java is needed (see conftest)"
+        proc = subprocess.Popen(
+            [java, *JVM_OPTS, f"-Duser.home={root / 'home'}", "-cp", classpath,
+             "GrpcScenarios", endpoint, PREFIX, *SCENARIOS],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        rc, stdout, stderr = finish(proc, JVM_TIMEOUT_S)
+        evs = parse(stdout)
+        failed = [e for sc in evs.values() for e in sc if e["event"] == "failed"]
+        if rc != 0 or failed or any(of(evs[sc], "done") == [] for sc in SCENARIOS):
+            pytest.fail(f"GrpcScenarios exited {rc}: {failed}\n{stderr[-4000:]}", pytrace=False)
+        yield evs, ns
+
+
+def test_java_sdk_producer_normal_fifo_and_delay(run: tuple[Events, str]) -> None:
+    evs, ns = run
+    topics = {k: f"{PREFIX}{k.title()}" for k in ("normal", "fifo", "delay")}
+    check_stored(ns, topics, evs["produce"])
+
+
+def test_java_sdk_transactions_commit_rollback_and_checks_over_telemetry(
+    run: tuple[Events, str]
+) -> None:
+    check_transactions(run[0]["transaction"], f"{PREFIX}Tx")
+
+
+def test_java_sdk_simple_consumer_ack_change_invisible_and_redelivery(
+    run: tuple[Events, str]
+) -> None:
+    evs = run[0]["simple"]
+    received = [(e["body"], e["attempt"]) for e in of(evs, "received")]
+    assert sorted(received) == [("change", 1), ("change", 2), ("expire", 1), ("expire", 2),
+                                ("keep", 1)], evs
+    assert sorted((e["body"], e["attempt"]) for e in of(evs, "acked")) == [
+        ("change", 2), ("expire", 2), ("keep", 1)]
+    assert [e["body"] for e in of(evs, "changed")] == ["change"]
+    ids = {}
+    for e in of(evs, "received"):  # a redelivery is the same message
+        assert ids.setdefault(e["body"], e["message_id"]) == e["message_id"]
+
+
+def test_java_sdk_push_consumers_outnumbering_the_queues_consume_everything(
+    run: tuple[Events, str]
+) -> None:
+    evs = run[0]["push"]
+    consumed = Counter(e["body"] for e in of(evs, "consumed"))
+    assert set(consumed) == {f"push {i}" for i in range(12)}, evs
+    assert all(e["attempt"] == 1 for e in of(evs, "consumed"))

@@ -1,0 +1,94 @@
+"""The pure parts of mqproxy's transaction, assignment and dead-letter RPCs: transaction ids,
+receipt handles with their CommitLog offset, QueryAssignment's answer, half messages."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from rmq_cluster.cluster.protocol.route import BrokerData, PermName, QueueData, TopicRouteData
+from rmq_cluster.proxy import convert
+from rmq_cluster.proxy.consume import parse_handle
+from rmq_cluster.proxy.pb import definition_pb2 as pb
+from rmq_cluster.proxy.transaction import MAX_TRANSACTION_ID_CHARS, TransactionRef
+
+EXTRA_INFO = "12 1700000000000 30000 0 0 broker-a 3 77"
+
+
+def test_a_transaction_id_names_its_half_message_and_reads_back() -> None:
+    ref = TransactionRef("broker-a:x", 5, 123456)
+    assert TransactionRef.parse(ref.encode()) == ref
+
+
+@pytest.mark.parametrize("text", [
+    "", "TX1", "TX1:1:2:", "TX2:1:2:b", "TX1:-1:2:b", "TX1:1:x:b", "TX1:1:2:b\n",
+    "TX1:" + "9" * 20 + ":2:b", "TX1:1:2:" + "b" * MAX_TRANSACTION_ID_CHARS,
+    "TX1:١:2:b",  # a non-ASCII digit
+])
+def test_anything_else_is_an_invalid_transaction_id(text: str) -> None:
+    with pytest.raises(convert.ProxyError) as err:
+        TransactionRef.parse(text)
+    assert err.value.code == pb.INVALID_TRANSACTION_ID
+
+
+def test_a_receipt_handle_carries_the_commitlog_offset_after_the_brokers_extra_info() -> None:
+    handle, offset = parse_handle(f"{EXTRA_INFO} 4096")
+    assert (handle.broker_name, handle.queue_id, handle.queue_offset, offset) == (
+        "broker-a", 3, 77, 4096)
+    assert handle.encode() == EXTRA_INFO
+    assert parse_handle(EXTRA_INFO)[1] is None  # the broker's own extraInfo alone
+    for bad in ("", "x", f"{EXTRA_INFO} 1 2", f"{EXTRA_INFO} -1", "1 2 3 4 9 b 0 0 5"):
+        with pytest.raises(convert.ProxyError) as err:
+            parse_handle(bad)
+        assert err.value.code == pb.INVALID_RECEIPT_HANDLE
+
+
+def test_query_assignment_hands_out_each_readable_broker_whole() -> None:
+    route = TopicRouteData(
+        queue_datas=(QueueData("b", 4, 4, PermName.PERM_READ | PermName.PERM_WRITE),
+                     QueueData("a", 2, 2, PermName.PERM_READ),
+                     QueueData("c", 4, 4, PermName.PERM_WRITE),
+                     QueueData("d", 4, 4, PermName.PERM_READ | PermName.PERM_WRITE)),
+        broker_datas=(BrokerData("C", "a", {0: "h:1"}), BrokerData("C", "b", {0: "h:2"}),
+                      BrokerData("C", "c", {0: "h:3"}), BrokerData("C", "d", {1: "h:4"})),
+    )
+    endpoints = pb.Endpoints(addresses=[pb.Address(host="127.0.0.1", port=8081)])
+    got = convert.assignments("T", route, endpoints)
+    # c cannot be read; d has no master
+    assert [(a.message_queue.broker.name, a.message_queue.id, a.message_queue.permission)
+            for a in got] == [("a", -1, pb.READ), ("b", -1, pb.READ_WRITE)]
+    assert all(a.message_queue.broker.endpoints == endpoints for a in got)
+
+
+def _message(**system: object) -> pb.Message:
+    m = pb.Message(topic=pb.Resource(name="T"), body=b"x")
+    m.system_properties.message_id = "01"
+    for key, value in system.items():
+        setattr(m.system_properties, key, value)
+    return m
+
+
+def test_a_transaction_message_is_a_half_message_of_its_topics_producer_group() -> None:
+    msg, group = convert.message_from_pb(_message(message_type=pb.TRANSACTION), 1024)
+    assert group is None
+    assert msg.properties["TRAN_MSG"] == "true" and msg.properties["PGROUP"] == "T"
+    plain, _ = convert.message_from_pb(_message(), 1024)
+    assert "TRAN_MSG" not in plain.properties
+
+
+def test_a_transaction_message_with_a_message_group_or_a_user_system_key_is_refused() -> None:
+    with pytest.raises(convert.ProxyError) as err:
+        convert.message_from_pb(_message(message_type=pb.TRANSACTION, message_group="g"), 1024)
+    assert err.value.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    sneaky = _message()
+    sneaky.user_properties["TRAN_MSG"] = "true"
+    with pytest.raises(convert.ProxyError) as err:
+        convert.message_from_pb(sneaky, 1024)
+    assert err.value.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY
+
+
+def test_body_digests_are_md5_in_upper_case_hex() -> None:
+    body = b"push 0"  # its CRC-32 starts with a zero digit
+    assert convert.body_digest(body) == pb.Digest(
+        type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper())
