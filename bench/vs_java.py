@@ -74,6 +74,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import checkout  # noqa: E402,F401  (bench/checkout.py: this tree's rmq_cluster first)
 
+# the checkout root too: oracle imports tests.cache_lock
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "interop"))
 import oracle  # noqa: E402  (tests/interop/oracle.py: starts and stops both kinds of cluster)
 

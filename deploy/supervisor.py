@@ -410,6 +410,20 @@ def check_ports(topo: Topology) -> None:
 #: Where test clusters are planned when the kernel's ephemeral range cannot be read.
 TEST_PORT_LOW: Final = 11000
 TEST_PORT_HIGH: Final = 32000
+#: ``LOW-HIGH`` narrows that range (the pytest plugin's setting of the same name, see
+#: deploy/testing.py); a parallel test run gives each worker its own slice (tests/conftest.py).
+TEST_PORTS_ENV: Final = "RMQ_CLUSTER_TEST_PORTS"
+
+
+def ports_for_tests() -> tuple[int, int]:
+    """``(low, high)`` test clusters are planned in: ``$RMQ_CLUSTER_TEST_PORTS`` when it holds
+    a range (the plugin reports a malformed one), else the whole default range."""
+    low, _, high = os.environ.get(TEST_PORTS_ENV, "").partition("-")
+    if low.strip().isdigit() and high.strip().isdigit():
+        lo, hi = int(low), int(high)
+        if 1024 < lo < hi <= 65535:
+            return lo, hi
+    return TEST_PORT_LOW, TEST_PORT_HIGH
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -422,13 +436,16 @@ def _ephemeral_range() -> tuple[int, int]:
 
 
 def free_base_port(
-    spec: ProfileSpec, *, low: int = TEST_PORT_LOW, high: int = TEST_PORT_HIGH
+    spec: ProfileSpec, *, low: int | None = None, high: int | None = None
 ) -> int:
     """A random base port whose whole plan is free right now and lies outside the kernel's
     ephemeral port range (so an outgoing connection cannot take a planned port before the
-    node binds it). For tests and benchmarks."""
+    node binds it), within ``low``-``high`` (default: ``ports_for_tests()``). For tests and
+    benchmarks."""
     import random
 
+    if low is None or high is None:
+        low, high = ports_for_tests()
     span = plan_span(spec)
     eph_lo, eph_hi = _ephemeral_range()
     rng = random.Random()

@@ -213,7 +213,7 @@ def rmq_cluster(
     own_tmp = directory is None
     root = Path(tempfile.mkdtemp(prefix="rmq-cluster-")) if own_tmp else Path(directory or ".")
     cluster_dir = root / "cluster" if own_tmp else root
-    low, high = port_range or (supervisor.TEST_PORT_LOW, supervisor.TEST_PORT_HIGH)
+    low, high = port_range or supervisor.ports_for_tests()
     port = (base_port if base_port is not None
             else supervisor.free_base_port(spec, low=low, high=high))
     seen: dict[str, int] = {}

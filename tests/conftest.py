@@ -1,10 +1,15 @@
-"""Shared test settings: Hypothesis profiles (CI runs a fixed, bounded number of examples)."""
+"""Shared test settings: Hypothesis profiles (CI runs a fixed, bounded number of examples), and
+how the suite is split between pytest-xdist workers."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from rmq_cluster.deploy.supervisor import TEST_PORTS_ENV
 
 settings.register_profile(
     "ci",
@@ -15,3 +20,70 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+# --------------------------------------------------------------------------- parallel runs
+# `python3 -m pytest -n 3` runs the suite on three pytest-xdist workers (pinned in the test extra),
+# the work split by suite_scope below; without -n it runs in one process. Most tests wait on
+# processes, not on the 2 cores.
+
+#: Directories whose tests share one costly session fixture (a SparkSession and a recorded
+#: cluster run; Apache's Java nodes replaying the scenario): all of each on one worker, once.
+SHARED_SESSION_DIRS = {"tests/spark/": "tests/spark", "tests/interop/": "tests/interop"}
+#: The order work is handed out in, longest first, so no long module starts last.
+RUN_ORDER = ("tests/spark/", "tests/chaos/", "tests/compat/", "tests/interop/",
+             "tests/integration/", "tests/dashboard/", "tests/sim/", "tests/unit/")
+#: Where the workers' test clusters and ports are planned: one disjoint slice each.
+WORKER_PORTS = (11000, 32000)
+
+
+def _worker_slice(worker: str, count: int) -> str:
+    index = int(worker.removeprefix("gw"))
+    low, high = WORKER_PORTS
+    width = (high - low) // count
+    return f"{low + index * width}-{low + (index + 1) * width}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if worker and count and TEST_PORTS_ENV not in os.environ:
+        # inherited by the nodes and CLIs a test starts, read by ports_for_tests()
+        os.environ[TEST_PORTS_ENV] = _worker_slice(worker, int(count))
+
+
+def _rank(item: pytest.Item) -> int:
+    path = item.nodeid
+    return next((i for i, prefix in enumerate(RUN_ORDER) if path.startswith(prefix)),
+                len(RUN_ORDER))
+
+
+def suite_scope(nodeid: str) -> str:
+    """The unit of work a test is handed out in: its module, or its shared-session directory."""
+    module = nodeid.split("::", 1)[0]
+    return next((g for prefix, g in SHARED_SESSION_DIRS.items() if module.startswith(prefix)),
+                module)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Work goes out by ``suite_scope`` (module-scoped clusters start once, spark/ and interop/
+    share their session), in collection order. xdist's own ``xdist_group`` suffix is not used:
+    pytest 9.2 derives a node id without the ``_nodeid`` xdist 3.8 rewrites."""
+    if config.getvalue("dist") not in ("load", "loadscope"):
+        return None  # an explicit other mode (each, worksteal, loadgroup, loadfile) is kept
+    config.option.loadscopereorder = False  # our RUN_ORDER, not "most tests first"
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return suite_scope(nodeid)
+
+    return SuiteScopes(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist the work is ordered longest first (same order on every worker)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_rank)

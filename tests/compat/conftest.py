@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cache_lock import exclusive, inputs_digest, stamp_matches
+
 NODE_DIR = Path(__file__).parent / "node"
 CPP_DIR = Path(__file__).parent / "cpp"
 #: Apache's C++ client (rocketmq-client-cpp) as PyPI packages ship it: a ctypes wrapper
@@ -52,19 +54,26 @@ def node_probes() -> Path:
     node, npm = shutil.which("node"), shutil.which("npm")
     if not node or not npm:
         pytest.skip("node and npm are needed for the ali-ons compat probes")
-    if not (NODE_DIR / "node_modules" / "ali-ons").is_dir():
-        subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=NODE_DIR,
-            check=True,
-            timeout=600,
-            stdin=subprocess.DEVNULL,
-        )
+    with exclusive(NODE_DIR / "node_modules" / ".install.lock"):
+        if not (NODE_DIR / "node_modules" / "ali-ons").is_dir():
+            subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=NODE_DIR,
+                check=True,
+                timeout=600,
+                stdin=subprocess.DEVNULL,
+            )
     return NODE_DIR
 
 
 def _fetch_cpp_client(version: str) -> Path:
-    """``tests/compat/cpp/<version>`` holding the ``rocketmq`` package, downloaded once."""
+    """``tests/compat/cpp/<version>`` holding the ``rocketmq`` package, downloaded once (under a
+    lock: parallel workers share the one download)."""
+    with exclusive(CPP_DIR / f"{version}.lock"):
+        return _fetch_cpp_client_unlocked(version)
+
+
+def _fetch_cpp_client_unlocked(version: str) -> Path:
     url, sha256 = CPP_CLIENTS[version]
     target = CPP_DIR / version
     if (target / "rocketmq" / "librocketmq.so").is_file():
@@ -132,17 +141,8 @@ def _classpath_cached(cp_file: Path) -> bool:
     return bool(jars) and all(Path(j).is_file() for j in jars)
 
 
-def build_java_probes(version: str, directory: Path = JAVA_DIR) -> str:
-    """Build tests/compat/java (or another probe project) against rocketmq ``version`` into
-    ``target-<version>`` and return the class path (probes + the client's jars). Maven runs
-    offline once ``~/.m2`` holds everything the last build listed."""
-    _java, mvn = _java_tools()
-    target = directory / f"target-{version}"
-    cp_file = target / "classpath.txt"
-    goals = [
-        "-B", "-q", f"-Drocketmq.version={version}", "package", "dependency:build-classpath",
-        f"-Dmdep.outputFile={cp_file}",
-    ]
+def _maven_build(mvn: str, directory: Path, goals: list[str], cp_file: Path, what: str) -> None:
+    """Run Maven in ``directory``: offline first when ``cp_file`` names jars all in ~/.m2."""
     attempts = [["-o", *goals], goals] if _classpath_cached(cp_file) else [goals]
     done = None
     for args in attempts:
@@ -154,12 +154,41 @@ def build_java_probes(version: str, directory: Path = JAVA_DIR) -> str:
             break
     assert done is not None
     if done.returncode != 0:
-        pytest.fail(
-            f"building the Java probes against rocketmq {version} failed:\n"
-            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}",
-            pytrace=False,
-        )
-    return f"{target / 'classes'}:{cp_file.read_text().strip()}"
+        pytest.fail(f"building {what} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}",
+                    pytrace=False)
+
+
+def _fresh_maven_build(mvn: str, directory: Path, target: Path, goals: list[str],
+                       what: str, extra: str = "") -> str:
+    """The class path of ``directory``'s Maven project built into ``target``: built once per
+    change of its pom.xml and sources (a stamp in ``target``), under a lock, so parallel test
+    workers and later fixtures of the same session reuse one build."""
+    cp_file = target / "classpath.txt"
+    stamp = target / "inputs.sha256"
+    digest = inputs_digest(directory / "pom.xml", directory / "src", extra=extra)
+    with exclusive(target / ".build.lock"):
+        fresh = (stamp_matches(stamp, digest) and _classpath_cached(cp_file)
+                 and (target / "classes").is_dir())
+        if not fresh:
+            stamp.unlink(missing_ok=True)
+            _maven_build(mvn, directory, goals, cp_file, what)
+            stamp.write_text(digest)
+        return f"{target / 'classes'}:{cp_file.read_text().strip()}"
+
+
+def build_java_probes(version: str, directory: Path = JAVA_DIR) -> str:
+    """Build tests/compat/java (or another probe project) against rocketmq ``version`` into
+    ``target-<version>`` and return the class path (probes + the client's jars). Maven runs
+    offline once ``~/.m2`` holds everything the last build listed, and not at all while the
+    last build is fresh (same pom.xml, sources and version)."""
+    _java, mvn = _java_tools()
+    target = directory / f"target-{version}"
+    goals = [
+        "-B", "-q", f"-Drocketmq.version={version}", "package", "dependency:build-classpath",
+        f"-Dmdep.outputFile={target / 'classpath.txt'}",
+    ]
+    return _fresh_maven_build(mvn, directory, target, goals,
+                              f"the Java probes against rocketmq {version}", extra=version)
 
 
 @pytest.fixture(scope="session", params=JAVA_CLIENTS)
@@ -206,10 +235,14 @@ def go_probe() -> Path:
     if not go:
         pytest.fail("the Go compat tests need a Go toolchain (go, 1.21+) on PATH", pytrace=False)
     target = COMPAT_CACHE / f"go-{_go_sources_hash()}"
+    with exclusive(target / ".build.lock"):
+        return _build_go_probe(go, target)
+
+
+def _build_go_probe(go: str, target: Path) -> Path:
     probe = target / "probe"
     if probe.is_file():
         return probe
-    target.mkdir(parents=True, exist_ok=True)
     partial = target / "probe.partial"
     done = subprocess.run(
         [go, "build", "-mod=mod", "-trimpath", "-o", str(partial), "."], cwd=GO_DIR,
@@ -236,19 +269,7 @@ def spring_classpath() -> str:
     Maven into tests/compat/spring/target; offline once ``~/.m2`` holds the last build's jars."""
     _java, mvn = _java_tools()
     target = SPRING_DIR / "target"
-    cp_file = target / "classpath.txt"
-    goals = ["-B", "-q", "package", "dependency:build-classpath", f"-Dmdep.outputFile={cp_file}"]
-    attempts = [["-o", *goals], goals] if _classpath_cached(cp_file) else [goals]
-    done = None
-    for args in attempts:
-        done = subprocess.run(
-            [mvn, *args], cwd=SPRING_DIR, capture_output=True, text=True,
-            timeout=MAVEN_TIMEOUT_S, stdin=subprocess.DEVNULL,
-        )
-        if done.returncode == 0:
-            break
-    assert done is not None
-    if done.returncode != 0:
-        pytest.fail(f"building the Spring probe (starter {SPRING_STARTER}) failed:\n"
-                    f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}", pytrace=False)
-    return f"{target / 'classes'}:{cp_file.read_text().strip()}"
+    goals = ["-B", "-q", "package", "dependency:build-classpath",
+             f"-Dmdep.outputFile={target / 'classpath.txt'}"]
+    return _fresh_maven_build(mvn, SPRING_DIR, target, goals,
+                              f"the Spring probe (starter {SPRING_STARTER})")

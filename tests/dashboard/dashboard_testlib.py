@@ -18,6 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rmq_cluster.deploy import supervisor
+from tests.cache_lock import exclusive
+
 #: Debian's packages: the browser and the WebDriver that drives it.
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -35,6 +38,13 @@ def ensure_chromium() -> None:
     """Debian's chromium and chromium-driver, installed with apt-get when missing."""
     if os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK):
         return
+    # parallel test workers: one installs, the others wait and find it installed
+    with exclusive(Path(tempfile.gettempdir()) / "rmq-cluster-tests-apt.lock"):
+        if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+            _apt_install()
+
+
+def _apt_install() -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=APT_TIMEOUT_S,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
@@ -84,8 +94,9 @@ def wait_for(driver: Any, what: Callable[[Any], Any], timeout: float = UI_WAIT_S
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 below the kernel's ephemeral range."""
     rng = random.Random()
+    low, high = supervisor.ports_for_tests()
     for _ in range(200):
-        port = rng.randrange(11000, 32000)
+        port = rng.randrange(low, high)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

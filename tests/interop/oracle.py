@@ -30,6 +30,8 @@ from typing import IO, Final
 
 import attrs
 
+from tests.cache_lock import exclusive
+
 JAVA_DIR: Final = Path(__file__).parent / "java"
 POM: Final = JAVA_DIR / "pom.xml"
 JAVA5_DIR: Final = Path(__file__).parent / "java5"
@@ -117,10 +119,17 @@ def java_classpath(*, bench: bool = False, apache5: bool = False) -> str:
     _tool("java")
     mvn = _tool("mvn")
     pom = POM5 if apache5 else POM
-    out = pom.parent / ("classpath-bench.txt" if bench else "classpath.txt")
-    cached = _cached_classpath(out, pom)
-    if cached is not None:
-        return cached
+    name = "classpath-bench" if bench else "classpath"
+    out = pom.parent / f"{name}.txt"
+    # parallel test workers (pytest -n) resolve one at a time; the others find the cached one
+    with exclusive(pom.parent / f"{name}-lock.txt"):
+        cached = _cached_classpath(out, pom)
+        if cached is not None:
+            return cached
+        return _resolve_classpath(mvn, pom, out, bench=bench)
+
+
+def _resolve_classpath(mvn: str, pom: Path, out: Path, *, bench: bool) -> str:
     profile = ["-P", "bench"] if bench else []
     cmd = [
         mvn, "-q", "-B", "-f", str(pom), *profile,

@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmq_cluster.cluster.protocol.message import SYSFLAG_COMPRESSED
-from rmq_cluster.deploy.supervisor import TEST_PORT_HIGH, TEST_PORT_LOW
+from rmq_cluster.deploy.supervisor import ports_for_tests
 from rmq_cluster.spark_jobs.mq_model import (
     EARLIEST,
     LATEST,
@@ -139,8 +139,7 @@ def test_decode_reply_checks_each_field() -> None:
 def _listen_below_32768() -> socket.socket:
     for _ in range(200):
         try:
-            return socket.create_server(("127.0.0.1", random.randrange(TEST_PORT_LOW,
-                                                                       TEST_PORT_HIGH)))
+            return socket.create_server(("127.0.0.1", random.randrange(*ports_for_tests())))
         except OSError:
             continue
     raise AssertionError("no free port below 32768")

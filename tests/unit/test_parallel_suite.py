@@ -1,0 +1,137 @@
+"""The suite runs on several pytest-xdist workers: what keeps them apart is checked here.
+
+Each worker plans its test clusters in its own slice of the test port range, and a build or
+download the tests share (Maven probe builds, Apache's nodes' class path) runs once under a lock
+for all workers, again only when its inputs change.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmq_cluster.deploy import supervisor
+from rmq_cluster.deploy.topology import BUILTIN_PROFILES, plan_span, resolve_profile
+from tests.cache_lock import exclusive, inputs_digest, stamp_matches
+from tests.compat.conftest import _fresh_maven_build
+from tests.conftest import WORKER_PORTS, _worker_slice, suite_scope
+
+WORKERS = 4
+#: A stand-in for mvn: counts its runs, then writes what a probe build leaves behind.
+FAKE_MVN = """#!{python}
+import pathlib, sys
+here = pathlib.Path.cwd()
+with open(here / "runs.log", "a") as log:
+    log.write("start\\n")
+    log.flush()
+    target = here / "target"
+    (target / "classes").mkdir(parents=True, exist_ok=True)
+    jar = here / "dep.jar"
+    jar.write_text("jar")
+    out = next(a for a in sys.argv if a.startswith("-Dmdep.outputFile="))
+    pathlib.Path(out.split("=", 1)[1]).write_text(str(jar))
+    log.write("end\\n")
+"""
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+def test_worker_port_slices_are_disjoint_and_hold_every_profile(count: int) -> None:
+    slices = []
+    for i in range(count):
+        low, _, high = _worker_slice(f"gw{i}", count).partition("-")
+        slices.append((int(low), int(high)))
+    widest = max(plan_span(spec) for spec in BUILTIN_PROFILES.values())
+    for (low, high), nxt in zip(slices, [*slices[1:], None], strict=True):
+        assert WORKER_PORTS[0] <= low < high <= WORKER_PORTS[1]
+        assert high - low > 4 * widest  # room for several plans, not just one
+        if nxt is not None:
+            assert high <= nxt[0]
+
+
+def test_free_base_port_stays_in_the_workers_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(supervisor.TEST_PORTS_ENV, "20000-22500")
+    spec = resolve_profile("2m-2s-async")
+    assert supervisor.ports_for_tests() == (20000, 22500)
+    for _ in range(50):
+        base = supervisor.free_base_port(spec)
+        assert base >= 20000 and base + plan_span(spec) < 22500
+    # explicit bounds still win; a malformed variable leaves the default range
+    assert 12000 <= supervisor.free_base_port(spec, low=12000, high=14500) < 14500
+    monkeypatch.setenv(supervisor.TEST_PORTS_ENV, "9-5")
+    assert supervisor.ports_for_tests() == (supervisor.TEST_PORT_LOW, supervisor.TEST_PORT_HIGH)
+
+
+def _goals(project: Path) -> list[str]:
+    return ["package", f"-Dmdep.outputFile={project / 'target' / 'classpath.txt'}"]
+
+
+def _build(project: str, mvn: str, ready: Any, out: str) -> None:
+    ready.wait(timeout=60)
+    root = Path(project)
+    cp = _fresh_maven_build(mvn, root, root / "target", _goals(root), "the fake probe")
+    Path(out).write_text(cp)
+
+
+def _fake_project(tmp: Path) -> tuple[Path, str]:
+    project = tmp / "probe"
+    (project / "src").mkdir(parents=True)
+    (project / "pom.xml").write_text("<project/>")
+    (project / "src" / "A.java").write_text("class A {}")
+    mvn = tmp / "mvn"
+    mvn.write_text(FAKE_MVN.format(python=sys.executable))
+    mvn.chmod(mvn.stat().st_mode | stat.S_IXUSR)
+    return project, str(mvn)
+
+
+def test_a_probe_build_runs_once_for_all_workers_and_again_on_a_change(tmp_path: Path) -> None:
+    project, mvn = _fake_project(tmp_path)
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Barrier(WORKERS)
+    outs = [tmp_path / f"cp-{i}" for i in range(WORKERS)]
+    procs = [ctx.Process(target=_build, args=(str(project), mvn, ready, str(out)))
+             for out in outs]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=120)
+    assert [proc.exitcode for proc in procs] == [0] * WORKERS
+    paths = [out.read_text() for out in outs]
+    runs = (project / "runs.log").read_text().split()
+    assert runs == ["start", "end"]  # one build, not interleaved with another
+    assert len(set(paths)) == 1 and paths[0].endswith(str(project / "dep.jar"))
+    _fresh_maven_build(mvn, project, project / "target", _goals(project), "the fake probe")
+    assert (project / "runs.log").read_text().split() == ["start", "end"]  # still fresh
+    (project / "src" / "A.java").write_text("class A { int x; }")
+    _fresh_maven_build(mvn, project, project / "target", _goals(project), "the fake probe")
+    assert (project / "runs.log").read_text().split() == ["start", "end"] * 2
+    os.unlink(project / "dep.jar")  # a jar gone from ~/.m2: built again
+    _fresh_maven_build(mvn, project, project / "target", _goals(project), "the fake probe")
+    assert (project / "runs.log").read_text().split() == ["start", "end"] * 3
+
+
+def test_stamp_and_lock(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a").write_text("1")
+    first = inputs_digest(src, extra="4.9.8")
+    assert first != inputs_digest(src, extra="5.3.1")
+    (src / "a").write_text("2")
+    assert first != inputs_digest(src, extra="4.9.8")
+    assert not stamp_matches(tmp_path / "missing", first)
+    with exclusive(tmp_path / "deep" / "x.lock"):
+        assert (tmp_path / "deep" / "x.lock").exists()
+
+
+def test_work_goes_out_by_module_and_shared_session_directory() -> None:
+    assert suite_scope("tests/spark/test_exact.py::test_a[x]") == "tests/spark"
+    assert suite_scope("tests/spark/sub/test_b.py::T::test_b") == "tests/spark"
+    assert suite_scope("tests/interop/test_differential.py::test_step[ns]") == "tests/interop"
+    one = "tests/compat/test_java_client.py"
+    assert suite_scope(f"{one}::test_a[4.9.8]") == suite_scope(f"{one}::test_b") == one
+    assert suite_scope("tests/unit/test_cli.py::test_c") == "tests/unit/test_cli.py"
