@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: the product folders (what pyproject.toml installs as ``rmq_cluster.<folder>``)
 PRODUCT = (
     "cluster", "client", "namesrv", "broker", "ha", "dledger", "store", "deploy", "chaos",
-    "spark_jobs", "controller", "dashboard", "cli",
+    "spark_jobs", "controller", "dashboard", "cli", "proxy",
 )
 MAX_FUNCTION_LINES = 80
 
@@ -33,7 +33,6 @@ ALLOWED: dict[str, int] = {
     "deploy/supervisor.py:gather_status": 92,
     "broker/processors/send.py:SendBackProcessor.process": 90,
     "spark_jobs/replica_diff.py:run_job": 88,
-    "namesrv/route_info.py:RouteInfoManager.register_broker": 87,
 }
 
 
