@@ -30,7 +30,6 @@ ALLOWED: dict[str, int] = {
     "spark_jobs/reference.py:reference_diff": 97,
     "chaos/runner.py:run_chaos": 96,
     "deploy/demo.py:demo": 93,
-    "deploy/supervisor.py:gather_status": 92,
 }
 
 
