@@ -29,7 +29,6 @@ ALLOWED: dict[str, int] = {
     "dledger/commitlog_adapter.py:DLedgerCommitLog._propose": 95,
     "spark_jobs/reference.py:reference_diff": 97,
     "chaos/runner.py:run_chaos": 96,
-    "deploy/demo.py:demo": 93,
 }
 
 
