@@ -907,44 +907,9 @@ def run_diff(
                 F.concat(F.col("count"), F.lit(" master records missing")).alias("detail"))
     )  # fmt: skip
 
-    # ---- END_OF_FILE blanks (header and padding) that differ from the master's
-    blank = recs_all.where(F.col("anomaly") == A_EOF_BLANK)
-    blank_diff = (
-        blank.join(others, "rid")
-        .join(blank.select(F.col("rid").alias("mrid"), "phy_offset",
-                           F.col("size").alias("m_size"), F.col("digest").alias("m_digest")),
-              ["mrid", "phy_offset"])
-        .where((F.col("size") != F.col("m_size")) | (F.col("digest") != F.col("m_digest")))
-        .select("rid", F.lit(K_DIVERGENT).alias("kind"), "phy_offset",
-                (F.col("phy_offset") + F.col("size")).alias("end_offset"),
-                F.lit(1).cast("long").alias("count"), *_NO_QUEUE,
-                F.lit("END_OF_FILE blank (header or padding) differs from master's")
-                .alias("detail"))
-    )  # fmt: skip
-
-    # ---- decode anomalies (every replica, master included)
-    anomalies = recs_all.where(
-        F.col("anomaly").isNotNull() & (F.col("anomaly") != A_EOF_BLANK)
-    ).select(
-        "rid", F.col("anomaly").alias("kind"), "phy_offset",
-        (F.col("phy_offset") + F.col("size")).alias("end_offset"),
-        F.lit(1).cast("long").alias("count"), "topic", "queue_id", "queue_offset", "detail",
-    )  # fmt: skip
-
-    # ---- queue offsets with gaps (transaction prepared/rollback records take no queue offset)
-    w = Window.partitionBy("rid", "topic", "queue_id").orderBy("queue_offset", "phy_offset")
-    txn = F.col("sys_flag").bitwiseAND(0xC)
-    gaps = (
-        good.where(~txn.isin(4, 12))
-        .select("rid", "phy_offset", "size", "topic", "queue_id", "queue_offset",
-                F.lag("queue_offset").over(w).alias("prev"))
-        .where(F.col("prev").isNotNull() & (F.col("queue_offset") != F.col("prev") + 1))
-        .select("rid", F.lit(K_QUEUE_GAP).alias("kind"), "phy_offset",
-                (F.col("phy_offset") + F.col("size")).alias("end_offset"),
-                F.greatest(F.col("queue_offset") - F.col("prev") - 1, F.lit(0)).alias("count"),
-                "topic", "queue_id", "queue_offset",
-                F.concat(F.lit("previous queue offset "), F.col("prev")).alias("detail"))
-    )  # fmt: skip
+    blank_diff = _blank_diffs(recs_all, others)
+    anomalies = _decode_anomalies(recs_all)
+    gaps = _queue_gaps(good)
 
     # ---- ConsumeQueue units against the same replica's records
     parts: list[Any] = [divergent, stray, extra, lag, missing, blank_diff]
@@ -1142,6 +1107,62 @@ def summarize(result: dict[str, Any], findings_rows: list[Any], by_kind: list[An
         ],
         "divergence_map": {"buckets": MAP_BUCKETS, "bucket_bytes": bucket_width, "counts": dmap},
     }
+
+
+def _blank_diffs(recs_all: Any, others: Any) -> Any:
+    """Findings: END_OF_FILE blanks (header and padding) that differ from the master's."""
+    from pyspark.sql import functions as F
+
+    blank = recs_all.where(F.col("anomaly") == A_EOF_BLANK)
+    blank_diff = (
+        blank.join(others, "rid")
+        .join(blank.select(F.col("rid").alias("mrid"), "phy_offset",
+                           F.col("size").alias("m_size"), F.col("digest").alias("m_digest")),
+              ["mrid", "phy_offset"])
+        .where((F.col("size") != F.col("m_size")) | (F.col("digest") != F.col("m_digest")))
+        .select("rid", F.lit(K_DIVERGENT).alias("kind"), "phy_offset",
+                (F.col("phy_offset") + F.col("size")).alias("end_offset"),
+                F.lit(1).cast("long").alias("count"), *_nulls(),
+                F.lit("END_OF_FILE blank (header or padding) differs from master's")
+                .alias("detail"))
+    )  # fmt: skip
+    return blank_diff
+
+
+def _decode_anomalies(recs_all: Any) -> Any:
+    """Findings: the decode anomalies of every replica, master included."""
+    from pyspark.sql import functions as F
+
+    anomalies = recs_all.where(
+        F.col("anomaly").isNotNull() & (F.col("anomaly") != A_EOF_BLANK)
+    ).select(
+        "rid", F.col("anomaly").alias("kind"), "phy_offset",
+        (F.col("phy_offset") + F.col("size")).alias("end_offset"),
+        F.lit(1).cast("long").alias("count"), "topic", "queue_id", "queue_offset", "detail",
+    )  # fmt: skip
+    return anomalies
+
+
+def _queue_gaps(good: Any) -> Any:
+    """Findings: queue offsets with gaps (transaction prepared/rollback records take no
+    queue offset)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("rid", "topic", "queue_id").orderBy("queue_offset", "phy_offset")
+    txn = F.col("sys_flag").bitwiseAND(0xC)
+    gaps = (
+        good.where(~txn.isin(4, 12))
+        .select("rid", "phy_offset", "size", "topic", "queue_id", "queue_offset",
+                F.lag("queue_offset").over(w).alias("prev"))
+        .where(F.col("prev").isNotNull() & (F.col("queue_offset") != F.col("prev") + 1))
+        .select("rid", F.lit(K_QUEUE_GAP).alias("kind"), "phy_offset",
+                (F.col("phy_offset") + F.col("size")).alias("end_offset"),
+                F.greatest(F.col("queue_offset") - F.col("prev") - 1, F.lit(0)).alias("count"),
+                "topic", "queue_id", "queue_offset",
+                F.concat(F.lit("previous queue offset "), F.col("prev")).alias("detail"))
+    )  # fmt: skip
+    return gaps
 
 
 def run_job(

@@ -23,7 +23,7 @@ MAX_FUNCTION_LINES = 80
 
 #: "path:qualified name" -> its length today; split them, then lower or drop the entry
 ALLOWED: dict[str, int] = {
-    "spark_jobs/replica_diff.py:run_diff": 404,
+    "spark_jobs/replica_diff.py:run_diff": 369,
 }
 
 
