@@ -201,22 +201,7 @@ def check(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     orderly = set(orderly_topics)
-    invokes: dict[str, Mapping[str, Any]] = {}
-    outcome: dict[str, Mapping[str, Any]] = {}
-    receives: dict[str, list[Mapping[str, Any]]] = {}
-    receive_order: list[Mapping[str, Any]] = []
-    fault_events: list[Mapping[str, Any]] = []
-    for ev in events:
-        kind = ev["type"]
-        if kind == EV_INVOKE:
-            invokes[str(ev["id"])] = ev
-        elif kind in (EV_OK, EV_FAIL, EV_UNKNOWN):
-            outcome[str(ev["id"])] = ev
-        elif kind == EV_RECEIVE:
-            receives.setdefault(str(ev["id"]), []).append(ev)
-            receive_order.append(ev)
-        elif kind == EV_FAULT:
-            fault_events.append(ev)
+    invokes, outcome, receives, receive_order, fault_events = _by_kind(events)
 
     acked = {i: o for i, o in outcome.items() if o["type"] == EV_OK
              and o.get("status", STATUS_SEND_OK) == STATUS_SEND_OK}
@@ -230,41 +215,16 @@ def check(
     windows = [f for f in faults if f.window]
 
     lost_ids = sorted(i for i in acked if i not in receives)
-    in_window: list[str] = []
-    outside: list[str] = []
-    for i in lost_ids:
-        if mode == MODE_ASYNC and _in_window(acked[i], windows):
-            in_window.append(i)
-        else:
-            outside.append(i)
-
-    redelivered: list[str] = []
-    stored_twice: list[str] = []
-    for i, evs in receives.items():
-        if len(evs) < 2:
-            continue
-        if len({_pos(e) for e in evs}) > 1:
-            stored_twice.append(i)
-        else:
-            redelivered.append(i)
+    in_window = [i for i in lost_ids if mode == MODE_ASYNC and _in_window(acked[i], windows)]
+    outside = sorted(set(lost_ids) - set(in_window))  # lost_ids is sorted: the same order
+    redelivered, stored_twice = _duplicates(receives)
     phantom = sorted(i for i in receives if i not in invokes)
 
     order_bad = _order_violations(receive_order, invokes, acked, orderly)
     latencies = _latencies(outcome, invokes, None, None)
     gap, gaps = _unavailability(events)
 
-    reasons: list[str] = []
-    if mode == MODE_ASYNC:
-        if outside:
-            reasons.append(
-                f"{len(outside)} acked messages lost outside the replication window"
-            )
-    elif lost_ids:
-        reasons.append(f"{len(lost_ids)} acked (SEND_OK) messages lost")
-    if phantom:
-        reasons.append(f"{len(phantom)} messages received that were never sent")
-    if order_bad:
-        reasons.append(f"{len(order_bad)} per-key order violations")
+    reasons = _reasons(mode, lost_ids, outside, phantom, order_bad)
 
     examples = {
         "lost": tuple(lost_ids[:MAX_EXAMPLES]),
@@ -302,6 +262,67 @@ def check(
         faults=tuple(faults),
         examples=examples,
     )
+
+
+def _by_kind(events: Sequence[Mapping[str, Any]]) -> tuple[
+    dict[str, Mapping[str, Any]],
+    dict[str, Mapping[str, Any]],
+    dict[str, list[Mapping[str, Any]]],
+    list[Mapping[str, Any]],
+    list[Mapping[str, Any]],
+]:
+    """The history sorted by event kind: (invokes by id, outcome by id, receives by id,
+    receives in order, faults)."""
+    invokes: dict[str, Mapping[str, Any]] = {}
+    outcome: dict[str, Mapping[str, Any]] = {}
+    receives: dict[str, list[Mapping[str, Any]]] = {}
+    receive_order: list[Mapping[str, Any]] = []
+    fault_events: list[Mapping[str, Any]] = []
+    for ev in events:
+        kind = ev["type"]
+        if kind == EV_INVOKE:
+            invokes[str(ev["id"])] = ev
+        elif kind in (EV_OK, EV_FAIL, EV_UNKNOWN):
+            outcome[str(ev["id"])] = ev
+        elif kind == EV_RECEIVE:
+            receives.setdefault(str(ev["id"]), []).append(ev)
+            receive_order.append(ev)
+        elif kind == EV_FAULT:
+            fault_events.append(ev)
+    return invokes, outcome, receives, receive_order, fault_events
+
+
+def _duplicates(receives: Mapping[str, list[Mapping[str, Any]]]) -> tuple[list[str], list[str]]:
+    """Ids received more than once: (redelivered from one stored copy, stored twice)."""
+    redelivered: list[str] = []
+    stored_twice: list[str] = []
+    for i, evs in receives.items():
+        if len(evs) < 2:
+            continue
+        if len({_pos(e) for e in evs}) > 1:
+            stored_twice.append(i)
+        else:
+            redelivered.append(i)
+    return redelivered, stored_twice
+
+
+def _reasons(
+    mode: str, lost_ids: list[str], outside: list[str], phantom: list[str], order_bad: list[str]
+) -> list[str]:
+    """Why the history breaks ``mode``'s promise; empty when it keeps it."""
+    reasons: list[str] = []
+    if mode == MODE_ASYNC:
+        if outside:
+            reasons.append(
+                f"{len(outside)} acked messages lost outside the replication window"
+            )
+    elif lost_ids:
+        reasons.append(f"{len(lost_ids)} acked (SEND_OK) messages lost")
+    if phantom:
+        reasons.append(f"{len(phantom)} messages received that were never sent")
+    if order_bad:
+        reasons.append(f"{len(order_bad)} per-key order violations")
+    return reasons
 
 
 def _in_window(ok: Mapping[str, Any], windows: Sequence[FaultReport]) -> bool:

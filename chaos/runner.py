@@ -165,13 +165,8 @@ async def _nemesis(cc: ChaosCluster, fault: Fault, schedule: Schedule, history: 
     return log_rows
 
 
-async def run_chaos(opts: RunOptions, *, say: Say | None = None,
-                    tty: bool | None = None) -> dict[str, Any]:
-    """Run, check, write history, result and timeline; the result object (``verdict``
-    PASS/FAIL). ``tty``: redraw one progress line on stderr (default: stderr is a
-    terminal); otherwise progress lines go to ``say``."""
-    say = say or (lambda _line: None)
-    tty = sys.stderr.isatty() if tty is None else tty
+def _chosen_fault(opts: RunOptions) -> Fault:
+    """The fault ``opts`` names (kill-master without --restart leaves the master dead)."""
     fault = make_fault(opts.fault)
     if opts.fault == "kill-master" and not opts.restart:
         from .faults import KillMaster
@@ -179,6 +174,66 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None,
         fault = KillMaster(restart=False)
     if fault.needs_proxy and not opts.proxy:
         raise FaultError(f"{opts.fault} needs the chaos proxy")
+    return fault
+
+
+async def _master_addrs(cc: ChaosCluster) -> list[str]:
+    """Every group's live master address; a group without one fails the run."""
+    masters = []
+    for group in cc.groups():
+        master = await cc.live_master(group)
+        if master is None:
+            raise FaultError(f"group {group} has no master after up")
+        masters.append(cc.topology.node(master).addr)
+    return masters
+
+
+async def _drive(
+    cc: ChaosCluster,
+    workload: Workload,
+    fault: Fault,
+    schedule: Schedule,
+    history: History,
+    state: RunState,
+    opts: RunOptions,
+    say: Say,
+    tty: bool,
+) -> tuple[bool, list[str]]:
+    """The phases under load: warmup, nemesis, heal, settle, then drain the consumers;
+    (drained, nodes healed at the end)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(workload.run_consumer)
+        nursery.start_soon(_progress, state, history, opts, say, tty)
+        async with trio.open_nursery() as producers:
+            producers.start_soon(workload.run_producers)
+            state.phase = "warmup"
+            await trio.sleep(opts.warmup_s)  # load before the first fault
+            state.phase = "nemesis"
+            t_start = trio.current_time()
+            await _nemesis(cc, fault, schedule, history, state, say, t_start)
+            await trio.sleep_until(t_start + opts.duration_s)
+            state.phase = "heal"
+            history.record("phase", name="heal")
+            healed = await cc.heal_all(start_dead=opts.restart)
+            state.phase = "settle"
+            await trio.sleep(opts.settle_s)  # recovery observed under load
+            workload.stopping.set()
+        history.record("phase", name="drain")
+        state.phase = "drain"
+        drained = await workload.drain()
+        history.record("phase", name="done", drained=drained)
+        nursery.cancel_scope.cancel()
+    return drained, healed
+
+
+async def run_chaos(opts: RunOptions, *, say: Say | None = None,
+                    tty: bool | None = None) -> dict[str, Any]:
+    """Run, check, write history, result and timeline; the result object (``verdict``
+    PASS/FAIL). ``tty``: redraw one progress line on stderr (default: stderr is a
+    terminal); otherwise progress lines go to ``say``."""
+    say = say or (lambda _line: None)
+    tty = sys.stderr.isatty() if tty is None else tty
+    fault = _chosen_fault(opts)
     schedule = build_schedule(opts.seed, opts.duration_s, on_s=opts.on_s, off_s=opts.off_s)
     out = opts.out_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -196,41 +251,15 @@ async def run_chaos(opts: RunOptions, *, say: Say | None = None,
             opts.profile, directory=out / "cluster", base_port=opts.base_port,
             proxy=opts.proxy, seed=opts.seed, purge=not opts.keep_cluster, say=say,
         ) as cc:
-            masters = []
-            for group in cc.groups():
-                master = await cc.live_master(group)
-                if master is None:
-                    raise FaultError(f"group {group} has no master after up")
-                masters.append(cc.topology.node(master).addr)
-            await create_topics(cc.namesrv_addr, cfg, masters)
+            await create_topics(cc.namesrv_addr, cfg, await _master_addrs(cc))
             await _wait_slaves_know_topics(cc, cfg.all_topics)
             workload = Workload(cc.namesrv_addr, cfg, history)
             history.t0 = time.monotonic()  # history times count from the workload's start
             history.record("phase", name="start", profile=opts.profile, fault=opts.fault,
                            seed=opts.seed, mode=cc.mode, schedule=schedule.to_json(),
                            orderly_topics=[cfg.orderly_topic] if cfg.orderly_topic else [])
-            async with trio.open_nursery() as nursery:
-                await nursery.start(workload.run_consumer)
-                nursery.start_soon(_progress, state, history, opts, say, tty)
-                async with trio.open_nursery() as producers:
-                    producers.start_soon(workload.run_producers)
-                    state.phase = "warmup"
-                    await trio.sleep(opts.warmup_s)  # load before the first fault
-                    state.phase = "nemesis"
-                    t_start = trio.current_time()
-                    await _nemesis(cc, fault, schedule, history, state, say, t_start)
-                    await trio.sleep_until(t_start + opts.duration_s)
-                    state.phase = "heal"
-                    history.record("phase", name="heal")
-                    healed = await cc.heal_all(start_dead=opts.restart)
-                    state.phase = "settle"
-                    await trio.sleep(opts.settle_s)  # recovery observed under load
-                    workload.stopping.set()
-                history.record("phase", name="drain")
-                state.phase = "drain"
-                drained = await workload.drain()
-                history.record("phase", name="done", drained=drained)
-                nursery.cancel_scope.cancel()
+            drained, healed = await _drive(cc, workload, fault, schedule, history, state, opts,
+                                           say, tty)  # fmt: skip
             mode = cc.mode
             if opts.replica_audit is not False:
                 state.phase = "audit"

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any, Final
 
+import attrs
+
 from .checker import EV_FAIL, EV_FAULT, EV_INVOKE, EV_OK, EV_PHASE, EV_UNKNOWN
 
 TIMELINE_FILE: Final = "timeline.svg"
@@ -85,16 +87,42 @@ def render_svg(events: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | 
     series = [(per_second(events, kinds, seconds, bin_s=bin_s), label, colour)
               for kinds, label, colour in SERIES]
     peak = max([1, *(max(counts) for counts, _l, _c in series)])
-    plot_w = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
-    plot_h = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
-    y_max = _nice(peak)
+    plot = _Plot(seconds=seconds, y_max=_nice(peak))
+    parts = _heading(result)
+    parts += _fault_boxes(plot, fault_windows(events, end_s))  # under everything else
+    parts += _axes(plot)
+    parts += _phase_marks(plot, events)
+    # the series, one point per second (at the middle of the second)
+    for counts, label, colour in series:
+        points = " ".join(f"{plot.x((i + 0.5) * bin_s):.1f},{plot.y(c):.1f}"
+                          for i, c in enumerate(counts))
+        parts.append(f'<polyline class="series" fill="none" stroke="{colour}" '
+                     f'stroke-width="1.5" points="{points}"><title>{escape(label)}</title>'
+                     "</polyline>")
+    parts += _recovery_marks(plot, result.get("faults") or ())
+    parts += _legend([(label, colour) for _c, label, colour in series])
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
 
-    def x(t: float) -> float:
-        return MARGIN_LEFT + plot_w * min(max(t, 0.0), seconds) / seconds
 
-    def y(v: float) -> float:
-        return MARGIN_TOP + plot_h * (1 - v / y_max)
+@attrs.frozen
+class _Plot:
+    """The plot area: ``seconds`` across, ``y_max`` events per point up."""
 
+    seconds: int
+    y_max: float
+    width: int = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
+    height: int = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
+
+    def x(self, t: float) -> float:
+        return MARGIN_LEFT + self.width * min(max(t, 0.0), self.seconds) / self.seconds
+
+    def y(self, v: float) -> float:
+        return MARGIN_TOP + self.height * (1 - v / self.y_max)
+
+
+def _heading(result: Mapping[str, Any]) -> list[str]:
+    """The SVG's opening, its title (profile, fault, seed, verdict) and the counts line."""
     title = " / ".join(str(result[k]) for k in ("profile", "fault", "seed") if k in result)
     verdict = result.get("verdict")
     head = f"chaos {title}" if title else "chaos run"
@@ -111,68 +139,87 @@ def render_svg(events: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | 
     if summary:
         parts.append(f'<text x="{MARGIN_LEFT}" y="36" fill="#333333">'
                      f'{escape(", ".join(summary))}</text>')
-    # fault windows under everything else
-    for n, (t0, t1, label) in enumerate(fault_windows(events, end_s), 1):
+    return parts
+
+
+def _fault_boxes(plot: _Plot, windows: Iterable[tuple[float, float, str]]) -> list[str]:
+    """A shaded box and a label per fault window."""
+    parts = []
+    for n, (t0, t1, label) in enumerate(windows, 1):
         parts.append(
-            f'<rect class="fault" x="{x(t0):.1f}" y="{MARGIN_TOP}" '
-            f'width="{max(x(t1) - x(t0), 1.0):.1f}" height="{plot_h}" fill="{FAULT_FILL}" '
-            f'fill-opacity="0.18"><title>fault {n}: {escape(label)} '
+            f'<rect class="fault" x="{plot.x(t0):.1f}" y="{MARGIN_TOP}" '
+            f'width="{max(plot.x(t1) - plot.x(t0), 1.0):.1f}" height="{plot.height}" '
+            f'fill="{FAULT_FILL}" fill-opacity="0.18"><title>fault {n}: {escape(label)} '
             f"{t0:.1f}-{t1:.1f} s</title></rect>"
         )
-        parts.append(f'<text x="{x(t0) + 3:.1f}" y="{MARGIN_TOP + 12}" fill="#994411">'
+        parts.append(f'<text x="{plot.x(t0) + 3:.1f}" y="{MARGIN_TOP + 12}" fill="#994411">'
                      f"{escape(label)}</text>")
-    # axes and grid
+    return parts
+
+
+def _axes(plot: _Plot) -> list[str]:
+    """The grid, both axes' ticks, the x axis' caption and the plot's frame."""
+    parts = []
     for i in range(5):
-        v = y_max * i / 4
-        parts.append(f'<line x1="{MARGIN_LEFT}" x2="{WIDTH - MARGIN_RIGHT}" y1="{y(v):.1f}" '
-                     f'y2="{y(v):.1f}" stroke="#dddddd"/>')
-        parts.append(f'<text x="{MARGIN_LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
+        v = plot.y_max * i / 4
+        parts.append(f'<line x1="{MARGIN_LEFT}" x2="{WIDTH - MARGIN_RIGHT}" y1="{plot.y(v):.1f}" '
+                     f'y2="{plot.y(v):.1f}" stroke="#dddddd"/>')
+        parts.append(f'<text x="{MARGIN_LEFT - 6}" y="{plot.y(v) + 4:.1f}" text-anchor="end">'
                      f"{v:g}</text>")
-    step = _nice(seconds / 10)
+    step = _nice(plot.seconds / 10)
     t = 0.0
-    while t <= seconds:
-        parts.append(f'<text x="{x(t):.1f}" y="{MARGIN_TOP + plot_h + 14}" '
+    while t <= plot.seconds:
+        parts.append(f'<text x="{plot.x(t):.1f}" y="{MARGIN_TOP + plot.height + 14}" '
                      f'text-anchor="middle">{t:g}</text>')
         t += step
-    parts.append(f'<text x="{MARGIN_LEFT + plot_w / 2:.1f}" y="{MARGIN_TOP + plot_h + 30}" '
+    parts.append(f'<text x="{MARGIN_LEFT + plot.width / 2:.1f}" '
+                 f'y="{MARGIN_TOP + plot.height + 30}" '
                  'text-anchor="middle">seconds since the workload started</text>')
-    parts.append(f'<rect x="{MARGIN_LEFT}" y="{MARGIN_TOP}" width="{plot_w}" '
-                 f'height="{plot_h}" fill="none" stroke="#999999"/>')
-    # phases
+    parts.append(f'<rect x="{MARGIN_LEFT}" y="{MARGIN_TOP}" width="{plot.width}" '
+                 f'height="{plot.height}" fill="none" stroke="#999999"/>')
+    return parts
+
+
+def _phase_marks(plot: _Plot, events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A dashed line and a label at each marked phase."""
+    parts = []
     for ev in events:
         if ev.get("type") == EV_PHASE and ev.get("name") in MARKED_PHASES:
-            px = x(_num(ev.get("t")))
+            px = plot.x(_num(ev.get("t")))
             parts.append(f'<line class="phase" x1="{px:.1f}" x2="{px:.1f}" y1="{MARGIN_TOP}" '
-                         f'y2="{MARGIN_TOP + plot_h}" stroke="{PHASE_COLOUR}" '
+                         f'y2="{MARGIN_TOP + plot.height}" stroke="{PHASE_COLOUR}" '
                          'stroke-dasharray="4 3"/>')
-            parts.append(f'<text x="{px + 3:.1f}" y="{MARGIN_TOP + plot_h - 4}" '
+            parts.append(f'<text x="{px + 3:.1f}" y="{MARGIN_TOP + plot.height - 4}" '
                          f'fill="{PHASE_COLOUR}">{escape(str(ev["name"]))}</text>')
-    # the series, one point per second (at the middle of the second)
-    for counts, label, colour in series:
-        points = " ".join(f"{x((i + 0.5) * bin_s):.1f},{y(c):.1f}"
-                          for i, c in enumerate(counts))
-        parts.append(f'<polyline class="series" fill="none" stroke="{colour}" '
-                     f'stroke-width="1.5" points="{points}"><title>{escape(label)}</title>'
-                     "</polyline>")
-    # recovery marks: fault start -> first ok on the group
-    for n, f in enumerate(result.get("faults") or (), 1):
+    return parts
+
+
+def _recovery_marks(plot: _Plot, faults: Iterable[Any]) -> list[str]:
+    """Per fault with a recovery: a line from its start to the first ok on its group."""
+    parts = []
+    for n, f in enumerate(faults, 1):
         if not isinstance(f, Mapping) or f.get("recovery_s") is None:
             continue
         t0 = _num(f.get("start_s"))
         tr = t0 + _num(f.get("recovery_s"))
         group = f.get("group") or "any group"
         ry = MARGIN_TOP + 24 + 12 * ((n - 1) % 3)
-        parts.append(f'<line class="recovery" x1="{x(t0):.1f}" x2="{x(tr):.1f}" '
+        parts.append(f'<line class="recovery" x1="{plot.x(t0):.1f}" x2="{plot.x(tr):.1f}" '
                      f'y1="{ry}" y2="{ry}" stroke="{RECOVERY_COLOUR}" stroke-width="2"/>')
-        parts.append(f'<circle cx="{x(tr):.1f}" cy="{ry}" r="4" fill="{RECOVERY_COLOUR}">'
+        parts.append(f'<circle cx="{plot.x(tr):.1f}" cy="{ry}" r="4" fill="{RECOVERY_COLOUR}">'
                      f"<title>fault {n}: {escape(str(group))} ok again after "
                      f"{_num(f.get('recovery_s')):.2f} s</title></circle>")
-        parts.append(f'<text x="{x(tr) + 6:.1f}" y="{ry + 4}" fill="{RECOVERY_COLOUR}">'
+        parts.append(f'<text x="{plot.x(tr) + 6:.1f}" y="{ry + 4}" fill="{RECOVERY_COLOUR}">'
                      f"{escape(str(group))} +{_num(f.get('recovery_s')):.1f}s</text>")
-    # legend
+    return parts
+
+
+def _legend(series: Sequence[tuple[str, str]]) -> list[str]:
+    """The legend along the bottom: each series, the fault box, the recovery dot."""
+    parts = []
     lx = MARGIN_LEFT
     ly = HEIGHT - 14
-    legend = [*((label, colour, "line") for _c, label, colour in series),
+    legend = [*((label, colour, "line") for label, colour in series),
               ("fault window", FAULT_FILL, "box"), ("recovery", RECOVERY_COLOUR, "dot")]
     for label, colour, shape in legend:
         if shape == "line":
@@ -185,8 +232,7 @@ def render_svg(events: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | 
             parts.append(f'<circle cx="{lx + 9}" cy="{ly - 4}" r="4" fill="{colour}"/>')
         parts.append(f'<text x="{lx + 22}" y="{ly}">{escape(label)}</text>')
         lx += 30 + 7 * len(label)
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
+    return parts
 
 
 #: Times beyond this (a year) are not a run's: treated as 0 like any other bad value.

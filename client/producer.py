@@ -425,15 +425,20 @@ class Producer:
                 return  # nothing to remember: the broker stays available (the common case)
             self.fault.update(mq.broker_name, latency, isolation, now_ms())
 
+    async def _master_after_route_update(self, mq: MessageQueue) -> str:
+        """The master address of ``mq``'s broker once its topic's route is fetched again."""
+        await self.instance.update_route(mq.topic, use_default=True)
+        addr = self.instance.master_addr(mq.broker_name)
+        if addr is None:
+            raise MQClientError(f"The broker[{mq.broker_name}] not exist")
+        return addr
+
     async def _send_kernel(self, msg: Message | _Batch, mq: MessageQueue, timeout: float | None,
                            *, oneway: bool = False, extra: dict[str, str] | None = None,
                            sys_flag_extra: int = 0) -> SendResult:
         addr = self.instance.master_addr(mq.broker_name)
         if addr is None:
-            await self.instance.update_route(mq.topic, use_default=True)
-            addr = self.instance.master_addr(mq.broker_name)
-        if addr is None:
-            raise MQClientError(f"The broker[{mq.broker_name}] not exist")
+            addr = await self._master_after_route_update(mq)
         traced = self.tracer is not None and not oneway and not isinstance(msg, _Batch)
         started = now_ms() if traced else 0
         sys_flag = sys_flag_extra

@@ -31,72 +31,14 @@ async def demo(
     access_key: str | None = None,
     secret_key: str | None = None,
 ) -> dict[str, Any]:
-    from ..client import Message, Producer, PullConsumer, PullStatus
-
     out = say or (lambda _line: None)
     run_id = uuid.uuid4().hex[:8]
-    sent: list[dict[str, Any]] = []
-    received: list[dict[str, Any]] = []
     started = time.monotonic()
     with trio.fail_after(DEMO_TIMEOUT_S):
-        async with Producer(PRODUCER_GROUP, namesrv_addr=namesrv_addr, access_key=access_key,
-                            secret_key=secret_key) as producer:
-            for i in range(count):
-                body = f"hello #{i} from rmq-cluster demo {run_id}".encode()
-                msg = Message(topic, body, tags="demo", keys=f"{run_id}-{i}")
-                result = await producer.send(msg)
-                sent.append(
-                    {
-                        "body": body.decode(),
-                        "msg_id": result.msg_id,
-                        "status": result.status.name,
-                        "broker": result.queue.broker_name,
-                        "queue_id": result.queue.queue_id,
-                        "queue_offset": result.queue_offset,
-                    }
-                )
-                out(
-                    f"sent     {body.decode()!r} -> {result.queue.broker_name} "
-                    f"queue {result.queue.queue_id} offset {result.queue_offset} "
-                    f"({result.status.name})"
-                )
-        first: dict[tuple[str, int], int] = {}
-        for s in sent:
-            key = (s["broker"], s["queue_id"])
-            first[key] = min(first.get(key, s["queue_offset"]), s["queue_offset"])
-        async with PullConsumer(CONSUMER_GROUP, namesrv_addr=namesrv_addr, access_key=access_key,
-                                secret_key=secret_key) as consumer:
-            # a broker that created the topic on first send registers it with the NameServers
-            # right after; wait (bounded by DEMO_TIMEOUT_S) until the route has every queue
-            while True:
-                fetched = await consumer.fetch_queues(topic)
-                queues = {(q.broker_name, q.queue_id): q for q in fetched}
-                if all(key in queues for key in first):
-                    break
-                await trio.sleep(ROUTE_POLL_INTERVAL_S)
-            for key, offset in sorted(first.items()):
-                mq = queues.get(key)
-                if mq is None:
-                    continue
-                pulled = await consumer.pull(mq, offset, max_nums=count)
-                if pulled.status is not PullStatus.FOUND:
-                    continue
-                for m in pulled.messages:
-                    if run_id.encode() not in m.body:
-                        continue
-                    received.append(
-                        {
-                            "body": m.body.decode("utf-8", "replace"),
-                            "msg_id": m.msg_id,
-                            "broker": m.queue.broker_name,
-                            "queue_id": m.queue.queue_id,
-                            "queue_offset": m.queue_offset,
-                        }
-                    )
-                    out(
-                        f"received {m.body.decode('utf-8', 'replace')!r} <- "
-                        f"{m.queue.broker_name} queue {m.queue.queue_id} offset {m.queue_offset}"
-                    )
+        sent = await _send_all(namesrv_addr, topic, count, run_id, out,
+                               access_key=access_key, secret_key=secret_key)  # fmt: skip
+        received = await _read_back(namesrv_addr, topic, count, run_id, sent, out,
+                                    access_key=access_key, secret_key=secret_key)  # fmt: skip
     sent_bodies = sorted(s["body"] for s in sent)
     got_bodies = sorted(r["body"] for r in received)
     ok = sent_bodies == got_bodies
@@ -115,6 +57,105 @@ async def demo(
         "received": received,
         "elapsed_s": round(elapsed, 3),
     }
+
+
+async def _send_all(
+    namesrv_addr: str,
+    topic: str,
+    count: int,
+    run_id: str,
+    out: Callable[[str], None],
+    *,
+    access_key: str | None,
+    secret_key: str | None,
+) -> list[dict[str, Any]]:
+    """Send ``count`` messages tagged with ``run_id``; what each send answered."""
+    from ..client import Message, Producer
+
+    sent: list[dict[str, Any]] = []
+    async with Producer(PRODUCER_GROUP, namesrv_addr=namesrv_addr, access_key=access_key,
+                        secret_key=secret_key) as producer:  # fmt: skip
+        for i in range(count):
+            body = f"hello #{i} from rmq-cluster demo {run_id}".encode()
+            msg = Message(topic, body, tags="demo", keys=f"{run_id}-{i}")
+            result = await producer.send(msg)
+            sent.append(
+                {
+                    "body": body.decode(),
+                    "msg_id": result.msg_id,
+                    "status": result.status.name,
+                    "broker": result.queue.broker_name,
+                    "queue_id": result.queue.queue_id,
+                    "queue_offset": result.queue_offset,
+                }
+            )
+            out(
+                f"sent     {body.decode()!r} -> {result.queue.broker_name} "
+                f"queue {result.queue.queue_id} offset {result.queue_offset} "
+                f"({result.status.name})"
+            )
+    return sent
+
+
+async def _read_back(
+    namesrv_addr: str,
+    topic: str,
+    count: int,
+    run_id: str,
+    sent: list[dict[str, Any]],
+    out: Callable[[str], None],
+    *,
+    access_key: str | None,
+    secret_key: str | None,
+) -> list[dict[str, Any]]:
+    """Pull this run's messages back, from the first offset each queue was sent at."""
+    from ..client import PullConsumer, PullStatus
+
+    first: dict[tuple[str, int], int] = {}
+    for s in sent:
+        key = (s["broker"], s["queue_id"])
+        first[key] = min(first.get(key, s["queue_offset"]), s["queue_offset"])
+    received: list[dict[str, Any]] = []
+    async with PullConsumer(CONSUMER_GROUP, namesrv_addr=namesrv_addr, access_key=access_key,
+                            secret_key=secret_key) as consumer:  # fmt: skip
+        queues = await _route_with(consumer, topic, set(first))
+        for key, offset in sorted(first.items()):
+            mq = queues.get(key)
+            if mq is None:
+                continue
+            pulled = await consumer.pull(mq, offset, max_nums=count)
+            if pulled.status is not PullStatus.FOUND:
+                continue
+            for m in pulled.messages:
+                if run_id.encode() not in m.body:
+                    continue
+                received.append(
+                    {
+                        "body": m.body.decode("utf-8", "replace"),
+                        "msg_id": m.msg_id,
+                        "broker": m.queue.broker_name,
+                        "queue_id": m.queue.queue_id,
+                        "queue_offset": m.queue_offset,
+                    }
+                )
+                out(
+                    f"received {m.body.decode('utf-8', 'replace')!r} <- "
+                    f"{m.queue.broker_name} queue {m.queue.queue_id} offset {m.queue_offset}"
+                )
+    return received
+
+
+async def _route_with(consumer: Any, topic: str, wanted: set[tuple[str, int]]) -> dict[Any, Any]:
+    """The topic's queues by (broker, queue id), once the route holds every ``wanted`` one.
+
+    A broker that created the topic on first send registers it with the NameServers right
+    after; the caller's deadline (``DEMO_TIMEOUT_S``) bounds the wait."""
+    while True:
+        fetched = await consumer.fetch_queues(topic)
+        queues = {(q.broker_name, q.queue_id): q for q in fetched}
+        if all(key in queues for key in wanted):
+            return queues
+        await trio.sleep(ROUTE_POLL_INTERVAL_S)
 
 
 def run_demo(

@@ -806,70 +806,11 @@ async def gather_status(state: ClusterState) -> dict[str, Any]:
                 n.start_soon(one, client, rec)
         if topo.controllers:
             replicas = await controller_sync_state(controllers, topo)
-            for rec in state.records(KIND_CONTROLLER):
-                if states[rec.name] == "running":
-                    meta = await _call(controllers, rec.spec.addr,
-                                       ControllerRequestCode.CONTROLLER_GET_METADATA_INFO)
-                    if meta is not None and meta.code == ResponseCode.SUCCESS:
-                        leader = meta.ext_fields.get("isLeader") == "true"
-                        controller_roles[rec.name] = "LEADER" if leader else "FOLLOWER"
-
-    nodes = []
-    for rec in state.records():
-        spec = rec.spec
-        alive = states[rec.name] != "dead"
-        info = infos.get(rec.name)
-        node: dict[str, Any] = {
-            "name": spec.name,
-            "kind": spec.kind,
-            "group": spec.group,
-            "role": spec.role,
-            "broker_id": spec.broker_id,
-            "addr": spec.addr,
-            "pid": rec.pid if alive else None,
-            "alive": alive,
-            "state": states[rec.name],
-            "rss_bytes": rss_bytes(rec.pid) if alive and rec.pid else None,
-        }
-        if spec.kind == KIND_CONTROLLER:
-            node["role"] = controller_roles.get(spec.name)
-        if spec.kind == KIND_BROKER:
-            max_offset = _int_or_none((info or {}).get("commitLogMaxOffset"))
-            node["commitlog_max_offset"] = max_offset
-            if spec.role == ROLE_SLAVE:
-                master = topo.master_of(spec)
-                master_info = infos.get(master.name) if master else None
-                master_max = _int_or_none((master_info or {}).get("commitLogMaxOffset"))
-                node["ack_offset"] = max_offset
-                node["diff_bytes"] = (
-                    max(0, master_max - max_offset)
-                    if master_max is not None and max_offset is not None
-                    else None
-                )
-                connected = (info or {}).get("haClientConnected")
-                node["ha_connected"] = None if connected is None else connected == "true"
-                node["master_addr"] = (info or {}).get("haMasterAddress") or None
-            elif spec.role in (ROLE_ASYNC_MASTER, ROLE_SYNC_MASTER) and info is not None:
-                node["ha_slaves"] = _int_or_none(info.get("haConnectionCount"))
-                node["ha_in_sync_slaves"] = _int_or_none(info.get("haInSyncSlaveNums"))
-            if spec.role == ROLE_AUTO:  # controller mode: the controller's view
-                group = replicas.get(spec.group or "")
-                if group is not None:
-                    is_master = group.master_broker_id == spec.broker_id
-                    node["role"] = "MASTER" if is_master else "SLAVE"
-                    node["epoch"] = group.master_epoch
-                    node["sync_state_set"] = sorted(r.broker_id for r in group.in_sync)
-                    node["in_sync"] = any(r.broker_id == spec.broker_id for r in group.in_sync)
-            if spec.role == ROLE_DLEDGER:
-                live_role = (info or {}).get("brokerRole") or (info or {}).get("dLegerRole")
-                node["role"] = live_role
-                node["term"] = _int_or_none((info or {}).get("dLegerTerm"))
-                node["leader"] = (info or {}).get("dLegerLeaderId")
-                node["commit_index"] = _int_or_none((info or {}).get("dLegerCommitIndex"))
-                live_id = _int_or_none((info or {}).get("brokerId"))
-                if live_id is not None:
-                    node["broker_id"] = live_id  # the leader registers as 0
-        nodes.append(node)
+            controller_roles = await _controller_roles(controllers, state, states)
+    nodes = [
+        _node_status(rec, states[rec.name], infos, topo, replicas, controller_roles)
+        for rec in state.records()
+    ]
     return {
         "name": state.name,
         "profile": state.profile,
@@ -877,6 +818,107 @@ async def gather_status(state: ClusterState) -> dict[str, Any]:
         "namesrv_addr": topo.namesrv_addr,
         "nodes": nodes,
     }
+
+
+async def _controller_roles(
+    controllers: RemotingClient, state: ClusterState, states: dict[str, str]
+) -> dict[str, str]:
+    """Each running controller's role (LEADER or FOLLOWER), by node name, as it answers it."""
+    roles: dict[str, str] = {}
+    for rec in state.records(KIND_CONTROLLER):
+        if states[rec.name] == "running":
+            meta = await _call(controllers, rec.spec.addr,
+                               ControllerRequestCode.CONTROLLER_GET_METADATA_INFO)  # fmt: skip
+            if meta is not None and meta.code == ResponseCode.SUCCESS:
+                leader = meta.ext_fields.get("isLeader") == "true"
+                roles[rec.name] = "LEADER" if leader else "FOLLOWER"
+    return roles
+
+
+def _node_status(
+    rec: NodeRecord,
+    node_state: str,
+    infos: dict[str, dict[str, str] | None],
+    topo: Topology,
+    replicas: dict[str, ReplicasInfo],
+    controller_roles: dict[str, str],
+) -> dict[str, Any]:
+    """One node's entry in ``status --json``: its spec and process, plus what it (or, for a
+    controller-mode broker, the controller) says of its role and replication."""
+    spec = rec.spec
+    alive = node_state != "dead"
+    info = infos.get(rec.name) or {}
+    node: dict[str, Any] = {
+        "name": spec.name,
+        "kind": spec.kind,
+        "group": spec.group,
+        "role": spec.role,
+        "broker_id": spec.broker_id,
+        "addr": spec.addr,
+        "pid": rec.pid if alive else None,
+        "alive": alive,
+        "state": node_state,
+        "rss_bytes": rss_bytes(rec.pid) if alive and rec.pid else None,
+    }
+    if spec.kind == KIND_CONTROLLER:
+        node["role"] = controller_roles.get(spec.name)
+    if spec.kind == KIND_BROKER:
+        _add_replication(node, spec, infos.get(rec.name), infos, topo)
+        if spec.role == ROLE_AUTO:  # controller mode: the controller's view
+            _add_controller_view(node, spec, replicas.get(spec.group or ""))
+        if spec.role == ROLE_DLEDGER:
+            _add_dledger(node, info)
+    return node
+
+
+def _add_replication(
+    node: dict[str, Any],
+    spec: NodeSpec,
+    info: dict[str, str] | None,
+    infos: dict[str, dict[str, str] | None],
+    topo: Topology,
+) -> None:
+    """A broker's commitlog end; a slave's lag behind its master and HA link; a master's
+    slave counts."""
+    max_offset = _int_or_none((info or {}).get("commitLogMaxOffset"))
+    node["commitlog_max_offset"] = max_offset
+    if spec.role == ROLE_SLAVE:
+        master = topo.master_of(spec)
+        master_info = infos.get(master.name) if master else None
+        master_max = _int_or_none((master_info or {}).get("commitLogMaxOffset"))
+        node["ack_offset"] = max_offset
+        node["diff_bytes"] = (
+            max(0, master_max - max_offset)
+            if master_max is not None and max_offset is not None
+            else None
+        )
+        connected = (info or {}).get("haClientConnected")
+        node["ha_connected"] = None if connected is None else connected == "true"
+        node["master_addr"] = (info or {}).get("haMasterAddress") or None
+    elif spec.role in (ROLE_ASYNC_MASTER, ROLE_SYNC_MASTER) and info is not None:
+        node["ha_slaves"] = _int_or_none(info.get("haConnectionCount"))
+        node["ha_in_sync_slaves"] = _int_or_none(info.get("haInSyncSlaveNums"))
+
+
+def _add_controller_view(node: dict[str, Any], spec: NodeSpec, group: ReplicasInfo | None) -> None:
+    """A controller-mode broker's role, epoch and in-sync state as the controller sees them."""
+    if group is not None:
+        is_master = group.master_broker_id == spec.broker_id
+        node["role"] = "MASTER" if is_master else "SLAVE"
+        node["epoch"] = group.master_epoch
+        node["sync_state_set"] = sorted(r.broker_id for r in group.in_sync)
+        node["in_sync"] = any(r.broker_id == spec.broker_id for r in group.in_sync)
+
+
+def _add_dledger(node: dict[str, Any], info: dict[str, str]) -> None:
+    """A DLedger broker's live role, term, leader and commit index (the leader registers as 0)."""
+    node["role"] = info.get("brokerRole") or info.get("dLegerRole")
+    node["term"] = _int_or_none(info.get("dLegerTerm"))
+    node["leader"] = info.get("dLegerLeaderId")
+    node["commit_index"] = _int_or_none(info.get("dLegerCommitIndex"))
+    live_id = _int_or_none(info.get("brokerId"))
+    if live_id is not None:
+        node["broker_id"] = live_id
 
 
 def status(state: ClusterState) -> dict[str, Any]:

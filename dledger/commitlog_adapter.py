@@ -696,19 +696,10 @@ class DLedgerCommitLog:
         # (topic length byte + topic bytes), cached per topic: the record's topic part
         topic_part = self._topic_parts.get(topic)
         if topic_part is None:
-            topic_b = topic.encode()
-            if not topic_b or len(topic_b) > MAX_TOPIC_BYTES:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, None,
-                    f"topic length must be 1..{MAX_TOPIC_BYTES} bytes",
-                ), -1, 0
-            if not is_valid_component(topic):  # it could never get a ConsumeQueue directory
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, None, "topic is not a valid file name"
-                ), -1, 0
-            topic_part = _TOPIC_LEN[len(topic_b)] + topic_b
-            if len(self._topic_parts) < TOPIC_CACHE_MAX_ENTRIES:
-                self._topic_parts[topic] = topic_part
+            made = self._new_topic_part(topic)
+            if isinstance(made, PutMessageResult):
+                return made, -1, 0
+            topic_part = made
         body = msg.body
         body_len = len(body)
         if body_len > self.config.max_message_size:
@@ -753,17 +744,43 @@ class DLedgerCommitLog:
         if txn not in _NO_ADVANCE_TXN:
             table[key] = qo + 1
         if pmap is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
-            self._stash[index] = (
-                term, topic, queue_id, qo,
-                record_tags_code(topic, pmap, now, self.delay_levels), now,
-                pmap.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or "",
-                pmap.get(MessageConst.PROPERTY_KEYS) or "",
-                txn in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE),
-            )
+            self._stash_entry(index, term, topic, queue_id, qo, pmap, now, txn)
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             AppendMessageResult(pos + BODY_OFFSET, record_len, now, qo, 1, store_host),
         ), index, term
+
+    def _new_topic_part(self, topic: str) -> bytes | PutMessageResult:
+        """A record's topic part (length byte and name) for a topic not cached yet, cached
+        while the cache has room; the refusal when the name cannot be stored."""
+        topic_b = topic.encode()
+        if not topic_b or len(topic_b) > MAX_TOPIC_BYTES:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, None,
+                f"topic length must be 1..{MAX_TOPIC_BYTES} bytes",
+            )
+        if not is_valid_component(topic):  # it could never get a ConsumeQueue directory
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, None, "topic is not a valid file name"
+            )
+        topic_part = _TOPIC_LEN[len(topic_b)] + topic_b
+        if len(self._topic_parts) < TOPIC_CACHE_MAX_ENTRIES:
+            self._topic_parts[topic] = topic_part
+        return topic_part
+
+    def _stash_entry(
+        self, index: int, term: int, topic: str, queue_id: int, qo: int,
+        pmap: Mapping[str, str], now: int, txn: int,
+    ) -> None:
+        """Keep what the dispatch of entry ``index`` needs (its queue position, tags, keys),
+        so that it need not decode the record again once the entry commits."""
+        self._stash[index] = (
+            term, topic, queue_id, qo,
+            record_tags_code(topic, pmap, now, self.delay_levels), now,
+            pmap.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or "",
+            pmap.get(MessageConst.PROPERTY_KEYS) or "",
+            txn in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT_TYPE),
+        )
 
     def _propose_batch(self, batch: Message) -> tuple[PutMessageResult, int, int]:
         """Each item of ``batch`` appended as its own entry: the result covering them, the

@@ -144,9 +144,37 @@ class RouteInfoManager:
     ) -> RegisterBrokerResult:
         """REGISTER_BROKER. Only the master (id 0) creates or updates its topics' QueueData, and
         only when its DataVersion changed or it registers for the first time."""
+        group, first_in_group, joined = self._join_cluster(cluster_name, broker_name)
+        addr_changed, new_id = self._take_address(group, broker_id, broker_addr)
+        changed = joined or addr_changed
+        register_first = first_in_group or new_id
+        data_version = (
+            topic_config_wrapper.data_version if topic_config_wrapper is not None else DataVersion()
+        )
+        if (
+            topic_config_wrapper is not None
+            and broker_id == MASTER_ID
+            and (register_first or self.is_broker_topic_config_changed(broker_addr, data_version))
+        ) and self._register_topics(broker_name, topic_config_wrapper):
+            changed = True
+
+        self._live[broker_addr] = BrokerLiveInfo(
+            last_update=now,
+            data_version=data_version,
+            conn_id=conn_id,
+            ha_server_addr=ha_server_addr,
+        )
+        if filter_server_list is not None and self._set_filters(broker_addr, filter_server_list):
+            changed = True
+        if changed:
+            self._changed()
+        return self._register_result(group, broker_id)
+
+    def _join_cluster(self, cluster_name: str, broker_name: str) -> tuple[_Group, bool, bool]:
+        """The broker name's group, in ``cluster_name``: (group, created now, anything changed)."""
         changed = False
         group = self._groups.get(broker_name)
-        register_first = group is None
+        created = group is None
         if group is None:
             group = _Group(cluster_name, broker_name)
             self._groups[broker_name] = group
@@ -159,8 +187,12 @@ class RouteInfoManager:
         if broker_name not in members:
             members.add(broker_name)
             changed = True
+        return group, created, changed
 
-        # One record per address: drop every other (name, id) holding it.
+    def _take_address(self, group: _Group, broker_id: int, broker_addr: str) -> tuple[bool, bool]:
+        """Record ``broker_addr`` as ``group``'s ``broker_id``, the only record of that address:
+        (anything changed, the id had no address before)."""
+        changed = False
         for other in list(self._groups.values()):
             for other_id, other_addr in list(other.addrs.items()):
                 if other_addr == broker_addr and (other is not group or other_id != broker_id):
@@ -175,39 +207,30 @@ class RouteInfoManager:
             if old_addr is not None:
                 self._live.pop(old_addr, None)
                 self._filters.pop(old_addr, None)
-        register_first = register_first or old_addr is None
+        return changed, old_addr is None
 
-        data_version = (
-            topic_config_wrapper.data_version if topic_config_wrapper is not None else DataVersion()
-        )
-        if (
-            topic_config_wrapper is not None
-            and broker_id == MASTER_ID
-            and (register_first or self.is_broker_topic_config_changed(broker_addr, data_version))
-        ):
-            for config in topic_config_wrapper.topic_config_table.values():
-                if self._create_and_update_queue_data(
-                    broker_name, config.topic_name, QueueData.from_topic_config(broker_name, config)
-                ):
-                    changed = True
-
-        self._live[broker_addr] = BrokerLiveInfo(
-            last_update=now,
-            data_version=data_version,
-            conn_id=conn_id,
-            ha_server_addr=ha_server_addr,
-        )
-        if filter_server_list is not None:
-            filters = tuple(filter_server_list)
-            if not filters:
-                if self._filters.pop(broker_addr, None) is not None:
-                    changed = True
-            elif self._filters.get(broker_addr) != filters:
-                self._filters[broker_addr] = filters
+    def _register_topics(self, broker_name: str, wrapper: TopicConfigSerializeWrapper) -> bool:
+        """Create or update the QueueData of every topic the master sent; True if any changed."""
+        changed = False
+        for config in wrapper.topic_config_table.values():
+            if self._create_and_update_queue_data(
+                broker_name, config.topic_name, QueueData.from_topic_config(broker_name, config)
+            ):
                 changed = True
-        if changed:
-            self._changed()
+        return changed
 
+    def _set_filters(self, broker_addr: str, filter_server_list: Sequence[str]) -> bool:
+        """Replace the broker's filter servers (an empty list drops them); True if they changed."""
+        filters = tuple(filter_server_list)
+        if not filters:
+            return self._filters.pop(broker_addr, None) is not None
+        if self._filters.get(broker_addr) != filters:
+            self._filters[broker_addr] = filters
+            return True
+        return False
+
+    def _register_result(self, group: _Group, broker_id: int) -> RegisterBrokerResult:
+        """A slave learns its live master's address and HA address; a master gets nothing."""
         if broker_id != MASTER_ID:
             master_addr = group.addrs.get(MASTER_ID)
             if master_addr is not None:

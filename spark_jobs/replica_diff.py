@@ -907,44 +907,9 @@ def run_diff(
                 F.concat(F.col("count"), F.lit(" master records missing")).alias("detail"))
     )  # fmt: skip
 
-    # ---- END_OF_FILE blanks (header and padding) that differ from the master's
-    blank = recs_all.where(F.col("anomaly") == A_EOF_BLANK)
-    blank_diff = (
-        blank.join(others, "rid")
-        .join(blank.select(F.col("rid").alias("mrid"), "phy_offset",
-                           F.col("size").alias("m_size"), F.col("digest").alias("m_digest")),
-              ["mrid", "phy_offset"])
-        .where((F.col("size") != F.col("m_size")) | (F.col("digest") != F.col("m_digest")))
-        .select("rid", F.lit(K_DIVERGENT).alias("kind"), "phy_offset",
-                (F.col("phy_offset") + F.col("size")).alias("end_offset"),
-                F.lit(1).cast("long").alias("count"), *_NO_QUEUE,
-                F.lit("END_OF_FILE blank (header or padding) differs from master's")
-                .alias("detail"))
-    )  # fmt: skip
-
-    # ---- decode anomalies (every replica, master included)
-    anomalies = recs_all.where(
-        F.col("anomaly").isNotNull() & (F.col("anomaly") != A_EOF_BLANK)
-    ).select(
-        "rid", F.col("anomaly").alias("kind"), "phy_offset",
-        (F.col("phy_offset") + F.col("size")).alias("end_offset"),
-        F.lit(1).cast("long").alias("count"), "topic", "queue_id", "queue_offset", "detail",
-    )  # fmt: skip
-
-    # ---- queue offsets with gaps (transaction prepared/rollback records take no queue offset)
-    w = Window.partitionBy("rid", "topic", "queue_id").orderBy("queue_offset", "phy_offset")
-    txn = F.col("sys_flag").bitwiseAND(0xC)
-    gaps = (
-        good.where(~txn.isin(4, 12))
-        .select("rid", "phy_offset", "size", "topic", "queue_id", "queue_offset",
-                F.lag("queue_offset").over(w).alias("prev"))
-        .where(F.col("prev").isNotNull() & (F.col("queue_offset") != F.col("prev") + 1))
-        .select("rid", F.lit(K_QUEUE_GAP).alias("kind"), "phy_offset",
-                (F.col("phy_offset") + F.col("size")).alias("end_offset"),
-                F.greatest(F.col("queue_offset") - F.col("prev") - 1, F.lit(0)).alias("count"),
-                "topic", "queue_id", "queue_offset",
-                F.concat(F.lit("previous queue offset "), F.col("prev")).alias("detail"))
-    )  # fmt: skip
+    blank_diff = _blank_diffs(recs_all, others)
+    anomalies = _decode_anomalies(recs_all)
+    gaps = _queue_gaps(good)
 
     # ---- ConsumeQueue units against the same replica's records
     parts: list[Any] = [divergent, stray, extra, lag, missing, blank_diff]
@@ -1144,6 +1109,62 @@ def summarize(result: dict[str, Any], findings_rows: list[Any], by_kind: list[An
     }
 
 
+def _blank_diffs(recs_all: Any, others: Any) -> Any:
+    """Findings: END_OF_FILE blanks (header and padding) that differ from the master's."""
+    from pyspark.sql import functions as F
+
+    blank = recs_all.where(F.col("anomaly") == A_EOF_BLANK)
+    blank_diff = (
+        blank.join(others, "rid")
+        .join(blank.select(F.col("rid").alias("mrid"), "phy_offset",
+                           F.col("size").alias("m_size"), F.col("digest").alias("m_digest")),
+              ["mrid", "phy_offset"])
+        .where((F.col("size") != F.col("m_size")) | (F.col("digest") != F.col("m_digest")))
+        .select("rid", F.lit(K_DIVERGENT).alias("kind"), "phy_offset",
+                (F.col("phy_offset") + F.col("size")).alias("end_offset"),
+                F.lit(1).cast("long").alias("count"), *_nulls(),
+                F.lit("END_OF_FILE blank (header or padding) differs from master's")
+                .alias("detail"))
+    )  # fmt: skip
+    return blank_diff
+
+
+def _decode_anomalies(recs_all: Any) -> Any:
+    """Findings: the decode anomalies of every replica, master included."""
+    from pyspark.sql import functions as F
+
+    anomalies = recs_all.where(
+        F.col("anomaly").isNotNull() & (F.col("anomaly") != A_EOF_BLANK)
+    ).select(
+        "rid", F.col("anomaly").alias("kind"), "phy_offset",
+        (F.col("phy_offset") + F.col("size")).alias("end_offset"),
+        F.lit(1).cast("long").alias("count"), "topic", "queue_id", "queue_offset", "detail",
+    )  # fmt: skip
+    return anomalies
+
+
+def _queue_gaps(good: Any) -> Any:
+    """Findings: queue offsets with gaps (transaction prepared/rollback records take no
+    queue offset)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("rid", "topic", "queue_id").orderBy("queue_offset", "phy_offset")
+    txn = F.col("sys_flag").bitwiseAND(0xC)
+    gaps = (
+        good.where(~txn.isin(4, 12))
+        .select("rid", "phy_offset", "size", "topic", "queue_id", "queue_offset",
+                F.lag("queue_offset").over(w).alias("prev"))
+        .where(F.col("prev").isNotNull() & (F.col("queue_offset") != F.col("prev") + 1))
+        .select("rid", F.lit(K_QUEUE_GAP).alias("kind"), "phy_offset",
+                (F.col("phy_offset") + F.col("size")).alias("end_offset"),
+                F.greatest(F.col("queue_offset") - F.col("prev") - 1, F.lit(0)).alias("count"),
+                "topic", "queue_id", "queue_offset",
+                F.concat(F.lit("previous queue offset "), F.col("prev")).alias("detail"))
+    )  # fmt: skip
+    return gaps
+
+
 def run_job(
     spark: Any,
     replicas: list[Replica],
@@ -1160,8 +1181,6 @@ def run_job(
 ) -> dict[str, Any]:
     """The whole job: diff, then (with ``out_dir``) ``findings/`` Parquet, ``summary.json`` and
     ``report.html``; returns the summary (passed through ``judge`` first: the live verdicts)."""
-    from pyspark.sql import functions as F
-
     t0 = time.monotonic()
     res = run_diff(spark, replicas, verify_crc=verify_crc, split_bytes=split_bytes, quiet=quiet,
                    exact=exact, block_bytes=block_bytes, check_stores=check_stores)  # fmt: skip
@@ -1180,58 +1199,85 @@ def run_job(
         findings_path = os.path.join(out_dir, "findings")
         _progress(quiet, f"writing findings to {findings_path}")
         f.write.mode("overwrite").partitionBy("group").parquet(findings_path)
+    widths = _bucket_widths(res, replicas)
+    few = known if known is not None else f.limit(DRIVER_FINDINGS + 1).collect()
+    if len(few) <= DRIVER_FINDINGS:  # the usual case: count on the driver, no more Spark jobs
+        by_kind, buckets, lag_counts, rows = _count_on_driver(few, widths)
+    else:
+        by_kind, buckets, lag_counts, rows = _count_with_spark(spark, f, widths)
+    summary = summarize(res, rows, by_kind, buckets, allow_lag=allow_lag,
+                        elapsed=time.monotonic() - t0, verify_crc=verify_crc,
+                        bucket_width=widths, lag_counts=lag_counts)  # fmt: skip
+    _unpersist(res, f)
+    if judge is not None:
+        summary = judge(summary)
+    write_summary(summary, out_dir, quiet)
+    return summary
+
+
+def _bucket_widths(res: dict[str, Any], replicas: list[Replica]) -> dict[str, int]:
+    """Per group, the byte width of one of the ``MAP_BUCKETS`` buckets of the findings map:
+    the group's longest commitlog end, master included, cut in ``MAP_BUCKETS``."""
     widths: dict[str, int] = {}
     for g, m in res["masters"].items():
         ends = [int(res["stats"].get(i, {}).get("end") or 0)
                 for i, r in enumerate(replicas) if r.group == g]  # fmt: skip
         widths[g] = max(1, -(-max([*ends, int(res["stats"].get(m, {}).get("end") or 0)])
                              // MAP_BUCKETS))  # fmt: skip
-    few = known if known is not None else f.limit(DRIVER_FINDINGS + 1).collect()
-    if len(few) <= DRIVER_FINDINGS:  # the usual case: count on the driver, no more Spark jobs
-        kinds: dict[tuple[str, str, str], int] = {}
-        bucket_n: dict[tuple[str, str, int], int] = {}
-        for r in few:
-            key = (r["group"], r["node"], r["kind"])
-            kinds[key] = kinds.get(key, 0) + 1
-            if r["phy_offset"] is not None:
-                bk = (r["group"], r["node"], r["phy_offset"] // widths[r["group"]])
-                bucket_n[bk] = bucket_n.get(bk, 0) + 1
-        by_kind = [{"group": g, "node": n, "kind": k, "n": c} for (g, n, k), c in kinds.items()]
-        buckets = [{"group": g, "node": n, "bucket": b, "n": c}
-                   for (g, n, b), c in bucket_n.items()]  # fmt: skip
-        lag_counts = {(r["group"], r["node"]): int(r["count"]) for r in few if r["kind"] == K_LAG}
-        rows = sorted(few, key=lambda r: (r["group"], r["phy_offset"] is None,
-                                          r["phy_offset"] or 0, r["node"], r["kind"])
-                      )[:FIRST_FINDINGS]  # fmt: skip
-    else:
-        by_kind = f.groupBy("group", "node", "kind").agg(F.count("*").alias("n")).collect()
-        lag_counts = {(r["group"], r["node"]): int(r["count"])
-                      for r in f.where(F.col("kind") == K_LAG).collect()}  # fmt: skip
-        rows = (
-            f.orderBy(F.col("group"), F.col("phy_offset").asc_nulls_last(), "node", "kind")
-            .limit(FIRST_FINDINGS).collect()
-        )  # fmt: skip
-        wdf = spark.createDataFrame(list(widths.items()), "group string, width long")
-        buckets = (
-            f.where(F.col("phy_offset").isNotNull())
-            .join(F.broadcast(wdf), "group")
-            .groupBy("group", "node",
-                     F.floor(F.col("phy_offset") / F.col("width")).alias("bucket"))
-            .agg(F.count("*").alias("n"))
-            .collect()
-        )  # fmt: skip
-    summary = summarize(res, rows, by_kind, buckets, allow_lag=allow_lag,
-                        elapsed=time.monotonic() - t0, verify_crc=verify_crc,
-                        bucket_width=widths, lag_counts=lag_counts)  # fmt: skip
+    return widths
+
+
+def _count_on_driver(few: list[Any], widths: dict[str, int]) -> tuple[Any, Any, Any, Any]:
+    """(counts by kind, counts by map bucket, lag counts, first findings) of a few findings,
+    counted in Python on the driver."""
+    kinds: dict[tuple[str, str, str], int] = {}
+    bucket_n: dict[tuple[str, str, int], int] = {}
+    for r in few:
+        key = (r["group"], r["node"], r["kind"])
+        kinds[key] = kinds.get(key, 0) + 1
+        if r["phy_offset"] is not None:
+            bk = (r["group"], r["node"], r["phy_offset"] // widths[r["group"]])
+            bucket_n[bk] = bucket_n.get(bk, 0) + 1
+    by_kind = [{"group": g, "node": n, "kind": k, "n": c} for (g, n, k), c in kinds.items()]
+    buckets = [{"group": g, "node": n, "bucket": b, "n": c}
+               for (g, n, b), c in bucket_n.items()]  # fmt: skip
+    lag_counts = {(r["group"], r["node"]): int(r["count"]) for r in few if r["kind"] == K_LAG}
+    rows = sorted(few, key=lambda r: (r["group"], r["phy_offset"] is None,
+                                      r["phy_offset"] or 0, r["node"], r["kind"])
+                  )[:FIRST_FINDINGS]  # fmt: skip
+    return by_kind, buckets, lag_counts, rows
+
+
+def _count_with_spark(spark: Any, f: Any, widths: dict[str, int]) -> tuple[Any, Any, Any, Any]:
+    """The same four as ``_count_on_driver``, for too many findings to collect: Spark jobs."""
+    from pyspark.sql import functions as F
+
+    by_kind = f.groupBy("group", "node", "kind").agg(F.count("*").alias("n")).collect()
+    lag_counts = {(r["group"], r["node"]): int(r["count"])
+                  for r in f.where(F.col("kind") == K_LAG).collect()}  # fmt: skip
+    rows = (
+        f.orderBy(F.col("group"), F.col("phy_offset").asc_nulls_last(), "node", "kind")
+        .limit(FIRST_FINDINGS).collect()
+    )  # fmt: skip
+    wdf = spark.createDataFrame(list(widths.items()), "group string, width long")
+    buckets = (
+        f.where(F.col("phy_offset").isNotNull())
+        .join(F.broadcast(wdf), "group")
+        .groupBy("group", "node",
+                 F.floor(F.col("phy_offset") / F.col("width")).alias("bucket"))
+        .agg(F.count("*").alias("n"))
+        .collect()
+    )  # fmt: skip
+    return by_kind, buckets, lag_counts, rows
+
+
+def _unpersist(res: dict[str, Any], f: Any) -> None:
+    """Release the cached findings and the diff's cached frames."""
     if f is not None:
         f.unpersist()
     for frame in ("records", "joined"):
         if res[frame] is not None:
             res[frame].unpersist()
-    if judge is not None:
-        summary = judge(summary)
-    write_summary(summary, out_dir, quiet)
-    return summary
 
 
 def write_summary(summary: dict[str, Any], out_dir: str | None, quiet: bool) -> None:

@@ -27,6 +27,7 @@ from ...cluster.protocol.message import (
     HostAddr,
     Message,
     MessageConst,
+    StoredMessage,
     decode_properties,
     java_map_order,
     new_message,
@@ -600,20 +601,10 @@ class SendBackProcessor:
             )
         if sgc.retry_queue_nums <= 0:
             return request.response(ResponseCode.SUCCESS)
-        try:
-            new_topic = retry_topic(group)
-        except ValueError as exc:  # the name gate refuses it first; never build a path from it
-            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        tc, created = ctrl.topics.create_in_send_message_back(
-            new_topic, sgc.retry_queue_nums, PermName.PERM_RW
-        )
-        if created:
-            ctrl.topic_created(new_topic)
-        if not PermName.is_writeable(tc.perm):
-            return request.response(
-                ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
-            )
-        queue_id = random.randrange(max(1, min(sgc.retry_queue_nums, tc.write_queue_nums)))
+        target = self._retry_queue(request, group, sgc.retry_queue_nums)
+        if isinstance(target, RemotingCommand):
+            return target
+        new_topic, queue_id = target
         ext = ctrl.store.lookup_message_by_offset(header.offset)
         if ext is None:
             return request.response(
@@ -627,42 +618,54 @@ class SendBackProcessor:
         props = dict(ext.properties)
         props.setdefault(MessageConst.PROPERTY_RETRY_TOPIC, ext.topic)
         props[_WAIT] = "false"  # Java: setWaitStoreMsgOK(false), stored with the record
-        delay_level = header.delay_level
         max_times = sgc.retry_max_times
         if request.version >= Version.V3_4_9 and header.max_reconsume_times is not None:
             max_times = header.max_reconsume_times
-        if ext.reconsume_times >= max_times or delay_level < 0:
-            new_topic = dlq_topic(group)
-            queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
-            _tc, created = ctrl.topics.create_in_send_message_back(
-                new_topic, DLQ_NUMS_PER_GROUP, PermName.PERM_RW
-            )
-            if created:
-                ctrl.topic_created(new_topic)
+        if ext.reconsume_times >= max_times or header.delay_level < 0:
+            new_topic, queue_id = self._dead_letter_queue(group)
             props.pop(MessageConst.PROPERTY_DELAY_TIME_LEVEL, None)
         else:
+            delay_level = header.delay_level
             if delay_level == 0:
                 delay_level = 3 + ext.reconsume_times
             props[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
-        origin = props.get(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID) or ext.msg_id
-        props[MessageConst.PROPERTY_ORIGIN_MESSAGE_ID] = origin
-        # a record read back from SCHEDULE_TOPIC_XXXX carries its last real topic; the store
-        # sets them again if the message is delayed once more
-        props.pop(MessageConst.PROPERTY_REAL_TOPIC, None)
-        props.pop(MessageConst.PROPERTY_REAL_QUEUE_ID, None)
-        msg = Message(
-            topic=new_topic,
-            body=ext.body,
-            queue_id=queue_id,
-            flag=ext.flag,
-            properties=props,
-            sys_flag=ext.sys_flag,
-            born_timestamp=ext.born_timestamp,
-            born_host=ext.born_host,
-            store_host=ctrl.store_host,
-            reconsume_times=ext.reconsume_times + 1,
+        return self._store(request, _redelivery(ext, new_topic, queue_id, props, ctrl.store_host))
+
+    def _retry_queue(
+        self, request: RemotingCommand, group: str, retry_queue_nums: int
+    ) -> tuple[str, int] | RemotingCommand:
+        """The group's retry topic (created if missing) and a random queue of it, or the
+        refusal to answer when its name is refused or the topic is not writeable."""
+        ctrl = self.ctrl
+        try:
+            new_topic = retry_topic(group)
+        except ValueError as exc:  # the name gate refuses it first; never build a path from it
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        tc, created = ctrl.topics.create_in_send_message_back(
+            new_topic, retry_queue_nums, PermName.PERM_RW
         )
-        result = ctrl.store.append_message(msg)
+        if created:
+            ctrl.topic_created(new_topic)
+        if not PermName.is_writeable(tc.perm):
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
+            )
+        return new_topic, random.randrange(max(1, min(retry_queue_nums, tc.write_queue_nums)))
+
+    def _dead_letter_queue(self, group: str) -> tuple[str, int]:
+        """The group's DLQ topic (created if missing) and a random queue of it."""
+        new_topic = dlq_topic(group)
+        queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
+        _tc, created = self.ctrl.topics.create_in_send_message_back(
+            new_topic, DLQ_NUMS_PER_GROUP, PermName.PERM_RW
+        )
+        if created:
+            self.ctrl.topic_created(new_topic)
+        return new_topic, queue_id
+
+    def _store(self, request: RemotingCommand, msg: Message) -> RemotingCommand:
+        """Append the redelivered message; the store's verdict as the answer."""
+        result = self.ctrl.store.append_message(msg)
         if result.result is not None and result.status.stored:
             return request.response(ResponseCode.SUCCESS)
         code, remark = put_status_code(result.status, result.remark)
@@ -670,3 +673,32 @@ class SendBackProcessor:
             ResponseCode.SYSTEM_ERROR if code == ResponseCode.SUCCESS else code,
             remark or result.status.value,
         )
+
+
+def _redelivery(
+    ext: StoredMessage,
+    topic: str,
+    queue_id: int,
+    props: dict[str, str],
+    store_host: tuple[str, int],
+) -> Message:
+    """The message given back, as it is stored again: the same body and birth, one more
+    reconsume, its first message id kept in ORIGIN_MESSAGE_ID."""
+    origin = props.get(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID) or ext.msg_id
+    props[MessageConst.PROPERTY_ORIGIN_MESSAGE_ID] = origin
+    # a record read back from SCHEDULE_TOPIC_XXXX carries its last real topic; the store
+    # sets them again if the message is delayed once more
+    props.pop(MessageConst.PROPERTY_REAL_TOPIC, None)
+    props.pop(MessageConst.PROPERTY_REAL_QUEUE_ID, None)
+    return Message(
+        topic=topic,
+        body=ext.body,
+        queue_id=queue_id,
+        flag=ext.flag,
+        properties=props,
+        sys_flag=ext.sys_flag,
+        born_timestamp=ext.born_timestamp,
+        born_host=ext.born_host,
+        store_host=store_host,
+        reconsume_times=ext.reconsume_times + 1,
+    )
