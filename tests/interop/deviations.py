@@ -67,9 +67,11 @@ POP_DEVIATIONS: Final[tuple[tuple[str, str, str, str], ...]] = (
      "it without end"),
     (r"dlq_max_offset", r"code|remark|ext\.offset", "deliberate",
      "the same: Apache has no %DLQ% topic for the group, ours holds the message there"),
-    (r"pop_timer", r"ext\.reviveQid", "deliberate",
-     "the revive queue taken in turn (the steps before polled a different number of times)"),
+    (r"pop_timer", r"ext\.reviveQid", "timing",
+     "the revive queue taken in turn: whether the two brokers agree depends on how often the "
+     "steps before polled while waiting for the timer, so it differs in some runs only"),
 )
 
-#: Kinds a POP deviation may have.
-POP_KINDS: Final = frozenset({"deliberate", "finding", "version"})
+#: Kinds a POP deviation may have; a "timing" one depends on how a run's waits fell, so it is
+#: allowed but not required to occur.
+POP_KINDS: Final = frozenset({"deliberate", "finding", "version", "timing"})

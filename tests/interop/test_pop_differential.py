@@ -141,6 +141,6 @@ def test_every_pop_deviation_still_occurs(both: Both) -> None:
         entry for step in both.java for field, _, _ in _diffs(both, step)
         if (entry := _deviation(step, field)) is not None
     }
-    stale = [e for e in POP_DEVIATIONS if e not in seen]
+    stale = [e for e in POP_DEVIATIONS if e not in seen and e[2] != "timing"]
     assert not stale, "deviations no longer observed:\n" + "\n".join(
         f"  {e[0]} / {e[1]}: {e[3]}" for e in stale)

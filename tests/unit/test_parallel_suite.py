@@ -12,7 +12,6 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,6 +20,7 @@ from rmq_cluster.deploy.topology import BUILTIN_PROFILES, plan_span, resolve_pro
 from tests.cache_lock import exclusive, inputs_digest, stamp_matches
 from tests.compat.conftest import _fresh_maven_build
 from tests.conftest import WORKER_PORTS, _worker_slice, suite_scope
+from tests.unit.parallel_build_child import build_in_worker, maven_goals
 
 WORKERS = 4
 #: A stand-in for mvn: counts its runs, then writes what a probe build leaves behind.
@@ -67,17 +67,6 @@ def test_free_base_port_stays_in_the_workers_slice(monkeypatch: pytest.MonkeyPat
     assert supervisor.ports_for_tests() == (supervisor.TEST_PORT_LOW, supervisor.TEST_PORT_HIGH)
 
 
-def _goals(project: Path) -> list[str]:
-    return ["package", f"-Dmdep.outputFile={project / 'target' / 'classpath.txt'}"]
-
-
-def _build(project: str, mvn: str, ready: Any, out: str) -> None:
-    ready.wait(timeout=60)
-    root = Path(project)
-    cp = _fresh_maven_build(mvn, root, root / "target", _goals(root), "the fake probe")
-    Path(out).write_text(cp)
-
-
 def _fake_project(tmp: Path) -> tuple[Path, str]:
     project = tmp / "probe"
     (project / "src").mkdir(parents=True)
@@ -94,7 +83,7 @@ def test_a_probe_build_runs_once_for_all_workers_and_again_on_a_change(tmp_path:
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Barrier(WORKERS)
     outs = [tmp_path / f"cp-{i}" for i in range(WORKERS)]
-    procs = [ctx.Process(target=_build, args=(str(project), mvn, ready, str(out)))
+    procs = [ctx.Process(target=build_in_worker, args=(str(project), mvn, ready, str(out)))
              for out in outs]
     for proc in procs:
         proc.start()
@@ -105,13 +94,13 @@ def test_a_probe_build_runs_once_for_all_workers_and_again_on_a_change(tmp_path:
     runs = (project / "runs.log").read_text().split()
     assert runs == ["start", "end"]  # one build, not interleaved with another
     assert len(set(paths)) == 1 and paths[0].endswith(str(project / "dep.jar"))
-    _fresh_maven_build(mvn, project, project / "target", _goals(project), "the fake probe")
+    _fresh_maven_build(mvn, project, project / "target", maven_goals(project), "the fake probe")
     assert (project / "runs.log").read_text().split() == ["start", "end"]  # still fresh
     (project / "src" / "A.java").write_text("class A { int x; }")
-    _fresh_maven_build(mvn, project, project / "target", _goals(project), "the fake probe")
+    _fresh_maven_build(mvn, project, project / "target", maven_goals(project), "the fake probe")
     assert (project / "runs.log").read_text().split() == ["start", "end"] * 2
     os.unlink(project / "dep.jar")  # a jar gone from ~/.m2: built again
-    _fresh_maven_build(mvn, project, project / "target", _goals(project), "the fake probe")
+    _fresh_maven_build(mvn, project, project / "target", maven_goals(project), "the fake probe")
     assert (project / "runs.log").read_text().split() == ["start", "end"] * 3
 
 
