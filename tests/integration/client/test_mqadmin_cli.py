@@ -35,6 +35,13 @@ slaves_per_master = 1
 
 [namesrv_properties]
 orderMessageEnable = true
+
+# The first transaction check pass creates RMQ_SYS_TRANS_HALF_TOPIC (as Apache's does); that
+# topic change re-registers the broker's whole table, which (in Apache's NameServer as in
+# ours) sets every queue's perm back, undoing a wipeWritePerm. A short interval lets the wipe
+# test wait for that pass instead of racing it at the 60 s default.
+[broker_properties]
+transactionCheckInterval = 500
 """
 
 
@@ -257,6 +264,8 @@ def test_groups_connections_progress_and_stats(cluster: RunningCluster) -> None:
 
 
 def test_wipe_and_add_write_perm_and_delete_topic(cluster: RunningCluster) -> None:
+    wait_for("the first transaction check pass to create the half topic",
+             lambda: "RMQ_SYS_TRANS_HALF_TOPIC" in obj(cluster, "topicList")["topics"])
     ok(cluster, "updateTopic", "-c", CLUSTER, "-t", "MqDel", "-o", "true")
     text = ok(cluster, "wipeWritePerm", "-b", "broker-a")
     for ns in namesrvs(cluster):
