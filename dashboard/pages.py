@@ -33,6 +33,7 @@ from .settings import (
     MAX_HEX_SHOWN,
     MAX_MESSAGES_LISTED,
     RESEND_GROUP,
+    TABLE_PAGE_ROWS,
 )
 from .state import Dashboard, Forbidden, with_cookie
 from .templates import render
@@ -170,7 +171,8 @@ async def topics(dash: Dashboard, request: Request, session: Session) -> Respons
     if isinstance(names, str) or isinstance(clusters, str):
         raise MQClientError(names if isinstance(names, str) else str(clusters))
     return html(dash, request, session, "topics", "Topics",
-                topics=[(t, gather.topic_kind(t)) for t in names], cluster_names=clusters)
+                topics=[(t, gather.topic_kind(t)) for t in names], cluster_names=clusters,
+                page_rows=TABLE_PAGE_ROWS)
 
 
 def _topic_name(value: str) -> str:
@@ -232,7 +234,7 @@ async def groups(dash: Dashboard, request: Request, session: Session) -> Respons
     admin = await dash.admin(_cid(request), session)
     rows, errors = await gather.group_list(admin)
     return html(dash, request, session, "groups", "Consumer groups", groups=rows,
-                errors=errors)
+                errors=errors, page_rows=TABLE_PAGE_ROWS)
 
 
 async def group(dash: Dashboard, request: Request, session: Session) -> Response:

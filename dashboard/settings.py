@@ -29,6 +29,9 @@ PAGE_TIMEOUT_S: Final = 10.0
 #: Message bodies: bytes shown as text/JSON, and as hex.
 MAX_BODY_SHOWN: Final = 64 * 1024
 MAX_HEX_SHOWN: Final = 4 * 1024
+#: Rows of a long list (topics, groups) laid out at once; the filter reaches the rest (a
+#: browser takes ~0.2 s to lay out 1 000 table rows on a 2-core machine; hidden rows cost none).
+TABLE_PAGE_ROWS: Final = 100
 #: Messages listed by one query.
 MAX_MESSAGES_LISTED: Final = 64
 #: Chaos runs listed (newest first) and the largest result.json read.

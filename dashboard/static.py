@@ -80,16 +80,27 @@ JS = r"""
   function filter(input) {
     const table = document.querySelector(input.dataset.filter);
     const showSys = document.getElementById('show-sys');
+    // at most data-page-rows matching rows are laid out; the note says how many match
+    const pageRows = Number(table.dataset.pageRows || Infinity);
+    const note = document.querySelector('[data-more-for="' + table.id + '"]');
     const apply = () => {
       const needle = input.value.toLowerCase();
       const all = showSys ? showSys.checked : true;
+      let matching = 0;
       for (const row of table.tBodies[0].rows) {
         const sys = row.className && row.className !== 'k-normal';
-        row.hidden = (!all && sys) || !row.textContent.toLowerCase().includes(needle);
+        const match = !(!all && sys) && row.textContent.toLowerCase().includes(needle);
+        if (match) matching += 1;
+        row.hidden = !match || matching > pageRows;
+      }
+      if (note) {
+        note.textContent = matching > pageRows
+          ? 'showing ' + pageRows + ' of ' + matching + ' matching: filter to narrow' : '';
       }
     };
     input.addEventListener('input', apply);
     if (showSys) showSys.addEventListener('change', apply);
+    apply();
   }
 
   document.addEventListener('DOMContentLoaded', () => {

@@ -68,9 +68,10 @@ TOPICS = """{% extends "base" %}{% block body %}
 <label>perm <select name="perm"><option value="6">RW</option><option value="4">R</option><option value="2">W</option></select></label>
 <label><input type="checkbox" name="order" value="true"> orderly</label>
 <button id="create-topic-btn">save</button></form></details>{% endif %}
-<table id="topics"><thead><tr><th>topic</th><th>kind</th></tr></thead><tbody>
-{% for t, kind in topics %}<tr class="k-{{ kind }}"{% if kind != "normal" %} hidden{% endif %}><td><a href="/c/{{ cid }}/topic/{{ t|urlencode }}">{{ t }}</a></td><td>{{ kind }}</td></tr>
+<table id="topics" data-page-rows="{{ page_rows }}"><thead><tr><th>topic</th><th>kind</th></tr></thead><tbody>
+{% set shown = namespace(n=0) %}{% for t, kind in topics %}{% set show = kind == "normal" and shown.n < page_rows %}{% if show %}{% set shown.n = shown.n + 1 %}{% endif %}<tr class="k-{{ kind }}"{% if not show %} hidden{% endif %}><td><a href="/c/{{ cid }}/topic/{{ t|urlencode }}">{{ t }}</a></td><td>{{ kind }}</td></tr>
 {% endfor %}</tbody></table>
+<p class="note" data-more-for="topics"></p>
 {% endblock %}"""
 
 TOPIC = """{% extends "base" %}{% block body %}
@@ -97,10 +98,11 @@ TOPIC = """{% extends "base" %}{% block body %}
 GROUPS = """{% extends "base" %}{% block body %}
 {% for e in errors %}<p class="err">{{ e }}</p>{% endfor %}
 <p><input id="filter" data-filter="#groups" placeholder="filter ({{ groups|length }} groups)"></p>
-<table id="groups"><thead><tr><th>group</th><th>brokers</th><th>broadcast</th><th>retry queues</th><th>max retries</th></tr></thead><tbody>
-{% for g in groups %}<tr><td><a href="/c/{{ cid }}/group/{{ g.name|urlencode }}">{{ g.name }}</a></td><td>{{ g.brokers|join(", ") }}</td>
+<table id="groups" data-page-rows="{{ page_rows }}"><thead><tr><th>group</th><th>brokers</th><th>broadcast</th><th>retry queues</th><th>max retries</th></tr></thead><tbody>
+{% for g in groups %}<tr{% if loop.index > page_rows %} hidden{% endif %}><td><a href="/c/{{ cid }}/group/{{ g.name|urlencode }}">{{ g.name }}</a></td><td>{{ g.brokers|join(", ") }}</td>
 <td>{{ g.config.get("consumeBroadcastEnable", "") }}</td><td>{{ g.config.get("retryQueueNums", "") }}</td><td>{{ g.config.get("retryMaxTimes", "") }}</td></tr>
 {% endfor %}</tbody></table>
+<p class="note" data-more-for="groups"></p>
 {% endblock %}"""
 
 GROUP = """{% extends "base" %}{% block body %}
