@@ -43,17 +43,19 @@ from ..cluster.metrics import ExpositionError, parse_exposition, sample_value
 from ..cluster.metrics_server import METRICS_PATH, fetch_metrics
 from . import supervisor
 from .proxy_up import proxy_rows
-from .render import DEFAULT_INSTALL_DIR, METRICS_PORT_AUTO, metrics_port_of
+from .render import DEFAULT_INSTALL_DIR
 from .supervisor import ClusterState, SupervisorError
 from .topology import (
     BUILTIN_PROFILES,
     KIND_BROKER,
     KIND_NAMESRV,
+    METRICS_PORT_AUTO,
     ROLE_AUTO,
     ROLE_DLEDGER,
     ProfileError,
     ProfileSpec,
     build_topology,
+    metrics_port_of,
     resolve_profile,
 )
 

@@ -34,21 +34,16 @@ from ..cluster.remoting.peer_auth import CLUSTER_SECRET_KEY
 from .topology import (
     KIND_CONTROLLER,
     KIND_NAMESRV,
+    METRICS_PORT_AUTO,
     ROLE_AUTO,
     ROLE_DLEDGER,
     NodeSpec,
     Topology,
+    metrics_port_of,
 )
 
 #: Multi-host nodes listen on every interface (RocketMQ's default; ours is loopback).
 HOSTS_BIND_ADDRESS: Final = "0.0.0.0"
-#: ``metricsPort=auto`` in a profile's broker_properties (namesrv_properties): each broker
-#: serves /metrics on listenPort + METRICS_PORT_OFFSET, each NameServer on its listenPort +
-#: NAMESRV_METRICS_PORT_OFFSET (9976, 9977, ...: clear of the NameServer and controller ports
-#: and of a chaos proxy's shifted NameServer binds).
-METRICS_PORT_AUTO: Final = "auto"
-METRICS_PORT_OFFSET: Final = 4
-NAMESRV_METRICS_PORT_OFFSET: Final = 100
 #: Local clusters keep CommitLog files small (RocketMQ's default is 1 GiB per file).
 LOCAL_COMMITLOG_FILE_BYTES: Final = 64 * 1024 * 1024
 #: RocketMQ's sample broker.conf values.
@@ -144,15 +139,6 @@ def broker_properties(
     if extra:
         props.update(extra)
     return props
-
-
-def metrics_port_of(node: NodeSpec) -> int:
-    """Where a node of ``up --metrics`` serves /metrics: a broker on its listen port + 4 (the
-    port plan leaves listen-2 .. listen+2 to the broker and listen+3 .. +7 to a chaos proxy's
-    shifted binds, of which +4 is unused), a NameServer on its listen port + 100."""
-    if node.kind == KIND_NAMESRV:
-        return node.port + NAMESRV_METRICS_PORT_OFFSET
-    return node.port + METRICS_PORT_OFFSET
 
 
 def node_properties(

@@ -53,6 +53,7 @@ from .topology import (
     KIND_BROKER,
     KIND_CONTROLLER,
     KIND_NAMESRV,
+    METRICS_PORT_AUTO,
     ROLE_ASYNC_MASTER,
     ROLE_AUTO,
     ROLE_DLEDGER,
@@ -440,12 +441,18 @@ def free_base_port(
 ) -> int:
     """A random base port whose whole plan is free right now and lies outside the kernel's
     ephemeral port range (so an outgoing connection cannot take a planned port before the
-    node binds it), within ``low``-``high`` (default: ``ports_for_tests()``). For tests and
-    benchmarks."""
+    node binds it), within ``low``-``high`` (default: ``ports_for_tests()``); the /metrics
+    ports of ``up --metrics`` are probed too, whether or not ``spec`` asks for them. For
+    tests and benchmarks."""
     import random
 
     if low is None or high is None:
         low, high = ports_for_tests()
+    spec = attrs.evolve(
+        spec,
+        broker_properties={**spec.broker_properties, "metricsPort": METRICS_PORT_AUTO},
+        namesrv_properties={**spec.namesrv_properties, "metricsPort": METRICS_PORT_AUTO},
+    )
     span = plan_span(spec)
     eph_lo, eph_hi = _ephemeral_range()
     rng = random.Random()

@@ -90,6 +90,15 @@ class ProfileError(ValueError):
     """An unknown profile, a bad profile file or an impossible port plan; says which."""
 
 
+#: ``metricsPort=auto`` in a profile's broker_properties (namesrv_properties): each broker
+#: serves /metrics on listenPort + METRICS_PORT_OFFSET, each NameServer on its listenPort +
+#: NAMESRV_METRICS_PORT_OFFSET (9976, 9977, ...: clear of the NameServer and controller ports
+#: and of a chaos proxy's shifted NameServer binds).
+METRICS_PORT_AUTO: Final = "auto"
+METRICS_PORT_OFFSET: Final = 4
+NAMESRV_METRICS_PORT_OFFSET: Final = 100
+
+
 @attrs.frozen
 class ProfileSpec:
     """What a profile asks for (a built-in one or a user's file)."""
@@ -261,12 +270,24 @@ class Topology:
     cluster_secret: str = attrs.field(default="", repr=False)
 
     def bind_ports(self, node: NodeSpec) -> dict[str, int]:
-        """The ports ``node`` itself binds: its planned ones, or shifted behind the proxy."""
+        """The ports ``node`` itself binds: its planned ones, or shifted behind the proxy; and
+        its /metrics port when the profile asks for ``metricsPort=auto`` (never proxied)."""
         ports = node.ports()
-        if not self.chaos_proxy:
-            return ports
-        shift = PROXY_BROKER_PORT_SHIFT if node.is_broker else PROXY_NAMESRV_PORT_SHIFT
-        return {key: port + shift for key, port in ports.items()}
+        if self.chaos_proxy:
+            shift = PROXY_BROKER_PORT_SHIFT if node.is_broker else PROXY_NAMESRV_PORT_SHIFT
+            ports = {key: port + shift for key, port in ports.items()}
+        if self._serves_metrics(node):
+            ports["metricsPort"] = metrics_port_of(node)
+        return ports
+
+    def _serves_metrics(self, node: NodeSpec) -> bool:
+        if node.is_broker:
+            props = self.spec.broker_properties
+        elif node.kind == KIND_NAMESRV:
+            props = self.spec.namesrv_properties
+        else:
+            return False
+        return props.get("metricsPort") == METRICS_PORT_AUTO
 
     def proxy_routes(self) -> list[tuple[str, str, int, int]]:
         """``(node, portName, public port, bound port)`` for every port a proxy fronts."""
@@ -581,3 +602,12 @@ def resolve_profile(profile: str, *, groups: int | None = None) -> ProfileSpec:
         spec = attrs.evolve(spec, masters=groups)
         spec.validate()
     return spec
+
+
+def metrics_port_of(node: NodeSpec) -> int:
+    """Where a node of ``up --metrics`` serves /metrics: a broker on its listen port + 4 (the
+    port plan leaves listen-2 .. listen+2 to the broker and listen+3 .. +7 to a chaos proxy's
+    shifted binds, of which +4 is unused), a NameServer on its listen port + 100."""
+    if node.kind == KIND_NAMESRV:
+        return node.port + NAMESRV_METRICS_PORT_OFFSET
+    return node.port + METRICS_PORT_OFFSET

@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import stat
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 from rmq_cluster.deploy import supervisor
-from rmq_cluster.deploy.topology import BUILTIN_PROFILES, plan_span, resolve_profile
+from rmq_cluster.deploy.topology import (
+    BUILTIN_PROFILES,
+    METRICS_PORT_AUTO,
+    build_topology,
+    plan_span,
+    resolve_profile,
+)
 from tests.cache_lock import exclusive, inputs_digest, stamp_matches
 from tests.compat.conftest import _fresh_maven_build
 from tests.conftest import WORKER_PORTS, _worker_slice, suite_scope
@@ -65,6 +73,25 @@ def test_free_base_port_stays_in_the_workers_slice(monkeypatch: pytest.MonkeyPat
     assert 12000 <= supervisor.free_base_port(spec, low=12000, high=14500) < 14500
     monkeypatch.setenv(supervisor.TEST_PORTS_ENV, "9-5")
     assert supervisor.ports_for_tests() == (supervisor.TEST_PORT_LOW, supervisor.TEST_PORT_HIGH)
+
+
+def test_free_base_port_probes_the_metrics_ports_of_up_metrics() -> None:
+    """``up --metrics`` binds /metrics beside each node (a NameServer's listen port + 100): a
+    base whose metrics port is taken is not free, whether or not the spec asks for metrics."""
+    spec = resolve_profile("single")
+    low = supervisor.free_base_port(spec)  # free now, metrics ports included
+    only = {"low": low, "high": low + plan_span(spec) + 1}  # a range of one base: ``low``
+    assert supervisor.free_base_port(spec, **only) == low
+    metrics = build_topology(attrs.evolve(
+        spec, namesrv_properties={"metricsPort": METRICS_PORT_AUTO}), base_port=low)
+    (namesrv,) = metrics.namesrvs
+    port = metrics.bind_ports(namesrv)["metricsPort"]
+    assert port == namesrv.port + 100 and (port, "namesrv-0 metricsPort") in metrics.ports()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        with pytest.raises(supervisor.SupervisorError):
+            supervisor.free_base_port(spec, **only)
 
 
 def _fake_project(tmp: Path) -> tuple[Path, str]:
