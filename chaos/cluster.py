@@ -42,7 +42,6 @@ from ..cluster.remoting.codec import RemotingCommand
 from ..cluster.remoting.codes import RequestCode, ResponseCode
 from ..deploy import supervisor
 from ..deploy.supervisor import ClusterState, NodeRecord, SupervisorError
-from ..deploy.testing import kill_leftovers
 from ..deploy.topology import (
     KIND_CONTROLLER,
     ROLE_SLAVE,
@@ -364,6 +363,8 @@ class ChaosCluster:
                 supervisor.down(self.state, purge=False)
             except SupervisorError as exc:
                 self.log.warning("down failed", error=str(exc))
+        from ..deploy.testing import kill_leftovers  # (not at import: it imports pytest)
+
         kill_leftovers(self.dir, self.seen_pids)
         if purge and (self.dir / supervisor.STATE_FILE).exists():
             import shutil
@@ -446,6 +447,8 @@ async def chaos_cluster(
                     await trio.to_thread.run_sync(cc._teardown, purge)
                 nursery.cancel_scope.cancel()
     finally:
+        from ..deploy.testing import kill_leftovers  # (not at import: it imports pytest)
+
         await trio.to_thread.run_sync(kill_leftovers, directory, cc.seen_pids)
 
 

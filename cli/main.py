@@ -15,7 +15,9 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Callable, Sequence
 from importlib import metadata
+from typing import Any
 
 from ..cluster.logging import LOG_FORMATS, configure_logging, level_for_verbosity
 
@@ -63,7 +65,83 @@ def _with_epilog(p: argparse.ArgumentParser) -> None:
             p.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _deploy(sub: Any) -> None:
+    from ..deploy.commands import add_commands
+
+    add_commands(sub)
+
+
+def _mqadmin(sub: Any) -> None:
+    from ..client.mqadmin_cli import add_commands
+
+    add_commands(sub)
+
+
+def _client(sub: Any) -> None:
+    from ..client.cli import add_commands
+
+    add_commands(sub)
+
+
+def _dledger(sub: Any) -> None:
+    from ..deploy.dledger_cli import add_commands
+
+    add_commands(sub)
+
+
+def _chaos(sub: Any) -> None:
+    from ..chaos.cli import add_chaos_command
+
+    add_chaos_command(sub)
+
+
+def _spark(sub: Any) -> None:
+    from ..spark_jobs.cli import add_commands
+    from ..spark_jobs.mq_export import add_commands as add_source_commands
+
+    add_commands(sub)
+    add_source_commands(sub)
+
+
+def _dashboard(sub: Any) -> None:
+    from ..dashboard.cli import add_commands
+
+    add_commands(sub)
+
+
+def _up_flags(up: argparse.ArgumentParser) -> None:
+    """``up --dashboard`` and ``up --proxy``: flags other packages add to ``up``."""
+    from ..dashboard.cli import add_up_flag
+    from ..deploy.proxy_up import add_up_flag as add_proxy_flag
+
+    add_up_flag(up)
+    add_proxy_flag(up)
+
+
+#: Each package's commands, most used first: a command line imports only the packages up to
+#: the one that has its command (an ``rmq-cluster`` call costs the imports it needs, not every
+#: package's: half a second of CPU per call).
+COMMAND_GROUPS: tuple[Callable[[Any], None], ...] = (
+    _deploy, _mqadmin, _client, _dledger, _chaos, _spark, _dashboard)
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not an option or a global option's
+    value), or None (``--help``, ``--version``, nothing)."""
+    args = iter(argv)
+    for arg in args:
+        if arg == "--log-format":
+            next(args, None)
+        elif arg in ("-h", "--help", "--version"):
+            return None
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; given ``command``, only as much of it as that command needs
+    (every package when no package has it: the usage error lists every command)."""
     parser = argparse.ArgumentParser(
         prog="rmq-cluster",
         description=(
@@ -78,35 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_log_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from ..deploy.commands import add_commands as add_cluster_commands
-
-    add_cluster_commands(sub)
-    from ..deploy.dledger_cli import add_commands as add_dledger_commands
-
-    add_dledger_commands(sub)
-    from ..client.cli import add_commands as add_client_commands
-
-    add_client_commands(sub)
-    from ..client.mqadmin_cli import add_commands as add_mqadmin_commands
-
-    add_mqadmin_commands(sub)
-    from ..chaos.cli import add_chaos_command
-
-    add_chaos_command(sub)
-    from ..spark_jobs.cli import add_commands as add_spark_commands
-
-    add_spark_commands(sub)
-    from ..spark_jobs.mq_export import add_commands as add_spark_source_commands
-
-    add_spark_source_commands(sub)
-    from ..dashboard.cli import add_commands as add_dashboard_commands
-    from ..dashboard.cli import add_up_flag
-
-    add_dashboard_commands(sub)
-    add_up_flag(sub.choices["up"])
-    from ..deploy.proxy_up import add_up_flag as add_proxy_flag
-
-    add_proxy_flag(sub.choices["up"])
+    for add_group in COMMAND_GROUPS:
+        add_group(sub)
+        if command is not None and command in sub.choices:
+            break
+    if command in (None, "up"):  # (another command never parses ``up``'s flags)
+        _up_flags(sub.choices["up"])
     seen: set[int] = set()
     stack = list(sub.choices.values())
     while stack:  # commands and their own subcommands (chaos run | check ...)
@@ -137,8 +192,9 @@ def _configure_logs(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(command_word(words))
+    args = parser.parse_args(words)
     # stdout carries results only: logs go to stderr, warnings and up unless asked for more
     _configure_logs(args)
     if args.command is None:

@@ -288,3 +288,25 @@ def test_bind_address_from_up_or_the_profile(tmp_path: Path) -> None:
     profile.write_text('base = "single"\n[broker_properties]\nbindAddress = "eth0"\n')
     with pytest.raises(ProfileError, match="bindAddress 'eth0' is not an IPv4 address"):
         _with_bind(resolve_profile(str(profile)), None)
+
+
+def test_a_command_line_imports_only_the_packages_its_command_needs() -> None:
+    """``rmq-cluster clusterList ...`` builds the parser up to the package that has the
+    command: chaos, Spark, the dashboard and pytest stay unimported (about half a second of
+    CPU per call, hundreds of calls in a test run); the global options before the command are
+    skipped when finding it, and a help or an unknown command still gets every package."""
+    from rmq_cluster.cli.main import command_word
+
+    assert command_word(["-v", "--log-format", "json", "clusterList", "-n", "x"]) == "clusterList"
+    assert command_word(["--help"]) is None and command_word([]) is None
+    code = ("import sys; from rmq_cluster.cli.main import build_parser; p = build_parser({!r}); "
+            "heavy = [m for m in sys.modules if m.split('.')[:2] in (['rmq_cluster', 'chaos'], "
+            "['rmq_cluster', 'spark_jobs'], ['rmq_cluster', 'dashboard']) or m == 'pytest']; "
+            "print(len(heavy), len(p._subparsers._group_actions[0].choices))")
+    counts = {}
+    for command in ("clusterList", "status", None):
+        done = subprocess.run([sys.executable, "-c", code.format(command)], capture_output=True,
+                              text=True, check=True, timeout=120)
+        counts[command] = [int(x) for x in done.stdout.split()]
+    assert counts["clusterList"][0] == 0 and counts["status"][0] == 0
+    assert counts[None][0] > 0 and counts[None][1] > counts["clusterList"][1]
