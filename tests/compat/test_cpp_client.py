@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +52,23 @@ def run_probe(client: tuple[str, Path], cluster: RunningCluster, topic: str, sce
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster]:
+    """One ``single`` cluster for the scenarios that need nothing else: each client version
+    writes topics of its own (``topic_for``), so none reads another's messages."""
+    with rmq_cluster("single", directory=tmp_path_factory.mktemp("cpp-single")) as cluster:
+        yield cluster
+
+
+def topic_for(client: tuple[str, Path], name: str) -> str:
+    return name + client[0].replace(".", "")
+
+
 def test_cpp_producer_and_push_consumer_with_tag_filter(
-    cpp_client: tuple[str, Path], tmp_path: Path
+    cpp_client: tuple[str, Path], single: RunningCluster, tmp_path: Path
 ) -> None:
-    with rmq_cluster("single", directory=tmp_path / "cluster") as cluster:
-        out = run_probe(cpp_client, cluster, "CppTopic", "produce-consume", tmp_path / "home")
+    out = run_probe(cpp_client, single, topic_for(cpp_client, "CppTopic"), "produce-consume",
+                    tmp_path / "home")
     sent, received = out["sent"], out["received"]
     assert len(sent) == 12 and all(s["status"] == "OK" for s in sent.values())
     # exactly the TagA/TagB messages, with the ids the producer was given
@@ -72,10 +85,10 @@ def test_cpp_producer_and_push_consumer_with_tag_filter(
 
 
 def test_cpp_async_oneway_orderly_batch_and_pull(
-    cpp_client: tuple[str, Path], tmp_path: Path
+    cpp_client: tuple[str, Path], single: RunningCluster, tmp_path: Path
 ) -> None:
-    with rmq_cluster("single", directory=tmp_path / "cluster") as cluster:
-        out = run_probe(cpp_client, cluster, "CppModes", "modes", tmp_path / "home")
+    out = run_probe(cpp_client, single, topic_for(cpp_client, "CppModes"), "modes",
+                    tmp_path / "home")
     assert out["async_acked"] == 12 and out["async_failed"] == []
     assert out["orderly_status"] == ["OK"] * 6
     assert out["batch_status"] == "OK"
