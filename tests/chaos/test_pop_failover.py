@@ -42,13 +42,15 @@ import trio
 from rmq_cluster.client import Message, Producer
 from rmq_cluster.client.config import ClientConfig
 from rmq_cluster.client.errors import MQClientError
-from rmq_cluster.client.frames import request
+from rmq_cluster.client.frames import pull_sys_flag, request
 from rmq_cluster.client.instance import ClientInstance
 from rmq_cluster.cluster.protocol.message import StoredMessage, iter_records
 from rmq_cluster.cluster.protocol.pop import (
     ACK_TAG,
+    CK_TAG,
     PROPERTY_POP_CK,
     AckRecord,
+    Checkpoint,
     ReceiptHandle,
     pop_retry_topic,
     revive_topic,
@@ -109,8 +111,8 @@ class Book:
     #: timer body -> the stored copies popped from the topic itself (group, queue, offset)
     timer_copies: dict[bytes, set[tuple[str, int, int]]] = attrs.field(factory=dict)
     victim_acked: int = 0
-    #: (topic, queue, offset) of every ack record in the new master's revive log
-    stored_acks: set[tuple[str, int, int]] = attrs.field(factory=set)
+    #: ("ack" or "ck", topic, queue, offset) of the records in the new master's revive log
+    revive_log: set[tuple[str, str, int, int]] = attrs.field(factory=set)
     changed: trio.Event = attrs.field(factory=trio.Event)
 
     def touch(self) -> None:
@@ -297,24 +299,26 @@ async def _run(cluster: RunningCluster) -> dict[str, Any]:
         await trio.sleep(LOAD_AFTER_KILL_S)  # the load goes on through and after the failover
         stop.set()
         drained = await _drain(book, killed_at + failover_ms)
+        book.revive_log = await _revive_log(masters, victim)
         nursery.cancel_scope.cancel()
-        book.stored_acks = await _stored_acks(masters, victim)
     report = _report(book, cluster.profile, due, killed_done, failover_ms, drained)
     report["promote_s"] = round(promote_s, 1)
     return report
 
 
-async def _stored_acks(masters: Masters, group: str) -> set[tuple[str, int, int]]:
-    """(topic, queue, offset) of the acks in ``group``'s revive log, read from its master."""
+async def _revive_log(masters: Masters, group: str) -> set[tuple[str, str, int, int]]:
+    """("ack" or "ck", topic, queue, offset) of each message acked or popped (checkpointed)
+    in ``group``'s revive log, read from its master."""
     route = await masters.instance.fetch_route(TOPIC)
     (cluster,) = {bd.cluster for bd in route.broker_datas}
-    out: set[tuple[str, int, int]] = set()
+    out: set[tuple[str, str, int, int]] = set()
     for qid in range(REVIVE_QUEUES):
         offset = 0
         while True:
             ext = {"consumerGroup": "PopChaosAudit", "topic": revive_topic(cluster),
                    "queueId": str(qid), "queueOffset": str(offset), "maxMsgNums": "32",
-                   "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                   "sysFlag": str(pull_sys_flag(False, False, True)), "commitOffset": "0",
+                   "suspendTimeoutMillis": "0",
                    "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
             resp = await masters.instance.invoke(masters.addrs[group],
                                                  request(RC.PULL_MESSAGE, ext), CALL_TIMEOUT_S)
@@ -323,7 +327,10 @@ async def _stored_acks(masters: Masters, group: str) -> set[tuple[str, int, int]
             for rec in iter_records(bytes(resp.body or b"")):
                 if rec.tags == ACK_TAG:
                     ack = AckRecord.decode(rec.body)
-                    out.add((ack.topic, ack.queue_id, ack.ack_offset))
+                    out.add(("ack", ack.topic, ack.queue_id, ack.ack_offset))
+                elif rec.tags == CK_TAG:
+                    ck = Checkpoint.decode(rec.body)
+                    out.update(("ck", ck.topic, ck.queue_id, o) for o in ck.offsets)
             offset = int(resp.ext_fields["nextBeginOffset"])
     return out
 
@@ -366,7 +373,11 @@ def _report(book: Book, profile: str, due: int, killed_done: int, failover_ms: i
         "never_acked": sorted(b.decode() for b in book.sent_ok - book.acked.keys()),
         "never_acked_ack_stored": sorted(
             b.decode() for b in book.sent_ok - book.acked.keys()
-            if book.from_old.get(b) in book.stored_acks),
+            if ("ack", *book.from_old.get(b, ("", -1, -1))) in book.revive_log),
+        "never_acked_ck_stored": sorted(
+            b.decode() for b in book.sent_ok - book.acked.keys()
+            if ("ck", *book.from_old.get(b, ("", -1, -1))) in book.revive_log),
+        "revive_log_records": Counter(kind for kind, *_x in book.revive_log),
         "acked_then_redelivered": redelivered_after_ack,
         "timer_copies": {b.decode(): len(c) for b, c in book.timer_copies.items()},
         "timers_due_after_kill": due > killed_done,
