@@ -4,11 +4,11 @@ sends under load and POP consumers pop and ack, with timer messages pending acro
 One cluster per profile as real processes (``rmq_cluster``): ``2m-2s-sync`` (the slave is
 promoted by hand, RocketMQ 4.x's switch), ``2m-2s-controller`` (the controllers elect the slave)
 and ``dledger`` (the group elects a new leader). A producer (our client) sends plain messages
-from a few concurrent senders all along; before that it sends timer messages to a queue of the
-group that is killed, due a few seconds after the kill. POP consumers (raw POP_MESSAGE /
-ACK_MESSAGE over our client's remoting, as Apache's 5.x client sends them) pop every queue of
-every group's master and ack each message at once. Once the victim group served some pops, its
-master is SIGKILLed; the consumers follow the route to the new master.
+from a few concurrent senders all along. POP consumers (raw POP_MESSAGE / ACK_MESSAGE over our
+client's remoting, as Apache's 5.x client sends them) pop every queue of every group's master
+and ack each message at once. Once the victim group (the first by name) served some pops, the
+producer sends timer messages to its queues, due 6 s later, and its master is SIGKILLed (by
+pid); the consumers follow the route to the new master, the producer goes on a few seconds.
 
 What must hold (the report printed per profile counts the rest):
 
