@@ -45,6 +45,7 @@ from rmq_cluster.cluster.protocol.message import iter_records  # noqa: E402
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client  # noqa: E402
 from rmq_cluster.cluster.remoting.codec import RemotingCommand  # noqa: E402
 from rmq_cluster.cluster.remoting.codes import RequestCode as RC  # noqa: E402
+from rmq_cluster.cluster.remoting.codes import ResponseCode  # noqa: E402
 from tests.interop import oracle, pop_scenario, scenario  # noqa: E402
 
 POP_TOPIC: Final = "BenchPopT"
@@ -57,6 +58,9 @@ POP_NUMS: Final = 32
 INVISIBLE_MS: Final = 60_000
 CALL_TIMEOUT_S: Final = 10.0
 PHASE_TIMEOUT_S: Final = 600.0
+#: A send answered SYSTEM_BUSY (Apache's flow control) is sent again, this often at most.
+BUSY_RETRIES: Final = 50
+BUSY_BACKOFF_S: Final = 0.05
 KINDS: Final = {"ours": "ours", "apache_5_3_1": "java5"}
 
 
@@ -81,6 +85,8 @@ class Bench:
     def __init__(self, client: Any, addr: str) -> None:
         self.client = client
         self.addr = addr
+        #: sends answered SYSTEM_BUSY and sent again
+        self.busy = 0
 
     async def call(self, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
         resp: RemotingCommand = await self.client.invoke(
@@ -100,7 +106,12 @@ class Bench:
             for n in range(first, count, SENDERS):
                 body, extra = body_and_extra(n)
                 ext = scenario.send_v2(topic, n % QUEUES, n, extra=extra)
-                resp = await self.call(RC.SEND_MESSAGE_V2, ext, body)
+                for _attempt in range(BUSY_RETRIES):
+                    resp = await self.call(RC.SEND_MESSAGE_V2, ext, body)
+                    if resp.code != ResponseCode.SYSTEM_BUSY:
+                        break
+                    self.busy += 1  # Apache's flow control: its client retries too
+                    await trio.sleep(BUSY_BACKOFF_S)
                 assert resp.code == 0, (resp.code, resp.remark)
 
         t0 = time.monotonic()
@@ -185,6 +196,7 @@ async def _measure(cluster: oracle.Cluster, args: argparse.Namespace) -> dict[st
         "pop_acked": acked,
         "pop_broker_cpu_ms_per_1000_msgs": round(pop_cpu * 1e6 / max(1, acked), 1),
         "timer_sends_per_s": round(args.timers / timer_send_s, 1),
+        "sends_answered_busy": b.busy,
         "timer_sends_done_before_first_due": timer_send_s < args.lead_s,
         "timer_lateness": _pct(late),
         #: deliveries per second from the first delivered copy to the last (asked: spread)
