@@ -405,7 +405,8 @@ class BrokerNode:
         self.topics.load(read_file(f"{root}/{TOPICS_FILE}"))
         self.offsets.load(read_file(f"{root}/{CONSUMER_OFFSET_FILE}"))
         self.groups.load(read_file(f"{root}/{SUBSCRIPTION_GROUP_FILE}"))
-        self.pop.load(read_file(f"{root}/{self.pop.file_name()}"))
+        for name in self.pop.file_names():
+            self.pop.load(name, read_file(f"{root}/{name}"))
 
     async def persist(self, *, everything: bool = False) -> None:
         """Write the config files whose tables changed (all of them with ``everything``)."""
@@ -420,9 +421,7 @@ class BrokerNode:
         if everything or self.offsets.changed:
             self.offsets.changed = False
             jobs.append((f"{root}/{CONSUMER_OFFSET_FILE}", self.offsets.encode()))
-        modes = self.pop.take_changes(everything)
-        if modes is not None:
-            jobs.append((f"{root}/{self.pop.file_name()}", modes))
+        jobs += [(f"{root}/{name}", data) for name, data in self.pop.take_changes(everything)]
         if self._schedule is not None and (everything or self._schedule.offsets.changed):
             self._schedule.offsets.changed = False
             jobs.append((f"{root}/{DELAY_OFFSET_FILE}", self._schedule.offsets.encode()))

@@ -16,9 +16,13 @@ offset to its queue's oldest unfinished checkpoint. Apache delays each ``ck`` re
 its timer store to the revive time instead; the scan reads the same records either way, so
 a timer can take the waiting over later (``ReviveLedger`` is the seam).
 
-Orderly pops (``order=true``) write no checkpoint: ``OrderBlocks`` keeps one batch per queue in
-flight until acked (in memory: after a restart the batch is popped again from the consumer
-offset, at least once and still in order).
+Orderly pops (``order=true``) write no checkpoint, as Apache's do: ``OrderBlocks`` keeps one
+batch per queue in flight until acked, and the broker writes the blocks to
+``config/consumerOrderInfo.json`` with the consumer offsets (Apache's ``ConsumerOrderInfoManager``
+file, persisted periodically there too). After a restart or a kill -9 a batch in flight stays
+blocked until its invisible time runs out and keeps its counts; a pop newer than the last write
+is popped again from the consumer offset (at least once, still in order). Slaves get neither
+file nor blocks: a promoted slave pops again from the offset, as Apache's does.
 """
 
 from __future__ import annotations

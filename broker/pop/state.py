@@ -9,17 +9,21 @@ of its oldest unfinished checkpoint.
 
 ``OrderBlocks`` is the orderly pop's rule: one batch in flight per (topic, group, queue) until
 every message of it is acked; a batch whose invisible time ran out is popped again from its
-first unacked message, each message counting how often it was handed out.
+first unacked message, each message counting how often it was handed out. The blocks are kept
+in ``config/consumerOrderInfo.json`` in the layout of Apache's ``ConsumerOrderInfoManager``
+(persisted with the consumer offsets, as Apache persists its own periodically), so a batch in
+flight stays in flight, and its counts stay, across a restart or a kill -9.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
 
 import attrs
 
-from ...cluster.protocol.pop import AckRecord, Checkpoint
+from ...cluster.protocol import fastjson
+from ...cluster.protocol.pop import MAX_POP_MSG_NUMS, AckRecord, Checkpoint
 
 #: (group, topic, queueId, startOffset, popTime): a checkpoint's identity, as an ack names it.
 CkKey = tuple[str, str, int, int, int]
@@ -27,6 +31,10 @@ CkKey = tuple[str, str, int, int, int]
 MAX_PENDING_CHECKPOINTS: Final = 1_000_000
 #: Receipt handles one orderly batch honours (each change-invisible adds one).
 MAX_HANDLES_PER_BLOCK: Final = 64
+#: Apache's file of orderly pops in flight (``BrokerPathConfigHelper.getConsumerOrderInfoPath``).
+ORDER_INFO_FILE: Final = "consumerOrderInfo.json"
+#: Blocks the order info file may hold (one per topic, group and queue popped orderly).
+MAX_ORDER_BLOCKS: Final = 1_000_000
 
 
 def ck_key(ck: Checkpoint) -> CkKey:
@@ -122,14 +130,105 @@ class OrderBlock:
     attempt_id: str | None = None
     #: pop times a receipt handle of this batch may carry (change-invisible issues new ones)
     handles: set[int] = attrs.field(factory=set)
+    #: the pop's invisible time (a message's deadline unless change-invisible moved it)
+    invisible_ms: int = 0
 
     def unacked(self) -> list[int]:
         return [o for o in self.offsets if o not in self.acked]
+
+    def to_json_obj(self) -> dict[str, Any]:
+        """Apache's ``OrderInfo``: offsets as the first one and the others' distances from
+        it, acks as bits by position, counts and moved deadlines only where they differ."""
+        first = self.offsets[0]
+        default = self.pop_time + self.invisible_ms
+        return {
+            "popTime": self.pop_time,
+            "invisibleTime": self.invisible_ms,
+            "offsetList": [first] + [o - first for o in self.offsets[1:]],
+            "offsetNextVisibleTime": {str(o): d for o, d in self.deadlines.items()
+                                      if d != default},
+            "offsetConsumedCount": {str(o): c for o, c in self.counts.items() if c > 0},
+            "lastConsumeTimestamp": self.pop_time,
+            "commitOffsetBit": sum(1 << i for i, o in enumerate(self.offsets)
+                                   if o in self.acked),
+            "attemptId": self.attempt_id,
+        }
+
+    @classmethod
+    def from_json_obj(cls, obj: Mapping[str, Any]) -> OrderBlock:
+        """One ``OrderInfo`` (ours or Apache's); ValueError for anything malformed."""
+        pop_time, invisible = _int(obj.get("popTime")), _int(obj.get("invisibleTime") or 0)
+        raw = obj.get("offsetList")
+        if not isinstance(raw, list) or not 0 < len(raw) <= MAX_POP_MSG_NUMS:
+            raise ValueError("offsetList must list 1 to 32 offsets")
+        first = _int(raw[0])
+        offsets = [first] + [first + _int(d) for d in raw[1:]]
+        bits = _int(obj.get("commitOffsetBit") or 0)
+        moved = _int_map(obj.get("offsetNextVisibleTime"))
+        attempt = obj.get("attemptId")
+        return cls(
+            offsets=offsets, pop_time=pop_time,
+            deadlines={o: moved.get(o, pop_time + invisible) for o in offsets},
+            acked={o for i, o in enumerate(offsets) if bits >> i & 1},
+            counts={o: c for o, c in _int_map(obj.get("offsetConsumedCount")).items()
+                    if o in offsets},
+            attempt_id=attempt if isinstance(attempt, str) else None,
+            handles={pop_time}, invisible_ms=invisible,
+        )
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise ValueError(f"not a non-negative long: {value!r}")
+    return value
+
+
+def _int_map(value: Any) -> dict[int, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_POP_MSG_NUMS:
+        raise ValueError("not a map of at most 32 offsets")
+    return {_int(int(k)) if isinstance(k, str) and k.isdigit() else _int(k): _int(v)
+            for k, v in value.items()}
 
 
 class OrderBlocks:
     def __init__(self) -> None:
         self._blocks: dict[OrderKey, OrderBlock] = {}
+        #: a block changed since the file was last written
+        self.changed = False
+
+    def encode(self) -> bytes:
+        """``consumerOrderInfo.json``: ``{"table": {"<topic>@<group>": {"<queueId>": info}}}``."""
+        table: dict[str, dict[str, Any]] = {}
+        for (topic, group, qid), block in self._blocks.items():
+            table.setdefault(f"{topic}@{group}", {})[str(qid)] = block.to_json_obj()
+        return fastjson.dumps({"table": table})
+
+    def load(self, data: bytes) -> int:
+        """Read the blocks of ``consumerOrderInfo.json``; -> entries skipped as malformed."""
+        if not data.strip():
+            return 0
+        obj = fastjson.loads(data)
+        table = obj.get("table") if isinstance(obj, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError(f"{ORDER_INFO_FILE}: no table")
+        skipped = 0
+        for key, queues in table.items():
+            topic, sep, group = str(key).partition("@")
+            if not sep or not topic or not group or not isinstance(queues, dict):
+                skipped += 1
+                continue
+            for qid, info in queues.items():
+                if len(self._blocks) >= MAX_ORDER_BLOCKS:
+                    return skipped + 1
+                try:
+                    block = OrderBlock.from_json_obj(info if isinstance(info, dict) else {})
+                    self._blocks[(topic, group, _int(int(qid)))] = block
+                except (ValueError, TypeError):
+                    skipped += 1
+        self.changed = False
+        return skipped
 
     def blocked(self, key: OrderKey, now_ms: int, attempt_id: str | None = None) -> bool:
         """True while a batch of this queue is in flight (some message unacked and still
@@ -157,8 +256,9 @@ class OrderBlocks:
         self._blocks[key] = OrderBlock(
             offsets=list(offsets), pop_time=pop_time,
             deadlines={o: pop_time + invisible_ms for o in offsets},
-            counts=counts, attempt_id=attempt_id, handles={pop_time},
+            counts=counts, attempt_id=attempt_id, handles={pop_time}, invisible_ms=invisible_ms,
         )
+        self.changed = True
         return counts
 
     def ack(self, key: OrderKey, offset: int, pop_time: int) -> int | None:
@@ -168,6 +268,7 @@ class OrderBlocks:
         if block is None or pop_time not in block.handles or offset not in block.deadlines:
             return None
         block.acked.add(offset)
+        self.changed = True
         rest = block.unacked()
         if rest:
             return rest[0]
@@ -183,6 +284,7 @@ class OrderBlocks:
         if len(block.handles) < MAX_HANDLES_PER_BLOCK:
             block.handles.add(new_pop_time)
         block.deadlines[offset] = new_pop_time + invisible_ms
+        self.changed = True
         return True
 
     def next_deadline(self, topic: str, group: str) -> int | None:
@@ -201,4 +303,5 @@ class OrderBlocks:
         return block.counts.get(offset, 0) if block is not None else 0
 
     def reset(self, key: OrderKey) -> None:
-        self._blocks.pop(key, None)
+        if self._blocks.pop(key, None) is not None:
+            self.changed = True

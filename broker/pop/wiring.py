@@ -15,6 +15,7 @@ from .modes import MODE_FILE, RequestModeTable
 from .polling import PopPolling
 from .processors import PopProcessors
 from .service import PopService
+from .state import ORDER_INFO_FILE
 
 if TYPE_CHECKING:
     from ..context import BrokerContext
@@ -55,24 +56,37 @@ class BrokerPop:
             return []
         return [(q.broker_name, q.read_queue_nums, q.perm) for q in route.queue_datas]
 
-    # ------------------------------------------------------------------ config file
+    # ------------------------------------------------------------------ config files
 
     @staticmethod
-    def file_name() -> str:
-        return MODE_FILE
+    def file_names() -> tuple[str, ...]:
+        """The config files POP keeps: the request modes and the orderly pops in flight."""
+        return (MODE_FILE, ORDER_INFO_FILE)
 
-    def load(self, data: bytes) -> None:
-        """Blocking callers' half: the mode table from ``messageRequestMode.json``."""
+    def load(self, name: str, data: bytes) -> None:
+        """Blocking callers' half: one of ``file_names()`` read back at boot."""
         try:
-            self.modes.load(data)
+            if name == MODE_FILE:
+                self.modes.load(data)
+            elif name == ORDER_INFO_FILE:
+                skipped = self.service.order.load(data)
+                if skipped:
+                    log.warning("order info entries skipped", file=name, skipped=skipped)
         except ValueError as exc:
-            log.error("unreadable request mode file", error=str(exc))
+            log.error("unreadable pop config file", file=name, error=str(exc))
 
-    def take_changes(self, everything: bool) -> bytes | None:
+    def take_changes(self, everything: bool) -> list[tuple[str, bytes]]:
+        """(file name, content) of each file whose table changed (every one with
+        ``everything``)."""
+        out: list[tuple[str, bytes]] = []
         if everything or self.modes.changed:
             self.modes.changed = False
-            return self.modes.encode()
-        return None
+            out.append((MODE_FILE, self.modes.encode()))
+        order = self.service.order
+        if everything or order.changed:
+            order.changed = False
+            out.append((ORDER_INFO_FILE, order.encode()))
+        return out
 
     # ------------------------------------------------------------------ services
 

@@ -20,6 +20,7 @@ What must hold, at least once and no more than an at-least-once consumer expects
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Final
@@ -166,3 +167,66 @@ def test_kill9_during_pop_with_pending_timers(tmp_path: Path) -> None:
     timers = report["timers_in_topic"]
     assert len(timers) == TIMERS and set(timers.values()) == {1}, (
         f"each timer delivered into its topic exactly once: {timers}")
+
+
+ORDER_TOPIC: Final = "ChaosPopFifo"
+ORDER_GROUP: Final = "ChaosPopOrderG"
+#: The orderly batch stays invisible far longer than the test runs.
+ORDER_INVISIBLE_MS: Final = 120_000
+#: The broker writes config/consumerOrderInfo.json with the offsets (flushConsumerOffsetInterval).
+PERSIST_WAIT_S: Final = 30.0
+
+
+def _wait_written(path: Path, needle: bytes) -> None:
+    deadline = time.monotonic() + PERSIST_WAIT_S
+    while needle not in (path.read_bytes() if path.exists() else b""):
+        assert time.monotonic() < deadline, f"{path} never named {needle!r}"
+        time.sleep(0.2)  # another process writes it: poll the file, with a deadline
+
+
+async def _order_scenario(cluster: oracle.Cluster) -> dict[str, Any]:
+    """Orderly pop of a batch, kill -9 once the broker wrote its order info, then: the batch is
+    still in flight (the queue stays blocked), and the old receipt handles ack it."""
+    addr = cluster.broker_addr
+    info_file = cluster.store_dir / "config" / "consumerOrderInfo.json"
+    pop_order = pop_scenario.pop(ORDER_GROUP, ORDER_TOPIC, 2, ORDER_INVISIBLE_MS, order=True)
+    async with open_remoting_client(node="chaos-pop-order") as client:
+        consumer = Consumer(client, addr)
+        await client.invoke(addr, RemotingCommand.request(
+            RC.UPDATE_AND_CREATE_TOPIC, pop_scenario.create_topic(
+                ORDER_TOPIC, "+message.type=FIFO")), CALL_TIMEOUT_S)
+        for n in range(3):
+            ext = scenario.send_v2(ORDER_TOPIC, 0, n, extra={"__SHARDINGKEY": "g"})
+            resp = await client.invoke(addr, RemotingCommand.request(
+                RC.SEND_MESSAGE_V2, ext, _body("fifo", n)), CALL_TIMEOUT_S)
+            assert resp.code == 0, resp.remark
+        first = await consumer.call(RC.POP_MESSAGE, pop_order({}))
+        ctx: dict[str, Any] = {}
+        pop_scenario.save_pop("h")(ctx, first)
+        assert [bytes(r.body) for r in iter_records(bytes(first.body))] == [
+            _body("fifo", 0), _body("fifo", 1)]
+        await trio.to_thread.run_sync(_wait_written, info_file, ORDER_TOPIC.encode())
+        await trio.to_thread.run_sync(cluster.broker.kill9)
+        await trio.to_thread.run_sync(cluster.restart_broker)
+    async with open_remoting_client(node="chaos-pop-order-after") as client:
+        consumer = Consumer(client, cluster.broker_addr)
+        blocked = await consumer.call(RC.POP_MESSAGE, pop_order({}))
+        acks = [(await consumer.call(RC.ACK_MESSAGE, {"consumerGroup": ORDER_GROUP,
+                                                      "topic": ORDER_TOPIC, **h})).code
+                for h in ctx["h"]]
+        after = await consumer.call(RC.POP_MESSAGE, pop_order({}))
+    return {
+        "blocked_after_restart": [bytes(r.body).decode()
+                                  for r in iter_records(bytes(blocked.body or b""))],
+        "acks": acks,
+        "next": [bytes(r.body).decode() for r in iter_records(bytes(after.body or b""))],
+    }
+
+
+def test_kill9_keeps_an_orderly_batch_in_flight(tmp_path: Path) -> None:
+    """Apache persists its orderly pops (ConsumerOrderInfoManager, consumerOrderInfo.json):
+    after a kill -9 a batch still invisible is not handed to another consumer, out of order."""
+    with oracle.running_cluster("ours", tmp_path / "pop-order-kill9") as cluster:
+        report = trio.run(_order_scenario, cluster)
+    assert report["blocked_after_restart"] == [], report
+    assert report["acks"] == [0, 0] and report["next"] == ["fifo-2"], report

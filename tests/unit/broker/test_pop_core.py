@@ -9,6 +9,7 @@ import pytest
 from rmq_cluster.broker.pop.modes import RequestModeTable, allocate_averagely, allocate_for_pop
 from rmq_cluster.broker.pop.service import _order_count_info
 from rmq_cluster.broker.pop.state import OrderBlocks, ReviveLedger
+from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol import pop as wire
 from rmq_cluster.cluster.protocol import topic_attributes as ta
 
@@ -126,3 +127,38 @@ def test_order_count_info_as_apache_writes_it() -> None:
     assert _order_count_info("T", 0, [2, 3], {2: 2, 3: 2}) == [
         "0 qo0%2 2", "0 qo0%3 2", "0 0 2"]
     assert _order_count_info("%RETRY%G_T", 1, [4, 5], {4: 1, 5: 0}) == ["1 qo1%4 1", "1 1 0"]
+
+
+def test_order_blocks_file_round_trip_in_apache_layout() -> None:
+    blocks = OrderBlocks()
+    key = ("T", "G", 2)
+    blocks.popped(key, [7, 8, 10], 1000, 500, attempt_id="a1")
+    blocks.change_invisible(key, 10, 1000, 1200, 900)
+    assert blocks.ack(key, 8, 1000) == 7 and blocks.changed
+    data = blocks.encode()
+    info = fastjson.loads(data)["table"]["T@G"]["2"]
+    assert info["offsetList"] == [7, 1, 3] and info["commitOffsetBit"] == 0b010
+    assert info["popTime"] == 1000 and info["invisibleTime"] == 500
+    assert info["offsetNextVisibleTime"] == {"10": 2100} and info["attemptId"] == "a1"
+    again = OrderBlocks()
+    assert again.load(data) == 0 and not again.changed
+    assert again.blocked(key, 1400) and not again.blocked(key, 2200)
+    assert again.ack(key, 7, 1000) == 10 and again.ack(key, 10, 1000) == 11
+    # a re-pop after a reload keeps counting
+    blocks.popped(key, [7, 10], 1600, 500)
+    reloaded = OrderBlocks()
+    reloaded.load(blocks.encode())
+    assert reloaded.popped(key, [7, 10], 2200, 500) == {7: 2, 10: 2}
+
+
+def test_order_blocks_file_refuses_malformed_entries() -> None:
+    blocks = OrderBlocks()
+    bad = (b'{"table":{"T@G":{"0":{"popTime":-1,"offsetList":[1]},'
+           b'"1":{"popTime":1,"offsetList":[]},"x":{"popTime":1,"offsetList":[1]},'
+           b'"3":{"popTime":1,"offsetList":[1],"offsetConsumedCount":[1]},'
+           b'"4":{"popTime":1,"invisibleTime":5,"offsetList":[4,1]}},'
+           b'"nogroup":{"0":{}}}}')
+    assert blocks.load(bad) == 5
+    assert blocks.blocked(("T", "G", 4), 3) and not blocks.blocked(("T", "G", 0), 0)
+    with pytest.raises(ValueError):
+        blocks.load(b"[1]")
