@@ -1,8 +1,9 @@
 """Apache RocketMQ's Java broker and ours, side by side, driven by RocketMQ's own benchmark tool.
 
     python3 bench/vs_java.py [--seconds 30] [--warmup 10] [--threads 32] [--size 1024]
-                             [--repeats 1] [--modes single,sync,async] [--keep-logs DIR]
-                             [--no-consumer]
+                             [--repeats 1] [--modes single,sync,async,dledger,batch]
+                             [--keep-logs DIR] [--no-consumer] [--busy N]
+                             [--batch 32] [--batch-threads 8] [--no-kill-leader]
 
 For each repeat and mode, the Java cluster (Apache RocketMQ 4.9.7's NameServer + Broker) and ours
 run one after the other (the order alternates between repeats), each from the same rendered
@@ -18,21 +19,41 @@ Consumer`` (same jar, a push consumer with its default 20 consume threads, group
 Producer printed its first line (the topic exists then) and consumes what the Producer sends;
 it too prints a line every 10 s: TPS, failures, average and max RT from the message's birth on
 the producer (B2C) and from its storing on the broker (S2C) to its consumption. Its first line
-(start-up, rebalance) is left out of its figures; the run waits for at least one more. Modes:
+(start-up, rebalance) is left out of its figures; the run waits for at least one more.
+
+The probe (bench/java/BenchClient.java ``probe``, on the same 4.9.7 client, its route polled
+every 100 ms) sends one 1 KiB message to BenchmarkTest every 10 ms beside the Producer in every
+mode but ``batch``; it starts first, and the Producer starts at its first SEND_OK (routes
+served, topic created, a DLedger leader elected: the tool's threads die on a route timeout).
+Its sends started inside the measured window give ``probe``: avg, p99 and max RT (the Producer
+tool prints only avg and max). Modes:
   * ``single``: one ASYNC_MASTER, ASYNC_FLUSH;
   * ``sync`` / ``async``: a SYNC_MASTER / ASYNC_MASTER and one SLAVE of the same kind; the run
     starts once the slave's HA connection to the master is ESTABLISHED (/proc/net/tcp).
   * ``dledger``: a 3-peer DLedger group (enableDLegerCommitLog; 4.9.7's DLedger 0.3.1.2 on the
-    Java side), started together; the leader is elected during the warm-up (sends that fail
-    before it are counted by the tool as it prints them). "broker" is peer n0, leader or not;
-    ``all_brokers_cpu_ms_per_1000_msgs`` sums every broker process.
+    Java side, the version its broker depends on), started together. "broker" is peer n0,
+    leader or not; ``all_brokers_cpu_ms_per_1000_msgs`` sums every broker process. After the
+    measured window (unless ``--no-kill-leader``) the master the probe sends to is killed
+    (SIGKILL) under the running load; ``leader_kill.first_send_ok_after_kill_ms`` is the time
+    from the kill to the end of the first probe send answered SEND_OK after it (90 s at most).
+  * ``batch``: one ASYNC_MASTER of each kind, and NATS JetStream (nats-server ``vs_tools.
+    NATS_VERSION`` from the Go module proxy, a stream of one replica on file storage) as a third
+    kind; the load is BenchClient's ``--batch-threads`` threads, each sending ``--batch`` x
+    ``--size`` bytes as one batch (DefaultMQProducer.send of a list; to NATS: ``--batch`` async
+    publishes, then their acks) and waiting for it. Its lines give msgs/s and the batch's avg,
+    p99 and max RT per 10 s; ``ours_vs_nats`` compares ours with NATS.
+
+``--busy N`` starts N CPU-bound neighbour processes (``while True: pass``, children of the
+bench) before the first run and stops them after the last, failed or not: every broker, JVM
+and ours, runs beside the same N.
 
 Reported per run: every line the tool printed (TPS, max and average RT in ms, failures as it
 prints them), the "steady" figures over the lines after the warm-up ones (those hold the JIT's
 compiling and the topic's creation), each node's CPU seconds over the steady window (from
 /proc/<pid>/stat), CPU ms per 1000 messages, and its VmRSS / RssAnon / VmHWM at the end (from
-/proc/<pid>/status). ``ratios`` is ours/Java per mode (mean over repeats): TPS above 1 means we
-are faster, RT and CPU and RSS below 1 mean we are lighter. With the Consumer: its lines
+/proc/<pid>/status). ``ours_vs_java`` has, per mode and figure, ours and Java's (each the median
+over the repeats) and ours/Java: TPS above 1 means we are faster, RT and CPU and RSS below 1
+mean we are lighter. With the Consumer: its lines
 (``consumer_lines``) and figures (``consumer_steady``), and ``consumer_tps`` and its average
 B2C / S2C RT among the ratios. The CPU and memory figures then cover both loads at once.
 
@@ -82,6 +103,7 @@ sys.path.insert(0, str(ROOT / "tests" / "interop"))
 import oracle  # noqa: E402  (tests/interop/oracle.py: starts and stops both kinds of cluster)
 import vs_busy  # noqa: E402  (bench/vs_busy.py: --busy N)
 import vs_figures  # noqa: E402  (bench/vs_figures.py: the probe's and batch load's figures)
+import vs_machine  # noqa: E402  (bench/vs_machine.py: what a CPU second buys here today)
 import vs_tools  # noqa: E402  (bench/vs_tools.py: BenchClient, nats-server)
 
 PRODUCER_MAIN: Final = "org.apache.rocketmq.example.benchmark.Producer"
@@ -430,7 +452,8 @@ def _run_load(
         want = CONSUMER_WARMUP_LINES + 1
         _wait(f"{want} lines from the Consumer tool",
               lambda: len(tool_lines(consumer, parse_consumer_line)) >= want,
-              (want + 2) * LINE_PERIOD_S, [consumer, tool, *nodes.values()])
+              (want + 2) * LINE_PERIOD_S + FIRST_LINE_TIMEOUT_S,
+              [consumer, tool, *nodes.values()])
     m["lines"] = tool_lines(tool, parse)[:windows]  # the kill below makes lines of its own
     if probe is not None:
         m["probe"] = vs_figures.probe_rt(_probe_log(probe), *m["epoch_ms"])
@@ -579,8 +602,11 @@ def main() -> None:
     cps = Classpaths(tools=oracle.java_classpath(bench=True), client=vs_tools.bench_client())
     if "batch" in args.mode_list:
         vs_tools.nats_server()  # built before the runs, not inside one
+    spin = _java(Path(tempfile.gettempdir()), cps.client, "BenchClient", "spin")
     with vs_busy.busy_neighbours(args.busy):
+        machine = {"before": vs_machine.machine_state(spin)}
         runs = _run_all(args, cps)
+        machine["after"] = vs_machine.machine_state(spin)
     modes = args.mode_list
     report = {
         "benchmark": "RocketMQ benchmark Producer"
@@ -601,6 +627,7 @@ def main() -> None:
         "busy_neighbours": args.busy,
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
+        "machine": machine,
         "broker_jvm_opts": [o for o in oracle.JVM_BASE_OPTS if not o.startswith("--add-opens")],
         "client_jvm_opts": list(CLIENT_JVM_OPTS),
         "runs": runs,

@@ -11,6 +11,10 @@
 //       each thread publishes <batch> messages to JetStream asynchronously, then waits for their
 //       <batch> acks; the stream (R1, file storage) is created first
 //
+//   spin
+//       the CPU time of a fixed integer loop (ns per iteration, best of 5): the JVM's floor on
+//       this machine, beside the same for Python (bench/vs_machine.py)
+//
 // The batch modes print a line every 10 s:
 //   "BATCH msgs/s: N batches/s: N avg_ms: F p99_ms: F max_ms: F failed: N"
 // where the RTs are a whole batch's (send to answer, or first publish to last ack), that window's.
@@ -157,8 +161,22 @@ public final class BenchClient {
         });
     }
 
+    static void spin() {
+        java.lang.management.ThreadMXBean mx = java.lang.management.ManagementFactory
+                .getThreadMXBean();
+        long best = Long.MAX_VALUE, x = 0, n = 100_000_000;
+        for (int round = 0; round < 5; round++) {
+            long t = mx.getCurrentThreadCpuTime();
+            for (long i = 0; i < n; i++) x += i ^ (x >>> 3);
+            best = Math.min(best, mx.getCurrentThreadCpuTime() - t);
+        }
+        System.out.printf("{\"java_loop_ns_per_iter\": %.3f, \"sink\": %d}%n",
+                (double) best / n, x & 1);
+    }
+
     public static void main(String[] args) throws Exception {
         switch (args[0]) {
+            case "spin" -> spin();
             case "probe" -> probe(args[1], args[2], Long.parseLong(args[3]));
             case "rocketmq-batch" -> rocketmqBatch(args[1], args[2], Integer.parseInt(args[3]),
                     Integer.parseInt(args[4]), Integer.parseInt(args[5]));
