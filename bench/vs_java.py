@@ -50,12 +50,15 @@ and ours, runs beside the same N.
 Reported per run: every line the tool printed (TPS, max and average RT in ms, failures as it
 prints them), the "steady" figures over the lines after the warm-up ones (those hold the JIT's
 compiling and the topic's creation), each node's CPU seconds over the steady window (from
-/proc/<pid>/stat), CPU ms per 1000 messages, and its VmRSS / RssAnon / VmHWM at the end (from
-/proc/<pid>/status). ``ours_vs_java`` has, per mode and figure, ours and Java's (each the median
-over the repeats) and ours/Java: TPS above 1 means we are faster, RT and CPU and RSS below 1
-mean we are lighter. With the Consumer: its lines
-(``consumer_lines``) and figures (``consumer_steady``), and ``consumer_tps`` and its average
-B2C / S2C RT among the ratios. The CPU and memory figures then cover both loads at once.
+/proc/<pid>/stat), ``sched_cores`` (per node, in cores: the time its threads ran, and were
+runnable but waited for a CPU, over the window, from /proc/<pid>/task/*/schedstat: a broker that
+"idles" under load shows here whether it slept or waited for a core), CPU ms per 1000
+messages, and its VmRSS / RssAnon / VmHWM at the end (from /proc/<pid>/status).
+``ours_vs_java`` has, per mode and figure, ours and Java's (each the median over the repeats)
+and ours/Java: TPS above 1 means we are faster, RT and CPU and RSS below 1 mean we are lighter.
+With the Consumer: its lines (``consumer_lines``) and figures (``consumer_steady``), and
+``consumer_tps`` and its average B2C / S2C RT among the ratios. The CPU and memory figures then
+cover both loads at once.
 
 The JVM (brokers and NameServer: oracle.JVM_BASE_OPTS without the tests' C1-only flags, so the
 full tiered C2 JIT runs): ``-server -Xms256m -Xmx512m -XX:+UseSerialGC
@@ -160,6 +163,17 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sched_seconds(pid: int) -> tuple[float, float]:
+    """Seconds ``pid``'s threads (all of them) spent on a CPU, and runnable but waiting for one
+    (/proc/<pid>/task/*/schedstat: run time, run delay)."""
+    run = wait = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError), open(task / "schedstat") as f:
+            fields = f.read().split()
+            run, wait = run + int(fields[0]), wait + int(fields[1])
+    return run / 1e9, wait / 1e9
 
 
 def memory_mb(pid: int) -> dict[str, float]:
@@ -409,11 +423,18 @@ def _measure(
     _wait(f"{warmup} warm-up lines", lambda: len(tool_lines(tool, parse)) >= warmup,
           (warmup + 2) * LINE_PERIOD_S + FIRST_LINE_TIMEOUT_S, [tool, *watch])
     cpu0 = {k: cpu_seconds(n.pid) for k, n in nodes.items()}
+    sched0 = {k: sched_seconds(n.pid) for k, n in nodes.items()}
     t0, epoch0 = time.monotonic(), time.time()
     _wait(f"{windows} lines from the load", lambda: len(tool_lines(tool, parse)) >= windows,
           (windows + 2) * LINE_PERIOD_S, [tool, *watch])
+    elapsed = time.monotonic() - t0
+    sched = {k: sched_seconds(n.pid) for k, n in nodes.items()}
     return {
-        "elapsed": time.monotonic() - t0,
+        "elapsed": elapsed,
+        # cores' worth of the window each node ran, and was runnable but waited for a CPU
+        "sched_cores": {k: {"on_cpu": round((sched[k][0] - sched0[k][0]) / elapsed, 3),
+                            "runnable_waiting": round((sched[k][1] - sched0[k][1]) / elapsed, 3)}
+                        for k in nodes},
         "epoch_ms": (epoch0 * 1000, time.time() * 1000),
         "cpu": {k: round(cpu_seconds(n.pid) - cpu0[k], 2) for k, n in nodes.items()},
         "mem": {k: memory_mb(n.pid) for k, n in nodes.items()},
@@ -490,6 +511,7 @@ def run_once(
         "leader_kill": m.get("leader_kill"),
         "window_s": round(m["elapsed"], 1),
         "cpu_s": cpu,
+        "sched_cores": m["sched_cores"],
         "cpu_ms_per_1000_msgs": {k: round(v / msgs * 1e6, 1) for k, v in cpu.items()},
         "all_brokers_cpu_ms_per_1000_msgs": round(
             sum(v for k, v in cpu.items() if k != "namesrv") / msgs * 1e6, 1),
@@ -522,6 +544,8 @@ FIGURES: Final[dict[str, Any]] = {
     "probe_max_rt_ms": lambda r: r["probe"]["max_rt_ms"],
     "leader_kill_first_send_ok_ms": lambda r: r["leader_kill"]["first_send_ok_after_kill_ms"],
     "broker_cpu_ms_per_1000_msgs": lambda r: r["cpu_ms_per_1000_msgs"]["broker"],
+    "broker_on_cpu_cores": lambda r: r["sched_cores"]["broker"]["on_cpu"],
+    "broker_runnable_waiting_cores": lambda r: r["sched_cores"]["broker"]["runnable_waiting"],
     "all_brokers_cpu_ms_per_1000_msgs": lambda r: r["all_brokers_cpu_ms_per_1000_msgs"],
     "broker_rss_anon_mb": lambda r: r["memory_mb"]["broker"]["RssAnon"],
     "broker_vm_rss_mb": lambda r: r["memory_mb"]["broker"]["VmRSS"],
