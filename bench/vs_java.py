@@ -1,8 +1,9 @@
 """Apache RocketMQ's Java broker and ours, side by side, driven by RocketMQ's own benchmark tool.
 
     python3 bench/vs_java.py [--seconds 30] [--warmup 10] [--threads 32] [--size 1024]
-                             [--repeats 1] [--modes single,sync,async] [--keep-logs DIR]
-                             [--no-consumer]
+                             [--repeats 1] [--modes single,sync,async,dledger,batch]
+                             [--keep-logs DIR] [--no-consumer] [--busy N]
+                             [--batch 32] [--batch-threads 8] [--no-kill-leader]
 
 For each repeat and mode, the Java cluster (Apache RocketMQ 4.9.7's NameServer + Broker) and ours
 run one after the other (the order alternates between repeats), each from the same rendered
@@ -18,23 +19,46 @@ Consumer`` (same jar, a push consumer with its default 20 consume threads, group
 Producer printed its first line (the topic exists then) and consumes what the Producer sends;
 it too prints a line every 10 s: TPS, failures, average and max RT from the message's birth on
 the producer (B2C) and from its storing on the broker (S2C) to its consumption. Its first line
-(start-up, rebalance) is left out of its figures; the run waits for at least one more. Modes:
+(start-up, rebalance) is left out of its figures; the run waits for at least one more.
+
+The probe (bench/java/BenchClient.java ``probe``, on the same 4.9.7 client, its route polled
+every 100 ms) sends one 1 KiB message to BenchmarkTest every 10 ms beside the Producer in every
+mode but ``batch``; it starts first, and the Producer starts at its first SEND_OK (routes
+served, topic created, a DLedger leader elected: the tool's threads die on a route timeout).
+Its sends started inside the measured window give ``probe``: avg, p99 and max RT (the Producer
+tool prints only avg and max). Modes:
   * ``single``: one ASYNC_MASTER, ASYNC_FLUSH;
   * ``sync`` / ``async``: a SYNC_MASTER / ASYNC_MASTER and one SLAVE of the same kind; the run
     starts once the slave's HA connection to the master is ESTABLISHED (/proc/net/tcp).
   * ``dledger``: a 3-peer DLedger group (enableDLegerCommitLog; 4.9.7's DLedger 0.3.1.2 on the
-    Java side), started together; the leader is elected during the warm-up (sends that fail
-    before it are counted by the tool as it prints them). "broker" is peer n0, leader or not;
-    ``all_brokers_cpu_ms_per_1000_msgs`` sums every broker process.
+    Java side, the version its broker depends on), started together. "broker" is peer n0,
+    leader or not; ``all_brokers_cpu_ms_per_1000_msgs`` sums every broker process. After the
+    measured window (unless ``--no-kill-leader``) the master the probe sends to is killed
+    (SIGKILL) under the running load; ``leader_kill.first_send_ok_after_kill_ms`` is the time
+    from the kill to the end of the first probe send answered SEND_OK after it (90 s at most).
+  * ``batch``: one ASYNC_MASTER of each kind, and NATS JetStream (nats-server ``vs_tools.
+    NATS_VERSION`` from the Go module proxy, a stream of one replica on file storage) as a third
+    kind; the load is BenchClient's ``--batch-threads`` threads, each sending ``--batch`` x
+    ``--size`` bytes as one batch (DefaultMQProducer.send of a list; to NATS: ``--batch`` async
+    publishes, then their acks) and waiting for it. Its lines give msgs/s and the batch's avg,
+    p99 and max RT per 10 s; ``ours_vs_nats`` compares ours with NATS.
+
+``--busy N`` starts N CPU-bound neighbour processes (``while True: pass``, children of the
+bench) before the first run and stops them after the last, failed or not: every broker, JVM
+and ours, runs beside the same N.
 
 Reported per run: every line the tool printed (TPS, max and average RT in ms, failures as it
 prints them), the "steady" figures over the lines after the warm-up ones (those hold the JIT's
 compiling and the topic's creation), each node's CPU seconds over the steady window (from
-/proc/<pid>/stat), CPU ms per 1000 messages, and its VmRSS / RssAnon / VmHWM at the end (from
-/proc/<pid>/status). ``ratios`` is ours/Java per mode (mean over repeats): TPS above 1 means we
-are faster, RT and CPU and RSS below 1 mean we are lighter. With the Consumer: its lines
-(``consumer_lines``) and figures (``consumer_steady``), and ``consumer_tps`` and its average
-B2C / S2C RT among the ratios. The CPU and memory figures then cover both loads at once.
+/proc/<pid>/stat), ``sched_cores`` (per node, in cores: the time its threads ran, and were
+runnable but waited for a CPU, over the window, from /proc/<pid>/task/*/schedstat: a broker that
+"idles" under load shows here whether it slept or waited for a core), CPU ms per 1000
+messages, and its VmRSS / RssAnon / VmHWM at the end (from /proc/<pid>/status).
+``ours_vs_java`` has, per mode and figure, ours and Java's (each the median over the repeats)
+and ours/Java: TPS above 1 means we are faster, RT and CPU and RSS below 1 mean we are lighter.
+With the Consumer: its lines (``consumer_lines``) and figures (``consumer_steady``), and
+``consumer_tps`` and its average B2C / S2C RT among the ratios. The CPU and memory figures then
+cover both loads at once.
 
 The JVM (brokers and NameServer: oracle.JVM_BASE_OPTS without the tests' C1-only flags, so the
 full tiered C2 JIT runs): ``-server -Xms256m -Xmx512m -XX:+UseSerialGC
@@ -70,6 +94,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import checkout  # noqa: E402,F401  (bench/checkout.py: this tree's rmq_cluster first)
@@ -78,6 +104,10 @@ import checkout  # noqa: E402,F401  (bench/checkout.py: this tree's rmq_cluster 
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "interop"))
 import oracle  # noqa: E402  (tests/interop/oracle.py: starts and stops both kinds of cluster)
+import vs_busy  # noqa: E402  (bench/vs_busy.py: --busy N)
+import vs_figures  # noqa: E402  (bench/vs_figures.py: the probe's and batch load's figures)
+import vs_machine  # noqa: E402  (bench/vs_machine.py: what a CPU second buys here today)
+import vs_tools  # noqa: E402  (bench/vs_tools.py: BenchClient, nats-server)
 
 PRODUCER_MAIN: Final = "org.apache.rocketmq.example.benchmark.Producer"
 CONSUMER_MAIN: Final = "org.apache.rocketmq.example.benchmark.Consumer"
@@ -112,8 +142,17 @@ MODES: Final = {
     "sync": "SYNC_MASTER",
     "async": "ASYNC_MASTER",
     "dledger": None,
+    "batch": None,
 }
 DLEDGER_PEERS: Final = 3
+#: The batch case's topic (auto-created) and NATS subject; BenchClient's 10 s line.
+BATCH_TOPIC: Final = "BatchBenchmarkTest"
+BATCH_LINE_RE: Final = re.compile(r"BATCH msgs/s:")
+#: The probe: one send every PROBE_PERIOD_MS beside the load (its RTs give p99 and max).
+PROBE_PERIOD_MS: Final = 10
+PROBE_LINE_RE: Final = re.compile(r"^P \d")
+#: How long a DLedger group gets to serve a send again after its leader's kill -9.
+RECOVERY_TIMEOUT_S: Final = 90.0
 
 
 # --------------------------------------------------------------------------- /proc readings
@@ -124,6 +163,17 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sched_seconds(pid: int) -> tuple[float, float]:
+    """Seconds ``pid``'s threads (all of them) spent on a CPU, and runnable but waiting for one
+    (/proc/<pid>/task/*/schedstat: run time, run delay)."""
+    run = wait = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError), open(task / "schedstat") as f:
+            fields = f.read().split()
+            run, wait = run + int(fields[0]), wait + int(fields[1])
+    return run / 1e9, wait / 1e9
 
 
 def memory_mb(pid: int) -> dict[str, float]:
@@ -275,93 +325,200 @@ def _peer(
         node.stop()
 
 
-def run_once(
-    kind: str, mode: str, cp: str, args: argparse.Namespace, rep: int = 0
+@attrs.frozen
+class Classpaths:
+    """RocketMQ's benchmark tools (tests/interop/java/pom.xml -P bench) and BenchClient's."""
+
+    tools: str
+    client: str
+
+
+def _java(root: Path, cp: str, main: str, *args: str) -> list[str]:
+    return [oracle._tool("java"), *CLIENT_JVM_OPTS, f"-Duser.home={root}", "-cp", cp, main, *args]
+
+
+def _start_nodes(
+    stack: contextlib.ExitStack, kind: str, mode: str, root: Path, cp: str
+) -> tuple[dict[str, oracle.Node], str]:
+    """The run's servers (``stack`` stops them) by role, and the address a client is given (the
+    NameServer's; NATS: its URL)."""
+    if kind == "nats":
+        node, url = stack.enter_context(vs_tools.running_nats(root))
+        return {"broker": node}, url
+    port = oracle.free_broker_port()
+    # the master's HA port pinned on both kinds, so the slave's connection can be watched
+    extra: dict[str, object] = {
+        "brokerRole": MODES[mode] or "ASYNC_MASTER", "defaultTopicQueueNums": 8,
+        "listenPort": port, "haListenPort": port + 1,
+    }
+    dledger_ports = [oracle.free_port() for _ in range(DLEDGER_PEERS)]
+    if mode == "dledger":
+        extra.update(_dledger_extra(dledger_ports, 0))
+    cluster = stack.enter_context(oracle.running_cluster(
+        kind, root / "master", cp=cp if kind == "java" else None,
+        broker_extra=extra, quick_jvm=False,
+    ))
+    nodes: dict[str, oracle.Node] = {"broker": cluster.broker, "namesrv": cluster.namesrv}
+    if mode == "dledger":  # the leader is elected while the tool warms up
+        for i in range(1, DLEDGER_PEERS):
+            nodes[f"peer{i}"] = stack.enter_context(_peer(
+                kind, root / f"n{i}", cluster, cp, _dledger_extra(dledger_ports, i)))
+    elif mode in ("sync", "async"):
+        nodes["slave"] = stack.enter_context(_slave(kind, root / "slave", cluster, cp))
+    return nodes, cluster.namesrv_addr
+
+
+def _start_load(
+    kind: str, mode: str, root: Path, addr: str, cps: Classpaths, args: argparse.Namespace
+) -> tuple[oracle.Node, Any]:
+    """The load generator's process and the parser of its 10 s lines."""
+    if mode == "batch":
+        sub = "nats-batch" if kind == "nats" else "rocketmq-batch"
+        cmd = _java(root, cps.client, "BenchClient", sub, addr, BATCH_TOPIC,
+                    str(args.batch_threads), str(args.batch), str(args.size))
+        env = oracle._java_env(root / "tool")
+        return oracle.spawn("batch", cmd, root, BATCH_LINE_RE, env), vs_figures.parse_batch_line
+    cmd = _java(root, cps.tools, PRODUCER_MAIN, "-n", addr, "-w", str(args.threads),
+                "-s", str(args.size), "-t", TOPIC)
+    return oracle.spawn("producer", cmd, root, TPS_LINE_RE, oracle._java_env(root / "tool")), \
+        parse_line
+
+
+def _start_probe(root: Path, addr: str, cps: Classpaths) -> oracle.Node:
+    cmd = _java(root, cps.client, "BenchClient", "probe", addr, TOPIC, str(PROBE_PERIOD_MS))
+    return oracle.spawn("probe", cmd, root, PROBE_LINE_RE, oracle._java_env(root / "probe"))
+
+
+def _probe_log(probe: oracle.Node) -> vs_figures.ProbeLog:
+    try:
+        return vs_figures.parse_probe(probe.log.read_text(errors="replace"))
+    except OSError:
+        return vs_figures.ProbeLog((), ())
+
+
+def _kill_leader(nodes: dict[str, oracle.Node], probe: oracle.Node) -> dict[str, Any]:
+    """kill -9 the master the probe last sent to, then wait for its first SEND_OK after it."""
+    masters = _probe_log(probe).masters
+    leader = masters[-1][1] if masters else None
+    victim = next((k for k, n in nodes.items()
+                   if n.match is not None and n.match.groups() and n.match.group(1) == leader),
+                  None)
+    if victim is None:
+        return {"error": f"no node serves the probe's master {leader!r}"}
+    kill_ms = time.time() * 1000
+    nodes[victim].kill9()
+    alive = [probe, *(n for k, n in nodes.items() if k != victim)]
+    with contextlib.suppress(oracle.OracleError):  # not recovered: said in the result
+        _wait("a SEND_OK after the leader's kill",
+              lambda: vs_figures.recovery(_probe_log(probe), kill_ms)["recovered"],
+              RECOVERY_TIMEOUT_S, alive)
+    return {"killed": victim, **vs_figures.recovery(_probe_log(probe), kill_ms)}
+
+
+def _measure(
+    tool: oracle.Node, parse: Any, nodes: dict[str, oracle.Node], watch: list[oracle.Node],
+    warmup: int, windows: int,
 ) -> dict[str, Any]:
-    role = MODES[mode] or "ASYNC_MASTER"
-    # ceil(warmup / 10) warm-up lines (at least 1) plus ceil(seconds / 10) measured ones
+    """Wait out the warm-up lines, then read CPU, wall and epoch times across the measured ones."""
+    _wait(f"{warmup} warm-up lines", lambda: len(tool_lines(tool, parse)) >= warmup,
+          (warmup + 2) * LINE_PERIOD_S + FIRST_LINE_TIMEOUT_S, [tool, *watch])
+    cpu0 = {k: cpu_seconds(n.pid) for k, n in nodes.items()}
+    sched0 = {k: sched_seconds(n.pid) for k, n in nodes.items()}
+    t0, epoch0 = time.monotonic(), time.time()
+    _wait(f"{windows} lines from the load", lambda: len(tool_lines(tool, parse)) >= windows,
+          (windows + 2) * LINE_PERIOD_S, [tool, *watch])
+    elapsed = time.monotonic() - t0
+    sched = {k: sched_seconds(n.pid) for k, n in nodes.items()}
+    return {
+        "elapsed": elapsed,
+        # cores' worth of the window each node ran, and was runnable but waited for a CPU
+        "sched_cores": {k: {"on_cpu": round((sched[k][0] - sched0[k][0]) / elapsed, 3),
+                            "runnable_waiting": round((sched[k][1] - sched0[k][1]) / elapsed, 3)}
+                        for k in nodes},
+        "epoch_ms": (epoch0 * 1000, time.time() * 1000),
+        "cpu": {k: round(cpu_seconds(n.pid) - cpu0[k], 2) for k, n in nodes.items()},
+        "mem": {k: memory_mb(n.pid) for k, n in nodes.items()},
+    }
+
+
+def _line_counts(args: argparse.Namespace) -> tuple[int, int]:
+    """ceil(warmup / 10) warm-up lines (at least 1), and those plus ceil(seconds / 10)."""
     warmup = max(1, -(-int(args.warmup) // int(LINE_PERIOD_S)))
-    windows = warmup + max(1, -(-int(args.seconds) // int(LINE_PERIOD_S)))
+    return warmup, warmup + max(1, -(-int(args.seconds) // int(LINE_PERIOD_S)))
+
+
+def _run_load(
+    kind: str, mode: str, root: Path, cps: Classpaths, args: argparse.Namespace,
+    stack: contextlib.ExitStack,
+) -> dict[str, Any]:
+    """Start the servers, the load, the probe (and the Consumer), measure; the raw results."""
+    nodes, addr = _start_nodes(stack, kind, mode, root, cps.tools)
+    warmup, windows = _line_counts(args)
+    probe = None if mode == "batch" else _start_probe(root, addr, cps)
+    if probe is not None:  # its first SEND_OK: routes served, topic made, DLedger leader elected
+        stack.callback(probe.stop)
+        _wait("the probe's first SEND_OK", lambda: any(s.ok for s in _probe_log(probe).sends),
+              FIRST_LINE_TIMEOUT_S + RECOVERY_TIMEOUT_S, [probe, *nodes.values()])
+    tool, parse = _start_load(kind, mode, root, addr, cps, args)
+    stack.callback(tool.stop)
+    consumer: oracle.Node | None = None
+    tool.wait_boot(FIRST_LINE_TIMEOUT_S + (warmup + 1) * LINE_PERIOD_S)
+    if args.consumer and mode != "batch":  # the topic exists once the Producer printed a line
+        ccmd = _java(root, cps.tools, CONSUMER_MAIN, "-n", addr, "-t", TOPIC)
+        consumer = oracle.spawn("consumer", ccmd, root, CONSUMER_LINE_RE,
+                                oracle._java_env(root / "consumer-tool"))
+        stack.callback(consumer.stop)
+    m = _measure(tool, parse, nodes, list(nodes.values()), warmup, windows)
+    if consumer is not None:  # at least one line after its first, Producer still on
+        want = CONSUMER_WARMUP_LINES + 1
+        _wait(f"{want} lines from the Consumer tool",
+              lambda: len(tool_lines(consumer, parse_consumer_line)) >= want,
+              (want + 2) * LINE_PERIOD_S + FIRST_LINE_TIMEOUT_S,
+              [consumer, tool, *nodes.values()])
+    m["lines"] = tool_lines(tool, parse)[:windows]  # the kill below makes lines of its own
+    if probe is not None:
+        m["probe"] = vs_figures.probe_rt(_probe_log(probe), *m["epoch_ms"])
+        if mode == "dledger" and args.kill_leader:
+            m["leader_kill"] = _kill_leader(nodes, probe)
+    m["consumer_lines"] = (None if consumer is None
+                           else tool_lines(consumer, parse_consumer_line))
+    return m
+
+
+def run_once(
+    kind: str, mode: str, cps: Classpaths, args: argparse.Namespace, rep: int = 0
+) -> dict[str, Any]:
+    warmup, _ = _line_counts(args)
     with tempfile.TemporaryDirectory(prefix=f"vs-java-{kind}-{mode}-") as tmp:
         root = Path(tmp)
-        port = oracle.free_broker_port()
-        # the master's HA port pinned on both kinds, so the slave's connection can be watched
-        extra: dict[str, object] = {
-            "brokerRole": role, "defaultTopicQueueNums": 8,
-            "listenPort": port, "haListenPort": port + 1,
-        }
-        dledger_ports = [oracle.free_port() for _ in range(DLEDGER_PEERS)]
-        if mode == "dledger":
-            extra.update(_dledger_extra(dledger_ports, 0))
-        with contextlib.ExitStack() as stack:
-            cluster = stack.enter_context(oracle.running_cluster(
-                kind, root / "master", cp=cp if kind == "java" else None,
-                broker_extra=extra, quick_jvm=False,
-            ))
-            nodes: dict[str, oracle.Node] = {"broker": cluster.broker, "namesrv": cluster.namesrv}
-            if mode == "dledger":  # the leader is elected while the tool warms up
-                for i in range(1, DLEDGER_PEERS):
-                    nodes[f"peer{i}"] = stack.enter_context(_peer(
-                        kind, root / f"n{i}", cluster, cp, _dledger_extra(dledger_ports, i)))
-            elif mode != "single":
-                nodes["slave"] = stack.enter_context(_slave(kind, root / "slave", cluster, cp))
-            cmd = [
-                oracle._tool("java"), *CLIENT_JVM_OPTS, f"-Duser.home={root}", "-cp", cp,
-                PRODUCER_MAIN, "-n", cluster.namesrv_addr, "-w", str(args.threads),
-                "-s", str(args.size), "-t", TOPIC,
-            ]
-            tool = oracle.spawn("producer", cmd, root, TPS_LINE_RE, oracle._java_env(root / "tool"))
-            consumer: oracle.Node | None = None
-            try:
-                tool.wait_boot(FIRST_LINE_TIMEOUT_S)
-                if args.consumer:  # the topic exists once the Producer printed a line
-                    ccmd = [
-                        oracle._tool("java"), *CLIENT_JVM_OPTS, f"-Duser.home={root}", "-cp", cp,
-                        CONSUMER_MAIN, "-n", cluster.namesrv_addr, "-t", TOPIC,
-                    ]
-                    consumer = oracle.spawn("consumer", ccmd, root, CONSUMER_LINE_RE,
-                                            oracle._java_env(root / "consumer-tool"))
-                _wait(f"{warmup} warm-up lines", lambda: len(tool_lines(tool)) >= warmup,
-                      (warmup + 2) * LINE_PERIOD_S, [tool, *nodes.values()])
-                cpu0 = {k: cpu_seconds(n.pid) for k, n in nodes.items()}
-                t0 = time.monotonic()
-                _wait(f"{windows} lines from the Producer tool",
-                      lambda: len(tool_lines(tool)) >= windows,
-                      (windows + 2) * LINE_PERIOD_S, [tool, *nodes.values()])
-                elapsed = time.monotonic() - t0
-                cpu = {k: round(cpu_seconds(n.pid) - cpu0[k], 2) for k, n in nodes.items()}
-                mem = {k: memory_mb(n.pid) for k, n in nodes.items()}
-                if consumer is not None:  # at least one line after its first, Producer still on
-                    want = CONSUMER_WARMUP_LINES + 1
-                    _wait(f"{want} lines from the Consumer tool",
-                          lambda: len(tool_lines(consumer, parse_consumer_line)) >= want,
-                          (want + 2) * LINE_PERIOD_S, [consumer, tool, *nodes.values()])
-            finally:
-                if consumer is not None:
-                    consumer.stop()
-                tool.stop()
-            lines = tool_lines(tool)
-            consumer_lines = (
-                tool_lines(consumer, parse_consumer_line) if consumer is not None else None
-            )
+        try:
+            with contextlib.ExitStack() as stack:
+                m = _run_load(kind, mode, root, cps, args, stack)
+        finally:
             if args.keep_logs is not None:
                 _keep_logs(root, args.keep_logs / f"{kind}-{mode}-{rep}")
-    steady = summarize(lines, warmup)
-    msgs = max(1.0, steady.get("tps", 0) * elapsed)
+    lines = m["lines"]
+    steady = (vs_figures.summarize_batch(lines, warmup) if mode == "batch"
+              else summarize(lines, warmup))
+    msgs = max(1.0, steady.get("tps", 0) * m["elapsed"])
+    cpu = m["cpu"]
     return {
         "kind": kind,
         "mode": mode,
         "tool_lines": lines,
         "steady": steady,
-        "window_s": round(elapsed, 1),
+        "probe": m.get("probe"),
+        "leader_kill": m.get("leader_kill"),
+        "window_s": round(m["elapsed"], 1),
         "cpu_s": cpu,
+        "sched_cores": m["sched_cores"],
         "cpu_ms_per_1000_msgs": {k: round(v / msgs * 1e6, 1) for k, v in cpu.items()},
         "all_brokers_cpu_ms_per_1000_msgs": round(
             sum(v for k, v in cpu.items() if k != "namesrv") / msgs * 1e6, 1),
-        "memory_mb": mem,
-        **({} if consumer_lines is None else {
-            "consumer_lines": consumer_lines,
-            "consumer_steady": summarize_consumer(consumer_lines),
+        "memory_mb": m["mem"],
+        **({} if m["consumer_lines"] is None else {
+            "consumer_lines": m["consumer_lines"],
+            "consumer_steady": summarize_consumer(m["consumer_lines"]),
         }),
     }
 
@@ -376,35 +533,42 @@ def _keep_logs(root: Path, dest: Path) -> None:
 # --------------------------------------------------------------------------- the report
 
 
-def _mean(runs: list[dict[str, Any]], get: Any) -> float | None:
-    values = [get(r) for r in runs]
-    values = [v for v in values if v is not None]
-    return statistics.fmean(values) if values else None
+#: The figures compared per mode: name -> how a run gives it (medians over the repeats).
+FIGURES: Final[dict[str, Any]] = {
+    "tps": lambda r: r["steady"]["tps"],
+    "avg_rt_ms": lambda r: r["steady"]["avg_rt_ms"],
+    "max_rt_ms": lambda r: r["steady"]["max_rt_ms"],
+    "batch_p99_rt_ms": lambda r: r["steady"]["p99_rt_ms"],
+    "probe_avg_rt_ms": lambda r: r["probe"]["avg_rt_ms"],
+    "probe_p99_rt_ms": lambda r: r["probe"]["p99_rt_ms"],
+    "probe_max_rt_ms": lambda r: r["probe"]["max_rt_ms"],
+    "leader_kill_first_send_ok_ms": lambda r: r["leader_kill"]["first_send_ok_after_kill_ms"],
+    "broker_cpu_ms_per_1000_msgs": lambda r: r["cpu_ms_per_1000_msgs"]["broker"],
+    "broker_on_cpu_cores": lambda r: r["sched_cores"]["broker"]["on_cpu"],
+    "broker_runnable_waiting_cores": lambda r: r["sched_cores"]["broker"]["runnable_waiting"],
+    "all_brokers_cpu_ms_per_1000_msgs": lambda r: r["all_brokers_cpu_ms_per_1000_msgs"],
+    "broker_rss_anon_mb": lambda r: r["memory_mb"]["broker"]["RssAnon"],
+    "broker_vm_rss_mb": lambda r: r["memory_mb"]["broker"]["VmRSS"],
+    "consumer_tps": lambda r: r["consumer_steady"]["tps"],
+    "consumer_avg_b2c_rt_ms": lambda r: r["consumer_steady"]["avg_b2c_rt_ms"],
+    "consumer_avg_s2c_rt_ms": lambda r: r["consumer_steady"]["avg_s2c_rt_ms"],
+}
 
 
-def ratios(runs: list[dict[str, Any]], mode: str) -> dict[str, float | None]:
-    by_kind = {k: [r for r in runs if r["kind"] == k and r["mode"] == mode and "steady" in r]
-               for k in ("java", "ours")}
-    getters = {
-        "tps": lambda r: r["steady"].get("tps"),
-        "avg_rt_ms": lambda r: r["steady"].get("avg_rt_ms"),
-        "max_rt_ms": lambda r: r["steady"].get("max_rt_ms"),
-        "broker_cpu_ms_per_1000_msgs": lambda r: r["cpu_ms_per_1000_msgs"]["broker"],
-        "all_brokers_cpu_ms_per_1000_msgs": lambda r: r["all_brokers_cpu_ms_per_1000_msgs"],
-        "broker_rss_anon_mb": lambda r: r["memory_mb"]["broker"].get("RssAnon"),
-        "broker_vm_rss_mb": lambda r: r["memory_mb"]["broker"].get("VmRSS"),
-        "consumer_tps": lambda r: r.get("consumer_steady", {}).get("tps"),
-        "consumer_avg_b2c_rt_ms": lambda r: r.get("consumer_steady", {}).get("avg_b2c_rt_ms"),
-        "consumer_avg_s2c_rt_ms": lambda r: r.get("consumer_steady", {}).get("avg_s2c_rt_ms"),
-    }
-    out: dict[str, float | None] = {}
-    for name, get in getters.items():
-        java, ours = _mean(by_kind["java"], get), _mean(by_kind["ours"], get)
-        out[name] = round(ours / java, 3) if java and ours is not None else None
-    return out
+def comparison(runs: list[dict[str, Any]], mode: str, base: str = "java") -> dict[str, Any]:
+    """Per figure the run has: ours, ``base``'s (each the median over its repeats), ours/base."""
+    of_mode = [r for r in runs if r["mode"] == mode]
+    table = vs_figures.median_ratios(of_mode, FIGURES, base=base)
+    return {k: v for k, v in table.items() if v["ours"] is not None or v[base] is not None}
 
 
-def main() -> None:
+def kinds_of(mode: str, rep: int) -> tuple[str, ...]:
+    """The kinds a mode compares, in the order of repeat ``rep`` (alternating)."""
+    kinds = ("java", "ours", "nats") if mode == "batch" else ("java", "ours")
+    return kinds if rep % 2 == 0 else kinds[::-1]
+
+
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0,
                         help="measured length after the warm-up (the tool prints every 10 s)")
@@ -419,30 +583,55 @@ def main() -> None:
                         help="the Producer tool alone (no benchmark Consumer beside it)")
     parser.add_argument("--modes", default="single",
                         help="comma-separated of: " + ", ".join(MODES))
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="N CPU-bound neighbour processes for the whole run (both brokers)")
+    parser.add_argument("--batch", type=int, default=32, help="messages per batch (batch mode)")
+    parser.add_argument("--batch-threads", type=int, default=8,
+                        help="threads each sending a batch and waiting for it (batch mode)")
+    parser.add_argument("--no-kill-leader", dest="kill_leader", action="store_false",
+                        help="dledger: skip the leader kill -9 after the measured window")
     args = parser.parse_args()
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
+    args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in args.mode_list if m not in MODES]
+    if bad or not args.mode_list:
         parser.error(f"unknown mode(s) {bad}; choose from {list(MODES)}")
     if not (1 <= args.threads <= 1024 and 1 <= args.size <= 4 * 1024 * 1024
-            and 1 <= args.repeats <= 100 and 0 < args.seconds <= 3600 and 0 <= args.warmup <= 3600):
-        parser.error("--threads 1..1024, --size 1..4194304, --repeats 1..100, --seconds 0..3600")
+            and 1 <= args.repeats <= 100 and 0 < args.seconds <= 3600 and 0 <= args.warmup <= 3600
+            and 0 <= args.busy <= 64 and 1 <= args.batch <= 1024
+            and 1 <= args.batch_threads <= 1024 and args.batch * args.size <= 4 * 1024 * 1024):
+        parser.error("--threads 1..1024, --size 1..4194304, --repeats 1..100, --seconds 0..3600,"
+                     " --busy 0..64, --batch 1..1024 (batch x size <= 4 MiB), --batch-threads"
+                     " 1..1024")
+    return args
 
-    cp = oracle.java_classpath(bench=True)
+
+def _run_all(args: argparse.Namespace, cps: Classpaths) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
     for rep in range(args.repeats):
-        for mode in modes:
-            order = ("java", "ours") if rep % 2 == 0 else ("ours", "java")
-            for kind in order:
+        for mode in args.mode_list:
+            for kind in kinds_of(mode, rep):
                 try:
-                    result = run_once(kind, mode, cp, args, rep)
+                    result = run_once(kind, mode, cps, args, rep)
                 except oracle.OracleError as exc:
                     result = {"kind": kind, "mode": mode, "error": str(exc)[-2000:]}
                 runs.append({"repeat": rep, **result})
-                print(json.dumps({k: runs[-1].get(k) for k in ("repeat", "kind", "mode",
-                                                               "steady", "consumer_steady",
-                                                               "error")}),
-                      file=sys.stderr, flush=True)
+                print(json.dumps({k: runs[-1].get(k) for k in (
+                    "repeat", "kind", "mode", "steady", "probe", "leader_kill",
+                    "consumer_steady", "error")}), file=sys.stderr, flush=True)
+    return runs
+
+
+def main() -> None:
+    args = _parse_args()
+    cps = Classpaths(tools=oracle.java_classpath(bench=True), client=vs_tools.bench_client())
+    if "batch" in args.mode_list:
+        vs_tools.nats_server()  # built before the runs, not inside one
+    spin = _java(Path(tempfile.gettempdir()), cps.client, "BenchClient", "spin")
+    with vs_busy.busy_neighbours(args.busy):
+        machine = {"before": vs_machine.machine_state(spin)}
+        runs = _run_all(args, cps)
+        machine["after"] = vs_machine.machine_state(spin)
+    modes = args.mode_list
     report = {
         "benchmark": "RocketMQ benchmark Producer"
                      + (" and Consumer" if args.consumer else "")
@@ -450,17 +639,25 @@ def main() -> None:
         "tool": f"{PRODUCER_MAIN} (rocketmq-example 4.7.0 on rocketmq-client 4.9.7)",
         "consumer_tool": (f"{CONSUMER_MAIN} (rocketmq-example 4.7.0 on rocketmq-client 4.9.7)"
                           if args.consumer else None),
+        "probe": f"bench/java/BenchClient.java probe: one 1 KiB send every {PROBE_PERIOD_MS} ms",
+        "batch_tool": (f"bench/java/BenchClient.java: {args.batch_threads} threads x batches of "
+                       f"{args.batch} x {args.size} B; NATS {vs_tools.NATS_VERSION} JetStream R1"
+                       if "batch" in modes else None),
         "threads": args.threads,
         "message_bytes": args.size,
         "seconds": args.seconds,
         "warmup_seconds": args.warmup,
         "repeats": args.repeats,
+        "busy_neighbours": args.busy,
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
+        "machine": machine,
         "broker_jvm_opts": [o for o in oracle.JVM_BASE_OPTS if not o.startswith("--add-opens")],
         "client_jvm_opts": list(CLIENT_JVM_OPTS),
         "runs": runs,
-        "ratios_ours_over_java": {m: ratios(runs, m) for m in modes},
+        "ours_vs_java": {m: comparison(runs, m) for m in modes},
+        **({"ours_vs_nats": {"batch": comparison(runs, "batch", base="nats")}}
+           if "batch" in modes else {}),
     }
     print(json.dumps(report, indent=2))
 
