@@ -75,3 +75,11 @@ POP_DEVIATIONS: Final[tuple[tuple[str, str, str, str], ...]] = (
 #: Kinds a POP deviation may have; a "timing" one depends on how a run's waits fell, so it is
 #: allowed but not required to occur.
 POP_KINDS: Final = frozenset({"deliberate", "finding", "version", "timing"})
+
+#: Apache RocketMQ 5.3.1's Proxy (cluster mode, before its 5.3.1 broker) against ``mqproxy``
+#: on the gRPC scenario (tests/interop/proxy_scenario.py, test_proxy_differential.py):
+#: (step regex, field regex, kind, note), read as POP_DEVIATIONS is.
+PROXY_DEVIATIONS: Final[tuple[tuple[str, str, str, str], ...]] = (
+)
+
+PROXY_KINDS: Final = POP_KINDS
