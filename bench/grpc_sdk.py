@@ -1,4 +1,4 @@
-"""Apache's RocketMQ 5 Python SDK through Apache's 5.3.1 Proxy + Broker and through ours, in one run.
+"""Apache's RocketMQ 5 Python SDK through Apache's 5.3.1 Proxy + Broker and through ours.
 
     python3 bench/grpc_sdk.py [--messages 2000] [--size 1024] [--repeats 1] [--quick-jvm]
 
@@ -46,7 +46,13 @@ RECEIVE_DEADLINE_S = 300.0
 def sdk_side(endpoint: str, messages: int, size: int) -> None:
     """Runs in the SDK's venv: send, then receive and ack; one JSON line on stdout."""
     from rocketmq import (  # type: ignore[import-not-found]
-        ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer)
+        ClientConfiguration,
+        Credentials,
+        FilterExpression,
+        Message,
+        Producer,
+        SimpleConsumer,
+    )
 
     config = ClientConfiguration(endpoint, Credentials())
     producer = Producer(config, (TOPIC,))
@@ -55,7 +61,7 @@ def sdk_side(endpoint: str, messages: int, size: int) -> None:
     lat: list[float] = []
     t0 = time.perf_counter()
     try:
-        for i in range(messages):
+        for _ in range(messages):
             msg = Message()
             msg.topic, msg.body, msg.tag = TOPIC, body, "B"
             s = time.perf_counter()

@@ -33,6 +33,8 @@ FIFO_TOPIC: Final = "ProxyOracleFifo"
 DELAY_TOPIC: Final = "ProxyOracleDelay"
 GROUP: Final = "ProxyOracleG"
 MISSING_TOPIC: Final = "ProxyOracleNoSuchTopic"
+#: never sent to (a send to MISSING_TOPIC may create it: autoCreateTopicEnable)
+UNKNOWN_TOPIC: Final = "ProxyOracleNeverSeen"
 #: a delay message's delivery time after its send (short: the scenario waits for it)
 DELAY_MS: Final = 2_000
 #: how long the scenario waits for a delayed message to become receivable
@@ -204,22 +206,29 @@ def message(topic: str, n: int, *, group: str = "", delay_ms: int = 0,
                       system_properties=props, body=body)
 
 
-def receive_request(topic: str, group: str = GROUP, batch: int = 32) -> spb.ReceiveMessageRequest:
+def receive_request(topic: str, broker: str, group: str = GROUP, batch: int = 32
+                    ) -> spb.ReceiveMessageRequest:
+    """A SimpleConsumer's receive: the whole broker ``broker`` (queue -1), as the SDKs name
+    the broker QueryRoute gave them."""
     return spb.ReceiveMessageRequest(
         group=pb.Resource(name=group),
         message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1,
-                                      permission=pb.READ_WRITE),
+                                      permission=pb.READ_WRITE,
+                                      broker=pb.Broker(name=broker)),
         filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
         batch_size=batch, invisible_duration=_duration(INVISIBLE_S), auto_renew=False,
         long_polling_timeout=_duration(5))
 
 
-def _ack(c: Clients, key: str, index: int = 0, *, handle: str | None = None,
-         topic: str = TOPIC) -> dict[str, Any]:
-    msg_id, real = c.ctx.get(key, [("none", "none")] * (index + 1))[index]
+def _ack(c: Clients, key: str, *, topic: str = TOPIC) -> dict[str, Any]:
+    [(msg_id, handle)] = c.ctx[key]
+    return _ack_handle(c, msg_id, handle, topic)
+
+
+def _ack_handle(c: Clients, msg_id: str, handle: str, topic: str = TOPIC) -> dict[str, Any]:
     req = spb.AckMessageRequest(
         group=pb.Resource(name=GROUP), topic=pb.Resource(name=topic),
-        entries=[spb.AckMessageEntry(message_id=msg_id, receipt_handle=handle or real)])
+        entries=[spb.AckMessageEntry(message_id=msg_id, receipt_handle=handle)])
     return unary(c.consumer, "AckMessage", req)
 
 
@@ -237,7 +246,7 @@ def _change_invisible(c: Clients, key: str, topic: str) -> dict[str, Any]:
 def _receive_until(c: Clients, topic: str, key: str, wait_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + wait_s
     while True:
-        view = receive(c.consumer, receive_request(topic), c.ctx, key)
+        view = receive(c.consumer, receive_request(topic, c.ctx["broker"]), c.ctx, key)
         if c.ctx[key] or time.monotonic() > deadline:
             return view
 
@@ -247,8 +256,16 @@ def _send(c: Clients, *msgs: pb.Message) -> dict[str, Any]:
 
 
 def _route(c: Clients, topic: str) -> dict[str, Any]:
-    return unary(c.producer, "QueryRoute", spb.QueryRouteRequest(
+    view = unary(c.producer, "QueryRoute", spb.QueryRouteRequest(
         topic=pb.Resource(name=topic), endpoints=c.ctx["endpoints"]))
+    c.ctx.setdefault("broker", view.get("message_queues[0].broker.name", "?"))
+    return view
+
+
+def _receive(c: Clients, topic: str, key: str = "", *, group: str = GROUP,
+             broker: str | None = None) -> dict[str, Any]:
+    req = receive_request(topic, c.ctx["broker"] if broker is None else broker, group)
+    return receive(c.consumer, req, c.ctx, key)
 
 
 CallStep = Callable[[Clients], dict[str, Any]]
@@ -273,18 +290,18 @@ STEPS: Final[tuple[tuple[str, CallStep, str], ...]] = (
     ("send_missing_topic", lambda c: _send(c, message(MISSING_TOPIC, 4)), "TOPIC_NOT_FOUND"),
     ("send_wrong_type", lambda c: _send(c, message(TOPIC, 5, group="g1", kind=pb.FIFO)),
      "a FIFO message to a NORMAL topic"),
-    ("receive_normal", lambda c: receive(c.consumer, receive_request(TOPIC), c.ctx, "normal"),
+    ("receive_normal", lambda c: _receive(c, TOPIC, "normal"),
      "the message sent, with its system properties"),
     ("ack_normal", lambda c: _ack(c, "normal"), ""),
-    ("receive_fifo", lambda c: receive(c.consumer, receive_request(FIFO_TOPIC), c.ctx, "fifo"),
-     ""),
+    ("receive_fifo", lambda c: _receive(c, FIFO_TOPIC, "fifo"), ""),
     ("change_invisible_fifo", lambda c: _change_invisible(c, "fifo", FIFO_TOPIC), ""),
     ("ack_fifo", lambda c: _ack(c, "fifo", topic=FIFO_TOPIC), "acked by the new handle"),
-    ("ack_bad_receipt_handle", lambda c: _ack(c, "normal", handle="not-a-handle"), ""),
-    ("receive_bad_group", lambda c: receive(c.consumer, receive_request(TOPIC, "bad group!")),
+    ("ack_bad_receipt_handle", lambda c: _ack_handle(c, "01A0B0C0D0E0F0", "not-a-handle"), ""),
+    ("receive_bad_group", lambda c: _receive(c, TOPIC, group="bad group!"),
      "an invalid group name"),
-    ("receive_missing_topic", lambda c: receive(c.consumer, receive_request(MISSING_TOPIC)),
-     ""),
+    ("receive_missing_topic", lambda c: _receive(c, UNKNOWN_TOPIC), ""),
+    ("receive_no_broker", lambda c: _receive(c, TOPIC, broker=""),
+     "a receive that names no broker (the SDKs always name one)"),
     ("receive_delay", lambda c: _receive_until(c, DELAY_TOPIC, "delay", DELAY_WAIT_S),
      "the delayed message once due"),
     ("ack_delay", lambda c: _ack(c, "delay", topic=DELAY_TOPIC), ""),

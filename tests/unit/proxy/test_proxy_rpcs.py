@@ -7,7 +7,10 @@ import hashlib
 
 import pytest
 
+from rmq_cluster.client.errors import MQBrokerError
 from rmq_cluster.cluster.protocol.route import BrokerData, PermName, QueueData, TopicRouteData
+from rmq_cluster.cluster.protocol.topic_attributes import MessageType, type_mismatch
+from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.proxy import convert
 from rmq_cluster.proxy.consume import parse_handle
 from rmq_cluster.proxy.pb import definition_pb2 as pb
@@ -59,6 +62,8 @@ def test_query_assignment_hands_out_each_readable_broker_whole() -> None:
     assert [(a.message_queue.broker.name, a.message_queue.id, a.message_queue.permission)
             for a in got] == [("a", -1, pb.READ), ("b", -1, pb.READ_WRITE)]
     assert all(a.message_queue.broker.endpoints == endpoints for a in got)
+    # accepted message types are a producer's matter: Apache's proxy names none here
+    assert all(not a.message_queue.accept_message_types for a in got)
 
 
 def _message(**system: object) -> pb.Message:
@@ -92,3 +97,13 @@ def test_body_digests_are_md5_in_upper_case_hex() -> None:
     body = b"push 0"  # its CRC-32 starts with a zero digit
     assert convert.body_digest(body) == pb.Digest(
         type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper())
+
+
+def test_the_brokers_message_type_refusal_is_message_property_conflict_with_type() -> None:
+    """As Apache's 5.3.1 proxy answers a FIFO message sent to a NORMAL topic
+    (tests/interop/test_proxy_differential.py); any other illegal message stays BAD_REQUEST."""
+    remark = type_mismatch(MessageType.NORMAL, MessageType.FIFO)
+    refused = MQBrokerError(ResponseCode.MESSAGE_ILLEGAL, remark, "127.0.0.1:10911")
+    assert convert.error_status(refused).code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    other = MQBrokerError(ResponseCode.MESSAGE_ILLEGAL, "the message body is empty", None)
+    assert convert.error_status(other).code == pb.BAD_REQUEST
