@@ -1,6 +1,7 @@
 """Apache's RocketMQ 5 Python SDK through Apache's 5.3.1 Proxy + Broker and through ours.
 
-    python3 bench/grpc_sdk.py [--messages 2000] [--size 1024] [--repeats 1] [--quick-jvm]
+    python3 bench/grpc_sdk.py [--messages 2000] [--warmup 200] [--size 1024] [--repeats 1]
+                              [--quick-jvm]
 
 For each repeat, the two stacks run one after the other (the order alternates between repeats),
 each on free loopback ports in a temp dir, started and always stopped by tests/interop:
@@ -12,10 +13,11 @@ each on free loopback ports in a temp dir, started and always stopped by tests/i
 
 The same client drives both: ``rocketmq-python-client`` 5.1.2 from PyPI in a venv of its own
 (the one tests/compat builds, ``~/.cache/rmq-cluster-compat/pyclient-5.1.2``), running this file
-with ``--sdk-side``: a Producer sends ``--messages`` messages of ``--size`` bytes one after the
-other (each send's latency is timed), then a SimpleConsumer receives them (batches of 32) and
-acks each. Reported per run: send msgs/s, receive+ack msgs/s, send latency p50/p99/max (ms),
-and the RssAnon (MiB, /proc/<pid>/status) of the proxy and the broker at the end; ``ratios`` is
+with ``--sdk-side``: a Producer sends ``--warmup`` messages untimed (connections, routes, the
+JIT), then ``--messages`` messages of ``--size`` bytes one after the other (each send's latency
+is timed), then a SimpleConsumer receives all of them (batches of 32) and acks each (timed).
+Reported per run: send msgs/s, receive+ack msgs/s, send latency p50/p99/max (ms), and the
+RssAnon (MiB, /proc/<pid>/status) of the proxy and the broker at the end; ``ratios`` is
 ours/Apache (mean over repeats): msgs/s above 1 means we are faster, latency and RSS below 1
 mean we are lighter. The JVMs run oracle.JVM_BASE_OPTS (serial GC, 512 MiB heap, 2 CPUs) with
 the full JIT unless ``--quick-jvm``. Everything shares the machine's cores: the figures compare
@@ -43,9 +45,10 @@ RECEIVE_DEADLINE_S = 300.0
 # --------------------------------------------------------------------------- the SDK's side
 
 
-def sdk_side(endpoint: str, messages: int, size: int) -> None:
-    """Runs in the SDK's venv: send, then receive and ack; one JSON line on stdout."""
-    from rocketmq import (  # type: ignore[import-not-found]
+def sdk_side(endpoint: str, messages: int, size: int, warmup: int) -> None:
+    """Runs in the SDK's venv: ``warmup`` sends untimed, ``messages`` timed, then receive and
+    ack them all (timed); one JSON line on stdout."""
+    from rocketmq import (
         ClientConfiguration,
         Credentials,
         FilterExpression,
@@ -59,6 +62,14 @@ def sdk_side(endpoint: str, messages: int, size: int) -> None:
     producer.startup()
     body = b"x" * size
     lat: list[float] = []
+    try:
+        for _ in range(warmup):  # connections, routes, the JVMs' JIT
+            msg = Message()
+            msg.topic, msg.body, msg.tag = TOPIC, body, "B"
+            producer.send(msg)
+    except BaseException:
+        producer.shutdown()
+        raise
     t0 = time.perf_counter()
     try:
         for _ in range(messages):
@@ -76,7 +87,7 @@ def sdk_side(endpoint: str, messages: int, size: int) -> None:
     t0 = time.perf_counter()
     deadline = time.monotonic() + RECEIVE_DEADLINE_S
     try:
-        while got < messages and time.monotonic() < deadline:
+        while got < messages + warmup and time.monotonic() < deadline:
             try:
                 batch = consumer.receive(32, 30)
             except Exception:  # MESSAGE_NOT_FOUND surfaces as an exception
@@ -119,10 +130,12 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _drive(python: Path, endpoint: str, home: Path, messages: int, size: int) -> dict[str, Any]:
+def _drive(python: Path, endpoint: str, home: Path, args: argparse.Namespace
+           ) -> dict[str, Any]:
     home.mkdir(parents=True, exist_ok=True)  # the SDK logs under $HOME/logs
     done = subprocess.run(
-        [str(python), __file__, "--sdk-side", endpoint, str(messages), str(size)],
+        [str(python), __file__, "--sdk-side", endpoint, str(args.messages), str(args.size),
+         str(args.warmup)],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800,
         env={**os.environ, "HOME": str(home)}, check=False)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
@@ -131,7 +144,7 @@ def _drive(python: Path, endpoint: str, home: Path, messages: int, size: int) ->
     raw = json.loads(lines[-1])
     lat = raw["latencies_ms"]
     return {
-        "send_msgs_per_s": round(messages / raw["send_s"], 1),
+        "send_msgs_per_s": round(args.messages / raw["send_s"], 1),
         "receive_msgs_per_s": round(raw["received"] / raw["receive_s"], 1),
         "received": raw["received"],
         "send_p50_ms": round(_percentile(lat, 0.50), 2),
@@ -169,7 +182,7 @@ def run_stack(kind: str, root: Path, args: argparse.Namespace, python: Path) -> 
             (root / "proxy").mkdir(parents=True)
             ours = stack.enter_context(live_proxy(root / "proxy", cluster.namesrv_addr))
             endpoint, proxy_pid = f"127.0.0.1:{ours.port}", ours.proc.pid
-        figures = _drive(python, endpoint, root / "sdk-home", args.messages, args.size)
+        figures = _drive(python, endpoint, root / "sdk-home", args)
         figures["proxy_rss_anon_mb"] = _rss(proxy_pid)
         figures["broker_rss_anon_mb"] = _rss(cluster.broker.pid)
         return figures
@@ -181,11 +194,13 @@ RATIO_KEYS = ("send_msgs_per_s", "receive_msgs_per_s", "send_p50_ms", "send_p99_
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--sdk-side":
-        sdk_side(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        sdk_side(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--warmup", type=int, default=200,
+                        help="sends before the timed ones (received and acked with them)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--quick-jvm", action="store_true", help="C1 only (faster boot)")
     args = parser.parse_args()
@@ -206,7 +221,7 @@ def main() -> None:
         apache = statistics.mean(r[key] for r in runs if r["kind"] == "apache")
         ratios[key] = round(ours / apache, 3) if apache else None
     print(json.dumps({"bench": "grpc_sdk", "sdk": f"rocketmq-python-client {PYTHON_CLIENT}",
-                      "messages": args.messages, "size": args.size,
+                      "messages": args.messages, "warmup": args.warmup, "size": args.size,
                       "repeats": args.repeats, "quick_jvm": args.quick_jvm, "runs": runs,
                       "ratios_ours_over_apache": ratios}))
 
