@@ -41,6 +41,10 @@ _SYSTEM_KEYS: Final = frozenset({
     MC.PROPERTY_WAIT_STORE_MSG_OK, PROPERTY_POP_CK, PROPERTY_SHARDING_KEY,
     "TIMER_DELIVER_MS", "TIMER_OUT_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "1ST_POP_TIME",
     "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "MIN_OFFSET", "MAX_OFFSET",
+    # the broker's own (its cluster, the timer wheel's times) and the SDK's born host: none of
+    # them a user property, as Apache's proxy hides them
+    MC.PROPERTY_CLUSTER, "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES",
+    convert.PROPERTY_BORN_HOST,
 })
 
 
@@ -97,7 +101,7 @@ def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int) -> pb.Me
     sp.body_digest.CopyFrom(convert.body_digest(m.body))
     sp.body_encoding = pb.IDENTITY
     sp.born_timestamp.FromMilliseconds(m.born_timestamp)
-    sp.born_host = f"{m.born_host[0]}:{m.born_host[1]}"
+    sp.born_host = props.get(convert.PROPERTY_BORN_HOST) or f"{m.born_host[0]}:{m.born_host[1]}"
     sp.store_timestamp.FromMilliseconds(m.store_timestamp)
     sp.store_host = f"{m.store_host[0]}:{m.store_host[1]}"
     if handle:  # a received message (a transaction check's has none)
@@ -141,6 +145,10 @@ class PopBridge:
         group, topic = req.group.name, req.message_queue.topic.name
         if not group or not topic:
             raise convert.ProxyError(pb.BAD_REQUEST, "group and topic are required")
+        for code, problem in ((pb.ILLEGAL_CONSUMER_GROUP, validate_group(group)),
+                              (pb.ILLEGAL_TOPIC, validate_topic(topic))):
+            if problem is not None:  # refused here, as Apache's proxy does
+                raise convert.ProxyError(code, problem)
         broker = req.message_queue.broker.name
         addr = await self._master(topic, broker)
         invisible_ms = (_millis(req.invisible_duration) if req.HasField("invisible_duration")

@@ -19,11 +19,17 @@ from ..client.errors import (
 from ..client.model import Message, MessageQueue
 from ..cluster.protocol.message import MessageConst as MC
 from ..cluster.protocol.route import PermName, TopicRouteData
+from ..cluster.protocol.topic_attributes import TYPE_MISMATCH_REMARK
 from ..cluster.remoting.codes import ResponseCode
 from .pb import definition_pb2 as pb
 
 #: the message group of a FIFO message, as the 5.x Proxy stores it (RocketMQ's sharding key)
 PROPERTY_MESSAGE_GROUP: Final = "__SHARDINGKEY"
+#: the host the SDK says it sent from, kept with the message (as Apache's proxy keeps it) and
+#: handed back as ``born_host`` to whoever receives it
+PROPERTY_BORN_HOST: Final = "__BORNHOST"
+#: the longest ``born_host`` kept (a host name and a port); a longer one is not kept
+MAX_BORN_HOST_CHARS: Final = 255
 MASTER_ID: Final = 0
 #: user properties one message may carry (a bound on what one request makes us build)
 MAX_USER_PROPERTIES: Final = 128
@@ -38,6 +44,7 @@ _RESERVED_KEYS: Final = frozenset({
     MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_MESSAGE_GROUP,
     MC.PROPERTY_DELAY_TIME_LEVEL, MC.PROPERTY_REAL_TOPIC, MC.PROPERTY_REAL_QUEUE_ID,
     "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "__STARTDELIVERTIME",
+    PROPERTY_BORN_HOST,
 })
 #: what a producer is told in Settings: retries with exponential backoff
 PRODUCER_MAX_ATTEMPTS: Final = 3
@@ -69,6 +76,10 @@ def code_of(exc: BaseException) -> tuple[int, str]:
         return pb.TOPIC_NOT_FOUND, str(exc)
     if isinstance(exc, MQTimeoutError):
         return pb.PROXY_TIMEOUT, str(exc)
+    if isinstance(exc, MQClientError) and exc.code == ResponseCode.MESSAGE_ILLEGAL and (
+            exc.remark or "").startswith(TYPE_MISMATCH_REMARK):
+        # the broker's message type check refused it: answered as Apache's proxy does
+        return pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, str(exc)
     if isinstance(exc, MQBrokerError):
         return _BROKER_CODES.get(exc.code or 0, pb.INTERNAL_SERVER_ERROR), str(exc)
     if isinstance(exc, MQClientError):
@@ -121,7 +132,8 @@ def assignments(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
                 ) -> list[pb.Assignment]:
     """A PushConsumer's assignment (QueryAssignment): each broker with a master and readable
     queues as one whole-broker queue (id -1), which it receives from by POP; the broker
-    balances the group's consumers over its queues, however many consumers there are."""
+    balances the group's consumers over its queues, however many consumers there are. No
+    accepted message types: they are a producer's concern (Apache's proxy names none here)."""
     masters = {b.broker_name for b in route.broker_datas if MASTER_ID in b.broker_addrs}
     out: list[pb.Assignment] = []
     for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
@@ -131,8 +143,7 @@ def assignments(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
         perm = pb.READ_WRITE if PermName.is_writeable(qd.perm) else pb.READ
         broker = pb.Broker(name=qd.broker_name, id=MASTER_ID, endpoints=endpoints)
         out.append(pb.Assignment(message_queue=pb.MessageQueue(
-            topic=pb.Resource(name=topic), id=-1, permission=perm, broker=broker,
-            accept_message_types=ALL_TYPES)))
+            topic=pb.Resource(name=topic), id=-1, permission=perm, broker=broker)))
     return out
 
 
@@ -184,6 +195,8 @@ def message_from_pb(m: pb.Message, max_body_bytes: int) -> tuple[Message, str | 
         raise ProxyError(pb.ILLEGAL_MESSAGE_GROUP, "message group is blank")
     props = dict(m.user_properties)
     props[MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = sp.message_id
+    if sp.born_host and len(sp.born_host) <= MAX_BORN_HOST_CHARS:
+        props[PROPERTY_BORN_HOST] = sp.born_host
     if group is not None:
         props[PROPERTY_MESSAGE_GROUP] = group
     if transaction:  # a 4.x half message of the topic's producer group (as Apache's proxy)

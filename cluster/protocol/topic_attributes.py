@@ -151,6 +151,11 @@ def message_type(properties: Mapping[str, str]) -> MessageType:
     return MessageType.NORMAL
 
 
+#: how a refusal by the message type check begins (the 5.x proxy answers such a send with
+#: MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+TYPE_MISMATCH_REMARK: Final = "TopicMessageType validate failed"
+
+
 def type_mismatch(expected: MessageType | None, actual: MessageType) -> str | None:
     """None when a message of type ``actual`` may go to a topic declaring ``expected`` (as the
     5.x proxy's DefaultTopicMessageTypeValidator decides), else the remark refusing it. A topic
@@ -158,7 +163,7 @@ def type_mismatch(expected: MessageType | None, actual: MessageType) -> str | No
     if expected is None or expected is MessageType.MIXED:
         return None
     if actual is MessageType.UNSPECIFIED or actual is not expected:
-        return (f"TopicMessageType validate failed, the expected type is {expected.value}, "
+        return (f"{TYPE_MISMATCH_REMARK}, the expected type is {expected.value}, "
                 f"but actual type is {actual.value}")
     return None
 

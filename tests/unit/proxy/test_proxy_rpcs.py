@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import hashlib
 
+import attrs
 import pytest
 
+from rmq_cluster.client.errors import MQBrokerError
+from rmq_cluster.cluster.protocol.message import StoredMessage
 from rmq_cluster.cluster.protocol.route import BrokerData, PermName, QueueData, TopicRouteData
+from rmq_cluster.cluster.protocol.topic_attributes import MessageType, type_mismatch
+from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.proxy import convert
-from rmq_cluster.proxy.consume import parse_handle
+from rmq_cluster.proxy.consume import parse_handle, to_pb
 from rmq_cluster.proxy.pb import definition_pb2 as pb
 from rmq_cluster.proxy.transaction import MAX_TRANSACTION_ID_CHARS, TransactionRef
 
@@ -59,6 +64,8 @@ def test_query_assignment_hands_out_each_readable_broker_whole() -> None:
     assert [(a.message_queue.broker.name, a.message_queue.id, a.message_queue.permission)
             for a in got] == [("a", -1, pb.READ), ("b", -1, pb.READ_WRITE)]
     assert all(a.message_queue.broker.endpoints == endpoints for a in got)
+    # accepted message types are a producer's matter: Apache's proxy names none here
+    assert all(not a.message_queue.accept_message_types for a in got)
 
 
 def _message(**system: object) -> pb.Message:
@@ -92,3 +99,34 @@ def test_body_digests_are_md5_in_upper_case_hex() -> None:
     body = b"push 0"  # its CRC-32 starts with a zero digit
     assert convert.body_digest(body) == pb.Digest(
         type=pb.MD5, checksum=hashlib.md5(body).hexdigest().upper())
+
+
+def test_the_brokers_message_type_refusal_is_message_property_conflict_with_type() -> None:
+    """As Apache's 5.3.1 proxy answers a FIFO message sent to a NORMAL topic
+    (tests/interop/test_proxy_differential.py); any other illegal message stays BAD_REQUEST."""
+    remark = type_mismatch(MessageType.NORMAL, MessageType.FIFO)
+    refused = MQBrokerError(ResponseCode.MESSAGE_ILLEGAL, remark, "127.0.0.1:10911")
+    assert convert.error_status(refused).code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    other = MQBrokerError(ResponseCode.MESSAGE_ILLEGAL, "the message body is empty", None)
+    assert convert.error_status(other).code == pb.BAD_REQUEST
+
+
+def test_the_sdks_born_host_is_kept_and_the_brokers_own_properties_are_not_user_ones() -> None:
+    """As Apache's 5.3.1 proxy (tests/interop/test_proxy_differential.py): a received message
+    carries the born_host its SDK sent, and not the broker's CLUSTER or timer-wheel times as
+    user properties."""
+    sent = _message(born_host="sdk-host")
+    sent.user_properties["idx"] = "1"
+    msg, _ = convert.message_from_pb(sent, 1024)
+    assert msg.properties[convert.PROPERTY_BORN_HOST] == "sdk-host"
+    props = {**msg.properties, "CLUSTER": "C", "TIMER_ENQUEUE_MS": "1", "TIMER_DEQUEUE_MS": "2"}
+    stored = StoredMessage(
+        store_size=0, magic=0, body_crc=0, queue_id=0, flag=0, queue_offset=0,
+        commitlog_offset=0, sys_flag=0, born_timestamp=1, born_host=("10.0.0.1", 5),
+        store_timestamp=2, store_host=("10.0.0.2", 6), reconsume_times=0,
+        prepared_transaction_offset=0, body=b"x", topic="T", properties=props)
+    got = to_pb(stored, "T", "handle", 30_000)
+    assert got.system_properties.born_host == "sdk-host"
+    assert dict(got.user_properties) == {"idx": "1"}
+    stored = attrs.evolve(stored, properties={})
+    assert to_pb(stored, "T", "handle", 30_000).system_properties.born_host == "10.0.0.1:5"
