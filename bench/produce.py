@@ -585,6 +585,8 @@ def _produce_consume_case(port: int, args: argparse.Namespace, broker_pid: int) 
                            args=(port, queues, measure_from, stop_at, send_end), daemon=True)
     consumer.start()
     send_end.close()
+    # (for a profiler: the measured window, wall clock)
+    print(f"window {measure_from:.3f} {stop_at:.3f}", file=sys.stderr, flush=True)
     try:
         time.sleep(1.0)  # (the consumer parks its pulls first; a fixed start, not a condition)
         sent = _java_like_case(port, requests, args.java_inflight, args.seconds,

@@ -299,7 +299,7 @@ class Connection:
             return spawns is not None, answered, blocked
         if blocked is not None:
             await self._unblock(blocked, nursery)
-        if len(self._state.out) > writer.limit:
+        if self._state.queued_bytes > writer.limit:
             await writer.backpressure()  # stop reading until the peer reads its answers
         return spawns is not None, answered, None
 
