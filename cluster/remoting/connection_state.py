@@ -74,9 +74,10 @@ BUSY_LOG_EVERY: Final = 1000
 #: A connection lends its reading only when the peer sent no request for this long.
 LEND_QUIET_S: Final = 1.0
 #: An answer body (``bytes``) this long or longer is sent from its own buffer (scatter-gather),
-#: not copied behind its header into ``out`` (a pull's records; smaller ones cost less to copy
-#: than a buffer of the send's own).
-SCATTER_MIN_BODY_BYTES: Final = 1024
+#: not copied behind its header into ``out`` (a pull of many records). Measured in-process
+#: (bench/README.md, the pull path): below ~16-32 KiB the copy and one ``send`` cost less than
+#: a ``sendmsg`` of separate buffers.
+SCATTER_MIN_BODY_BYTES: Final = 16 * 1024
 #: Buffers one scatter-gather send hands the kernel at most (Linux's IOV_MAX is 1024); the
 #: rest is joined into the last one.
 MAX_SEND_BUFFERS: Final = 512

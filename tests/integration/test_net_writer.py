@@ -13,7 +13,11 @@ import trio.testing
 
 from rmq_cluster.cluster.remoting import writer as writer_module
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand
-from rmq_cluster.cluster.remoting.connection_state import MAX_SEND_BUFFERS, ConnectionState
+from rmq_cluster.cluster.remoting.connection_state import (
+    MAX_SEND_BUFFERS,
+    SCATTER_MIN_BODY_BYTES,
+    ConnectionState,
+)
 from rmq_cluster.cluster.remoting.errors import RemotingClosedError
 from rmq_cluster.cluster.remoting.processors import ProcessorTable
 from rmq_cluster.cluster.remoting.sockets import Socket
@@ -198,6 +202,7 @@ async def test_answer_bodies_go_out_from_their_own_buffers_in_one_scatter_gather
     side.writer.nursery = nursery
     st = side.state
     small = b"x" * 100  # under SCATTER_MIN_BODY_BYTES: copied as before
+    assert BODY_LEN >= SCATTER_MIN_BODY_BYTES
     bodies = [bytes([i]) * (BODY_LEN if i % 3 else 100) for i in range(1, 33)]
     for i, body in enumerate(bodies, 1):
         st.queue_answer(i, 11, _answer(i, body if i % 3 else small))
@@ -221,9 +226,10 @@ async def test_more_answer_bodies_than_one_sendmsg_takes_are_joined_not_lost(
     side = Side(pair[0], limit=64 << 20)
     side.writer.nursery = nursery
     st = side.state
-    n = MAX_SEND_BUFFERS  # 2 buffers each (header, body): twice what one send hands over
+    n = MAX_SEND_BUFFERS // 2 + 2  # 2 buffers each (header, body): more than one send takes
+    reps = SCATTER_MIN_BODY_BYTES // 4
     for i in range(1, n + 1):
-        st.queue_answer(i, 11, _answer(i, i.to_bytes(4, "big") * 300))
+        st.queue_answer(i, 11, _answer(i, i.to_bytes(4, "big") * reps))
     handed: list[int] = []
     sendmsg = Socket.try_sendmsg
 
@@ -236,6 +242,6 @@ async def test_more_answer_bodies_than_one_sendmsg_takes_are_joined_not_lost(
     assert handed == [MAX_SEND_BUFFERS]  # the rest joined into the last buffer
     got = await _read_frames(pair[1], n)
     assert [c.opaque for c in got] == list(range(1, n + 1))
-    assert all(bytes(c.body) == c.opaque.to_bytes(4, "big") * 300 for c in got)
+    assert all(bytes(c.body) == c.opaque.to_bytes(4, "big") * reps for c in got)
     await _until(lambda: not st.flushing)
     assert not st.queued_bytes and not side.aborted
