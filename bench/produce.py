@@ -463,6 +463,8 @@ PC_TOPIC = "BenchPC"
 PC_GROUP = "BenchPCG"
 #: The Java consumer's long-polling suspend (DefaultMQPushConsumer: 15 s).
 PC_SUSPEND_MS = 15_000
+#: How long the consumer process may take to start (a loaded machine: seconds).
+CONSUMER_START_TIMEOUT_S = 120.0
 
 
 def _split_frames(buf: bytearray) -> tuple[list[tuple[dict[str, Any], int, int]], int]:
@@ -547,6 +549,15 @@ def _consumer_child(
         out.close()
 
 
+def _consumer_child_at(port: int, queues: int, warmup: float, seconds: float, out: Any) -> None:
+    """``_consumer_child`` with its window counted from its own start (sent on ``out`` first:
+    the parent starts the producer then)."""
+    measure_from = time.time() + warmup
+    stop_at = measure_from + seconds
+    out.send((measure_from, stop_at))
+    _consumer_child(port, queues, measure_from, stop_at, out)
+
+
 def _produce_consume_case(port: int, args: argparse.Namespace, broker_pid: int) -> dict[str, Any]:
     """The java-like send (``--java-inflight`` senders, 1 KiB) to a ``--pc-queues`` topic while
     a consumer process keeps up with long-polling pulls; the broker's CPU per message."""
@@ -577,16 +588,20 @@ def _produce_consume_case(port: int, args: argparse.Namespace, broker_pid: int) 
                     raise RuntimeError(f"priming send failed: {code}")
                 del buf[: 4 + _U32.unpack_from(buf, 0)[0]]
     warmup = args.pc_warmup
-    start = time.time()
-    measure_from, stop_at = start + 1.0 + warmup, start + 1.0 + warmup + args.seconds
     ctx = multiprocessing.get_context("spawn")
     recv_end, send_end = ctx.Pipe(duplex=False)
-    consumer = ctx.Process(target=_consumer_child,
-                           args=(port, queues, measure_from, stop_at, send_end), daemon=True)
+    consumer = ctx.Process(target=_consumer_child_at,
+                           args=(port, queues, warmup, args.seconds, send_end), daemon=True)
     consumer.start()
     send_end.close()
     try:
-        time.sleep(1.0)  # (the consumer parks its pulls first; a fixed start, not a condition)
+        # the consumer's pulls are out before the producer starts (on a loaded machine the
+        # child's start alone may take seconds: wait for it, not for a fixed time)
+        if not recv_end.poll(CONSUMER_START_TIMEOUT_S):
+            raise RuntimeError("the consumer did not start")
+        measure_from, stop_at = recv_end.recv()
+        # (for a profiler: the measured window, wall clock)
+        print(f"window {measure_from:.3f} {stop_at:.3f}", file=sys.stderr, flush=True)
         sent = _java_like_case(port, requests, args.java_inflight, args.seconds,
                                max(0.0, measure_from - time.time()), broker_pid)
         if not recv_end.poll(30):

@@ -3,10 +3,12 @@
 A parked pull is an object (``Parked``), not a task: it sits in its queue's list and in one
 deadline heap. The store's arrival callback moves the pulls a message for their queue wakes
 (dispatched past the pull's offset, its tagsCode matching the pull's filter) to a ready list;
-the service's one task (``run``) then calls each one's ``wake`` -- the pull processor answers
-it through its connection's ``answer_later`` -- and wakes the pulls whose own deadline
-(suspendTimeoutMillis) passed. Nothing polls on a 5 s tick, and a thousand parked pulls cost
-a thousand small objects, not a thousand tasks, Events and cancel scopes.
+the service's one task (``run``) then calls each one's ``wake`` -- the pull processor queues
+its answer on its connection -- and wakes the pulls whose own deadline (suspendTimeoutMillis)
+passed; after each batch of wakes, the batch-end callback (``on_batch_end``: the pull
+processor sends each connection's queued answers, one send per connection, no task).
+Nothing polls on a 5 s tick, and a thousand parked pulls cost a thousand small objects, not a
+thousand tasks, Events and cancel scopes.
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ class PullRequestHoldService:
         self._kick: trio.Event | None = None  # set to wake ``run`` (None: it is not asleep)
         self._armed = math.inf  # the deadline ``run`` sleeps until
         self._on_change = on_change
+        self._batch_end: Callable[[], None] | None = None
+
+    def on_batch_end(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after each batch of ``wake()`` calls (the pull processor sends the
+        answers its woken pulls queued: one send per connection per batch, no task)."""
+        self._batch_end = callback
 
     @property
     def parked(self) -> int:
@@ -153,8 +161,8 @@ class PullRequestHoldService:
                 due = self._due(trio.current_time())
                 for w in due:
                     _wake(w)
-                if due and self._on_change is not None:
-                    self._on_change()  # once per batch of woken pulls
+                if due:
+                    self._end_batch()
                 if self._ready:
                     await trio.lowlevel.checkpoint()
                     continue
@@ -179,6 +187,18 @@ class PullRequestHoldService:
         self._count = 0
         for w in due:
             _wake(w)
+        if due:
+            self._end_batch(changed=False)
+
+    def _end_batch(self, changed: bool = True) -> None:
+        """After a batch of wakes: the batch-end callback, then (``changed``) ``on_change``."""
+        if self._batch_end is not None:
+            try:
+                self._batch_end()
+            except Exception:  # the answers' send must not end the service
+                log.exception("parked_pull_batch_end_failed")
+        if changed and self._on_change is not None:
+            self._on_change()
 
 
 def _wake(w: Parked) -> None:

@@ -4,8 +4,9 @@
 whether the pull may be parked. ``process`` (a plain processor: a pull that finds messages is
 answered inline, in the read's batch) parks the others in ``PullRequestHoldService`` until a
 matching message arrives or ``suspendTimeoutMillis`` passes, then answers with a second,
-non-suspending read, handed to its connection's ``answer_later`` (it replied ``LATER``: no
-task per parked pull).
+non-suspending read, queued on its connection (``queue_later``; it replied ``LATER``: no task
+per parked pull) and sent at the end of the batch of wakes (``send_woken``: one send per
+connection).
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ class Park:
 
 
 class _ParkedPull(Parked):
-    """A parked pull: woken, it is decided again (no suspending) and answered through its
-    connection's ``answer_later``; nothing of it is a task."""
+    """A parked pull: woken, it is decided again (no suspending) and its answer queued on its
+    connection (sent at the batch's end); nothing of it is a task."""
 
     __slots__ = ("conn", "header", "processor", "request", "sub")
 
@@ -155,7 +156,8 @@ class _ParkedPull(Parked):
         except Exception as exc:
             log.warning("parked pull failed", error=repr(exc), exc_info=True)
             response = request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
-        conn.answer_later(request, response)
+        conn.queue_later(request, response)  # sent at the batch's end (``send_woken``)
+        processor.unsent[id(conn)] = conn
 
 
 #: Subscriptions a pull carries (FLAG_SUBSCRIPTION), built once per distinct text: the cache's
@@ -167,6 +169,16 @@ class PullProcessor:
     def __init__(self, ctrl: BrokerContext) -> None:
         self.ctrl = ctrl
         self._subs: dict[tuple[str, str | None, int, str | None], SubscriptionData] = {}
+        #: connections with woken pulls' answers queued and not yet sent (by id, in wake order)
+        self.unsent: dict[int, Any] = {}
+        ctrl.hold.on_batch_end(self.send_woken)
+
+    def send_woken(self) -> None:
+        """The end of a batch of woken pulls: each connection sends the answers they queued,
+        in one send (no task per connection)."""
+        unsent, self.unsent = self.unsent, {}
+        for conn in unsent.values():
+            conn.send_later()
 
     def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
         """``build_subscription`` of the pull's own subscription, cached (SubscriptionData is

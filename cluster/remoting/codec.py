@@ -237,6 +237,20 @@ def encode_into(out: bytearray, cmd: RemotingCommand, opaque: int | None = None)
 
     Everything is checked before the first byte is appended: on error ``out`` is unchanged.
     """
+    body = encode_head_into(out, cmd, opaque)
+    if body:
+        out += body
+
+
+def encode_head_into(
+    out: bytearray, cmd: RemotingCommand, opaque: int | None = None
+) -> bytes | bytearray | memoryview:
+    """Append the frame for ``cmd`` to ``out`` but its body, and return the body (a byte view:
+    the frame's last bytes, for the caller to send right after ``out``'s, e.g. as a buffer of
+    its own in a scatter-gather send instead of a copy into ``out``).
+
+    Everything is checked before the first byte is appended: on error ``out`` is unchanged.
+    """
     op = cmd.opaque if opaque is None else opaque
     if not _INT32_MIN <= op <= _INT32_MAX:
         raise ProtocolError(f"opaque {op} does not fit in int32")
@@ -262,8 +276,7 @@ def encode_into(out: bytearray, cmd: RemotingCommand, opaque: int | None = None)
         raise ProtocolError(f"frame of {length + 4} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
     out += _FRAME_PREFIX.pack(length, (cmd.serialize_type << 24) | len(header))
     out += header
-    if body_len:
-        out += body
+    return body
 
 
 # --------------------------------------------------------------------------- decoding

@@ -299,7 +299,7 @@ class Connection:
             return spawns is not None, answered, blocked
         if blocked is not None:
             await self._unblock(blocked, nursery)
-        if len(self._state.out) > writer.limit:
+        if self._state.queued_bytes > writer.limit:
             await writer.backpressure()  # stop reading until the peer reads its answers
         return spawns is not None, answered, None
 
@@ -353,6 +353,22 @@ class Connection:
     async def _flush_later(self) -> None:
         self._state.later_flush = False
         self._writer.send_queued()
+
+    def queue_later(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """``answer_later`` without its send: the answer is queued (in order) and goes out with
+        the caller's ``send_later`` at the end of its batch (a batch of woken pulls: one send per
+        connection and no task), or with this connection's next send, whichever comes first."""
+        if self._state.answer_later(request, response):
+            self._state.later_flush = False  # (no task was started to send it)
+        room = self._room
+        if room is not None:
+            self._room = None
+            room.set()
+
+    def send_later(self) -> None:
+        """Send what ``queue_later`` queued (from any task of this Trio run)."""
+        with contextlib.suppress(RuntimeError):  # shutting down: nothing more goes out
+            self._writer.send_queued()
     def _held_released(self, frames: bytearray, n: int) -> None:
         """``HeldAnswers`` released ``n`` answers of this connection: one send."""
         send = self._state.held_released(frames, n)

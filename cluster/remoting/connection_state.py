@@ -4,8 +4,11 @@ The Trio shell (``connection.py``) owns the socket and the tasks; it feeds this 
 happens (frames decoded from a read, a call started, an answer ready, a deadline passed, the
 connection closed) and carries out what the machine asks for:
 
-* **send these bytes**: frames are encoded into ``out``; ``take_outbound()`` hands the shell
-  the bytes to send now (None while a flusher owns the send side, or nothing is queued);
+* **send these bytes**: frames are encoded into ``out``; an answer's body of at least
+  ``SCATTER_MIN_BODY_BYTES`` is not copied there but queued as a buffer of its own (``parts``:
+  what was queued before ``out``, in order) for a scatter-gather send; ``take_outbound()``
+  hands the shell the bytes to send now, one buffer or a list of them (None while a flusher
+  owns the send side, or nothing is queued);
 * **wake this call**: a pending call's slot (any object with ``deadline``, ``response``,
   ``error``, ``reading`` and ``finish()``) is finished by ``complete``/``expire``/``close``;
 * **dispatch this request**: ``take`` runs each request's processor inline and acts on its
@@ -51,7 +54,7 @@ from typing import Any, Final, Protocol
 import attrs
 
 from ..logging import get_logger
-from .codec import ProtocolError, RemotingCommand, encode_into
+from .codec import ProtocolError, RemotingCommand, encode_head_into, encode_into
 from .codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from .errors import (
     OVERLOAD_REMARK,
@@ -70,6 +73,17 @@ MAX_IN_FLIGHT_REQUESTS: Final = 65_536
 BUSY_LOG_EVERY: Final = 1000
 #: A connection lends its reading only when the peer sent no request for this long.
 LEND_QUIET_S: Final = 1.0
+#: An answer body (``bytes``) this long or longer is sent from its own buffer (scatter-gather),
+#: not copied behind its header into ``out`` (a pull of many records). Measured in-process
+#: (bench/README.md, the pull path): below ~16-32 KiB the copy and one ``send`` cost less than
+#: a ``sendmsg`` of separate buffers.
+SCATTER_MIN_BODY_BYTES: Final = 16 * 1024
+#: Buffers one scatter-gather send hands the kernel at most (Linux's IOV_MAX is 1024); the
+#: rest is joined into the last one.
+MAX_SEND_BUFFERS: Final = 512
+
+#: What ``take_outbound`` hands the shell: one buffer, or several to send in order.
+Outbound = bytearray | list[bytes | bytearray | memoryview]
 
 
 class CallSlot(Protocol):
@@ -114,6 +128,8 @@ class ConnectionState:
         self.running = 0
         self.busy_refusals = 0
         self.out = bytearray()
+        self.parts: list[bytes | bytearray | memoryview] = []  # queued before ``out``
+        self.parts_bytes = 0
         self.flushing = False
         self.flush_soon = False
         self.later_flush = False
@@ -255,11 +271,19 @@ class ConnectionState:
         elif not response.flag & FLAG_RESPONSE:
             response = attrs.evolve(response, flag=response.flag | FLAG_RESPONSE)
         try:
-            encode_into(self.out, response, opaque)
+            body = encode_head_into(self.out, response, opaque)
         except Exception as exc:  # e.g. a body over the frame limit: say so instead
             self.log.warning("response not sendable", code=code, error=repr(exc))
             encode_into(self.out, error_answer(
                 opaque, ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"), opaque)
+            return
+        if len(body) < SCATTER_MIN_BODY_BYTES or type(body) is not bytes:  # (bytes: immutable)
+            if body:
+                self.out += body
+            return
+        head, self.out = self.out, bytearray()  # the body goes out from its own buffer
+        self.parts += (head, body)
+        self.parts_bytes += len(head) + len(body)
 
     def unsupported(self, request: RemotingCommand) -> RemotingCommand:
         """The answer to a request no processor takes (RocketMQ's remark)."""
@@ -322,13 +346,36 @@ class ConnectionState:
     def queue_request(self, cmd: RemotingCommand, opaque: int) -> None:
         encode_into(self.out, cmd, opaque)
 
-    def take_outbound(self) -> bytearray | None:
-        """The bytes to send now (None: a flusher owns the send side, nothing is queued, or
-        closed); ``out`` is empty after."""
-        if self.flushing or not self.out or self.closed:
+    def take_outbound(self) -> Outbound | None:
+        """The bytes to send now, one buffer or (scatter-gather) a list of at most
+        ``MAX_SEND_BUFFERS`` (None: a flusher owns the send side, nothing is queued, or
+        closed); nothing is queued after."""
+        if self.flushing or self.closed or not (self.out or self.parts):
             return None
         chunk, self.out = self.out, bytearray()
+        if not self.parts:
+            return chunk
+        parts, self.parts, self.parts_bytes = self.parts, [], 0
+        if chunk:
+            parts.append(chunk)
+        if len(parts) > MAX_SEND_BUFFERS:
+            parts[MAX_SEND_BUFFERS - 1 :] = [bytearray().join(parts[MAX_SEND_BUFFERS - 1 :])]
+        return parts
+
+    def take_all(self) -> bytearray:
+        """Everything queued, as one buffer (the flusher's: a peer that reads slowly is not
+        worth a scatter-gather send); nothing is queued after."""
+        chunk, self.out = self.out, bytearray()
+        if self.parts:
+            self.parts.append(chunk)
+            chunk = bytearray().join(self.parts)
+            self.parts, self.parts_bytes = [], 0
         return chunk
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes queued to send (``out`` and the buffers before it)."""
+        return len(self.out) + self.parts_bytes
 
     # ------------------------------------------------------------------ lending, idling
 
@@ -360,6 +407,7 @@ class ConnectionState:
             return False
         self.closed = True
         self.close_reason = self.close_reason or reason
+        self.parts, self.parts_bytes = [], 0  # (nothing more goes out)
         for slot in self.pending.values():
             slot.error = RemotingClosedError(
                 f"connection to {self.peer} closed: {self.close_reason}")

@@ -78,6 +78,19 @@ def _parse_slow(header: str, wire: str, kind: str, raw: Any) -> Any:
     return value
 
 
+def _field_setter(cls: type, name: str) -> Any:
+    """How the generated parser sets field ``name`` of a frozen ``cls``: its slot descriptor's
+    ``__set__`` (one C call; ``object.__setattr__`` looks the name up each time), else
+    ``object.__setattr__`` bound to the name."""
+    for klass in cls.__mro__:
+        slot = klass.__dict__.get(name)
+        if slot is not None:
+            if type(slot).__name__ == "member_descriptor":
+                return slot.__set__
+            break
+    return lambda self, value: object.__setattr__(self, name, value)
+
+
 def _compile_parser(cls: type, wires: tuple[str, ...] | None = None) -> Any:
     """Generate ``parse(ext) -> cls`` for one header class (what attrs does for ``__init__``):
     one straight-line function per class instead of a loop over field specs. ``wires`` reads the
@@ -87,7 +100,6 @@ def _compile_parser(cls: type, wires: tuple[str, ...] | None = None) -> Any:
     lines = ["def parse(ext):", "    get = ext.get", "    self = _new(cls)"]
     env: dict[str, Any] = {
         "_new": object.__new__,
-        "_set": object.__setattr__,
         "cls": cls,
         "_slow": _parse_slow,
         "_missing": HeaderError,
@@ -97,21 +109,22 @@ def _compile_parser(cls: type, wires: tuple[str, ...] | None = None) -> Any:
         zip(spec, names, strict=True)
     ):
         env[f"_d{i}"] = default
+        env[f"_s{i}"] = _field_setter(cls, name)
         lines.append(f"    v = get({wire!r})")
         absent = "v is None" if kind == "str" else "v is None or v == ''"
         lines.append(f"    if {absent}:")
         if required:
             lines.append(f"        raise _missing(cls.__name__, {wire!r}, 'is required')")
         else:
-            lines.append(f"        _set(self, {name!r}, _d{i})")
+            lines.append(f"        _s{i}(self, _d{i})")
         lines.append("    else:")
         if kind == "str":
             slow = f"_slow(cls.__name__, {wire!r}, 'str', v)"
-            lines.append(f"        _set(self, {name!r}, v if type(v) is str else {slow})")
+            lines.append(f"        _s{i}(self, v if type(v) is str else {slow})")
         elif kind == "bool":
             lines.append("        b = _BOOLS.get(v) if type(v) is str else None")
             slow = f"_slow(cls.__name__, {wire!r}, 'bool', v)"
-            lines.append(f"        _set(self, {name!r}, b if b is not None else {slow})")
+            lines.append(f"        _s{i}(self, b if b is not None else {slow})")
         else:
             lo, hi = _INT32 if kind == "int" else _INT64
             lines.append("        try:")
@@ -120,7 +133,7 @@ def _compile_parser(cls: type, wires: tuple[str, ...] | None = None) -> Any:
             lines.append("            x = None")
             lines.append(f"        if x is None or not {lo} <= x <= {hi}:")
             lines.append(f"            x = _slow(cls.__name__, {wire!r}, {kind!r}, v)")
-            lines.append(f"        _set(self, {name!r}, x)")
+            lines.append(f"        _s{i}(self, x)")
     lines.append("    return self")
     exec("\n".join(lines), env)  # code generated from the class's own field specs
     return env["parse"]

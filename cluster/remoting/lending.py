@@ -142,7 +142,7 @@ class Lending:
                     sent = True
                     if not st.flush_soon:
                         self._writer.send_queued()
-                    if len(st.out) > self._writer.limit:
+                    if st.queued_bytes > self._writer.limit:
                         handed_back = True  # the reader applies the backpressure
                         break
                 try:

@@ -7,8 +7,8 @@ when the kernel has nothing (or no room) does a task park in ``wait_readable`` /
 ``wait_writable``.
 
 The primitives are written once, here: ``StreamSocket`` (socket options, the reader
-``read``, ``try_send``, ``send_all`` with a write timeout, ``interrupt`` / ``close``) and the
-functions ``connect_socket``, ``listen_socket``, ``try_accept`` / ``accept`` and
+``read``, ``try_send``, ``try_sendmsg``, ``send_all`` with a write timeout, ``interrupt`` /
+``close``) and the functions ``connect_socket``, ``listen_socket``, ``try_accept`` / ``accept`` and
 ``close_socket``. A socket reads into the buffer of its ``InputShare`` and under its input
 budget (the pure ``InputBudget`` with the buffer and the events readers wait on for room):
 
@@ -151,6 +151,16 @@ class StreamSocket(InputCharge):
         """Send what the kernel takes now; the number of bytes taken (0 if it would block)."""
         try:
             return self.sock.send(data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc
+
+    def try_sendmsg(self, buffers: list[bytes | bytearray | memoryview]) -> int:
+        """``try_send`` of ``buffers`` in order, in one scatter-gather ``sendmsg`` (no copy
+        into one buffer); the number of bytes taken (0 if it would block)."""
+        try:
+            return self.sock.sendmsg(buffers)
         except BlockingIOError:
             return 0
         except OSError as exc:

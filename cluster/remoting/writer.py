@@ -3,6 +3,8 @@
 Frames are encoded into the connection state's ``out`` (``ConnectionState.queue_request`` and
 the answers the state machine queues); the writer sees them onto the socket:
 
+* what is queued goes out in one ``send``, or one ``sendmsg`` when bodies are queued as
+  buffers of their own (``ConnectionState.take_outbound``: scatter-gather, no copy);
 * a frame ready alone is sent at once, in the task that queued it (``send_queued``): when the
   kernel takes it all, no trip through the scheduler;
 * a task that expects more frames in this scheduling batch (``gather``) lets them queue behind
@@ -71,7 +73,7 @@ class Writer:
             await self.gather()
         if not st.flush_soon:
             self.send_queued()
-        if len(st.out) > self.limit:
+        if st.queued_bytes > self.limit:
             await self.backpressure()
 
     async def gather(self) -> None:
@@ -85,7 +87,7 @@ class Writer:
 
     async def backpressure(self) -> None:
         """Wait for the peer to read while more than ``limit`` bytes are queued."""
-        if len(self._state.out) > self.limit and not self._state.closed:
+        if self._state.queued_bytes > self.limit and not self._state.closed:
             if self._drained is None:
                 self._drained = trio.Event()
             await self._drained.wait()
@@ -97,19 +99,26 @@ class Writer:
         if chunk is None:
             return
         try:
-            sent = self._sock.try_send(chunk)
+            if isinstance(chunk, list):
+                sent = self._sock.try_sendmsg(chunk)
+                total = sum(map(len, chunk))
+            else:
+                sent = self._sock.try_send(chunk)
+                total = len(chunk)
         except trio.BrokenResourceError as exc:
             self._fail_soon(f"send failed: {exc}")
             return
-        if sent == len(chunk):
+        if sent == total:
             if self._drained is not None:
                 self._drained.set()
                 self._drained = None
             return
         if self.nursery is None:
             raise RuntimeError("connection is not running")
+        # the rest in one buffer (a peer that reads slowly is not worth avoiding the copy)
+        rest = bytearray().join(chunk) if isinstance(chunk, list) else chunk
         self._state.flushing = True
-        self.nursery.start_soon(self._flusher, memoryview(chunk)[sent:])
+        self.nursery.start_soon(self._flusher, memoryview(rest)[sent:])
 
     def release(self) -> None:
         """The connection closed: whoever waits for room goes on (and finds it closed)."""
@@ -134,13 +143,12 @@ class Writer:
                         await self._abort(st.close_reason)
                         return
                     view = view[self._sock.try_send(view) :]
-                if self._drained is not None and len(st.out) <= self.limit:
+                if self._drained is not None and st.queued_bytes <= self.limit:
                     self._drained.set()
                     self._drained = None
-                if not st.out:
+                if not st.queued_bytes:
                     return
-                chunk, st.out = st.out, bytearray()
-                view = memoryview(chunk)
+                view = memoryview(st.take_all())
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError) as exc:
             await self._abort(f"send failed: {exc}")  # ValueError: fd -1 (closed meanwhile)
         finally:

@@ -13,13 +13,18 @@ import trio.testing
 
 from rmq_cluster.cluster.remoting import writer as writer_module
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand
-from rmq_cluster.cluster.remoting.connection_state import ConnectionState
+from rmq_cluster.cluster.remoting.connection_state import (
+    MAX_SEND_BUFFERS,
+    SCATTER_MIN_BODY_BYTES,
+    ConnectionState,
+)
 from rmq_cluster.cluster.remoting.errors import RemotingClosedError
 from rmq_cluster.cluster.remoting.processors import ProcessorTable
 from rmq_cluster.cluster.remoting.sockets import Socket
 from rmq_cluster.cluster.remoting.writer import Writer
 
 BODY = bytes(range(256)) * 256  # 64 KiB
+BODY_LEN = len(BODY)
 
 
 class Side:
@@ -179,3 +184,64 @@ async def test_a_peer_that_takes_nothing_for_the_write_timeout_is_closed(
         await _until(lambda: side.state.closed)
     assert side.aborted == ["peer took nothing for 0.2s"]
     assert side.state.close_reason == "peer took nothing for 0.2s"
+
+
+def _answer(opaque: int, body: bytes) -> RemotingCommand:
+    return RemotingCommand(code=0, opaque=opaque, flag=1, ext_fields={"i": str(opaque)},
+                           body=body)
+
+
+async def test_answer_bodies_go_out_from_their_own_buffers_in_one_scatter_gather_send(
+    pair: tuple[socket.socket, socket.socket], nursery: trio.Nursery
+) -> None:
+    """A pull's records are not copied behind their header into the send buffer: the answer's
+    body is queued as a buffer of its own and sent with the headers by ``sendmsg``; the peer
+    gets every frame whole and in order, through the flusher too (the kernel buffers are
+    small: most of 2 MiB waits for the peer to read)."""
+    side = Side(pair[0], limit=64 << 20)
+    side.writer.nursery = nursery
+    st = side.state
+    small = b"x" * 100  # under SCATTER_MIN_BODY_BYTES: copied as before
+    assert BODY_LEN >= SCATTER_MIN_BODY_BYTES
+    bodies = [bytes([i]) * (BODY_LEN if i % 3 else 100) for i in range(1, 33)]
+    for i, body in enumerate(bodies, 1):
+        st.queue_answer(i, 11, _answer(i, body if i % 3 else small))
+    big = [b for b in bodies if len(b) == BODY_LEN]
+    assert all(any(p is b for p in st.parts) for b in big)  # the very bodies, not copies
+    assert len(st.out) + sum(len(p) for p in st.parts if len(p) != BODY_LEN) < 32 * 1024
+    assert st.queued_bytes == sum(len(p) for p in st.parts) + len(st.out)
+    side.writer.send_queued()
+    got = await _read_frames(pair[1], 32)
+    assert [c.opaque for c in got] == list(range(1, 33))
+    assert [bytes(c.body) for c in got] == [b if i % 3 else small
+                                            for i, b in enumerate(bodies, 1)]
+    await _until(lambda: not st.flushing)
+    assert not st.queued_bytes and not side.aborted
+
+
+async def test_more_answer_bodies_than_one_sendmsg_takes_are_joined_not_lost(
+    pair: tuple[socket.socket, socket.socket], nursery: trio.Nursery,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    side = Side(pair[0], limit=64 << 20)
+    side.writer.nursery = nursery
+    st = side.state
+    n = MAX_SEND_BUFFERS // 2 + 2  # 2 buffers each (header, body): more than one send takes
+    reps = SCATTER_MIN_BODY_BYTES // 4
+    for i in range(1, n + 1):
+        st.queue_answer(i, 11, _answer(i, i.to_bytes(4, "big") * reps))
+    handed: list[int] = []
+    sendmsg = Socket.try_sendmsg
+
+    def counting(sock: Socket, buffers: list[bytes | bytearray | memoryview]) -> int:
+        handed.append(len(buffers))
+        return sendmsg(sock, buffers)
+
+    monkeypatch.setattr(Socket, "try_sendmsg", counting)
+    side.writer.send_queued()
+    assert handed == [MAX_SEND_BUFFERS]  # the rest joined into the last buffer
+    got = await _read_frames(pair[1], n)
+    assert [c.opaque for c in got] == list(range(1, n + 1))
+    assert all(bytes(c.body) == c.opaque.to_bytes(4, "big") * reps for c in got)
+    await _until(lambda: not st.flushing)
+    assert not st.queued_bytes and not side.aborted

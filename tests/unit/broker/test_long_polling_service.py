@@ -166,3 +166,35 @@ def test_the_heap_sheds_entries_of_pulls_woken_by_messages() -> None:
             nursery.cancel_scope.cancel()
 
     _run(main)
+
+
+def test_the_batch_end_callback_follows_each_batch_of_wakes_once() -> None:
+    """The pull processor queues a woken pull's answer and sends each connection's answers
+    once, after the batch (``on_batch_end``): one call per batch, after all of its wakes,
+    message-woken, deadline-woken and shutdown alike; a failing callback is contained."""
+
+    async def main() -> None:
+        changes: list[str] = []
+        hold = PullRequestHoldService(on_change=lambda: changes.append("change"))
+        log = _Log()
+        ends: list[list[str]] = []
+        hold.on_batch_end(lambda: ends.append([n for n, _ in log.woken]))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hold.run)
+            for name, queue in (("a", 0), ("b", 0), ("c", 1)):
+                hold.park("T", queue, log.parked(name, 0), 10.0)
+            hold.park("T", 2, log.parked("d", 0), 5.0)
+            hold.park("T", 3, log.parked("e", 0), 50.0)
+            changes.clear()
+            hold.notify_message_arriving("T", 0, 1, 0)
+            hold.notify_message_arriving("T", 1, 1, 0)
+            await trio.testing.wait_all_tasks_blocked()
+            assert ends == [["a", "b", "c"]] and changes == ["change"]
+            await trio.sleep(6)  # d's deadline
+            assert ends == [["a", "b", "c"], ["a", "b", "c", "d"]]
+            hold.on_batch_end(lambda: 1 / 0)  # type: ignore[func-returns-value]
+            hold.wake_all()  # shutdown: e, then the (failing, contained) callback
+            assert [n for n, _ in log.woken] == ["a", "b", "c", "d", "e"]
+            nursery.cancel_scope.cancel()
+
+    _run(main)
