@@ -82,7 +82,7 @@ def raw_pull(namesrv: str) -> tuple[int, float]:
             offset = r.start
             while offset < r.end:
                 reply = pull_once(ch, opts, r.queue_id, offset, 32, ("*", "TAG"))
-                nxt = int(reply.ext["nextBeginOffset"])
+                nxt = int(reply.ext_fields["nextBeginOffset"])
                 if reply.code != SUCCESS or nxt <= offset:
                     raise RuntimeError(f"pull {r.broker}/{r.queue_id}@{offset}: {reply.code}")
                 total += min(nxt, r.end) - offset

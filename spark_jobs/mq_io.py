@@ -24,6 +24,7 @@ from ..cluster.protocol.message import (
     encode_properties,
     record_fields,
 )
+from ..cluster.remoting.codes import RequestCode, ResponseCode
 from .mq_model import (
     OffsetSpec,
     QueueRange,
@@ -40,22 +41,25 @@ from .mq_store import plan_store_queues, read_store_range
 from .mq_wire import Channel, Reply, WireError
 
 # request and response codes (RocketMQ's RequestCode / ResponseCode)
-GET_ROUTEINFO_BY_TOPIC: Final = 105
-PULL_MESSAGE: Final = 11
-SEARCH_OFFSET_BY_TIMESTAMP: Final = 29
-GET_MAX_OFFSET: Final = 30
-GET_MIN_OFFSET: Final = 31
-SEND_BATCH_MESSAGE: Final = 320
-SUCCESS: Final = 0
-PULL_NOT_FOUND: Final = 19
-PULL_RETRY_IMMEDIATELY: Final = 20
-PULL_OFFSET_MOVED: Final = 21
+GET_ROUTEINFO_BY_TOPIC: Final = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+PULL_MESSAGE: Final = int(RequestCode.PULL_MESSAGE)
+SEARCH_OFFSET_BY_TIMESTAMP: Final = int(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
+GET_MAX_OFFSET: Final = int(RequestCode.GET_MAX_OFFSET)
+GET_MIN_OFFSET: Final = int(RequestCode.GET_MIN_OFFSET)
+SEND_BATCH_MESSAGE: Final = int(RequestCode.SEND_BATCH_MESSAGE)
+SUCCESS: Final = int(ResponseCode.SUCCESS)
+PULL_NOT_FOUND: Final = int(ResponseCode.PULL_NOT_FOUND)
+PULL_RETRY_IMMEDIATELY: Final = int(ResponseCode.PULL_RETRY_IMMEDIATELY)
+PULL_OFFSET_MOVED: Final = int(ResponseCode.PULL_OFFSET_MOVED)
 #: Send answers worth another try on the next queue (system error, busy, service not
 #: available); anything else but the stored ones is the broker refusing the message itself.
-RETRYABLE_SEND: Final = frozenset({1, 2, 14})
+RETRYABLE_SEND: Final = frozenset({int(ResponseCode.SYSTEM_ERROR), int(ResponseCode.SYSTEM_BUSY),
+                                   int(ResponseCode.SERVICE_NOT_AVAILABLE)})
 #: Stored: SUCCESS, and the flush/replica timeouts (stored on the master, as Java's client
 #: reports them without a resend).
-SEND_OK_CODES: Final = frozenset({0, 10, 11, 12})
+SEND_OK_CODES: Final = frozenset({SUCCESS, int(ResponseCode.FLUSH_DISK_TIMEOUT),
+                                  int(ResponseCode.SLAVE_NOT_AVAILABLE),
+                                  int(ResponseCode.FLUSH_SLAVE_TIMEOUT)})
 #: PullSysFlag: the pull carries its own subscription (no heartbeat, no committed offset).
 PULL_SUBSCRIPTION_FLAG: Final = 0x4
 #: A pull loop gives up after this many answers in a row that do not move its offset.
@@ -116,7 +120,7 @@ def fetch_route(namesrv: Sequence[str], topic: str, timeout_s: float,
             with Channel(addr, timeout_s) as ch:
                 ext = signed({"topic": topic}, b"", *keys)
                 reply = _ok(ch.call(GET_ROUTEINFO_BY_TOPIC, ext), "route", addr)
-            return parse_route(reply.body)
+            return parse_route(bytes(reply.body))
         except (WireError, SourceError) as exc:
             errors.append(str(exc))
     raise SourceError(f"no route for topic {topic}: " + "; ".join(errors))
@@ -156,7 +160,7 @@ class QueueProbe:
         ext = {"topic": self.opts.topic, "queueId": self.queue_id, **(extra or {})}
         reply = _ok(call(self.ch, self.opts, code, ext), what, self.ch.addr)
         try:
-            return int(reply.ext["offset"])
+            return int(reply.ext_fields["offset"])
         except (KeyError, ValueError):
             raise SourceError(f"{what} at {self.ch.addr}: no offset in the answer") from None
 
@@ -246,7 +250,7 @@ def pull_once(ch: Channel, opts: ReadOptions, queue_id: int, offset: int, count:
 
 def _next_offset(reply: Reply, where: str) -> int:
     try:
-        return int(reply.ext["nextBeginOffset"])
+        return int(reply.ext_fields["nextBeginOffset"])
     except (KeyError, ValueError):
         raise SourceError(f"{where}: pull answer without nextBeginOffset") from None
 
@@ -269,7 +273,7 @@ def read_range(r: QueueRange, opts: ReadOptions) -> Iterator[tuple[Any, ...]]:
             except WireError as exc:
                 raise SourceError(f"pulling {where}@{offset}: {exc}") from None
             if reply.code == SUCCESS:
-                yield from rows_of_pull(reply.body, r, offset, tags, opts.max_body_bytes)
+                yield from rows_of_pull(bytes(reply.body), r, offset, tags, opts.max_body_bytes)
             elif reply.code == PULL_OFFSET_MOVED and opts.fail_on_data_loss:
                 raise SourceError(f"{where}@{offset}: offset moved (messages deleted); "
                                   "failOnDataLoss=false skips them")  # fmt: skip
