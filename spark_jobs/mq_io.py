@@ -37,7 +37,7 @@ from .mq_model import (
     split_range,
     tag_set,
 )
-from .mq_store import plan_store_queues, read_store_range
+from .mq_store import plan_store_queues, read_store_range, store_queue_ends
 from .mq_wire import Channel, Reply, WireError
 
 # request and response codes (RocketMQ's RequestCode / ResponseCode)
@@ -71,11 +71,25 @@ MASTER_ID: Final = "0"
 
 @attrs.frozen
 class Route:
-    """A topic's readable/writable queues and each broker's master address."""
+    """A topic's readable/writable queues and each broker's replica addresses."""
 
     masters: Mapping[str, str]  # broker name -> master host:port
-    read_queues: Mapping[str, int]  # broker name -> readQueueNums (readable brokers only)
-    write_queues: Mapping[str, int]
+    read_queues: Mapping[str, int]  # broker name -> readQueueNums (brokers with a replica)
+    write_queues: Mapping[str, int]  # (brokers with a master)
+    replicas: Mapping[str, Mapping[int, str]] = attrs.field(factory=dict)  # name -> id -> addr
+
+    def read_addr(self, broker: str, read_from: str) -> str:
+        """Where to read ``broker``'s queues (``readFrom``): its master, or its first slave;
+        the other when the route lists only that one."""
+        ids = self.replicas.get(broker) or {}
+        slaves = sorted(i for i in ids if i != int(MASTER_ID))
+        if read_from == "slave" and slaves:
+            return ids[slaves[0]]
+        if broker in self.masters:
+            return self.masters[broker]
+        if slaves:
+            return ids[slaves[0]]
+        raise SourceError(f"broker {broker} has no replica in the route")
 
 
 def signed(ext: Mapping[str, Any], body: bytes, access_key: str | None,
@@ -129,17 +143,20 @@ def fetch_route(namesrv: Sequence[str], topic: str, timeout_s: float,
 def parse_route(body: bytes) -> Route:
     try:
         obj = json.loads(body)
-        masters = {str(b["brokerName"]): str(b["brokerAddrs"][MASTER_ID])
-                   for b in obj.get("brokerDatas") or []
-                   if MASTER_ID in (b.get("brokerAddrs") or {})}  # fmt: skip
+        replicas = {str(b["brokerName"]): {int(i): str(a) for i, a in
+                                           (b.get("brokerAddrs") or {}).items()}
+                    for b in obj.get("brokerDatas") or []}  # fmt: skip
         queues = [(str(q["brokerName"]), int(q["readQueueNums"]), int(q["writeQueueNums"]),
                    int(q["perm"])) for q in obj.get("queueDatas") or []]  # fmt: skip
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SourceError(f"route body is not TopicRouteData: {exc!r}") from None
+    replicas = {b: ids for b, ids in replicas.items() if ids}
+    masters = {b: ids[int(MASTER_ID)] for b, ids in replicas.items() if int(MASTER_ID) in ids}
     return Route(
         masters=masters,
-        read_queues={b: r for b, r, _w, p in queues if p & PERM_READ and b in masters},
+        read_queues={b: r for b, r, _w, p in queues if p & PERM_READ and b in replicas},
         write_queues={b: w for b, _r, w, p in queues if p & PERM_WRITE and b in masters},
+        replicas=replicas,
     )
 
 
@@ -187,7 +204,7 @@ class QueueProbe:
 
 def _queue_range(opts: ReadOptions, route: Route, broker: str, qid: int,
                  specs: tuple[OffsetSpec, OffsetSpec]) -> QueueRange:  # fmt: skip
-    addr = route.masters[broker]
+    addr = route.read_addr(broker, opts.read_from)
     with Channel(addr, opts.timeout_s) as ch:
         start, end = resolve_range(QueueProbe(ch, opts, broker, qid), opts, (broker, qid), specs)
     return QueueRange(opts.topic, broker, addr, qid, start, end, opts.starting_ts,
@@ -201,7 +218,7 @@ def plan_queues(opts: ReadOptions) -> list[QueueRange]:
         return plan_store_queues(opts)
     route = fetch_route(opts.namesrv, opts.topic, opts.timeout_s, _keys(opts))
     if not route.read_queues:
-        raise SourceError(f"topic {opts.topic} has no readable queue on a live master")
+        raise SourceError(f"topic {opts.topic} has no readable queue on a live broker")
     specs = offset_specs(opts, route.read_queues)
     ranges: list[QueueRange] = []
     for broker in sorted(route.read_queues):
@@ -219,11 +236,14 @@ def plan_read(opts: ReadOptions) -> list[QueueRange]:
 
 
 def queue_ends(opts: ReadOptions) -> dict[str, tuple[str, int]]:
-    """``broker/queueId`` -> (master address, max offset) of every readable queue, now."""
+    """``broker/queueId`` -> (master address, max offset) of every readable queue, now (with
+    ``storePath``: (store root, max offset) of every queue in the stores' files)."""
+    if opts.store_paths is not None:
+        return store_queue_ends(opts)
     route = fetch_route(opts.namesrv, opts.topic, opts.timeout_s, _keys(opts))
     out: dict[str, tuple[str, int]] = {}
     for broker in sorted(route.read_queues):
-        addr = route.masters[broker]
+        addr = route.read_addr(broker, opts.read_from)
         try:
             with Channel(addr, opts.timeout_s) as ch:
                 for qid in range(route.read_queues[broker]):

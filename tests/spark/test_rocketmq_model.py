@@ -237,3 +237,26 @@ def test_the_pull_loop_runs_from_the_job_archive_alone(tmp_path: Path) -> None:
     cmd = RemotingCommand.request(11, {"topic": "Té", "z": 1, "a": True}, b"b",
                                   language="PYTHON")  # fmt: skip
     assert bytes.fromhex(frame) == encode(cmd, 5)  # orjson here: the same bytes
+
+
+def test_read_from_picks_each_groups_replica() -> None:
+    """``readFrom``: the master, or the first slave; the other one when the route lists only
+    it (a master gone: its slave); a route naming a replica id that is not a number is
+    refused."""
+    from rmq_cluster.spark_jobs.mq_io import parse_route
+
+    def route(addrs: dict[str, dict[str, str]]) -> bytes:
+        return json.dumps({
+            "brokerDatas": [{"brokerName": b, "brokerAddrs": a} for b, a in addrs.items()],
+            "queueDatas": [{"brokerName": b, "readQueueNums": 4, "writeQueueNums": 4,
+                            "perm": 6} for b in addrs]}).encode()  # fmt: skip
+
+    r = parse_route(route({"a": {"0": "m:1", "2": "s2:1", "1": "s1:1"}, "b": {"1": "sb:1"}}))
+    assert (r.read_addr("a", "master"), r.read_addr("a", "slave")) == ("m:1", "s1:1")
+    assert (r.read_addr("b", "master"), r.read_addr("b", "slave")) == ("sb:1", "sb:1")
+    assert set(r.read_queues) == {"a", "b"} and set(r.write_queues) == {"a"}
+    assert read_options({"namesrv": "h:1", "topic": "T", "READFROM": "Slave"}).read_from == "slave"
+    with pytest.raises(SourceError, match="readfrom"):
+        read_options({"namesrv": "h:1", "topic": "T", "readFrom": "leader"})
+    with pytest.raises(SourceError, match="TopicRouteData"):
+        parse_route(route({"a": {"x": "m:1"}}))
