@@ -51,7 +51,7 @@ def test_reads_from_slaves_and_falls_back_when_a_master_dies(spark: Any, tmp_pat
 
         master = _brokers(cluster, slaves=False)["broker-a"]
         os.kill(int(master["pid"]), signal.SIGKILL)  # a node this test started
-        _wait_for(lambda: "broker-a" not in fetch_route([ns], TOPIC, 2.0).masters,
+        _wait_for(lambda: "broker-a" not in fetch_route(ns.split(";"), TOPIC, 2.0).masters,
                   "broker-a's master gone from the route", 60)  # fmt: skip
         by_default = read_options({"namesrv": ns, "topic": TOPIC})
         planned = {r.broker: r.addr for r in plan_read(by_default)}
