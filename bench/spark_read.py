@@ -2,6 +2,12 @@
 
     python3 bench/spark_read.py [--messages 100000] [--rounds 2] [--body-bytes 200]
 
+A quiet run (stdout: the JSON line only; Spark's and the JVM's lines on stderr dropped):
+``python3 bench/spark_read.py --messages 100000 --rounds 2 2>/dev/null``.  An A/B of two
+checkouts runs each tree's own file with an interpreter that imports that tree (Spark's
+Python workers import ``rmq_cluster`` through the interpreter, not through this process's
+``sys.path``), alternating base and new.
+
 Starts ``rmq-cluster up 2m-noslave`` (real processes), seeds ``--messages`` messages over 8
 queues (4 per broker, our client's batch send) and measures, on the same topic in the same run
 (``--rounds`` times each, interleaved; the best round is reported, all rounds listed):
@@ -82,7 +88,7 @@ def raw_pull(namesrv: str) -> tuple[int, float]:
             offset = r.start
             while offset < r.end:
                 reply = pull_once(ch, opts, r.queue_id, offset, 32, ("*", "TAG"))
-                nxt = int(reply.ext["nextBeginOffset"])
+                nxt = int(reply.ext_fields["nextBeginOffset"])
                 if reply.code != SUCCESS or nxt <= offset:
                     raise RuntimeError(f"pull {r.broker}/{r.queue_id}@{offset}: {reply.code}")
                 total += min(nxt, r.end) - offset

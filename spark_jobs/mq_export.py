@@ -56,6 +56,9 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--tags", help="tag filter, applied by the brokers: 'TagA || TagB'")
     p.add_argument("--sql92", help="SQL92 filter, applied by the brokers")
     p.add_argument("--max-records-per-partition", help="split queue ranges above this")
+    p.add_argument("--read-from", choices=("master", "slave"),
+                   help="pull from each group's master (default; its slave when the master is "
+                        "down) or its slave")  # fmt: skip
     p.add_argument("--store-path", help="read a local broker store's files instead of the "
                                         "brokers: a path, or JSON {broker: path}")  # fmt: skip
     p.add_argument("--broker", help="with a plain --store-path: the broker name its rows carry")
@@ -75,7 +78,7 @@ def _source_options(args: argparse.Namespace) -> dict[str, str]:
         "endingOffsets": args.ending_offsets, "startingTimestamp": args.starting_timestamp,
         "endingTimestamp": args.ending_timestamp, "tags": args.tags, "sql92": args.sql92,
         "maxRecordsPerPartition": args.max_records_per_partition,
-        "storePath": args.store_path, "broker": args.broker,
+        "storePath": args.store_path, "broker": args.broker, "readFrom": args.read_from,
     }
     named["accessKey"], named["secretKey"] = args.access_key, args.secret_key
     return {k: str(v) for k, v in named.items() if v is not None}

@@ -24,6 +24,7 @@ from ..cluster.protocol.message import (
     encode_properties,
     record_fields,
 )
+from ..cluster.remoting.codes import RequestCode, ResponseCode
 from .mq_model import (
     OffsetSpec,
     QueueRange,
@@ -36,26 +37,29 @@ from .mq_model import (
     split_range,
     tag_set,
 )
-from .mq_store import plan_store_queues, read_store_range
+from .mq_store import plan_store_queues, read_store_range, store_queue_ends
 from .mq_wire import Channel, Reply, WireError
 
 # request and response codes (RocketMQ's RequestCode / ResponseCode)
-GET_ROUTEINFO_BY_TOPIC: Final = 105
-PULL_MESSAGE: Final = 11
-SEARCH_OFFSET_BY_TIMESTAMP: Final = 29
-GET_MAX_OFFSET: Final = 30
-GET_MIN_OFFSET: Final = 31
-SEND_BATCH_MESSAGE: Final = 320
-SUCCESS: Final = 0
-PULL_NOT_FOUND: Final = 19
-PULL_RETRY_IMMEDIATELY: Final = 20
-PULL_OFFSET_MOVED: Final = 21
+GET_ROUTEINFO_BY_TOPIC: Final = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+PULL_MESSAGE: Final = int(RequestCode.PULL_MESSAGE)
+SEARCH_OFFSET_BY_TIMESTAMP: Final = int(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
+GET_MAX_OFFSET: Final = int(RequestCode.GET_MAX_OFFSET)
+GET_MIN_OFFSET: Final = int(RequestCode.GET_MIN_OFFSET)
+SEND_BATCH_MESSAGE: Final = int(RequestCode.SEND_BATCH_MESSAGE)
+SUCCESS: Final = int(ResponseCode.SUCCESS)
+PULL_NOT_FOUND: Final = int(ResponseCode.PULL_NOT_FOUND)
+PULL_RETRY_IMMEDIATELY: Final = int(ResponseCode.PULL_RETRY_IMMEDIATELY)
+PULL_OFFSET_MOVED: Final = int(ResponseCode.PULL_OFFSET_MOVED)
 #: Send answers worth another try on the next queue (system error, busy, service not
 #: available); anything else but the stored ones is the broker refusing the message itself.
-RETRYABLE_SEND: Final = frozenset({1, 2, 14})
+RETRYABLE_SEND: Final = frozenset({int(ResponseCode.SYSTEM_ERROR), int(ResponseCode.SYSTEM_BUSY),
+                                   int(ResponseCode.SERVICE_NOT_AVAILABLE)})
 #: Stored: SUCCESS, and the flush/replica timeouts (stored on the master, as Java's client
 #: reports them without a resend).
-SEND_OK_CODES: Final = frozenset({0, 10, 11, 12})
+SEND_OK_CODES: Final = frozenset({SUCCESS, int(ResponseCode.FLUSH_DISK_TIMEOUT),
+                                  int(ResponseCode.SLAVE_NOT_AVAILABLE),
+                                  int(ResponseCode.FLUSH_SLAVE_TIMEOUT)})
 #: PullSysFlag: the pull carries its own subscription (no heartbeat, no committed offset).
 PULL_SUBSCRIPTION_FLAG: Final = 0x4
 #: A pull loop gives up after this many answers in a row that do not move its offset.
@@ -67,11 +71,25 @@ MASTER_ID: Final = "0"
 
 @attrs.frozen
 class Route:
-    """A topic's readable/writable queues and each broker's master address."""
+    """A topic's readable/writable queues and each broker's replica addresses."""
 
     masters: Mapping[str, str]  # broker name -> master host:port
-    read_queues: Mapping[str, int]  # broker name -> readQueueNums (readable brokers only)
-    write_queues: Mapping[str, int]
+    read_queues: Mapping[str, int]  # broker name -> readQueueNums (brokers with a replica)
+    write_queues: Mapping[str, int]  # (brokers with a master)
+    replicas: Mapping[str, Mapping[int, str]] = attrs.field(factory=dict)  # name -> id -> addr
+
+    def read_addr(self, broker: str, read_from: str) -> str:
+        """Where to read ``broker``'s queues (``readFrom``): its master, or its first slave;
+        the other when the route lists only that one."""
+        ids = self.replicas.get(broker) or {}
+        slaves = sorted(i for i in ids if i != int(MASTER_ID))
+        if read_from == "slave" and slaves:
+            return ids[slaves[0]]
+        if broker in self.masters:
+            return self.masters[broker]
+        if slaves:
+            return ids[slaves[0]]
+        raise SourceError(f"broker {broker} has no replica in the route")
 
 
 def signed(ext: Mapping[str, Any], body: bytes, access_key: str | None,
@@ -116,7 +134,7 @@ def fetch_route(namesrv: Sequence[str], topic: str, timeout_s: float,
             with Channel(addr, timeout_s) as ch:
                 ext = signed({"topic": topic}, b"", *keys)
                 reply = _ok(ch.call(GET_ROUTEINFO_BY_TOPIC, ext), "route", addr)
-            return parse_route(reply.body)
+            return parse_route(bytes(reply.body))
         except (WireError, SourceError) as exc:
             errors.append(str(exc))
     raise SourceError(f"no route for topic {topic}: " + "; ".join(errors))
@@ -125,17 +143,20 @@ def fetch_route(namesrv: Sequence[str], topic: str, timeout_s: float,
 def parse_route(body: bytes) -> Route:
     try:
         obj = json.loads(body)
-        masters = {str(b["brokerName"]): str(b["brokerAddrs"][MASTER_ID])
-                   for b in obj.get("brokerDatas") or []
-                   if MASTER_ID in (b.get("brokerAddrs") or {})}  # fmt: skip
+        replicas = {str(b["brokerName"]): {int(i): str(a) for i, a in
+                                           (b.get("brokerAddrs") or {}).items()}
+                    for b in obj.get("brokerDatas") or []}  # fmt: skip
         queues = [(str(q["brokerName"]), int(q["readQueueNums"]), int(q["writeQueueNums"]),
                    int(q["perm"])) for q in obj.get("queueDatas") or []]  # fmt: skip
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SourceError(f"route body is not TopicRouteData: {exc!r}") from None
+    replicas = {b: ids for b, ids in replicas.items() if ids}
+    masters = {b: ids[int(MASTER_ID)] for b, ids in replicas.items() if int(MASTER_ID) in ids}
     return Route(
         masters=masters,
-        read_queues={b: r for b, r, _w, p in queues if p & PERM_READ and b in masters},
+        read_queues={b: r for b, r, _w, p in queues if p & PERM_READ and b in replicas},
         write_queues={b: w for b, _r, w, p in queues if p & PERM_WRITE and b in masters},
+        replicas=replicas,
     )
 
 
@@ -156,7 +177,7 @@ class QueueProbe:
         ext = {"topic": self.opts.topic, "queueId": self.queue_id, **(extra or {})}
         reply = _ok(call(self.ch, self.opts, code, ext), what, self.ch.addr)
         try:
-            return int(reply.ext["offset"])
+            return int(reply.ext_fields["offset"])
         except (KeyError, ValueError):
             raise SourceError(f"{what} at {self.ch.addr}: no offset in the answer") from None
 
@@ -183,7 +204,7 @@ class QueueProbe:
 
 def _queue_range(opts: ReadOptions, route: Route, broker: str, qid: int,
                  specs: tuple[OffsetSpec, OffsetSpec]) -> QueueRange:  # fmt: skip
-    addr = route.masters[broker]
+    addr = route.read_addr(broker, opts.read_from)
     with Channel(addr, opts.timeout_s) as ch:
         start, end = resolve_range(QueueProbe(ch, opts, broker, qid), opts, (broker, qid), specs)
     return QueueRange(opts.topic, broker, addr, qid, start, end, opts.starting_ts,
@@ -197,7 +218,7 @@ def plan_queues(opts: ReadOptions) -> list[QueueRange]:
         return plan_store_queues(opts)
     route = fetch_route(opts.namesrv, opts.topic, opts.timeout_s, _keys(opts))
     if not route.read_queues:
-        raise SourceError(f"topic {opts.topic} has no readable queue on a live master")
+        raise SourceError(f"topic {opts.topic} has no readable queue on a live broker")
     specs = offset_specs(opts, route.read_queues)
     ranges: list[QueueRange] = []
     for broker in sorted(route.read_queues):
@@ -215,11 +236,14 @@ def plan_read(opts: ReadOptions) -> list[QueueRange]:
 
 
 def queue_ends(opts: ReadOptions) -> dict[str, tuple[str, int]]:
-    """``broker/queueId`` -> (master address, max offset) of every readable queue, now."""
+    """``broker/queueId`` -> (master address, max offset) of every readable queue, now (with
+    ``storePath``: (store root, max offset) of every queue in the stores' files)."""
+    if opts.store_paths is not None:
+        return store_queue_ends(opts)
     route = fetch_route(opts.namesrv, opts.topic, opts.timeout_s, _keys(opts))
     out: dict[str, tuple[str, int]] = {}
     for broker in sorted(route.read_queues):
-        addr = route.masters[broker]
+        addr = route.read_addr(broker, opts.read_from)
         try:
             with Channel(addr, opts.timeout_s) as ch:
                 for qid in range(route.read_queues[broker]):
@@ -246,7 +270,7 @@ def pull_once(ch: Channel, opts: ReadOptions, queue_id: int, offset: int, count:
 
 def _next_offset(reply: Reply, where: str) -> int:
     try:
-        return int(reply.ext["nextBeginOffset"])
+        return int(reply.ext_fields["nextBeginOffset"])
     except (KeyError, ValueError):
         raise SourceError(f"{where}: pull answer without nextBeginOffset") from None
 
@@ -269,7 +293,7 @@ def read_range(r: QueueRange, opts: ReadOptions) -> Iterator[tuple[Any, ...]]:
             except WireError as exc:
                 raise SourceError(f"pulling {where}@{offset}: {exc}") from None
             if reply.code == SUCCESS:
-                yield from rows_of_pull(reply.body, r, offset, tags, opts.max_body_bytes)
+                yield from rows_of_pull(bytes(reply.body), r, offset, tags, opts.max_body_bytes)
             elif reply.code == PULL_OFFSET_MOVED and opts.fail_on_data_loss:
                 raise SourceError(f"{where}@{offset}: offset moved (messages deleted); "
                                   "failOnDataLoss=false skips them")  # fmt: skip

@@ -8,7 +8,6 @@ No I/O and no Spark here (``mq_io.py`` talks to the brokers, ``rocketmq_source.p
 
 from __future__ import annotations
 
-import datetime
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -49,12 +48,16 @@ LATEST: Final = -1
 MAX_SPEC_QUEUES: Final = 65536
 #: RocketMQ's topic and group names.
 NAME_RE: Final = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+#: ``readFrom``: where a read pulls from.  ``master`` (the default) reads each broker group's
+#: master, and a group whose master is gone from the route from its slave (as RocketMQ's
+#: consumers fall back); ``slave`` reads each group's first slave (lowest brokerId) and its
+#: master only when the route lists no slave, keeping an analysis off the masters.
+READ_FROM: Final = ("master", "slave")
 #: ``storePath`` as a plain path: the broker name its rows carry unless ``broker`` says.
 DEFAULT_STORE_BROKER: Final = "local"
 MAX_STORE_PATHS: Final = 64
 MAX_KEY_CHARS: Final = 256
 _TAG_SPLIT: Final = re.compile(r"\s*\|\|\s*")
-_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 class SourceError(ValueError):
@@ -78,6 +81,7 @@ class ReadOptions:
     max_body_bytes: int = MAX_MESSAGE_SIZE_BYTES
     fail_on_data_loss: bool = True
     timeout_s: float = 10.0
+    read_from: str = "master"  # READ_FROM
     #: broker name -> a local store root: read its files instead of pulling (``storePath``)
     store_paths: Mapping[str, str] | None = None
     #: ``accessKey`` / ``secretKey``: every request signed (a cluster under ``--acl``)
@@ -114,6 +118,16 @@ def _bool_option(opts: Mapping[str, str], name: str, default: bool) -> bool:
     if text not in ("true", "false"):
         raise SourceError(f"option {name}={raw!r} is not true or false")
     return text == "true"
+
+
+def _choice(opts: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (case-insensitive), the first by default."""
+    raw = opts.get(name)
+    if raw is None:
+        return choices[0]
+    if raw.strip().lower() not in choices:
+        raise SourceError(f"option {name}={raw!r} is not one of {', '.join(choices)}")
+    return raw.strip().lower()
 
 
 def namesrv_list(raw: str | None) -> tuple[str, ...]:
@@ -189,6 +203,7 @@ def read_options(opts: Mapping[str, str]) -> ReadOptions:
         max_body_bytes=int_option(o, "maxbodybytes", MAX_MESSAGE_SIZE_BYTES, 1, 1 << 30) or 1,
         fail_on_data_loss=_bool_option(o, "failondataloss", True),
         timeout_s=(int_option(o, "timeoutms", 10_000, 100, 600_000) or 10_000) / 1000.0,
+        read_from=_choice(o, "readfrom", READ_FROM),
         store_paths=stores,
         access_key=access,
         secret_key=secret,
@@ -368,14 +383,6 @@ def tag_set(expression: str) -> frozenset[str]:
     return frozenset(t for t in _TAG_SPLIT.split(expression.strip()) if t)
 
 
-def _ts(ms: int) -> datetime.datetime:
-    return _EPOCH + datetime.timedelta(milliseconds=ms)
-
-
-def _host(raw: bytes) -> str:
-    return f"{raw[0]}.{raw[1]}.{raw[2]}.{raw[3]}:{int.from_bytes(raw[4:8], 'big')}"
-
-
 def inflate(body: bytes, sys_flag: int, limit: int, where: str) -> bytes:
     """The body as a consumer sees it (``inflate_body``, bounded by ``limit``); a bomb or a
     corrupt body is refused with where it lies, never held."""
@@ -405,7 +412,10 @@ def rows_of_pull(body: bytes, r: QueueRange, start: int, tags: frozenset[str],
 def row_of(f: RecordFields, r: QueueRange, start: int, tags: frozenset[str],
            max_body: int) -> tuple[Any, ...] | None:  # fmt: skip
     """The row of one record's fields (``record_fields``), or None when it is outside
-    ``[start, r.end)``, of another queue or topic, of another tag, or out of the time range."""
+    ``[start, r.end)``, of another queue or topic, of another tag, or out of the time range.
+    The columns of SCHEMA_DDL in order, in their raw form: the two timestamps in ms since the
+    epoch and the two hosts as their 8 stored bytes (``mq_arrow`` makes them Spark values a
+    whole column at a time)."""
     (_total, _crc, queue_id, _flag, qoff, phys, sys_flag, born_ts, born_host, store_ts,
      store_host, reconsume, _prep, payload, topic, props) = f  # fmt: skip
     if not start <= qoff < r.end or queue_id != r.queue_id or topic != r.topic:
@@ -421,5 +431,5 @@ def row_of(f: RecordFields, r: QueueRange, start: int, tags: frozenset[str],
     msg_id = props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or \
         encode_offset_msg_id_raw(store_host, phys)
     return (topic, r.broker, queue_id, qoff, phys, msg_id,
-            props.get(MessageConst.PROPERTY_KEYS), tag, payload, props, _ts(born_ts),
-            _ts(store_ts), _host(born_host), _host(store_host), reconsume)  # fmt: skip
+            props.get(MessageConst.PROPERTY_KEYS), tag, payload, props, born_ts, store_ts,
+            born_host, store_host, reconsume)  # fmt: skip

@@ -1,4 +1,5 @@
-"""``.option("storePath", ...)``: a topic read straight from a local store's files.
+"""``.option("storePath", ...)``: a topic read straight from a local store's files (batch
+reads, and a stream's micro-batches: ``store_queue_ends`` says how far each queue is written).
 
 A queue's ConsumeQueue (``consumequeue/<topic>/<queueId>/``) lists its messages' CommitLog
 offsets and sizes; each is read from ``commitlog/`` and decoded by the record layout's
@@ -108,15 +109,18 @@ class StoreQueue:
     def __init__(self, cq: Segments, log: Segments, r: QueueRange) -> None:
         self.cq, self.log, self.r = cq, log, r
 
-    def bounds(self) -> tuple[int, int]:
-        """(min, max) offsets: the first unit whose record the CommitLog still holds, one
-        past the last unit written."""
-        hi = 0
+    def end(self) -> int:
+        """One past the last unit written (the queue's max offset)."""
         for seg in reversed(self.cq.segments):
             tail = list(units(self.cq, seg.start // CQ_UNIT_BYTES, 1 << 62))
             if tail:
-                hi = tail[-1].cq_index + 1
-                break
+                return tail[-1].cq_index + 1
+        return 0
+
+    def bounds(self) -> tuple[int, int]:
+        """(min, max) offsets: the first unit whose record the CommitLog still holds, one
+        past the last unit written."""
+        hi = self.end()
         floor = self.log.first_offset()
         for u in units(self.cq, 0, hi):
             if u.phy_offset >= floor:
@@ -169,6 +173,19 @@ def plan_store_queues(opts: ReadOptions) -> list[QueueRange]:
                 ranges.append(QueueRange(opts.topic, broker, root, qid, start, end,
                                          opts.starting_ts, opts.ending_ts, store=root))  # fmt: skip
     return ranges
+
+
+def store_queue_ends(opts: ReadOptions) -> dict[str, tuple[str, int]]:
+    """``broker/queueId`` -> (store root, max offset) of every queue of the topic in the
+    stores of ``opts.store_paths``, now (what a stream's next micro-batch may read up to)."""
+    out: dict[str, tuple[str, int]] = {}
+    for broker, root in sorted((opts.store_paths or {}).items()):
+        with Segments(os.path.join(root, COMMITLOG_DIR)) as log:
+            for qid in store_queue_ids(root, opts.topic):
+                r = QueueRange(opts.topic, broker, root, qid, 0, 0, store=root)
+                with Segments(_cq_dir(root, opts.topic, qid)) as cq:
+                    out[f"{broker}/{qid}"] = (root, StoreQueue(cq, log, r).end())
+    return out
 
 
 def read_store_range(r: QueueRange, opts: ReadOptions) -> Iterator[tuple[Any, ...]]:

@@ -1,96 +1,50 @@
 """A blocking remoting channel for Spark tasks: one TCP connection, one call at a time.
 
 The RocketMQ source and sink run inside Spark's Python workers, which import only what the job
-archive ships (``package.py``: this package, the record layout, ``attrs``; no orjson, no Trio).
-So this module speaks the remoting frame (RocketMQ's JSON header variant) with the standard
-library: ``int32 length | int32 serialize<<24 | headerLen | JSON header | body``.  Every size a
-peer sends is bounded (``MAX_FRAME_BYTES``, ``MAX_HEADER_BYTES``) and every call has one
-deadline for the whole answer, not one per ``recv``: a peer that drips bytes cannot hold a task.
+archive ships (``package.py``: this package, the record layout, the remoting codec, ``attrs``;
+no Trio, no compiled wheel).  Frames are encoded and decoded by the project's codec
+(``cluster/remoting/codec.py``, sans-IO: ``encode`` and ``FrameDecoder``); this module adds
+the socket, one deadline per call for the whole answer (not one per ``recv``: a peer that
+drips bytes cannot hold a task) and the bounds: at most ``MAX_FRAME_BYTES`` a frame and
+``MAX_ANSWER_BYTES`` read while waiting for one answer.
 """
 
 from __future__ import annotations
 
-import json
 import socket
-import struct
 import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-import attrs
+from ..cluster.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
+from ..cluster.remoting.codes import CURRENT_VERSION
 
 #: RocketMQ's largest frame (its ``frameMaxLength`` default), length word included.
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
-#: A response header larger than this is refused (ours and Apache's are < 1 KiB).
-MAX_HEADER_BYTES: Final = 64 * 1024
+#: Bytes a peer may send on one call before its answer is complete (stale answers included).
+MAX_ANSWER_BYTES: Final = 4 * MAX_FRAME_BYTES
 #: Per call: connect, send, and the whole answer.
 CALL_TIMEOUT_S: Final = 10.0
 #: ``MQVersion`` V4_9_7: a NameServer answers routes in standard (quoted-key) JSON from V4_9_4.
-CLIENT_VERSION: Final = 407
+CLIENT_VERSION: Final = CURRENT_VERSION
 LANGUAGE: Final = "PYTHON"
 _RECV_BYTES: Final = 256 * 1024
-_PREFIX = struct.Struct(">II")
-_FLAG_RESPONSE: Final = 0x1
-_SERIALIZE_JSON: Final = 0
+
+#: What a call answers: the codec's command (``code``, ``remark``, ``ext_fields``, ``body``).
+Reply = RemotingCommand
 
 
 class WireError(Exception):
     """The peer could not be reached, answered late, or sent a frame this channel refuses."""
 
 
-@attrs.frozen(slots=True)
-class Reply:
-    code: int
-    remark: str | None
-    ext: Mapping[str, str]
-    body: bytes
-
-
-def encode_request(code: int, ext: Mapping[str, Any], body: bytes, opaque: int) -> bytes:
-    """One request frame with a JSON header (extFields values as strings, nulls dropped)."""
-    fields = {k: _ext_str(v) for k, v in ext.items() if v is not None}
-    header = json.dumps(
-        {"code": code, "extFields": fields, "flag": 0, "language": LANGUAGE, "opaque": opaque,
-         "serializeTypeCurrentRPC": "JSON", "version": CLIENT_VERSION},
-        separators=(",", ":"), sort_keys=True,
-    ).encode()  # fmt: skip
-    return _PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
-
-
-def _ext_str(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def decode_reply(frame: bytes | memoryview) -> tuple[int, Reply]:
-    """(opaque, Reply) of one frame without its length word; WireError if it is not a JSON
-    response frame this channel accepts."""
-    mv = memoryview(frame)
-    if len(mv) < 4:
-        raise WireError("frame without a header word")
-    (word,) = struct.unpack_from(">I", mv, 0)
-    stype, header_len = word >> 24, word & 0xFFFFFF
-    if stype != _SERIALIZE_JSON:
-        raise WireError(f"serialize type {stype} answered to a JSON request")
-    if header_len > MAX_HEADER_BYTES or header_len > len(mv) - 4:
-        raise WireError(f"header length {header_len} out of bounds")
+def request_frame(code: int, ext: Mapping[str, Any], body: bytes, opaque: int) -> bytes:
+    """One request frame (JSON header; extFields as strings, nulls dropped)."""
     try:
-        header = json.loads(bytes(mv[4 : 4 + header_len]))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise WireError(f"header is not JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise WireError("header is not a JSON object")
-    code, opaque, flag = header.get("code"), header.get("opaque"), header.get("flag", 0)
-    ext = header.get("extFields") or {}
-    remark = header.get("remark")
-    if not (isinstance(code, int) and isinstance(opaque, int) and isinstance(flag, int)
-            and isinstance(ext, dict) and (remark is None or isinstance(remark, str))):  # fmt: skip
-        raise WireError("header fields of the wrong type")
-    if not flag & _FLAG_RESPONSE:
-        raise WireError(f"a request (code {code}) where a response was expected")
-    fields = {str(k): _ext_str(v) for k, v in ext.items() if v is not None}
-    return opaque, Reply(code, remark, fields, bytes(mv[4 + header_len :]))
+        cmd = RemotingCommand.request(code, ext, body, language=LANGUAGE, version=CLIENT_VERSION)
+        return encode(cmd, opaque)
+    except ProtocolError as exc:
+        raise WireError(f"request not encodable: {exc}") from None
 
 
 class Channel:
@@ -107,8 +61,9 @@ class Channel:
         self._target = (host, int(port))
         self._timeout_s = timeout_s
         self._sock: socket.socket | None = None
+        self._decoder = FrameDecoder(max_frame_bytes=MAX_FRAME_BYTES)
+        self._ready: list[RemotingCommand] = []
         self._opaque = 0
-        self._buf = bytearray()
 
     def __enter__(self) -> Channel:
         return self
@@ -120,53 +75,52 @@ class Channel:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        self._buf.clear()
+        self._decoder.release()
+        self._decoder = FrameDecoder(max_frame_bytes=MAX_FRAME_BYTES)
+        self._ready.clear()
 
     def call(self, code: int, ext: Mapping[str, Any], body: bytes = b"",
-             timeout_s: float | None = None) -> Reply:
+             timeout_s: float | None = None) -> Reply:  # fmt: skip
         deadline = time.monotonic() + (self._timeout_s if timeout_s is None else timeout_s)
         try:
             return self._call(code, ext, body, deadline)
         except TimeoutError:
             self.close()
             raise WireError(f"{self.addr}: no answer before the deadline") from None
-        except (OSError, WireError) as exc:
+        except (OSError, WireError, ProtocolError) as exc:
             self.close()
-            if isinstance(exc, WireError):
-                raise WireError(f"{self.addr}: {exc}") from None
-            raise WireError(f"{self.addr}: {exc!r}") from None
+            if isinstance(exc, OSError):
+                raise WireError(f"{self.addr}: {exc!r}") from None
+            raise WireError(f"{self.addr}: {exc}") from None
 
     def _call(self, code: int, ext: Mapping[str, Any], body: bytes, deadline: float) -> Reply:
         if self._sock is None:
             self._sock = socket.create_connection(self._target, timeout=_left(deadline))
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._opaque = (self._opaque + 1) & 0x7FFFFFFF
+        frame = request_frame(code, ext, body, self._opaque)
         self._sock.settimeout(_left(deadline))
-        self._sock.sendall(encode_request(code, ext, body, self._opaque))
+        self._sock.sendall(frame)
+        got = 0
         while True:
-            opaque, reply = decode_reply(self._read_frame(deadline))
-            if opaque == self._opaque:
-                return reply  # an answer to an earlier, timed-out call is dropped
+            while self._ready:
+                cmd = self._ready.pop(0)
+                if cmd.is_response and cmd.opaque == self._opaque:
+                    return cmd  # answers to earlier, timed-out calls and requests are dropped
+            got += self._receive(deadline)
+            if got > MAX_ANSWER_BYTES:
+                raise WireError(f"more than {MAX_ANSWER_BYTES} bytes without the answer")
 
-    def _read_frame(self, deadline: float) -> bytes:
-        while True:
-            buf = self._buf
-            if len(buf) >= 4:
-                (length,) = struct.unpack_from(">I", buf, 0)
-                if length < 4 or length + 4 > MAX_FRAME_BYTES:
-                    raise WireError(f"frame length {length} out of bounds")
-                if len(buf) >= 4 + length:
-                    frame = bytes(buf[4 : 4 + length])
-                    del buf[: 4 + length]
-                    return frame
-            sock = self._sock
-            if sock is None:
-                raise WireError("not connected")
-            sock.settimeout(_left(deadline))
-            data = sock.recv(_RECV_BYTES)
-            if not data:
-                raise WireError("connection closed by the peer")
-            buf += data
+    def _receive(self, deadline: float) -> int:
+        sock = self._sock
+        if sock is None:
+            raise WireError("not connected")
+        sock.settimeout(_left(deadline))
+        data = sock.recv(_RECV_BYTES)
+        if not data:
+            raise WireError("connection closed by the peer")
+        self._ready += self._decoder.feed(data)
+        return len(data)
 
 
 def _left(deadline: float) -> float:

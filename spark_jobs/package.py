@@ -2,7 +2,8 @@
 workers import that a plain Spark installation lacks, in one zip.
 
 The workers import ``rmq_cluster.spark_jobs`` (decoders, planning), the record layout module
-``rmq_cluster.cluster.protocol.message`` (the driver also ``rmq_cluster.cluster.home``) and
+``rmq_cluster.cluster.protocol.message``, the remoting codec (``cluster.remoting.codec``, its JSON
+through the standard library there; the driver also ``rmq_cluster.cluster.home``) and
 ``attrs`` (its ``attr`` half too): the stdlib and
 these, no compiled wheel (no orjson).  ``rmq_cluster`` is a namespace package, so the zip carries
 explicit directory entries: zipimport finds a namespace portion only through them.
@@ -20,6 +21,7 @@ CONTENTS: Final = (
     ("rmq_cluster.spark_jobs", None),
     ("rmq_cluster.cluster",
      ("__init__.py", "home.py", "protocol/__init__.py", "protocol/message.py",
+      "remoting/__init__.py", "remoting/codec.py", "remoting/codes.py",
       "acl/signing.py")),  # acl/ without its __init__: the signing rule only
     ("attrs", None),
     ("attr", None),

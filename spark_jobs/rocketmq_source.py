@@ -14,7 +14,11 @@ earliest/latest; default earliest/latest, the end fixed when the read is planned
 ``startingTimestamp`` / ``endingTimestamp`` (ms; rows stored in ``[start, end)``, found with
 the brokers' search by time); ``tags`` (``TagA || TagB``) or ``sql92`` (a SQL92 filter; the
 broker needs ``enablePropertyFilter``), both applied by the broker; ``maxRecordsPerPartition``,
-``pullBatchSize``, ``maxBodyBytes``, ``failOnDataLoss``, ``group``, ``timeoutMs``.
+``pullBatchSize``, ``maxBodyBytes``, ``failOnDataLoss``, ``group``, ``timeoutMs``;
+``readFrom``: ``master`` (default: each broker group's master, its slave when the route lists
+no master, as RocketMQ's consumers fall back when a master is down) or ``slave`` (each group's
+first slave, its master when it has none; a slave's queues end where its replication has got
+to when the read is planned).
 
 Stream (``spark.readStream.format("rocketmq")``): the same options (``startingOffsets``
 defaults to ``latest``, as Kafka's source; ending options do not apply) and
@@ -28,10 +32,12 @@ Write (``df.write`` and ``df.writeStream``): columns ``body`` (binary or string,
 least once: a batch retried after a lost answer, or a micro-batch replayed after a failure,
 may be stored twice.
 
-Local files (batch reads only): ``storePath`` (a broker store's root, its rows named by
+Local files (batch reads and streams): ``storePath`` (a broker store's root, its rows named by
 ``broker``, default ``local``; or JSON ``{"broker-a": "/data/a", ...}``) reads the CommitLog
 and ConsumeQueues directly instead of pulling (``namesrv`` not needed; ``sql92`` not
-available); the Spark tasks must see the files.
+available); the Spark tasks must see the files.  A stream's micro-batches end where each
+queue's ConsumeQueue ends when the batch is planned, its offsets kept in the checkpoint as
+for a broker read (same keys: ``broker/queueId``).
 
 ACL: ``accessKey`` / ``secretKey`` sign every request (reads, streams, writes) with plain
 ACL's HmacSHA1, as RocketMQ's ``AclClientRPCHook`` does.
@@ -60,6 +66,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .mq_arrow import record_batches
 from .mq_io import (
     DEFAULT_PRODUCER_GROUP,
     DEFAULT_SEND_RETRIES,
@@ -109,7 +116,7 @@ class RocketMQDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return RocketMQReader(read_options(self.options))
+        return RocketMQReader(read_options(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return RocketMQWriter(dict(self.options), schema)
@@ -120,23 +127,31 @@ class RocketMQDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         o = {str(k).lower(): str(v) for k, v in self.options.items()}
         opts = read_options({"startingoffsets": "latest", **o})  # Kafka's default for streams
-        if opts.store_paths is not None:
-            raise SourceError("option storePath is for batch reads; a stream reads brokers")
         cap = int_option(o, "maxmessagespertrigger", None, 1, 2**62)
-        return RocketMQStreamReader(attrs.evolve(opts, ending="latest", ending_ts=None), cap)
+        return RocketMQStreamReader(attrs.evolve(opts, ending="latest", ending_ts=None), cap,
+                                    schema)  # fmt: skip
+
+
+def _batches(r: QueueRange, opts: ReadOptions, schema: StructType) -> Iterator[Any]:
+    """The rows of ``r`` as Arrow record batches in ``schema`` (Spark takes them as they
+    are: no conversion row by row)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    yield from record_batches(read_range(r, opts), to_arrow_schema(schema, timezone="UTC"))
 
 
 class RocketMQReader(DataSourceReader):
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts = opts
+        self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
         return [RangePartition(r) for r in plan_read(self.opts)]
 
-    def read(self, partition: InputPartition | None) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition | None) -> Iterator[Any]:
         # a plan without ranges still gets one task, handed no partition
         if partition is not None and partition.value is not None:
-            yield from read_range(partition.value, self.opts)
+            yield from _batches(partition.value, self.opts, self.schema)
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -144,9 +159,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     checkpoint (nothing is committed to the brokers), so a restarted query resumes exactly
     where its last committed batch ended."""
 
-    def __init__(self, opts: ReadOptions, max_per_trigger: int | None) -> None:
+    def __init__(self, opts: ReadOptions, max_per_trigger: int | None,
+                 schema: StructType) -> None:  # fmt: skip
         self.opts = opts
         self.max_per_trigger = max_per_trigger
+        self.schema = schema
         self._target: dict[str, int] | None = None
 
     def initialOffset(self) -> dict[str, int]:
@@ -172,17 +189,20 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not todo:
             return []
         addrs = {k: addr for k, (addr, _end) in queue_ends(self.opts).items()}
+        files = self.opts.store_paths is not None  # addrs are store roots
         ranges = []
         for key, (lo, hi) in sorted(todo.items()):
             broker, _, qid = key.rpartition("/")
             if key not in addrs:
-                raise SourceError(f"queue {key} is no longer routed to a live master")
-            r = QueueRange(self.opts.topic, broker, addrs[key], int(qid), lo, hi)
+                raise SourceError(f"queue {key} is no longer routed to a live broker"
+                                  if not files else f"queue {key} is gone from the store")
+            r = QueueRange(self.opts.topic, broker, addrs[key], int(qid), lo, hi,
+                           store=addrs[key] if files else None)  # fmt: skip
             ranges += split_range(r, self.opts.max_records_per_partition)
         return [RangePartition(r) for r in ranges]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        yield from read_range(partition.value, self.opts)
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        yield from _batches(partition.value, self.opts, self.schema)
 
     def commit(self, end: dict[str, int]) -> None:
         return None

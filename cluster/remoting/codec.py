@@ -8,19 +8,23 @@ Frame (big-endian)::
     body                    raw bytes
 
 No I/O and no trio here: ``FrameDecoder.feed(bytes)`` returns every complete command, and
-``encode(command)`` returns the bytes of one frame.
+``encode(command)`` returns the bytes of one frame.  JSON headers go through orjson; where it
+is not installed (a Spark executor that imports this module from the job archive, which ships
+no compiled wheel) through the standard library's ``json``, with the same output and the same
+refusals.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import mmap
 import struct
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
-import orjson
 
 from .codes import (
     CURRENT_VERSION,
@@ -57,6 +61,24 @@ _BIG_FRAME_MAP_FLAGS: Final = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0
 
 _LANGUAGE_BY_ORDINAL: Final = {lang.value: lang.name for lang in LanguageCode}
 _LANGUAGE_NAMES: Final = frozenset(_LANGUAGE_BY_ORDINAL.values())
+
+
+def _json_codec() -> tuple[Any, Any, tuple[type[BaseException], ...]]:
+    """(dumps with sorted keys, loads, the errors a bad document raises): orjson's, else the
+    standard library's (bytes in and out, compact, UTF-8 kept, deep nesting refused)."""
+    try:
+        import orjson
+    except ImportError:
+        pass
+    else:
+        dumps = functools.partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)  # no Python frame
+        return dumps, orjson.loads, (orjson.JSONDecodeError,)
+    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return ((lambda obj: encoder.encode(obj).encode()), (lambda data: json.loads(bytes(data))),
+            (ValueError, RecursionError))  # fmt: skip
+
+
+_dumps_sorted, _loads, _JSON_ERRORS = _json_codec()
 
 
 class ProtocolError(Exception):
@@ -190,7 +212,8 @@ def encode_header_json(cmd: RemotingCommand, opaque: int) -> bytes:
         header["extFields"] = cmd.ext_fields
     if cmd.remark is not None:
         header["remark"] = cmd.remark
-    return orjson.dumps(header, option=orjson.OPT_SORT_KEYS)
+    out: bytes = _dumps_sorted(header)
+    return out
 
 
 def encode_header_binary(cmd: RemotingCommand, opaque: int) -> bytes:
@@ -355,8 +378,8 @@ def _language_name(value: Any) -> str:
 
 def decode_header_json(data: bytes | bytearray | memoryview, body: bytes) -> RemotingCommand:
     try:
-        header = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        header = _loads(data)
+    except _JSON_ERRORS as exc:
         raise ProtocolError(f"header is not valid JSON: {exc}") from None
     if type(header) is not dict:
         raise ProtocolError("header is not a JSON object")

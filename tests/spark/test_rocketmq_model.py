@@ -4,7 +4,6 @@ frames (no Spark, no cluster)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import socket
@@ -21,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rmq_cluster.cluster.protocol.message import SYSFLAG_COMPRESSED
+from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode
 from rmq_cluster.deploy.supervisor import ports_for_tests
 from rmq_cluster.spark_jobs.mq_model import (
     EARLIEST,
@@ -34,7 +34,7 @@ from rmq_cluster.spark_jobs.mq_model import (
     read_options,
     split_range,
 )
-from rmq_cluster.spark_jobs.mq_wire import MAX_FRAME_BYTES, Channel, WireError, decode_reply
+from rmq_cluster.spark_jobs.mq_wire import MAX_FRAME_BYTES, Channel, WireError
 
 
 def test_offset_specs() -> None:
@@ -114,28 +114,6 @@ def test_inflate_refuses_a_bomb() -> None:
         inflate(b"not zlib", SYSFLAG_COMPRESSED, 100, "b/0@1")
 
 
-def _frame(header: bytes, body: bytes = b"", stype: int = 0) -> bytes:
-    return struct.pack(">I", (stype << 24) | len(header)) + header + body
-
-
-@given(st.binary(max_size=200))
-def test_decode_reply_never_raises_anything_but_wire_error(data: bytes) -> None:
-    with contextlib.suppress(WireError):
-        decode_reply(data)
-
-
-def test_decode_reply_checks_each_field() -> None:
-    ok = json.dumps({"code": 0, "opaque": 7, "flag": 1, "extFields": {"a": 1}}).encode()
-    opaque, reply = decode_reply(_frame(ok, b"xy"))
-    assert (opaque, reply.code, dict(reply.ext), reply.body) == (7, 0, {"a": "1"}, b"xy")
-    for bad in (_frame(ok, stype=1), _frame(b"[1]"), _frame(b"{"),
-                _frame(json.dumps({"code": "0", "opaque": 1, "flag": 1}).encode()),
-                _frame(json.dumps({"code": 0, "opaque": 1, "flag": 0}).encode()),
-                struct.pack(">I", 1 << 20) + b"{}"):
-        with pytest.raises(WireError):
-            decode_reply(bad)
-
-
 def _listen_below_32768() -> socket.socket:
     for _ in range(200):
         try:
@@ -191,7 +169,7 @@ def hostile_server() -> Iterator[tuple[str, list[bytes]]]:
 def test_channel_bounds_time_and_size(hostile_server: tuple[str, list[bytes]]) -> None:
     addr, script = hostile_server
     script.append(struct.pack(">I", MAX_FRAME_BYTES) + b"\0" * 16)  # a frame over the limit
-    with pytest.raises(WireError, match="out of bounds"), Channel(addr, 5.0) as ch:
+    with pytest.raises(WireError, match="exceeds the"), Channel(addr, 5.0) as ch:
         ch.call(11, {})
     script.append(b"DRIP" + b"\0\0\0\x40" + b"x" * 200)  # a drip that never completes a frame
     started = time.monotonic()
@@ -200,11 +178,34 @@ def test_channel_bounds_time_and_size(hostile_server: tuple[str, list[bytes]]) -
     assert time.monotonic() - started < 3.0  # one deadline per call, not one per recv
     with pytest.raises(WireError, match="closed"), Channel(addr, 5.0) as ch:
         ch.call(11, {})  # the script is empty: the server closes at once
+    script.append(_frame({"code": 0, "opaque": "x", "flag": 1}))  # the codec refuses it
+    with pytest.raises(WireError, match="opaque"), Channel(addr, 5.0) as ch:
+        ch.call(11, {})
+
+
+def _frame(header: dict[str, object], body: bytes = b"") -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack(">II", 4 + len(raw) + len(body), len(raw)) + raw + body
+
+
+def test_channel_drops_stale_answers_and_requests(hostile_server: tuple[str, list[bytes]]
+                                                 ) -> None:  # fmt: skip
+    """The answer is the response with the call's opaque: an earlier call's late answer and a
+    request from the peer are dropped; extFields come back as strings."""
+    addr, script = hostile_server
+    script.append(_frame({"code": 0, "opaque": 9, "flag": 1}, b"stale")
+                  + _frame({"code": 40, "opaque": 1, "flag": 0}, b"a request")
+                  + _frame({"code": 0, "opaque": 1, "flag": 1, "extFields": {"a": 1}}, b"xy"))
+    with Channel(addr, 5.0) as ch:
+        reply = ch.call(11, {"topic": "T", "n": 3, "b": True})
+    assert (reply.code, reply.ext_fields, bytes(reply.body)) == (0, {"a": "1"}, b"xy")
 
 
 def test_the_pull_loop_runs_from_the_job_archive_alone(tmp_path: Path) -> None:
     """What an executor imports for a read or a write (everything but the pyspark glue) comes
-    from the archive ``replica-diff --package`` builds: no site-packages, no Trio, no orjson."""
+    from the archive ``replica-diff --package`` builds: no site-packages, no Trio, no orjson;
+    the remoting codec runs there on the standard library's JSON and writes the same bytes as
+    with orjson, and reads them back."""
     from rmq_cluster.spark_jobs.package import build_package
 
     archive = tmp_path / "rmq_spark.zip"
@@ -215,10 +216,47 @@ def test_the_pull_loop_runs_from_the_job_archive_alone(tmp_path: Path) -> None:
         "import rmq_cluster.spark_jobs.mq_store;"
         "o = m.read_options({'namesrv': '127.0.0.1:1', 'topic': 'T'});"
         "assert 'Signature' in io.signed({'topic': 'T'}, b'', 'ak', 'sk');"  # ACL: the signing rule
+        "from rmq_cluster.cluster.remoting import codec;"
+        "import rmq_cluster.spark_jobs.mq_wire as w;"
+        "f = w.request_frame(11, {'topic': 'Té', 'z': 1, 'a': True}, b'b', 5);"
+        "c = codec.FrameDecoder().feed(f)[0];"
+        "assert (c.ext_fields, c.language, bytes(c.body)) == ("
+        "    {'topic': 'Té', 'z': '1', 'a': 'true'}, 'PYTHON', b'b'), c;"
         "assert 'trio' not in sys.modules and 'orjson' not in sys.modules;"
-        "print(io.__file__)"
+        "print(io.__file__); print(f.hex())\n"
+        "for h in (b'[' * 100000, b'{\"code\": NaN}', b'{\"code\": 1', b'\\xff'):\n"
+        "    try: codec.decode_frame(len(h).to_bytes(4, 'big') + h)\n"
+        "    except codec.ProtocolError: pass\n"
+        "    else: raise SystemExit(f'accepted {h[:20]!r}')\n"
     )
     done = subprocess.run([sys.executable, "-S", "-c", code, str(archive)], capture_output=True,
                           text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().startswith(str(archive))
+    where, frame = done.stdout.split()
+    assert where.startswith(str(archive))
+    cmd = RemotingCommand.request(11, {"topic": "Té", "z": 1, "a": True}, b"b",
+                                  language="PYTHON")  # fmt: skip
+    assert bytes.fromhex(frame) == encode(cmd, 5)  # orjson here: the same bytes
+
+
+def test_read_from_picks_each_groups_replica() -> None:
+    """``readFrom``: the master, or the first slave; the other one when the route lists only
+    it (a master gone: its slave); a route naming a replica id that is not a number is
+    refused."""
+    from rmq_cluster.spark_jobs.mq_io import parse_route
+
+    def route(addrs: dict[str, dict[str, str]]) -> bytes:
+        return json.dumps({
+            "brokerDatas": [{"brokerName": b, "brokerAddrs": a} for b, a in addrs.items()],
+            "queueDatas": [{"brokerName": b, "readQueueNums": 4, "writeQueueNums": 4,
+                            "perm": 6} for b in addrs]}).encode()  # fmt: skip
+
+    r = parse_route(route({"a": {"0": "m:1", "2": "s2:1", "1": "s1:1"}, "b": {"1": "sb:1"}}))
+    assert (r.read_addr("a", "master"), r.read_addr("a", "slave")) == ("m:1", "s1:1")
+    assert (r.read_addr("b", "master"), r.read_addr("b", "slave")) == ("sb:1", "sb:1")
+    assert set(r.read_queues) == {"a", "b"} and set(r.write_queues) == {"a"}
+    assert read_options({"namesrv": "h:1", "topic": "T", "READFROM": "Slave"}).read_from == "slave"
+    with pytest.raises(SourceError, match="readfrom"):
+        read_options({"namesrv": "h:1", "topic": "T", "readFrom": "leader"})
+    with pytest.raises(SourceError, match="TopicRouteData"):
+        parse_route(route({"a": {"x": "m:1"}}))

@@ -194,28 +194,47 @@ def _wait_for(cond: Any, what: str, timeout: float = 120.0) -> None:
         time.sleep(0.2)  # polling a query's progress, bounded by the deadline
 
 
+def _stored(s: Seeded, topic: str) -> int:
+    """How many messages of ``topic`` the brokers' ConsumeQueue files list."""
+    from rmq_cluster.spark_jobs.mq_io import queue_ends
+    from rmq_cluster.spark_jobs.mq_model import read_options
+
+    opts = read_options({"topic": topic, "storePath": json.dumps(s.stores)})
+    return sum(end for _root, end in queue_ends(opts).values())
+
+
+@pytest.mark.parametrize("path", ["remoting", "files"])
 def test_stream_stopped_mid_way_and_restarted_writes_each_message_once(
-    spark: Any, seeded: Seeded, tmp_path: Path
+    spark: Any, seeded: Seeded, tmp_path: Path, path: str
 ) -> None:
-    topic = "SparkStream"
+    """A stream stopped after a few micro-batches and restarted on its checkpoint (more
+    messages sent in between) lands each message once: pulling, and from the brokers' store
+    files (``storePath``: the files grow under the stream)."""
+    topic = f"SparkStream{path.capitalize()}"
     create_topics(seeded.namesrv, [topic], queues=4)
     _send_keys(seeded.namesrv, topic, range(3000))
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    source = ({"namesrv": seeded.namesrv} if path == "remoting"
+              else {"storePath": json.dumps(seeded.stores)})  # fmt: skip
 
     def start() -> Any:
-        stream = (spark.readStream.format("rocketmq").option("namesrv", seeded.namesrv)
+        if path == "files":  # the brokers dispatch a moment after a send is answered
+            _wait_for(lambda: _stored(seeded, topic) >= sent, "ConsumeQueues written", 30)
+        stream = (spark.readStream.format("rocketmq").options(**source)
                   .option("topic", topic).option("startingOffsets", "earliest")
                   .option("maxMessagesPerTrigger", "400").load())
         return (stream.select("keys", "broker", "queueId", "queueOffset").writeStream
                 .format("parquet").option("path", out).option("checkpointLocation", ckpt)
                 .trigger(availableNow=True).start())
 
+    sent = 3000
     q = start()
     _wait_for(lambda: len(q.recentProgress) >= 2 or not q.isActive, "second micro-batch")
     q.stop()  # mid-stream: some batches written, the rest not
     first_run = [p["numInputRows"] for p in q.recentProgress]
     assert all(n <= 400 for n in first_run), first_run
     _send_keys(seeded.namesrv, topic, range(3000, 4000))
+    sent = 4000
     q = start()
     q.awaitTermination(300)
     assert q.exception() is None
