@@ -4,8 +4,11 @@ machine (the shape of our remoting layer: bytes in, events out), one task per ca
 Every limit is a named ``ProxyConfig`` setting: HTTP/2 frame size and header list (h2 refuses
 larger ones: a connection error, GOAWAY), streams per connection, one gRPC message's size (checked
 from its length prefix, before it is buffered), the bytes a connection may have buffered across
-its streams, connections per proxy, the time to finish the TLS handshake and then to send the
-preface. With TLS (``tls_context``) a connection is served only once its handshake is done and
+its streams, connections per proxy and per peer address (at the proxy's limit a newcomer from
+an address holding fewer takes the place of the idlest connection of the address holding the
+most, as on the remoting port), the time to finish the TLS handshake and then to send the
+preface, to complete a frame or request once started, and a connection's time without a call.
+With TLS (``tls_context``) a connection is served only once its handshake is done and
 it chose ``h2`` by ALPN; the handshake holds a connection slot, so stalled ones count against
 ``max_connections`` until their deadline."""
 
