@@ -50,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
                              "(default: the file's first admin account)")
     # tests: a shorter deadline for the TLS handshake and the HTTP/2 preface
     parser.add_argument("--handshake-timeout", type=float, default=None, help=argparse.SUPPRESS)
+    # tests: shorter idle and partial-frame timeouts, fewer connections (ProxyConfig's names)
+    for flag, kind in (("--idle-timeout", float), ("--partial-frame-timeout", float),
+                       ("--max-connections", int), ("--max-connections-per-address", int)):
+        parser.add_argument(flag, type=kind, default=None, help=argparse.SUPPRESS)
     # rmq-cluster up --proxy: exit once no node of the cluster (pid files in DIR) is alive
     parser.add_argument("--until-down", metavar="DIR", help=argparse.SUPPRESS)
     return parser
@@ -79,6 +83,21 @@ async def _until_down(run_dir: Path, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
+#: the hidden test flags (argparse dests) and the ProxyConfig settings they set
+_OVERRIDES: Final = {
+    "handshake_timeout": "handshake_timeout_s", "idle_timeout": "idle_timeout_s",
+    "partial_frame_timeout": "partial_frame_timeout_s", "max_connections": "max_connections",
+    "max_connections_per_address": "max_connections_per_address",
+}
+
+
+def _overrides(config: ProxyConfig, args: argparse.Namespace) -> ProxyConfig:
+    """``config`` with the positive values of the hidden test flags given."""
+    values = {setting: getattr(args, dest) for dest, setting in _OVERRIDES.items()
+              if getattr(args, dest) is not None and getattr(args, dest) > 0}
+    return attrs.evolve(config, **values)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -96,8 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          grpc_port=args.grpc_port, tls_cert_file=args.tls_cert,
                          tls_key_file=args.tls_key, acl_file=args.acl,
                          acl_account=args.acl_account)
-    if args.handshake_timeout is not None and args.handshake_timeout > 0:
-        config = attrs.evolve(config, handshake_timeout_s=args.handshake_timeout)
+    config = _overrides(config, args)
     port: list[int] = []
 
     async def start(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -11,6 +11,9 @@ DEFAULT_GRPC_PORT: Final = 8081
 #: the largest message body a client may send (RocketMQ's ``maxMessageSize``, 4 MiB); told to
 #: the SDKs in Settings.publishing.max_body_size.
 DEFAULT_MAX_BODY_BYTES: Final = 4 * 1024 * 1024
+#: the remoting port's defaults (cluster/remoting/server.py), mirrored on the gRPC port
+DEFAULT_IDLE_TIMEOUT_S: Final = 120.0
+DEFAULT_PARTIAL_FRAME_TIMEOUT_S: Final = 30.0
 #: a signature older or newer than this is refused (both SDKs sign the time of the call)
 DEFAULT_MAX_SIGNATURE_SKEW_S: Final = 15 * 60.0
 
@@ -34,15 +37,27 @@ class ProxyConfig:
     #: request bytes buffered across every connection together (the remoting port's
     #: ``serverMaxBufferedInputBytes`` on a broker); the connection that passes it is closed
     max_total_input_bytes: int = 256 * 1024 * 1024
+    #: open connections (``serverMaxConnections``); once reached, a newcomer from an address
+    #: holding at least two fewer than the address holding the most takes the place of that
+    #: address's connection idle longest (as on the remoting port), else it is closed at once
     max_connections: int = 1024
     #: connections from one peer address (a tenth of ``max_connections``, as the remoting
-    #: port's ``serverMaxConnectionsPerAddress``): one address cannot fill the proxy
+    #: port's ``serverMaxConnectionsPerAddress``): one address cannot fill the proxy; a
+    #: newcomer over it is closed at once
     max_connections_per_address: int = 102
     #: telemetry commands queued on one stream before the stream is reset
     max_telemetry_backlog: int = 16
     #: a connection must finish its TLS handshake, and then send HTTP/2's preface, within
     #: this long (each)
     handshake_timeout_s: float = 10.0
+    #: a connection with no call open and none started for this long is closed (GOAWAY
+    #: NO_ERROR): the remoting port's ``serverChannelMaxIdleTimeSeconds`` (an SDK heartbeats
+    #: every 10 s and keeps its Telemetry stream open, so only a deserted connection goes)
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    #: an HTTP/2 frame, a header block or a request (its gRPC message, and a unary call's end)
+    #: started must be complete within this long, else the connection is closed: the remoting
+    #: port's ``serverPartialFrameTimeoutSeconds`` (a slow sender holds input budget no longer)
+    partial_frame_timeout_s: float = DEFAULT_PARTIAL_FRAME_TIMEOUT_S
     #: the remoting side's call timeout (NameServer and broker)
     call_timeout_s: float = 5.0
     #: TLS on the gRPC port: a PEM certificate (chain) and its key; both None: plain text

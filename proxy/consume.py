@@ -28,6 +28,7 @@ from . import convert
 from .config import ProxyConfig
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
+from .routes import MasterRoutes
 
 Send = Callable[[bytes], Awaitable[None]]
 #: messages one receive may ask for (Apache's proxy caps batch_size at 32)
@@ -123,16 +124,11 @@ def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int) -> pb.Me
 
 
 class PopBridge:
-    def __init__(self, config: ProxyConfig, instance: ClientInstance) -> None:
+    def __init__(self, config: ProxyConfig, instance: ClientInstance,
+                 routes: MasterRoutes | None = None) -> None:
         self.config = config
         self.instance = instance
-
-    async def _master(self, topic: str, broker: str) -> str:
-        route = await self.instance.fetch_route(topic)
-        for bd in route.broker_datas:
-            if bd.broker_name == broker and 0 in bd.broker_addrs:
-                return str(bd.broker_addrs[0])
-        raise convert.ProxyError(pb.NOT_FOUND, f"no master for broker {broker!r}")
+        self.routes = routes or MasterRoutes(instance)
 
     async def receive(self, req: spb.ReceiveMessageRequest, send: Send) -> None:
         try:
@@ -150,7 +146,6 @@ class PopBridge:
             if problem is not None:  # refused here, as Apache's proxy does
                 raise convert.ProxyError(code, problem)
         broker = req.message_queue.broker.name
-        addr = await self._master(topic, broker)
         invisible_ms = (_millis(req.invisible_duration) if req.HasField("invisible_duration")
                         else DEFAULT_INVISIBLE_MS)
         poll_ms = min(MAX_POLL_MS, _millis(req.long_polling_timeout))
@@ -165,7 +160,8 @@ class PopBridge:
         if expr and expr != "*":
             ext["exp"], ext["expType"] = expr, "TAG"
         timeout = poll_ms / 1000 + self.config.call_timeout_s
-        resp = await self.instance.invoke(addr, request(RequestCode.POP_MESSAGE, ext), timeout)
+        addr, resp = await self.routes.invoke(topic, broker,
+                                              request(RequestCode.POP_MESSAGE, ext), timeout)
         if resp.code in (ResponseCode.PULL_NOT_FOUND, POLLING_TIMEOUT):
             await send(spb.ReceiveMessageResponse(status=pb.Status(
                 code=pb.MESSAGE_NOT_FOUND, message="no new message")).SerializeToString())
@@ -189,10 +185,9 @@ class PopBridge:
                            extra: dict[str, str]) -> tuple[ReceiptHandle, Any]:
         h, _offset = parse_handle(handle_text)
         real = topic if h.flag == "0" else pop_retry_topic(topic, group)
-        addr = await self._master(topic, h.broker_name)
         ext = {"consumerGroup": group, "topic": real, "queueId": str(h.queue_id),
                "extraInfo": h.encode(), "offset": str(h.queue_offset), **extra}
-        resp = await self.instance.invoke(addr, request(code, ext))
+        addr, resp = await self.routes.invoke(topic, h.broker_name, request(code, ext))
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return h, resp
@@ -247,11 +242,10 @@ class PopBridge:
         h, offset = parse_handle(req.receipt_handle)
         if offset is None:
             raise convert.ProxyError(pb.INVALID_RECEIPT_HANDLE, "no CommitLog offset in it")
-        addr = await self._master(topic, h.broker_name)
         real = topic if h.flag == "0" else pop_retry_topic(topic, group)
         cmd = send_back(commitlog_offset=offset, group=group, delay_level=-1,
                         origin_msg_id=req.message_id, origin_topic=real, max_reconsume_times=0)
-        resp = await self.instance.invoke(addr, cmd)
+        addr, resp = await self.routes.invoke(topic, h.broker_name, cmd)
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
         await self._call_handle(RequestCode.ACK_MESSAGE, group, topic, req.receipt_handle, {})

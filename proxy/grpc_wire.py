@@ -124,6 +124,17 @@ class FrameLengthGuard:
         self._block: int | None = None
         self.reason = ""
 
+    @property
+    def preface_done(self) -> bool:
+        """The client's 24-byte connection preface has come in full."""
+        return not self._preface_left
+
+    @property
+    def partial(self) -> bool:
+        """A frame, or a header block (HEADERS awaiting its CONTINUATIONs), is under way: the
+        bytes so far end inside it."""
+        return bool(self._header or self._skip or self._block is not None)
+
     def check(self, data: bytes | bytearray) -> bool:
         """Feed the next bytes; False once a frame (or header block) over its limit has been
         announced (``reason`` says which)."""

@@ -4,17 +4,21 @@ machine (the shape of our remoting layer: bytes in, events out), one task per ca
 Every limit is a named ``ProxyConfig`` setting: HTTP/2 frame size and header list (h2 refuses
 larger ones: a connection error, GOAWAY), streams per connection, one gRPC message's size (checked
 from its length prefix, before it is buffered), the bytes a connection may have buffered across
-its streams, connections per proxy, the time to finish the TLS handshake and then to send the
-preface. With TLS (``tls_context``) a connection is served only once its handshake is done and
+its streams, connections per proxy and per peer address (at the proxy's limit a newcomer from
+an address holding fewer takes the place of the idlest connection of the address holding the
+most, as on the remoting port), the time to finish the TLS handshake and then to send the
+preface, to complete a frame or request once started, and a connection's time without a call.
+With TLS (``tls_context``) a connection is served only once its handshake is done and
 it chose ``h2`` by ALPN; the handshake holds a connection slot, so stalled ones count against
 ``max_connections`` until their deadline."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 import attrs
 import h2.config
@@ -27,6 +31,7 @@ import trio
 
 from ..cluster.acl.address import peer_ip
 from ..cluster.logging import get_logger
+from ..cluster.remoting.admission import ConnectionAdmission, Refused
 from .config import ProxyConfig
 from .grpc_wire import (
     RESPONSE_HEADERS,
@@ -43,6 +48,8 @@ from .tls import ALPN_H2
 
 log = get_logger(node="proxy", component="grpc")
 READ_CHUNK = 64 * 1024
+#: refusals and evictions are logged at most once per this long (as on the remoting port)
+REFUSED_LOG_INTERVAL_S: Final = 10.0
 #: the metadata key the connection's peer address rides under: a pseudo-header name, which h2
 #: refuses from a client, so no request can forge it
 PEER_KEY = ":peer"
@@ -77,36 +84,94 @@ class _Stream:
     ended: bool = False
 
 
+@attrs.define(eq=False)
+class _Slot:
+    """One admitted connection (from accept, TLS handshake included): its peer address, the
+    scope that closes it when it is evicted, and when it last read anything."""
+
+    ip: str
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    last_read: float = attrs.field(factory=trio.current_time)
+
+
 @attrs.define
 class _Admission:
-    """What every connection of the server holds together: connections per peer address
-    (``max_connections_per_address``) and request bytes buffered across all connections
-    (``max_total_input_bytes``)."""
+    """What every connection of the server holds together: the open connections, in all and
+    per peer address, as the remoting port counts them (cluster/remoting/admission.py:
+    ``max_connections``, ``max_connections_per_address``, fair shares at the limit), and
+    request bytes buffered across all connections (``max_total_input_bytes``)."""
 
     config: ProxyConfig
-    per_address: dict[str, int] = attrs.field(factory=dict)
+    limits: ConnectionAdmission = attrs.field(init=False)
+    #: the admitted connections of each address (an evicted one leaves at once)
+    slots: dict[str, set[_Slot]] = attrs.field(factory=dict)
     input_used: int = 0
+    #: per event (a refusal reason, or "evicted"): when it was last logged
+    logged_at: dict[Refused | str, float] = attrs.field(factory=dict)
 
-    def enter(self, ip: str) -> bool:
-        held = self.per_address.get(ip, 0)
-        if held >= self.config.max_connections_per_address:
-            return False
-        self.per_address[ip] = held + 1
-        return True
+    def __attrs_post_init__(self) -> None:
+        self.limits = ConnectionAdmission(self.config.max_connections,
+                                          self.config.max_connections_per_address)
 
-    def leave(self, ip: str) -> None:
-        held = self.per_address.pop(ip, 1) - 1
-        if held > 0:
-            self.per_address[ip] = held
+    def enter(self, ip: str) -> _Slot | Refused:
+        """A slot for a newcomer from ``ip`` (closing, at the limit, the connection idle
+        longest of the address holding the most, if it holds at least two more than ``ip``),
+        or why it is refused."""
+        victim = None
+        if self.limits.open >= self.limits.max_connections:
+            heaviest = self.limits.fair_share_victim(ip)
+            if heaviest is not None:
+                victim = min(self.slots.get(heaviest, ()), key=lambda s: s.last_read,
+                             default=None)
+        refused = self.limits.admit(ip, evicting=victim is not None)
+        if refused is not None:
+            self.log_limited(refused, "grpc connection refused", peer=ip, limit=refused.value)
+            return refused
+        if victim is not None:
+            self._forget(victim)
+            victim.scope.cancel()
+            self.log_limited("evicted", "grpc connection limit reached: closed the connection "
+                             "idle longest of the address holding the most",
+                             victim=victim.ip, peer=ip)
+        slot = _Slot(ip)
+        self.slots.setdefault(ip, set()).add(slot)
+        return slot
+
+    def leave(self, slot: _Slot) -> None:
+        self._forget(slot)
+        self.limits.closed(slot.ip)
+
+    def _forget(self, slot: _Slot) -> None:
+        held = self.slots.get(slot.ip)
+        if held is not None:
+            held.discard(slot)
+            if not held:
+                del self.slots[slot.ip]
+
+    def log_limited(self, what: Refused | str, message: str, **fields: Any) -> None:
+        """Log ``message`` at most every REFUSED_LOG_INTERVAL_S per ``what`` (with counts)."""
+        now = trio.current_time()
+        if now - self.logged_at.get(what, -math.inf) < REFUSED_LOG_INTERVAL_S:
+            return
+        self.logged_at[what] = now
+        log.warning(message, refused=sum(self.limits.refused.values()),
+                    evicted=self.limits.evictions, **fields)
 
 
 class _Connection:
     def __init__(self, stream: trio.abc.Stream, service: GrpcService, config: ProxyConfig,
-                 nursery: trio.Nursery, peer: str = "", admission: _Admission | None = None
-                 ) -> None:
+                 nursery: trio.Nursery, peer: str = "", admission: _Admission | None = None,
+                 slot: _Slot | None = None) -> None:
         self.sock = stream
         self.peer = peer
         self.admission = admission or _Admission(config)
+        self.slot = slot or _Slot(peer_ip(peer))
+        #: when the connection was served; when a call last started or ended; since when
+        #: the bytes read end inside a frame or a request (None: they do not)
+        self.started = self.last_call = trio.current_time()
+        self.partial_since: float | None = None
+        #: the read in progress, its deadline the earliest of the timeouts above
+        self.read_scope: trio.CancelScope | None = None
         #: this connection's part of ``admission.input_used``
         self.charged = 0
         self.service = service
@@ -155,39 +220,89 @@ class _Connection:
         self.h2.initiate_connection()
         await self.flush()
         self.nursery.start_soon(self.write_loop)
-        first = True
         while not self.closed:
-            if first:
-                with trio.move_on_after(self.config.handshake_timeout_s):
-                    data = await self.sock.receive_some(READ_CHUNK)
-                    first = False
-                if first:
-                    return
-            else:
+            with trio.CancelScope(deadline=self.due()) as scope:
+                self.read_scope = scope
                 data = await self.sock.receive_some(READ_CHUNK)
+            self.read_scope = None
+            if scope.cancelled_caught:
+                await self.expire()
+                return
             if not data:
                 return
-            if not self.guard.check(data):
-                log.info("grpc frame over the limit", reason=self.guard.reason)
-                self.h2.close_connection(error_code=h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
-                await self.flush()
+            self.slot.last_read = trio.current_time()
+            if not await self.ingest(data):
                 return
-            try:
-                events = self.h2.receive_data(data)
-            except h2.exceptions.ProtocolError as exc:  # h2 has queued its GOAWAY
-                log.info("grpc connection protocol error", error=str(exc)[:200])
-                await self.flush()
-                return
-            for event in events:
-                self.on_event(event)
-            over = self.over_budget()
-            if over:
-                log.warning("grpc connection over an input budget", budget=over,
-                            peer=self.peer)
-                self.h2.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
-                await self.flush()
-                return
-            self.kick()
+
+    def due(self) -> float:
+        """When the connection must be closed if nothing more comes: its preface, a partial
+        frame or request, or idleness (no call open) past their timeouts."""
+        config = self.config
+        due = math.inf
+        if not self.guard.preface_done:
+            due = self.started + config.handshake_timeout_s
+        if self.partial_since is not None:
+            due = min(due, self.partial_since + config.partial_frame_timeout_s)
+        if not self.streams:
+            due = min(due, self.last_call + config.idle_timeout_s)
+        return due
+
+    def calls_changed(self) -> None:
+        """A call started or ended: the idle clock starts again (the read's deadline moves)."""
+        self.last_call = trio.current_time()
+        if self.read_scope is not None:
+            self.read_scope.deadline = self.due()
+
+    async def expire(self) -> None:
+        """The read's deadline passed: close, saying why (GOAWAY: NO_ERROR when idle)."""
+        if not self.guard.preface_done:
+            log.info("grpc connection closed: no preface in time", peer=self.peer,
+                     limit_s=self.config.handshake_timeout_s)
+            return
+        if self.partial_since is not None:
+            log.info("grpc connection closed: frame or request incomplete in time",
+                     peer=self.peer, limit_s=self.config.partial_frame_timeout_s)
+            self.h2.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        else:
+            log.info("grpc connection closed: idle", peer=self.peer,
+                     limit_s=self.config.idle_timeout_s)
+            self.h2.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR)
+        await self.flush()
+
+    async def ingest(self, data: bytes | bytearray) -> bool:
+        """Hand one read to h2 and act on its events; False: the connection must close."""
+        if not self.guard.check(data):
+            log.info("grpc frame over the limit", reason=self.guard.reason)
+            self.h2.close_connection(error_code=h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
+            await self.flush()
+            return False
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:  # h2 has queued its GOAWAY
+            log.info("grpc connection protocol error", error=str(exc)[:200])
+            await self.flush()
+            return False
+        for event in events:
+            self.on_event(event)
+        over = self.over_budget()
+        if over:
+            log.warning("grpc connection over an input budget", budget=over, peer=self.peer)
+            self.h2.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            await self.flush()
+            return False
+        if not self.partial():
+            self.partial_since = None
+        elif self.partial_since is None:
+            self.partial_since = trio.current_time()
+        self.kick()
+        return True
+
+    def partial(self) -> bool:
+        """The bytes read end inside a frame or a header block, inside a gRPC message, or
+        inside a unary request (its message may be whole, its end has not come)."""
+        return self.guard.partial or any(
+            st.reader.buffered or (st.inbound is None and not st.ended)
+            for st in self.streams.values())
 
     def over_budget(self) -> str:
         """Re-charge what this connection buffers; the name of the budget it breaks, or ""."""
@@ -222,6 +337,7 @@ class _Connection:
             st = self.streams.pop(event.stream_id, None)
             if st is not None:
                 st.cancel.cancel()
+                self.calls_changed()
         elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
             self.window.set()
             self.window = trio.Event()
@@ -237,6 +353,7 @@ class _Connection:
             return
         st = _Stream(method, kind, headers, MessageReader(self.config.max_grpc_message_bytes))
         self.streams[sid] = st
+        self.calls_changed()
         if kind == "bidi":
             send, receive = trio.open_memory_channel[bytes](self.config.max_telemetry_backlog)
             st.inbound = send
@@ -286,6 +403,7 @@ class _Connection:
             st.cancel.cancel()
             if st.inbound is not None:
                 st.inbound.close()
+            self.calls_changed()
         try:
             self.h2.send_headers(sid, [*RESPONSE_HEADERS, *trailers(status, message)],
                                  end_stream=True)
@@ -333,6 +451,7 @@ class _Connection:
                 return
             del self.streams[sid]
             st.done = True
+            self.calls_changed()
             try:
                 if self.h2.streams.get(sid) is not None and _headers_sent(self.h2, sid):
                     self.h2.send_headers(sid, trailers(status, message), end_stream=True)
@@ -400,12 +519,11 @@ async def serve_grpc(config: ProxyConfig, service: GrpcService, *,
     """Serve ``service`` on ``config.grpc_port`` until cancelled (TLS with ``tls_context``,
     else plain text); started, reports the listeners (their bound ports)."""
     listeners = await trio.open_tcp_listeners(config.grpc_port, host=config.bind_address)
-    slots = trio.CapacityLimiter(config.max_connections)
     admission = _Admission(config)
 
-    async def serve(stream: trio.abc.Stream, peer: str) -> None:
+    async def serve(stream: trio.abc.Stream, peer: str, slot: _Slot) -> None:
         async with trio.open_nursery() as nursery:
-            conn = _Connection(stream, service, config, nursery, peer, admission)
+            conn = _Connection(stream, service, config, nursery, peer, admission, slot)
             try:
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await conn.run()
@@ -416,27 +534,20 @@ async def serve_grpc(config: ProxyConfig, service: GrpcService, *,
     async def handle(sock: trio.SocketStream) -> None:
         async with sock:
             peer = _peer_of(sock)
-            ip = peer_ip(peer)
-            try:
-                slots.acquire_nowait()
-            except trio.WouldBlock:
-                log.warning("grpc connection refused: too many", limit=config.max_connections)
-                return
-            if not admission.enter(ip):
-                slots.release()
-                log.warning("grpc connection refused: too many from one address", peer=peer,
-                            limit=config.max_connections_per_address)
+            slot = admission.enter(peer_ip(peer))
+            if isinstance(slot, Refused):
                 return
             try:
-                if tls_context is None:
-                    await serve(sock, peer)
-                    return
-                tls = await _tls_handshake(sock, tls_context, config.handshake_timeout_s, peer)
-                if tls is not None:
-                    await serve(tls, peer)
+                with slot.scope:  # cancelled: evicted for a newcomer
+                    if tls_context is None:
+                        await serve(sock, peer, slot)
+                        return
+                    tls = await _tls_handshake(sock, tls_context, config.handshake_timeout_s,
+                                               peer)
+                    if tls is not None:
+                        await serve(tls, peer, slot)
             finally:
-                admission.leave(ip)
-                slots.release()
+                admission.leave(slot)
 
     task_status.started(listeners)
     await trio.serve_listeners(handle, listeners)

@@ -21,6 +21,7 @@ from .consume import PopBridge
 from .grpc_wire import GrpcStatus, GrpcWireError
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
+from .routes import MasterRoutes
 from .transaction import TelemetrySession, TransactionBridge, TransactionRef
 
 log = get_logger(node="proxy", component="service")
@@ -51,8 +52,9 @@ class MessagingService:
         self.config = config
         self.instance = instance
         self.producer = producer
-        self.pop = PopBridge(config, instance)
-        self.transactions = TransactionBridge(config, instance)
+        routes = MasterRoutes(instance)
+        self.pop = PopBridge(config, instance, routes)
+        self.transactions = TransactionBridge(config, instance, routes)
         self._unary: dict[str, Callable[[Any, dict[str, str]], Awaitable[Any]]] = {
             "QueryRoute": self.query_route,
             "Heartbeat": self.heartbeat,

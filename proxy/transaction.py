@@ -38,6 +38,7 @@ from .config import ProxyConfig
 from .consume import to_pb
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
+from .routes import MasterRoutes
 
 log = get_logger(node="proxy", component="transaction")
 Send = Callable[[bytes], Awaitable[None]]
@@ -123,9 +124,11 @@ class _GroupHook:
 
 
 class TransactionBridge:
-    def __init__(self, config: ProxyConfig, instance: ClientInstance) -> None:
+    def __init__(self, config: ProxyConfig, instance: ClientInstance,
+                 routes: MasterRoutes | None = None) -> None:
         self.config = config
         self.instance = instance
+        self.routes = routes or MasterRoutes(instance)
         #: topic -> the sessions of the producers publishing to it
         self._producers: dict[str, dict[str, TelemetrySession]] = {}
         #: client id -> (its session, its topics)
@@ -242,9 +245,6 @@ class TransactionBridge:
         kind = {pb.COMMIT: COMMIT_TYPE, pb.ROLLBACK: ROLLBACK_TYPE}.get(req.resolution, NOT_TYPE)
         if kind == NOT_TYPE:
             return  # UNKNOWN: the broker asks again later
-        addr = self.instance.master_addr(ref.broker_name)
-        if addr is None:
-            addr = await _master(self.instance, topic, ref.broker_name)
         ext: dict[str, Any] = {
             "producerGroup": topic,
             "tranStateTableOffset": ref.tran_state_table_offset,
@@ -254,16 +254,10 @@ class TransactionBridge:
             "msgId": req.message_id or "",
             "transactionId": req.transaction_id,
         }
-        resp = await self.instance.invoke(addr, request(RequestCode.END_TRANSACTION, ext))
+        addr, resp = await self.routes.invoke(topic, ref.broker_name,
+                                              request(RequestCode.END_TRANSACTION, ext))
         if resp.code == ResponseCode.SYSTEM_ERROR:  # no such half message here
             raise convert.ProxyError(pb.INVALID_TRANSACTION_ID, resp.remark or "refused")
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
 
-
-async def _master(instance: ClientInstance, topic: str, broker: str) -> str:
-    route = await instance.fetch_route(topic)
-    for bd in route.broker_datas:
-        if bd.broker_name == broker and 0 in bd.broker_addrs:
-            return str(bd.broker_addrs[0])
-    raise convert.ProxyError(pb.NOT_FOUND, f"no master for broker {broker!r}")

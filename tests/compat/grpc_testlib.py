@@ -10,12 +10,14 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from rmq_cluster.client import PullConsumer
@@ -24,8 +26,33 @@ from rmq_cluster.cluster.acl.signing import Credentials
 from rmq_cluster.deploy.proxy_up import PID_FILE, start_proxy
 from rmq_cluster.deploy.testing import _in_thread, pid_running
 
+from .conftest import COMPAT_CACHE
+
+#: Apache's Python SDK for RocketMQ 5 (gRPC), from PyPI
+PYTHON_CLIENT = "5.1.2"
+INSTALL_TIMEOUT_S = 600
 #: how long a message may take to be readable (a timer message past its delivery time)
 READ_WAIT_S = 30.0
+
+
+def python_sdk() -> Path:
+    """The Python of a venv holding the pinned SDK (built once, reused while it imports)."""
+    venv = COMPAT_CACHE / f"pyclient-{PYTHON_CLIENT}"
+    python = venv / "bin" / "python"
+    marker = venv / "installed"
+    if marker.is_file():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True,
+                   timeout=INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"rocketmq-python-client=={PYTHON_CLIENT}"],
+        capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"installing rocketmq-python-client {PYTHON_CLIENT} failed:\n"
+                    f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}", pytrace=False)
+    marker.write_text(PYTHON_CLIENT)
+    return python
 
 
 @contextlib.contextmanager

@@ -28,7 +28,6 @@ import hmac
 import json
 import os
 import subprocess
-import sys
 import time
 import tomllib
 from collections import Counter
@@ -49,15 +48,18 @@ from rmq_cluster.proxy.tls import cert_files
 from tests.integration.proxy.proxy_testlib import H2Client
 from tests.integration.security.acl_cluster_testlib import ADMIN, acl_cluster
 
-from .conftest import COMPAT_CACHE, JAVA_DIR
-from .grpc_testlib import check_stored, check_transactions, read_topic, running_proxy
+from .conftest import JAVA_DIR
+from .grpc_testlib import (
+    check_stored,
+    check_transactions,
+    python_sdk,
+    read_topic,
+    running_proxy,
+)
 
 pytestmark = pytest.mark.slow
 
-#: Apache's Python SDK for RocketMQ 5 (gRPC), from PyPI
-PYTHON_CLIENT = "5.1.2"
 PROBE = Path(__file__).parent / "pyclient" / "probe.py"
-INSTALL_TIMEOUT_S = 600
 PROBE_TIMEOUT_S = 90
 #: transaction checks within a second (transactionTimeOut, transactionCheckInterval)
 PROFILE = JAVA_DIR / "compat-single.toml"
@@ -75,22 +77,7 @@ ACCOUNTS = [
 @pytest.fixture(scope="session")
 def python_client() -> Path:
     """The Python of a venv holding the pinned SDK (built once, reused while it imports)."""
-    venv = COMPAT_CACHE / f"pyclient-{PYTHON_CLIENT}"
-    python = venv / "bin" / "python"
-    marker = venv / "installed"
-    if marker.is_file():
-        return python
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True,
-                   timeout=INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", f"rocketmq-python-client=={PYTHON_CLIENT}"],
-        capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"installing rocketmq-python-client {PYTHON_CLIENT} failed:\n"
-                    f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}", pytrace=False)
-    marker.write_text(PYTHON_CLIENT)
-    return python
+    return python_sdk()
 
 
 def _sdk_env(cert: Path, who: Credentials) -> dict[str, str]:

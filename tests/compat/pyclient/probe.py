@@ -6,6 +6,7 @@ against an endpoint, one JSON line per event on stdout.
     probe.py ENDPOINT transaction TOPIC DEADLINE_S
     probe.py ENDPOINT push TOPIC GROUP CONSUMERS COUNT DEADLINE_S
     probe.py ENDPOINT try_send TOPIC          (one send per account of $PROBE_ACCOUNTS)
+    probe.py ENDPOINT stream TOPIC GROUP STOP_FILE DEADLINE_S
 
 Configured as a user would: $PROBE_ACCESS_KEY / $PROBE_SECRET_KEY are the credentials (none
 when unset); $PROBE_TLS=1 turns the SDK's TLS on (it then trusts the roots gRPC trusts:
@@ -260,6 +261,72 @@ def try_send(endpoint, topic):
     emit(event="done")
 
 
+def _stream_send(producer, topic, stop_file, sent, lock):
+    """Numbered sends, one every 50 ms, until STOP_FILE exists: each acked one ("sent", its
+    body added to SENT) or failed ("send_failed"), with the wall time."""
+    i = 0
+    while not os.path.exists(stop_file):
+        body = f"stream {i}"
+        try:
+            r = producer.send(_message(topic, body, "S"))
+            with lock:
+                sent.add(body)
+            emit(event="sent", body=body, message_id=r.message_id, t=time.time())
+        except Exception as exc:
+            emit(event="send_failed", body=body, error=str(exc)[:200], t=time.time())
+        i += 1
+        time.sleep(0.05)
+
+
+def _stream_receive(consumer, stop, want):
+    """Receive (5 s invisible) and ack until STOP is set and WANT() is empty."""
+    got = set()
+    while not (stop.is_set() and not want() - got):
+        try:
+            msgs = consumer.receive(16, 5)
+        except Exception as exc:  # MESSAGE_NOT_FOUND, or the proxy's error while failing over
+            emit(event="receive_error", error=str(exc)[:200], t=time.time())
+            continue
+        for m in msgs:
+            body = m.body.decode()
+            got.add(body)
+            emit(event="received", body=body, message_id=m.message_id,
+                 attempt=m.delivery_attempt, t=time.time())
+            try:
+                consumer.ack(m)
+            except Exception as exc:  # acked on a master that went: delivered again later
+                emit(event="ack_failed", body=body, error=str(exc)[:200], t=time.time())
+
+
+def stream(endpoint, topic, group, stop_file, deadline_s):
+    """A producer streaming numbered messages and a SimpleConsumer receiving and acking them
+    at the same time (a master is killed meanwhile); once STOP_FILE exists, the consumer goes
+    on until it received every acked message (or the deadline)."""
+    config = _config(endpoint)
+    producer = Producer(config, (topic,), tls_enable=TLS)
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2,
+                              tls_enable=TLS)
+    producer.startup()
+    consumer.startup()
+    emit(event="started")
+    sent, lock, stop = set(), threading.Lock(), threading.Event()
+
+    def want():
+        with lock:
+            return set(sent)
+
+    reader = threading.Thread(target=_stream_receive, args=(consumer, stop, want), daemon=True)
+    reader.start()
+    try:
+        _stream_send(producer, topic, stop_file, sent, lock)
+        stop.set()
+        reader.join(float(deadline_s))
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+    emit(event="done")
+
+
 if __name__ == "__main__":
     endpoint, scenario, *rest = sys.argv[1:]
     if scenario == "produce":
@@ -272,5 +339,7 @@ if __name__ == "__main__":
         push(endpoint, *rest)
     elif scenario == "try_send":
         try_send(endpoint, *rest)
+    elif scenario == "stream":
+        stream(endpoint, *rest)
     else:
         sys.exit(f"unknown scenario {scenario}")

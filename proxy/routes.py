@@ -1,0 +1,61 @@
+"""Where the proxy sends a call meant for one broker group's master (a POP receive, an ack, a
+change of invisible time, a dead-letter forward, an end of transaction): the master address
+the proxy's client instance already knows for that group (the cache the send path uses,
+``ClientInstance.master_addr``), fetched from the NameServer only when it knows none. A call
+that fails for want of a master (no answer, or the broker saying it is not the master)
+makes the instance suspect the group: it re-reads the route at once and then every
+``failover_route_poll_s`` until a new master shows up (client/suspects.py); the call is made
+once more when the route already names a new one."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ..client.errors import MQRemotingError
+from ..client.instance import ClientInstance
+from ..cluster.remoting.codec import RemotingCommand
+from ..cluster.remoting.codes import ResponseCode
+from . import convert
+from .pb import definition_pb2 as pb
+
+#: broker answers that mean "not the master (any more)" (the producer's FAILOVER codes, and
+#: the slave's refusal of a write)
+NOT_MASTER_CODES: Final = frozenset({
+    ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SLAVE_NOT_AVAILABLE,
+})
+
+
+class MasterRoutes:
+    """Master addresses by broker group, cached in ``instance`` and re-read on failure."""
+
+    def __init__(self, instance: ClientInstance) -> None:
+        self.instance = instance
+
+    async def master(self, topic: str, broker: str) -> str:
+        """The master address of ``broker`` (a group serving ``topic``); ProxyError NOT_FOUND
+        when the route names none."""
+        addr = self.instance.master_addr(broker)
+        if addr is None:
+            await self.instance.update_route(topic)
+            addr = self.instance.master_addr(broker)
+        if addr is None:
+            raise convert.ProxyError(pb.NOT_FOUND, f"no master for broker {broker!r}")
+        return addr
+
+    async def invoke(self, topic: str, broker: str, cmd: RemotingCommand,
+                     timeout: float | None = None) -> tuple[str, RemotingCommand]:
+        """``cmd`` to ``broker``'s master: the address called and its answer. After a failure
+        for want of a master, once more on the new master if the route already names one."""
+        addr = await self.master(topic, broker)
+        try:
+            resp = await self.instance.invoke(addr, cmd, timeout)
+        except MQRemotingError:
+            if not await self.instance.refresh_after_failure(topic, broker):
+                raise
+        else:
+            if resp.code not in NOT_MASTER_CODES:
+                return addr, resp
+            if not await self.instance.refresh_after_failure(topic, broker):
+                return addr, resp
+        addr = await self.master(topic, broker)
+        return addr, await self.instance.invoke(addr, cmd, timeout)
