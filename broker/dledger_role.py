@@ -17,21 +17,16 @@ role is known; registering as a slave at once lets ``rmq-cluster up`` see every 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
 from ..cluster.logging import get_logger
-from ..cluster.remoting.codec import RemotingCommand
-from ..cluster.remoting.codes import FLAG_ONEWAY
-from ..cluster.remoting.processors import Later, Processor
 from ..dledger.commitlog_adapter import DLedgerCommitLog
 from ..store.message_store import MessageStore
-from .processors.send import refused_answer
 
 if TYPE_CHECKING:
     from .context import BrokerHost
-    from .processors.send import SendProcessor
 
 log = get_logger(component="dledger_role")
 
@@ -120,28 +115,3 @@ class DLedgerRoleHandler:
             await trio.sleep(MASTER_LOOKUP_INTERVAL_S)
             await ctrl.register_all()
 
-
-def dledger_send_processor(send: SendProcessor, store: DLedgerCommitLog) -> Processor:
-    """SEND_MESSAGE / V2 / BATCH in DLedger mode: the send processor's checks, the entry (or
-    a batch's entries) appended at once and its answer encoded at once and held on the
-    group's commit watermark (``store.commit``) until it reaches the last entry (index + 1):
-    one advance per Ready answers every send it commits, one write per connection. A term
-    change first, or no commit within ``maxWaitAckMs``, answers it as RocketMQ's DLedger
-    broker does (TERM_CHANGED: UNKNOWN_ERROR; WAIT_QUORUM_ACK_TIMEOUT: OS_PAGECACHE_BUSY),
-    without msgId. No task or object per send; refusals (not the leader, bad message) and
-    oneway sends are answered inline."""
-    store.answer_failures_with(refused_answer)
-
-    def process(conn: Any, request: RemotingCommand) -> RemotingCommand | Later:
-        prepared = send.prepare(conn, request)
-        if isinstance(prepared, RemotingCommand):
-            return prepared
-        msg, batch, _wait = prepared  # DLedger always waits for the quorum (RocketMQ too)
-        result, key = store.propose_message(msg, batch)
-        answer = send.answer(request, msg, result)
-        commit = store.commit if key >= 0 else None
-        if commit is None or commit.value >= key or request.flag & FLAG_ONEWAY:
-            return answer
-        return commit.hold(conn, request.opaque, answer, key)
-
-    return process

@@ -69,7 +69,7 @@ from ..store.timer.timer_store import MAX_ENQUEUE_PER_ROUND as TIMER_MAX_ENQUEUE
 from ..store.timer.timer_store import TimerStore
 from .clients import ClientManager, RebalanceLockManager
 from .config import BrokerSettings
-from .dledger_role import DLedgerRoleHandler, dledger_send_processor
+from .dledger_role import DLedgerRoleHandler
 from .intervals import LiveInterval
 from .long_polling import PullRequestHoldService
 from .metrics import BrokerMetrics, timed
@@ -100,6 +100,7 @@ from .processors.reply import ReplyProcessor
 from .processors.send import (
     SendBackProcessor,
     SendProcessor,
+    refused_answer,
     timeout_answer,
 )
 from .replicas_manager import ReplicasManager
@@ -316,12 +317,9 @@ class BrokerNode:
     # ------------------------------------------------------------------ processors
 
     def processors(self) -> dict[int, AnyProcessor]:
-        send = SendProcessor(self)
-        # one send form: answered at once, or held on the watermark its put must pass (the
-        # flush, a slave's ack) and answered as it passes (store.put_wait)
-        send_fn: AnyProcessor = send.process
-        if self.dledger_role is not None:  # answered when its entry commits
-            send_fn = dledger_send_processor(send, self.dledger_role.backend)
+        # one send form, every store: answered at once, or held on the watermark its put must
+        # pass (the flush, a slave's ack, DLedger's commit: store.append_marked)
+        send_fn = SendProcessor(self).process
         pull = PullProcessor(self)
         cons = ConsumerProcessors(self)
         admin = MoreAdminProcessors(self)
@@ -457,8 +455,11 @@ class BrokerNode:
                 lambda: MessageStore.open(scfg, on_arrival=self._on_arrival)
             )
         self._store = store
-        # a send answer held on a watermark that did not pass in time (send.py)
+        # a send answer held on a watermark that did not pass in time (send.py): the message
+        # is stored; a DLedger entry that did not commit (in time, or in its term) is not
         store.answer_timeouts_with(timeout_answer)
+        if dledger is not None:
+            dledger.answer_failures_with(refused_answer)
         if not dcfg.enable and not self.is_slave:
             # a master serves what its store holds (the DLedger role and the replicas manager
             # do the same when they take the lead)

@@ -16,8 +16,8 @@ CommitLog is the DLedger log in ``<storePathRootDir>/dledger-<selfId>/{data,inde
   an entry a new leader might truncate.  Empty entries (a new leader's no-op) are skipped.
 * **Writes** go through :meth:`DLedgerNode.propose_now` (synchronous: position, queue offset and
   append happen with no ``await`` between them); ``put_message`` then waits for the commit
-  (group commit: one Ready wakes every send it commits; the broker's send processor holds its
-  encoded answer on the node's commit watermark instead, see ``broker/dledger_role.py``).  The
+  (group commit: one Ready wakes every send it commits); the broker's send processor calls
+  ``append_marked`` instead and holds its encoded answer on the node's commit watermark.  The
   node answers a commit before it dispatches the entries; a pull or query right after the
   answer finds ``dispatch_behind_bytes > 0`` and ``dispatch()`` applies the committed entries
   on the spot.
@@ -90,7 +90,7 @@ from ..cluster.protocol.message import (
     pack_record,
     peek_field,
 )
-from ..store.backend import BackendHost
+from ..store.backend import BackendHost, MarkedPut
 from ..store.commitlog import (
     AppendMessageResult,
     CommitLog,
@@ -834,16 +834,20 @@ class DLedgerCommitLog:
             ),
         ), *last
 
-    def propose_message(self, msg: Message, batch: bool) -> tuple[PutMessageResult, int]:
-        """Append now: the result and the mark :attr:`commit` must reach before it may be
-        answered PUT_OK (its last entry's index + 1; -1 when refused)."""
+    def append_marked(self, msg: Message, batch: bool, wait: bool) -> MarkedPut:
+        """The broker's send: propose now, and hold its answer on :attr:`commit` until it
+        reaches the last entry's index + 1 (``wait`` is not asked: a DLedger put always waits
+        for its quorum, as RocketMQ's does); a refusal is answered now."""
         result, index, _term = self._propose_batch(msg) if batch else self._propose(msg)
-        return result, index + 1 if index >= 0 else -1
+        node = self.node
+        if index < 0 or node is None:
+            return result, None, 0
+        return result, node.commit.held, index + 1
 
     @property
     def commit(self) -> Watermark:
         """The group's quorum commit (:attr:`DLedgerNode.commit`): sends hold their answers on
-        it (``broker/dledger_role.py``)."""
+        it (``append_marked``)."""
         if self.node is None:
             raise RuntimeError("the DLedger node is not attached")
         return self.node.commit

@@ -361,12 +361,7 @@ def _all_identical(
         rs.sort()
         if any(b[0] != a[1] + 1 for a, b in itertools.pairwise(rs)):
             return None  # a queue gap: the general path names it
-    for rid, src in identical.items():
-        if src in stats:
-            stats[rid] = dict(stats[src])
-        for (r0, t, qid), mx in list(qmax.items()):
-            if r0 == src:
-                qmax[(rid, t, qid)] = mx
+    _copy_identical(stats, qmax, identical)
     ends = {rid: st["end"] for rid, st in stats.items()}
     masters = choose_masters(replicas, ends)
     cq = []
@@ -566,36 +561,6 @@ def _window_tasks(replicas: list[Replica], skip: frozenset[int],
     return out
 
 
-def _cq_pairwise(spark: Any, cq_tasks: list[CqTask], schema: str, others: Any) -> Any:
-    """cq_mismatch: a replica's unit whose (offset, size, tags code) differs from the master's
-    unit of the same index (units only one side has are the CommitLog's lag or tail)."""
-    from pyspark.sql import functions as F
-
-    sc = spark.sparkContext
-    cq = spark.createDataFrame(
-        sc.parallelize(cq_tasks, min(len(cq_tasks), sc.defaultParallelism * 2)).flatMap(_scan_cq),
-        schema,
-    )
-    mcq = cq.select(F.col("rid").alias("mrid"), "cq_topic", "cq_qid", "cq_index",
-                    F.col("phy_offset").alias("m_phy"), F.col("cq_size").alias("m_cqs"),
-                    F.col("cq_tags").alias("m_tags"))  # fmt: skip
-    return (
-        cq.join(others, "rid")
-        .join(mcq, ["mrid", "cq_topic", "cq_qid", "cq_index"])
-        .where((F.col("phy_offset") != F.col("m_phy")) | (F.col("cq_size") != F.col("m_cqs"))
-               | (F.col("cq_tags") != F.col("m_tags")))
-        .select(
-            "rid", F.lit(K_CQ_MISMATCH).alias("kind"), "phy_offset",
-            (F.col("phy_offset") + F.col("cq_size")).alias("end_offset"),
-            F.lit(1).cast("long").alias("count"),
-            F.col("cq_topic").alias("topic"), F.col("cq_qid").alias("queue_id"),
-            F.col("cq_index").alias("queue_offset"),
-            F.concat(F.lit("cq unit "), F.col("cq_index"),
-                     F.lit(" differs from master's (offset, size or tags code)")).alias("detail"),
-        )
-    )  # fmt: skip
-
-
 def _windowed(
     replicas: list[Replica], identical: dict[int, int], refs: dict[str, int],
     quiet_refs: frozenset[int], probed: dict[int, dict[str, Any]],
@@ -668,80 +633,183 @@ def run_diff(
 ) -> dict[str, Any]:
     """Decode, compare and return {findings DataFrame, stats}; no output written.
 
-    By default (``check_stores`` False, no ``verify_crc``) the replicas are compared byte for
-    byte first (:func:`compare_replicas`); a group whose members are all identical is not
-    decoded at all (if every group is, nothing is and ``findings`` is None: the rows are in
-    ``findings_rows``); the other groups are decoded and compared record by record as below.
-    ``check_stores`` (or ``verify_crc``) also decodes every master record to check the stores'
-    own soundness (decode anomalies, queue gaps, ConsumeQueue pointers, consumer offsets).
+    Three modes, each a function of its own:
 
-    With ``check_stores``: block checksums first (:func:`checksum_replicas`); a replica whose
-    every block equals its master's is not decoded (its findings are its master's own); the
-    masters and the others are decoded in full.  ``exact`` (the default): the decoded records
-    carry digests, so every byte is compared; without it only the decoded header fields (and
-    the stored body CRC) are.
+    * the default (``check_stores`` False, no ``verify_crc``), :func:`_audit_bytes_first`: the
+      replicas are compared byte for byte first (:func:`compare_replicas`); a group whose
+      members are all identical is not decoded at all (if every group is, nothing is and
+      ``findings`` is None: the rows are in ``findings_rows``); in the other groups only the
+      records inside the differing blocks are decoded and compared, in the driver;
+    * ``check_stores`` (or ``verify_crc``) with ``exact``, :func:`_audit_checksums_first`:
+      block checksums first (:func:`checksum_replicas`); a replica whose every block equals
+      its master's is not decoded (its findings are its master's own); the masters and the
+      others are decoded in full, with digests, so every byte is compared;
+    * ``check_stores`` without ``exact`` (header-only), :func:`_audit_decoded`: every replica
+      decoded in full and compared by its decoded header fields (and the stored body CRC).
+
+    Both ``check_stores`` modes also check the stores' own soundness (decode anomalies, queue
+    gaps, ConsumeQueue pointers, consumer offsets).
 
     ``spark`` may be a function returning the session (a local run): then it is started only
     if something has to be decoded, and the comparison runs in the driver."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    lazy = _lazy(spark)
     check_groups(replicas)
-    identical: dict[int, int] = {}
-    pre = None
-    probed: dict[int, dict[str, Any]] = {}
-    windowed = not check_stores and not verify_crc
-    wins: dict[str, list[tuple[int, int]]] = {}
-    cq_areas: dict[str, set[str]] = {}
-    if windowed:
-        identical, diffs, refs = compare_replicas(None if lazy else spark, replicas,
-                                                  max(1, block_bytes))
-        _progress(quiet, f"compared byte for byte: {len(identical)} of "
-                         f"{len(replicas) - len(refs)} replicas identical to their master")
-        quiet_groups = {g for g, ref in refs.items()
-                        if all(i in identical for i, r in enumerate(replicas)
-                               if r.group == g and i != ref)}  # fmt: skip
-        if len(quiet_groups) == len(refs):
-            return _proven(replicas, identical, refs, quiet)
-        # the others: decoded only inside their differing blocks (widened to whole records)
-        probed = {i: _probe_stats(replicas, i) for i in range(len(replicas))
-                  if i not in identical}  # fmt: skip
-        wins, cq_areas = _group_windows(replicas, refs, set(refs) - quiet_groups, identical,
-                                        diffs)
-        quiet_refs = frozenset(refs[g] for g in quiet_groups)
-        return _windowed(replicas, identical, refs, quiet_refs, probed, wins, cq_areas,
-                         exact=exact, split_bytes=split_bytes, quiet=quiet)
+    if not check_stores and not verify_crc:
+        return _audit_bytes_first(spark, replicas, exact=exact, block_bytes=block_bytes,
+                                  split_bytes=split_bytes, quiet=quiet)  # fmt: skip
     spark = _session(spark)  # something to decode: a session from here on
-    if not windowed and exact:
-        identical, pre = checksum_replicas(spark, replicas, max(1, block_bytes),
-                                           with_masters=not verify_crc, split_bytes=split_bytes)
-        _progress(quiet, f"checksums: {len(identical)} of "
-                         f"{len(replicas) - len({r.group for r in replicas})} replicas "
-                         "byte-identical to their master")  # fmt: skip
-    skip = frozenset(identical) | (quiet_refs if windowed else frozenset())
-    if pre is not None and len(identical) == len(replicas) - len({r.group for r in replicas}):
+    if exact:
+        return _audit_checksums_first(spark, replicas, verify_crc=verify_crc,
+                                      block_bytes=block_bytes, split_bytes=split_bytes,
+                                      quiet=quiet)  # fmt: skip
+    return _audit_decoded(spark, replicas, {}, exact=False, verify_crc=verify_crc,
+                          split_bytes=split_bytes, quiet=quiet)  # fmt: skip
+
+
+def _audit_bytes_first(
+    spark: Any, replicas: list[Replica], *, exact: bool, block_bytes: int, split_bytes: int,
+    quiet: bool,
+) -> dict[str, Any]:
+    """The default audit: bytes compared first, then only the differing windows decoded and
+    compared, in the driver (no Spark job when ``spark`` is a lazy local session)."""
+    identical, diffs, refs = compare_replicas(None if _lazy(spark) else spark, replicas,
+                                              max(1, block_bytes))  # fmt: skip
+    _progress(quiet, f"compared byte for byte: {len(identical)} of "
+                     f"{len(replicas) - len(refs)} replicas identical to their master")
+    quiet_groups = {g for g, ref in refs.items()
+                    if all(i in identical for i, r in enumerate(replicas)
+                           if r.group == g and i != ref)}  # fmt: skip
+    if len(quiet_groups) == len(refs):
+        return _proven(replicas, identical, refs, quiet)
+    # the others: decoded only inside their differing blocks (widened to whole records)
+    probed = {i: _probe_stats(replicas, i) for i in range(len(replicas))
+              if i not in identical}  # fmt: skip
+    wins, cq_areas = _group_windows(replicas, refs, set(refs) - quiet_groups, identical, diffs)
+    quiet_refs = frozenset(refs[g] for g in quiet_groups)
+    return _windowed(replicas, identical, refs, quiet_refs, probed, wins, cq_areas,
+                     exact=exact, split_bytes=split_bytes, quiet=quiet)
+
+
+def _audit_checksums_first(
+    spark: Any, replicas: list[Replica], *, verify_crc: bool, block_bytes: int,
+    split_bytes: int, quiet: bool,
+) -> dict[str, Any]:
+    """``check_stores`` with ``exact``: block checksums prove replicas identical to their
+    master; when all are, the masters' own soundness is checked from the same job
+    (:func:`_all_identical`), else the rest is decoded and compared (:func:`_audit_decoded`)."""
+    identical, pre = checksum_replicas(spark, replicas, max(1, block_bytes),
+                                       with_masters=not verify_crc, split_bytes=split_bytes)
+    others = len(replicas) - len({r.group for r in replicas})
+    _progress(quiet, f"checksums: {len(identical)} of {others} replicas byte-identical to "
+                     "their master")  # fmt: skip
+    if pre is not None and len(identical) == others:
         fast = _all_identical(spark, replicas, identical, split_bytes, verify_crc, quiet, pre)
         if fast is not None:
             return fast
-    differing_groups = {r.group for i, r in enumerate(replicas) if i not in skip}
-    exact_rids = frozenset(
-        i for i, r in enumerate(replicas)
-        if exact and i not in skip and r.group in differing_groups
-        and any(j not in skip and j != i for j, x in enumerate(replicas) if x.group == r.group)
-    )  # fmt: skip
+    return _audit_decoded(spark, replicas, identical, exact=True, verify_crc=verify_crc,
+                          split_bytes=split_bytes, quiet=quiet)  # fmt: skip
+
+
+def _audit_decoded(
+    spark: Any, replicas: list[Replica], identical: dict[int, int], *, exact: bool,
+    verify_crc: bool, split_bytes: int, quiet: bool,
+) -> dict[str, Any]:
+    """Decode every replica not in ``identical`` (proven byte-identical to its master: its
+    findings are its master's own) in Spark and compare each with its group's master, record
+    by record; check the stores' own soundness too."""
+    from pyspark.sql import functions as F
+
+    skip = frozenset(identical)
     tasks, file_findings, segs_by = plan_scan(
-        replicas, split_bytes, verify_crc=verify_crc,
-        skip=frozenset(range(len(replicas))) if windowed else skip, exact=exact_rids)
-    if windowed:
-        tasks = _window_tasks(replicas, skip, wins, segs_by, exact_rids, split_bytes)
+        replicas, split_bytes, verify_crc=verify_crc, skip=skip,
+        exact=_exact_rids(replicas, skip) if exact else frozenset())
     nfiles = sum(len(segs_by[i]) for i in range(len(replicas)) if i not in skip)
     _progress(quiet, f"decoding {nfiles} files of {len(replicas) - len(skip)} replicas in "
                      f"{len(tasks)} ranges")  # fmt: skip
     recs_all = decode_records(spark, tasks).persist()
     good = recs_all.where(F.col("anomaly").isNull() | (F.col("anomaly") == A_BAD_CRC))
+    stats, qmax, decoded = _decoded_stats(good, identical)
+    ends = {rid: s["end"] for rid, s in stats.items()}
+    masters = choose_masters(replicas, ends)
+    _progress(quiet, f"decoded {decoded} records")
+    reps_b = F.broadcast(_replicas_frame(spark, replicas, masters, segs_by, ends, skip))
+    cols = ["phy_offset", "size", "body_crc", "topic", "queue_id", "queue_offset", "term"]
+    if exact:
+        cols += ["digest", "dig_head", "dig_body"]
+    j, others = _paired_records(good, reps_b, cols, exact)
+    parts = [_divergent(j, cols, exact), *_unpaired(j), _missing(j),
+             _blank_diffs(recs_all, others)]
+    own = [_decode_anomalies(recs_all), _queue_gaps(good)]  # a replica's own defects
+    cq_own, cq_vs = _cq_findings(spark, plan_cq(replicas, skip), good, reps_b, others, exact)
+    own += cq_own
+    parts += cq_vs
+    own_all = _union(own)
+    parts.append(own_all)
+    if identical:  # (copied to the replicas proven identical to their master)
+        dup = spark.createDataFrame(list(identical.items()), "new_rid int, src int")
+        parts.append(own_all.join(F.broadcast(dup), own_all["rid"] == dup["src"])
+                     .drop("rid", "src").withColumnRenamed("new_rid", "rid"))  # fmt: skip
+    small: list[tuple[Any, ...]] = [
+        (f.rid, f.kind, f.offset, f.end, 1, None, None, None, f.detail) for f in file_findings
+    ]
+    small += consumer_offset_findings(replicas, masters, qmax)  # (driver side: tiny)
+    if small:
+        parts.append(spark.createDataFrame(small, _FINDING_ROW_SCHEMA))
+    findings = _union(parts).join(reps_b.select("rid", "group", "node", "role"), "rid").select(
+        *FINDING_COLUMNS
+    )
+    return {
+        "findings": findings, "records": recs_all, "joined": j, "replicas": replicas,
+        "masters": masters, "stats": stats, "segments": segs_by, "identical": identical,
+        "exact": exact,
+    }  # fmt: skip
 
-    # one pass for the per-replica stats and the per-queue maxima
+
+#: A findings row before its replica's group, node and role are joined in.
+_FINDING_ROW_SCHEMA = (
+    "rid int, kind string, phy_offset long, end_offset long, count long, topic string, "
+    "queue_id int, queue_offset long, detail string"
+)
+_CQ_SCHEMA = (
+    "rid int, cq_topic string, cq_qid int, cq_index long, phy_offset long, cq_size long, "
+    "cq_tags long"
+)
+
+
+def _union(frames: list[Any]) -> Any:
+    out = frames[0]
+    for p in frames[1:]:
+        out = out.unionByName(p)
+    return out
+
+
+def _exact_rids(replicas: list[Replica], skip: frozenset[int]) -> frozenset[int]:
+    """The decoded replicas compared by digest: those with another decoded member in their
+    group (a lone decoded master needs none)."""
+    return frozenset(
+        i for i, r in enumerate(replicas)
+        if i not in skip
+        and any(j not in skip and j != i for j, x in enumerate(replicas) if x.group == r.group)
+    )  # fmt: skip
+
+
+def _copy_identical(stats: dict[int, dict[str, Any]], qmax: dict[tuple[int, str, int], int],
+                    identical: dict[int, int]) -> None:  # fmt: skip
+    """A replica proven identical to its master gets the master's figures and queue ends."""
+    for rid, src in identical.items():
+        if src in stats:
+            stats[rid] = dict(stats[src])
+        for (r0, t, qid), mx in list(qmax.items()):
+            if r0 == src:
+                qmax[(rid, t, qid)] = mx
+
+
+def _decoded_stats(
+    good: Any, identical: dict[int, int]
+) -> tuple[dict[int, dict[str, Any]], dict[tuple[int, str, int], int], int]:
+    """One pass over the decoded records: per replica its messages, bytes, first and end
+    offsets; per (replica, topic, queue) the next queue offset; and how many records."""
+    from pyspark.sql import functions as F
+
     qrows = (
         good.groupBy("rid", "topic", "queue_id")
         .agg(
@@ -753,7 +821,7 @@ def run_diff(
         )
         .collect()
     )
-    stats: dict[int, dict[str, int]] = {}
+    stats: dict[int, dict[str, Any]] = {}
     qmax: dict[tuple[int, str, int], int] = {}
     for q in qrows:
         st = stats.setdefault(q["rid"], {"messages": 0, "bytes": 0, "end": 0, "first": q["first"]})
@@ -762,46 +830,43 @@ def run_diff(
         st["end"] = max(st["end"], q["end"])
         st["first"] = min(st["first"], q["first"])
         qmax[(q["rid"], q["topic"], q["queue_id"])] = q["mx"] + 1
-    if windowed:  # decoded in windows only: ends from file tails, no counts
-        stats = {i: st for i, st in probed.items()}
-    for rid, src in identical.items():  # proven identical: the master's figures
-        if src in stats:
-            stats[rid] = dict(stats[src])
-        for (r0, t, qid), mx in list(qmax.items()):
-            if r0 == src:
-                qmax[(rid, t, qid)] = mx
-    ends = {rid: s["end"] for rid, s in stats.items()}
-    masters = choose_masters(replicas, ends)
-    _progress(quiet, f"decoded {sum(q['messages'] for q in qrows)} records"
-                     + (f" in {sum(len(w) for w in wins.values())} windows" if windowed else ""))
+    _copy_identical(stats, qmax, identical)
+    return stats, qmax, sum(q["messages"] for q in qrows)
 
-    rep_rows = []
+
+def _replicas_frame(
+    spark: Any, replicas: list[Replica], masters: dict[str, int],
+    segs_by: dict[int, list[Any]], ends: dict[int, int], skip: frozenset[int],
+) -> Any:
+    """One row per replica: its group's master and the offset ranges both hold (``r_lo`` /
+    ``m_lo``: retention bounds; ``r_end`` / ``m_end``: where their records end)."""
+    rows = []
     for rid, r in enumerate(replicas):
         m = masters[r.group]
         segs = segs_by[rid]
         mseg = segs_by[m]
-        rep_rows.append(
-            (
-                rid, r.group, r.node, r.role, rid == m, m,
-                segs[0].start if segs else 0,  # r_lo: retention bound of the replica
-                int(ends.get(rid, segs[0].start if segs else 0)),  # r_end
-                mseg[0].start if mseg else 0,  # m_lo
-                int(ends.get(m, mseg[0].start if mseg else 0)),  # m_end
-                rid in skip,
-            )
-        )
-    reps = spark.createDataFrame(
-        rep_rows,
+        rows.append((
+            rid, r.group, r.node, r.role, rid == m, m,
+            segs[0].start if segs else 0,  # r_lo: retention bound of the replica
+            int(ends.get(rid, segs[0].start if segs else 0)),  # r_end
+            mseg[0].start if mseg else 0,  # m_lo
+            int(ends.get(m, mseg[0].start if mseg else 0)),  # m_end
+            rid in skip,
+        ))
+    return spark.createDataFrame(
+        rows,
         "rid int, group string, node string, role string, is_master boolean, mrid int, "
         "r_lo long, r_end long, m_lo long, m_end long, same boolean",
     )
-    reps_b = F.broadcast(reps)
-    _NO_QUEUE = _nulls()
-    cols = ["phy_offset", "size", "body_crc", "topic", "queue_id", "queue_offset", "term"]
-    if exact:
-        cols += ["digest", "dig_head", "dig_body"]
 
-    # ---- master rows (with their sequence number in the group) paired with every other replica
+
+def _paired_records(good: Any, reps_b: Any, cols: list[str], exact: bool) -> tuple[Any, Any]:
+    """Master records (with their sequence number in the group) outer-joined by offset with
+    every other decoded replica's, kept only where they can become findings (persisted); and
+    the (rid, mrid) pairs compared."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     mrec = good.join(reps_b.where("is_master").select("rid"), "rid").select(
         F.col("rid").alias("mrid"),
         *[F.col(c).alias("m_" + c) for c in cols],
@@ -824,27 +889,31 @@ def run_diff(
         | ~F.col("m_term").eqNullSafe(F.col("term"))
         | (~F.col("m_digest").eqNullSafe(F.col("digest")) if exact else F.lit(False))
     ).persist()
-    both = F.col("m_size").isNotNull() & F.col("size").isNotNull()
-    m_only = F.col("m_size").isNotNull() & F.col("size").isNull()
-    r_only = F.col("m_size").isNull() & F.col("size").isNotNull()
+    return j, others
 
-    def _diff(c: str, name: str | None = None) -> Any:
+
+def _divergent(j: Any, cols: list[str], exact: bool) -> Any:
+    """Findings: records both sides hold at the same offset that differ, naming the fields
+    (with ``exact``: header bytes, body, else topic/properties or entry header)."""
+    from pyspark.sql import functions as F
+
+    def differs(c: str, name: str | None = None) -> Any:
         return F.when(~F.col("m_" + c).eqNullSafe(F.col(c)), F.lit(name or c))
 
-    named = [_diff(c) for c in cols[1:7]]
+    named = [differs(c) for c in cols[1:7]]
     if exact:  # the bytes no decoded field names: header, body, else topic/properties/entry
         same_fields = F.concat_ws(",", *named) == ""
+        same_head = F.col("m_dig_head").eqNullSafe(F.col("dig_head"))
         named += [
-            F.when(same_fields, _diff("dig_head", "header bytes")),
-            F.when(F.col("m_dig_head").eqNullSafe(F.col("dig_head")), _diff("dig_body", "body")),
-            F.when(F.col("m_dig_head").eqNullSafe(F.col("dig_head"))
-                   & F.col("m_dig_body").eqNullSafe(F.col("dig_body")),
-                   _diff("digest", "topic/properties or entry header")),
+            F.when(same_fields, differs("dig_head", "header bytes")),
+            F.when(same_head, differs("dig_body", "body")),
+            F.when(same_head & F.col("m_dig_body").eqNullSafe(F.col("dig_body")),
+                   differs("digest", "topic/properties or entry header")),
         ]  # fmt: skip
-    diff_detail = F.concat_ws(",", *named)
-    divergent = (
+    both = F.col("m_size").isNotNull() & F.col("size").isNotNull()
+    return (
         j.where(both)
-        .withColumn("what", diff_detail)
+        .withColumn("what", F.concat_ws(",", *named))
         .where(F.col("what") != "")
         .select(
             "rid", F.lit(K_DIVERGENT).alias("kind"), "phy_offset",
@@ -853,6 +922,16 @@ def run_diff(
             F.concat(F.lit("differs from master in "), F.col("what")).alias("detail"),
         )
     )  # fmt: skip
+
+
+def _unpaired(j: Any) -> list[Any]:
+    """Findings: a replica's record where no master record starts (inside the master's range:
+    divergent; beyond its end: extra tail), and master records beyond the replica's end
+    (lag)."""
+    from pyspark.sql import functions as F
+
+    m_only = F.col("m_size").isNotNull() & F.col("size").isNull()
+    r_only = F.col("m_size").isNull() & F.col("size").isNotNull()
     stray = j.where(r_only & (F.col("phy_offset") >= F.col("m_lo"))
                     & (F.col("phy_offset") < F.col("m_end"))).select(
         "rid", F.lit(K_DIVERGENT).alias("kind"), "phy_offset",
@@ -867,7 +946,7 @@ def run_diff(
              F.max(F.col("phy_offset") + F.col("size")).alias("end_offset"),
              F.count("*").alias("count"))
         .select("rid", F.lit(K_EXTRA_TAIL).alias("kind"), "phy_offset", "end_offset", "count",
-                *_NO_QUEUE,
+                *_nulls(),
                 F.concat(F.col("count"), F.lit(" records beyond the master's end")).alias("detail"))
     )  # fmt: skip
     lag = (
@@ -877,153 +956,111 @@ def run_diff(
              F.max(F.col("m_phy_offset") + F.col("m_size")).alias("end_offset"),
              F.count("*").alias("count"))
         .select("rid", F.lit(K_LAG).alias("kind"), "phy_offset", "end_offset", "count",
-                *_NO_QUEUE,
+                *_nulls(),
                 F.concat(F.col("count"), F.lit(" master records not yet on the replica")
                          ).alias("detail"))
     )  # fmt: skip
+    return [stray, extra, lag]
+
+
+def _missing(j: Any) -> Any:
+    """Findings: runs of master records a replica lacks inside its own range (one finding per
+    run of consecutive master records)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    m_only = F.col("m_size").isNotNull() & F.col("size").isNull()
     holes = j.where(
         m_only & (F.col("phy_offset") >= F.col("r_lo")) & (F.col("phy_offset") < F.col("r_end"))
     )
-    if windowed:  # a run of missing records never spans two windows (records between them)
-        wdf = spark.createDataFrame(
-            [(refs[g], a, b) for g, ws in wins.items() for a, b in ws] or [(-1, 0, 0)],
-            "w_mrid int, w_lo long, w_hi long")
-        holes = holes.join(F.broadcast(wdf), (F.col("mrid") == F.col("w_mrid"))
-                           & (F.col("phy_offset") >= F.col("w_lo"))
-                           & (F.col("phy_offset") < F.col("w_hi")), "left")  # fmt: skip
-    else:
-        holes = holes.withColumn("w_lo", F.lit(0))
+    # (consecutive master records share ``seq - rank``: one island per run)
     holes = holes.withColumn(
-        "island", F.col("seq") - F.row_number().over(
-            Window.partitionBy("rid", "w_lo").orderBy("seq"))
+        "island", F.col("seq") - F.row_number().over(Window.partitionBy("rid").orderBy("seq"))
     )
-    missing = (
-        holes.groupBy("rid", "w_lo", "island")
+    return (
+        holes.groupBy("rid", "island")
         .agg(F.min("phy_offset").alias("phy_offset"),
              F.max(F.col("m_phy_offset") + F.col("m_size")).alias("end_offset"),
              F.count("*").alias("count"))
         .select("rid", F.lit(K_MISSING).alias("kind"), "phy_offset", "end_offset", "count",
-                *_NO_QUEUE,
+                *_nulls(),
                 F.concat(F.col("count"), F.lit(" master records missing")).alias("detail"))
     )  # fmt: skip
 
-    blank_diff = _blank_diffs(recs_all, others)
-    anomalies = _decode_anomalies(recs_all)
-    gaps = _queue_gaps(good)
 
-    # ---- ConsumeQueue units against the same replica's records
-    parts: list[Any] = [divergent, stray, extra, lag, missing, blank_diff]
-    own: list[Any] = [anomalies]  # a replica's own defects (copied to identical ones)
-    cq_schema = ("rid int, cq_topic string, cq_qid int, cq_index long, phy_offset long, "
-                 "cq_size long, cq_tags long")  # fmt: skip
-    if windowed:  # only the differing queues' units, unit by unit against the master's
-        cq_tasks = [t for t in plan_cq(replicas, skip)
-                    if f"cq/{t.topic}/{t.queue_id}" in cq_areas.get(replicas[t.rid].group, ())]
-        if cq_tasks:
-            parts.append(_cq_pairwise(spark, cq_tasks, cq_schema, others))
-    else:
-        own.append(gaps)
-        cq_tasks = plan_cq(replicas, skip)
-    if cq_tasks and not windowed:
-        cq = spark.createDataFrame(
-            spark.sparkContext.parallelize(
-                cq_tasks, min(len(cq_tasks), spark.sparkContext.defaultParallelism * 2)
-            ).flatMap(_scan_cq),
-            "rid int, cq_topic string, cq_qid int, cq_index long, phy_offset long, cq_size long, "
-            "cq_tags long",
-        )
-        cqj = (
-            cq.join(good.select("rid", "phy_offset", "size", "topic", "queue_id", "queue_offset"),
-                    ["rid", "phy_offset"], "left")
-            .join(reps_b.select("rid", "r_lo", "r_end"), "rid")
-            .where(F.col("phy_offset") >= F.col("r_lo"))
-        )  # fmt: skip
-        bad = (
-            F.col("size").isNull()
-            | (F.col("size") != F.col("cq_size"))
-            | (F.col("topic") != F.col("cq_topic"))
-            | (F.col("queue_id") != F.col("cq_qid"))
-            | (F.col("queue_offset") != F.col("cq_index"))
-        )
-        cq_find = cqj.where(bad).select(
-            "rid",
-            F.when(F.col("phy_offset") >= F.col("r_end"), F.lit(K_CQ_DANGLING))
-            .otherwise(F.lit(K_CQ_MISMATCH)).alias("kind"),
-            "phy_offset",
+def _cq_findings(
+    spark: Any, cq_tasks: list[CqTask], good: Any, reps_b: Any, others: Any, exact: bool
+) -> tuple[list[Any], list[Any]]:
+    """ConsumeQueue units against the same replica's records (a replica's own findings:
+    dangling or mismatching units) and, with ``exact``, against the master's unit of the same
+    index (compared findings)."""
+    from pyspark.sql import functions as F
+
+    if not cq_tasks:
+        return [], []
+    sc = spark.sparkContext
+    cq = spark.createDataFrame(
+        sc.parallelize(cq_tasks, min(len(cq_tasks), sc.defaultParallelism * 2)).flatMap(_scan_cq),
+        _CQ_SCHEMA,
+    )
+    cqj = (
+        cq.join(good.select("rid", "phy_offset", "size", "topic", "queue_id", "queue_offset"),
+                ["rid", "phy_offset"], "left")
+        .join(reps_b.select("rid", "r_lo", "r_end"), "rid")
+        .where(F.col("phy_offset") >= F.col("r_lo"))
+    )  # fmt: skip
+    bad = (
+        F.col("size").isNull()
+        | (F.col("size") != F.col("cq_size"))
+        | (F.col("topic") != F.col("cq_topic"))
+        | (F.col("queue_id") != F.col("cq_qid"))
+        | (F.col("queue_offset") != F.col("cq_index"))
+    )
+    cq_find = cqj.where(bad).select(
+        "rid",
+        F.when(F.col("phy_offset") >= F.col("r_end"), F.lit(K_CQ_DANGLING))
+        .otherwise(F.lit(K_CQ_MISMATCH)).alias("kind"),
+        "phy_offset",
+        (F.col("phy_offset") + F.col("cq_size")).alias("end_offset"),
+        F.lit(1).cast("long").alias("count"),
+        F.col("cq_topic").alias("topic"), F.col("cq_qid").alias("queue_id"),
+        F.col("cq_index").alias("queue_offset"),
+        F.concat(F.lit("cq unit "), F.col("cq_index"), F.lit(" -> "),
+                 F.coalesce(F.concat(F.col("topic"), F.lit("/"), F.col("queue_id"),
+                                     F.lit("@"), F.col("queue_offset"), F.lit(" size "),
+                                     F.col("size")), F.lit("no record"))).alias("detail"),
+    )  # fmt: skip
+    if not exact:
+        return [cq_find], []
+    # a unit that checks out against its own records but not the master's unit
+    return [cq_find], [_cq_against_master(cqj.where(~bad), cq, others)]
+
+
+def _cq_against_master(units: Any, cq: Any, others: Any) -> Any:
+    """cq_mismatch: a replica's ``units`` whose (offset, size, tags code) differ from the
+    master's unit of the same index (the master's units: ``cq``)."""
+    from pyspark.sql import functions as F
+
+    mcq = cq.select(F.col("rid").alias("mrid"), "cq_topic", "cq_qid", "cq_index",
+                    F.col("phy_offset").alias("m_phy"), F.col("cq_size").alias("m_cqs"),
+                    F.col("cq_tags").alias("m_tags"))  # fmt: skip
+    return (
+        units.join(others, "rid")
+        .join(mcq, ["mrid", "cq_topic", "cq_qid", "cq_index"])
+        .where((F.col("phy_offset") != F.col("m_phy"))
+               | (F.col("cq_size") != F.col("m_cqs"))
+               | (F.col("cq_tags") != F.col("m_tags")))
+        .select(
+            "rid", F.lit(K_CQ_MISMATCH).alias("kind"), "phy_offset",
             (F.col("phy_offset") + F.col("cq_size")).alias("end_offset"),
             F.lit(1).cast("long").alias("count"),
             F.col("cq_topic").alias("topic"), F.col("cq_qid").alias("queue_id"),
             F.col("cq_index").alias("queue_offset"),
-            F.concat(F.lit("cq unit "), F.col("cq_index"), F.lit(" -> "),
-                     F.coalesce(F.concat(F.col("topic"), F.lit("/"), F.col("queue_id"),
-                                         F.lit("@"), F.col("queue_offset"), F.lit(" size "),
-                                         F.col("size")), F.lit("no record"))).alias("detail"),
-        )  # fmt: skip
-        own.append(cq_find)
-        if exact:  # a unit that checks out against its own records but not the master's unit
-            mcq = cq.select(F.col("rid").alias("mrid"), "cq_topic", "cq_qid", "cq_index",
-                            F.col("phy_offset").alias("m_phy"), F.col("cq_size").alias("m_cqs"),
-                            F.col("cq_tags").alias("m_tags"))  # fmt: skip
-            cq_vs = (
-                cqj.where(~bad).join(others, "rid")
-                .join(mcq, ["mrid", "cq_topic", "cq_qid", "cq_index"])
-                .where((F.col("phy_offset") != F.col("m_phy"))
-                       | (F.col("cq_size") != F.col("m_cqs"))
-                       | (F.col("cq_tags") != F.col("m_tags")))
-                .select(
-                    "rid", F.lit(K_CQ_MISMATCH).alias("kind"), "phy_offset",
-                    (F.col("phy_offset") + F.col("cq_size")).alias("end_offset"),
-                    F.lit(1).cast("long").alias("count"),
-                    F.col("cq_topic").alias("topic"), F.col("cq_qid").alias("queue_id"),
-                    F.col("cq_index").alias("queue_offset"),
-                    F.concat(F.lit("cq unit "), F.col("cq_index"),
-                             F.lit(" differs from master's (offset, size or tags code)"))
-                    .alias("detail"),
-                )
-            )  # fmt: skip
-            parts.append(cq_vs)
-    own_all = own[0]
-    for p in own[1:]:
-        own_all = own_all.unionByName(p)
-    parts.append(own_all)
-    if identical:
-        dup = spark.createDataFrame(list(identical.items()), "new_rid int, src int")
-        parts.append(
-            own_all.join(F.broadcast(dup), own_all["rid"] == dup["src"])
-            .drop("rid", "src").withColumnRenamed("new_rid", "rid")
+            F.concat(F.lit("cq unit "), F.col("cq_index"),
+                     F.lit(" differs from master's (offset, size or tags code)"))
+            .alias("detail"),
         )
-
-    # ---- consumer offsets (driver side: tiny)
-    small: list[tuple[Any, ...]] = [
-        (f.rid, f.kind, f.offset, f.end, 1, None, None, None, f.detail) for f in file_findings
-    ]
-    if not windowed:  # the stores' own soundness: --check-stores
-        small += consumer_offset_findings(replicas, masters, qmax)
-    if small:
-        parts.append(
-            spark.createDataFrame(
-                small,
-                "rid int, kind string, phy_offset long, end_offset long, count long, "
-                "topic string, queue_id int, queue_offset long, detail string",
-            )
-        )
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
-    findings = out.join(reps_b.select("rid", "group", "node", "role"), "rid").select(
-        *FINDING_COLUMNS
-    )
-    return {
-        "findings": findings,
-        "records": recs_all,
-        "joined": j,
-        "replicas": replicas,
-        "masters": masters,
-        "stats": stats,
-        "segments": segs_by,
-        "identical": identical,
-        "exact": exact,
-    }
+    )  # fmt: skip
 
 
 def _int_or_none(x: Any) -> int | None:

@@ -7,9 +7,12 @@ and when they become visible, is the backend's:
 
 * **open / close**: recovery of the log (and of the ConsumeQueues and index against it), the
   flush at a clean shutdown, closing its files;
-* **writes**: ``append_message(s)`` (the synchronous half of a put) and ``put_message(s)``
-  (a put that waits until the message is stored: flush and replica for the file CommitLog, the
-  quorum's commit for DLedger); ``append_raw`` (master/slave replication, file only);
+* **writes**: ``append_message(s)`` (the synchronous half of a put); ``append_marked`` (the
+  broker's send: the same append, and the watermark its answer must wait for with its key
+  there -- the flush, the slaves' ack or both at the record's end offset for the file
+  CommitLog, the quorum's commit at the last entry's index + 1 for DLedger -- see
+  ``MarkedPut``); ``put_message(s)`` (a task's put, waiting until the message is stored);
+  ``append_raw`` (master/slave replication, file only);
 * **positions**: max / min / flushed / confirm offsets, ``read_raw``;
 * **dispatch source**: ``dispatch`` / ``dispatch_all`` / ``dispatch_behind_bytes`` (the file
   CommitLog's reput, DLedger's apply of committed entries), ``rebuild_queue_offsets``;
@@ -31,13 +34,29 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from ..cluster.protocol.message import Message
+from ..cluster.remoting.held import HeldAnswers
 from .checkpoint import StoreCheckpoint
-from .commitlog import CommitLog, PutMessageResult
+from .commitlog import CommitLog, PutMessageResult, PutMessageStatus
 from .config import BrokerRole, MessageStoreConfig
 from .dispatcher import ConsumeQueueTable, Dispatcher
 from .index_file import IndexService
 from .recovery import RecoveryResult
 from .retention import CleanResult, Retention
+
+#: What ``append_marked`` returns: the put's result (its status already the answer's: e.g.
+#: SLAVE_NOT_AVAILABLE), the watermark's held answers its answer must wait on (None: answer
+#: now) and the key there, the point the watermark must reach (a CommitLog end offset, or a
+#: DLedger entry index + 1: each watermark counts in its own unit; within one connection the
+#: keys on one watermark rise). A plain tuple: built once per send.
+MarkedPut = tuple[PutMessageResult, HeldAnswers | None, int]
+
+
+class AnswerMark(Protocol):
+    """A watermark answers are held on (``store/watermark.py``'s ``Watermark``), as a backend
+    sees it: its pure core."""
+
+    @property
+    def held(self) -> HeldAnswers: ...
 
 
 class RisingMark(Protocol):
@@ -82,6 +101,10 @@ class BackendHost(Protocol):
         wants waking): wake the reput service (``reput`` False: the append was dispatched
         inline), whoever waits for appended bytes, and the warm-up service."""
 
+    def put_wait(self, end: int) -> tuple[PutMessageStatus, AnswerMark | None]:
+        """What an append ending at ``end`` whose producer waits must pass before it is
+        answered: the status to answer with, and the watermark (None: answer now)."""
+
     def wait_stored(self, result: PutMessageResult, wait: bool) -> Awaitable[PutMessageResult]:
         """After an append: wait for the flush (SYNC_FLUSH) and the slaves (``wait``)."""
 
@@ -117,6 +140,12 @@ class CommitLogBackend(Protocol):
     def append_message(self, msg: Message) -> PutMessageResult: ...
 
     def append_messages(self, batch: Message) -> PutMessageResult: ...
+
+    def append_marked(self, msg: Message, batch: bool, wait: bool) -> MarkedPut:
+        """A send's put: ``msg`` (``batch``: a SEND_BATCH_MESSAGE body) appended now, and what
+        its answer must wait for (``MarkedPut``). ``wait``: the producer waits for the store
+        (its WAIT property is not "false"); a backend may wait regardless (DLedger: always the
+        quorum, as RocketMQ's)."""
 
     def put_message(self, msg: Message) -> Awaitable[PutMessageResult]: ...
 

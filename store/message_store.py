@@ -11,9 +11,11 @@
 A put appends synchronously (the event loop is the put lock); ``put_wait(end)`` then says which
 watermark (``store/watermark.py``) it must pass before it is answered: the flush under
 SYNC_FLUSH (group commit), the slaves' ack under SYNC_MASTER (``replicas``, which the HA service
-attaches), their minimum under both, none otherwise. The broker holds the encoded answer on it;
-``put_message`` (a task's put) waits on it. Reads return memoryviews of the mmap; copy them once
-into the response and drop them (a view keeps its file mapped).
+attaches), their minimum under both, none otherwise. The broker's send calls ``append_marked``
+(the append, and the watermark with the key its answer waits for: the backend's, so DLedger's
+commit too) and holds the encoded answer on it; ``put_message`` (a task's put) waits on it.
+Reads return memoryviews of the mmap; copy them once into the response and drop them (a view
+keeps its file mapped).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from ..cluster.protocol.message import (
     decode_record,
 )
 from ..cluster.remoting.codec import RemotingCommand
-from .backend import BackendHost, CommitLogBackend
+from .backend import BackendHost, CommitLogBackend, MarkedPut
 from .checkpoint import StoreCheckpoint
 from .commitlog import (
     CommitLog,
@@ -329,6 +331,11 @@ class MessageStore:
 
     def append_messages(self, batch: Message) -> PutMessageResult:
         return self.backend.append_messages(batch)
+
+    def append_marked(self, msg: Message, batch: bool, wait: bool) -> MarkedPut:
+        """The broker's send: append now, and the watermark (its held answers) and key the
+        answer must wait for (``store/backend.py``: ``MarkedPut``)."""
+        return self.backend.append_marked(msg, batch, wait)
 
     def put_message(self, msg: Message) -> Awaitable[PutMessageResult]:
         """Append, then wait until the message is stored (flush and replicas, or the commit)."""
@@ -977,6 +984,21 @@ class FileCommitLog:
         else:
             store.appended(result.result.end_offset)
         return result
+
+    def append_marked(self, msg: Message, batch: bool, wait: bool) -> MarkedPut:
+        """Append; when the producer waits and the store makes it (SYNC_FLUSH, SYNC_MASTER):
+        the watermark ``put_wait`` names, keyed by the record's end offset, and the status it
+        decided (SLAVE_NOT_AVAILABLE still waits for the flush)."""
+        result = self.append_messages(msg) if batch else self.append_message(msg)
+        appended = result.result
+        store = self.store
+        if appended is None or not wait or not (store.sync_flush or store.waits_for_replicas):
+            return result, None, 0
+        end = appended.end_offset
+        status, mark = store.put_wait(end)
+        if status is not _PUT_OK:
+            result = PutMessageResult(status, appended, result.remark)
+        return result, None if mark is None else mark.held, end
 
     async def put_message(self, msg: Message) -> PutMessageResult:
         result = self.append_message(msg)

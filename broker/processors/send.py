@@ -5,12 +5,13 @@ topic validation, auto-create from TBW102, queue id range, retry topics past max
 to ``%DLQ%<group>``, transactional half messages, and responses that always carry ``msgId``,
 ``queueId``, ``queueOffset``, ``MSG_REGION`` and ``TRACE_ON``.
 
-One send form, ``SendProcessor.process`` (plain ``def``, no task or object per send): check,
-append, and answer at once -- or, when the put must pass a watermark first (the flush under
-SYNC_FLUSH, a slave's ack under SYNC_MASTER: ``MessageStore.put_wait``), hold the encoded answer
-on that watermark (``store/watermark.py``), which sends it once it passes the message's end
-offset, or its timeout form (``timeout_answer``) after the deadline. DLedger mode appends
-through the same checks and answers on its commit (``broker/dledger_role.py``).
+One send form, ``SendProcessor.process`` (plain ``def``, no task or object per send), for every
+store: check, append, and answer at once -- or, when the put must pass a watermark first, hold
+the encoded answer on it (``store/watermark.py``), which sends it once it reaches the put's key,
+or its expired form after the deadline. The store's backend names the watermark and the key
+(``MessageStore.append_marked``): the flush under SYNC_FLUSH, a slave's ack under SYNC_MASTER,
+both, keyed by the message's end offset (expired: ``timeout_answer``); DLedger's quorum commit,
+keyed by its last entry's index + 1 (expired or overtaken by a term change: ``refused_answer``).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from ...cluster.remoting.headers import (
 )
 from ...cluster.remoting.processors import Later
 from ...store.commitlog import PutMessageResult, PutMessageStatus
-from ...store.config import TIMER_TOPIC, BrokerRole, FlushDiskType, MessageStoreConfig
+from ...store.config import TIMER_TOPIC, MessageStoreConfig
 from ...store.timer.hook import (
     TIMER_DELAY_MS,
     TIMER_DELAY_SEC,
@@ -278,12 +279,6 @@ class SendProcessor:
         #: topic names already validated (legal and not a system topic)
         self._valid_topics: set[str] = set()
         self._max_size = ctrl.settings.store.max_message_size
-        store_cfg = ctrl.settings.store
-        #: whether a put may have to wait (SYNC_FLUSH, SYNC_MASTER): else no ``put_wait`` call
-        self._may_wait = (
-            store_cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH
-            or store_cfg.broker_role is BrokerRole.SYNC_MASTER
-        )
         ctrl.config_listeners.append(self.config_changed)
 
     def config_changed(self) -> None:
@@ -297,35 +292,28 @@ class SendProcessor:
     # ------------------------------------------------------------------ entry points
 
     def process(self, conn: Any, request: RemotingCommand) -> RemotingCommand | Later:
-        """The one send form: check and append now; answer at once unless the put must pass a
-        watermark (``store.put_wait``: the flush, a slave's ack or both) -- then the answer is
-        encoded now and held on it (one advance releases every answer it covers, one send per
-        connection; after the deadline, its ``timeout_answer``). No task or object per send."""
+        """The one send form: check and append now (``store.append_marked``); answer at once
+        unless the store names a watermark the put must pass first -- then the answer is
+        encoded now and held on it until it reaches the put's key (one advance releases every
+        answer it covers, one send per connection; after the deadline, its expired form). No
+        task or object per send."""
         prepared = self.prepare(conn, request)
         if isinstance(prepared, RemotingCommand):
             return prepared
         msg, batch, wait = prepared
-        store = self.ctrl.store
-        result = store.append_messages(msg) if batch else store.append_message(msg)
-        appended = result.result
-        if appended is None or not wait or not self._may_wait:
-            return self.answer(request, msg, result)
-        end = appended.end_offset
-        status, mark = store.put_wait(end)
-        if status is not _PUT_OK:
-            result = PutMessageResult(status, appended, result.remark)
-        if mark is None or request.flag & FLAG_ONEWAY:  # (a oneway send gets no answer)
-            return self.answer(request, msg, result)
-        return mark.held.hold(conn, request.opaque, self.answer(request, msg, result), end)
+        result, held, key = self.ctrl.store.append_marked(msg, batch, wait)
+        answer = self.answer(request, msg, result)
+        if held is None or key <= held.mark or request.flag & FLAG_ONEWAY:
+            return answer  # (now: nothing to wait for, passed already, or nobody listens)
+        return held.hold(conn, request.opaque, answer, key)
 
     # ------------------------------------------------------------------ checks
 
     def prepare(
         self, conn: Any, request: RemotingCommand
     ) -> RemotingCommand | tuple[Message, bool, bool]:
-        """The send pipeline's first half, shared by both write paths (the store's put and the
-        DLedger role): decode and check the request (header, topic, queue, permissions, size,
-        retry/DLQ, transaction) and build the message to store.
+        """The send pipeline's first half: decode and check the request (header, topic,
+        queue, permissions, size, retry/DLQ, transaction) and build the message to store.
 
         Returns the refusal to answer (a ``RemotingCommand``), or ``(msg, batch, wait)``:
         ``batch`` when ``msg`` is a SEND_BATCH_MESSAGE body, ``wait`` unless the producer's WAIT

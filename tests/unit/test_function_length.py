@@ -21,10 +21,9 @@ PRODUCT = (
 )
 MAX_FUNCTION_LINES = 80
 
-#: "path:qualified name" -> its length today; split them, then lower or drop the entry
-ALLOWED: dict[str, int] = {
-    "spark_jobs/replica_diff.py:run_diff": 369,
-}
+#: "path:qualified name" -> its length today; split them, then lower or drop the entry (empty:
+#: every product function is within the limit; a new entry needs a reason in review)
+ALLOWED: dict[str, int] = {}
 
 
 def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, int]]:

@@ -1,8 +1,8 @@
 """The leader's fast paths agree with the general ones, through a real single-member
 a store over a DLedgerCommitLog (its peer port on 127.0.0.1, its files in a temp dir):
 
-* sends whose answers are held on the commit watermark (``propose_message`` + ``commit.hold``,
-  the broker's send path), proposed alone (``propose_message``) and without waiting
+* sends whose answers are held on the commit watermark (``append_marked`` + ``held.hold``,
+  the broker's send path), proposed alone (``append_marked``) and without waiting
   (``append_message``),
   applied from the leader's stash by ``apply_committed_range``, leave ConsumeQueue and
   IndexFile bytes identical to what a member that parses every committed record (recovery of a
@@ -126,14 +126,15 @@ async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path:
             for i in range(MESSAGES):
                 msg = _message(i)
                 if i % 3 == 0:
-                    result, key = dl.propose_message(msg, False)
+                    result, on, key = dl.append_marked(msg, False, True)
                     assert result.status is PutMessageStatus.PUT_OK and key > 0
+                    assert on is dl.commit.held  # the quorum commit, keyed by index + 1
                     ok = RemotingCommand.request(0, {"i": str(i)}).response(0)
-                    dl.commit.hold(receiver, i, ok, key)
+                    on.hold(receiver, i, ok, key)
                     held += 1
                 elif i % 3 == 1:
-                    result, key = dl.propose_message(msg, False)
-                    assert key > 0
+                    result, on, key = dl.append_marked(msg, False, False)
+                    assert on is dl.commit.held and key > 0  # (DLedger waits regardless)
                 else:
                     assert store.append_message(msg).status is PutMessageStatus.PUT_OK
                 if i % 10 == 9:
@@ -145,8 +146,8 @@ async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path:
                 )
             # a refused send gets no key: nothing to hold
             dl.leader_ready = False
-            refused, key = dl.propose_message(_message(0), False)
-            assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and key == -1
+            refused, on, key = dl.append_marked(_message(0), False, True)
+            assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and on is None
             dl.leader_ready = True
             assert dl.commit.held.waiting == 0
             nursery.cancel_scope.cancel()
