@@ -174,7 +174,10 @@ def decode_record_at(
         tp, p0, plen = record_tail(buf, off, total, blen, sysflag)
     except RecordError:
         return None
-    topic = bytes(buf[tp + 1 : p0 - 2]).decode("utf-8", "replace")
+    try:  # (a topic that is not UTF-8 is no record, as for the store)
+        topic = bytes(buf[tp + 1 : p0 - 2]).decode()
+    except UnicodeDecodeError:
+        return None
     props = bytes(buf[p0 : p0 + plen])
     b0 = off + RECORD_HEADER_SIZE
     anomaly = detail = None

@@ -717,7 +717,10 @@ def record_fields(view: memoryview, offset: int = 0, *, check_crc: bool = True) 
         raise _head_error(status, magic)
     tp, p0, props_len = record_tail(view, offset, total, body_len, sys_flag)
     body = bytes(view[offset + RECORD_HEADER_SIZE : tp])
-    topic = bytes(view[tp + 1 : p0 - 2]).decode("utf-8", "replace")
+    try:  # (a topic that is not UTF-8 is no record, for the store's check and scan too)
+        topic = bytes(view[tp + 1 : p0 - 2]).decode()
+    except UnicodeDecodeError:
+        raise RecordError("topic is not UTF-8") from None
     props = decode_properties(view[p0 : p0 + props_len])
     if check_crc and body_crc(body) != crc:
         raise RecordError("body CRC mismatch")
@@ -778,7 +781,11 @@ def record_properties(buf: Any, pos: int = 0) -> dict[str, str]:
     status = head_status(total, magic, avail, ANY_RECORD_SIZE)
     if status <= 0:
         raise _head_error(status, magic)
-    _tp, p0, props_len = record_tail(buf, pos, total, body_len, sys_flag)
+    tp, p0, props_len = record_tail(buf, pos, total, body_len, sys_flag)
+    try:  # (no record for any reader when its topic is not UTF-8)
+        bytes(buf[tp + 1 : p0 - 2]).decode()
+    except UnicodeDecodeError:
+        raise RecordError("topic is not UTF-8") from None
     return decode_properties(buf[p0 : p0 + props_len]) if props_len else {}
 
 

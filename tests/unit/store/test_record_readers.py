@@ -211,3 +211,12 @@ def test_one_delay_rule_for_the_put_and_the_tags_code(text: str) -> None:
     else:
         assert (topic, qid) == ("T", 5)
         assert delay_tags_code(text, STORE_TS, levels) == STORE_TS + levels[0]
+
+
+def test_a_topic_that_is_not_utf8_is_no_record_for_any_reader(tmp_path: Path) -> None:
+    """A topic byte 0x80: the store's check and scan refused it, the full decode and the
+    audit read it as U+FFFD (Hypothesis found it: at=197, value=128)."""
+    raw = bytearray(_record(props=b"TAGS\x01x"))
+    raw[197 % len(raw)] = 0x80
+    v = _assert_agree(bytes(raw), tmp_path)
+    assert v["decode"] is None and v["audit"] is None and v["scan_stop"] == SCAN_CORRUPT
