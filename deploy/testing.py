@@ -505,6 +505,22 @@ def resolve_settings(
     return PluginSettings(profile=profile, port_low=low, port_high=high, isolation=isolation)
 
 
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _interrupt_on_sigterm() -> Any:
+    """Make SIGTERM unwind a test run as Ctrl-C does, so every cluster's ``finally`` stops its
+    nodes (they run in sessions of their own: a terminated pytest would otherwise leave them).
+    Only when SIGTERM still has its default action and we are on the main thread; returns the
+    handler to restore, or None when nothing was changed."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+    return signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
 # --------------------------------------------------------------------------- pytest plugin
 
 try:
@@ -515,6 +531,7 @@ except ImportError:  # pytest is only needed for the fixtures
 if pytest is not None:
     _SETTINGS: Final = pytest.StashKey[PluginSettings]()
     _STARTED: Final = pytest.StashKey[list[str]]()
+    _SIGTERM: Final = pytest.StashKey[Any]()
 
     def pytest_addoption(parser: pytest.Parser) -> None:
         group = parser.getgroup("rmq-cluster", "rmq-cluster test clusters")
@@ -547,6 +564,12 @@ if pytest is not None:
             raise pytest.UsageError(f"rmq-cluster: {exc}") from None
         config.stash[_SETTINGS] = settings
         config.stash[_STARTED] = []
+        config.stash[_SIGTERM] = _interrupt_on_sigterm()
+
+    def pytest_unconfigure(config: pytest.Config) -> None:
+        previous = config.stash.get(_SIGTERM, None)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
     def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
         started = config.stash.get(_STARTED, [])

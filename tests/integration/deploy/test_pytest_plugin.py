@@ -5,13 +5,24 @@ session with a fresh namespace per test, seeding, and nothing started when no te
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from rmq_cluster.deploy.testing import SettingsError, parse_port_range, resolve_settings
+from rmq_cluster.deploy.testing import (
+    SettingsError,
+    parse_port_range,
+    pid_running,
+    resolve_settings,
+)
 
 pytest_plugins = ("pytester",)
 
@@ -130,3 +141,54 @@ def test_settings_precedence_and_validation() -> None:
     with pytest.raises(SettingsError, match="ephemeral"):
         parse_port_range("40000-45000", ephemeral=(32768, 60999))
     assert parse_port_range("30000-45000", ephemeral=(32768, 60999)) == (30000, 45000)
+
+
+TERMINATED_INNER = '''
+import json, os, time
+
+def test_waits_to_be_terminated(rmq_session_cluster):
+    pids = rmq_session_cluster.pids()
+    with open(os.environ["PIDS_FILE"] + ".tmp", "w") as f:
+        json.dump(pids, f)
+    os.replace(os.environ["PIDS_FILE"] + ".tmp", os.environ["PIDS_FILE"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the outer test terminates us long before
+        time.sleep(0.2)
+'''
+
+#: The terminated run stops its cluster within this (a `down` and its SIGKILL fallback).
+TERMINATED_EXIT_S = 60.0
+
+
+@pytest.mark.usefixtures("entry_point_only")
+def test_a_terminated_run_stops_its_clusters(pytester: pytest.Pytester,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM to pytest (what CI and `timeout` send) unwinds the run like Ctrl-C: the
+    session cluster's nodes, each in a session of its own, are stopped, not left behind."""
+    pids_file = pytester.path / "pids.json"
+    monkeypatch.setenv("PIDS_FILE", str(pids_file))
+    pytester.makepyfile(test_terminated=TERMINATED_INNER)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                             "--rmq-port-range", "26500-29000"], cwd=pytester.path,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    pids: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not pids_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pids_file.exists(), proc.communicate(timeout=30)[0].decode()
+        pids = json.loads(pids_file.read_text())
+        assert pids and all(pid_running(pid) for pid in pids.values())
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=TERMINATED_EXIT_S)[0].decode()
+        assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+        left = [name for name, pid in pids.items() if pid_running(pid)]
+        assert not left, f"nodes left running after SIGTERM: {left}\n{out}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in pids.values():
+            if pid_running(pid):
+                os.kill(pid, signal.SIGKILL)
