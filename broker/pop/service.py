@@ -309,9 +309,7 @@ class PopService:
         if store.dispatch_behind_bytes > 0:
             store.dispatch()
         topic = self.revive_topic
-        if self.ctrl.topics.select(topic) is None:
-            if self._recovering:
-                log.info("pop recovery: no revive log topic", topic=topic)
+        if not self._revive_log_exists(topic):
             self._recovering = False  # no revive log yet: nothing was popped
             return 0
         read = 0
@@ -343,6 +341,14 @@ class PopService:
         # time instead: the seam in ReviveLedger.add_ack.)
         self.ledger.forget_early_acks()
         return read
+
+    def _revive_log_exists(self, topic: str) -> bool:
+        """Whether the store holds a revive log queue (its config aside: a promoted slave's
+        topic table is a copy up to 10 s old, and the recovery must not hang on it)."""
+        if self.ctrl.topics.select(topic) is not None:
+            return True
+        queues = self.ctrl.store.cqs.queues
+        return any((topic, qid) in queues for qid in range(self.revive_queue_num))
 
     def _read_record(self, view: memoryview, qid: int, log_offset: int) -> None:
         try:
