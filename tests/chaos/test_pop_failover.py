@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from collections import Counter
@@ -454,9 +455,13 @@ def _report(book: Book, profile: str, due: int, killed_done: int, failover_ms: i
 
 @pytest.mark.parametrize("profile", ["2m-2s-sync", "2m-2s-controller", "dledger"])
 def test_pop_and_timers_through_a_master_kill(profile: str, tmp_path: Path) -> None:
-    with rmq_cluster(profile, directory=tmp_path / "cluster") as cluster:
+    # the nodes' logs and stores stay in tmp_path when the test fails (pytest keeps the last
+    # few): a failover that went wrong once in many runs can be read afterwards
+    cluster_dir = tmp_path / "cluster"
+    with rmq_cluster(profile, directory=cluster_dir, purge=False) as cluster:
         create_topics(cluster.namesrv_addr, [TOPIC], queues=QUEUES, order=False)
         report = trio.run(_run, cluster)
+    report["logs"] = str(cluster_dir / "logs")
     print(json.dumps(report, sort_keys=True))  # the checker's report: duplicates counted
     assert report["timers_due_after_kill"], "the timers were due before the kill ended"
     assert not report["missing"], f"acked on send, never popped: {report}"
@@ -466,6 +471,7 @@ def test_pop_and_timers_through_a_master_kill(profile: str, tmp_path: Path) -> N
     assert not report["acked_then_redelivered"], f"an acked message came back: {report}"
     assert report["duplicates"] <= report["in_flight_at_kill"] + report["late_acks"], report
     assert report["timer_copies"] == {f"timer-{i}": 1 for i in range(TIMERS)}, report
+    shutil.rmtree(cluster_dir, ignore_errors=True)
 
 
 def test_checker_tells_a_second_store_from_a_redelivery() -> None:
