@@ -11,7 +11,9 @@ does and reach slaves (HA, DLedger) with the CommitLog.
 boot the ``CID_RMQ_SYS_REVIVE_GROUP`` offsets), keeps every unfinished checkpoint in a
 ``ReviveLedger`` and, for each whose invisible time ran out, re-puts its unacked messages into
 the pop retry topic ``%RETRY%<group>_<topic>`` (one more reconsume time) -- or into
-``%DLQ%<group>`` once they were consumed ``retryMaxTimes`` times -- and then moves the revive
+``%DLQ%<group>`` once they were consumed ``retryMaxTimes`` times --, acks what it revived in the
+revive log (after the copies: a scan that reads the checkpoint again, after a restart or on a
+promoted slave, finds it finished and does not revive it twice), and then moves the revive
 offset to its queue's oldest unfinished checkpoint. Apache delays each ``ck`` record through
 its timer store to the revive time instead; the scan reads the same records either way, so
 a timer can take the waiting over later (``ReviveLedger`` is the seam).
@@ -105,6 +107,8 @@ class PopService:
         self._scanned: dict[int, int] = {}
         #: the next scan is the first since boot (or since this broker was a slave)
         self._recovering = True
+        #: pop offsets the recovery scans moved (logged)
+        self._moved = 0
         #: revived and dead-lettered messages (tests and /metrics read them)
         self.revived = 0
         self.dead_lettered = 0
@@ -305,10 +309,11 @@ class PopService:
         if store.dispatch_behind_bytes > 0:
             store.dispatch()
         topic = self.revive_topic
-        if self.ctrl.topics.select(topic) is None:
+        if not self._revive_log_exists(topic):
             self._recovering = False  # no revive log yet: nothing was popped
             return 0
         read = 0
+        recovering = self._recovering
         for qid in range(self.revive_queue_num):
             offset = self._scan_start(qid)
             while True:
@@ -326,6 +331,9 @@ class PopService:
                 finally:
                     result.release()
             self._scanned[qid] = offset
+        if recovering:
+            log.info("pop recovery: revive log read", records=read, moved=self._moved,
+                     scanned=dict(self._scanned), pending=len(self.ledger))
         self._recovering = False
         # our checkpoints precede their acks in the log: an ack whose checkpoint was not read
         # by now belongs to a finished one (late, or a duplicate) and is dropped. (With
@@ -333,6 +341,14 @@ class PopService:
         # time instead: the seam in ReviveLedger.add_ack.)
         self.ledger.forget_early_acks()
         return read
+
+    def _revive_log_exists(self, topic: str) -> bool:
+        """Whether the store holds a revive log queue (its config aside: a promoted slave's
+        topic table is a copy up to 10 s old, and the recovery must not hang on it)."""
+        if self.ctrl.topics.select(topic) is not None:
+            return True
+        queues = self.ctrl.store.cqs.queues
+        return any((topic, qid) in queues for qid in range(self.revive_queue_num))
 
     def _read_record(self, view: memoryview, qid: int, log_offset: int) -> None:
         try:
@@ -365,6 +381,7 @@ class PopService:
         offsets = self.ctrl.offsets
         if offsets.query(ck.cid, ck.topic, ck.queue_id) < end:
             offsets.commit(ck.cid, ck.topic, ck.queue_id, end)
+            self._moved += 1
 
     def revive_once(self) -> int:
         """Scan, re-put what is due, move the revive offsets; -> messages re-put."""
@@ -382,12 +399,33 @@ class PopService:
                 break
             if not self._revive(pending):
                 break  # the store refused: try again next round
-            moved += len(pending.unacked())
+            revived = pending.unacked()
+            moved += len(revived)
+            self._mark_revived(pending, revived)
             self.ledger.finish(pending)
         for qid, scanned in self._scanned.items():
             ctrl.offsets.commit(wire.REVIVE_GROUP, self.revive_topic, qid,
                                 self.ledger.revive_offset(qid, scanned))
         return moved
+
+    def _mark_revived(self, pending: PendingCheckpoint, offsets: list[int]) -> None:
+        """Ack what was just revived, in the revive log after its retry copies: a scan that
+        reads this checkpoint again (a restart from an older revive offset, or a promoted slave
+        whose offsets were synced before it) finds it finished instead of reviving it twice --
+        the revived copy may already have been popped and acked. Plain ack records, as a
+        consumer's: Apache's broker booting this store reads them the same way."""
+        ck = pending.ck
+        for offset in offsets:
+            ack = wire.AckRecord(
+                topic=ck.topic, consumer_group=ck.cid, queue_id=ck.queue_id,
+                start_offset=ck.start_offset, ack_offset=offset, pop_time=ck.pop_time,
+                broker_name=ck.broker_name or self.ctrl.bcfg.broker_name,
+            )
+            put = self.ctrl.store.append_message(
+                self._revive_record(ack.encode(), pending.revive_qid, wire.ACK_TAG))
+            if put.result is None or not put.status.stored:  # then it may be revived twice
+                log.warning("revive mark refused", status=put.status.value)
+                return
 
     def _revive(self, pending: PendingCheckpoint) -> bool:
         ck = pending.ck

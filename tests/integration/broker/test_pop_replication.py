@@ -59,3 +59,38 @@ async def test_slave_store_carries_pop_state_after_failover(tmp_path: Path) -> N
         service = cluster.broker.pop.service
         service.scan()
         assert len(service.ledger) == 0
+
+
+async def test_recovery_reads_the_revive_log_without_its_topic_config(tmp_path: Path) -> None:
+    """The pop offsets a promoted slave moves again come from the revive log its store holds,
+    whatever its topic table says (a copy up to 10 s old, here without the revive topic):
+    a message acked on the old master is not popped again."""
+    async with running_cluster(tmp_path, brokerRole="SYNC_MASTER", haListenPort="0") as cluster:
+        master = cluster.broker
+        assert master.ha is not None
+        slave = BrokerNode(broker_settings(
+            tmp_path / "slave", cluster.ns_addr, brokerId="1", brokerRole="SLAVE",
+            haListenPort="0"))
+        slave_scope, slave_done = trio.CancelScope(), trio.Event()
+        await cluster.nursery.start(_run_broker, slave, slave_scope, slave_done)
+        with trio.fail_after(WAIT_S):
+            await master.ha.wait_for_slaves(1)
+        ok(await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": "RepT", "defaultTopic": "TBW102", "readQueueNums": "1",
+            "writeQueueNums": "1", "perm": "6", "topicFilterType": "SINGLE_TAG"}))
+        await slave.slave_sync_once(cluster.addr)  # the offsets and topics, before any pop
+        ok(await cluster.send("RepT", b"acked"))
+        (got,) = popped(await pop(cluster, "RepT", "RepG"))
+        ok(await ack(cluster, got, "RepG"))  # SYNC_MASTER: the slave has the ack
+        await cluster.stop_broker()
+        slave_scope.cancel()
+        with trio.fail_after(WAIT_S):
+            await slave_done.wait()
+        # the slave's store boots as the master; no revive round before the first pop
+        await cluster.start_broker(broker_settings(tmp_path / "slave", cluster.ns_addr,
+                                                   reviveInterval="600000"))
+        new = cluster.broker
+        assert new.topics.delete(new.pop.service.revive_topic)
+        ok(await cluster.send("RepT", b"after"))
+        back = await pop_until(cluster, "RepT", "RepG", 1, deadline_s=3.0)
+        assert [m.body for m in back] == [b"after"]
