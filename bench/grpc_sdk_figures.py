@@ -156,12 +156,14 @@ def medians(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, 
 
 
 def ratios(med: Mapping[str, Any], num: str = "ours", den: str = "apache") -> dict[str, Any]:
-    """client -> phase -> key -> ``num``'s median over ``den``'s (keys both have)."""
+    """client -> phase -> key -> ``num``'s median over ``den``'s (the figures both have, not
+    the message count)."""
     out: dict[str, Any] = {}
     for client, phases in med.get(num, {}).items():
         for phase, figures in phases.items():
             base = med.get(den, {}).get(client, {}).get(phase, {})
-            got = {k: round(v / base[k], 3) for k, v in figures.items() if base.get(k)}
+            got = {k: round(v / base[k], 3) for k, v in figures.items()
+                   if k != "msgs" and base.get(k)}
             if got:
                 out.setdefault(client, {})[phase] = got
     return out

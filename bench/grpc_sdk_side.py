@@ -21,6 +21,8 @@ import grpc_sdk_figures as fig
 
 RECEIVE_DEADLINE_S = 300.0
 RECEIVE_BATCH = 32
+#: as the Java side's (the SDK's default, 3 s, fails a first route on a loaded machine)
+REQUEST_TIMEOUT_S = 10
 
 
 # --------------------------------------------------------------------------- the SDK's side
@@ -32,7 +34,7 @@ def sdk_side(endpoint: str, topic: str, messages: int, warmup: int, size: int, t
     flight), send_k (``threads`` in flight, ``send_async``) and receive_ack; one JSON line."""
     from rocketmq import ClientConfiguration, Credentials, Producer
 
-    config = ClientConfiguration(endpoint, Credentials())
+    config = ClientConfiguration(endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_S)
     pids = fig.parse_pids(pids_spec)
     producer = Producer(config, (topic,))
     producer.startup()
