@@ -43,6 +43,7 @@ object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -153,11 +154,10 @@ class Tools:
     java_cp: str
 
 
-def run_stack(kind: str, root: Path, rep: int, args: argparse.Namespace, tools: Tools
-              ) -> list[dict[str, Any]]:
-    """One stack up, every client against it (in the repeat's order), down; its rows."""
-    import contextlib
-
+def run_stack(kind: str, root: Path, rep: int, args: argparse.Namespace, tools: Tools,
+              rows: list[dict[str, Any]]) -> None:
+    """One stack up, every client against it (in the repeat's order), down; each client's rows
+    appended to ``rows`` as it ends (a later failure keeps them)."""
     import grpc_sdk_figures as fig
 
     from tests.integration.proxy.proxy_testlib import live_proxy
@@ -179,7 +179,6 @@ def run_stack(kind: str, root: Path, rep: int, args: argparse.Namespace, tools: 
             endpoint, proxy_pid = f"127.0.0.1:{ours.port}", ours.proc.pid
         ends = Ends(endpoint, cluster.namesrv_addr, proxy_pid, cluster.broker.pid)
         clk_tck = os.sysconf("SC_CLK_TCK")
-        rows: list[dict[str, Any]] = []
         order = args.clients if rep % 2 == 0 else args.clients[::-1]
         for client in order:
             out = _drive(client, ends, root / f"home-{client}", args, tools)
@@ -187,7 +186,6 @@ def run_stack(kind: str, root: Path, rep: int, args: argparse.Namespace, tools: 
         rows.append({"stack": kind, "repeat": rep, "client": "processes", "phase": "end",
                      "proxy_rss_anon_mb": _rss(proxy_pid),
                      "broker_rss_anon_mb": _rss(cluster.broker.pid)})
-        return rows
 
 
 def _topic_steps(clients: list[str]) -> tuple[Any, ...]:
@@ -221,6 +219,8 @@ def _parse_args() -> argparse.Namespace:
                         help=f"a comma-separated subset of {','.join(CLIENTS)}")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--quick-jvm", action="store_true", help="C1 only (faster boot)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="keep the stacks' dirs (logs) here (default: a temp dir, removed)")
     args = parser.parse_args()
     args.clients = [c for c in args.clients.split(",") if c]
     unknown = set(args.clients) - set(CLIENTS)
@@ -241,11 +241,18 @@ def main() -> None:
     tools = Tools(sdk_python(), vs_tools.grpc_sdk_client() if java else "")
     load_before = os.getloadavg()
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="grpc-sdk-bench-") as tmp:
+    errors: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        work = args.workdir or Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="grpc-sdk-bench-")))
         for rep in range(args.repeats):
             order = ("apache", "ours") if rep % 2 == 0 else ("ours", "apache")
             for kind in order:
-                rows += run_stack(kind, Path(tmp) / f"{kind}-{rep}", rep, args, tools)
+                try:
+                    run_stack(kind, work / f"{kind}-{rep}", rep, args, tools, rows)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                    # a failed stack is reported beside the others' figures, not hidden
+                    errors.append({"stack": kind, "repeat": rep, "error": str(exc)[-3000:]})
     med = fig.medians(rows)
     print(json.dumps({
         "bench": "grpc_sdk", "sdks": {"python": f"rocketmq-python-client {PYTHON_CLIENT}",
@@ -254,7 +261,9 @@ def main() -> None:
         "threads": args.threads, "repeats": args.repeats, "quick_jvm": args.quick_jvm,
         "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
         "medians": med, "ratios_ours_over_apache": fig.ratios(med),
-        "proxy_added_latency": fig.added_latency(med), "runs": rows}))
+        "proxy_added_latency": fig.added_latency(med), "errors": errors, "runs": rows}))
+    if errors:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
