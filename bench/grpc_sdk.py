@@ -3,6 +3,7 @@ ours, and the proxy's added latency per send.
 
     python3 bench/grpc_sdk.py [--messages 2000] [--warmup 200] [--size 1024] [--threads 8]
                               [--repeats 1] [--clients python-sdk,java-sdk,...] [--quick-jvm]
+                              [--workdir EMPTY_DIR]
 
 For each repeat, the two stacks run one after the other (the order alternates between repeats),
 each on free loopback ports in a temp dir, started and always stopped by tests/interop:
@@ -220,12 +221,15 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--quick-jvm", action="store_true", help="C1 only (faster boot)")
     parser.add_argument("--workdir", type=Path, default=None,
-                        help="keep the stacks' dirs (logs) here (default: a temp dir, removed)")
+                        help="keep the stacks' dirs (logs) in this empty dir "
+                             "(default: a temp dir, removed)")
     args = parser.parse_args()
     args.clients = [c for c in args.clients.split(",") if c]
     unknown = set(args.clients) - set(CLIENTS)
     if unknown or not args.clients:
         parser.error(f"unknown clients {sorted(unknown)}; choose among {list(CLIENTS)}")
+    if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
+        parser.error(f"--workdir {args.workdir} is not empty")
     return args
 
 
