@@ -1,7 +1,9 @@
-"""Apache's RocketMQ 5 Python SDK through Apache's 5.3.1 Proxy + Broker and through ours.
+"""Apache's RocketMQ 5 SDKs (Python and Java) through Apache's 5.3.1 Proxy + Broker and through
+ours, and the proxy's added latency per send.
 
-    python3 bench/grpc_sdk.py [--messages 2000] [--warmup 200] [--size 1024] [--repeats 1]
-                              [--quick-jvm]
+    python3 bench/grpc_sdk.py [--messages 2000] [--warmup 200] [--size 1024] [--threads 8]
+                              [--repeats 1] [--clients python-sdk,java-sdk,...] [--quick-jvm]
+                              [--workdir EMPTY_DIR]
 
 For each repeat, the two stacks run one after the other (the order alternates between repeats),
 each on free loopback ports in a temp dir, started and always stopped by tests/interop:
@@ -11,106 +13,68 @@ each on free loopback ports in a temp dir, started and always stopped by tests/i
     release's sources (tests/interop/proxy_oracle.py);
   * ``ours``: our NameServer and Broker with ``mqproxy`` in front (plain text, as Apache's).
 
-The same client drives both: ``rocketmq-python-client`` 5.1.2 from PyPI in a venv of its own
-(the one tests/compat builds, ``~/.cache/rmq-cluster-compat/pyclient-5.1.2``), running this file
-with ``--sdk-side``: a Producer sends ``--warmup`` messages untimed (connections, routes, the
-JIT), then ``--messages`` messages of ``--size`` bytes one after the other (each send's latency
-is timed), then a SimpleConsumer receives all of them (batches of 32) and acks each (timed).
-Reported per run: send msgs/s, receive+ack msgs/s, send latency p50/p99/max (ms), and the
-RssAnon (MiB, /proc/<pid>/status) of the proxy and the broker at the end; ``ratios`` is
-ours/Apache (mean over repeats): msgs/s above 1 means we are faster, latency and RSS below 1
-mean we are lighter. The JVMs run oracle.JVM_BASE_OPTS (serial GC, 512 MiB heap, 2 CPUs) with
-the full JIT unless ``--quick-jvm``. Everything shares the machine's cores: the figures compare
-the two stacks under the same load. Prints one JSON object.
+The same four clients drive both, one after the other (their order reversed on odd repeats),
+each in a process of its own with a topic of its own (4 queues):
+
+  * ``python-sdk``: ``rocketmq-python-client`` 5.1.2 from PyPI in a venv of its own (the one
+    tests/compat builds, ``~/.cache/rmq-cluster-compat/pyclient-5.1.2``), bench/grpc_sdk_side.py;
+  * ``java-sdk``: ``rocketmq-client-java`` 5.0.7 (the version tests/compat/java5grpc pins),
+    bench/java/grpc_sdk/GrpcSdkBench.java, compiled against its pinned pom (cached);
+  * ``python-remoting``: our Python client (Trio) straight to the broker over remoting;
+  * ``java-remoting``: Apache's 4.9.7 remoting client (``DefaultMQProducer``) straight to the
+    broker, in the same Java program.
+
+Each sends ``--warmup`` messages untimed (connections, routes, the JVMs' JIT), then the phases:
+``send_1``, ``--messages`` sends of ``--size`` bytes one in flight (each timed); the SDKs only:
+``send_k``, as many with ``--threads`` in flight (Java: threads; Python: ``send_async``), and
+``receive_ack``, a SimpleConsumer receiving batches of 32 and acking each message until all
+are back. Per phase: msgs/s, latency p50/p99/max (ms) and the CPU per message (µs, utime +
+stime of /proc/<pid>/stat over the phase) of the proxy and of the broker; per stack, the RssAnon
+(MiB) of both at the end. ``medians`` are over the repeats; ``ratios_ours_over_apache`` divide
+ours by Apache's (msgs/s above 1: we are faster; latency, CPU and RSS below 1: we are lighter);
+``proxy_added_latency`` is, per stack and language, the SDK's ``send_1`` p50/p99 through the
+proxy minus the remoting client's straight to the broker (a different client library on each
+side of the subtraction, the same for both stacks), with the proxy's CPU per send. The JVMs
+(nodes and clients) run oracle.JVM_BASE_OPTS (serial GC, 512 MiB heap, 2 CPUs) with the full
+JIT unless ``--quick-jvm``. Everything shares the machine's cores: the figures compare the two
+stacks under the same load (``load_avg_before``/``after`` say what it was). Prints one JSON
+object.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 TOPIC = "GrpcSdkBench"
-GROUP = "GrpcSdkBenchG"
 PYTHON_CLIENT = "5.1.2"
-RECEIVE_DEADLINE_S = 300.0
-
-
-# --------------------------------------------------------------------------- the SDK's side
-
-
-def sdk_side(endpoint: str, messages: int, size: int, warmup: int) -> None:
-    """Runs in the SDK's venv: ``warmup`` sends untimed, ``messages`` timed, then receive and
-    ack them all (timed); one JSON line on stdout."""
-    from rocketmq import (
-        ClientConfiguration,
-        Credentials,
-        FilterExpression,
-        Message,
-        Producer,
-        SimpleConsumer,
-    )
-
-    config = ClientConfiguration(endpoint, Credentials())
-    producer = Producer(config, (TOPIC,))
-    producer.startup()
-    body = b"x" * size
-    lat: list[float] = []
-    try:
-        for _ in range(warmup):  # connections, routes, the JVMs' JIT
-            msg = Message()
-            msg.topic, msg.body, msg.tag = TOPIC, body, "B"
-            producer.send(msg)
-    except BaseException:
-        producer.shutdown()
-        raise
-    t0 = time.perf_counter()
-    try:
-        for _ in range(messages):
-            msg = Message()
-            msg.topic, msg.body, msg.tag = TOPIC, body, "B"
-            s = time.perf_counter()
-            producer.send(msg)
-            lat.append((time.perf_counter() - s) * 1000)
-    finally:
-        send_s = time.perf_counter() - t0
-        producer.shutdown()
-    consumer = SimpleConsumer(config, GROUP, {TOPIC: FilterExpression("*")}, await_duration=2)
-    consumer.startup()
-    got = 0
-    t0 = time.perf_counter()
-    deadline = time.monotonic() + RECEIVE_DEADLINE_S
-    try:
-        while got < messages + warmup and time.monotonic() < deadline:
-            try:
-                batch = consumer.receive(32, 30)
-            except Exception:  # MESSAGE_NOT_FOUND surfaces as an exception
-                continue
-            for m in batch:
-                consumer.ack(m)
-            got += len(batch)
-    finally:
-        receive_s = time.perf_counter() - t0
-        consumer.shutdown()
-    print(json.dumps({"send_s": send_s, "receive_s": receive_s, "received": got,
-                      "latencies_ms": lat}), flush=True)
+JAVA_CLIENT = "5.0.7 (gRPC), 4.9.7 (remoting)"
+CLIENT_TIMEOUT_S = 1800
+#: each client's own topic (and the SDKs' consumer group: its topic + "G"), so a receive sees
+#: only what its own client sent
+CLIENTS = {"python-sdk": "PySdk", "java-sdk": "JavaSdk", "python-remoting": "PyDirect",
+           "java-remoting": "JavaDirect"}
 
 
 # --------------------------------------------------------------------------- the orchestrator
 
 ROOT = Path(__file__).resolve().parents[1]
+SIDE = ROOT / "bench" / "grpc_sdk_side.py"
 
 
 def _setup_paths() -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     import checkout  # noqa: F401  (bench/checkout.py: this tree's rmq_cluster first)
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "tests" / "interop"))  # bench/vs_tools.py imports oracle
 
 
 def sdk_python() -> Path:
@@ -125,32 +89,48 @@ def sdk_python() -> Path:
     return python
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+def _client_cmd(client: str, ends: Ends, args: argparse.Namespace, tools: Tools
+                ) -> list[str]:
+    """The command that runs ``client`` against one stack (``ends``)."""
+    topic = TOPIC + CLIENTS[client]
+    common = [str(args.messages), str(args.warmup), str(args.size)]
+    pids = f"proxy={ends.proxy_pid},broker={ends.broker_pid}"
+    if client == "python-sdk":
+        return [str(tools.sdk_python), str(SIDE), "--sdk-side", ends.endpoint, topic, *common,
+                str(args.threads), pids]
+    if client == "python-remoting":
+        return [sys.executable, str(SIDE), "--remoting-side", ends.namesrv, topic, *common, pids]
+    from tests.interop import oracle
+
+    java = [oracle._tool("java"), *oracle.JVM_BASE_OPTS,
+            *(oracle.JVM_QUICK_OPTS if args.quick_jvm else ()), "-cp", tools.java_cp,
+            "GrpcSdkBench"]
+    if client == "java-sdk":
+        return [*java, "sdk", ends.endpoint, topic, topic + "G", str(args.messages),
+                str(args.warmup), str(args.size), str(args.threads), pids]
+    return [*java, "remoting", ends.namesrv, topic, *common, pids]
 
 
-def _drive(python: Path, endpoint: str, home: Path, args: argparse.Namespace
+def _drive(client: str, ends: Ends, home: Path, args: argparse.Namespace, tools: Tools
            ) -> dict[str, Any]:
-    home.mkdir(parents=True, exist_ok=True)  # the SDK logs under $HOME/logs
-    done = subprocess.run(
-        [str(python), __file__, "--sdk-side", endpoint, str(args.messages), str(args.size),
-         str(args.warmup)],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800,
-        env={**os.environ, "HOME": str(home)}, check=False)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"the SDK side failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    raw = json.loads(lines[-1])
-    lat = raw["latencies_ms"]
-    return {
-        "send_msgs_per_s": round(args.messages / raw["send_s"], 1),
-        "receive_msgs_per_s": round(raw["received"] / raw["receive_s"], 1),
-        "received": raw["received"],
-        "send_p50_ms": round(_percentile(lat, 0.50), 2),
-        "send_p99_ms": round(_percentile(lat, 0.99), 2),
-        "send_max_ms": round(max(lat), 2),
-    }
+    """Run one client side to its end; its parsed output line."""
+    import grpc_sdk_figures as fig
+
+    home.mkdir(parents=True, exist_ok=True)  # the SDKs log under $HOME/logs
+    cmd = _client_cmd(client, ends, args, tools)
+    if client.startswith("java"):
+        cmd.insert(1, f"-Duser.home={home}")
+    done = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=CLIENT_TIMEOUT_S, env={**os.environ, "HOME": str(home)},
+                          check=False)
+    try:
+        if done.returncode != 0:
+            raise fig.FiguresError(f"exit {done.returncode}")
+        out = fig.parse_client_output(done.stdout)
+        fig.check_received(out, args.warmup + 2 * args.messages)
+        return out
+    except fig.FiguresError as exc:
+        raise RuntimeError(f"{client} failed ({exc}):\n{done.stderr[-3000:]}") from None
 
 
 def _rss(pid: int) -> float:
@@ -159,20 +139,36 @@ def _rss(pid: int) -> float:
     return memory_mb(pid).get("RssAnon", 0.0)
 
 
-def run_stack(kind: str, root: Path, args: argparse.Namespace, python: Path) -> dict[str, Any]:
-    import contextlib
+@attrs.frozen
+class Ends:
+    """Where a stack's clients go: the proxy's gRPC endpoint, the NameServer; the two pids."""
+
+    endpoint: str
+    namesrv: str
+    proxy_pid: int
+    broker_pid: int
+
+
+@attrs.frozen
+class Tools:
+    sdk_python: Path
+    java_cp: str
+
+
+def run_stack(kind: str, root: Path, rep: int, args: argparse.Namespace, tools: Tools,
+              rows: list[dict[str, Any]]) -> None:
+    """One stack up, every client against it (in the repeat's order), down; each client's rows
+    appended to ``rows`` as it ends (a later failure keeps them)."""
+    import grpc_sdk_figures as fig
 
     from tests.integration.proxy.proxy_testlib import live_proxy
-    from tests.interop import oracle, proxy_oracle, proxy_scenario, scenario
+    from tests.interop import oracle, proxy_oracle, scenario
 
-    setup = (scenario.Step("create_topic", "broker", proxy_scenario.SETUP[0].code,
-                           {**proxy_scenario.SETUP[0].ext, "topic": TOPIC,  # type: ignore[dict-item]
-                            "readQueueNums": "4", "writeQueueNums": "4"}),)
     with contextlib.ExitStack() as stack:
         cluster = stack.enter_context(oracle.running_cluster(
             "java5" if kind == "apache" else "ours", root / "cluster",
             quick_jvm=args.quick_jvm))
-        scenario.replay(cluster.namesrv_addr, cluster.broker_addr, setup)
+        scenario.replay(cluster.namesrv_addr, cluster.broker_addr, _topic_steps(args.clients))
         if kind == "apache":
             px = stack.enter_context(proxy_oracle.running_apache_proxy(
                 root / "proxy", cluster.namesrv_addr, str(cluster.conf["brokerClusterName"]),
@@ -182,48 +178,96 @@ def run_stack(kind: str, root: Path, args: argparse.Namespace, python: Path) -> 
             (root / "proxy").mkdir(parents=True)
             ours = stack.enter_context(live_proxy(root / "proxy", cluster.namesrv_addr))
             endpoint, proxy_pid = f"127.0.0.1:{ours.port}", ours.proc.pid
-        figures = _drive(python, endpoint, root / "sdk-home", args)
-        figures["proxy_rss_anon_mb"] = _rss(proxy_pid)
-        figures["broker_rss_anon_mb"] = _rss(cluster.broker.pid)
-        return figures
+        ends = Ends(endpoint, cluster.namesrv_addr, proxy_pid, cluster.broker.pid)
+        clk_tck = os.sysconf("SC_CLK_TCK")
+        order = args.clients if rep % 2 == 0 else args.clients[::-1]
+        for client in order:
+            out = _drive(client, ends, root / f"home-{client}", args, tools)
+            rows += fig.client_rows(out, kind, rep, clk_tck)
+        rows.append({"stack": kind, "repeat": rep, "client": "processes", "phase": "end",
+                     "proxy_rss_anon_mb": _rss(proxy_pid),
+                     "broker_rss_anon_mb": _rss(cluster.broker.pid)})
 
 
-RATIO_KEYS = ("send_msgs_per_s", "receive_msgs_per_s", "send_p50_ms", "send_p99_ms",
-              "send_max_ms", "proxy_rss_anon_mb", "broker_rss_anon_mb")
+def _topic_steps(clients: list[str]) -> tuple[Any, ...]:
+    """Create each client's topic (4 queues) on the broker, as the interop scenarios do, then
+    wait (deadline: the step's) until the NameServer routes each: a loaded Java broker
+    registers a new topic a while after it answered, and an SDK gives up on a missing route."""
+    from rmq_cluster.cluster.remoting.codes import RequestCode
+    from tests.interop import proxy_scenario, scenario
+
+    create = proxy_scenario.SETUP[0]
+    topics = [TOPIC + CLIENTS[c] for c in clients]
+    return tuple(
+        scenario.Step("create_topic", "broker", create.code,
+                      {**create.ext, "topic": t,  # type: ignore[dict-item]
+                       "readQueueNums": "4", "writeQueueNums": "4"})
+        for t in topics) + tuple(
+        scenario.Step("route", "namesrv", RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": t},
+                      body_kind="json", until=lambda view: view.get("code") == 0)
+        for t in topics)
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--sdk-side":
-        sdk_side(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
-        return
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--messages", type=int, default=2000, help="sends per timed phase")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--warmup", type=int, default=200,
                         help="sends before the timed ones (received and acked with them)")
+    parser.add_argument("--threads", type=int, default=8,
+                        help="sends in flight in the send_k phase (Java: threads)")
+    parser.add_argument("--clients", default=",".join(CLIENTS),
+                        help=f"a comma-separated subset of {','.join(CLIENTS)}")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--quick-jvm", action="store_true", help="C1 only (faster boot)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="keep the stacks' dirs (logs) in this empty dir "
+                             "(default: a temp dir, removed)")
     args = parser.parse_args()
+    args.clients = [c for c in args.clients.split(",") if c]
+    unknown = set(args.clients) - set(CLIENTS)
+    if unknown or not args.clients:
+        parser.error(f"unknown clients {sorted(unknown)}; choose among {list(CLIENTS)}")
+    if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
+        parser.error(f"--workdir {args.workdir} is not empty")
+    return args
+
+
+def main() -> None:
+    args = _parse_args()
     _setup_paths()
     import tempfile
 
-    python = sdk_python()
-    runs: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="grpc-sdk-bench-") as tmp:
+    import grpc_sdk_figures as fig
+    import vs_tools
+
+    java = any(c.startswith("java") for c in args.clients)
+    tools = Tools(sdk_python(), vs_tools.grpc_sdk_client() if java else "")
+    load_before = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        work = args.workdir or Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="grpc-sdk-bench-")))
         for rep in range(args.repeats):
             order = ("apache", "ours") if rep % 2 == 0 else ("ours", "apache")
             for kind in order:
-                figures = run_stack(kind, Path(tmp) / f"{kind}-{rep}", args, python)
-                runs.append({"kind": kind, "repeat": rep, **figures})
-    ratios = {}
-    for key in RATIO_KEYS:
-        ours = statistics.mean(r[key] for r in runs if r["kind"] == "ours")
-        apache = statistics.mean(r[key] for r in runs if r["kind"] == "apache")
-        ratios[key] = round(ours / apache, 3) if apache else None
-    print(json.dumps({"bench": "grpc_sdk", "sdk": f"rocketmq-python-client {PYTHON_CLIENT}",
-                      "messages": args.messages, "warmup": args.warmup, "size": args.size,
-                      "repeats": args.repeats, "quick_jvm": args.quick_jvm, "runs": runs,
-                      "ratios_ours_over_apache": ratios}))
+                try:
+                    run_stack(kind, work / f"{kind}-{rep}", rep, args, tools, rows)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                    # a failed stack is reported beside the others' figures, not hidden
+                    errors.append({"stack": kind, "repeat": rep, "error": str(exc)[-3000:]})
+    med = fig.medians(rows)
+    print(json.dumps({
+        "bench": "grpc_sdk", "sdks": {"python": f"rocketmq-python-client {PYTHON_CLIENT}",
+                                      "java": f"rocketmq-client-java {JAVA_CLIENT}"},
+        "messages": args.messages, "warmup": args.warmup, "size": args.size,
+        "threads": args.threads, "repeats": args.repeats, "quick_jvm": args.quick_jvm,
+        "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+        "medians": med, "ratios_ours_over_apache": fig.ratios(med),
+        "proxy_added_latency": fig.added_latency(med), "errors": errors, "runs": rows}))
+    if errors:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 * ``bench_client()``: bench/java/BenchClient.java compiled against bench/java/pom.xml's pinned
   classpath (Maven Central once, offline after), cached under ``~/.cache/rmq-cluster-tools/
-  bench-client-<hash of the sources>/``;
+  bench-client-<hash of the sources>/``; ``grpc_sdk_client()`` the same for bench/grpc_sdk.py's
+  bench/java/grpc_sdk/GrpcSdkBench.java (``grpc-sdk-client-<hash>/``);
 * ``nats_server()``: nats-server ``NATS_VERSION`` built from the Go module proxy by ``go install``
   into ``~/.cache/rmq-cluster-tools/nats-server-<version>/`` (once);
 * ``running_nats(root)``: a JetStream-enabled nats-server on a free loopback port, always stopped;
@@ -44,20 +45,31 @@ def _run(cmd: list[str], what: str, **kw: object) -> None:
 
 def bench_client() -> str:
     """The classpath that runs ``BenchClient`` (its classes first), built on first use."""
-    pom, src = BENCH_JAVA / "pom.xml", BENCH_JAVA / "BenchClient.java"
+    return java_program(BENCH_JAVA / "pom.xml", BENCH_JAVA / "BenchClient.java", "bench-client")
+
+
+def grpc_sdk_client() -> str:
+    """The classpath that runs bench/grpc_sdk.py's ``GrpcSdkBench`` (its classes first)."""
+    folder = BENCH_JAVA / "grpc_sdk"
+    return java_program(folder / "pom.xml", folder / "GrpcSdkBench.java", "grpc-sdk-client")
+
+
+def java_program(pom: Path, src: Path, name: str) -> str:
+    """``src`` compiled against ``pom``'s pinned classpath into ``CACHE/<name>-<hash>/`` (once
+    per version of the two files, one build at a time); the classpath that runs it."""
     digest = hashlib.sha256(pom.read_bytes() + src.read_bytes()).hexdigest()[:16]
-    out = CACHE / f"bench-client-{digest}"
+    out = CACHE / f"{name}-{digest}"
     CACHE.mkdir(parents=True, exist_ok=True)
-    with exclusive(CACHE / "bench-client-lock.txt"):
+    with exclusive(CACHE / f"{name}-lock.txt"):
         cp_file = out / "classpath.txt"
-        if not (out / "BenchClient.class").is_file() or not cp_file.is_file():
+        if not (out / f"{src.stem}.class").is_file() or not cp_file.is_file():
             tmp = out.with_name(out.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             cp = oracle._resolve_classpath(oracle._tool("mvn"), pom, tmp / "classpath.txt",
                                            bench=False)
             _run([oracle._tool("javac"), "-nowarn", "-cp", cp, "-d", str(tmp), str(src)],
-                 "javac BenchClient.java")
+                 f"javac {src.name}")
             shutil.rmtree(out, ignore_errors=True)
             tmp.rename(out)
         return f"{out}{os.pathsep}{cp_file.read_text().strip()}"
