@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,12 +116,15 @@ def run(request: pytest.FixtureRequest, classpath: str,
     root = tmp_path_factory.mktemp(f"jgrpc-{profile}")
     failover = profile in FAILOVER_PROFILES
     scenarios = SCENARIOS + (("stream",) if failover else ())
+    t0 = time.monotonic()
     with rmq_cluster(str(_profile_file(root, profile)), directory=root / "cluster") as cluster, \
             running_proxy(cluster.dir, root) as endpoint:
+        t_up = time.monotonic()
         ns = cluster.namesrv_addr
         create_topics(ns, [f"{PREFIX}{t}" for t in ("Normal", "Fifo", "Delay", "Tx", "Simple",
                                                      "Stream")])
         create_topics(ns, [f"{PREFIX}Push"], queues=1)  # 3 consumers, 1 queue per master
+        t_jvm_start = time.monotonic()
         jvm = Jvm(classpath, endpoint, root, scenarios, cluster.dir / LOG_FILE)
         try:
             fo = None
@@ -130,9 +134,13 @@ def run(request: pytest.FixtureRequest, classpath: str,
             rc = jvm.finish(JVM_TIMEOUT_S)
         finally:
             jvm.stop()
+        t_jvm = time.monotonic()
         evs: Events = defaultdict(list)
         for e in jvm.events:
             evs[e["scenario"]].append(e)
+        print(f"{profile}: up + proxy {t_up - t0:.1f} s, JVM {t_jvm - t_jvm_start:.1f} s",
+              json.dumps({sc: e["ms"] for sc, es in evs.items() for e in es
+                          if e["event"] == "done"}))
         failed = [e for sc in evs.values() for e in sc if e["event"] == "failed"]
         if rc != 0 or failed or any(of(evs[sc], "done") == [] for sc in scenarios):
             pytest.fail(f"GrpcScenarios on {profile} exited {rc}: {failed}\n{jvm.logs()}",
