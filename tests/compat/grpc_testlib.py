@@ -33,6 +33,8 @@ PYTHON_CLIENT = "5.1.2"
 INSTALL_TIMEOUT_S = 600
 #: how long a message may take to be readable (a timer message past its delivery time)
 READ_WAIT_S = 30.0
+#: how long the broker holds a pull of an empty queue while reading back
+PULL_HOLD_S = 0.1
 
 
 def python_sdk() -> Path:
@@ -93,8 +95,8 @@ def read_topic(namesrv: str, topic: str, want: int, creds: Credentials | None = 
             offsets = dict.fromkeys(queues, 0)
             with trio.fail_after(READ_WAIT_S):
                 while len(got) < want:
-                    for mq in queues:
-                        res = await consumer.pull(mq, offsets[mq], suspend_s=0.5)
+                    for mq in queues:  # an empty queue holds the pull PULL_HOLD_S at most
+                        res = await consumer.pull(mq, offsets[mq], suspend_s=PULL_HOLD_S)
                         if res.status == PullStatus.FOUND:
                             got += res.messages
                             offsets[mq] = res.next_begin_offset
@@ -134,10 +136,13 @@ def check_stored(namesrv: str, topics: dict[str, str], events: list[dict[str, An
 def check_transactions(events: list[dict[str, Any]], topic: str) -> None:
     """Commit and rollback by the producer, the two others by the broker's check relayed over
     Telemetry (the checker saw each half message as sent), and consumers see the committed
-    two only."""
+    two only. A half message the producer resolved may be checked too: the broker checks
+    every one older than its transactionTimeOut (1 s here) whose resolution it has not seen
+    yet, and on a loaded machine the producer's may come later than that (the checker then
+    answers as the producer did)."""
     sent = {e["body"]: e["message_id"] for e in events if e["event"] == "sent"}
     checked = {e["body"]: e for e in events if e["event"] == "checked"}
-    assert set(checked) == {"check-commit", "check-rollback"}, events
+    assert {"check-commit", "check-rollback"} <= set(checked) <= set(sent), events
     for body, e in checked.items():
         assert (e["message_id"], e["topic"]) == (sent[body], topic)
     [visible] = [e["bodies"] for e in events if e["event"] == "visible"]

@@ -7,11 +7,7 @@ unique id and body."""
 
 from __future__ import annotations
 
-import json
-import queue
 import shutil
-import subprocess
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -23,6 +19,7 @@ import pytest
 from rmq_cluster.deploy.testing import RunningCluster, rmq_cluster
 
 from .conftest import JAVA_CLIENTS, JVM_OPTS, build_java_probes
+from .failover_testlib import EventStream, masters
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +46,7 @@ def store_addr(offset_msg_id: str) -> str:
     return f"{'.'.join(str(b) for b in raw[:4])}:{int.from_bytes(raw[4:8], 'big')}"
 
 
-class Jvm:
+class Jvm(EventStream):
     """``Scenarios`` in a JVM of its own; a thread collects its JSON lines as they come."""
 
     def __init__(self, classpath: str, namesrv: str, prefix: str, scenario: str, home: Path,
@@ -57,58 +54,11 @@ class Jvm:
         home.mkdir(parents=True, exist_ok=True)
         java = shutil.which("java")
         assert java, "java is needed (see conftest)"
-        self.stderr_path = home / f"{scenario}.stderr"
-        self.events: list[dict[str, Any]] = []
-        self._lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        with self.stderr_path.open("w") as err:
-            self.proc = subprocess.Popen(
-                [java, *JVM_OPTS, f"-Duser.home={home}",
-                 *(f"-D{k}={v}" for k, v in props.items()),
-                 "-cp", classpath, "Scenarios", namesrv, prefix, scenario],
-                stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL,
-            )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self._lines.put(json.loads(line))
-        self._lines.put(None)
-
-    def wait_for(self, what: str, cond: Callable[[list[dict[str, Any]]], bool],
-                 deadline: float) -> None:
-        """Collect events until ``cond(events)`` holds; fail at ``deadline`` or on JVM exit."""
-        while not cond(self.events):
-            left = deadline - time.monotonic()
-            assert left > 0, f"timed out waiting for {what}: {self.events[-3:]}"
-            try:
-                event = self._lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            assert event is not None, f"JVM exited before {what}: {self.tail()}"
-            self.events.append(event)
-
-    def finish(self, timeout: float = JVM_EXIT_S) -> int:
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        finally:
-            self.stop()
-        self._reader.join(timeout)
-        while not self._lines.empty():
-            event = self._lines.get_nowait()
-            if event is not None:
-                self.events.append(event)
-        return rc
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()  # our own child, by its handle
-            self.proc.wait()
-
-    def tail(self) -> str:
-        return self.stderr_path.read_text(errors="replace")[-3000:]
+        super().__init__(
+            [java, *JVM_OPTS, f"-Duser.home={home}", *(f"-D{k}={v}" for k, v in props.items()),
+             "-cp", classpath, "Scenarios", namesrv, prefix, scenario],
+            home / f"{scenario}.stderr",
+        )
 
 
 def oks(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -139,12 +89,12 @@ def assert_every_ack_read_back(acked: list[dict[str, Any]], sent: list[dict[str,
         first = at.setdefault(key, r)
         assert (first["uniq_id"], first["body_sha"]) == (r["uniq_id"], r["body_sha"]), (first, r)
     for s in acked:
-        r = at.get((s["broker"], s["queue_id"], s["queue_offset"]))
-        assert r is not None, ("SEND_OK not read back", s)
+        back = at.get((s["broker"], s["queue_id"], s["queue_offset"]))
+        assert back is not None, ("SEND_OK not read back", s)
         for field in ("topic", "tags", "keys", "uniq_id", "body_sha", "body_len"):
-            assert r[field] == s[field], (field, r, s)
-        assert r["props"]["idx"] == str(s["idx"])
-        assert r["body"] == f"body-{s['idx']}-\u00e9\u4e2d"
+            assert back[field] == s[field], (field, back, s)
+        assert back["props"]["idx"] == str(s["idx"])
+        assert back["body"] == f"body-{s['idx']}-\u00e9\u4e2d"
     # nothing read that the stream never sent (a send whose answer was lost may be there too)
     attempted = {e["uniq_id"] for e in sent}
     assert {r["uniq_id"] for r in received} <= attempted
@@ -189,11 +139,6 @@ def stream_through_a_kill(classpath: str, cluster: RunningCluster, home: Path, p
 def node_addr(cluster: RunningCluster, name: str) -> str:
     addr: str = cluster.node(name)["addr"]
     return addr
-
-
-def masters(cluster: RunningCluster) -> set[str]:
-    return {n["name"] for n in cluster.status()["nodes"]
-            if n.get("alive") and str(n.get("role")).endswith("MASTER")}
 
 
 def test_java_stream_through_a_master_kill_reads_every_ack_from_the_slave(

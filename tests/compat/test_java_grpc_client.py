@@ -19,6 +19,7 @@ import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,25 +84,35 @@ def test_java_sdk_transactions_commit_rollback_and_checks_over_telemetry(
     check_transactions(run[0]["transaction"], f"{PREFIX}Tx")
 
 
-def test_java_sdk_simple_consumer_ack_change_invisible_and_redelivery(
-    run: tuple[Events, str]
-) -> None:
-    evs = run[0]["simple"]
+def check_simple_consumer(evs: list[dict[str, Any]]) -> None:
+    """The ``simple`` scenario: "keep" acked at once, "change" back 1 s after its invisible
+    duration was changed, "expire" back after its 3 s: both with delivery attempt 2, the same
+    message id."""
     received = [(e["body"], e["attempt"]) for e in of(evs, "received")]
     assert sorted(received) == [("change", 1), ("change", 2), ("expire", 1), ("expire", 2),
                                 ("keep", 1)], evs
     assert sorted((e["body"], e["attempt"]) for e in of(evs, "acked")) == [
         ("change", 2), ("expire", 2), ("keep", 1)]
     assert [e["body"] for e in of(evs, "changed")] == ["change"]
-    ids = {}
+    ids: dict[str, str] = {}
     for e in of(evs, "received"):  # a redelivery is the same message
         assert ids.setdefault(e["body"], e["message_id"]) == e["message_id"]
+
+
+def check_push(evs: list[dict[str, Any]]) -> None:
+    """The ``push`` scenario: three PushConsumers consumed each of the 12 messages."""
+    consumed = Counter(e["body"] for e in of(evs, "consumed"))
+    assert set(consumed) == {f"push {i}" for i in range(12)}, evs
+    assert all(e["attempt"] == 1 for e in of(evs, "consumed"))
+
+
+def test_java_sdk_simple_consumer_ack_change_invisible_and_redelivery(
+    run: tuple[Events, str]
+) -> None:
+    check_simple_consumer(run[0]["simple"])
 
 
 def test_java_sdk_push_consumers_outnumbering_the_queues_consume_everything(
     run: tuple[Events, str]
 ) -> None:
-    evs = run[0]["push"]
-    consumed = Counter(e["body"] for e in of(evs, "consumed"))
-    assert set(consumed) == {f"push {i}" for i in range(12)}, evs
-    assert all(e["attempt"] == 1 for e in of(evs, "consumed"))
+    check_push(run[0]["push"])

@@ -1,5 +1,7 @@
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -8,6 +10,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentMap;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BooleanSupplier;
 
 import org.apache.rocketmq.client.apis.ClientConfiguration;
@@ -29,13 +33,18 @@ import org.apache.rocketmq.client.apis.producer.TransactionResolution;
  * line per observation; tests/compat/test_java_grpc_client.py asserts on them.
  *
  * Usage: java -cp ... GrpcScenarios ENDPOINT PREFIX SCENARIO...
+ * The scenarios given run at once (each on topics and groups of its own), "stream" after them.
  *   produce:     normal (tag, keys, property), FIFO (two message groups), delay (+2 s)
  *   transaction: commit, rollback, two left to the broker's check (answered commit / rollback);
  *                then a SimpleConsumer reads what the topic holds
  *   simple:      receive; ack one, change one's invisible duration, leave one to its invisible
  *                time: both come back with delivery attempt 2
  *   push:        three push consumers on a two-queue topic, every message consumed
- * Topics (the test creates them): PREFIX + Normal, Fifo, Delay, Tx, Simple, Push.
+ *   stream:      a producer sends numbered messages (one per stream.gap.ms) until the file
+ *                stream.stop exists, while a SimpleConsumer and a PushConsumer (two groups) each
+ *                receive and ack them: the test kills a master meanwhile. Then both go on until
+ *                each has every acknowledged send, or stream.drain.ms passed ("drained")
+ * Topics (the test creates them): PREFIX + Normal, Fifo, Delay, Tx, Simple, Push, Stream.
  */
 public final class GrpcScenarios {
     static final ClientServiceProvider PROVIDER = ClientServiceProvider.loadService();
@@ -49,26 +58,45 @@ public final class GrpcScenarios {
         config = ClientConfiguration.newBuilder().setEndpoints(args[0])
             .setRequestTimeout(Duration.ofSeconds(10)).build();
         prefix = args[1];
-        int failures = 0;
+        // the scenarios use topics and groups of their own: they run at once, "stream" (a
+        // master is killed during it) alone after them
+        List<Thread> threads = new ArrayList<>();
+        AtomicInteger failures = new AtomicInteger();
         for (int i = 2; i < args.length; i++) {
             String sc = args[i];
-            try {
-                switch (sc) {
-                    case "produce": produce(sc); break;
-                    case "transaction": transaction(sc); break;
-                    case "simple": simple(sc); break;
-                    case "push": push(sc); break;
-                    default: throw new IllegalArgumentException("unknown scenario " + sc);
-                }
-                emit(sc, "done");
-            } catch (Throwable t) {
-                failures++;
-                emit(sc, "failed", "error", String.valueOf(t));
-                t.printStackTrace();
+            if (!sc.equals("stream")) {
+                Thread t = new Thread(() -> run(sc, failures), sc);
+                t.start();
+                threads.add(t);
             }
         }
+        for (Thread t : threads) {
+            t.join();
+        }
+        if (List.of(args).subList(2, args.length).contains("stream")) {
+            run("stream", failures);
+        }
         System.out.flush();
-        System.exit(failures == 0 ? 0 : 1);
+        System.exit(failures.get() == 0 ? 0 : 1);
+    }
+
+    static void run(String sc, AtomicInteger failures) {
+        long start = System.currentTimeMillis();
+        try {
+            switch (sc) {
+                case "produce": produce(sc); break;
+                case "transaction": transaction(sc); break;
+                case "simple": simple(sc); break;
+                case "push": push(sc); break;
+                case "stream": stream(sc); break;
+                default: throw new IllegalArgumentException("unknown scenario " + sc);
+            }
+            emit(sc, "done", "ms", System.currentTimeMillis() - start);
+        } catch (Throwable t) {
+            failures.incrementAndGet();
+            emit(sc, "failed", "error", String.valueOf(t));
+            t.printStackTrace();
+        }
     }
 
     // ------------------------------------------------------------------ scenarios
@@ -110,7 +138,9 @@ public final class GrpcScenarios {
                     emit(sc, "checked", "body", body, "message_id", view.getMessageId().toString(),
                         "topic", view.getTopic());
                     checked.add(body);
-                    return body.equals("check-commit") ? TransactionResolution.COMMIT
+                    // "commit" too: the producer's own commit may still be on its way when a
+                    // loaded broker checks (its transactionTimeOut is 1 s here)
+                    return body.endsWith("commit") ? TransactionResolution.COMMIT
                         : TransactionResolution.ROLLBACK;
                 }).build()) {
             String[][] plan = {{"commit", "commit"}, {"rollback", "rollback"},
@@ -194,6 +224,104 @@ public final class GrpcScenarios {
                 c.close();
             }
         }
+    }
+
+    static void stream(String sc) throws Exception {
+        String topic = prefix + "Stream";
+        Path stop = Path.of(System.getProperty("stream.stop"));
+        long gapMs = Long.getLong("stream.gap.ms", 50);
+        long streamEnd = System.currentTimeMillis() + Long.getLong("stream.max.ms", 180000);
+        Set<String> acked = ConcurrentHashMap.newKeySet();
+        ConcurrentMap<String, Set<String>> got = new ConcurrentHashMap<>();
+        got.put("simple", ConcurrentHashMap.newKeySet());
+        got.put("push", ConcurrentHashMap.newKeySet());
+        AtomicInteger phase = new AtomicInteger();  // 0 streaming, 1 draining, 2 over
+        PushConsumer push = PROVIDER.newPushConsumerBuilder().setClientConfiguration(config)
+            .setConsumerGroup(prefix + "StreamPush")
+            .setSubscriptionExpressions(Map.of(topic, new FilterExpression("*", FilterExpressionType.TAG)))
+            .setMessageListener(view -> {
+                String body = body(view);
+                got.get("push").add(body);
+                emit(sc, "received", "via", "push", "body", body, "attempt", view.getDeliveryAttempt(),
+                    "t", now());
+                return ConsumeResult.SUCCESS;
+            }).build();
+        SimpleConsumer simple = simpleConsumer(topic, prefix + "StreamSimple");
+        Thread reader = new Thread(() -> streamReceive(sc, simple, got.get("simple"), acked, phase));
+        reader.setDaemon(true);
+        try (Producer p = PROVIDER.newProducerBuilder().setClientConfiguration(config).setTopics(topic).build()) {
+            emit(sc, "started");
+            reader.start();
+            for (int i = 0; !Files.exists(stop); i++) {
+                if (System.currentTimeMillis() > streamEnd) {
+                    throw new IllegalStateException("stream: no stop file in time");
+                }
+                String body = "stream " + i;
+                try {
+                    SendReceipt r = p.send(PROVIDER.newMessageBuilder().setTopic(topic).setTag("S")
+                        .setBody(body.getBytes(StandardCharsets.UTF_8)).build());
+                    acked.add(body);
+                    emit(sc, "sent", "body", body, "message_id", r.getMessageId().toString(), "t", now());
+                } catch (Exception e) {
+                    emit(sc, "send_failed", "body", body, "error", trim(e), "t", now());
+                }
+                Thread.sleep(gapMs);  // the stream's pace
+            }
+            phase.set(1);
+            long end = System.currentTimeMillis() + Long.getLong("stream.drain.ms", 60000);
+            while (!(got.get("simple").containsAll(acked) && got.get("push").containsAll(acked))
+                    && System.currentTimeMillis() < end) {
+                Thread.sleep(50);  // the consumers' progress, polled with a deadline
+            }
+            phase.set(2);
+            reader.join(15000);
+            emit(sc, "drained", "acked", acked.size(), "missing_simple", missing(acked, got.get("simple")),
+                "missing_push", missing(acked, got.get("push")));
+        } finally {
+            phase.set(2);
+            push.close();
+            simple.close();
+        }
+    }
+
+    /** The stream's SimpleConsumer: receive (5 s invisible) and ack until told to stop. */
+    static void streamReceive(String sc, SimpleConsumer c, Set<String> got, Set<String> acked,
+                              AtomicInteger phase) {
+        while (phase.get() == 0 || (phase.get() == 1 && !got.containsAll(acked))) {
+            List<MessageView> views;
+            try {
+                views = c.receive(16, Duration.ofSeconds(5));
+            } catch (Exception e) {  // MESSAGE_NOT_FOUND, or the proxy's error while failing over
+                emit(sc, "receive_error", "error", trim(e), "t", now());
+                continue;
+            }
+            for (MessageView v : views) {
+                String body = body(v);
+                got.add(body);
+                emit(sc, "received", "via", "simple", "body", body, "attempt", v.getDeliveryAttempt(),
+                    "t", now());
+                try {
+                    c.ack(v);
+                } catch (Exception e) {  // acked on a master that went: delivered again later
+                    emit(sc, "ack_failed", "body", body, "error", trim(e), "t", now());
+                }
+            }
+        }
+    }
+
+    static int missing(Set<String> want, Set<String> got) {
+        Set<String> left = new HashSet<>(want);
+        left.removeAll(got);
+        return left.size();
+    }
+
+    static double now() {
+        return System.currentTimeMillis() / 1000.0;
+    }
+
+    static String trim(Exception e) {
+        String s = String.valueOf(e);
+        return s.length() > 200 ? s.substring(0, 200) : s;
     }
 
     // ------------------------------------------------------------------ helpers
