@@ -272,7 +272,8 @@ class FifoRecorder(MessageListener):
 
 def push_fifo(endpoint, topic, group, consumers, groups, per_group, deadline_s):
     """CONSUMERS push consumers of the orderly GROUP, then GROUPS message groups of PER_GROUP
-    messages each sent interleaved (body "g<k>:<seq>"): each consumed, each group's in order."""
+    messages each (body "g<k>:<seq>"), the groups sent at once (a thread each): each message
+    consumed, each group's in order."""
     config = _config(endpoint)
     state = {"lock": threading.Lock(), "busy": set(), "seen": set()}
     started = []
@@ -282,18 +283,26 @@ def push_fifo(endpoint, topic, group, consumers, groups, per_group, deadline_s):
                              {topic: FilterExpression("*")}, tls_enable=TLS)
             c.startup()
             started.append(c)
-        emit(event="started", consumers=len(started), fifo=[c.fifo for c in started])
+        emit(event="started", consumers=len(started), fifo=[c.fifo for c in started],
+             t=time.monotonic())
         producer = Producer(config, (topic,), tls_enable=TLS)
         producer.startup()
-        try:
+
+        def send_group(k):  # one thread per message group: its sends one after the other
             for seq in range(int(per_group)):
-                for k in range(int(groups)):
-                    msg = _message(topic, f"g{k}:{seq}", "F")
-                    msg.message_group = f"g{k}"
-                    producer.send(msg)
+                msg = _message(topic, f"g{k}:{seq}", "F")
+                msg.message_group = f"g{k}"
+                producer.send(msg)
+
+        senders = [threading.Thread(target=send_group, args=(k,)) for k in range(int(groups))]
+        try:
+            for t in senders:
+                t.start()
+            for t in senders:
+                t.join()
         finally:
             producer.shutdown()
-        emit(event="sent")
+        emit(event="sent", t=time.monotonic())
         want = int(groups) * int(per_group)
         deadline = time.monotonic() + float(deadline_s)
         while time.monotonic() < deadline:
@@ -301,6 +310,7 @@ def push_fifo(endpoint, topic, group, consumers, groups, per_group, deadline_s):
                 if len(state["seen"]) >= want:
                     break
             time.sleep(0.1)
+        emit(event="consumed_all", t=time.monotonic())
     finally:
         for c in started:
             c.shutdown()
