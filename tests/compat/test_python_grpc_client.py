@@ -193,20 +193,16 @@ def test_python_sdk_push_consumers_outnumbering_the_queues_consume_everything(
 #: issue 34's FIFO push scenario: more consumers than queues, several message groups per queue
 FIFO_CONSUMERS, FIFO_QUEUES, FIFO_GROUPS, FIFO_PER_GROUP = 3, 2, 8, 50
 FIFO_DEADLINE_S = 60
+#: the cluster name of every profile of ``rmq-cluster up``
+CLUSTER = "DefaultCluster"
 
 
 def _orderly_group(namesrv: str, group: str, creds: Credentials | None = None) -> None:
-    """``group`` created on every master as consuming in order (``consumeMessageOrderly``,
-    as 5.x ``mqadmin updateSubGroup -o true`` makes it)."""
-    async def create() -> None:
-        keys = {"access_key": creds.access_key, "secret_key": creds.secret_key} if creds else {}
-        async with Admin(namesrv_addr=namesrv, **keys) as admin:
-            await admin.update_sub_group(
-                {"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
-                 "retryQueueNums": 1, "retryMaxTimes": 16, "consumeMessageOrderly": True},
-                await admin.master_addrs())
-
-    _in_thread(create, timeout=60)
+    """``group`` created on every master as consuming in order, as a user makes it:
+    ``rmq-cluster updateSubGroup -o true`` (5.x ``mqadmin updateSubGroup -o true``)."""
+    keys = ["--access-key", creds.access_key, "--secret-key", creds.secret_key] if creds else []
+    done = cli("updateSubGroup", "-n", namesrv, "-c", CLUSTER, "-g", group, "-o", "true", *keys)
+    assert done.returncode == 0, done.stderr
 
 
 def _check_fifo(events: list[dict[str, Any]], per_group: int) -> None:
