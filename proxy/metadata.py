@@ -30,6 +30,9 @@ DEFAULT_TTL_S: Final = 20.0
 DEFAULT_MISSING_TTL_S: Final = 2.0
 #: topics, and groups, kept at most (the oldest goes first)
 DEFAULT_MAX_ENTRIES: Final = 4096
+#: how long one config read may take: an SDK's startup waits for the Settings answer a
+#: group's read holds up (the Python SDK 10 s), so a master that does not answer costs less
+DEFAULT_READ_TIMEOUT_S: Final = 3.0
 
 T = TypeVar("T")
 
@@ -61,8 +64,10 @@ class ProxyMetadata:
     def __init__(self, instance: ClientInstance, *, ttl_s: float = DEFAULT_TTL_S,
                  missing_ttl_s: float = DEFAULT_MISSING_TTL_S,
                  max_entries: int = DEFAULT_MAX_ENTRIES,
+                 read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.instance = instance
+        self.read_timeout_s = read_timeout_s
         self.ttl_s = ttl_s
         self.missing_ttl_s = missing_ttl_s
         self._topics: _Cache[convert.TopicInfo | None] = _Cache(max_entries, clock)
@@ -94,7 +99,8 @@ class ProxyMetadata:
             policy = None
             for addr in addrs:
                 resp = await self.instance.invoke_ok(
-                    addr, request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}))
+                    addr, request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}),
+                    self.read_timeout_s)
                 policy = convert.group_policy(bytes(resp.body or b""), group)
         except (MQClientError, ValueError) as exc:
             log.info("group config unknown", group=group, topic=topic, error=str(exc)[:200])
@@ -118,7 +124,8 @@ class ProxyMetadata:
         for addr in masters:
             try:
                 resp = await self.instance.invoke(
-                    addr, request(RequestCode.GET_TOPIC_CONFIG, {"topic": topic}))
+                    addr, request(RequestCode.GET_TOPIC_CONFIG, {"topic": topic}),
+                    self.read_timeout_s)
                 if resp.code == ResponseCode.TOPIC_NOT_EXIST:
                     continue
                 if resp.code == ResponseCode.SUCCESS:

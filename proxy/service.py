@@ -206,7 +206,6 @@ class MessagingService:
             offset=result.queue_offset, transaction_id=tx_id,
         )
 
-
     async def _check_topic(self, topic: str) -> None:
         """A send to a topic no broker has is refused before it reaches one, as Apache's proxy
         refuses it (its type check finds no type); a broker's autoCreateTopicEnable never
