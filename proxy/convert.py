@@ -20,6 +20,7 @@ from ..client.errors import (
 from ..client.model import Message, MessageQueue
 from ..cluster.protocol import fastjson
 from ..cluster.protocol.message import MessageConst as MC
+from ..cluster.protocol.names import MAX_QUEUE_NUMS
 from ..cluster.protocol.route import PermName, TopicRouteData
 from ..cluster.protocol.topic_attributes import (
     TYPE_MISMATCH_REMARK,
@@ -212,7 +213,7 @@ def message_queues(topic: str, route: TopicRouteData, endpoints: pb.Endpoints,
         reads = qd.read_queue_nums if PermName.is_readable(qd.perm) else 0
         writes = qd.write_queue_nums if PermName.is_writeable(qd.perm) else 0
         broker = pb.Broker(name=qd.broker_name, id=MASTER_ID, endpoints=endpoints)
-        for qid in range(max(reads, writes)):
+        for qid in range(min(max(reads, writes), MAX_QUEUE_NUMS)):
             if qid < min(reads, writes):
                 perm = pb.READ_WRITE
             else:
@@ -224,12 +225,15 @@ def message_queues(topic: str, route: TopicRouteData, endpoints: pb.Endpoints,
     return out
 
 
-def assignments(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
-                ) -> list[pb.Assignment]:
+def assignments(topic: str, route: TopicRouteData, endpoints: pb.Endpoints,
+                orderly: bool = False) -> list[pb.Assignment]:
     """A PushConsumer's assignment (QueryAssignment): each broker with a master and readable
     queues as one whole-broker queue (id -1), which it receives from by POP; the broker
-    balances the group's consumers over its queues, however many consumers there are. No
-    accepted message types: they are a producer's concern (Apache's proxy names none here)."""
+    balances the group's consumers over its queues, however many consumers there are. An
+    ``orderly`` group's consumers get each readable queue (ids 0..n-1) instead, as Apache's
+    proxy gives them: one receive in flight per queue, each still a whole-broker orderly pop
+    there (and here). No accepted message types: they are a producer's concern (Apache's
+    proxy names none here)."""
     masters = {b.broker_name for b in route.broker_datas if MASTER_ID in b.broker_addrs}
     out: list[pb.Assignment] = []
     for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
@@ -238,8 +242,9 @@ def assignments(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
             continue
         perm = pb.READ_WRITE if PermName.is_writeable(qd.perm) else pb.READ
         broker = pb.Broker(name=qd.broker_name, id=MASTER_ID, endpoints=endpoints)
-        out.append(pb.Assignment(message_queue=pb.MessageQueue(
-            topic=pb.Resource(name=topic), id=-1, permission=perm, broker=broker)))
+        for qid in range(min(qd.read_queue_nums, MAX_QUEUE_NUMS)) if orderly else (-1,):
+            out.append(pb.Assignment(message_queue=pb.MessageQueue(
+                topic=pb.Resource(name=topic), id=qid, permission=perm, broker=broker)))
     return out
 
 

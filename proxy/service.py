@@ -168,7 +168,9 @@ class MessagingService:
         except Exception as exc:
             return spb.QueryAssignmentResponse(status=convert.error_status(exc))
         endpoints = req.endpoints if req.endpoints.addresses else _authority(metadata)
-        found = convert.assignments(req.topic.name, route, endpoints)
+        policy = await self.metadata.group(req.group.name, req.topic.name)
+        found = convert.assignments(req.topic.name, route, endpoints,
+                                    orderly=policy is not None and policy.orderly)
         if not found:
             status = pb.Status(code=pb.FORBIDDEN, message="no readable queue")
             return spb.QueryAssignmentResponse(status=status)

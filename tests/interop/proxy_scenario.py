@@ -310,6 +310,10 @@ STEPS: Final[tuple[tuple[str, CallStep, str], ...]] = (
                                          spb.QueryAssignmentRequest(
         topic=pb.Resource(name=TOPIC), group=pb.Resource(name=GROUP),
         endpoints=c.ctx["endpoints"])), "who reads which queue"),
+    ("query_assignment_orderly", lambda c: unary(c.consumer, "QueryAssignment",
+                                                 spb.QueryAssignmentRequest(
+        topic=pb.Resource(name=FIFO_TOPIC), group=pb.Resource(name=ORDERLY_GROUP),
+        endpoints=c.ctx["endpoints"])), "an orderly group: each queue"),
     ("send_normal", lambda c: _send(c, message(TOPIC, 1)), ""),
     ("send_fifo", lambda c: _send(c, message(FIFO_TOPIC, 2, group="g1", kind=pb.FIFO)), ""),
     ("send_delay", lambda c: _send(c, message(DELAY_TOPIC, 3, delay_ms=DELAY_MS,

@@ -2,9 +2,9 @@
 (issue 34's differential findings): a consumer's Settings carry its subscription group's
 orderliness (``fifo``) and retry policy; QueryRoute names the topic's declared message type; a
 send to a topic no broker has is refused (and creates nothing); a receive naming no broker takes
-one of the topic's; an orderly group's receives pop orderly (one batch per queue in flight until
-acked; the same attempt id gets its batch again). A NameServer and a broker in this test's Trio
-loop, the proxy's service in it too."""
+one of the topic's; an orderly group's consumers are assigned each queue and their receives pop
+orderly (one batch per queue in flight until acked; the same attempt id gets its batch again).
+A NameServer and a broker in this test's Trio loop, the proxy's service in it too."""
 
 from __future__ import annotations
 
@@ -42,8 +42,9 @@ class Proxied:
 @asynccontextmanager
 async def _proxied(tmp_path: Path) -> AsyncIterator[Proxied]:
     async with running_cluster(tmp_path, autoCreateTopicEnable="true") as cluster:
-        ok(await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC,
-                              create_topic(FIFO_TOPIC, "+message.type=FIFO")))
+        fifo = create_topic(FIFO_TOPIC, "+message.type=FIFO")
+        fifo["readQueueNums"] = fifo["writeQueueNums"] = "2"
+        ok(await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, fifo))
         ok(await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic(PLAIN_TOPIC)))
         orderly = {**orjson.loads(group_body(ORDERLY, 3)), "consumeMessageOrderly": True}
         ok(await cluster.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
@@ -111,6 +112,23 @@ async def test_query_route_names_the_topics_message_type(tmp_path: Path) -> None
         # a topic declaring no type (a 4.x topic) takes every type, on our broker as here
         assert await _route_types(p.service, PLAIN_TOPIC) == {
             pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION}
+
+
+async def _assigned(service: MessagingService, group: str, topic: str) -> list[int]:
+    answer = spb.QueryAssignmentResponse.FromString(await service.unary(
+        "QueryAssignment", spb.QueryAssignmentRequest(
+            topic=pb.Resource(name=topic), group=pb.Resource(name=group)).SerializeToString(),
+        {}))
+    assert answer.status.code == pb.OK, answer.status
+    return [a.message_queue.id for a in answer.assignments]
+
+
+async def test_an_orderly_groups_consumers_are_assigned_each_queue(tmp_path: Path) -> None:
+    """As Apache's proxy: an orderly group's consumers get every queue of the broker (each
+    received from as a whole-broker orderly pop), any other group the whole broker (-1)."""
+    async with _proxied(tmp_path) as p:
+        assert await _assigned(p.service, ORDERLY, FIFO_TOPIC) == [0, 1]
+        assert await _assigned(p.service, PLAIN, FIFO_TOPIC) == [-1]
 
 
 def _message(topic: str, n: int, group: str = "") -> pb.Message:
