@@ -105,8 +105,11 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    #: RocketMQ 5: the group consumes in order (5.x proxies pop for it orderly)
+    consume_message_orderly: bool = False
 
     def to_json_obj(self) -> dict[str, Any]:
+        orderly = {"consumeMessageOrderly": True} if self.consume_message_orderly else {}
         return {
             "brokerId": self.broker_id,
             "consumeBroadcastEnable": self.consume_broadcast_enable,
@@ -117,6 +120,7 @@ class SubscriptionGroupConfig:
             "retryMaxTimes": self.retry_max_times,
             "retryQueueNums": self.retry_queue_nums,
             "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
+            **orderly,  # only when set: a 4.9 broker's answer has no such key
         }
 
     @classmethod
@@ -141,6 +145,7 @@ class SubscriptionGroupConfig:
             broker_id=int(obj.get("brokerId", 0)),
             which_broker_when_consume_slowly=int(obj.get("whichBrokerWhenConsumeSlowly", 1)),
             notify_consumer_ids_changed_enable=b("notifyConsumerIdsChangedEnable", True),
+            consume_message_orderly=b("consumeMessageOrderly", False),
         )
 
 

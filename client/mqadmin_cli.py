@@ -392,6 +392,8 @@ async def _update_sub_group(admin: Admin, args: argparse.Namespace) -> Output:
         "whichBrokerWhenConsumeSlowly": args.which_broker_when_consume_slowly,
         "notifyConsumerIdsChangedEnable": args.notify_consumer_ids_changed,
     }
+    if args.consume_message_orderly:  # RocketMQ 5 (5.x proxies pop orderly for the group)
+        config["consumeMessageOrderly"] = True
     addrs = await _broker_addrs(admin, args)
     await admin.update_sub_group(config, addrs)
     text = "".join(f"create subscription group to {a} success.\n" for a in addrs)
@@ -958,6 +960,8 @@ def _add_group_commands(admin_cmd: AdminCommand) -> None:
                     metavar="true|false")
     ap.add_argument("-d", "--consume-broadcast-enable", type=bool_arg, default=False,
                     metavar="true|false")
+    ap.add_argument("-o", "--consume-message-orderly", type=bool_arg, default=False,
+                    metavar="true|false", help="consume in order (5.x push consumers: FIFO)")
     ap.add_argument("-q", "--retry-queue-nums", type=non_negative, default=1)
     ap.add_argument("-r", "--retry-max-times", type=non_negative, default=16)
     ap.add_argument("-i", "--broker-id", type=non_negative, default=0)

@@ -26,6 +26,7 @@ from ..cluster.protocol.pop import (
 from ..cluster.remoting.codes import RequestCode, ResponseCode
 from . import convert
 from .config import ProxyConfig
+from .metadata import ProxyMetadata
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
 from .routes import MasterRoutes
@@ -36,6 +37,9 @@ MAX_BATCH: Final = 32
 #: the longest long poll a receive may ask for
 MAX_POLL_MS: Final = 30_000
 DEFAULT_INVISIBLE_MS: Final = 30_000
+#: the longest attempt id passed on to the broker (the SDKs send a UUID); a longer one is
+#: dropped (the receive is then a first attempt)
+MAX_ATTEMPT_ID_CHARS: Final = 128
 #: properties that are ours, not the user's
 _SYSTEM_KEYS: Final = frozenset({
     MC.PROPERTY_TAGS, MC.PROPERTY_KEYS, MC.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -125,10 +129,13 @@ def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int) -> pb.Me
 
 class PopBridge:
     def __init__(self, config: ProxyConfig, instance: ClientInstance,
-                 routes: MasterRoutes | None = None) -> None:
+                 routes: MasterRoutes | None = None, metadata: ProxyMetadata | None = None
+                 ) -> None:
         self.config = config
         self.instance = instance
         self.routes = routes or MasterRoutes(instance)
+        self.metadata = metadata or ProxyMetadata(instance)
+        self._next_broker = 0
 
     async def receive(self, req: spb.ReceiveMessageRequest, send: Send) -> None:
         try:
@@ -145,7 +152,9 @@ class PopBridge:
                               (pb.ILLEGAL_TOPIC, validate_topic(topic))):
             if problem is not None:  # refused here, as Apache's proxy does
                 raise convert.ProxyError(code, problem)
-        broker = req.message_queue.broker.name
+        broker = req.message_queue.broker.name or await self._any_broker(topic)
+        # the group's orderliness, asked of the master the pop goes to
+        policy = await self.metadata.group(group, topic, await self.routes.master(topic, broker))
         invisible_ms = (_millis(req.invisible_duration) if req.HasField("invisible_duration")
                         else DEFAULT_INVISIBLE_MS)
         poll_ms = min(MAX_POLL_MS, _millis(req.long_polling_timeout))
@@ -154,8 +163,12 @@ class PopBridge:
             "maxMsgNums": str(max(1, min(MAX_BATCH, req.batch_size or MAX_BATCH))),
             "invisibleTime": str(max(1000, invisible_ms)), "pollTime": str(max(0, poll_ms)),
             "bornTime": str(int(time.time() * 1000)), "initMode": "0",
-            "order": "false",
+            "order": "true" if policy is not None and policy.orderly else "false",
         }
+        attempt = req.attempt_id if req.HasField("attempt_id") else ""
+        if attempt and len(attempt) <= MAX_ATTEMPT_ID_CHARS and attempt.isascii() \
+                and attempt.isprintable():
+            ext["attemptId"] = attempt  # an orderly pop retried gets its batch again
         expr = req.filter_expression.expression
         if expr and expr != "*":
             ext["exp"], ext["expType"] = expr, "TAG"
@@ -180,6 +193,15 @@ class PopBridge:
         done = spb.ReceiveMessageResponse()
         done.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
         await send(done.SerializeToString())
+
+    async def _any_broker(self, topic: str) -> str:
+        """A receive naming no broker: one of the topic's readable brokers, in turn (as
+        Apache's proxy picks one)."""
+        names = convert.readable_brokers(await self.instance.fetch_route(topic))
+        if not names:
+            raise convert.ProxyError(pb.FORBIDDEN, f"no readable queue of topic {topic}")
+        self._next_broker += 1
+        return names[self._next_broker % len(names)]
 
     async def _call_handle(self, code: int, group: str, topic: str, handle_text: str,
                            extra: dict[str, str]) -> tuple[ReceiptHandle, Any]:

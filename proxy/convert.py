@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
+import attrs
 from google.protobuf import duration_pb2
 
 from ..client.errors import (
@@ -17,9 +18,15 @@ from ..client.errors import (
     NoRouteError,
 )
 from ..client.model import Message, MessageQueue
+from ..cluster.protocol import fastjson
 from ..cluster.protocol.message import MessageConst as MC
+from ..cluster.protocol.names import MAX_QUEUE_NUMS
 from ..cluster.protocol.route import PermName, TopicRouteData
-from ..cluster.protocol.topic_attributes import TYPE_MISMATCH_REMARK
+from ..cluster.protocol.topic_attributes import (
+    TYPE_MISMATCH_REMARK,
+    MessageType,
+    topic_message_type,
+)
 from ..cluster.remoting.codes import ResponseCode
 from .pb import definition_pb2 as pb
 
@@ -48,6 +55,20 @@ _RESERVED_KEYS: Final = frozenset({
 })
 #: what a producer is told in Settings: retries with exponential backoff
 PRODUCER_MAX_ATTEMPTS: Final = 3
+#: what a consumer is told in Settings (Apache's proxy defaults): its receive batch and its
+#: longest long poll (``grpcClientConsumerLongPollingBatchSize``, ``...MaxLongPollingTimeout``)
+CONSUMER_RECEIVE_BATCH: Final = 32
+CONSUMER_MAX_LONG_POLL_S: Final = 20
+#: a subscription group's retries when it names none (RocketMQ's ``retryMaxTimes`` default)
+DEFAULT_RETRY_MAX_TIMES: Final = 16
+#: the largest ``retryMaxTimes`` taken from a broker (a consumer's attempts are an int32)
+MAX_RETRY_MAX_TIMES: Final = 2**31 - 2
+#: a consumer's wait before each redelivery, in milliseconds: RocketMQ's delay levels 3 and up
+#: (1s 5s 10s 30s 1m .. 2h), the customized backoff Apache answers a group of the default policy
+CONSUMER_RETRY_NEXT_MS: Final = (
+    1_000, 5_000, 10_000, 30_000, *(m * 60_000 for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30)),
+    3_600_000, 7_200_000,
+)
 
 
 class ProxyError(Exception):
@@ -100,14 +121,90 @@ _BROKER_CODES: Final[dict[int, int]] = {
 }
 
 
+# ---------------------------------------------------------------------- metadata
+
+
+@attrs.frozen
+class GroupPolicy:
+    """What the proxy takes from a subscription group's config: whether it consumes in order
+    (``consumeMessageOrderly``: orderly POP, the SDKs' FIFO consumption) and its
+    ``retryMaxTimes``."""
+
+    orderly: bool = False
+    retry_max_times: int = DEFAULT_RETRY_MAX_TIMES
+
+
+@attrs.frozen
+class TopicInfo:
+    """What the proxy takes from a topic's config: whether a broker has it, and the 5.x
+    message type it declares (None: none, a 4.x topic, which takes every type)."""
+
+    exists: bool
+    message_type: MessageType | None = None
+
+
+MISSING_TOPIC: Final = TopicInfo(exists=False)
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        obj = fastjson.loads(body)
+    except ValueError as exc:  # FastjsonError is one
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    return obj
+
+
+def group_policy(table_body: bytes, group: str) -> GroupPolicy | None:
+    """``group``'s policy from a broker's GET_ALL_SUBSCRIPTIONGROUP_CONFIG answer (None when
+    the broker has no such group); ValueError for anything that is not such a table."""
+    table = _json_object(table_body).get("subscriptionGroupTable")
+    if not isinstance(table, dict):
+        raise ValueError("no subscriptionGroupTable")
+    entry = table.get(group)
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise ValueError(f"group {group!r} is not an object")
+    orderly = entry.get("consumeMessageOrderly", False)
+    retries = entry.get("retryMaxTimes", DEFAULT_RETRY_MAX_TIMES)
+    if not isinstance(orderly, bool) or isinstance(retries, bool) \
+            or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRY_MAX_TIMES:
+        raise ValueError(f"group {group!r}: bad consumeMessageOrderly or retryMaxTimes")
+    return GroupPolicy(orderly=orderly, retry_max_times=retries)
+
+
+def topic_info(config_body: bytes) -> TopicInfo:
+    """A topic's info from a broker's GET_TOPIC_CONFIG answer (``TopicConfigAndQueueMapping``
+    JSON); ValueError for anything else."""
+    attributes = _json_object(config_body).get("attributes") or {}
+    if not isinstance(attributes, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
+        raise ValueError("attributes are not a string map")
+    return TopicInfo(exists=True, message_type=topic_message_type(attributes))
+
+
+def accept_message_types(declared: MessageType | None) -> tuple[int, ...]:
+    """The v2 message types a topic's queues accept (QueryRoute), as Apache's proxy names them
+    for a declared type; a topic declaring none takes every type (our broker's rule for 4.x
+    topics, where Apache's would say NORMAL)."""
+    if declared is None or declared is MessageType.MIXED:
+        return ALL_TYPES
+    return {
+        MessageType.NORMAL: (pb.NORMAL,), MessageType.FIFO: (pb.FIFO,),
+        MessageType.DELAY: (pb.DELAY,), MessageType.TRANSACTION: (pb.TRANSACTION,),
+    }.get(declared, (pb.MESSAGE_TYPE_UNSPECIFIED,))
+
+
 # ---------------------------------------------------------------------- routes
 
 
-def message_queues(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
-                   ) -> list[pb.MessageQueue]:
+def message_queues(topic: str, route: TopicRouteData, endpoints: pb.Endpoints,
+                   accept: Sequence[int] = ALL_TYPES) -> list[pb.MessageQueue]:
     """The topic's queues as 5.x clients see them: per broker with a master, ``min(read,
     write)`` READ_WRITE queues, then the extra READ or WRITE ones, every broker reached through
-    this proxy's ``endpoints``."""
+    this proxy's ``endpoints``, each accepting the message types ``accept``."""
     masters = {b.broker_name for b in route.broker_datas if MASTER_ID in b.broker_addrs}
     out: list[pb.MessageQueue] = []
     for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
@@ -116,24 +213,27 @@ def message_queues(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
         reads = qd.read_queue_nums if PermName.is_readable(qd.perm) else 0
         writes = qd.write_queue_nums if PermName.is_writeable(qd.perm) else 0
         broker = pb.Broker(name=qd.broker_name, id=MASTER_ID, endpoints=endpoints)
-        for qid in range(max(reads, writes)):
+        for qid in range(min(max(reads, writes), MAX_QUEUE_NUMS)):
             if qid < min(reads, writes):
                 perm = pb.READ_WRITE
             else:
                 perm = pb.READ if qid < reads else pb.WRITE
             out.append(pb.MessageQueue(
                 topic=pb.Resource(name=topic), id=qid, permission=perm, broker=broker,
-                accept_message_types=ALL_TYPES,
+                accept_message_types=accept,
             ))
     return out
 
 
-def assignments(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
-                ) -> list[pb.Assignment]:
+def assignments(topic: str, route: TopicRouteData, endpoints: pb.Endpoints,
+                orderly: bool = False) -> list[pb.Assignment]:
     """A PushConsumer's assignment (QueryAssignment): each broker with a master and readable
     queues as one whole-broker queue (id -1), which it receives from by POP; the broker
-    balances the group's consumers over its queues, however many consumers there are. No
-    accepted message types: they are a producer's concern (Apache's proxy names none here)."""
+    balances the group's consumers over its queues, however many consumers there are. An
+    ``orderly`` group's consumers get each readable queue (ids 0..n-1) instead, as Apache's
+    proxy gives them: one receive in flight per queue, each still a whole-broker orderly pop
+    there (and here). No accepted message types: they are a producer's concern (Apache's
+    proxy names none here)."""
     masters = {b.broker_name for b in route.broker_datas if MASTER_ID in b.broker_addrs}
     out: list[pb.Assignment] = []
     for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
@@ -142,9 +242,18 @@ def assignments(topic: str, route: TopicRouteData, endpoints: pb.Endpoints
             continue
         perm = pb.READ_WRITE if PermName.is_writeable(qd.perm) else pb.READ
         broker = pb.Broker(name=qd.broker_name, id=MASTER_ID, endpoints=endpoints)
-        out.append(pb.Assignment(message_queue=pb.MessageQueue(
-            topic=pb.Resource(name=topic), id=-1, permission=perm, broker=broker)))
+        for qid in range(min(qd.read_queue_nums, MAX_QUEUE_NUMS)) if orderly else (-1,):
+            out.append(pb.Assignment(message_queue=pb.MessageQueue(
+                topic=pb.Resource(name=topic), id=qid, permission=perm, broker=broker)))
     return out
+
+
+def readable_brokers(route: TopicRouteData) -> list[str]:
+    """The topic's brokers with a master and readable queues, by name."""
+    masters = {b.broker_name for b in route.broker_datas if MASTER_ID in b.broker_addrs}
+    return sorted({qd.broker_name for qd in route.queue_datas
+                   if qd.broker_name in masters and PermName.is_readable(qd.perm)
+                   and qd.read_queue_nums > 0})
 
 
 def fifo_queue(queues: Sequence[MessageQueue], group: str) -> MessageQueue:
@@ -222,22 +331,43 @@ def body_digest(body: bytes) -> pb.Digest:
 # ---------------------------------------------------------------------- settings
 
 
-def settings_reply(client: pb.Settings, max_body_bytes: int) -> pb.Settings:
-    """What the proxy answers to a client's Settings on Telemetry: the client's own, with the
-    server side filled in (body limit, backoff, receive batch and long polling)."""
+def settings_reply(client: pb.Settings, max_body_bytes: int,
+                   group: GroupPolicy | None = None) -> pb.Settings:
+    """What the proxy answers to a client's Settings on Telemetry, as Apache's proxy does: a
+    producer's own with the body limit, the type check and the producer's backoff; a
+    consumer's own over the consumer defaults, and over both its subscription group's receive
+    batch, longest long poll, orderliness (``fifo``) and retry policy when the brokers know
+    the group (``group``)."""
     out = pb.Settings()
-    out.CopyFrom(client)
     if client.HasField("publishing") or client.client_type in (pb.PRODUCER,):
+        out.CopyFrom(client)
         out.publishing.max_body_size = max_body_bytes
         out.publishing.validate_message_type = True
-    if client.HasField("subscription"):
-        if out.subscription.receive_batch_size <= 0:
-            out.subscription.receive_batch_size = 32
-        if not out.subscription.HasField("long_polling_timeout"):
-            out.subscription.long_polling_timeout.CopyFrom(duration_pb2.Duration(seconds=30))
-    out.backoff_policy.max_attempts = PRODUCER_MAX_ATTEMPTS
-    backoff = out.backoff_policy.exponential_backoff
-    backoff.initial.CopyFrom(duration_pb2.Duration(nanos=10_000_000))
-    backoff.max.CopyFrom(duration_pb2.Duration(seconds=1))
-    backoff.multiplier = 2.0
+        out.backoff_policy.max_attempts = PRODUCER_MAX_ATTEMPTS
+        backoff = out.backoff_policy.exponential_backoff
+        backoff.initial.CopyFrom(duration_pb2.Duration(nanos=10_000_000))
+        backoff.max.CopyFrom(duration_pb2.Duration(seconds=1))
+        backoff.multiplier = 2.0
+        return out
+    if not client.HasField("subscription"):
+        out.CopyFrom(client)
+        return out
+    _apply_group(out, GroupPolicy())  # the defaults, under what the client set itself
+    out.MergeFrom(client)
+    if group is not None:
+        _apply_group(out, group)
     return out
+
+
+def _apply_group(out: pb.Settings, group: GroupPolicy) -> None:
+    sub = out.subscription
+    sub.receive_batch_size = CONSUMER_RECEIVE_BATCH
+    sub.long_polling_timeout.CopyFrom(duration_pb2.Duration(seconds=CONSUMER_MAX_LONG_POLL_S))
+    sub.fifo = group.orderly
+    out.backoff_policy.max_attempts = group.retry_max_times + 1
+    nexts = []
+    for ms in CONSUMER_RETRY_NEXT_MS:
+        d = duration_pb2.Duration()
+        d.FromMilliseconds(ms)
+        nexts.append(d)
+    out.backoff_policy.customized_backoff.CopyFrom(pb.CustomizedBackoff(next=nexts))

@@ -19,6 +19,7 @@ from . import convert
 from .config import ProxyConfig
 from .consume import PopBridge
 from .grpc_wire import GrpcStatus, GrpcWireError
+from .metadata import ProxyMetadata
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
 from .routes import MasterRoutes
@@ -53,7 +54,8 @@ class MessagingService:
         self.instance = instance
         self.producer = producer
         routes = MasterRoutes(instance)
-        self.pop = PopBridge(config, instance, routes)
+        self.metadata = ProxyMetadata(instance)
+        self.pop = PopBridge(config, instance, routes, self.metadata)
         self.transactions = TransactionBridge(config, instance, routes)
         self._unary: dict[str, Callable[[Any, dict[str, str]], Awaitable[Any]]] = {
             "QueryRoute": self.query_route,
@@ -113,9 +115,21 @@ class MessagingService:
                 raise GrpcWireError(GrpcStatus.INVALID_ARGUMENT, exc.message) from exc
         reply = spb.TelemetryCommand(
             status=convert.ok_status(),
-            settings=convert.settings_reply(settings, self.config.max_body_bytes),
+            settings=convert.settings_reply(settings, self.config.max_body_bytes,
+                                            await self._group_policy(settings)),
         )
         await session.send(reply, self.config.call_timeout_s)
+
+    async def _group_policy(self, settings: pb.Settings) -> convert.GroupPolicy | None:
+        """A consumer's subscription group's policy, asked of a broker of its first topic."""
+        if not settings.HasField("subscription") or settings.HasField("publishing"):
+            return None
+        group = settings.subscription.group.name
+        topics = [e.topic.name for e in settings.subscription.subscriptions
+                  if validate_topic(e.topic.name) is None]
+        if validate_group(group) is not None or not topics:
+            return None
+        return await self.metadata.group(group, topics[0])
 
     # ------------------------------------------------------------------ RPCs
 
@@ -126,7 +140,9 @@ class MessagingService:
         except Exception as exc:
             return spb.QueryRouteResponse(status=convert.error_status(exc))
         endpoints = req.endpoints if req.endpoints.addresses else _authority(metadata)
-        queues = convert.message_queues(req.topic.name, route, endpoints)
+        info = await self.metadata.topic(req.topic.name)
+        accept = convert.accept_message_types(info.message_type) if info else convert.ALL_TYPES
+        queues = convert.message_queues(req.topic.name, route, endpoints, accept)
         if not queues:
             status = pb.Status(code=pb.TOPIC_NOT_FOUND, message="no queue with a master")
             return spb.QueryRouteResponse(status=status)
@@ -152,7 +168,9 @@ class MessagingService:
         except Exception as exc:
             return spb.QueryAssignmentResponse(status=convert.error_status(exc))
         endpoints = req.endpoints if req.endpoints.addresses else _authority(metadata)
-        found = convert.assignments(req.topic.name, route, endpoints)
+        policy = await self.metadata.group(req.group.name, req.topic.name)
+        found = convert.assignments(req.topic.name, route, endpoints,
+                                    orderly=policy is not None and policy.orderly)
         if not found:
             status = pb.Status(code=pb.FORBIDDEN, message="no readable queue")
             return spb.QueryAssignmentResponse(status=status)
@@ -170,6 +188,7 @@ class MessagingService:
     async def _send_one(self, m: pb.Message) -> spb.SendResultEntry:
         try:
             msg, group = convert.message_from_pb(m, self.config.max_body_bytes)
+            await self._check_topic(msg.topic)
             if group is not None:
                 queues = await self.producer.queues_for(msg.topic)
                 result = await self.producer.send(msg, queue=convert.fifo_queue(queues, group))
@@ -188,6 +207,17 @@ class MessagingService:
             status=convert.ok_status(), message_id=m.system_properties.message_id,
             offset=result.queue_offset, transaction_id=tx_id,
         )
+
+    async def _check_topic(self, topic: str) -> None:
+        """A send to a topic no broker has is refused before it reaches one, as Apache's proxy
+        refuses it (its type check finds no type); a broker's autoCreateTopicEnable never
+        creates a topic for a 5.x client."""
+        if validate_topic(topic) is not None:
+            return  # the producer refuses it with its own words
+        info = await self.metadata.topic(topic)
+        if info is not None and not info.exists:
+            raise convert.ProxyError(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                     f"topic {topic} does not exist, it has no message type")
 
 
 def _authority(metadata: dict[str, str]) -> pb.Endpoints:

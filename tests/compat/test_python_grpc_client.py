@@ -13,6 +13,12 @@ cluster's ``plain_acl.yml``; one cluster for the module:
 * transactions: commit, rollback, and two half messages left to the broker's check, which
   reaches the SDK's TransactionChecker over its Telemetry stream (EndTransaction from the check);
 * three PushConsumers on a two-queue topic (QueryAssignment, then POP): every message consumed;
+* FIFO order per message group with PushConsumers outnumbering the queues (issue 34): an
+  orderly subscription group (``consumeMessageOrderly``), three consumers, two queues, eight
+  message groups of fifty messages; the proxy tells the SDK ``fifo`` and pops orderly, so each
+  group's messages are consumed in send order, each only after the one before it was consumed
+  and acked, by whichever consumer; on ``up single`` (here) and ``2m-2s-async`` (a cluster of
+  its own);
 * ForwardMessageToDeadLetterQueue and RecallMessage, called on the wire (the SDK calls the first
   only for FIFO push consumption, and our broker has no recall);
 * refusals: a wrong secret, an unknown access key and an account without PUB cannot send (the
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import json
 import os
 import subprocess
@@ -40,7 +47,13 @@ import pytest
 
 from rmq_cluster.client import Admin
 from rmq_cluster.cluster.acl.signing import Credentials
-from rmq_cluster.deploy.testing import _create_topics, _in_thread, cli
+from rmq_cluster.deploy.testing import (
+    _create_topics,
+    _in_thread,
+    cli,
+    create_topics,
+    rmq_cluster,
+)
 from rmq_cluster.proxy import auth
 from rmq_cluster.proxy.pb import definition_pb2 as pb
 from rmq_cluster.proxy.pb import service_pb2 as spb
@@ -175,6 +188,71 @@ def test_python_sdk_push_consumers_outnumbering_the_queues_consume_everything(
     consumed = Counter(e["body"] for e in events if e["event"] == "consumed")
     assert set(consumed) == {f"push {i}" for i in range(12)}, events
     assert all(e["attempt"] == 1 for e in events if e["event"] == "consumed")
+
+
+#: issue 34's FIFO push scenario: more consumers than queues, several message groups per queue
+FIFO_CONSUMERS, FIFO_QUEUES, FIFO_GROUPS, FIFO_PER_GROUP = 3, 2, 8, 50
+FIFO_DEADLINE_S = 60
+#: the cluster name of every profile of ``rmq-cluster up``
+CLUSTER = "DefaultCluster"
+
+
+def _orderly_group(namesrv: str, group: str, creds: Credentials | None = None) -> None:
+    """``group`` created on every master as consuming in order, as a user makes it:
+    ``rmq-cluster updateSubGroup -o true`` (5.x ``mqadmin updateSubGroup -o true``)."""
+    keys = ["--access-key", creds.access_key, "--secret-key", creds.secret_key] if creds else []
+    done = cli("updateSubGroup", "-n", namesrv, "-c", CLUSTER, "-g", group, "-o", "true", *keys)
+    assert done.returncode == 0, done.stderr
+
+
+def _check_fifo(events: list[dict[str, Any]], per_group: int) -> None:
+    """Each group's messages consumed once each, in send order, one after the other (the next
+    began only once the one before it had been consumed, and so acked)."""
+    [started] = [e for e in events if e["event"] == "started"]
+    assert started["fifo"] == [True] * FIFO_CONSUMERS, started  # the proxy said fifo
+    consumed = sorted((e for e in events if e["event"] == "consumed"), key=lambda e: e["start"])
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for e in consumed:
+        assert e["message_group"] == e["group"] and not e["overlap"], e
+        by_group.setdefault(e["group"], []).append(e)
+    assert sorted(by_group) == sorted(f"g{k}" for k in range(FIFO_GROUPS)), sorted(by_group)
+    for group, seen in by_group.items():
+        assert [e["seq"] for e in seen] == list(range(per_group)), (group, seen)
+        for before, after in itertools.pairwise(seen):
+            assert after["start"] >= before["end"], (group, before, after)
+
+
+def _push_fifo(proxied: Proxied, python: Path, topic: str, group: str,
+               per_group: int = FIFO_PER_GROUP) -> None:
+    events = _run_probe(proxied, python, "push_fifo", topic, group, str(FIFO_CONSUMERS),
+                        str(FIFO_GROUPS), str(per_group), str(FIFO_DEADLINE_S))
+    _check_fifo(events, per_group)
+
+
+def test_python_sdk_fifo_push_consumers_outnumbering_the_queues_keep_each_groups_order(
+    proxied: Proxied, python_client: Path
+) -> None:
+    topic = _topics(proxied, "push_fifo", queues=FIFO_QUEUES)["push_fifo"]
+    group = f"grpc_push_fifo_{os.getpid()}"
+    _orderly_group(proxied.namesrv_addr, group, ADMIN)
+    _push_fifo(proxied, python_client, topic, group)
+
+
+def test_python_sdk_fifo_push_consumers_keep_each_groups_order_on_2m_2s_async(
+    python_client: Path, tmp_path: Path
+) -> None:
+    """The same on two broker groups: one queue on each master (two in all), three consumers
+    (each is assigned both brokers' queues), a quarter as many messages per group (the
+    cluster's six processes cost the time)."""
+    with rmq_cluster("2m-2s-async", directory=tmp_path / "cluster") as cluster, \
+            running_proxy(cluster.dir, tmp_path) as endpoint:
+        proxied = Proxied(cluster.namesrv_addr, cluster.dir, endpoint, tmp_path / "home",
+                          cert_files(cluster.dir).cert)
+        topic = f"grpc_push_fifo2_{os.getpid()}"
+        create_topics(cluster.namesrv_addr, [topic], queues=FIFO_QUEUES // 2)
+        group = f"grpc_push_fifo2_{os.getpid()}"
+        _orderly_group(cluster.namesrv_addr, group)
+        _push_fifo(proxied, python_client, topic, group, per_group=FIFO_PER_GROUP // 4)
 
 
 def _receive_one(client: H2Client, topic: str, group: str) -> pb.Message:

@@ -80,30 +80,15 @@ POP_KINDS: Final = frozenset({"deliberate", "finding", "version", "timing"})
 #: on the gRPC scenario (tests/interop/proxy_scenario.py, test_proxy_differential.py):
 #: (step regex, field regex, kind, note), read as POP_DEVIATIONS is.
 PROXY_DEVIATIONS: Final[tuple[tuple[str, str, str, str], ...]] = (
-    # ---------------------------------------------------------------- settings and routes
-    ("telemetry_consumer", r"settings\.backoff_policy\..*", "finding",
-     "Apache answers a consumer the retry policy of its subscription group (retryMaxTimes + 1 "
-     "attempts, the broker's delay levels as a customized backoff); ours the producer's "
-     "exponential backoff (3 attempts): the SDKs' PushConsumer uses it between redeliveries"),
-    ("telemetry_consumer", r"settings\.subscription\.(fifo|long_polling_timeout)", "finding",
-     "Apache answers the group's orderliness (fifo) and its own longest long poll (20 s); ours "
-     "echoes the client's long poll and leaves fifo unset"),
-    (r"query_route(_fifo)?", r"message_queues\[\d+\]\.accept_message_types\[\d+\]",
-     "finding",
-     "Apache names the topic's message.type (read from the broker's topic config); ours names "
-     "all four types, so an SDK's own type check passes and the broker's check refuses later"),
     # ---------------------------------------------------------------- sends
     (r"send_(normal|fifo|delay)", r"entries\[\d+\]\.transaction_id", "version",
      "Apache's 5.x answers every send with a transaction id (the message id, as its broker's "
      "transactionId); ours only a transactional one (the id of its half message), the only one "
      "an SDK reads"),
-    ("send_missing_topic", r"status\.code|entries\[\d+\]\..*", "finding",
-     "a send to a topic that does not exist: Apache's proxy checks the topic's message type "
-     "before the broker sees it and refuses (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE); ours hands "
-     "it to the broker, which creates the topic (autoCreateTopicEnable=true here)"),
-    ("send_wrong_type", r"entries\[\d+\]\.status\.code", "deliberate",
-     "a refused send: Apache answers the top status only; ours also each entry's own status "
-     "(the same code; the SDKs read the top one)"),
+    (r"send_(wrong_type|missing_topic)", r"entries\[\d+\]\.status\.code", "deliberate",
+     "a refused send (a wrong message type, a topic that does not exist): Apache answers the "
+     "top status only; ours also each entry's own status (the same code; the SDKs read the top "
+     "one)"),
     # ---------------------------------------------------------------- receive and ack
     (r"receive_(normal|fifo|delay)", r"answer\[\d+\]\.message\.system_properties\."
      r"invisible_duration", "deliberate",
@@ -115,9 +100,6 @@ PROXY_DEVIATIONS: Final[tuple[tuple[str, str, str, str], ...]] = (
     ("ack_bad_receipt_handle", r"(entries\[\d+\]\.)?status\.code", "deliberate",
      "an unparsable receipt handle: Apache answers INTERNAL_SERVER_ERROR, ours "
      "INVALID_RECEIPT_HANDLE (the v2 code for it)"),
-    ("receive_no_broker", r"answer\[\d+\]\.status\.code", "finding",
-     "a receive naming no broker: Apache picks one of the topic's brokers; ours answers "
-     "NOT_FOUND (the SDKs always name the broker QueryRoute or QueryAssignment gave them)"),
 )
 
 PROXY_KINDS: Final = POP_KINDS

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import attrs
 import h2.events
+import orjson
 from google.protobuf import duration_pb2, json_format, timestamp_pb2
 from google.protobuf.message import Message as PbMessage
 
@@ -32,6 +33,8 @@ TOPIC: Final = "ProxyOracleT"
 FIFO_TOPIC: Final = "ProxyOracleFifo"
 DELAY_TOPIC: Final = "ProxyOracleDelay"
 GROUP: Final = "ProxyOracleG"
+#: a group that consumes in order (consumeMessageOrderly): its consumers are told fifo
+ORDERLY_GROUP: Final = "ProxyOracleOrderG"
 MISSING_TOPIC: Final = "ProxyOracleNoSuchTopic"
 #: never sent to (a send to MISSING_TOPIC may create it: autoCreateTopicEnable)
 UNKNOWN_TOPIC: Final = "ProxyOracleNeverSeen"
@@ -50,6 +53,9 @@ SETUP: Final[tuple[Step, ...]] = (
          pop_scenario.create_topic(DELAY_TOPIC, "+message.type=DELAY")),
     Step("create_group", "broker", RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
          body=pop_scenario.group_body(GROUP, 16)),
+    Step("create_orderly_group", "broker", RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+         body=orjson.dumps({**orjson.loads(pop_scenario.group_body(ORDERLY_GROUP, 3)),
+                            "consumeMessageOrderly": True})),
 )
 
 Ctx = dict[str, Any]
@@ -108,6 +114,27 @@ def _now() -> timestamp_pb2.Timestamp:
     t = timestamp_pb2.Timestamp()
     t.FromMilliseconds(int(time.time() * 1000))
     return t
+
+
+def _endpoints(port: int) -> pb.Endpoints:
+    return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=port)])
+
+
+def orderly_telemetry(port: int) -> dict[str, Any]:
+    """A push consumer of ORDERLY_GROUP announced: the settings it is answered (fifo, the
+    group's retries)."""
+    client = H2Client(port, metadata=_metadata("proxy-oracle-orderly"))
+    try:
+        return _open_telemetry(client, pb.Settings(
+            client_type=pb.PUSH_CONSUMER, access_point=_endpoints(port),
+            request_timeout=_duration(3),
+            subscription=pb.Subscription(
+                group=pb.Resource(name=ORDERLY_GROUP), long_polling_timeout=_duration(5),
+                subscriptions=[pb.SubscriptionEntry(
+                    topic=pb.Resource(name=FIFO_TOPIC),
+                    expression=pb.FilterExpression(type=pb.TAG, expression="*"))])))
+    finally:
+        client.close()
 
 
 def connect(port: int) -> tuple[Clients, dict[str, Any], dict[str, Any]]:
@@ -283,6 +310,10 @@ STEPS: Final[tuple[tuple[str, CallStep, str], ...]] = (
                                          spb.QueryAssignmentRequest(
         topic=pb.Resource(name=TOPIC), group=pb.Resource(name=GROUP),
         endpoints=c.ctx["endpoints"])), "who reads which queue"),
+    ("query_assignment_orderly", lambda c: unary(c.consumer, "QueryAssignment",
+                                                 spb.QueryAssignmentRequest(
+        topic=pb.Resource(name=FIFO_TOPIC), group=pb.Resource(name=ORDERLY_GROUP),
+        endpoints=c.ctx["endpoints"])), "an orderly group: each queue"),
     ("send_normal", lambda c: _send(c, message(TOPIC, 1)), ""),
     ("send_fifo", lambda c: _send(c, message(FIFO_TOPIC, 2, group="g1", kind=pb.FIFO)), ""),
     ("send_delay", lambda c: _send(c, message(DELAY_TOPIC, 3, delay_ms=DELAY_MS,
@@ -314,7 +345,8 @@ STEPS: Final[tuple[tuple[str, CallStep, str], ...]] = (
 def replay(port: int) -> dict[str, dict[str, Any]]:
     """Every step against the proxy on ``port``: {step: flat answer}."""
     clients, pub, sub = connect(port)
-    views: dict[str, dict[str, Any]] = {"telemetry_producer": pub, "telemetry_consumer": sub}
+    views: dict[str, dict[str, Any]] = {"telemetry_producer": pub, "telemetry_consumer": sub,
+                                        "telemetry_orderly": orderly_telemetry(port)}
     clients.ctx["endpoints"] = pb.Endpoints(
         scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=port)])
     try:

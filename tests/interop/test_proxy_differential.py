@@ -93,7 +93,7 @@ def _diffs(both: Both, step: str) -> list[tuple[str, Any, Any]]:
     return scenario.compare(step, both.java[step], both.ours[step], ALLOWED)
 
 
-STEP_NAMES: Final = ("telemetry_producer", "telemetry_consumer",
+STEP_NAMES: Final = ("telemetry_producer", "telemetry_consumer", "telemetry_orderly",
                      *(name for name, _, _ in proxy_scenario.STEPS))
 
 

@@ -5,6 +5,7 @@ against an endpoint, one JSON line per event on stdout.
     probe.py ENDPOINT consume TOPIC GROUP COUNT DEADLINE_S
     probe.py ENDPOINT transaction TOPIC DEADLINE_S
     probe.py ENDPOINT push TOPIC GROUP CONSUMERS COUNT DEADLINE_S
+    probe.py ENDPOINT push_fifo TOPIC GROUP CONSUMERS GROUPS PER_GROUP DEADLINE_S
     probe.py ENDPOINT try_send TOPIC          (one send per account of $PROBE_ACCOUNTS)
     probe.py ENDPOINT stream TOPIC GROUP STOP_FILE DEADLINE_S
 
@@ -245,6 +246,78 @@ def push(endpoint, topic, group, consumers, count, deadline_s):
     emit(event="done")
 
 
+class FifoRecorder(MessageListener):
+    """Records each message's consumption, with when it began and ended (the SDK acks a FIFO
+    message right after its listener returns, before the group's next one), and whether
+    another consumer was in the same message group meanwhile."""
+
+    def __init__(self, who, state):
+        self.who, self.state = who, state
+
+    def consume(self, message):
+        group, seq = message.body.decode().split(":")
+        with self.state["lock"]:
+            overlap = group in self.state["busy"]
+            self.state["busy"].add(group)
+        start = time.monotonic()
+        time.sleep(0.003)  # a little work: consumers of one group at once would overlap
+        end = time.monotonic()
+        with self.state["lock"]:
+            self.state["busy"].discard(group)
+            self.state["seen"].add((group, int(seq)))
+        emit(event="consumed", who=self.who, group=group, seq=int(seq), start=start, end=end,
+             overlap=overlap, message_group=message.message_group,
+             attempt=message.delivery_attempt)
+        return ConsumeResult.SUCCESS
+
+
+def push_fifo(endpoint, topic, group, consumers, groups, per_group, deadline_s):
+    """CONSUMERS push consumers of the orderly GROUP, then GROUPS message groups of PER_GROUP
+    messages each (body "g<k>:<seq>"), the groups sent at once (a thread each): each message
+    consumed, each group's in order."""
+    config = _config(endpoint)
+    state = {"lock": threading.Lock(), "busy": set(), "seen": set()}
+    started = []
+    try:
+        for i in range(int(consumers)):
+            c = PushConsumer(config, group, FifoRecorder(f"c{i}", state),
+                             {topic: FilterExpression("*")}, tls_enable=TLS)
+            c.startup()
+            started.append(c)
+        emit(event="started", consumers=len(started), fifo=[c.fifo for c in started],
+             t=time.monotonic())
+        producer = Producer(config, (topic,), tls_enable=TLS)
+        producer.startup()
+
+        def send_group(k):  # one thread per message group: its sends one after the other
+            for seq in range(int(per_group)):
+                msg = _message(topic, f"g{k}:{seq}", "F")
+                msg.message_group = f"g{k}"
+                producer.send(msg)
+
+        senders = [threading.Thread(target=send_group, args=(k,)) for k in range(int(groups))]
+        try:
+            for t in senders:
+                t.start()
+            for t in senders:
+                t.join()
+        finally:
+            producer.shutdown()
+        emit(event="sent", t=time.monotonic())
+        want = int(groups) * int(per_group)
+        deadline = time.monotonic() + float(deadline_s)
+        while time.monotonic() < deadline:
+            with state["lock"]:
+                if len(state["seen"]) >= want:
+                    break
+            time.sleep(0.1)
+        emit(event="consumed_all", t=time.monotonic())
+    finally:
+        for c in started:
+            c.shutdown()
+    emit(event="done")
+
+
 def try_send(endpoint, topic):
     """One send per account of $PROBE_ACCOUNTS (a JSON list of [access key, secret key]):
     what the SDK says about each (sent, or its error), never a failed exit."""
@@ -338,6 +411,8 @@ if __name__ == "__main__":
         transaction(endpoint, *rest)
     elif scenario == "push":
         push(endpoint, *rest)
+    elif scenario == "push_fifo":
+        push_fifo(endpoint, *rest)
     elif scenario == "try_send":
         try_send(endpoint, *rest)
     elif scenario == "stream":

@@ -1,0 +1,137 @@
+"""What the proxy reads from the brokers' configs, as Apache's proxy does through its metadata
+service, and keeps for a while: a topic's 5.x message type (GET_TOPIC_CONFIG on a master of the
+topic's route: QueryRoute's accepted types, and a send to a topic no broker has is refused) and
+a subscription group's policy (GET_ALL_SUBSCRIPTIONGROUP_CONFIG on a master of a topic the
+group consumes: whether it consumes in order, its retries).
+
+An answer is kept ``ttl_s`` (a topic or group no broker has, ``missing_ttl_s``: one created a
+moment later is seen soon), at most ``max_entries`` of each kind. A lookup the brokers could
+not answer (no master, a timeout) is kept for no time and reads as "unknown": the caller goes
+on as it did before it knew (the broker still checks a send's type)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Final, Generic, TypeVar
+
+from ..client.errors import MQClientError, NoRouteError
+from ..client.frames import request
+from ..client.instance import ClientInstance
+from ..cluster.logging import get_logger
+from ..cluster.remoting.codes import RequestCode, ResponseCode
+from . import convert
+
+log = get_logger(node="proxy", component="metadata")
+#: how long a topic's or group's config is trusted (Apache's proxy refreshes its caches
+#: after 20 s: ``topicConfigCacheRefreshSeconds``, ``subscriptionGroupConfigCacheRefreshSeconds``)
+DEFAULT_TTL_S: Final = 20.0
+#: how long "no broker has it" is trusted
+DEFAULT_MISSING_TTL_S: Final = 2.0
+#: topics, and groups, kept at most (the oldest goes first)
+DEFAULT_MAX_ENTRIES: Final = 4096
+#: how long one config read may take: an SDK's startup waits for the Settings answer a
+#: group's read holds up (the Python SDK 10 s), so a master that does not answer costs less
+DEFAULT_READ_TIMEOUT_S: Final = 3.0
+
+T = TypeVar("T")
+
+
+class _Cache(Generic[T]):
+    """Values by key with a time they are fresh until; an expired one is kept (the last known,
+    for when a reload fails) until ``max_entries`` pushes it out, oldest first."""
+
+    def __init__(self, max_entries: int, clock: Callable[[], float]) -> None:
+        self.max_entries = max_entries
+        self.clock = clock
+        self._entries: dict[str, tuple[float, T]] = {}
+
+    def get(self, key: str) -> tuple[bool, T | None]:
+        """(fresh, the value known, fresh or not; None when none is)."""
+        hit = self._entries.get(key)
+        if hit is None:
+            return False, None
+        return hit[0] > self.clock(), hit[1]
+
+    def put(self, key: str, value: T, ttl_s: float) -> None:
+        self._entries.pop(key, None)
+        while len(self._entries) >= self.max_entries:
+            del self._entries[next(iter(self._entries))]
+        self._entries[key] = (self.clock() + ttl_s, value)
+
+
+class ProxyMetadata:
+    def __init__(self, instance: ClientInstance, *, ttl_s: float = DEFAULT_TTL_S,
+                 missing_ttl_s: float = DEFAULT_MISSING_TTL_S,
+                 max_entries: int = DEFAULT_MAX_ENTRIES,
+                 read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.instance = instance
+        self.read_timeout_s = read_timeout_s
+        self.ttl_s = ttl_s
+        self.missing_ttl_s = missing_ttl_s
+        self._topics: _Cache[convert.TopicInfo | None] = _Cache(max_entries, clock)
+        self._groups: _Cache[convert.GroupPolicy | None] = _Cache(max_entries, clock)
+
+    async def topic(self, topic: str) -> convert.TopicInfo | None:
+        """``topic``'s info (``convert.MISSING_TOPIC`` when no broker has it); when the brokers
+        cannot say, the last known (None: none)."""
+        fresh, known = self._topics.get(topic)
+        if fresh:
+            return known
+        info = await self._load_topic(topic)
+        if info is None:
+            return known
+        self._topics.put(topic, info, self.ttl_s if info.exists else self.missing_ttl_s)
+        return info
+
+    async def group(self, group: str, topic: str, broker_addr: str | None = None
+                    ) -> convert.GroupPolicy | None:
+        """The policy of ``group`` (consuming ``topic``), asked of ``broker_addr`` (else of a
+        master of ``topic``'s route); None when the broker has no such group. When the broker
+        cannot say, the last known (a failing master does not turn an orderly group's receive
+        into a disorderly one)."""
+        fresh, known = self._groups.get(group)
+        if fresh:
+            return known
+        try:
+            addrs = [broker_addr] if broker_addr else (await self._masters(topic))[:1]
+            policy = None
+            for addr in addrs:
+                resp = await self.instance.invoke_ok(
+                    addr, request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}),
+                    self.read_timeout_s)
+                policy = convert.group_policy(bytes(resp.body or b""), group)
+        except (MQClientError, ValueError) as exc:
+            log.info("group config unknown", group=group, topic=topic, error=str(exc)[:200])
+            return known
+        self._groups.put(group, policy, self.ttl_s if policy is not None else self.missing_ttl_s)
+        return policy
+
+    async def _masters(self, topic: str) -> list[str]:
+        route = await self.instance.fetch_route(topic)
+        return [addr for bd in sorted(route.broker_datas, key=lambda b: b.broker_name)
+                if (addr := bd.broker_addrs.get(convert.MASTER_ID))]
+
+    async def _load_topic(self, topic: str) -> convert.TopicInfo | None:
+        try:
+            masters = await self._masters(topic)
+        except NoRouteError:
+            return convert.MISSING_TOPIC
+        except MQClientError as exc:
+            log.info("topic config unknown", topic=topic, error=str(exc)[:200])
+            return None
+        for addr in masters:
+            try:
+                resp = await self.instance.invoke(
+                    addr, request(RequestCode.GET_TOPIC_CONFIG, {"topic": topic}),
+                    self.read_timeout_s)
+                if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+                    continue
+                if resp.code == ResponseCode.SUCCESS:
+                    return convert.topic_info(bytes(resp.body or b""))
+                log.info("topic config refused", topic=topic, addr=addr, code=resp.code)
+            except (MQClientError, ValueError) as exc:
+                log.info("topic config unknown", topic=topic, addr=addr, error=str(exc)[:200])
+            return None
+        return convert.MISSING_TOPIC
