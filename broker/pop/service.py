@@ -295,11 +295,13 @@ class PopService:
     # ------------------------------------------------------------------ revive scan
 
     def _scan_start(self, qid: int) -> int:
+        """Where a scan of ``qid`` goes on: after the ``CID_RMQ_SYS_REVIVE_GROUP`` offset,
+        which names (as Apache's does) the last revive log record done with, not the next."""
         start = self._scanned.get(qid)
         if start is None:
             committed = self.ctrl.offsets.query(wire.REVIVE_GROUP, self.revive_topic, qid)
-            start = max(committed, self.ctrl.store.get_min_offset_in_queue(
-                self.revive_topic, qid))
+            start = max(committed + 1 if committed >= 0 else 0,
+                        self.ctrl.store.get_min_offset_in_queue(self.revive_topic, qid))
             self._scanned[qid] = start
         return start
 
@@ -404,8 +406,9 @@ class PopService:
             self._mark_revived(pending, revived)
             self.ledger.finish(pending)
         for qid, scanned in self._scanned.items():
-            ctrl.offsets.commit(wire.REVIVE_GROUP, self.revive_topic, qid,
-                                self.ledger.revive_offset(qid, scanned))
+            done = self.ledger.revive_offset(qid, scanned) - 1  # the last one done with
+            if done >= 0:
+                ctrl.offsets.commit(wire.REVIVE_GROUP, self.revive_topic, qid, done)
         return moved
 
     def _mark_revived(self, pending: PendingCheckpoint, offsets: list[int]) -> None:
