@@ -48,6 +48,7 @@ from ...cluster.protocol.message import (
 from ...cluster.protocol.route import PermName
 from ...store.commitlog import PutMessageStatus
 from ...store.message_store import GetMessageStatus, MessageFilter
+from ...store.timer.hook import TIMER_DELIVER_MS, TIMER_OUT_MS
 from ..topic_config import dlq_topic
 from .state import OrderBlocks, ReviveLedger
 
@@ -63,6 +64,11 @@ DLQ_NUMS: Final = 1
 REVIVE_READ_BATCH: Final = 256
 #: Messages re-put per scan round at most (the rest waits for the next round).
 MAX_REVIVE_PER_ROUND: Final = 4096
+#: A checkpoint that reached the revive log through the timer (Apache's broker writes them so:
+#: due 1 s before its revive time, its acks due at that time) is revived this long after its
+#: revive time, so the acks the timer delivers after it are read first (Apache's own revive
+#: waits until its scan saw records 2 s past the revive time; the timer is 1 s coarse).
+DELAYED_CK_ACK_WAIT_MS: Final = 5_000
 _S = GetMessageStatus
 log = get_logger(role="pop")
 
@@ -260,13 +266,19 @@ class PopService:
     # ------------------------------------------------------------------ the revive log
 
     def _revive_record(self, body: bytes, revive_qid: int, tag: str) -> Message:
+        """A ck or ack record. Its ``TIMER_DELIVER_MS`` is the time it is written: when it
+        reaches the revive log, as Apache's timer-delivered ones say when they did (Apache's
+        revive scan revives nothing until it has read a record delivered 2 s past a
+        checkpoint's revive time, so without it an Apache broker booted on this store would
+        never revive our checkpoints). The send path's timer rule never sees these records."""
         ctrl = self.ctrl
         topic = self.revive_topic
         self.ensure_topic(topic, self.revive_queue_num)
+        now = ctrl.now_ms()
         return Message(
             topic=topic, body=body, queue_id=revive_qid,
-            properties={MessageConst.PROPERTY_TAGS: tag},
-            born_timestamp=ctrl.now_ms(), born_host=ctrl.store_host,
+            properties={MessageConst.PROPERTY_TAGS: tag, TIMER_DELIVER_MS: str(now)},
+            born_timestamp=now, born_host=ctrl.store_host,
             store_host=ctrl.store_host,
         )
 
@@ -359,7 +371,9 @@ class PopService:
                 ck = wire.Checkpoint.decode(rec.body)
                 if self._recovering:
                     self._recover_pop_offset(ck)
-                self.ledger.add_checkpoint(ck, qid, log_offset)
+                delayed = TIMER_OUT_MS in rec.properties
+                self.ledger.add_checkpoint(
+                    ck, qid, log_offset, DELAYED_CK_ACK_WAIT_MS if delayed else 0)
             elif rec.tags == wire.ACK_TAG:
                 self.ledger.add_ack(wire.AckRecord.decode(rec.body))
             elif rec.tags == wire.BATCH_ACK_TAG:  # Apache's batch acks (its revive log)

@@ -52,6 +52,13 @@ class PendingCheckpoint:
     #: where the checkpoint record sits in its revive queue
     log_offset: int
     acked: set[int] = attrs.field(factory=set)
+    #: how long after its revive time it is due (a checkpoint delayed by a timer, as Apache
+    #: writes them, waits for its acks: the timer delivers them after it)
+    wait_ms: int = 0
+
+    @property
+    def due_ms(self) -> int:
+        return self.ck.revive_time + self.wait_ms
 
     def unacked(self) -> list[int]:
         return [o for o in self.ck.offsets if o not in self.acked]
@@ -66,11 +73,13 @@ class ReviveLedger:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def add_checkpoint(self, ck: Checkpoint, revive_qid: int, log_offset: int) -> None:
+    def add_checkpoint(
+        self, ck: Checkpoint, revive_qid: int, log_offset: int, wait_ms: int = 0
+    ) -> None:
         key = ck_key(ck)
         if key in self._pending:
             return
-        pending = PendingCheckpoint(ck, revive_qid, log_offset)
+        pending = PendingCheckpoint(ck, revive_qid, log_offset, wait_ms=wait_ms)
         pending.acked |= self._early_acks.pop(key, set())
         if not pending.unacked():
             return
@@ -89,8 +98,8 @@ class ReviveLedger:
 
     def due(self, now_ms: int) -> list[PendingCheckpoint]:
         """Unfinished checkpoints whose invisible time ran out, oldest first."""
-        out = [p for p in self._pending.values() if p.ck.revive_time <= now_ms]
-        out.sort(key=lambda p: p.ck.revive_time)
+        out = [p for p in self._pending.values() if p.due_ms <= now_ms]
+        out.sort(key=lambda p: p.due_ms)
         return out
 
     def finish(self, pending: PendingCheckpoint) -> None:
