@@ -218,7 +218,7 @@ class OrderBlocks:
     def encode(self) -> bytes:
         """``consumerOrderInfo.json``: ``{"table": {"<topic>@<group>": {<queueId>: info}}}``
         (the queue id an unquoted integer key, as fastjson writes Apache's)."""
-        table: dict[str, dict[str, Any]] = {}
+        table: dict[str, dict[int, Any]] = {}
         for (topic, group, qid), block in self._blocks.items():
             table.setdefault(f"{topic}@{group}", {})[qid] = block.to_json_obj()
         return fastjson.dumps({"table": table})
