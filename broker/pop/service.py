@@ -13,10 +13,12 @@ boot the ``CID_RMQ_SYS_REVIVE_GROUP`` offsets), keeps every unfinished checkpoin
 the pop retry topic ``%RETRY%<group>_<topic>`` (one more reconsume time) -- or into
 ``%DLQ%<group>`` once they were consumed ``retryMaxTimes`` times --, acks what it revived in the
 revive log (after the copies: a scan that reads the checkpoint again, after a restart or on a
-promoted slave, finds it finished and does not revive it twice), and then moves the revive
-offset to its queue's oldest unfinished checkpoint. Apache delays each ``ck`` record through
-its timer store to the revive time instead; the scan reads the same records either way, so
-a timer can take the waiting over later (``ReviveLedger`` is the seam).
+promoted slave, finds it finished and does not revive it twice), and then commits the revive
+offset, which names (as Apache's does) the record before its queue's oldest unfinished
+checkpoint. Apache delays each ``ck`` record through its timer store to 1 s before the revive
+time (and each ack to that time) instead; the scan reads the same records either way (on a
+store Apache wrote, our timer delivers them), and a checkpoint that came through the timer
+waits ``DELAYED_CK_ACK_WAIT_MS`` more for its acks (``ReviveLedger`` is the seam).
 
 Orderly pops (``order=true``) write no checkpoint, as Apache's do: ``OrderBlocks`` keeps one
 batch per queue in flight until acked, and the broker writes the blocks to
@@ -349,10 +351,9 @@ class PopService:
             log.info("pop recovery: revive log read", records=read, moved=self._moved,
                      scanned=dict(self._scanned), pending=len(self.ledger))
         self._recovering = False
-        # our checkpoints precede their acks in the log: an ack whose checkpoint was not read
-        # by now belongs to a finished one (late, or a duplicate) and is dropped. (With
-        # checkpoints delayed by a timer, as Apache writes them, keep them for the invisible
-        # time instead: the seam in ReviveLedger.add_ack.)
+        # checkpoints precede their acks in the log (ours: written first; Apache's: delivered
+        # by the timer 1 s before them): an ack whose checkpoint was not read by now belongs
+        # to a finished one (late, or a duplicate) and is dropped
         self.ledger.forget_early_acks()
         return read
 
