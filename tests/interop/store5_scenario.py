@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Final
 
 import attrs
@@ -26,6 +27,8 @@ from rmq_cluster.cluster.protocol.message import iter_records
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode as RC
+from rmq_cluster.store.timer import layout
+from rmq_cluster.store.timer.hook import slot_time
 from tests.interop import pop_scenario as ps
 from tests.interop import scenario
 
@@ -53,6 +56,8 @@ SETTLE_S: Final = 3.0
 #: rounds of a few seconds; ~10 s, more on a busy machine).
 WRITER_REVIVE_S: Final = 45.0
 POLL_S: Final = 0.5
+#: timerPrecisionMs, both brokers' default
+PRECISION_MS: Final = 1000
 POP_NUMS: Final = 4
 
 
@@ -74,6 +79,7 @@ class Written:
     revived_on_writer: str = ""
     timers: dict[str, int] = attrs.field(factory=dict)  # UNIQ_KEY -> due ms
     far_timer: str = ""
+    far_due_ms: int = 0
 
 
 @attrs.define
@@ -189,7 +195,7 @@ async def write_state(broker: str, lead_ms: int = 0) -> Written:
             await _send(client, broker, TIMER_TOPIC, 30 + n, f"timer-{n}",
                         {"TIMER_DELIVER_MS": str(due)})
             if delay == FAR_DELAY_MS:
-                w.far_timer = key
+                w.far_timer, w.far_due_ms = key, due
             else:
                 w.timers[key] = due
         assert await _max_offset(client, broker, TIMER_TOPIC) == 0, "a timer fired early"
@@ -247,6 +253,13 @@ async def watch(broker: str, w: Written) -> Seen:
         seen.expire_retry_max = await _max_offset(
             client, broker, f"%RETRY%{EXPIRE_GROUP}_{EXPIRE_TOPIC}")
     return seen
+
+
+def far_timer_in_wheel(store: Path, w: Written) -> bool:
+    """The timer due in hours still has its slot in the store's wheel (the reader kept it)."""
+    wheel = (store / "timerwheel").read_bytes()
+    slot = layout.read_slot(wheel, slot_time(w.far_due_ms, PRECISION_MS), PRECISION_MS)
+    return slot.time_ms != -1 and slot.num >= 1
 
 
 def check(w: Written, seen: Seen) -> list[str]:

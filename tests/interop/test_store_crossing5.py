@@ -80,7 +80,10 @@ def _apache_then_ours(cp: str, root: Path, stop: str) -> list[str]:
         shutil.copytree(java.store_dir, root / "ours" / "store")
     with oracle.running_cluster("ours", root / "ours") as ours:
         seen = trio.run(s5.watch, ours.broker_addr, written)
-    return [f"{stop}: {error}" for error in s5.check(written, seen)]
+    errors = s5.check(written, seen)
+    if not s5.far_timer_in_wheel(root / "ours" / "store", written):
+        errors.append("the timer due in hours is gone from the wheel")
+    return [f"{stop}: {error}" for error in errors]
 
 
 def test_our_broker_boots_on_apache5_store(java5_classpath: str, tmp_path: Path) -> None:
@@ -100,4 +103,6 @@ def test_apache5_boots_on_our_store(java5_classpath: str, tmp_path: Path) -> Non
     with oracle.running_cluster("java5", tmp_path / "java5", cp=java5_classpath) as java:
         seen = trio.run(s5.watch, java.broker_addr, written)
     errors = s5.check(written, seen)
+    if not s5.far_timer_in_wheel(tmp_path / "java5" / "store", written):
+        errors.append("the timer due in hours is gone from the wheel")
     assert not errors, "\n".join(errors)
