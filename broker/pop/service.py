@@ -13,10 +13,12 @@ boot the ``CID_RMQ_SYS_REVIVE_GROUP`` offsets), keeps every unfinished checkpoin
 the pop retry topic ``%RETRY%<group>_<topic>`` (one more reconsume time) -- or into
 ``%DLQ%<group>`` once they were consumed ``retryMaxTimes`` times --, acks what it revived in the
 revive log (after the copies: a scan that reads the checkpoint again, after a restart or on a
-promoted slave, finds it finished and does not revive it twice), and then moves the revive
-offset to its queue's oldest unfinished checkpoint. Apache delays each ``ck`` record through
-its timer store to the revive time instead; the scan reads the same records either way, so
-a timer can take the waiting over later (``ReviveLedger`` is the seam).
+promoted slave, finds it finished and does not revive it twice), and then commits the revive
+offset, which names (as Apache's does) the record before its queue's oldest unfinished
+checkpoint. Apache delays each ``ck`` record through its timer store to 1 s before the revive
+time (and each ack to that time) instead; the scan reads the same records either way (on a
+store Apache wrote, our timer delivers them), and a checkpoint that came through the timer
+waits ``DELAYED_CK_ACK_WAIT_MS`` more for its acks (``ReviveLedger`` is the seam).
 
 Orderly pops (``order=true``) write no checkpoint, as Apache's do: ``OrderBlocks`` keeps one
 batch per queue in flight until acked, and the broker writes the blocks to
@@ -48,6 +50,7 @@ from ...cluster.protocol.message import (
 from ...cluster.protocol.route import PermName
 from ...store.commitlog import PutMessageStatus
 from ...store.message_store import GetMessageStatus, MessageFilter
+from ...store.timer.hook import TIMER_DELIVER_MS, TIMER_OUT_MS
 from ..topic_config import dlq_topic
 from .state import OrderBlocks, ReviveLedger
 
@@ -63,6 +66,11 @@ DLQ_NUMS: Final = 1
 REVIVE_READ_BATCH: Final = 256
 #: Messages re-put per scan round at most (the rest waits for the next round).
 MAX_REVIVE_PER_ROUND: Final = 4096
+#: A checkpoint that reached the revive log through the timer (Apache's broker writes them so:
+#: due 1 s before its revive time, its acks due at that time) is revived this long after its
+#: revive time, so the acks the timer delivers after it are read first (Apache's own revive
+#: waits until its scan saw records 2 s past the revive time; the timer is 1 s coarse).
+DELAYED_CK_ACK_WAIT_MS: Final = 5_000
 _S = GetMessageStatus
 log = get_logger(role="pop")
 
@@ -260,13 +268,19 @@ class PopService:
     # ------------------------------------------------------------------ the revive log
 
     def _revive_record(self, body: bytes, revive_qid: int, tag: str) -> Message:
+        """A ck or ack record. Its ``TIMER_DELIVER_MS`` is the time it is written: when it
+        reaches the revive log, as Apache's timer-delivered ones say when they did (Apache's
+        revive scan revives nothing until it has read a record delivered 2 s past a
+        checkpoint's revive time, so without it an Apache broker booted on this store would
+        never revive our checkpoints). The send path's timer rule never sees these records."""
         ctrl = self.ctrl
         topic = self.revive_topic
         self.ensure_topic(topic, self.revive_queue_num)
+        now = ctrl.now_ms()
         return Message(
             topic=topic, body=body, queue_id=revive_qid,
-            properties={MessageConst.PROPERTY_TAGS: tag},
-            born_timestamp=ctrl.now_ms(), born_host=ctrl.store_host,
+            properties={MessageConst.PROPERTY_TAGS: tag, TIMER_DELIVER_MS: str(now)},
+            born_timestamp=now, born_host=ctrl.store_host,
             store_host=ctrl.store_host,
         )
 
@@ -295,11 +309,13 @@ class PopService:
     # ------------------------------------------------------------------ revive scan
 
     def _scan_start(self, qid: int) -> int:
+        """Where a scan of ``qid`` goes on: after the ``CID_RMQ_SYS_REVIVE_GROUP`` offset,
+        which names (as Apache's does) the last revive log record done with, not the next."""
         start = self._scanned.get(qid)
         if start is None:
             committed = self.ctrl.offsets.query(wire.REVIVE_GROUP, self.revive_topic, qid)
-            start = max(committed, self.ctrl.store.get_min_offset_in_queue(
-                self.revive_topic, qid))
+            start = max(committed + 1 if committed >= 0 else 0,
+                        self.ctrl.store.get_min_offset_in_queue(self.revive_topic, qid))
             self._scanned[qid] = start
         return start
 
@@ -335,10 +351,9 @@ class PopService:
             log.info("pop recovery: revive log read", records=read, moved=self._moved,
                      scanned=dict(self._scanned), pending=len(self.ledger))
         self._recovering = False
-        # our checkpoints precede their acks in the log: an ack whose checkpoint was not read
-        # by now belongs to a finished one (late, or a duplicate) and is dropped. (With
-        # checkpoints delayed by a timer, as Apache writes them, keep them for the invisible
-        # time instead: the seam in ReviveLedger.add_ack.)
+        # checkpoints precede their acks in the log (ours: written first; Apache's: delivered
+        # by the timer 1 s before them): an ack whose checkpoint was not read by now belongs
+        # to a finished one (late, or a duplicate) and is dropped
         self.ledger.forget_early_acks()
         return read
 
@@ -357,7 +372,9 @@ class PopService:
                 ck = wire.Checkpoint.decode(rec.body)
                 if self._recovering:
                     self._recover_pop_offset(ck)
-                self.ledger.add_checkpoint(ck, qid, log_offset)
+                delayed = TIMER_OUT_MS in rec.properties
+                self.ledger.add_checkpoint(
+                    ck, qid, log_offset, DELAYED_CK_ACK_WAIT_MS if delayed else 0)
             elif rec.tags == wire.ACK_TAG:
                 self.ledger.add_ack(wire.AckRecord.decode(rec.body))
             elif rec.tags == wire.BATCH_ACK_TAG:  # Apache's batch acks (its revive log)
@@ -404,8 +421,9 @@ class PopService:
             self._mark_revived(pending, revived)
             self.ledger.finish(pending)
         for qid, scanned in self._scanned.items():
-            ctrl.offsets.commit(wire.REVIVE_GROUP, self.revive_topic, qid,
-                                self.ledger.revive_offset(qid, scanned))
+            done = self.ledger.revive_offset(qid, scanned) - 1  # the last one done with
+            if done >= 0:
+                ctrl.offsets.commit(wire.REVIVE_GROUP, self.revive_topic, qid, done)
         return moved
 
     def _mark_revived(self, pending: PendingCheckpoint, offsets: list[int]) -> None:

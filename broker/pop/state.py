@@ -52,6 +52,13 @@ class PendingCheckpoint:
     #: where the checkpoint record sits in its revive queue
     log_offset: int
     acked: set[int] = attrs.field(factory=set)
+    #: how long after its revive time it is due (a checkpoint delayed by a timer, as Apache
+    #: writes them, waits for its acks: the timer delivers them after it)
+    wait_ms: int = 0
+
+    @property
+    def due_ms(self) -> int:
+        return self.ck.revive_time + self.wait_ms
 
     def unacked(self) -> list[int]:
         return [o for o in self.ck.offsets if o not in self.acked]
@@ -66,11 +73,13 @@ class ReviveLedger:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def add_checkpoint(self, ck: Checkpoint, revive_qid: int, log_offset: int) -> None:
+    def add_checkpoint(
+        self, ck: Checkpoint, revive_qid: int, log_offset: int, wait_ms: int = 0
+    ) -> None:
         key = ck_key(ck)
         if key in self._pending:
             return
-        pending = PendingCheckpoint(ck, revive_qid, log_offset)
+        pending = PendingCheckpoint(ck, revive_qid, log_offset, wait_ms=wait_ms)
         pending.acked |= self._early_acks.pop(key, set())
         if not pending.unacked():
             return
@@ -89,8 +98,8 @@ class ReviveLedger:
 
     def due(self, now_ms: int) -> list[PendingCheckpoint]:
         """Unfinished checkpoints whose invisible time ran out, oldest first."""
-        out = [p for p in self._pending.values() if p.ck.revive_time <= now_ms]
-        out.sort(key=lambda p: p.ck.revive_time)
+        out = [p for p in self._pending.values() if p.due_ms <= now_ms]
+        out.sort(key=lambda p: p.due_ms)
         return out
 
     def finish(self, pending: PendingCheckpoint) -> None:
@@ -137,41 +146,49 @@ class OrderBlock:
         return [o for o in self.offsets if o not in self.acked]
 
     def to_json_obj(self) -> dict[str, Any]:
-        """Apache's ``OrderInfo``: offsets as the first one and the others' distances from
-        it, acks as bits by position, counts and moved deadlines only where they differ."""
+        """Apache's ``OrderInfo`` under the names its fastjson annotations give the fields
+        (``o`` offsets as the first one and the others' distances from it, ``cm`` acks as
+        bits by position, ``oc`` counts and ``ot`` moved deadlines only where they differ,
+        keyed by offset; ``l`` last consume time, ``i`` invisible time, ``a`` attempt id)."""
         first = self.offsets[0]
         default = self.pop_time + self.invisible_ms
+        moved = {o: d for o, d in self.deadlines.items() if d != default}
+        counts = {o: c for o, c in self.counts.items() if c > 0}
         return {
             "popTime": self.pop_time,
-            "invisibleTime": self.invisible_ms,
-            "offsetList": [first] + [o - first for o in self.offsets[1:]],
-            "offsetNextVisibleTime": {str(o): d for o, d in self.deadlines.items()
-                                      if d != default},
-            "offsetConsumedCount": {str(o): c for o, c in self.counts.items() if c > 0},
-            "lastConsumeTimestamp": self.pop_time,
-            "commitOffsetBit": sum(1 << i for i, o in enumerate(self.offsets)
-                                   if o in self.acked),
-            "attemptId": self.attempt_id,
+            "i": self.invisible_ms,
+            "o": [first] + [o - first for o in self.offsets[1:]],
+            "ot": moved or None,
+            "oc": counts or None,
+            "l": self.pop_time,
+            "cm": sum(1 << i for i, o in enumerate(self.offsets) if o in self.acked),
+            "a": self.attempt_id,
         }
 
     @classmethod
     def from_json_obj(cls, obj: Mapping[str, Any]) -> OrderBlock:
-        """One ``OrderInfo`` (ours or Apache's); ValueError for anything malformed."""
-        pop_time, invisible = _int(obj.get("popTime")), _int(obj.get("invisibleTime") or 0)
-        raw = obj.get("offsetList")
+        """One ``OrderInfo`` (Apache's short names, or the long ones our earlier versions
+        wrote); ValueError for anything malformed."""
+        def field(short: str, long: str) -> Any:
+            return obj.get(short, obj.get(long))
+
+        pop_time, invisible = _int(obj.get("popTime")), _int(field("i", "invisibleTime") or 0)
+        raw = field("o", "offsetList")
         if not isinstance(raw, list) or not 0 < len(raw) <= MAX_POP_MSG_NUMS:
             raise ValueError("offsetList must list 1 to 32 offsets")
         first = _int(raw[0])
         offsets = [first] + [first + _int(d) for d in raw[1:]]
-        bits = _int(obj.get("commitOffsetBit") or 0)
-        moved = _int_map(obj.get("offsetNextVisibleTime"))
-        attempt = obj.get("attemptId")
+        bits = _int(field("cm", "commitOffsetBit") or 0)
+        moved = _int_map(field("ot", "offsetNextVisibleTime"))
+        counted = _int_map(field("oc", "offsetConsumedCount"))
+        attempt = field("a", "attemptId")
         return cls(
             offsets=offsets, pop_time=pop_time,
             deadlines={o: moved.get(o, pop_time + invisible) for o in offsets},
             acked={o for i, o in enumerate(offsets) if bits >> i & 1},
-            counts={o: c for o, c in _int_map(obj.get("offsetConsumedCount")).items()
-                    if o in offsets},
+            # a message of the batch without a count was handed out once (count 0), as
+            # Apache's file leaves it: its next pop counts 1
+            counts={o: counted.get(o, 0) for o in offsets},
             attempt_id=attempt if isinstance(attempt, str) else None,
             handles={pop_time}, invisible_ms=invisible,
         )
@@ -199,10 +216,11 @@ class OrderBlocks:
         self.changed = False
 
     def encode(self) -> bytes:
-        """``consumerOrderInfo.json``: ``{"table": {"<topic>@<group>": {"<queueId>": info}}}``."""
-        table: dict[str, dict[str, Any]] = {}
+        """``consumerOrderInfo.json``: ``{"table": {"<topic>@<group>": {<queueId>: info}}}``
+        (the queue id an unquoted integer key, as fastjson writes Apache's)."""
+        table: dict[str, dict[int, Any]] = {}
         for (topic, group, qid), block in self._blocks.items():
-            table.setdefault(f"{topic}@{group}", {})[str(qid)] = block.to_json_obj()
+            table.setdefault(f"{topic}@{group}", {})[qid] = block.to_json_obj()
         return fastjson.dumps({"table": table})
 
     def load(self, data: bytes) -> int:

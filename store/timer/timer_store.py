@@ -24,7 +24,9 @@ every delivery made after that offset, by this broker before a crash or by anoth
 the group while this one was a slave, is found in the consume queues of the topics it went to
 (delivered records carry ``TIMER_DEQUEUE_MS``, their ``UNIQ_KEY`` and ``TIMER_OUT_MS``), and
 the walk skips them until every slot known at ``open`` is delivered. A store without timer
-files (a slave promoted) starts from the head of the timer queue and skips in the same way.
+files (a slave promoted) starts from the head of the timer queue and skips in the same way; a
+checkpoint without the mark (Apache's broker wrote the store) has every delivery since the
+timer queue's oldest message looked for.
 """
 
 from __future__ import annotations
@@ -221,10 +223,17 @@ class TimerStore:
     def _start_recovery(self, cp: L.Checkpoint, fresh: bool) -> None:
         store = self.store
         queue_end = store.get_max_offset_in_queue(TIMER_TOPIC, 0)
-        if fresh or cp.delivering_from_phys < 0:
+        if fresh:
             since = store.get_commitlog_offset_in_queue(TIMER_TOPIC, 0, self.queue_offset)
             if self.queue_offset >= queue_end:
                 since = store.max_phys_offset
+        elif cp.delivering_from_phys < 0:
+            # a checkpoint without our delivery mark: Apache's broker wrote it, and its read
+            # time may be far behind what it delivered (5.3.1 killed -9 left the values of its
+            # boot): any message still in the timer queue may have been delivered already
+            low = store.get_min_offset_in_queue(TIMER_TOPIC, 0)
+            since = (store.get_commitlog_offset_in_queue(TIMER_TOPIC, 0, low)
+                     if low < queue_end else store.max_phys_offset)
         else:
             since = cp.delivering_from_phys
         self._safe_phys = since

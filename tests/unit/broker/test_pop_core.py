@@ -4,6 +4,8 @@ FIFO message group's queue (checked against Guava's consistentHash as the 5.x pr
 
 from __future__ import annotations
 
+from typing import Final
+
 import pytest
 
 from rmq_cluster.broker.pop.modes import RequestModeTable, allocate_averagely, allocate_for_pop
@@ -56,6 +58,18 @@ def test_ledger_finishes_acked_and_revives_due() -> None:
         ledger.add_ack(wire.AckRecord("T", "G", 0, 5, off, 1000, "b"))
     ledger.add_checkpoint(ck, 2, 41)
     assert len(ledger) == 0
+
+
+def test_ledger_waits_for_the_acks_of_a_checkpoint_a_timer_delivered() -> None:
+    """Apache's checkpoints reach the revive log through its timer 1 s before their revive
+    time, their acks at it: such a checkpoint waits until the timer has delivered its acks."""
+    ledger = ReviveLedger()
+    ck = wire.Checkpoint("T", "G", 0, 5, 1000, 500, (0, 1), "b")
+    ledger.add_checkpoint(ck, 0, 7, wait_ms=5000)
+    assert ledger.due(1500) == [] and ledger.due(6499) == []
+    ledger.add_ack(wire.AckRecord("T", "G", 0, 5, 5, 1000, "b"))
+    (due,) = ledger.due(6500)
+    assert due.unacked() == [6]
 
 
 def test_order_blocks_one_batch_in_flight() -> None:
@@ -136,10 +150,11 @@ def test_order_blocks_file_round_trip_in_apache_layout() -> None:
     blocks.change_invisible(key, 10, 1000, 1200, 900)
     assert blocks.ack(key, 8, 1000) == 7 and blocks.changed
     data = blocks.encode()
+    assert b'"T@G":{2:{' in data  # the queue id an unquoted integer, as fastjson writes it
     info = fastjson.loads(data)["table"]["T@G"]["2"]
-    assert info["offsetList"] == [7, 1, 3] and info["commitOffsetBit"] == 0b010
-    assert info["popTime"] == 1000 and info["invisibleTime"] == 500
-    assert info["offsetNextVisibleTime"] == {"10": 2100} and info["attemptId"] == "a1"
+    assert info["o"] == [7, 1, 3] and info["cm"] == 0b010
+    assert info["popTime"] == 1000 and info["i"] == 500
+    assert info["ot"] == {"10": 2100} and info["a"] == "a1" and "oc" not in info
     again = OrderBlocks()
     assert again.load(data) == 0 and not again.changed
     assert again.blocked(key, 1400) and not again.blocked(key, 2200)
@@ -149,6 +164,41 @@ def test_order_blocks_file_round_trip_in_apache_layout() -> None:
     reloaded = OrderBlocks()
     reloaded.load(blocks.encode())
     assert reloaded.popped(key, [7, 10], 2200, 500) == {7: 2, 10: 2}
+
+
+#: config/consumerOrderInfo.json as Apache 5.3.1's broker wrote it (tests/interop/
+#: test_store_crossing5.py): a batch of offsets 0 and 1 popped orderly, the first acked. Its
+#: fastjson annotations name the fields (``o``, ``cm``, ``i``, ``l``, ...), not the getters.
+APACHE_ORDER_INFO: Final = b"""{
+\t"table":{
+\t\t"Cross5Fifo@Cross5OG":{0:{
+\t\t\t\t"cm":1,
+\t\t\t\t"i":30000,
+\t\t\t\t"l":1795990543089,
+\t\t\t\t"o":[
+\t\t\t\t\t0,
+\t\t\t\t\t1
+\t\t\t\t],
+\t\t\t\t"oc":{1:2},
+\t\t\t\t"popTime":1795990543081
+\t\t\t}
+\t\t}
+\t}
+}"""
+
+
+def test_order_blocks_read_apaches_file() -> None:
+    blocks = OrderBlocks()
+    assert blocks.load(APACHE_ORDER_INFO) == 0
+    key = ("Cross5Fifo", "Cross5OG", 0)
+    pop_time = 1795990543081
+    assert blocks.blocked(key, pop_time + 29_999) and not blocks.blocked(key, pop_time + 30_000)
+    assert blocks.count(key, 1) == 2 and blocks.count(key, 0) == 0
+    assert blocks.ack(key, 1, pop_time) == 2  # offset 0 was acked already: the batch is done
+    # popped again once visible: offset 0 had no count (handed out once), so it counts 1
+    again = OrderBlocks()
+    again.load(APACHE_ORDER_INFO)
+    assert again.popped(key, [0, 1], pop_time + 30_000, 1000) == {0: 1, 1: 3}
 
 
 def test_order_blocks_file_refuses_malformed_entries() -> None:

@@ -267,6 +267,33 @@ def test_promoted_slave_without_timer_files_delivers_the_rest_once(tmp_path: Pat
     store.close()
 
 
+def test_apaches_stale_checkpoint_after_its_kill9_delivers_nothing_twice(tmp_path: Path) -> None:
+    """Apache 5.3.1 killed -9 left its timercheck as it wrote it at boot (read time days back,
+    queue offset 0, no delivery mark of ours: tests/interop/test_store_crossing5.py); what it
+    had delivered since is in the consume queues, and is not delivered again."""
+    clock = Clock()
+    store, timer = opened(tmp_path, clock)
+    for i in range(4):
+        send(store, clock, f"e{i}".encode(), 1000 + 2000 * i)  # slots T0+1s, 3s, 5s, 7s
+    clock.ms = T0 + 4000
+    run(timer)
+    assert bodies(store) == [b"e0", b"e1"]
+    timer.close()
+    page = bytearray(L.CHECKPOINT_PAGE_BYTES)
+    L.CHECKPOINT.pack_into(page, 0, T0 - 3 * 86_400_000, 0, 0, 0, 0, T0, 1)
+    (tmp_path / "config" / "timercheck").write_bytes(bytes(page))
+    clock.ms = T0 + 6000
+    again = TimerStore(store, store.config, HOST, clock)
+    again.open()
+    run(again)
+    assert bodies(store) == [b"e0", b"e1", b"e2"]
+    clock.ms = T0 + 9000
+    run(again)
+    assert bodies(store) == [b"e0", b"e1", b"e2", b"e3"]
+    again.close()
+    store.close()
+
+
 def test_hostile_timer_records_are_skipped(tmp_path: Path) -> None:
     clock = Clock()
     store, timer = opened(tmp_path, clock)
