@@ -32,8 +32,9 @@ from ..cluster.protocol.message import (
 )
 from .commitlog import CommitLog, DispatchRequest
 from .config import MAX_DISPATCH_BYTES_PER_ROUND, MessageStoreConfig
-from .consume_queue import CQ_RUN_MAX_UNITS, ConsumeQueue
+from .consume_queue import CQ_RUN_MAX_UNITS, UNIT, ConsumeQueue
 from .index_file import IndexService
+from .mapped_file import DirSyncLedger
 from .paths import StorePathError, StoreRoot, is_valid_component
 from .record import (
     SCAN_BLANK,
@@ -60,6 +61,8 @@ class ConsumeQueueTable:
         self.root = self.guard.path
         self.file_size = config.cq_file_size
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        #: names of new ConsumeQueue segments, made durable by the logics flush
+        self.ledger = DirSyncLedger()
 
     def load(self) -> None:
         if not os.path.isdir(self.root):
@@ -76,7 +79,9 @@ class ConsumeQueueTable:
                 if not qid.lstrip("-").isdigit():
                     continue
                 try:
-                    cq = ConsumeQueue(self.guard, topic, int(qid), self.file_size)
+                    cq = ConsumeQueue(
+                        self.guard, topic, int(qid), self.file_size, ledger=self.ledger
+                    )
                 except StorePathError as exc:
                     log.error("consume_queue_dir_refused", topic=topic[:200], error=str(exc))
                     continue
@@ -91,7 +96,7 @@ class ConsumeQueueTable:
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
-            cq = ConsumeQueue(self.guard, topic, queue_id, self.file_size)
+            cq = ConsumeQueue(self.guard, topic, queue_id, self.file_size, ledger=self.ledger)
             self.queues[key] = cq
         return cq
 
@@ -147,6 +152,21 @@ class Dispatcher:
         #: records left out of ConsumeQueue and index because their topic (or queue) names
         #: no directory inside the store (a hostile or damaged record); dispatch goes on
         self.skipped_records = 0
+        #: units per ConsumeQueue segment (a run of units is cut where a segment ends)
+        self.units_per_file = cqs.file_size // UNIT
+        #: Set by the store's Trio shell: a ConsumeQueue segment a record needs is then not
+        #: created on the caller's thread (the event loop). Dispatch stops before that
+        #: record, notes the segment in ``wanted_files`` (with those the rest of the scanned
+        #: records need) and calls ``on_file_wanted``; the shell creates them in a worker
+        #: thread (``ConsumeQueue.prepare_file``) and dispatches again. None: created inline
+        #: (recovery, shutdown, tools).
+        self.on_file_wanted: Callable[[], None] | None = None
+        #: (topic, queue id, segment start) -> its queue: segments to make before dispatch
+        #: can go on
+        self.wanted_files: dict[tuple[str, int, int], ConsumeQueue] = {}
+        #: segments a worker failed to make: the next dispatch creates them inline (and
+        #: meets the error where the put path reports it) rather than stopping forever
+        self.inline_files: set[tuple[str, int, int]] = set()
 
     @property
     def behind(self) -> int:
@@ -169,6 +189,43 @@ class Dispatcher:
         except StorePathError as exc:
             self._skip(offset, topic, str(exc))
             return None
+
+    def wants_file(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Whether the unit ``queue_offset`` of (topic, queue_id) needs a segment that is not
+        there yet and must be made off the caller's thread first (noted in
+        ``wanted_files``). False when the segment exists, when nothing defers creation, or
+        when the path guard refuses the queue (the record is skipped on dispatch)."""
+        cq = self.cqs.queues.get((topic, queue_id))
+        if cq is None:
+            try:
+                cq = self.cqs.find_or_create(topic, queue_id)
+            except StorePathError:
+                return False  # (dispatch skips the record, and counts it)
+        start = cq.needs_file(queue_offset)
+        if start is None:
+            return False
+        key = (topic, queue_id, start)
+        if key in self.inline_files:  # a worker could not make it: this dispatch does
+            self.inline_files.discard(key)
+            return False
+        self.wanted_files[key] = cq
+        return True
+
+    def take_wanted_files(self) -> list[tuple[tuple[str, int, int], ConsumeQueue]]:
+        wanted = list(self.wanted_files.items())
+        self.wanted_files.clear()
+        return wanted
+
+    def _look_ahead(self, scanned: list[Scanned], stop_phys: int) -> None:
+        """After a stop before the record at ``stop_phys``: note the segments the scanned
+        records after it need too, so one worker call makes them all."""
+        seen: set[tuple[str, int]] = set()
+        for phys, _total, topic, queue_id, queue_offset, sys_flag, *_rest in scanned:
+            if phys <= stop_phys or not is_dispatchable(sys_flag):
+                continue
+            if (topic, queue_id) not in seen:
+                seen.add((topic, queue_id))
+                self.wants_file(topic, queue_id, queue_offset)
 
     def dispatch_request(self, req: DispatchRequest) -> None:
         if not is_valid_component(req.topic):
@@ -235,7 +292,16 @@ class Dispatcher:
                 while True:
                     pos, stop, budget = scan(mf.mm, pos, mf.wrote, budget, scanned, want_keys)
                     if scanned:
-                        runs.add(scanned)
+                        wait_at = runs.add(scanned)
+                        if wait_at >= 0:  # a segment to make first: stop before that record
+                            count += runs.added
+                            self._look_ahead(scanned, wait_at)
+                            scanned.clear()
+                            runs.flush()
+                            self.reput_from = wait_at
+                            if self.on_file_wanted is not None:
+                                self.on_file_wanted()
+                            return count
                         count += len(scanned)
                         scanned.clear()
                     if stop != SCAN_SKIP:
@@ -288,9 +354,19 @@ class _Runs:
         self.next = -1
         self.keyed: list[tuple[bytes, int, int]] = []  # (UNIQ_KEY, phys, store ts) to index
         self.keyed_topic = ""
+        self.stop = -1  # the index a run must not reach: where its segment ends
+        self.added = 0  # records the last ``add`` took (all of them unless it stopped)
 
-    def add(self, scanned: list[Scanned]) -> None:
+    def add(self, scanned: list[Scanned]) -> int:
+        """Take the scanned records in order; -1, or the physical offset of the record it
+        stopped before because its ConsumeQueue segment must be made first
+        (``Dispatcher.wants_file``; ``added`` says how many it took)."""
         d = self.dispatcher
+        wants_file = d.wants_file if d.on_file_wanted is not None else None
+        per_file = d.units_per_file
+        run_stop = self.stop
+        wait_at = -1
+        prev_ts = self.last_ts
         end_run = self._end_run
         index = d.index
         lag_hist = d.lag_histogram
@@ -316,6 +392,7 @@ class _Runs:
                     and topic is run_topic
                     and queue_id == run_qid
                     and len(run) < run_max
+                    and queue_offset != run_stop
                 ):
                     # the next unit of the current run (a batch, or a queue's consecutive
                     # records)
@@ -327,10 +404,15 @@ class _Runs:
                         run_code = code
                     run_next += 1
                 else:
+                    if wants_file is not None and wants_file(topic, queue_id, queue_offset):
+                        wait_at = phys
+                        store_ts = prev_ts
+                        break
                     if run:
                         end_run(run_topic, run_qid, run_first, run, run_arrivals, run_next,
                                 run_code, run_ts)  # fmt: skip
                     run = [phys, total, code]
+                    run_stop = (queue_offset // per_file + 1) * per_file
                     run_arrivals = None
                     run_topic = topic
                     run_qid = queue_id
@@ -355,6 +437,9 @@ class _Runs:
             if lag_hist is not None:
                 lag = now_ms - store_ts
                 lag_hist[lag if 0 <= lag < lag_top else (lag_top if lag > 0 else 0)] += 1
+            prev_ts = store_ts
+        self.added = len(scanned) if wait_at < 0 else _taken(scanned, wait_at)
+        self.stop = run_stop
         self.last_ts = store_ts
         self.run = run
         self.arrivals = run_arrivals
@@ -364,6 +449,7 @@ class _Runs:
         )
         self.keyed = keyed
         self.keyed_topic = keyed_topic
+        return wait_at
 
     def _end_run(
         self, topic: str, qid: int, first: int, run: list[int],
@@ -398,3 +484,11 @@ class _Runs:
         if self.keyed and d.index is not None:
             d.index.index_uniq_run(self.keyed_topic, self.keyed)
             self.keyed = []
+
+
+def _taken(scanned: list[Scanned], stop_phys: int) -> int:
+    """How many of ``scanned`` come before the record at ``stop_phys``."""
+    for i, rec in enumerate(scanned):
+        if rec[0] == stop_phys:
+            return i
+    return len(scanned)
