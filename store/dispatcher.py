@@ -404,13 +404,17 @@ class _Runs:
                         run_code = code
                     run_next += 1
                 else:
+                    if run:
+                        end_run(run_topic, run_qid, run_first, run, run_arrivals, run_next,
+                                run_code, run_ts)  # fmt: skip
+                        run = []
+                        run_next = -1
+                    # (after the run before it is written: that run may take a segment this
+                    # record's check must see)
                     if wants_file is not None and wants_file(topic, queue_id, queue_offset):
                         wait_at = phys
                         store_ts = prev_ts
                         break
-                    if run:
-                        end_run(run_topic, run_qid, run_first, run, run_arrivals, run_next,
-                                run_code, run_ts)  # fmt: skip
                     run = [phys, total, code]
                     run_stop = (queue_offset // per_file + 1) * per_file
                     run_arrivals = None
