@@ -167,6 +167,9 @@ class Dispatcher:
         #: segments a worker failed to make: the next dispatch creates them inline (and
         #: meets the error where the put path reports it) rather than stopping forever
         self.inline_files: set[tuple[str, int, int]] = set()
+        #: dispatch stopped for segments the shell has not made yet: a dispatch call (a pull's
+        #: own, say) returns at once instead of scanning up to the same record again
+        self.files_pending = False
 
     @property
     def behind(self) -> int:
@@ -271,6 +274,8 @@ class Dispatcher:
         checks them); ``_Runs`` turns the scanned records into ConsumeQueue runs, arrival
         notices and index entries; what is pending is flushed before ``reput_from`` moves past
         it. Index headers are written once per call."""
+        if self.files_pending and self.on_file_wanted is not None:
+            return 0
         cl = self.commitlog
         queue = cl.queue
         if self.reput_from < cl.min_offset:
@@ -299,6 +304,7 @@ class Dispatcher:
                             scanned.clear()
                             runs.flush()
                             self.reput_from = wait_at
+                            self.files_pending = True
                             if self.on_file_wanted is not None:
                                 self.on_file_wanted()
                             return count

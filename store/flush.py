@@ -79,6 +79,7 @@ async def reput_service(store: MessageStore) -> None:
             await store.wait_reput_work(store.max_phys_offset)
     finally:
         dispatcher.on_file_wanted = None
+        dispatcher.files_pending = False  # (dispatch creates inline from now on)
 
 
 async def allocate_service(store: MessageStore) -> None:

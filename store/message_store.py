@@ -624,8 +624,10 @@ class MessageStore:
         in a worker thread, each with its first page prefaulted; returns how many were asked.
         One that could not be made is left to the next dispatch to create inline, where its
         error surfaces as it did before."""
-        wanted = self.dispatcher.take_wanted_files()
+        dispatcher = self.dispatcher
+        wanted = dispatcher.take_wanted_files()
         if not wanted:
+            dispatcher.files_pending = False
             return 0
 
         def work() -> list[tuple[str, int, int]]:
@@ -642,8 +644,11 @@ class MessageStore:
                     failed.append(key)  # (a stray file in the way, a queue closed meanwhile)
             return failed
 
-        failed = await trio.to_thread.run_sync(work)
-        self.dispatcher.inline_files.update(failed)
+        try:
+            failed = await trio.to_thread.run_sync(work)
+        finally:
+            dispatcher.files_pending = False
+        dispatcher.inline_files.update(failed)
         return len(wanted)
 
     def dispatch_all(self) -> int:
