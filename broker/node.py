@@ -176,9 +176,7 @@ class BrokerNode:
         )
         self.clients = ClientManager(channel_expired_ms=self.bcfg.client_channel_expired_ms)
         self.locks = RebalanceLockManager()
-        self.hold = PullRequestHoldService(
-            on_change=self.state_changed, coalesce_s=PULL_WAKE_COALESCE_S
-        )
+        self.hold = PullRequestHoldService(self.state_changed, coalesce_s=PULL_WAKE_COALESCE_S)
         self.stats = BrokerStats()
         self.transactions = TransactionState()
         self.boot_timestamp_ms = clock_ms()

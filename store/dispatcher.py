@@ -122,6 +122,13 @@ class ConsumeQueueTable:
             cq.close()
 
 
+#: ConsumeQueue segments one dispatch call may still create inline before it defers the rest to
+#: the shell's worker (``Dispatcher.on_file_wanted``): a topic of a few queues is readable (and
+#: its pulls, offsets and times answer) as soon as its first sends are dispatched, as before;
+#: a burst of new queues (a topic of 1024) stalls the loop for at most this many creations
+#: (no directory fsync: ~1-15 ms each on a busy disk) per worker pass.
+INLINE_NEW_SEGMENTS_PER_DISPATCH: Final = 8
+
 #: Buckets of ``Dispatcher.lag_histogram``: one per millisecond, the last holds everything from
 #: ``LAG_HISTOGRAM_BUCKETS - 1`` ms up.
 LAG_HISTOGRAM_BUCKETS: Final = 128
@@ -170,6 +177,7 @@ class Dispatcher:
         #: dispatch stopped for segments the shell has not made yet: a dispatch call (a pull's
         #: own, say) returns at once instead of scanning up to the same record again
         self.files_pending = False
+        self.inline_left = 0  # creations the current dispatch call may still do inline
 
     @property
     def behind(self) -> int:
@@ -210,6 +218,9 @@ class Dispatcher:
         key = (topic, queue_id, start)
         if key in self.inline_files:  # a worker could not make it: this dispatch does
             self.inline_files.discard(key)
+            return False
+        if self.inline_left > 0 and not self.wanted_files:
+            self.inline_left -= 1
             return False
         self.wanted_files[key] = cq
         return True
@@ -276,6 +287,7 @@ class Dispatcher:
         it. Index headers are written once per call."""
         if self.files_pending and self.on_file_wanted is not None:
             return 0
+        self.inline_left = INLINE_NEW_SEGMENTS_PER_DISPATCH
         cl = self.commitlog
         queue = cl.queue
         if self.reput_from < cl.min_offset:
@@ -365,16 +377,15 @@ class _Runs:
 
     def add(self, scanned: list[Scanned]) -> int:
         """Take the scanned records in order; -1, or the physical offset of the record it
-        stopped before because its ConsumeQueue segment must be made first
-        (``Dispatcher.wants_file``; ``added`` says how many it took)."""
+        stopped before: its ConsumeQueue segment must be made first (``wants_file``, asked once
+        the run before it is written: that run may take the segment the check must see; runs
+        end where a segment does). ``added``: how many records it took."""
         d = self.dispatcher
         wants_file = d.wants_file if d.on_file_wanted is not None else None
         per_file = d.units_per_file
-        run_stop = self.stop
-        wait_at = -1
-        prev_ts = self.last_ts
+        wait_at, prev_ts, run_stop = -1, self.last_ts, self.stop
         end_run = self._end_run
-        index = d.index
+        index_record = self._index_record if d.index is not None else None
         lag_hist = d.lag_histogram
         lag_top = LAG_HISTOGRAM_BUCKETS - 1
         now_ms = self.now_ms
@@ -385,8 +396,6 @@ class _Runs:
         run_qid, run_first, run_code, run_ts, run_next = (
             self.qid, self.first, self.code, self.ts, self.next
         )
-        keyed = self.keyed
-        keyed_topic = self.keyed_topic
         store_ts = self.last_ts
         for (
             phys, total, topic, queue_id, queue_offset, sys_flag, store_ts, code, uniq, keys,
@@ -413,13 +422,9 @@ class _Runs:
                     if run:
                         end_run(run_topic, run_qid, run_first, run, run_arrivals, run_next,
                                 run_code, run_ts)  # fmt: skip
-                        run = []
-                        run_next = -1
-                    # (after the run before it is written: that run may take a segment this
-                    # record's check must see)
+                        run, run_next = [], -1
                     if wants_file is not None and wants_file(topic, queue_id, queue_offset):
-                        wait_at = phys
-                        store_ts = prev_ts
+                        wait_at, store_ts = phys, prev_ts
                         break
                     run = [phys, total, code]
                     run_stop = (queue_offset // per_file + 1) * per_file
@@ -430,36 +435,41 @@ class _Runs:
                     run_next = queue_offset + 1
                     run_code = code
                 run_ts = store_ts
-            if index is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
-                if keys is None and uniq is not None:
-                    # the usual record: indexed with its neighbours in one call
-                    if topic is not keyed_topic:
-                        if keyed:
-                            index.index_uniq_run(keyed_topic, keyed)
-                            keyed = []
-                        keyed_topic = topic
-                    keyed.append((uniq, phys, store_ts))
-                elif uniq is not None or keys is not None:
-                    if keyed:
-                        index.index_uniq_run(keyed_topic, keyed)
-                        keyed = []
-                    index.index_raw_keys(topic, uniq, keys, phys, store_ts)
+            if index_record is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+                index_record(topic, uniq, keys, phys, store_ts)
             if lag_hist is not None:
                 lag = now_ms - store_ts
                 lag_hist[lag if 0 <= lag < lag_top else (lag_top if lag > 0 else 0)] += 1
             prev_ts = store_ts
         self.added = len(scanned) if wait_at < 0 else _taken(scanned, wait_at)
-        self.stop = run_stop
-        self.last_ts = store_ts
-        self.run = run
-        self.arrivals = run_arrivals
-        self.topic = run_topic
+        self.stop, self.last_ts, self.run, self.arrivals, self.topic = (
+            run_stop, store_ts, run, run_arrivals, run_topic
+        )
         self.qid, self.first, self.code, self.ts, self.next = (
             run_qid, run_first, run_code, run_ts, run_next
         )
-        self.keyed = keyed
-        self.keyed_topic = keyed_topic
         return wait_at
+
+    def _index_record(
+        self, topic: str, uniq: bytes | None, keys: bytes | None, phys: int, store_ts: int
+    ) -> None:
+        """A record's index entries: the usual one (a UNIQ_KEY, no KEYS) gathered with its
+        neighbours of the same topic for one ``index_uniq_run``, in record order."""
+        index = self.dispatcher.index
+        if index is None:
+            return
+        if keys is None and uniq is not None:
+            if topic is not self.keyed_topic:
+                if self.keyed:
+                    index.index_uniq_run(self.keyed_topic, self.keyed)
+                    self.keyed = []
+                self.keyed_topic = topic
+            self.keyed.append((uniq, phys, store_ts))
+        elif uniq is not None or keys is not None:
+            if self.keyed:
+                index.index_uniq_run(self.keyed_topic, self.keyed)
+                self.keyed = []
+            index.index_raw_keys(topic, uniq, keys, phys, store_ts)
 
     def _end_run(
         self, topic: str, qid: int, first: int, run: list[int],

@@ -5,9 +5,9 @@
   into new files, with each directory fsync slowed down to widen any race.
 * The checkpoint's logicsMsgTimestamp never covers ConsumeQueue units whose segment's name is
   not durable yet.
-* With the store's services running, no ConsumeQueue segment is created on the event loop's
-  thread (dispatch waits for a worker to make it), and every message is still dispatched, in
-  order, readable after a restart.
+* With the store's services running and no inline creations allowed, no ConsumeQueue segment
+  is created on the event loop's thread (dispatch waits for a worker to make it), and every
+  message is still dispatched, in order, readable after a restart.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 
+import rmq_cluster.store.dispatcher as dispatcher_mod
 import rmq_cluster.store.mapped_file as mapped_file_mod
 from rmq_cluster.cluster.protocol.message import Message
 from rmq_cluster.store import flush
@@ -154,6 +155,8 @@ async def test_consume_queue_segments_are_made_off_the_event_loop(
         real_init(self, path, *args, **kwargs)
 
     monkeypatch.setattr(MappedFile, "__init__", watching_init)
+    # (no inline creations allowed: what is checked is the worker path itself)
+    monkeypatch.setattr(dispatcher_mod, "INLINE_NEW_SEGMENTS_PER_DISPATCH", 0)
     cfg = small_config(tmp_path)
     queues, rounds = 200, 3  # 64 units per segment: 200 new queues, then more segments
     store = MessageStore.open(cfg)
