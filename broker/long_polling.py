@@ -24,15 +24,6 @@ from ..cluster.logging import get_logger
 TagsFilter = Callable[[int], bool]
 log = get_logger(role="long_polling")
 
-#: How long the service lets arrivals gather before it answers the pulls they woke (the broker's
-#: setting; 0: at once). A consumer that keeps up has one pull parked per queue; each message
-#: woke one pull, and each answer and the re-pull after it cost a wake-up of the event loop of
-#: their own (a lone read cycle costs several times a batched one here). Gathering arrivals for
-#: this long answers the pulls woken meanwhile in one batch (one send per connection), and
-#: each woken pull reads everything dispatched up to then: a bounded delay per message, like
-#: the ~1 ms RocketMQ's reput thread sleeps between passes.
-PULL_WAKE_COALESCE_S = 0.001
-
 #: The heap is rebuilt from the pulls still parked when it holds this many more entries than
 #: twice their number (pulls woken by a message leave their entry behind until then).
 _COMPACT_SLACK = 1024
@@ -63,10 +54,7 @@ class Parked:
 
 
 class PullRequestHoldService:
-    def __init__(
-        self, on_change: Callable[[], None] | None = None, *, coalesce_s: float = 0.0
-    ) -> None:
-        self.coalesce_s = coalesce_s  # see PULL_WAKE_COALESCE_S
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
         self._waiters: dict[tuple[str, int], list[Parked]] = {}
         self._count = 0
         self._heap: list[tuple[float, int, Parked]] = []
@@ -184,8 +172,6 @@ class PullRequestHoldService:
                     await kick.wait()
                 self._kick = None
                 self._armed = math.inf
-                if self._ready and self.coalesce_s > 0:
-                    await trio.sleep(self.coalesce_s)  # let arrivals gather (bounded)
         finally:
             self._kick = None
 

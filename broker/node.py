@@ -71,7 +71,7 @@ from .clients import ClientManager, RebalanceLockManager
 from .config import BrokerSettings
 from .dledger_role import DLedgerRoleHandler
 from .intervals import LiveInterval
-from .long_polling import PULL_WAKE_COALESCE_S, PullRequestHoldService
+from .long_polling import PullRequestHoldService
 from .metrics import BrokerMetrics, timed
 from .offsets import ConsumerOffsetManager, SubscriptionGroupManager
 from .persist import (
@@ -176,7 +176,7 @@ class BrokerNode:
         )
         self.clients = ClientManager(channel_expired_ms=self.bcfg.client_channel_expired_ms)
         self.locks = RebalanceLockManager()
-        self.hold = PullRequestHoldService(self.state_changed, coalesce_s=PULL_WAKE_COALESCE_S)
+        self.hold = PullRequestHoldService(on_change=self.state_changed)
         self.stats = BrokerStats()
         self.transactions = TransactionState()
         self.boot_timestamp_ms = clock_ms()

@@ -198,34 +198,3 @@ def test_the_batch_end_callback_follows_each_batch_of_wakes_once() -> None:
             nursery.cancel_scope.cancel()
 
     _run(main)
-
-
-def test_arrivals_within_the_coalescing_window_are_answered_in_one_batch() -> None:
-    """With ``coalesce_s`` (the broker's PULL_WAKE_COALESCE_S), the pulls woken by arrivals
-    within the window after the first are answered together, one batch end, exactly
-    ``coalesce_s`` after that first arrival: bounded, never later."""
-
-    async def main() -> None:
-        hold = PullRequestHoldService(coalesce_s=0.001)
-        log = _Log()
-        batches: list[float] = []
-        hold.on_batch_end(lambda: batches.append(trio.current_time()))
-        async with trio.open_nursery() as nursery:
-            await nursery.start(hold.run)
-            for q in range(4):
-                hold.park("T", q, log.parked(f"q{q}", 0), 15.0)
-            t0 = trio.current_time()
-            hold.notify_message_arriving("T", 0, 1, 0)
-            await trio.sleep(0.0004)
-            hold.notify_message_arriving("T", 1, 1, 0)
-            hold.notify_message_arriving("T", 2, 1, 0)
-            await trio.sleep(0.01)
-            assert sorted(n for n, _ in log.woken) == ["q0", "q1", "q2"]
-            assert {t for _, t in log.woken} == {t0 + 0.001} and batches == [t0 + 0.001]
-            hold.notify_message_arriving("T", 3, 1, 0)  # a later arrival: its own window
-            await trio.sleep(0.01)
-            assert log.woken[-1][0] == "q3" and len(batches) == 2
-            assert log.woken[-1][1] - (t0 + 0.0104) <= 0.001 + 1e-9
-            nursery.cancel_scope.cancel()
-
-    _run(main)
