@@ -62,6 +62,9 @@ QUEUES = 4
 BOOT_TIMEOUT_S = 30.0
 PULL_BATCH = 32
 _U32 = struct.Struct(">I")
+#: STORETIMESTAMP in a stored record (IPv4 born host): after TOTALSIZE, MAGIC, BODYCRC, QUEUEID,
+#: FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, BORNHOST
+_STORE_TS_AT = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8
 
 
 def _free_port_pair() -> int:
@@ -515,6 +518,7 @@ def _consumer_child(
         sock.sendall(_pull_frame(q, 0, q + 1))  # opaque - 1 = queue
     buf = bytearray()
     counted = answers = found = 0
+    lags: list[float] = []  # ms from the store's timestamp of an answer's first record to its read
     try:
         while time.time() < stop_at:
             try:
@@ -533,8 +537,12 @@ def _consumer_child(
                 if code == ResponseCode.SUCCESS:
                     n = _count_records(body)
                     found += 1
-                    if measure_from <= time.time() < stop_at:
+                    now = time.time()
+                    if measure_from <= now < stop_at:
                         counted += n
+                        if len(body) >= _STORE_TS_AT + 8:
+                            stored_ms = int.from_bytes(body[_STORE_TS_AT : _STORE_TS_AT + 8], "big")
+                            lags.append(now * 1000 - stored_ms)
                 elif code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
                                   ResponseCode.PULL_OFFSET_MOVED):
                     raise RuntimeError(f"pull failed: {code} {header.get('remark')}")
@@ -545,7 +553,11 @@ def _consumer_child(
             del buf[:used]
     finally:
         sock.close()
-        out.send((counted, answers, found))
+        lags.sort()
+        out.send((counted, answers, found, [
+            round(lags[min(len(lags) - 1, int(len(lags) * f))], 2) if lags else 0.0
+            for f in (0.5, 0.99, 1.0)
+        ]))
         out.close()
 
 
@@ -606,7 +618,7 @@ def _produce_consume_case(port: int, args: argparse.Namespace, broker_pid: int) 
                                max(0.0, measure_from - time.time()), broker_pid)
         if not recv_end.poll(30):
             raise RuntimeError("the consumer did not report")
-        consumed, answers, found = recv_end.recv()
+        consumed, answers, found, lag = recv_end.recv()
     finally:
         consumer.join(10)
         if consumer.is_alive():
@@ -622,6 +634,10 @@ def _produce_consume_case(port: int, args: argparse.Namespace, broker_pid: int) 
         "pull_answers": answers,
         "pull_answers_with_messages": found,
         "msgs_per_found_pull": round(consumed / max(1, found), 2) if found else 0,
+        # the consumer's lag: store time of a found pull's first record -> the answer read
+        "consumer_lag_ms_p50": lag[0],
+        "consumer_lag_ms_p99": lag[1],
+        "consumer_lag_ms_max": lag[2],
         "broker_cpu_us_per_msg": sent["broker_cpu_us_per_req"],
     }
 

@@ -54,7 +54,7 @@ from .config import (
     RECORD_OVERHEAD_ALLOWANCE_BYTES,
     MessageStoreConfig,
 )
-from .mapped_file import MappedFile, MappedFileQueue
+from .mapped_file import DirSyncLedger, MappedFile, MappedFileQueue
 from .paths import is_valid_component
 from .record import (
     parse_delay_levels,
@@ -184,6 +184,8 @@ class CommitLog:
             config.commit_log_dir,
             config.mapped_file_size_commit_log,
             preallocate=config.warm_maped_file_enable,
+            # new files' names are made durable by the next flush, before its watermark moves
+            ledger=DirSyncLedger(),
         )
         self.file_size = config.mapped_file_size_commit_log
         self.topic_queue_table: dict[tuple[str, int], int] = {}

@@ -10,7 +10,7 @@ from typing import Final
 import structlog
 
 from .config import CQ_STORE_UNIT_SIZE_BYTES, RECOVER_FROM_LAST_FILES
-from .mapped_file import MappedFileQueue
+from .mapped_file import PAGE_SIZE, DirSyncLedger, MappedFileQueue
 from .paths import StoreRoot
 
 log = structlog.get_logger(component="consume_queue")
@@ -26,15 +26,22 @@ _RUN_PACKERS: Final = tuple(struct.Struct(">" + "qiq" * k) for k in range(CQ_RUN
 
 class ConsumeQueue:
     def __init__(
-        self, root: str | StoreRoot, topic: str, queue_id: int, file_size: int
+        self,
+        root: str | StoreRoot,
+        topic: str,
+        queue_id: int,
+        file_size: int,
+        *,
+        ledger: DirSyncLedger | None = None,
     ) -> None:
         """``root``: the ``consumequeue`` directory (or its guard). Raises StorePathError when
-        ``topic`` / ``queue_id`` would not name a directory strictly inside it."""
+        ``topic`` / ``queue_id`` would not name a directory strictly inside it. ``ledger``:
+        where new segments' names wait for the logics flush (``DirSyncLedger``)."""
         self.topic = topic
         self.queue_id = queue_id
         guard = root if isinstance(root, StoreRoot) else StoreRoot(root)
         self.directory = guard.child(topic, str(queue_id))
-        self.queue = MappedFileQueue(self.directory, file_size)
+        self.queue = MappedFileQueue(self.directory, file_size, ledger=ledger)
         self.file_size = file_size
         self.max_physic_offset = -1  # end (offset + size) of the last unit, -1 when empty
         self.min_logic_offset = 0  # byte offset of the first real unit
@@ -141,6 +148,27 @@ class ConsumeQueue:
         mf.wrote += UNIT
         self.max_physic_offset = phys + size
         return True
+
+    def needs_file(self, cq_index: int) -> int | None:
+        """The start of the segment a ``put`` of unit ``cq_index`` would have to create (the
+        queue's first, or the next), or None when it writes into a segment that exists (or is
+        a replay). Such a segment is made ahead, off the event loop, by ``prepare_file``."""
+        files = self.queue.files
+        if files:
+            start = files[-1].file_end
+            if cq_index * UNIT < start:
+                return None
+        else:
+            expected = cq_index * UNIT
+            start = expected - expected % self.file_size
+        return None if self.queue.is_prepared(start) else start
+
+    def prepare_file(self, start: int) -> None:
+        """Create and map the segment at ``start`` and prefault its first page (blocking: a
+        worker thread); the next ``put`` that needs it takes it (``create_file``). The first
+        write into a fresh file was a page fault that allocates its first block: milliseconds
+        on a busy disk, paid here instead of on the event loop."""
+        self.queue.preallocate(start, warm_bytes=PAGE_SIZE)
 
     def put_run(self, cq_index: int, units: list[int]) -> None:
         """``put`` of consecutive units from ``cq_index``: ``units`` is flat

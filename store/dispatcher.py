@@ -32,8 +32,9 @@ from ..cluster.protocol.message import (
 )
 from .commitlog import CommitLog, DispatchRequest
 from .config import MAX_DISPATCH_BYTES_PER_ROUND, MessageStoreConfig
-from .consume_queue import CQ_RUN_MAX_UNITS, ConsumeQueue
+from .consume_queue import CQ_RUN_MAX_UNITS, UNIT, ConsumeQueue
 from .index_file import IndexService
+from .mapped_file import DirSyncLedger
 from .paths import StorePathError, StoreRoot, is_valid_component
 from .record import (
     SCAN_BLANK,
@@ -60,6 +61,8 @@ class ConsumeQueueTable:
         self.root = self.guard.path
         self.file_size = config.cq_file_size
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        #: names of new ConsumeQueue segments, made durable by the logics flush
+        self.ledger = DirSyncLedger()
 
     def load(self) -> None:
         if not os.path.isdir(self.root):
@@ -76,7 +79,9 @@ class ConsumeQueueTable:
                 if not qid.lstrip("-").isdigit():
                     continue
                 try:
-                    cq = ConsumeQueue(self.guard, topic, int(qid), self.file_size)
+                    cq = ConsumeQueue(
+                        self.guard, topic, int(qid), self.file_size, ledger=self.ledger
+                    )
                 except StorePathError as exc:
                     log.error("consume_queue_dir_refused", topic=topic[:200], error=str(exc))
                     continue
@@ -91,7 +96,7 @@ class ConsumeQueueTable:
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
-            cq = ConsumeQueue(self.guard, topic, queue_id, self.file_size)
+            cq = ConsumeQueue(self.guard, topic, queue_id, self.file_size, ledger=self.ledger)
             self.queues[key] = cq
         return cq
 
@@ -116,6 +121,13 @@ class ConsumeQueueTable:
         for cq in self.queues.values():
             cq.close()
 
+
+#: ConsumeQueue segments one dispatch call may still create inline before it defers the rest to
+#: the shell's worker (``Dispatcher.on_file_wanted``): a topic of a few queues is readable (and
+#: its pulls, offsets and times answer) as soon as its first sends are dispatched, as before;
+#: a burst of new queues (a topic of 1024) stalls the loop for at most this many creations
+#: (no directory fsync: ~1-15 ms each on a busy disk) per worker pass.
+INLINE_NEW_SEGMENTS_PER_DISPATCH: Final = 8
 
 #: Buckets of ``Dispatcher.lag_histogram``: one per millisecond, the last holds everything from
 #: ``LAG_HISTOGRAM_BUCKETS - 1`` ms up.
@@ -147,6 +159,25 @@ class Dispatcher:
         #: records left out of ConsumeQueue and index because their topic (or queue) names
         #: no directory inside the store (a hostile or damaged record); dispatch goes on
         self.skipped_records = 0
+        #: units per ConsumeQueue segment (a run of units is cut where a segment ends)
+        self.units_per_file = cqs.file_size // UNIT
+        #: Set by the store's Trio shell: a ConsumeQueue segment a record needs is then not
+        #: created on the caller's thread (the event loop). Dispatch stops before that
+        #: record, notes the segment in ``wanted_files`` (with those the rest of the scanned
+        #: records need) and calls ``on_file_wanted``; the shell creates them in a worker
+        #: thread (``ConsumeQueue.prepare_file``) and dispatches again. None: created inline
+        #: (recovery, shutdown, tools).
+        self.on_file_wanted: Callable[[], None] | None = None
+        #: (topic, queue id, segment start) -> its queue: segments to make before dispatch
+        #: can go on
+        self.wanted_files: dict[tuple[str, int, int], ConsumeQueue] = {}
+        #: segments a worker failed to make: the next dispatch creates them inline (and
+        #: meets the error where the put path reports it) rather than stopping forever
+        self.inline_files: set[tuple[str, int, int]] = set()
+        #: dispatch stopped for segments the shell has not made yet: a dispatch call (a pull's
+        #: own, say) returns at once instead of scanning up to the same record again
+        self.files_pending = False
+        self.inline_left = 0  # creations the current dispatch call may still do inline
 
     @property
     def behind(self) -> int:
@@ -169,6 +200,46 @@ class Dispatcher:
         except StorePathError as exc:
             self._skip(offset, topic, str(exc))
             return None
+
+    def wants_file(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Whether the unit ``queue_offset`` of (topic, queue_id) needs a segment that is not
+        there yet and must be made off the caller's thread first (noted in
+        ``wanted_files``). False when the segment exists, when nothing defers creation, or
+        when the path guard refuses the queue (the record is skipped on dispatch)."""
+        cq = self.cqs.queues.get((topic, queue_id))
+        if cq is None:
+            try:
+                cq = self.cqs.find_or_create(topic, queue_id)
+            except StorePathError:
+                return False  # (dispatch skips the record, and counts it)
+        start = cq.needs_file(queue_offset)
+        if start is None:
+            return False
+        key = (topic, queue_id, start)
+        if key in self.inline_files:  # a worker could not make it: this dispatch does
+            self.inline_files.discard(key)
+            return False
+        if self.inline_left > 0 and not self.wanted_files:
+            self.inline_left -= 1
+            return False
+        self.wanted_files[key] = cq
+        return True
+
+    def take_wanted_files(self) -> list[tuple[tuple[str, int, int], ConsumeQueue]]:
+        wanted = list(self.wanted_files.items())
+        self.wanted_files.clear()
+        return wanted
+
+    def _look_ahead(self, scanned: list[Scanned], stop_phys: int) -> None:
+        """After a stop before the record at ``stop_phys``: note the segments the scanned
+        records after it need too, so one worker call makes them all."""
+        seen: set[tuple[str, int]] = set()
+        for phys, _total, topic, queue_id, queue_offset, sys_flag, *_rest in scanned:
+            if phys <= stop_phys or not is_dispatchable(sys_flag):
+                continue
+            if (topic, queue_id) not in seen:
+                seen.add((topic, queue_id))
+                self.wants_file(topic, queue_id, queue_offset)
 
     def dispatch_request(self, req: DispatchRequest) -> None:
         if not is_valid_component(req.topic):
@@ -214,6 +285,9 @@ class Dispatcher:
         checks them); ``_Runs`` turns the scanned records into ConsumeQueue runs, arrival
         notices and index entries; what is pending is flushed before ``reput_from`` moves past
         it. Index headers are written once per call."""
+        if self.files_pending and self.on_file_wanted is not None:
+            return 0
+        self.inline_left = INLINE_NEW_SEGMENTS_PER_DISPATCH
         cl = self.commitlog
         queue = cl.queue
         if self.reput_from < cl.min_offset:
@@ -235,7 +309,17 @@ class Dispatcher:
                 while True:
                     pos, stop, budget = scan(mf.mm, pos, mf.wrote, budget, scanned, want_keys)
                     if scanned:
-                        runs.add(scanned)
+                        wait_at = runs.add(scanned)
+                        if wait_at >= 0:  # a segment to make first: stop before that record
+                            count += runs.added
+                            self._look_ahead(scanned, wait_at)
+                            scanned.clear()
+                            runs.flush()
+                            self.reput_from = wait_at
+                            self.files_pending = True
+                            if self.on_file_wanted is not None:
+                                self.on_file_wanted()
+                            return count
                         count += len(scanned)
                         scanned.clear()
                     if stop != SCAN_SKIP:
@@ -288,11 +372,20 @@ class _Runs:
         self.next = -1
         self.keyed: list[tuple[bytes, int, int]] = []  # (UNIQ_KEY, phys, store ts) to index
         self.keyed_topic = ""
+        self.stop = -1  # the index a run must not reach: where its segment ends
+        self.added = 0  # records the last ``add`` took (all of them unless it stopped)
 
-    def add(self, scanned: list[Scanned]) -> None:
+    def add(self, scanned: list[Scanned]) -> int:
+        """Take the scanned records in order; -1, or the physical offset of the record it
+        stopped before: its ConsumeQueue segment must be made first (``wants_file``, asked once
+        the run before it is written: that run may take the segment the check must see; runs
+        end where a segment does). ``added``: how many records it took."""
         d = self.dispatcher
+        wants_file = d.wants_file if d.on_file_wanted is not None else None
+        per_file = d.units_per_file
+        wait_at, prev_ts, run_stop = -1, self.last_ts, self.stop
         end_run = self._end_run
-        index = d.index
+        index_record = self._index_record if d.index is not None else None
         lag_hist = d.lag_histogram
         lag_top = LAG_HISTOGRAM_BUCKETS - 1
         now_ms = self.now_ms
@@ -303,8 +396,6 @@ class _Runs:
         run_qid, run_first, run_code, run_ts, run_next = (
             self.qid, self.first, self.code, self.ts, self.next
         )
-        keyed = self.keyed
-        keyed_topic = self.keyed_topic
         store_ts = self.last_ts
         for (
             phys, total, topic, queue_id, queue_offset, sys_flag, store_ts, code, uniq, keys,
@@ -316,6 +407,7 @@ class _Runs:
                     and topic is run_topic
                     and queue_id == run_qid
                     and len(run) < run_max
+                    and queue_offset != run_stop
                 ):
                     # the next unit of the current run (a batch, or a queue's consecutive
                     # records)
@@ -330,7 +422,12 @@ class _Runs:
                     if run:
                         end_run(run_topic, run_qid, run_first, run, run_arrivals, run_next,
                                 run_code, run_ts)  # fmt: skip
+                        run, run_next = [], -1
+                    if wants_file is not None and wants_file(topic, queue_id, queue_offset):
+                        wait_at, store_ts = phys, prev_ts
+                        break
                     run = [phys, total, code]
+                    run_stop = (queue_offset // per_file + 1) * per_file
                     run_arrivals = None
                     run_topic = topic
                     run_qid = queue_id
@@ -338,32 +435,41 @@ class _Runs:
                     run_next = queue_offset + 1
                     run_code = code
                 run_ts = store_ts
-            if index is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
-                if keys is None and uniq is not None:
-                    # the usual record: indexed with its neighbours in one call
-                    if topic is not keyed_topic:
-                        if keyed:
-                            index.index_uniq_run(keyed_topic, keyed)
-                            keyed = []
-                        keyed_topic = topic
-                    keyed.append((uniq, phys, store_ts))
-                elif uniq is not None or keys is not None:
-                    if keyed:
-                        index.index_uniq_run(keyed_topic, keyed)
-                        keyed = []
-                    index.index_raw_keys(topic, uniq, keys, phys, store_ts)
+            if index_record is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+                index_record(topic, uniq, keys, phys, store_ts)
             if lag_hist is not None:
                 lag = now_ms - store_ts
                 lag_hist[lag if 0 <= lag < lag_top else (lag_top if lag > 0 else 0)] += 1
-        self.last_ts = store_ts
-        self.run = run
-        self.arrivals = run_arrivals
-        self.topic = run_topic
+            prev_ts = store_ts
+        self.added = len(scanned) if wait_at < 0 else _taken(scanned, wait_at)
+        self.stop, self.last_ts, self.run, self.arrivals, self.topic = (
+            run_stop, store_ts, run, run_arrivals, run_topic
+        )
         self.qid, self.first, self.code, self.ts, self.next = (
             run_qid, run_first, run_code, run_ts, run_next
         )
-        self.keyed = keyed
-        self.keyed_topic = keyed_topic
+        return wait_at
+
+    def _index_record(
+        self, topic: str, uniq: bytes | None, keys: bytes | None, phys: int, store_ts: int
+    ) -> None:
+        """A record's index entries: the usual one (a UNIQ_KEY, no KEYS) gathered with its
+        neighbours of the same topic for one ``index_uniq_run``, in record order."""
+        index = self.dispatcher.index
+        if index is None:
+            return
+        if keys is None and uniq is not None:
+            if topic is not self.keyed_topic:
+                if self.keyed:
+                    index.index_uniq_run(self.keyed_topic, self.keyed)
+                    self.keyed = []
+                self.keyed_topic = topic
+            self.keyed.append((uniq, phys, store_ts))
+        elif uniq is not None or keys is not None:
+            if self.keyed:
+                index.index_uniq_run(self.keyed_topic, self.keyed)
+                self.keyed = []
+            index.index_raw_keys(topic, uniq, keys, phys, store_ts)
 
     def _end_run(
         self, topic: str, qid: int, first: int, run: list[int],
@@ -398,3 +504,11 @@ class _Runs:
         if self.keyed and d.index is not None:
             d.index.index_uniq_run(self.keyed_topic, self.keyed)
             self.keyed = []
+
+
+def _taken(scanned: list[Scanned], stop_phys: int) -> int:
+    """How many of ``scanned`` come before the record at ``stop_phys``."""
+    for i, rec in enumerate(scanned):
+        if rec[0] == stop_phys:
+            return i
+    return len(scanned)

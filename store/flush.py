@@ -59,14 +59,27 @@ async def commitlog_flush_service(store: MessageStore) -> None:
 
 
 async def reput_service(store: MessageStore) -> None:
-    """Dispatch promptly: woken by appends, yields between MAX_DISPATCH_BYTES_PER_ROUND rounds."""
-    while True:
-        count = store.dispatch()
-        if count and store.dispatch_behind_bytes > 0:
-            await trio.lowlevel.checkpoint()
-            continue
-        # caught up (or stopped before an incomplete record): wait for bytes beyond the end
-        await store.wait_reput_work(store.max_phys_offset)
+    """Dispatch promptly: woken by appends, yields between MAX_DISPATCH_BYTES_PER_ROUND rounds.
+    A record whose ConsumeQueue segment does not exist yet stops dispatch (``on_file_wanted``,
+    set while this runs): the segments are made in a worker thread, then dispatch goes on. The
+    event loop never creates one: a new segment cost milliseconds of file creation and first
+    page fault (a topic of 1024 queues: seconds of stalled loop), now paid in the worker, as
+    RocketMQ's reput thread pays it off the put path."""
+    dispatcher = store.dispatcher
+    dispatcher.on_file_wanted = store.wake_reput
+    try:
+        while True:
+            count = store.dispatch()
+            if await store.make_wanted_files():
+                continue
+            if count and store.dispatch_behind_bytes > 0:
+                await trio.lowlevel.checkpoint()
+                continue
+            # caught up (or stopped before an incomplete record): wait for bytes beyond the end
+            await store.wait_reput_work(store.max_phys_offset)
+    finally:
+        dispatcher.on_file_wanted = None
+        dispatcher.files_pending = False  # (dispatch creates inline from now on)
 
 
 async def allocate_service(store: MessageStore) -> None:

@@ -367,6 +367,10 @@ class MessageStore:
         if event is not None:
             event.set()
 
+    def wake_reput(self) -> None:
+        """Wake the reput service (dispatch stopped for a ConsumeQueue segment to make)."""
+        self._wake_reput()
+
     def _wake_reput(self) -> None:
         event, self._reput_wake = self._reput_wake, None
         if event is not None:
@@ -475,14 +479,25 @@ class MessageStore:
         return PutMessageResult(status, result.result, result.remark)
 
     async def flush_commitlog(self) -> int:
-        """msync every written byte off the event loop, then advance the flush watermark."""
+        """msync every written byte off the event loop, then advance the flush watermark.
+
+        The durability rule of a SYNC_FLUSH answer: the flush watermark passes a byte only once
+        that byte is msynced AND the name of the file holding it (new files' directory
+        entries, ``DirSyncLedger``) is fsynced -- both here, in the worker thread, before
+        ``advance``; files are created without a directory fsync on the event loop."""
         cl = self.commitlog
+        queue = cl.queue
         target = cl.max_offset
         ts = cl.last_store_timestamp
-        plan = cl.queue.flush_plan(target)
-        if plan:
-            await trio.to_thread.run_sync(run_flush_plan, plan)
-        cl.queue.mark_flushed(plan, target)
+        plan = queue.flush_plan(target)
+
+        def work() -> None:
+            queue.sync_dirs()  # (the names of the files the plan covers, among others)
+            run_flush_plan(plan)
+
+        if plan or (queue.ledger is not None and queue.ledger.pending):
+            await trio.to_thread.run_sync(work)
+        queue.mark_flushed(plan, target)
         if self.checkpoint is not None and self.role is not BrokerRole.SLAVE and ts:
             self.checkpoint.physic_msg_timestamp = ts
         self.flush_watermark.advance(cl.flushed_offset)
@@ -515,8 +530,12 @@ class MessageStore:
         files = self.index.files if self.index is not None else []
         full = files[-2] if len(files) >= 2 and files[-2] is not self._index_flushed else None
         checkpoint = self.checkpoint
+        ledger = self.cqs.ledger
 
         def work() -> None:
+            # new ConsumeQueue segments' names before the checkpoint below covers their units
+            # (recovery re-dispatches only what came after logicsMsgTimestamp)
+            ledger.sync()
             for _cq, plan, _upto in plans:
                 run_flush_plan(plan)
             if full is not None:
@@ -550,6 +569,7 @@ class MessageStore:
 
     def flush_logics_sync(self) -> None:
         plans, ts = self._logics_flush_plan()
+        self.cqs.ledger.sync()
         for cq, plan, upto in plans:
             run_flush_plan(plan)
             cq.queue.mark_flushed(plan, upto)
@@ -598,6 +618,38 @@ class MessageStore:
     def dispatch(self, max_bytes: int = MAX_DISPATCH_BYTES_PER_ROUND) -> int:
         """One reput round (about ``max_bytes``); returns the records dispatched."""
         return self.backend.dispatch(max_bytes)
+
+    async def make_wanted_files(self) -> int:
+        """Create the ConsumeQueue segments dispatch stopped for (``Dispatcher.wants_file``)
+        in a worker thread, each with its first page prefaulted; returns how many were asked.
+        One that could not be made is left to the next dispatch to create inline, where its
+        error surfaces as it did before."""
+        dispatcher = self.dispatcher
+        wanted = dispatcher.take_wanted_files()
+        if not wanted:
+            dispatcher.files_pending = False
+            return 0
+
+        def work() -> list[tuple[str, int, int]]:
+            failed: list[tuple[str, int, int]] = []
+            for key, cq in wanted:
+                try:
+                    cq.prepare_file(key[2])
+                except OSError as exc:
+                    log.warning("consume_queue_prepare_failed", topic=key[0][:200],
+                                queue_id=key[1], start=key[2], error=str(exc))
+                    failed.append(key)
+                    continue
+                if not cq.queue.is_prepared(key[2]):
+                    failed.append(key)  # (a stray file in the way, a queue closed meanwhile)
+            return failed
+
+        try:
+            failed = await trio.to_thread.run_sync(work)
+        finally:
+            dispatcher.files_pending = False
+        dispatcher.inline_files.update(failed)
+        return len(wanted)
 
     def dispatch_all(self) -> int:
         """Dispatch until caught up (or stopped before an incomplete/corrupt record)."""
