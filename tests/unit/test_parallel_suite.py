@@ -26,6 +26,7 @@ from rmq_cluster.deploy.topology import (
     plan_span,
     resolve_profile,
 )
+from tests import ports
 from tests.cache_lock import exclusive, inputs_digest, stamp_matches
 from tests.compat.conftest import _fresh_maven_build
 from tests.conftest import WORKER_PORTS, _worker_slice
@@ -216,3 +217,25 @@ def test_alone_modules_run_last_on_one_worker_with_no_neighbours(tmp_path: Path)
 def test_alone_modules_exist() -> None:
     repo = Path(__file__).resolve().parents[2]
     assert all((repo / module).is_file() for module in ALONE_MODULES), ALONE_MODULES
+
+
+def test_ports_a_test_picks_itself_stay_in_the_workers_slice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node a test starts by itself gets a port of the worker's slice (below the ephemeral
+    range), with its RocketMQ neighbours free, never one already taken."""
+    monkeypatch.setenv(supervisor.TEST_PORTS_ENV, "20000-20400")
+    taken: set[int] = set()
+    for _ in range(20):
+        port = ports.free_port(neighbours=(-2, 1), taken=taken)
+        assert port - 2 >= 20000 and port + 1 < 20400
+        assert {port - 2, port, port + 1} <= taken
+    assert len(taken) == 60  # twenty groups of three, none overlapping
+    many = ports.free_ports(10)
+    assert len(set(many)) == 10 and all(20000 <= p < 20400 for p in many)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        monkeypatch.setenv(supervisor.TEST_PORTS_ENV, f"{held.getsockname()[1]}-"
+                                                       f"{held.getsockname()[1] + 1}")
+        with pytest.raises(RuntimeError):
+            ports.free_port()  # the only port of the range is held
