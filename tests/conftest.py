@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from rmq_cluster.deploy.supervisor import TEST_PORTS_ENV
+from tests.suite_scheduling import SuiteScopes
 
 settings.register_profile(
     "ci",
@@ -25,12 +26,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 # --------------------------------------------------------------------------- parallel runs
 # `python3 -m pytest -n 3` runs the suite on three pytest-xdist workers (pinned in the test extra),
-# the work split by suite_scope below; without -n it runs in one process. Most tests wait on
-# processes, not on the 2 cores.
+# the work handed out by tests/suite_scheduling.py; without -n it runs in one process. Most
+# tests wait on processes, not on the 2 cores.
 
-#: Directories whose tests share one costly session fixture (a SparkSession and a recorded
-#: cluster run; Apache's Java nodes replaying the scenario): all of each on one worker, once.
-SHARED_SESSION_DIRS = {"tests/spark/": "tests/spark", "tests/interop/": "tests/interop"}
 #: The order work is handed out in, longest first, so no long module starts last.
 RUN_ORDER = ("tests/spark/", "tests/chaos/", "tests/compat/", "tests/interop/",
              "tests/integration/", "tests/dashboard/", "tests/sim/", "tests/unit/")
@@ -60,27 +58,15 @@ def _rank(item: pytest.Item) -> int:
                 len(RUN_ORDER))
 
 
-def suite_scope(nodeid: str) -> str:
-    """The unit of work a test is handed out in: its module, or its shared-session directory."""
-    module = nodeid.split("::", 1)[0]
-    return next((g for prefix, g in SHARED_SESSION_DIRS.items() if module.startswith(prefix)),
-                module)
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Work goes out by ``suite_scope`` (module-scoped clusters start once, spark/ and interop/
-    share their session), in collection order. xdist's own ``xdist_group`` suffix is not used:
-    pytest 9.2 derives a node id without the ``_nodeid`` xdist 3.8 rewrites."""
+    share their session), in collection order, ``ALONE_MODULES`` last with no neighbours.
+    xdist's own ``xdist_group`` suffix is not used: pytest 9.2 derives a node id without the
+    ``_nodeid`` xdist 3.8 rewrites."""
     if config.getvalue("dist") not in ("load", "loadscope"):
         return None  # an explicit other mode (each, worksteal, loadgroup, loadfile) is kept
     config.option.loadscopereorder = False  # our RUN_ORDER, not "most tests first"
-    from xdist.scheduler import LoadScopeScheduling
-
-    class SuiteScopes(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return suite_scope(nodeid)
-
     return SuiteScopes(config, log)
 
 

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import socket
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,9 +26,11 @@ from rmq_cluster.deploy.topology import (
     plan_span,
     resolve_profile,
 )
+from tests import ports
 from tests.cache_lock import exclusive, inputs_digest, stamp_matches
 from tests.compat.conftest import _fresh_maven_build
-from tests.conftest import WORKER_PORTS, _worker_slice, suite_scope
+from tests.conftest import WORKER_PORTS, _worker_slice
+from tests.suite_scheduling import ALONE_MODULES, suite_scope
 from tests.unit.parallel_build_child import build_in_worker, maven_goals
 
 WORKERS = 4
@@ -151,3 +154,88 @@ def test_work_goes_out_by_module_and_shared_session_directory() -> None:
     one = "tests/compat/test_java_client.py"
     assert suite_scope(f"{one}::test_a[4.9.8]") == suite_scope(f"{one}::test_b") == one
     assert suite_scope("tests/unit/test_cli.py::test_c") == "tests/unit/test_cli.py"
+
+
+#: A project run with -n 3 under our scheduler: ``test_alone.py`` is one of its alone modules.
+ALONE_CONFTEST = """
+import pytest
+from tests.suite_scheduling import SuiteScopes
+
+class Scopes(SuiteScopes):
+    alone_modules = frozenset({"test_alone.py"})
+
+@pytest.hookimpl
+def pytest_xdist_make_scheduler(config, log):
+    return Scopes(config, log)
+"""
+#: Each test stands for a test of ``busy_s`` (long enough for neighbours to overlap) and
+#: writes its worker and its window.
+RECORDING_TESTS = """
+import os, time, pytest
+
+@pytest.mark.parametrize("i", range({n}))
+def test_t(i):
+    start = time.time()
+    time.sleep({busy_s})
+    with open({out!r}, "a") as f:
+        f.write(f"{{__name__}} {{os.environ['PYTEST_XDIST_WORKER']}} {{start}} {{time.time()}}\\n")
+"""
+
+
+def _run_xdist(project: Path, workers: int, *args: str) -> list[tuple[str, str, float, float]]:
+    out = project / "windows.txt"
+    out.unlink(missing_ok=True)
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", str(workers), "-q", "-p", "no:cacheprovider",
+         "--rootdir", str(project), *args],
+        cwd=project, env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True,
+        text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in out.read_text().splitlines()]
+    return [(name, worker, float(a), float(b)) for name, worker, a, b in rows]
+
+
+def test_alone_modules_run_last_on_one_worker_with_no_neighbours(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(ALONE_CONFTEST)
+    out = str(tmp_path / "windows.txt")
+    for name, n in [("test_a", 4), ("test_b", 4), ("test_c", 4), ("test_d", 2),
+                    ("test_alone", 3)]:
+        (tmp_path / f"{name}.py").write_text(RECORDING_TESTS.format(n=n, busy_s=0.2, out=out))
+    windows = _run_xdist(tmp_path, 3)
+    assert len(windows) == 17  # every test ran once
+    alone = [w for w in windows if w[0] == "test_alone"]
+    others = [w for w in windows if w[0] != "test_alone"]
+    assert len(alone) == 3 and len({w[1] for w in alone}) == 1
+    assert len({w[1] for w in others}) > 1  # the rest was shared out
+    assert min(w[2] for w in alone) >= max(w[3] for w in others)  # after all of it, alone
+    # selected on its own, an alone module still runs (one worker, the others shut down)
+    assert len(_run_xdist(tmp_path, 2, "test_alone.py")) == 3
+
+
+def test_alone_modules_exist() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    assert all((repo / module).is_file() for module in ALONE_MODULES), ALONE_MODULES
+
+
+def test_ports_a_test_picks_itself_stay_in_the_workers_slice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node a test starts by itself gets a port of the worker's slice (below the ephemeral
+    range), with its RocketMQ neighbours free, never one already taken."""
+    monkeypatch.setenv(supervisor.TEST_PORTS_ENV, "20000-20400")
+    taken: set[int] = set()
+    for _ in range(20):
+        port = ports.free_port(neighbours=(-2, 1), taken=taken)
+        assert port - 2 >= 20000 and port + 1 < 20400
+        assert {port - 2, port, port + 1} <= taken
+    assert len(taken) == 60  # twenty groups of three, none overlapping
+    many = ports.free_ports(10)
+    assert len(set(many)) == 10 and all(20000 <= p < 20400 for p in many)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        monkeypatch.setenv(supervisor.TEST_PORTS_ENV, f"{held.getsockname()[1]}-"
+                                                       f"{held.getsockname()[1] + 1}")
+        with pytest.raises(RuntimeError):
+            ports.free_port()  # the only port of the range is held

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,21 +18,10 @@ from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer
 from tests.integration.broker.conftest import _run_broker, broker_settings
+from tests.ports import free_ports
 
 GROUP = "broker-dl"
 WAIT_S = 20.0
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @attrs.define
