@@ -256,15 +256,21 @@ class AdminProcessors:
     def _consume_stats(self, group: str, topics: list[str]) -> tuple[str, int]:
         """(``ConsumeStats`` JSON, its total diff) of ``group`` over ``topics``: per write
         queue the broker's max offset, the group's committed offset and the store time of
-        the last message it consumed. A topic this broker does not have is left out."""
+        the last message it consumed. A topic this broker does not have is left out.
+        ``consumeTps`` is the group's consumption over the last minute, summed over the
+        topics (``mqadmin statsAll``'s GROUP_GET_NUMS figure, see ``consumed_since``)."""
         ctrl = self.ctrl
         store = ctrl.store
         table = []
         diff = 0
+        consumed = 0
+        window_s = CONSUME_TPS_WINDOW_S
+        since_ms = ctrl.now_ms() - window_s * 1000
         for topic in topics:
             tc = ctrl.topics.select(topic)
             if tc is None:
                 continue
+            consumed += consumed_since(ctrl, topic, tc.write_queue_nums, group, since_ms)
             for qid in range(tc.write_queue_nums):
                 broker_offset = max(0, store.get_max_offset_in_queue(topic, qid))
                 consumer_offset = max(0, ctrl.offsets.query(group, topic, qid))
@@ -285,7 +291,8 @@ class AdminProcessors:
                     )
                 )
         inner = _offset_table_json(table)[1:-1].decode()  # "offsetTable":{...}
-        return '{"consumeTps":0.0,' + inner + "}", diff
+        tps = fastjson.dumps(round(consumed / window_s, 2)).decode()
+        return '{"consumeTps":' + tps + "," + inner + "}", diff
 
     def get_broker_consume_stats(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_CONSUME_STATS (317), ``mqadmin brokerConsumeStats``: per subscription
@@ -398,6 +405,9 @@ class MoreAdminProcessors(AdminProcessors):
 
 #: BrokerStatsData's windows (statsMinute, statsHour, statsDay) in seconds.
 STATS_WINDOWS_S: Final = (("statsMinute", 60), ("statsHour", 3600), ("statsDay", 86400))
+#: ConsumeStats.consumeTps: a group's consumption over this window (RocketMQ: the minute
+#: figure of GROUP_GET_NUMS), in messages per second.
+CONSUME_TPS_WINDOW_S: Final = 60
 #: VIEW_BROKER_STATS_DATA names we answer (RocketMQ ``BrokerStatsManager``): messages put to a
 #: topic, messages of a topic a group consumed.
 TOPIC_PUT_NUMS: Final = "TOPIC_PUT_NUMS"
@@ -447,23 +457,33 @@ class StatsProcessor:
                                   for q in range(tc.write_queue_nums))):
             return request.response(ResponseCode.SYSTEM_ERROR,
                                     f"The stats <{name}> <{key}> not exist")
-        store = ctrl.store
         now = ctrl.now_ms()
         body: dict[str, Any] = {}
         for label, window_s in STATS_WINDOWS_S:
-            since = now - window_s * 1000
-            total = 0
-            for qid in range(tc.write_queue_nums):
-                end = store.get_max_offset_in_queue(topic, qid)
-                if end <= 0:
-                    continue
-                start = _first_offset_at_or_after(store, topic, qid, since, end)
-                if group is None:
-                    total += end - start
-                else:
-                    total += max(0, min(end, ctrl.offsets.query(group, topic, qid)) - start)
+            total = consumed_since(ctrl, topic, tc.write_queue_nums, group,
+                                   now - window_s * 1000)
             body[label] = {"avgpt": 0.0, "sum": total, "tps": round(total / window_s, 2)}
         return request.response(ResponseCode.SUCCESS, None, None, fastjson.dumps(body))
+
+
+def consumed_since(
+    ctrl: BrokerContext, topic: str, queues: int, group: str | None, since_ms: int
+) -> int:
+    """Messages of ``topic``'s first ``queues`` queues stored since ``since_ms`` that
+    ``group`` has committed (every one stored since then when ``group`` is None): per queue,
+    the committed offset (at most the max offset) minus the first offset stored since."""
+    store = ctrl.store
+    total = 0
+    for qid in range(queues):
+        end = store.get_max_offset_in_queue(topic, qid)
+        if end <= 0:
+            continue
+        start = _first_offset_at_or_after(store, topic, qid, since_ms, end)
+        if group is None:
+            total += end - start
+        else:
+            total += max(0, min(end, ctrl.offsets.query(group, topic, qid)) - start)
+    return total
 
 
 def _first_offset_at_or_after(store: Any, topic: str, qid: int, since_ms: int, end: int) -> int:

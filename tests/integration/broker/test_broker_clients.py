@@ -7,6 +7,7 @@ from pathlib import Path
 import orjson
 import trio
 
+from rmq_cluster.client.admin import parse_consume_stats
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.route import TopicConfigSerializeWrapper
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
@@ -300,6 +301,8 @@ async def test_admin_requests(cluster: Cluster) -> None:
     )
     consume = ok(await cluster.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "AG"}))
     assert b'"consumerOffset":1' in bytes(consume.body)
+    # the one message stored and committed within the minute: 1/60 per second
+    assert parse_consume_stats(consume.body)[1] == 0.02
     offsets = fastjson.loads(ok(await cluster.call(RequestCode.GET_ALL_CONSUMER_OFFSET)).body)
     assert offsets["offsetTable"]["AdminT@AG"] == {"1": 1}
     ok(await cluster.call(RequestCode.GET_ALL_DELAY_OFFSET))
