@@ -26,6 +26,15 @@ STORE_ALLOWED = (
     (r"RMQ_SYS_TRANS_OP_HALF_TOPIC", r"\.born_timestamp"),
 )
 
+#: Topics whose records a broker writes on a timer, so one CommitLog may hold a record the other
+#: does not hold yet when the scenario ends: (topic regex, why). Compared field by field when
+#: both brokers wrote it.
+STORE_TIMED = (
+    # send_back's message is scheduled at delay level 3 (10 s): it reaches %RETRY%<group> if
+    # the steps after send_back took that long on one broker (a slow JVM, a loaded machine)
+    (r"%RETRY%" + scenario.GROUP, "the delay level's 10 s ran out on one broker only"),
+)
+
 
 def _deviation(
     table: tuple[tuple[str, str, str, str], ...], step: str, field: str
@@ -69,6 +78,8 @@ def _store_diffs(java: Replayed, ours: Replayed) -> list[tuple[str, str, Any, An
         topic = str(k[0])
         where = f"{k[0]}/{k[1]}/{k[2]}"
         if k not in j or k not in o:
+            if any(re.fullmatch(t, topic) for t, _ in STORE_TIMED):
+                continue
             out.append((topic, "<record>", where if k in j else "<absent>",
                         where if k in o else "<absent>"))
             continue
