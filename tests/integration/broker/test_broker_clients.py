@@ -196,10 +196,11 @@ async def test_retry_then_dlq_after_16(cluster: Cluster) -> None:
 async def test_delay_level_1_delivered_after_a_second(cluster: Cluster) -> None:
     start = trio.current_time()
     ok(await cluster.send("Delayed", b"later", props={"DELAY": "1"}))
-    first = await cluster.pull("Delayed", suspend_ms=3000, timeout=10)
+    # a long poll that outlasts a stalled machine: woken when the message is delivered
+    first = await cluster.pull("Delayed", suspend_ms=8000, timeout=15)
     assert first.code == ResponseCode.SUCCESS, first.remark
     elapsed = trio.current_time() - start
-    assert 0.9 <= elapsed < 2.5, elapsed
+    assert 0.9 <= elapsed < 5.0, elapsed  # level 1 (1 s), not level 2 (5 s)
     (msg,) = messages(first)
     assert msg.body == b"later" and msg.properties["DELAY"] == "1"  # its level, as Apache
     assert cluster.broker.schedule.offsets.get(1) == 1
