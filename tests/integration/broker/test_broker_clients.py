@@ -482,3 +482,28 @@ async def test_delete_topic_drops_its_consume_queues(cluster: Cluster) -> None:
         )
     )
     assert [bytes(m.body) for m in messages(pull)] == [b"new"]
+
+
+async def test_runtime_info_day_figures_turn_at_local_midnight(cluster: Cluster) -> None:
+    """msg{Put,Get}Total{Today,Yesterday}Morning are the totals at the last local midnights, as
+    RocketMQ's (they were a hard-coded 0: ``mqadmin clusterList -m`` counted every message
+    since boot as today's, and none as yesterday's)."""
+
+    async def table() -> dict[str, str]:
+        info = ok(await cluster.call(RequestCode.GET_BROKER_RUNTIME_INFO))
+        return fastjson.loads(info.body)["table"]  # type: ignore[no-any-return]
+
+    for body in (b"a", b"b"):
+        ok(await cluster.send("DayT", body))
+    before = await table()
+    assert before["msgPutTotalTodayNow"] == "2" and before["msgPutTotalTodayMorning"] == "0"
+    tomorrow = cluster.broker.now_ms() + 86_400_000
+    cluster.broker.now_ms = lambda: tomorrow  # the node's clock, read by its 1 s sampler
+    with trio.fail_after(WAIT_S):
+        while (after := await table())["msgPutTotalTodayMorning"] != "2":  # noqa: ASYNC110 - over the wire
+            await trio.sleep(0.05)  # the sampler's next round: polled under the deadline
+    assert after["msgPutTotalYesterdayMorning"] == "0"
+    assert after["msgGetTotalTodayMorning"] == before["msgGetTotalTodayNow"]
+    ok(await cluster.send("DayT", b"c"))
+    now = await table()
+    assert int(now["msgPutTotalTodayNow"]) - int(now["msgPutTotalTodayMorning"]) == 1
