@@ -904,6 +904,7 @@ class BrokerNode:
         while True:
             started = time.monotonic()
             self.stats.sample(started)
+            self.stats.roll_day(self.now_ms())
             if self.metrics is not None:
                 await run_steps(self.metrics.sample(started))
             cost = time.monotonic() - started

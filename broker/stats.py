@@ -7,6 +7,7 @@ broker's sampler task every ``RATE_SAMPLE_PERIOD_S``. Pure: the caller passes th
 
 from __future__ import annotations
 
+import datetime
 from typing import Final
 
 from ..cluster.metrics import WindowRates
@@ -32,6 +33,25 @@ class BrokerStats:
         self.put_total = 0
         self.get_total = 0
         self._windows = [WindowRates(w, p) for w, p in RUNTIME_TPS_WINDOWS]
+        #: (put, get) totals at the last two local midnights (msg*TotalTodayMorning,
+        #: msg*TotalYesterdayMorning): 0 until the broker lived through one, as RocketMQ's
+        self.today_morning = (0, 0)
+        self.yesterday_morning = (0, 0)
+        self._day: int | None = None  # the local day ``roll_day`` saw last
+
+    def roll_day(self, wall_ms: int) -> None:
+        """Note the local day of ``wall_ms``; the first call after a midnight takes the totals
+        as this morning's (and this morning's as yesterday's). The sampler calls it."""
+        day = local_day(wall_ms)
+        if self._day is None:
+            self._day = day
+        if day <= self._day:
+            return
+        totals = (self.put_total, self.get_total)
+        # more than one midnight since the last call: yesterday morning's totals were these too
+        self.yesterday_morning = self.today_morning if day - self._day == 1 else totals
+        self.today_morning = totals
+        self._day = day
 
     def put(self, topic: str, count: int, size: int) -> None:
         self.put_total += count
@@ -61,3 +81,8 @@ class BrokerStats:
     def get_tps_figures(self) -> str:
         """getTransferedTps as RocketMQ answers it: the 10 s, 1 min and 10 min rates."""
         return " ".join(f"{self.get_tps(i):.2f}" for i in range(len(self._windows)))
+
+
+def local_day(wall_ms: int) -> int:
+    """The local calendar day of ``wall_ms`` (RocketMQ's day figures turn at local midnight)."""
+    return datetime.datetime.fromtimestamp(wall_ms / 1000).date().toordinal()

@@ -28,6 +28,9 @@ from tests.dashboard.dashboard_testlib import (
 pytestmark = pytest.mark.slow
 TRAFFIC = "DashTraffic"
 LAGGY = "DashLaggy"
+#: the reset test's own topic: a group reading LAGGY from its first offset must see only the
+#: lag test's messages, whichever of the two runs first
+RESET = "DashReset"
 DEAD = "DashDead"
 TRACED = "DashTraced"
 
@@ -35,7 +38,7 @@ TRACED = "DashTraced"
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RunningCluster]:
     with rmq_cluster("2m-2s-async") as c:
-        create_topics(c.namesrv_addr, [TRAFFIC, LAGGY, DEAD, TRACED], queues=2)
+        create_topics(c.namesrv_addr, [TRAFFIC, LAGGY, RESET, DEAD, TRACED], queues=2)
         yield c
 
 
@@ -168,10 +171,10 @@ def test_reset_offset_by_clicking(cluster: RunningCluster, dash: DashboardProces
     addr = cluster.namesrv_addr
     with SyncProducer("DashResetProducer", namesrv_addr=addr) as p:
         for i in range(10):
-            p.send(Message(LAGGY, f"r{i}".encode()))
+            p.send(Message(RESET, f"r{i}".encode()))
     with SyncPullConsumer("DashResetGroup", namesrv_addr=addr,
                           consume_from=ConsumeFromWhere.FIRST_OFFSET) as consumer:
-        consumer.assign(consumer.fetch_queues(LAGGY))
+        consumer.assign(consumer.fetch_queues(RESET))
         consumer.commit()
     driver.get(f"{dash.url}/c/0/group/DashResetGroup")
     assert int(_by_css(driver, "#total-lag").text) > 0

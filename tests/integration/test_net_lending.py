@@ -363,7 +363,7 @@ async def test_a_lone_call_hands_over_what_it_must_not_wait_for(nursery: trio.Nu
         # the second request waits for room (the first is unresolved): the call's deadline
         # still ends it on time, though its answer came behind that request
         await conn.invoke(RemotingCommand.request(HOLD), timeout=0.3)
-    assert trio.current_time() - started < 1.0
+    assert trio.current_time() - started < 2.0  # its 0.3 s, not fail_after's 5 (a loaded run)
     assert conn.lone_calls == 1 and len(kept) == 2
     conn.answer_later(kept[0], RemotingCommand(code=0, flag=1))  # room: the reader goes on
     await _until(lambda: conn._running == 1 and conn._lending.stash is None)

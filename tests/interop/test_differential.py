@@ -26,6 +26,15 @@ STORE_ALLOWED = (
     (r"RMQ_SYS_TRANS_OP_HALF_TOPIC", r"\.born_timestamp"),
 )
 
+#: Topics whose records a broker writes on a timer, so one CommitLog may hold a record the other
+#: does not hold yet when the scenario ends: (topic regex, why). Compared field by field when
+#: both brokers wrote it.
+STORE_TIMED = (
+    # send_back's message is scheduled at delay level 3 (10 s): it reaches %RETRY%<group> if
+    # the steps after send_back took that long on one broker (a slow JVM, a loaded machine)
+    (r"%RETRY%" + scenario.GROUP, "the delay level's 10 s ran out on one broker only"),
+)
+
 
 def _deviation(
     table: tuple[tuple[str, str, str, str], ...], step: str, field: str
@@ -69,6 +78,8 @@ def _store_diffs(java: Replayed, ours: Replayed) -> list[tuple[str, str, Any, An
         topic = str(k[0])
         where = f"{k[0]}/{k[1]}/{k[2]}"
         if k not in j or k not in o:
+            if any(re.fullmatch(t, topic) for t, _ in STORE_TIMED):
+                continue
             out.append((topic, "<record>", where if k in j else "<absent>",
                         where if k in o else "<absent>"))
             continue
@@ -113,3 +124,32 @@ def test_every_listed_deviation_still_occurs(
     assert not stale, "deviations no longer observed (fixed? remove them):\n" + "\n".join(
         f"  {e[0]} / {e[1]}: {e[3]}" for e in stale
     )
+
+
+def _record(topic: str, queue_offset: int) -> dict[str, Any]:
+    return {".topic": topic, ".queue_id": 0, ".queue_offset": queue_offset, ".body": "b"}
+
+
+def _store_only(java: list[dict[str, Any]], ours: list[dict[str, Any]]) -> Any:
+    return _store_diffs(Replayed(None, {}, java), Replayed(None, {}, ours))  # type: ignore[arg-type]
+
+
+def test_a_timed_record_in_one_commitlog_only_is_no_difference() -> None:
+    """(No JVM.) send_back's retry record, due 10 s later, may be in one CommitLog only when the
+    scenario ends; any other record missing on one side is still a difference."""
+    both = [_record(scenario.TOPIC, 0)]
+    retry = _record("%RETRY%" + scenario.GROUP, 0)
+    assert _store_only([*both, retry], both) == []
+    assert _store_only(both, [*both, retry]) == []
+    assert _store_only([*both, retry], [*both, {**retry, ".body": "other"}]) != []
+    assert _store_only([*both, _record(scenario.TOPIC, 1)], both) != []
+
+
+def test_query_by_key_waits_for_both_keyed_messages() -> None:
+    """(No JVM.) The step must not stop at the first indexed message of the two with the key:
+    one broker may index the second a moment later, and the views would differ."""
+    (step,) = [s for s in scenario.SCENARIO if s.name == "query_by_key"]
+    assert step.until is not None
+    one = {"code": 0, "body[0].topic": scenario.TOPIC}
+    two = {**one, "body[1].topic": scenario.TOPIC}
+    assert not step.until(one) and step.until(two)

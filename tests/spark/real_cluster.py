@@ -47,7 +47,11 @@ async def produce(tmp: Path, n: int) -> dict[str, int]:
             await slave.store.wait_appended_beyond(end - 1)
         master.store.flush_all_sync()
         slave.store.flush_all_sync()
-        await trio.sleep(0.5)  # let both dispatch their ConsumeQueues
+        # both dispatch their ConsumeQueues and index in their reput tasks: wait for it (a
+        # fixed pause was too short on a loaded machine), then flush what they wrote
+        with trio.fail_after(WAIT_S):
+            while master.store.dispatch_behind_bytes or slave.store.dispatch_behind_bytes:  # noqa: ASYNC110 - two stores' progress, no one event
+                await trio.sleep(0.02)  # polling the reput tasks' progress, under the deadline
         master.store.flush_all_sync()
         slave.store.flush_all_sync()
         return {"end": end}

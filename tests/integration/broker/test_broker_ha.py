@@ -177,7 +177,7 @@ async def test_sync_master_answers_waiting_sends_on_ack_or_timeout(tmp_path: Pat
     are served meanwhile; a slave that never acks yields FLUSH_SLAVE_TIMEOUT (message stored, msgId
     given); once it acks, every waiting send hears SUCCESS."""
     async with running_cluster(
-        tmp_path, brokerRole="SYNC_MASTER", haListenPort="0", slaveTimeout="600"
+        tmp_path, brokerRole="SYNC_MASTER", haListenPort="0", slaveTimeout="1000"
     ) as cluster:
         master = cluster.broker
         assert master.ha is not None and master.ha.port is not None
@@ -209,14 +209,15 @@ async def test_sync_master_answers_waiting_sends_on_ack_or_timeout(tmp_path: Pat
             with trio.fail_after(WAIT_S):
                 while master.ha.waiting_puts < 10:
                     await trio.testing.wait_all_tasks_blocked(0.01)
-            # the same connection still answers at once while the sends wait for the slave
+            # the same connection still answers while the sends wait for the slave: all ten
+            # still wait when the answer is in (no time bound: a loaded machine stalls)
             ok(await cluster.call(RequestCode.GET_BROKER_RUNTIME_INFO))
-            assert trio.current_time() - started < 0.5
+            assert master.ha.waiting_puts == 10 and not waited
         assert len(waited) == 10
         for resp in waited:
             assert resp.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (resp.code, resp.remark)
             assert resp.ext_fields["msgId"] and resp.ext_fields["queueOffset"]
-        assert trio.current_time() - started >= 0.6
+        assert trio.current_time() - started >= 1.0
 
         acking.set()
         for resp in await sends(20):

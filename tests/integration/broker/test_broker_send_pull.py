@@ -85,8 +85,10 @@ async def test_long_poll_wakes_on_arrival(cluster: Cluster) -> None:
     resp = result["resp"]
     assert resp.code == ResponseCode.SUCCESS  # type: ignore[attr-defined]
     assert [m.body for m in messages(resp)] == [b"second"]  # type: ignore[arg-type]
+    # woken by the arrival, not by its 10 s suspend (nothing rechecks on a tick): a bound far
+    # below the suspend and far above a loaded machine's scheduling stalls (it was 50 ms)
     latency = float(result["at"]) - sent_at  # type: ignore[arg-type]
-    assert latency < 0.05, latency
+    assert latency < 2.0, latency
 
 
 async def test_long_poll_times_out_with_pull_not_found(cluster: Cluster) -> None:

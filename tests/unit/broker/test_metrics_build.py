@@ -107,3 +107,30 @@ def test_rates_come_from_samples_not_from_builds() -> None:
     assert sample_value(fams, "rocketmq_producer_tps", topic="T6") == 0.0
     assert sample_value(fams, "rocketmq_consumer_tps", topic="T1", group="G") == 20.0
     assert "over the last 10 s" in metrics.render()
+
+
+def test_day_figures_roll_at_each_local_midnight() -> None:
+    """BrokerStats.roll_day: this morning's totals become yesterday's at the next midnight;
+    a gap over two midnights leaves both at the totals (nothing was counted in between)."""
+    import datetime
+
+    from rmq_cluster.broker.stats import BrokerStats
+
+    def ms(day: int, hour: int) -> int:
+        return int(datetime.datetime(2026, 1, day, hour).timestamp() * 1000)
+
+    s = BrokerStats()
+    s.put_total, s.get_total = 5, 1
+    s.roll_day(ms(1, 10))  # boot day: nothing has turned yet
+    assert s.today_morning == s.yesterday_morning == (0, 0)
+    s.roll_day(ms(1, 23))
+    assert s.today_morning == (0, 0)
+    s.put_total = 7
+    s.roll_day(ms(2, 0))
+    assert (s.today_morning, s.yesterday_morning) == ((7, 1), (0, 0))
+    s.put_total = 9
+    s.roll_day(ms(3, 1))
+    assert (s.today_morning, s.yesterday_morning) == ((9, 1), (7, 1))
+    s.put_total = 12
+    s.roll_day(ms(6, 1))
+    assert s.today_morning == s.yesterday_morning == (12, 1)
