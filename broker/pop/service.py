@@ -349,12 +349,12 @@ class PopService:
         dispatches what the reput has not yet (a recovery, a caller that just wrote); the
         revive loop's rounds leave that to the reput, which wakes them."""
         store = self.ctrl.store
-        if (catch_up or self._recovering) and store.dispatch_behind_bytes > 0:
-            store.dispatch()
         topic = self.revive_topic
         if not self._revive_log_exists(topic):
             self._recovering = False  # no revive log yet: nothing was popped
             return 0
+        if (catch_up or self._recovering) and store.dispatch_behind_bytes > 0:
+            store.dispatch()
         read = 0
         recovering = self._recovering
         for qid in range(self.revive_queue_num):
