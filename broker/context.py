@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..ha.service import HAService
     from ..store.epoch_file import EpochFile
     from ..store.message_store import MessageStore
+    from ..store.timer.timer_store import TimerStore
     from .clients import ClientManager, RebalanceLockManager
     from .config import BrokerConfig, BrokerSettings
     from .long_polling import PullRequestHoldService
@@ -73,6 +74,8 @@ class BrokerContext(Protocol):
     acl: AclGuard | None
     server: RemotingServer | None
     ha: HAService | None
+    #: the timer store while this broker delivers timers (a master), else None
+    timer: TimerStore | None
 
     @property
     def store(self) -> MessageStore:

@@ -18,7 +18,12 @@ offset, which names (as Apache's does) the record before its queue's oldest unfi
 checkpoint. Apache delays each ``ck`` record through its timer store to 1 s before the revive
 time (and each ack to that time) instead; the scan reads the same records either way (on a
 store Apache wrote, our timer delivers them), and a checkpoint that came through the timer
-waits ``DELAYED_CK_ACK_WAIT_MS`` more for its acks (``ReviveLedger`` is the seam).
+is revived only once the timer has delivered every message due up to its revive time, its acks
+among them, and the scan has read what it delivered (``TimerStore.delivered_through_ms``).
+
+The revive loop (``wiring.py``) runs a round only when there is something to do: new revive log
+records (the store's arrival hook), a checkpoint whose invisible time ran out, a recovery; a
+broker without POP consumers never scans.
 
 Orderly pops (``order=true``) write no checkpoint, as Apache's do: ``OrderBlocks`` keeps one
 batch per queue in flight until acked, and the broker writes the blocks to
@@ -49,6 +54,7 @@ from ...cluster.protocol.message import (
 )
 from ...cluster.protocol.route import PermName
 from ...store.commitlog import PutMessageStatus
+from ...store.config import TIMER_TOPIC
 from ...store.message_store import GetMessageStatus, MessageFilter
 from ...store.timer.hook import TIMER_DELIVER_MS, TIMER_OUT_MS
 from ..topic_config import dlq_topic
@@ -66,11 +72,6 @@ DLQ_NUMS: Final = 1
 REVIVE_READ_BATCH: Final = 256
 #: Messages re-put per scan round at most (the rest waits for the next round).
 MAX_REVIVE_PER_ROUND: Final = 4096
-#: A checkpoint that reached the revive log through the timer (Apache's broker writes them so:
-#: due 1 s before its revive time, its acks due at that time) is revived this long after its
-#: revive time, so the acks the timer delivers after it are read first (Apache's own revive
-#: waits until its scan saw records 2 s past the revive time; the timer is 1 s coarse).
-DELAYED_CK_ACK_WAIT_MS: Final = 5_000
 _S = GetMessageStatus
 log = get_logger(role="pop")
 
@@ -117,6 +118,8 @@ class PopService:
         self._recovering = True
         #: pop offsets the recovery scans moved (logged)
         self._moved = 0
+        #: every timer-delivered revive record due up to this time has been read by a scan
+        self._timer_through = -1
         #: revived and dead-lettered messages (tests and /metrics read them)
         self.revived = 0
         self.dead_lettered = 0
@@ -310,24 +313,48 @@ class PopService:
 
     def _scan_start(self, qid: int) -> int:
         """Where a scan of ``qid`` goes on: after the ``CID_RMQ_SYS_REVIVE_GROUP`` offset,
-        which names (as Apache's does) the last revive log record done with, not the next."""
+        which names (as Apache's does) the last revive log record done with, not the next --
+        unless an earlier version of ours wrote it (below)."""
         start = self._scanned.get(qid)
         if start is None:
             committed = self.ctrl.offsets.query(wire.REVIVE_GROUP, self.revive_topic, qid)
-            start = max(committed + 1 if committed >= 0 else 0,
-                        self.ctrl.store.get_min_offset_in_queue(self.revive_topic, qid))
+            start = committed + 1 if committed >= 0 else 0
+            if committed >= 0 and self._names_the_next_record(qid, committed):
+                start = committed
+            start = max(start, self.ctrl.store.get_min_offset_in_queue(self.revive_topic, qid))
             self._scanned[qid] = start
         return start
 
-    def scan(self) -> int:
-        """Read new revive log records into the ledger; -> records read."""
+    def _names_the_next_record(self, qid: int, committed: int) -> bool:
+        """Whether a revive offset was written by our versions before the meaning changed,
+        when it named the next record to read: the end of the queue, or the oldest
+        unfinished checkpoint. Those versions wrote their records without
+        ``TIMER_DELIVER_MS``; the current meaning never names the end, and names a record
+        done with. So: nothing at ``committed``, or a checkpoint of ours without the stamp,
+        is read again. (A checkpoint of theirs done with, read again, finds its acks and its
+        revive's marks after it: it is not revived twice.)"""
+        result = self.ctrl.store.get_message(self.revive_topic, qid, committed, 1)
+        try:
+            if result.status is not _S.FOUND or not result.buffers:
+                return result.status in (_S.OFFSET_OVERFLOW_ONE, _S.NO_MESSAGE_IN_QUEUE)
+            rec = decode_record(result.buffers[0], check_crc=False)
+        except RecordError:
+            return False
+        finally:
+            result.release()
+        return rec.tags == wire.CK_TAG and TIMER_DELIVER_MS not in rec.properties
+
+    def scan(self, *, catch_up: bool = True) -> int:
+        """Read new revive log records into the ledger; -> records read. ``catch_up`` first
+        dispatches what the reput has not yet (a recovery, a caller that just wrote); the
+        revive loop's rounds leave that to the reput, which wakes them."""
         store = self.ctrl.store
-        if store.dispatch_behind_bytes > 0:
-            store.dispatch()
         topic = self.revive_topic
         if not self._revive_log_exists(topic):
             self._recovering = False  # no revive log yet: nothing was popped
             return 0
+        if (catch_up or self._recovering) and store.dispatch_behind_bytes > 0:
+            store.dispatch()
         read = 0
         recovering = self._recovering
         for qid in range(self.revive_queue_num):
@@ -372,9 +399,8 @@ class PopService:
                 ck = wire.Checkpoint.decode(rec.body)
                 if self._recovering:
                     self._recover_pop_offset(ck)
-                delayed = TIMER_OUT_MS in rec.properties
                 self.ledger.add_checkpoint(
-                    ck, qid, log_offset, DELAYED_CK_ACK_WAIT_MS if delayed else 0)
+                    ck, qid, log_offset, delayed=TIMER_OUT_MS in rec.properties)
             elif rec.tags == wire.ACK_TAG:
                 self.ledger.add_ack(wire.AckRecord.decode(rec.body))
             elif rec.tags == wire.BATCH_ACK_TAG:  # Apache's batch acks (its revive log)
@@ -408,10 +434,14 @@ class PopService:
             self._scanned.clear()
             self._recovering = True
             return 0
-        self.scan()
+        store = ctrl.store
+        through, upto = self._timer_progress()
+        self.scan(catch_up=False)
+        if through is not None and store.max_phys_offset - store.dispatch_behind_bytes >= upto:
+            self._timer_through = through  # (its deliveries were dispatched, and read)
         now = ctrl.now_ms()
         moved = 0
-        for pending in self.ledger.due(now):
+        for pending in self.ledger.due(now, self._timer_through):
             if moved >= MAX_REVIVE_PER_ROUND:
                 break
             if not self._revive(pending):
@@ -425,6 +455,27 @@ class PopService:
             if done >= 0:
                 ctrl.offsets.commit(wire.REVIVE_GROUP, self.revive_topic, qid, done)
         return moved
+
+    def next_round_ms(self) -> int | None:
+        """When the revive loop has work without new records: at once while recovering (or a
+        slave: it waits to be promoted), at the first revive time, else never (None)."""
+        if self._recovering or self.ctrl.is_slave:
+            return 0
+        return self.ledger.earliest_revive_time()
+
+    def _timer_progress(self) -> tuple[int | None, int]:
+        """(the time up to which the timer has delivered every message due, or None: not
+        known; the CommitLog end those deliveries lie before)."""
+        ctrl = self.ctrl
+        store = ctrl.store
+        now = ctrl.now_ms()
+        if ctrl.timer is not None:
+            through = ctrl.timer.delivered_through_ms(now)
+        elif store.get_max_offset_in_queue(TIMER_TOPIC, 0) <= 0:
+            through = now  # no timer message at all: none is under way
+        else:
+            through = None  # the timer is not running (yet): what it holds waits
+        return through, store.max_phys_offset
 
     def _mark_revived(self, pending: PendingCheckpoint, offsets: list[int]) -> None:
         """Ack what was just revived, in the revive log after its retry copies: a scan that

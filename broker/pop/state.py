@@ -52,16 +52,16 @@ class PendingCheckpoint:
     #: where the checkpoint record sits in its revive queue
     log_offset: int
     acked: set[int] = attrs.field(factory=set)
-    #: how long after its revive time it is due (a checkpoint delayed by a timer, as Apache
-    #: writes them, waits for its acks: the timer delivers them after it)
-    wait_ms: int = 0
-
-    @property
-    def due_ms(self) -> int:
-        return self.ck.revive_time + self.wait_ms
+    #: the record came through a timer (Apache writes them so: the checkpoint due 1 s before
+    #: its revive time, its acks at it): it waits until the timer delivered its acks too
+    delayed: bool = False
 
     def unacked(self) -> list[int]:
         return [o for o in self.ck.offsets if o not in self.acked]
+
+    def is_due(self, now_ms: int, timer_through_ms: int) -> bool:
+        revive_time = self.ck.revive_time
+        return revive_time <= now_ms and (not self.delayed or revive_time <= timer_through_ms)
 
 
 class ReviveLedger:
@@ -74,12 +74,12 @@ class ReviveLedger:
         return len(self._pending)
 
     def add_checkpoint(
-        self, ck: Checkpoint, revive_qid: int, log_offset: int, wait_ms: int = 0
+        self, ck: Checkpoint, revive_qid: int, log_offset: int, delayed: bool = False
     ) -> None:
         key = ck_key(ck)
         if key in self._pending:
             return
-        pending = PendingCheckpoint(ck, revive_qid, log_offset, wait_ms=wait_ms)
+        pending = PendingCheckpoint(ck, revive_qid, log_offset, delayed=delayed)
         pending.acked |= self._early_acks.pop(key, set())
         if not pending.unacked():
             return
@@ -96,11 +96,17 @@ class ReviveLedger:
         if not pending.unacked():
             del self._pending[key]
 
-    def due(self, now_ms: int) -> list[PendingCheckpoint]:
-        """Unfinished checkpoints whose invisible time ran out, oldest first."""
-        out = [p for p in self._pending.values() if p.due_ms <= now_ms]
-        out.sort(key=lambda p: p.due_ms)
+    def due(self, now_ms: int, timer_through_ms: int = -1) -> list[PendingCheckpoint]:
+        """Unfinished checkpoints whose invisible time ran out, oldest first; one that came
+        through a timer only once the timer delivered every message due up to its revive
+        time (``timer_through_ms``: its acks are among them)."""
+        out = [p for p in self._pending.values() if p.is_due(now_ms, timer_through_ms)]
+        out.sort(key=lambda p: p.ck.revive_time)
         return out
+
+    def earliest_revive_time(self) -> int | None:
+        """When the first unfinished checkpoint's invisible time runs out (None: none)."""
+        return min((p.ck.revive_time for p in self._pending.values()), default=None)
 
     def finish(self, pending: PendingCheckpoint) -> None:
         self._pending.pop(ck_key(pending.ck), None)

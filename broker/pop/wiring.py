@@ -3,6 +3,7 @@ arrival hook, so the controller wires it in a few lines."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,9 @@ class BrokerPop:
         self.modes = RequestModeTable()
         self.polling = PopPolling(ctrl.bcfg.max_pop_polling_size)
         self.service = PopService(ctrl)
+        #: set when a revive log record is dispatched (the revive loop waits on it)
+        self._revive_wake = trio.Event()
+        self._revive_topic = self.service.revive_topic
         self._route_lookup = route_lookup
         self.processors = PopProcessors(ctrl, self.service, self.polling, self.modes,
                                         self._route_queues if route_lookup else None)
@@ -92,22 +96,35 @@ class BrokerPop:
 
     def message_arrived(self, topic: str) -> None:
         """The store dispatched a message of ``topic``: wake pops parked on it (a pop parks
-        under its topic and its pop retry topic)."""
+        under its topic and its pop retry topic); wake the revive loop for a revive log
+        record."""
         self.polling.notify(topic)
+        if topic == self._revive_topic:
+            self._revive_wake.set()
 
     async def revive_loop(self) -> None:
-        """The revive scan, every reviveInterval ms (a master's; a slave's round does nothing)."""
+        """The revive scan: a round at most every reviveInterval ms, and only when it has work
+        (new revive log records, a revive time reached, a recovery; a slave's rounds do
+        nothing but wait to be promoted). No POP consumer: no round at all."""
+        service = self.service
         while True:
             await trio.sleep(self.ctrl.bcfg.revive_interval_ms / 1000.0)
             if self.ctrl.store_or_none is None:
                 continue
+            self._revive_topic = service.revive_topic
+            wake_at = service.next_round_ms()
+            wait_s = (wake_at - self.ctrl.now_ms()) / 1000.0 if wake_at is not None else None
+            if wait_s is None or wait_s > 0:
+                with trio.move_on_after(wait_s if wait_s is not None else math.inf):
+                    await self._revive_wake.wait()
+            self._revive_wake = trio.Event()
             try:
-                moved = self.service.revive_once()
+                moved = service.revive_once()
             except Exception as exc:  # a bad record or a refused put must not stop revival
                 log.error("revive round failed", error=repr(exc))
                 continue
             if moved:
-                log.info("revived", messages=moved, revived=self.service.revived,
-                         dead_lettered=self.service.dead_lettered)
+                log.info("revived", messages=moved, revived=service.revived,
+                         dead_lettered=service.dead_lettered)
                 self.ctrl.mark_dirty()
                 self.ctrl.state_changed()  # wakes wait_until (tests, tools)

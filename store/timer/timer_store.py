@@ -175,6 +175,9 @@ class TimerStore:
         self.rolled = 0
         self.writes = 0  # checkpoint writes: the shell flushes when this moved
         self._pending: list[int] = []  # slot times with a chain not yet delivered
+        #: pending slot time -> the earliest TIMER_OUT_MS of a message indexed into it late
+        #: (its time was already read: it waits in a later slot than its own)
+        self._late: dict[int, int] = {}
         self._done: set[Identity] = set()  # delivered from the slot in progress
         self._before: _DeliveredBefore | None = None
         self._before_until_ms = -1  # ... consulted until this slot is delivered
@@ -435,6 +438,9 @@ class TimerStore:
             rec.commitlog_offset, rec.store_size, tags_code(real_topic), 0,
         )
         pos = self._append_unit(unit)
+        if not magic & L.MAGIC_ROLL and delayed > out:
+            at = delayed - delayed % p
+            self._late[at] = min(out, self._late.get(at, out))
         if slot.time_ms == -1:
             L.write_slot(wheel.view, delayed, p, pos, pos, 1, 0)
             heapq.heappush(self._pending, delayed - delayed % p)
@@ -481,6 +487,7 @@ class TimerStore:
             moved += count
             while self._pending and self._pending[0] == t:
                 heapq.heappop(self._pending)
+            self._late.pop(t, None)
             self.read_ms = t + p
             self._done.clear()
             self._maybe_end_recovery()
@@ -488,6 +495,20 @@ class TimerStore:
             self._write_cp()
         self._advance_idle(self.now_ms())
         return None
+
+    def delivered_through_ms(self, now: int) -> int | None:
+        """A time up to which every message of the timer queue is delivered: each one whose
+        ``TIMER_OUT_MS`` is at or before it was put where it goes (never past ``now``).
+        None while the queue holds messages not indexed yet (their times are unknown). POP's
+        revive waits on it for the acks Apache's broker sends through the timer."""
+        if self.queue_offset < self.store.get_max_offset_in_queue(TIMER_TOPIC, 0):
+            return None
+        through = now
+        if self._pending:  # a slot's own messages are due at or after its time
+            through = min(through, self._pending[0] - 1)
+        if self._late:
+            through = min(through, min(self._late.values()) - 1)
+        return through
 
     def _advance_idle(self, now: int) -> None:
         """No slot before ``now`` is pending: what is due at once goes to the previous slot."""

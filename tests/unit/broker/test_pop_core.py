@@ -62,13 +62,15 @@ def test_ledger_finishes_acked_and_revives_due() -> None:
 
 def test_ledger_waits_for_the_acks_of_a_checkpoint_a_timer_delivered() -> None:
     """Apache's checkpoints reach the revive log through its timer 1 s before their revive
-    time, their acks at it: such a checkpoint waits until the timer has delivered its acks."""
+    time, their acks at it: such a checkpoint waits until the timer has delivered every
+    message due up to its revive time, however late that is, and not a moment longer."""
     ledger = ReviveLedger()
     ck = wire.Checkpoint("T", "G", 0, 5, 1000, 500, (0, 1), "b")
-    ledger.add_checkpoint(ck, 0, 7, wait_ms=5000)
-    assert ledger.due(1500) == [] and ledger.due(6499) == []
+    ledger.add_checkpoint(ck, 0, 7, delayed=True)
+    assert ledger.earliest_revive_time() == 1500
+    assert ledger.due(1500, 1499) == [] and ledger.due(60_000, 1499) == []
     ledger.add_ack(wire.AckRecord("T", "G", 0, 5, 5, 1000, "b"))
-    (due,) = ledger.due(6500)
+    (due,) = ledger.due(1500, 1500)
     assert due.unacked() == [6]
 
 

@@ -161,6 +161,37 @@ def test_delivery_in_time_order_with_5x_properties(tmp_path: Path) -> None:
     assert os.path.getsize(tmp_path / "config" / "timercheck") == 4096
 
 
+def test_delivered_through_follows_the_timer(tmp_path: Path) -> None:
+    """Up to when every timer message is delivered (POP's revive waits on it for the acks
+    Apache's broker sends through the timer): nothing unindexed, the first pending slot, a
+    message indexed after its time was read (it waits in a later slot than its own)."""
+    clock = Clock()
+    store, timer = opened(tmp_path, clock)
+    send(store, clock, b"a", 1200)  # slot T0+1000
+    send(store, clock, b"b", 3500)  # slot T0+3000
+    assert timer.delivered_through_ms(clock()) is None  # not indexed: times unknown
+    assert run(timer) == T0 + 2000
+    assert timer.delivered_through_ms(clock()) == T0
+    clock.ms = T0 + 2000
+    run(timer)
+    assert bodies(store) == [b"a"] and timer.delivered_through_ms(clock()) == T0 + 2000
+    late = {"TIMER_OUT_MS": str(T0 + 500), "REAL_TOPIC": "Real", "REAL_QID": "0",
+            MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "U-late"}
+    assert store.append_message(
+        Message(TIMER_TOPIC, b"late", 0, properties=late, store_host=HOST)).status.stored
+    store.dispatch_all()
+    timer.enqueue()  # into the slot being read (T0+2000), later than its own
+    assert timer.delivered_through_ms(clock()) == T0 + 499
+    clock.ms = T0 + 3000
+    run(timer)
+    assert bodies(store) == [b"a", b"late"]
+    assert timer.delivered_through_ms(clock()) == T0 + 2999  # b's slot
+    clock.ms = T0 + 4000
+    assert run(timer) is None and timer.delivered_through_ms(clock()) == T0 + 4000
+    timer.close()
+    store.close()
+
+
 def test_many_slots_across_timer_log_files_and_a_roll(tmp_path: Path) -> None:
     clock = Clock()
     store, timer = opened(tmp_path, clock, timer_roll_window_slot=10)
