@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,8 @@ import trio
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-import checkout  # noqa: E402  (bench/checkout.py: this tree's rmq_cluster first)
+import _launch  # noqa: E402  (bench/_launch.py: the node processes)
+import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
 import produce as produce_bench  # noqa: E402  (bench/produce.py: the raw-frame driver)
 
 from rmq_cluster.client import (  # noqa: E402
@@ -55,71 +55,27 @@ from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode  # noqa: 
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 
 QUEUES = produce_bench.QUEUES
-BOOT_TIMEOUT_S = 30.0
 #: Messages the consume cases drain.
 CONSUME_MESSAGES = 20_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _free_broker_port() -> int:
-    """A listen port whose fast port (-2) and HA port (+1) are free too."""
-    for _ in range(100):
-        port = produce_bench._free_port_pair()
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free broker ports")
-
-
-def _wait_boot(proc: subprocess.Popen[bytes]) -> None:
-    """Wait for the node's boot line: a broker prints it once registered with the NameServer
-    (its port opens earlier, and a send before the registration finds no route)."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if b"boot success" in line:
-            return
-    raise RuntimeError(f"node {proc.args!r} did not boot")
-
-
-def _start(store: str, procs: list[subprocess.Popen[bytes]]) -> tuple[str, int]:
-    """NameServer and broker processes (appended to ``procs`` as they spawn, for the caller to
-    stop even when a start fails); the NameServer address and the broker port."""
-    env = checkout.child_env(ROOT)
-    ns_port = _free_port()
+def _start(store: str, procs: list[subprocess.Popen[str]]) -> tuple[str, int]:
+    """NameServer and broker processes (appended to ``procs`` as they start, for the caller to
+    stop even when a later start fails); the NameServer address and the broker port. A broker
+    prints its boot line once registered with the NameServer (its port opens earlier, and a
+    send before the registration finds no route)."""
+    taken: set[int] = set()
+    ns_port = _launch.free_port(taken=taken)
     ns_conf = Path(store) / "namesrv.properties"
     ns_conf.write_text(f"listenPort={ns_port}\nbindAddress=127.0.0.1\n"
                        f"kvConfigPath={store}/kv.json\n")
-    ns = subprocess.Popen([sys.executable, "-m", "rmq_cluster.namesrv", "-c", str(ns_conf),
-                           "--log-level", "warning"],
-                          cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    procs.append(ns)
-    _wait_boot(ns)
-    port = _free_broker_port()
-    conf = Path(store) / "broker.properties"
-    conf.write_text(
-        "brokerClusterName=BenchCluster\nbrokerName=bench\nbrokerIP1=127.0.0.1\n"
-        f"bindAddress=127.0.0.1\nlistenPort={port}\nstorePathRootDir={store}/data\n"
-        "flushDiskType=ASYNC_FLUSH\nmappedFileSizeCommitLog=1073741824\n"
-        f"defaultTopicQueueNums={QUEUES}\nnamesrvAddr=127.0.0.1:{ns_port}\n"
-    )
+    procs.append(_launch.spawn([*_launch.NAMESRV, "-c", str(ns_conf)]))
+    port = _launch.broker_port(taken)
+    conf = _launch.broker_conf(Path(store) / "broker.properties", port=port,
+                               store=f"{store}/data", queues=QUEUES,
+                               namesrvAddr=f"127.0.0.1:{ns_port}")
     log = open(Path(store) / "broker.log", "wb")  # noqa: SIM115 - lives as long as the child
-    broker = subprocess.Popen([sys.executable, "-m", "rmq_cluster.broker", "-c", str(conf),
-                               "--log-level", "warning"],
-                              cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=log)
-    procs.append(broker)
-    _wait_boot(broker)
+    procs.append(_launch.spawn([*_launch.BROKER, "-c", str(conf)], stderr=log))
     return f"127.0.0.1:{ns_port}", port
 
 
@@ -382,7 +338,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("error")
     with tempfile.TemporaryDirectory(prefix="bench-client-") as store:
-        procs: list[subprocess.Popen[bytes]] = []
+        procs: list[subprocess.Popen[str]] = []
         try:
             ns_addr, port = _start(store, procs)
             result = trio.run(_bench, ns_addr, port, args)
@@ -391,11 +347,7 @@ def main() -> None:
             raise
         finally:
             for proc in reversed(procs):  # the broker first: it unregisters from the NameServer
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                _launch.stop(proc)
     print(json.dumps({"bench": "client", "body_bytes": args.body, "seconds": args.seconds,
                       "rounds": args.rounds, "load_average": os.getloadavg(),
                       "target_ratio": 0.8, **result}, indent=2))

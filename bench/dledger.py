@@ -35,7 +35,8 @@ import trio
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-import checkout  # noqa: E402  (bench/checkout.py: this tree's rmq_cluster first)
+import _launch  # noqa: E402  (bench/_launch.py: the node processes)
+import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
 import produce as produce_bench  # noqa: E402  (bench/produce.py: broker start + raw driver)
 
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
@@ -46,37 +47,11 @@ from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa
 
 GROUP = "bench-dl"
 TOPIC = produce_bench.TOPIC
-BOOT_TIMEOUT_S = 30.0
 LEADER_TIMEOUT_S = 30.0
 FAILOVER_TIMEOUT_S = 30.0
 ROUTE_POLL_S = 0.02
 SEND_TIMEOUT_S = 1.0
 WARMUP_S = 1.0
-
-
-def _free_ports(n: int) -> list[int]:
-    return [produce_bench._free_port_pair() for _ in range(n)]
-
-
-def _spawn(args: list[str], boot_marker: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, *args, "--log-level", "warning"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=str(ROOT),
-        env=checkout.child_env(ROOT),
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if boot_marker in line:
-            return proc
-    proc.kill()
-    raise RuntimeError(f"{args} did not start")
 
 
 class Group:
@@ -85,11 +60,11 @@ class Group:
     def __init__(self, root: Path, size: int = 3) -> None:
         self.root = root
         self.size = size
-        ports = _free_ports(size + 1)
-        self.ns_port = ports[0]
-        self.broker_ports = ports[1:]
-        # each broker's DLedger port: listenPort + 2 (deploy/topology.py's plan); probe again
-        self.dl_ports = [produce_bench._free_port_pair() for _ in range(size)]
+        taken: set[int] = set()
+        self.ns_port = _launch.free_port(taken=taken)
+        self.broker_ports = [_launch.broker_port(taken) for _ in range(size)]
+        # each broker's DLedger port, a free one of its own (`rmq-cluster up` plans listenPort + 2)
+        self.dl_ports = [_launch.free_port(taken=taken) for _ in range(size)]
         self.peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(self.dl_ports))
         self.procs: dict[int, subprocess.Popen[str]] = {}
         self.ns: subprocess.Popen[str] | None = None
@@ -104,7 +79,7 @@ class Group:
     def start_ns(self) -> None:
         conf = self.root / "namesrv.properties"
         conf.write_text(f"listenPort={self.ns_port}\nbindAddress=127.0.0.1\n")
-        self.ns = _spawn(["-m", "rmq_cluster.namesrv", "-c", str(conf)], "boot success")
+        self.ns = _launch.spawn([*_launch.NAMESRV, "-c", str(conf)])
 
     def start(self, i: int) -> None:
         conf = self.root / f"n{i}.properties"
@@ -117,7 +92,7 @@ class Group:
             f"enableDLegerCommitLog=true\ndLegerGroup={GROUP}\ndLegerPeers={self.peers}\n"
             f"dLegerSelfId=n{i}\n"
         )
-        self.procs[i] = _spawn(["-m", "rmq_cluster.broker", "-c", str(conf)], "boot success")
+        self.procs[i] = _launch.spawn([*_launch.BROKER, "-c", str(conf)])
 
     def kill(self, i: int) -> None:
         proc = self.procs.pop(i)
@@ -294,12 +269,11 @@ def main() -> None:
         root = Path(tmp)
         single_dir = root / "single"
         single_dir.mkdir()
-        proc, port = produce_bench._start_broker(str(single_dir))
+        proc, port = _launch.start_broker(single_dir, queues=produce_bench.QUEUES)
         try:
             out["single_master"] = _throughput(port, body, args, {"broker": proc.pid})
         finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+            _launch.stop(proc)
         group_dir = root / "group"
         group_dir.mkdir()
         group = Group(group_dir)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -120,14 +119,11 @@ def serve(shape: str, port: int, workdir: Path) -> None:
     trio.run(main)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _round(shape: str, tree: Path, workdir: Path, client: str, calls: int) -> dict[str, float]:
-    port = _free_port()
+    # (here, not on top: a --serve child imports rmq_cluster only once on its --tree)
+    from tests.ports import free_port  # a port below the ephemeral range
+
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", shape, "--port", str(port), "--tree", str(tree),
          "--workdir", str(workdir)],

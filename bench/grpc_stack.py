@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from rmq_cluster.proxy.config import ProxyConfig
 from rmq_cluster.proxy.h2_server import serve_grpc
 from rmq_cluster.proxy.pb import definition_pb2 as pb
 from rmq_cluster.proxy.pb import service_pb2 as spb
+from tests.ports import free_port  # (below the ephemeral range)
 
 PATH = "/apache.rocketmq.v2.MessagingService/Heartbeat"
 IN_FLIGHT = 64
@@ -108,12 +108,6 @@ def serve_grpcio(port: int) -> None:
     asyncio.run(main())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _measure(port: int, calls: int) -> dict[str, float]:
     import grpc
 
@@ -154,7 +148,7 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {"h2_trio": [], "grpcio_thread_hop": []}
     for _ in range(args.rounds):
         for name, kind in (("h2_trio", "h2"), ("grpcio_thread_hop", "grpcio")):
-            port = _free_port()
+            port = free_port()
             proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--port",
                                      str(port)], stdout=subprocess.PIPE, text=True)
             try:

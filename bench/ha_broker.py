@@ -24,12 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,8 @@ import trio
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-import checkout  # noqa: E402  (bench/checkout.py: this tree's rmq_cluster first)
+import _launch  # noqa: E402  (bench/_launch.py: the node processes)
+import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
 import produce as produce_bench  # noqa: E402  (bench/produce.py: the raw pipelined driver)
 
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
@@ -46,75 +45,32 @@ from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoti
 from rmq_cluster.cluster.remoting.codec import RemotingCommand  # noqa: E402
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 
-BOOT_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 30.0
 SAMPLE_S = 0.02
 TOPIC = produce_bench.TOPIC
 
 
-def _bindable(port: int) -> bool:
-    try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", port))
-        return True
-    except OSError:
-        return False
+# (bench/ha.py calls these four on the ha_broker.py of the tree it measures: keep their names)
 
 
 def _free_port(taken: set[int]) -> int:
     """A port whose -2 (fast) and +1 (HA) neighbours are free too."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        group = {port - 2, port, port + 1}
-        if port > 2 and not group & taken and _bindable(port - 2) and _bindable(port + 1):
-            taken |= group
-            return port
-    raise RuntimeError("no free port group")
+    return _launch.broker_port(taken)
 
 
 def _spawn(args: list[str], boot: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, *args, "--log-level", "warning"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=str(ROOT),
-        env=checkout.child_env(ROOT),
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if boot in line:
-            return proc
-    proc.kill()
-    raise RuntimeError(f"{args} did not start")
+    return _launch.spawn(args, root=ROOT, boot=boot)
 
 
 def _stop(proc: subprocess.Popen[str] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    _launch.stop(proc)
 
 
 def _broker_conf(root: Path, name: str, port: int, broker_id: int, role: str) -> Path:
-    conf = root / f"{name}.properties"
-    conf.write_text(
-        "brokerClusterName=BenchHa\nbrokerName=bench\nbrokerIP1=127.0.0.1\n"
-        f"bindAddress=127.0.0.1\nlistenPort={port}\nstorePathRootDir={root}/{name}\n"
-        f"brokerId={broker_id}\nbrokerRole={role}\nflushDiskType=ASYNC_FLUSH\n"
-        f"mappedFileSizeCommitLog=1073741824\ndefaultTopicQueueNums={produce_bench.QUEUES}\n"
+    return _launch.broker_conf(
+        root / f"{name}.properties", port=port, store=root / name, cluster="BenchHa",
+        queues=produce_bench.QUEUES, brokerId=broker_id, brokerRole=role,
     )
-    return conf
 
 
 async def _runtime_info(client: RemotingClient, addr: str) -> dict[str, str]:

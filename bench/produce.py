@@ -34,7 +34,6 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -47,7 +46,8 @@ import trio
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-import checkout  # noqa: E402  (bench/checkout.py: this tree's rmq_cluster first)
+import _launch  # noqa: E402  (bench/_launch.py: the broker process)
+import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
 import remoting as remoting_bench  # noqa: E402  (bench/remoting.py: the Trio baseline)
 
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
@@ -59,66 +59,13 @@ from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa
 TOPIC = "BenchProduce"
 BATCH_TOPIC = "BenchBatch"
 QUEUES = 4
-BOOT_TIMEOUT_S = 30.0
+#: Raw lines added to the broker's properties.
+EXTRA = os.environ.get("BENCH_BROKER_EXTRA", "")
 PULL_BATCH = 32
 _U32 = struct.Struct(">I")
 #: STORETIMESTAMP in a stored record (IPv4 born host): after TOTALSIZE, MAGIC, BODYCRC, QUEUEID,
 #: FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, BORNHOST
 _STORE_TS_AT = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8
-
-
-def _free_port_pair() -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        try:
-            with socket.socket() as s2:
-                s2.bind(("127.0.0.1", port - 2))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
-
-
-def _start_broker(
-    store: str, extra: str = "", queues: int = QUEUES
-) -> tuple[subprocess.Popen[str], int]:
-    port = _free_port_pair()
-    conf = Path(store) / "broker.properties"
-    conf.write_text(
-        "brokerClusterName=BenchCluster\nbrokerName=bench\nbrokerIP1=127.0.0.1\n"
-        f"bindAddress=127.0.0.1\nlistenPort={port}\nstorePathRootDir={store}/data\n"
-        "flushDiskType=ASYNC_FLUSH\nmappedFileSizeCommitLog=1073741824\n"
-        f"defaultTopicQueueNums={queues}\n" + extra
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rmq_cluster.broker", "-c", str(conf), "--log-level", "warning"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=str(ROOT),
-        env=checkout.child_env(ROOT),
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if "boot success" in line:
-            return proc, port
-    proc.kill()
-    raise RuntimeError("broker did not start")
-
-
-def _stop_broker(broker: subprocess.Popen[str]) -> None:
-    broker.terminate()
-    try:
-        broker.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        broker.kill()
-        broker.wait()
 
 
 def _send_ext(topic: str, queue_id: int, batch: bool = False) -> dict[str, str]:
@@ -676,24 +623,23 @@ def main() -> None:
     configure_logging("warning")
     if args.produce_consume:
         with tempfile.TemporaryDirectory(prefix="bench-produce-") as store:
-            broker, bport = _start_broker(store, os.environ.get("BENCH_BROKER_EXTRA", ""),
-                                          queues=args.pc_queues)
+            broker, bport = _launch.start_broker(store, queues=args.pc_queues, extra=EXTRA)
             try:
                 print(f"broker pid {broker.pid}", file=sys.stderr, flush=True)
                 results = _produce_consume_case(bport, args, broker.pid)
             finally:
-                _stop_broker(broker)
+                _launch.stop(broker)
         print(json.dumps({"benchmark": "broker produce-consume", "body_bytes": args.body,
                           "seconds": args.seconds, **results}, indent=2))
         return
     if args.java_like_only:
         with tempfile.TemporaryDirectory(prefix="bench-produce-") as store:
-            broker, bport = _start_broker(store, os.environ.get("BENCH_BROKER_EXTRA", ""))
+            broker, bport = _launch.start_broker(store, queues=QUEUES, extra=EXTRA)
             try:
                 print(f"broker pid {broker.pid}", file=sys.stderr, flush=True)
                 results = trio.run(_bench_broker, bport, args, broker.pid)
             finally:
-                _stop_broker(broker)
+                _launch.stop(broker)
         print(json.dumps({"benchmark": "broker java-like send", "body_bytes": args.body,
                           "seconds": args.seconds, **results}, indent=2))
         return
@@ -707,11 +653,11 @@ def main() -> None:
     ping_pong: dict[str, float] = baseline["one_in_flight"]
 
     with tempfile.TemporaryDirectory(prefix="bench-produce-") as store:
-        broker, bport = _start_broker(store, os.environ.get("BENCH_BROKER_EXTRA", ""))
+        broker, bport = _launch.start_broker(store, queues=QUEUES, extra=EXTRA)
         try:
             results = trio.run(_bench_broker, bport, args, broker.pid)
         finally:
-            _stop_broker(broker)
+            _launch.stop(broker)
 
     one = results["send_1_in_flight"]["msgs_per_s"]
     many = results[f"send_{args.inflight}_in_flight"]["msgs_per_s"]

@@ -31,8 +31,9 @@ import trio
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+import _launch  # noqa: E402  (bench/_launch.py: the broker processes)
 import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
-import produce  # noqa: E402  (bench/produce.py: broker start and raw load driver)
+import produce  # noqa: E402  (bench/produce.py: the raw load driver)
 
 from rmq_cluster.cluster.acl.signing import Credentials  # noqa: E402
 from rmq_cluster.cluster.logging import configure_logging  # noqa: E402
@@ -162,8 +163,8 @@ def main() -> None:
                 store.mkdir()
                 acl = store / "plain_acl.yml"
                 acl.write_text(RULES.format(white='"127.0.0.1"' if name == "acl_white" else ""))
-                procs[name], ports[name] = produce._start_broker(
-                    str(store), extra.replace("@ACL@", str(acl))
+                procs[name], ports[name] = _launch.start_broker(
+                    store, queues=produce.QUEUES, extra=extra.replace("@ACL@", str(acl))
                 )
             results = trio.run(_rounds, ports, {n: c[1] for n, c in cases.items()}, args)
         finally:

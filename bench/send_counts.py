@@ -87,7 +87,8 @@ if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "--child":
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-import checkout  # noqa: E402  (bench/checkout.py: this tree's rmq_cluster first)
+import _launch  # noqa: E402  (bench/_launch.py: the broker process)
+import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
 import produce  # noqa: E402  (the batch case's request layout)
 
 from rmq_cluster.cluster.protocol.message import encode_batch  # noqa: E402
@@ -150,39 +151,14 @@ def _frames(args: argparse.Namespace) -> list[bytes]:
     ]
 
 
-def _start(tree: Path, store: str, out: str) -> tuple[subprocess.Popen[str], int]:
-    port = produce._free_port_pair()
-    conf = Path(store) / "broker.properties"
-    conf.write_text(
-        "brokerClusterName=BenchCluster\nbrokerName=bench\nbrokerIP1=127.0.0.1\n"
-        f"bindAddress=127.0.0.1\nlistenPort={port}\nstorePathRootDir={store}/data\n"
-        "flushDiskType=ASYNC_FLUSH\nmappedFileSizeCommitLog=1073741824\n"
-        f"defaultTopicQueueNums={produce.QUEUES}\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--child", out, "-c", str(conf),
-         "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=str(tree),
-        env=checkout.child_env(tree),
-    )  # fmt: skip
-    assert proc.stdout is not None
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if "boot success" in line:
-            return proc, port
-    proc.kill()
-    proc.wait()
-    raise RuntimeError("broker did not start")
-
-
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     frames = _frames(args)
     with tempfile.TemporaryDirectory(prefix="send-counts-") as store:
         out = str(Path(store) / "counts.json")
-        proc, port = _start(args.tree.resolve(), store, out)
+        proc, port = _launch.start_broker(
+            store, root=args.tree.resolve(), queues=produce.QUEUES,
+            command=(str(Path(__file__).resolve()), "--child", out), timeout=WAIT_S,
+        )
         try:
             with socket.create_connection(("127.0.0.1", port)) as sock:
                 opaque = [0]
@@ -194,12 +170,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 _wait_file(out, proc)
             counts = json.loads(Path(out).read_text())
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _launch.stop(proc)
     return _report(counts, args)
 
 

@@ -3,7 +3,13 @@
 (``ports_for_tests()``, see tests/conftest.py), and free when checked. Not the kernel's
 ``bind(0)``: that hands out a port of the ephemeral range, where any outgoing connection on
 the machine, another worker's included, may take it between the check and the node's bind
-(seconds, for a JVM on loaded cores)."""
+(seconds, for a JVM on loaded cores).
+
+The rule is for ports picked now and bound later by someone else: a node, a child process, a
+server the test starts. A socket the test binds and keeps itself until it is done with it (a
+listener it serves or holds busy, a client's source address) may bind port 0: the port is the
+test's from that bind on, and nothing can take it in between. bench/_launch.py gives the
+benchmarks' nodes their ports from here too."""
 
 from __future__ import annotations
 

@@ -31,9 +31,7 @@ What must hold (the report printed per profile counts the rest):
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -49,21 +47,27 @@ from rmq_cluster.client.config import ClientConfig
 from rmq_cluster.client.errors import MQClientError
 from rmq_cluster.client.frames import pull_sys_flag, request
 from rmq_cluster.client.instance import ClientInstance
-from rmq_cluster.cluster.protocol.message import StoredMessage, iter_records
+from rmq_cluster.cluster.protocol.message import iter_records
 from rmq_cluster.cluster.protocol.pop import (
     ACK_TAG,
     CK_TAG,
     POLLING_FULL,
     POLLING_TIMEOUT,
-    PROPERTY_POP_CK,
     AckRecord,
     Checkpoint,
     ReceiptHandle,
     pop_retry_topic,
+    real_topic,
     revive_topic,
 )
 from rmq_cluster.cluster.remoting.codes import RequestCode as RC
-from rmq_cluster.deploy.testing import RunningCluster, create_topics, pid_running, rmq_cluster
+from rmq_cluster.deploy.testing import RunningCluster, create_topics, rmq_cluster
+from tests.integration.broker.pop_testlib import (
+    ack_fields,
+    pop_fields,
+    receipt_handle,
+    sigkill_node,
+)
 
 pytestmark = pytest.mark.slow  # one cluster per profile: ~40-60 s each on 2 busy cores
 
@@ -163,30 +167,13 @@ class Masters:
                       if 0 in bd.broker_addrs}
 
 
-def _handle(m: StoredMessage, ext: dict[str, str], group: str) -> ReceiptHandle:
-    """The receipt handle as Apache's client builds it (a revived message carries its own)."""
-    if PROPERTY_POP_CK in m.properties:
-        return ReceiptHandle.parse(m.properties[PROPERTY_POP_CK])
-    starts: dict[tuple[str, int], int] = {}
-    for item in filter(None, ext.get("startOffsetInfo", "").split(";")):
-        # one item per topic and queue: queue 0 of the topic and of its retry topic may both
-        # be in one answer, each with its own checkpoint (Apache's client keys them so too)
-        flag, qid, offsets = item.split(" ")
-        starts[(flag, int(qid))] = int(offsets.split(",")[0])
-    return ReceiptHandle(starts[("0", m.queue_id)], int(ext["popTime"]),
-                         int(ext["invisibleTime"]), int(ext["reviveQid"]), "0", group,
-                         m.queue_id, m.queue_offset)
-
-
 async def _pop_round(book: Book, masters: Masters, group: str, victim: str) -> bool:
     """One pop from ``group``'s master and an ack of each message; False on a failed call."""
     addr = masters.addrs.get(group)
     if addr is None:
         return False
-    ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "-1",
-           "maxMsgNums": str(POP_BATCH), "invisibleTime": str(INVISIBLE_MS),
-           "pollTime": str(POLL_MS), "bornTime": str(_now_ms()), "initMode": "0",
-           "expType": "TAG", "exp": "*", "order": "false"}
+    ext = pop_fields(TOPIC, GROUP, max_nums=POP_BATCH, invisible_ms=INVISIBLE_MS,
+                     poll_ms=POLL_MS, exp="*")
     try:
         resp = await masters.instance.invoke(addr, request(RC.POP_MESSAGE, ext),
                                              CALL_TIMEOUT_S + POLL_MS / 1000)
@@ -194,13 +181,13 @@ async def _pop_round(book: Book, masters: Masters, group: str, victim: str) -> b
         return False
     if resp.code != 0:
         return resp.code in (POLLING_FULL, POLLING_TIMEOUT)  # nothing there
-    rext = {k: str(v) for k, v in resp.ext_fields.items()}
     for m in iter_records(bytes(resp.body or b"")):
         got = _now_ms()
-        h = _handle(m, rext, group)
+        # (the broker group as the handle's broker name)
+        h = receipt_handle(m, resp.ext_fields, group)
         retry = h.flag != "0"
         body = bytes(m.body)
-        real = TOPIC if h.flag == "0" else pop_retry_topic(TOPIC, GROUP)
+        real = real_topic(TOPIC, GROUP, h.flag)
         book.deliveries.append(Delivery(body, got, retry, (group, real, h.queue_id,
                                                            h.queue_offset)))
         if addr == book.old_addr:
@@ -214,9 +201,8 @@ async def _pop_round(book: Book, masters: Masters, group: str, victim: str) -> b
 
 async def _ack(book: Book, masters: Masters, addr: str, h: ReceiptHandle, body: bytes,
                group: str, victim: bool) -> None:
-    topic = TOPIC if h.flag == "0" else pop_retry_topic(TOPIC, GROUP)
-    ext = {"consumerGroup": GROUP, "topic": topic, "queueId": str(h.queue_id),
-           "offset": str(h.queue_offset), "extraInfo": h.encode()}
+    ext = ack_fields(TOPIC, GROUP, h)
+    topic = ext["topic"]
     try:
         resp = await masters.instance.invoke(addr, request(RC.ACK_MESSAGE, ext), CALL_TIMEOUT_S)
     except MQClientError:
@@ -269,12 +255,7 @@ def _kill_master(cluster: RunningCluster, group: str, addr: str) -> str | None:
     """SIGKILL the group's master (the node at ``addr``), by pid, and wait until it is gone;
     -> its slave when the profile has no election (plain SYNC M/S: the caller promotes it,
     RocketMQ 4.x's manual switch)."""
-    (pid,) = [int(n["pid"]) for n in cluster.nodes if n["addr"] == addr]
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10.0
-    while pid_running(pid):
-        assert time.monotonic() < deadline, f"pid {pid} outlived SIGKILL"
-        time.sleep(0.05)  # the kernel reaps it: poll with a deadline
+    sigkill_node(cluster, addr)
     if cluster.profile != "2m-2s-sync":
         return None
     (slave,) = [str(n["name"]) for n in cluster.nodes

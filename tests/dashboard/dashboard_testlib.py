@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +18,7 @@ from typing import Any
 
 from rmq_cluster.deploy import supervisor
 from tests.cache_lock import exclusive
+from tests.ports import free_port
 
 #: Debian's packages: the browser and the WebDriver that drives it.
 CHROMIUM = "/usr/bin/chromium"
@@ -89,21 +88,6 @@ def wait_for(driver: Any, what: Callable[[Any], Any], timeout: float = UI_WAIT_S
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(what)
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 below the kernel's ephemeral range."""
-    rng = random.Random()
-    low, high = supervisor.ports_for_tests()
-    for _ in range(200):
-        port = rng.randrange(low, high)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port")
 
 
 class DashboardProcess:
@@ -209,7 +193,6 @@ def acl_cluster() -> Iterator[tuple[str, tuple[str, str]]]:
     admin credentials). Always stopped and deleted."""
     from rmq_cluster.cluster.acl.local import acl_path, write_private
     from rmq_cluster.cluster.acl.rules import render_plain_acl
-    from rmq_cluster.deploy import supervisor
     from rmq_cluster.deploy.testing import become_subreaper, cli, kill_leftovers
     from rmq_cluster.deploy.topology import resolve_profile
 

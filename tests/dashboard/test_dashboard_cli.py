@@ -17,7 +17,8 @@ from rmq_cluster.dashboard.cli import PID_FILE
 from rmq_cluster.deploy import supervisor
 from rmq_cluster.deploy.testing import become_subreaper, cli, kill_leftovers, pid_running
 from rmq_cluster.deploy.topology import resolve_profile
-from tests.dashboard.dashboard_testlib import free_port, until
+from tests.dashboard.dashboard_testlib import until
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

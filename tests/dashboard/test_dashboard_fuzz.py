@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmq_cluster.dashboard.settings import MAX_CONNECTIONS, MAX_REQUEST_BYTES, MAX_SESSIONS
-from tests.dashboard.dashboard_testlib import DashboardProcess, dashboard, free_port
+from tests.dashboard.dashboard_testlib import DashboardProcess, dashboard
+from tests.ports import free_port
 
 #: answers a hostile request may get (never 500)
 ALLOWED = {200, 303, 400, 401, 403, 404, 405, 413, 414, 431, 502, 503, 504}

@@ -7,6 +7,7 @@ for all workers, again only when its inputs change.
 
 from __future__ import annotations
 
+import ast
 import multiprocessing
 import os
 import socket
@@ -239,3 +240,33 @@ def test_ports_a_test_picks_itself_stay_in_the_workers_slice(
                                                        f"{held.getsockname()[1] + 1}")
         with pytest.raises(RuntimeError):
             ports.free_port()  # the only port of the range is held
+
+
+def _binds_port_zero(fn: ast.AST) -> bool:
+    for node in ast.walk(fn):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "bind" and node.args
+                and isinstance(node.args[0], ast.Tuple) and len(node.args[0].elts) == 2):
+            port = node.args[0].elts[1]
+            if isinstance(port, ast.Constant) and port.value == 0:
+                return True
+    return False
+
+
+def test_no_port_picker_asks_the_kernel_for_a_port_to_hand_on() -> None:
+    """A helper of tests/ or bench/ that picks a port for a node (a function with "port" in
+    its name, not a test: a test may bind 0 for a socket it keeps) takes it from tests/ports.py,
+    never from a bind to port 0 released at once: the kernel's port lies in the ephemeral
+    range, where an outgoing connection may take it before the node binds it."""
+    repo = Path(__file__).resolve().parents[2]
+    found = []
+    for path in sorted([*(repo / "tests").rglob("*.py"), *(repo / "bench").glob("*.py")]):
+        text = path.read_text()
+        if ", 0))" not in text:  # (no bind to port 0 here: skip the parse)
+            continue
+        for fn in ast.walk(ast.parse(text, str(path))):
+            if (isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and "port" in fn.name.lower() and not fn.name.startswith("test_")
+                    and _binds_port_zero(fn)):
+                found.append(f"{path.relative_to(repo)}:{fn.lineno} {fn.name}")
+    assert not found, found

@@ -11,15 +11,10 @@ the slave and the client falls back to it).
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO
 
 import pytest
 import trio
@@ -31,10 +26,8 @@ from rmq_cluster.cluster.remoting.client_pool import RemotingClient, open_remoti
 from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from tests import ports
+from tests.integration.broker.test_broker_process import _start, _stop
 
-REPO = Path(__file__).resolve().parents[3]
-#: A deadline, not a wait (see test_broker_process.BOOT_WAIT_S): past 30 s under -n 3 at load 20.
-BOOT_WAIT_S = 90.0
 READY_WAIT_S = 20.0
 MESSAGES = 10_000
 IN_FLIGHT = 256
@@ -45,25 +38,10 @@ POLL_S = 0.05  # polling a real process over the wire, always under a deadline
 pytestmark = pytest.mark.slow
 
 
-def _bindable(port: int) -> bool:
-    if not 0 < port < 65536:
-        return False
-    try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", port))
-        return True
-    except OSError:
-        return False
-
-
 def _free_broker_port(taken: set[int]) -> int:
     """A listen port of this worker's slice (tests/ports.py) whose fast port (-2) and HA port
     (+1) are free too."""
     return ports.free_port(neighbours=(-2, 1), taken=taken)
-
-
-def _open_log(path: Path) -> IO[bytes]:
-    return open(path, "wb")
 
 
 async def _poll(check: Callable[[], Awaitable[bool]]) -> None:
@@ -73,35 +51,6 @@ async def _poll(check: Callable[[], Awaitable[bool]]) -> None:
             if await check():
                 return
             await trio.sleep(POLL_S)
-
-
-async def _start(args: list[str], log: Path, boot: bytes) -> trio.Process:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with _open_log(log) as err:
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, *args], stdout=subprocess.PIPE, stderr=err, cwd=str(REPO), env=env
-        )
-    assert proc.stdout is not None
-    seen = b""
-    try:
-        with trio.fail_after(BOOT_WAIT_S):
-            while boot not in seen:
-                chunk = await proc.stdout.receive_some(4096)
-                if not chunk:
-                    text = await trio.Path(log).read_text()
-                    raise AssertionError(f"{args} exited early: {seen!r} {text[-2000:]}")
-                seen += chunk
-    except BaseException:
-        proc.kill()
-        raise
-    return proc
-
-
-async def _stop(proc: trio.Process | None) -> None:
-    if proc is not None and proc.returncode is None:
-        proc.kill()
-        with trio.move_on_after(5):
-            await proc.wait()
 
 
 def _broker_conf(

@@ -15,9 +15,6 @@ copied revive offsets: it hands both acked messages out again.
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,15 +27,15 @@ from rmq_cluster.client.frames import request
 from rmq_cluster.client.instance import ClientInstance
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.message import StoredMessage, iter_records
-from rmq_cluster.cluster.protocol.pop import (
-    POLLING_FULL,
-    POLLING_TIMEOUT,
-    PROPERTY_POP_CK,
-    ReceiptHandle,
-    pop_retry_topic,
-)
+from rmq_cluster.cluster.protocol.pop import POLLING_FULL, POLLING_TIMEOUT, ReceiptHandle
 from rmq_cluster.cluster.remoting.codes import RequestCode as RC
-from rmq_cluster.deploy.testing import RunningCluster, create_topics, pid_running, rmq_cluster
+from rmq_cluster.deploy.testing import RunningCluster, create_topics, rmq_cluster
+from tests.integration.broker.pop_testlib import (
+    ack_fields,
+    pop_fields,
+    receipt_handle,
+    sigkill_node,
+)
 
 pytestmark = pytest.mark.slow  # a SYNC pair, a kill -9 and a promotion (a restart): ~15-25 s
 
@@ -62,35 +59,16 @@ masters = 1
 """
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _handles(resp: Any) -> list[tuple[StoredMessage, ReceiptHandle]]:
     """Each popped message with its receipt handle, built as Apache's 5.x client builds it."""
-    ext = {k: str(v) for k, v in resp.ext_fields.items()}
-    starts: dict[tuple[str, int], int] = {}
-    for item in filter(None, ext.get("startOffsetInfo", "").split(";")):
-        flag, qid, offsets = item.split(" ")
-        starts[(flag, int(qid))] = int(offsets.split(",")[0])
-    out = []
-    for m in iter_records(bytes(resp.body or b"")):
-        if PROPERTY_POP_CK in m.properties:  # a revived message carries its own
-            out.append((m, ReceiptHandle.parse(m.properties[PROPERTY_POP_CK])))
-            continue
-        h = ReceiptHandle(starts[("0", m.queue_id)], int(ext["popTime"]),
-                          int(ext["invisibleTime"]), int(ext["reviveQid"]), "0", "broker-a",
-                          m.queue_id, m.queue_offset)
-        out.append((m, h))
-    return out
+    return [(m, receipt_handle(m, resp.ext_fields, "broker-a"))
+            for m in iter_records(bytes(resp.body or b""))]
 
 
 async def _pop(client: ClientInstance, addr: str, nums: int, invisible_ms: int,
                poll_ms: int = 0) -> list[tuple[StoredMessage, ReceiptHandle]]:
-    ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "-1", "maxMsgNums": str(nums),
-           "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms),
-           "bornTime": str(_now_ms()), "initMode": "0", "expType": "TAG", "exp": "*",
-           "order": "false"}
+    ext = pop_fields(TOPIC, GROUP, max_nums=nums, invisible_ms=invisible_ms, poll_ms=poll_ms,
+                     exp="*")
     resp = await client.invoke(addr, request(RC.POP_MESSAGE, ext),
                                CALL_TIMEOUT_S + poll_ms / 1000)
     if resp.code != 0:
@@ -100,9 +78,7 @@ async def _pop(client: ClientInstance, addr: str, nums: int, invisible_ms: int,
 
 
 async def _ack(client: ClientInstance, addr: str, h: ReceiptHandle) -> None:
-    topic = TOPIC if h.flag == "0" else pop_retry_topic(TOPIC, GROUP)
-    ext = {"consumerGroup": GROUP, "topic": topic, "queueId": str(h.queue_id),
-           "offset": str(h.queue_offset), "extraInfo": h.encode()}
+    ext = ack_fields(TOPIC, GROUP, h)
     resp = await client.invoke(addr, request(RC.ACK_MESSAGE, ext), CALL_TIMEOUT_S)
     assert resp.code == 0, (resp.code, resp.remark)
 
@@ -164,15 +140,6 @@ async def _consume_on_master(producer: Producer, master: str, slave: str) -> tup
     return {bytes(m.body) for m, _h in got} | {bytes(revived.body)}, bytes(never.body)
 
 
-def _kill(cluster: RunningCluster, addr: str) -> None:
-    (pid,) = [int(n["pid"]) for n in cluster.nodes if n["addr"] == addr]
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10.0
-    while pid_running(pid):
-        assert time.monotonic() < deadline, f"pid {pid} outlived SIGKILL"
-        time.sleep(0.05)  # the kernel reaps it: poll with a deadline
-
-
 async def _new_master(producer: Producer, old: str) -> str:
     with trio.fail_after(30.0):
         while True:
@@ -190,7 +157,7 @@ async def _scenario(cluster: RunningCluster) -> dict[str, Any]:
     (slave,) = [n for n in brokers if n["role"] == "SLAVE"]
     async with Producer("PopPromoteP", client_config=cfg) as producer:
         acked, unacked = await _consume_on_master(producer, master, str(slave["addr"]))
-        await trio.to_thread.run_sync(_kill, cluster, master)
+        await trio.to_thread.run_sync(sigkill_node, cluster, master)
         done = await trio.to_thread.run_sync(cluster.cli, "promote", str(slave["name"]))
         assert done.returncode == 0, done.stderr
         new = await _new_master(producer, master)

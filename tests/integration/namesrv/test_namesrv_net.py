@@ -31,6 +31,7 @@ from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.processor import NamesrvState
 from rmq_cluster.namesrv.server import NamesrvServer
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 #: Generous bounds for conditions that normally hold within milliseconds.
@@ -242,14 +243,8 @@ async def test_unknown_code_and_bad_header_over_the_wire(tmp_path: Path) -> None
         assert resp.code == ResponseCode.SYSTEM_ERROR and "is null" in (resp.remark or "")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_real_process(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     conf = tmp_path / "namesrv.properties"
     conf.write_text(
         f"listenPort={port}\nbindAddress=127.0.0.1\nkvConfigPath={tmp_path}/kvConfig.json\n"

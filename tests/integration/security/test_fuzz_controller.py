@@ -27,7 +27,6 @@ import json
 import secrets
 import socket
 import struct
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -68,6 +67,7 @@ from tests.integration.controller.controller_testlib import (
     register_request,
     send_some,
 )
+from tests.integration.security.loop_testlib import LoopThread, connect
 
 SECRET: Final = "fuzz-cluster-secret-0123456789abcdef"
 WRONG_SECRET: Final = "not-the-cluster-secret-0123456789"
@@ -89,13 +89,12 @@ FIELDS: Final = [
 State = tuple[Any, ...]
 
 
-class LiveGroup:
+class LiveGroup(LoopThread):
     """The group on a Trio loop in a thread; the test thread calls into it with ``run``."""
 
     def __init__(self, tmp: Path) -> None:
+        super().__init__("fuzz-controller", start_timeout_s=START_TIMEOUT_S, what="the group")
         self.tmp = tmp
-        self.ready = threading.Event()
-        self.error: BaseException | None = None
         self.acked: list[bytes] = []
         self.sent = 0
         self.captured_ctl: list[bytes] = []
@@ -105,23 +104,12 @@ class LiveGroup:
         self.caller: Cluster | None = None
         self.cc: ControllerClient | None = None
         self.auth: RemotingClient | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop = threading.Event()
         self._loading = True
         self._idle: trio.Event | None = None
-        self._thread = threading.Thread(target=self._main, name="fuzz-controller", daemon=True)
 
     # ------------------------------------------------------------------ the Trio side
 
-    def _main(self) -> None:
-        try:
-            trio.run(self._run)
-        except BaseException as exc:
-            self.error = exc
-            self.ready.set()
-
-    async def _run(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
+    async def serve(self) -> None:
         self._idle = trio.Event()
         async with controller_group(
             self.tmp, secret=SECRET, heartbeat_timeout_ms=3000,
@@ -134,8 +122,7 @@ class LiveGroup:
             await master_and_slave(replicas)
             self._capture()
             nursery.start_soon(self._load)
-            self.ready.set()
-            await trio.to_thread.run_sync(self._stop.wait)
+            await self.serving()
             nursery.cancel_scope.cancel()
 
     def _capture(self) -> None:
@@ -236,11 +223,6 @@ class LiveGroup:
 
     # ------------------------------------------------------------------ the test side
 
-    def start(self) -> None:
-        self._thread.start()
-        if not self.ready.wait(START_TIMEOUT_S) or self.error is not None:
-            raise RuntimeError(f"the group did not start: {self.error!r}")
-
     def run(self, fn: Any, *args: Any) -> Any:
         if self.error is not None:
             raise AssertionError(f"the group's loop died: {self.error!r}")
@@ -249,19 +231,12 @@ class LiveGroup:
     def run_sync(self, fn: Any, *args: Any) -> Any:
         return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(START_TIMEOUT_S)
-
 
 # ------------------------------------------------------------------ raw sockets
 
 
 def _connect(addr: str) -> socket.socket:
-    host, port = addr.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=IO_TIMEOUT_S)
-    sock.settimeout(IO_TIMEOUT_S)
-    return sock
+    return connect(addr, IO_TIMEOUT_S)
 
 
 def _read_until_closed(sock: socket.socket) -> list[RemotingCommand]:

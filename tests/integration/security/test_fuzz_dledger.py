@@ -22,10 +22,8 @@ the leader.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import socket
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -72,6 +70,7 @@ from rmq_cluster.dledger.messages import (
 from rmq_cluster.dledger.messages import encode as encode_message
 from rmq_cluster.dledger.node import DLedgerNode, DLedgerRequestCode
 from tests.integration.dledger.dledger_testlib import GROUP, Group, dledger_group
+from tests.integration.security.loop_testlib import LoopThread
 
 SECRET: Final = secrets.token_urlsafe(32)
 WRONG_SECRET: Final = secrets.token_urlsafe(32)
@@ -95,32 +94,19 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------- the live group
 
 
-class LiveGroup:
+class LiveGroup(LoopThread):
     """The group on a Trio loop in a background thread, with a producer and frame capture."""
 
     def __init__(self, tmp: Path) -> None:
+        super().__init__("fuzz-dledger", start_timeout_s=START_TIMEOUT_S, what="group")
         self.tmp = tmp
-        self.ready = threading.Event()
-        self.error: BaseException | None = None
         self.group: Group | None = None
         self.acked: list[bytes] = []
         self.send_errors = 0
         self.captured: deque[tuple[str, bytes, int]] = deque(maxlen=CAPTURED_FRAMES)
         self.peers: dict[str, str] = {}  # self id -> dLegerPeers address
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
-        self._thread = threading.Thread(target=self._main, name="fuzz-dledger", daemon=True)
 
-    def _main(self) -> None:
-        try:
-            trio.run(self._run)
-        except BaseException as exc:
-            self.error = exc
-            self.ready.set()
-
-    async def _run(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        self._stop = trio.Event()
+    async def serve(self) -> None:
         async with dledger_group(self.tmp, **GROUP_PROPS) as group:
             self.group = group
             await group.leader()
@@ -131,8 +117,7 @@ class LiveGroup:
                 load_started = trio.Event()
                 nursery.start_soon(self._load, group, load_started)
                 await load_started.wait()
-                self.ready.set()
-                await self._stop.wait()
+                await self.serving()
                 nursery.cancel_scope.cancel()
 
     def _capture(self, self_id: str, node: DLedgerNode | None) -> None:
@@ -160,17 +145,6 @@ class LiveGroup:
                     self.acked.append(body)
                     started.set()
                 await trio.sleep(LOAD_INTERVAL_S)
-
-    def start(self) -> None:
-        self._thread.start()
-        if not self.ready.wait(START_TIMEOUT_S) or self.error is not None:
-            raise RuntimeError(f"group did not start: {self.error!r}")
-
-    def stop(self) -> None:
-        if self._token is not None and self._stop is not None:
-            with contextlib.suppress(trio.RunFinishedError):
-                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
-        self._thread.join(START_TIMEOUT_S)
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the group's loop (a consistent view of its state)."""

@@ -11,7 +11,6 @@ with text the strict parser accepts, and both remoting ports still answer.
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,35 +32,23 @@ from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from rmq_cluster.namesrv.config import NamesrvConfig
 from rmq_cluster.namesrv.server import NamesrvServer
 from tests.integration.client.conftest import running_cluster
+from tests.integration.security.loop_testlib import LoopThread
 from tests.integration.security.test_fuzz_nodes import IO_TIMEOUT_S, START_TIMEOUT_S, _call
 
 #: Examples per strategy (x2 targets): bounded so the file runs in a few seconds.
 FUZZ_EXAMPLES: Final = 30
 
 
-class MetricsNodes:
+class MetricsNodes(LoopThread):
     """A broker (and its NameServer) plus a NameServer with /metrics, on a background loop."""
 
     def __init__(self, tmp: Path) -> None:
+        super().__init__("fuzz-metrics", start_timeout_s=START_TIMEOUT_S)
         self.tmp = tmp
-        self.ready = threading.Event()
         self.addrs: dict[str, str] = {}  # ns / broker -> remoting address
         self.metrics: dict[str, str] = {}  # ns / broker -> metrics address
-        self.error: BaseException | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
-        self._thread = threading.Thread(target=self._main, name="fuzz-metrics", daemon=True)
 
-    def _main(self) -> None:
-        try:
-            trio.run(self._run)
-        except BaseException as exc:
-            self.error = exc
-            self.ready.set()
-
-    async def _run(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        self._stop = trio.Event()
+    async def serve(self) -> None:
         ns_cfg = NamesrvConfig(
             kv_config_path=str(self.tmp / "mns" / "kv.json"),
             config_store_path=str(self.tmp / "mns" / "ns.props"),
@@ -75,19 +62,8 @@ class MetricsNodes:
             self.addrs = {"ns": f"{host}:{port}", "broker": c.addr}
             self.metrics = {"ns": ":".join(map(str, ns.metrics_address)),
                             "broker": ":".join(map(str, c.broker.metrics_address))}
-            self.ready.set()
-            await self._stop.wait()
+            await self.serving()
             nursery.cancel_scope.cancel()
-
-    def start(self) -> None:
-        self._thread.start()
-        if not self.ready.wait(START_TIMEOUT_S) or self.error is not None:
-            raise RuntimeError(f"nodes did not start: {self.error!r}")
-
-    def stop(self) -> None:
-        if self._token is not None and self._stop is not None:
-            trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
-        self._thread.join(START_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")

@@ -13,19 +13,18 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
-import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 from tests.integration.client.conftest import running_cluster
+from tests.integration.security.loop_testlib import LoopThread, connect
 
 #: Examples per strategy (x2 targets): bounded so the file runs in a few seconds.
 FUZZ_EXAMPLES: Final = 40
@@ -35,51 +34,24 @@ START_TIMEOUT_S: Final = 30.0
 KNOWN_CODES: Final = [int(c) for c in RequestCode]
 
 
-class Nodes:
+class Nodes(LoopThread):
     """An in-process NameServer + broker on a Trio loop in a background thread."""
 
     def __init__(self, tmp: Path) -> None:
+        super().__init__("fuzz-nodes", start_timeout_s=START_TIMEOUT_S)
         self.tmp = tmp
-        self.ready = threading.Event()
         self.ns_addr = ""
         self.broker_addr = ""
-        self.error: BaseException | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
-        self._thread = threading.Thread(target=self._main, name="fuzz-nodes", daemon=True)
 
-    def _main(self) -> None:
-        try:
-            trio.run(self._run)
-        except BaseException as exc:
-            self.error = exc
-            self.ready.set()
-
-    async def _run(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        self._stop = trio.Event()
+    async def serve(self) -> None:
         async with running_cluster(self.tmp, serverChannelMaxIdleTimeSeconds="30") as cluster:
             self.ns_addr = cluster.ns_addr
             self.broker_addr = cluster.addr
-            self.ready.set()
-            await self._stop.wait()
-
-    def start(self) -> None:
-        self._thread.start()
-        if not self.ready.wait(START_TIMEOUT_S) or self.error is not None:
-            raise RuntimeError(f"nodes did not start: {self.error!r}")
-
-    def stop(self) -> None:
-        if self._token is not None and self._stop is not None:
-            trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
-        self._thread.join(START_TIMEOUT_S)
+            await self.serving()
 
 
 def _connect(addr: str) -> socket.socket:
-    host, port = addr.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=IO_TIMEOUT_S)
-    sock.settimeout(IO_TIMEOUT_S)
-    return sock
+    return connect(addr, IO_TIMEOUT_S)
 
 
 def _call(sock: socket.socket, cmd: RemotingCommand, opaque: int) -> RemotingCommand:

@@ -14,13 +14,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
-import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +37,7 @@ from rmq_cluster.cluster.remoting.codes import RequestCode as RC
 from rmq_cluster.cluster.remoting.codes import ResponseCode
 from rmq_cluster.namesrv.processor import NAMESRV_REQUEST_CODES
 from tests.integration.broker.conftest import running_cluster
+from tests.integration.security.loop_testlib import LoopThread, connect
 
 IO_TIMEOUT_S: Final = 5.0
 START_TIMEOUT_S: Final = 30.0
@@ -139,54 +138,30 @@ def test_every_body_reader_has_positions_here() -> None:
             assert code in BODY_POSITIONS, RC(code).name
 
 
-class Nodes:
+class Nodes(LoopThread):
     """An in-process NameServer + broker (store root ``tmp/store``) on a Trio loop in a thread."""
 
     def __init__(self, tmp: Path) -> None:
+        super().__init__("wire-names", start_timeout_s=START_TIMEOUT_S)
         self.tmp = tmp
-        self.ready = threading.Event()
         self.ns_addr = ""
         self.broker_addr = ""
         self.broker: Any = None
-        self.error: BaseException | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
-        self._thread = threading.Thread(target=self._main, name="wire-names", daemon=True)
 
-    def _main(self) -> None:
-        try:
-            trio.run(self._run)
-        except BaseException as exc:
-            self.error = exc
-            self.ready.set()
-
-    async def _run(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        self._stop = trio.Event()
+    async def serve(self) -> None:
         async with running_cluster(self.tmp, serverChannelMaxIdleTimeSeconds="60") as cluster:
             self.ns_addr = cluster.ns_addr
             self.broker_addr = cluster.addr
             self.broker = cluster.broker
-            self.ready.set()
-            await self._stop.wait()
-
-    def start(self) -> None:
-        self._thread.start()
-        if not self.ready.wait(START_TIMEOUT_S) or self.error is not None:
-            raise RuntimeError(f"nodes did not start: {self.error!r}")
+            await self.serving()
 
     def stop(self) -> None:
-        if self._token is not None and self._stop is not None:
-            trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
-        self._thread.join(START_TIMEOUT_S)
+        super().stop()
         assert not self._thread.is_alive(), "nodes did not stop"
 
 
 def _connect(addr: str) -> socket.socket:
-    host, port = addr.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=IO_TIMEOUT_S)
-    sock.settimeout(IO_TIMEOUT_S)
-    return sock
+    return connect(addr, IO_TIMEOUT_S)
 
 
 _opaque = iter(range(1, 1 << 30))

@@ -4,7 +4,6 @@ emulated loss, and cuts by the owner of the connecting socket (found through /pr
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -21,6 +20,7 @@ from rmq_cluster.chaos.proxy import (
     Route,
     socket_owner,
 )
+from tests.ports import free_port
 
 IO_TIMEOUT_S = 5.0
 
@@ -171,9 +171,7 @@ async def test_socket_owner_finds_the_process_holding_the_connection() -> None:
 
 
 def test_socket_owner_of_an_unknown_port_is_a_client() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # (nobody holds it)
     assert socket_owner(port, 1, {os.getpid(): "me"}) == CLIENT
 
 
@@ -185,9 +183,7 @@ async def test_proxyset_partition_cuts_both_ways_and_heals() -> None:
         routes = []
         for name, up in ups.items():
             internal = await nursery.start(up.serve)
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                public = s.getsockname()[1]
+            public = free_port()  # the proxy's port: ProxySet binds it
             routes.append(Route(name, "listenPort", public, internal))
         pset = ProxySet(routes, node_pids=lambda: {os.getpid(): "a"})
         await nursery.start(pset.run)

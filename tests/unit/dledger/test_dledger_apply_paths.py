@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.store.commitlog import PutMessageStatus
 from rmq_cluster.store.message_store import MessageStore
+from tests.ports import free_port
 
 
 class _Receiver:
@@ -45,14 +45,6 @@ TOPIC = "ApplyPaths"
 MESSAGES = 120
 USED_PREFIX_BYTES = 4 * 1024 * 1024
 """More than this test writes into any DLedger file."""
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _open(root: Path, port: int) -> tuple[MessageStore, DLedgerCommitLog]:
@@ -111,7 +103,7 @@ def _message(i: int) -> Any:
 
 
 async def test_fast_apply_matches_record_parsing_and_sinks_finish_once(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     leader_root = tmp_path / "leader"
     store, dl = await trio.to_thread.run_sync(_open, leader_root, port)
     receiver = _Receiver()

@@ -14,7 +14,8 @@ import trio
 
 from rmq_cluster.cluster.protocol.message import encode_record, new_message
 from rmq_cluster.store.commitlog import PutMessageStatus
-from tests.unit.dledger.test_dledger_apply_paths import WAIT_S, _free_port, _open
+from tests.ports import free_port
+from tests.unit.dledger.test_dledger_apply_paths import WAIT_S, _open
 
 HOSTILE = ["../../evil", "/tmp/abs-evil-dledger", "..", "a/b"]
 
@@ -31,7 +32,7 @@ async def test_hostile_topic_refused_and_a_hostile_record_skipped(
     tmp_path: Path, hostile: str
 ) -> None:
     root = tmp_path / "store"
-    store, dl = await trio.to_thread.run_sync(_open, root, _free_port())
+    store, dl = await trio.to_thread.run_sync(_open, root, free_port())
     try:
         async with trio.open_nursery() as nursery:
             from rmq_cluster.dledger.node import run_store_node

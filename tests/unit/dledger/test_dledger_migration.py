@@ -6,7 +6,6 @@ CommitLog, appends new ones to the DLedger log after it, and serves both after a
 from __future__ import annotations
 
 import functools
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +17,13 @@ from rmq_cluster.dledger.commitlog_adapter import DLedgerCommitLog, open_dledger
 from rmq_cluster.dledger.log_storage import BODY_OFFSET
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
+from tests.ports import free_port
 
 WAIT_S = 20.0
 TOPIC = "MigTopic"
 FILE_BYTES = 64 * 1024
 OLD = 150  # ~1 KiB each: the old CommitLog spans 3 files
 NEW = 60
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _values(root: Path) -> dict[str, str]:
@@ -88,7 +80,7 @@ async def test_dledger_keeps_the_old_commitlog_readable_below_its_log(tmp_path: 
     old_end = await trio.to_thread.run_sync(_write_old, root)
     divided = -(-old_end // FILE_BYTES) * FILE_BYTES
     assert divided >= 3 * FILE_BYTES
-    port = _free_port()
+    port = free_port()
     settings = load_broker_config(_dledger_values(root, port)).settings
 
     def open_dl() -> tuple[MessageStore, DLedgerCommitLog]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import os
 import random
-import socket
 import time
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from rmq_cluster.dledger.messages import (
 )
 from rmq_cluster.dledger.node import run_store_node
 from rmq_cluster.store.message_store import GetMessageStatus, MessageStore
+from tests.ports import free_port
 
 FB = 4096
 IFB = INDEX_UNIT_BYTES * 16
@@ -164,14 +164,6 @@ def test_core_over_a_log_whose_head_was_deleted(tmp_path: Path) -> None:
     assert "n1" in leader.behind_first_index
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def _open(root: Path, port: int) -> tuple[MessageStore, DLedgerCommitLog]:
     values = {
         "storePathRootDir": str(root), "brokerName": "b", "enableDLegerCommitLog": "true",
@@ -203,7 +195,7 @@ def _read_all(store: MessageStore, queue_id: int, offset: int) -> list[bytes]:
 async def test_store_retention_by_age_moves_queue_minimums_and_reads_go_on(
     tmp_path: Path,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     root = tmp_path / "s"
     store, dl = await trio.to_thread.run_sync(_open, root, port)
     total = 400  # ~1 KiB each: ~7 data files of 64 KiB

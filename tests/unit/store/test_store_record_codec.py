@@ -50,6 +50,7 @@ from rmq_cluster.store.record import (
     Scanned,
     parse_delay_levels,
 )
+from tests.ports import free_port
 from tests.unit.store.store_testlib import small_config
 
 STORE_TS = 1_700_000_000_123
@@ -380,14 +381,6 @@ def test_configured_levels_clamp_the_put_and_the_tags_code(tmp_path: Path) -> No
 # --------------------------------------------------------------------------- DLedger
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def _open_dledger(root: Path, port: int) -> tuple[MessageStore, DLedgerCommitLog]:
     values = {
         "storePathRootDir": str(root), "brokerName": "b", "enableDLegerCommitLog": "true",
@@ -422,7 +415,7 @@ def _random_message(rng: random.Random) -> Message:
 async def test_dledger_entries_hold_the_oracle_bytes(tmp_path: Path) -> None:
     """A one-member DLedger store: every entry body is the oracle's record (delayed messages,
     transactions, batches), and what it applied matches the records' scan."""
-    port = _free_port()
+    port = free_port()
     store, dl = await trio.to_thread.run_sync(_open_dledger, tmp_path / "s", port)
     store.clock_ms = lambda: STORE_TS
     rng = random.Random(20)
