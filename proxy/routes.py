@@ -5,7 +5,9 @@ the proxy's client instance already knows for that group (the cache the send pat
 that fails for want of a master (no answer, or the broker saying it is not the master)
 makes the instance suspect the group: it re-reads the route at once and then every
 ``failover_route_poll_s`` until a new master shows up (client/suspects.py); the call is made
-once more when the route already names a new one."""
+once more when the route already names a new one. An idempotent call (an ack, a change of
+invisible time) whose connection was lost under it is first made once more on a new connection
+to the same master, within its deadline (calls.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from ..client.instance import ClientInstance
 from ..cluster.remoting.codec import RemotingCommand
 from ..cluster.remoting.codes import ResponseCode
 from . import convert
+from .calls import idempotent_call
 from .pb import definition_pb2 as pb
 
 #: broker answers that mean "not the master (any more)" (the producer's FAILOVER codes, and
@@ -43,12 +46,20 @@ class MasterRoutes:
         return addr
 
     async def invoke(self, topic: str, broker: str, cmd: RemotingCommand,
-                     timeout: float | None = None) -> tuple[str, RemotingCommand]:
+                     timeout: float | None = None, *, idempotent: bool = False
+                     ) -> tuple[str, RemotingCommand]:
         """``cmd`` to ``broker``'s master: the address called and its answer. After a failure
-        for want of a master, once more on the new master if the route already names one."""
+        for want of a master, once more on the new master if the route already names one;
+        ``idempotent``: first once more on a new connection if the connection was lost under
+        the call."""
         addr = await self.master(topic, broker)
         try:
-            resp = await self.instance.invoke(addr, cmd, timeout)
+            if idempotent:
+                t = self.instance.config.call_timeout_s if timeout is None else timeout
+                resp = await idempotent_call(
+                    lambda left: self.instance.invoke(addr, cmd, left), t, f"code {cmd.code}")
+            else:
+                resp = await self.instance.invoke(addr, cmd, timeout)
         except MQRemotingError:
             if not await self.instance.refresh_after_failure(topic, broker):
                 raise
