@@ -49,12 +49,20 @@ async def idempotent_call(call: Callable[[float], Awaitable[T]], timeout_s: floa
     except MQRemotingError as exc:
         if not lost_in_flight(exc):
             raise
-        first = exc
+        return await once_more(call, deadline, exc, what)
+
+
+async def once_more(call: Callable[[float], Awaitable[T]], deadline: float,
+                    first: MQRemotingError, what: str,
+                    still_wanted: Callable[[], bool] = lambda: True) -> T:
+    """The second attempt of a call lost in flight (``first``): sent once on the first new
+    connection that opens before ``deadline``; ``first`` is raised when none does, or when
+    ``still_wanted()`` turns false while the peer refuses (another master took its place)."""
     log.info("connection lost under a call: once more on a new connection", call=what,
              error=str(first)[:200])
     while True:
         left = deadline - trio.current_time()
-        if left <= 0:
+        if left <= 0 or not still_wanted():
             raise first
         try:
             with trio.move_on_at(deadline):

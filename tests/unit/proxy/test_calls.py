@@ -15,7 +15,7 @@ from rmq_cluster.cluster.remoting.errors import (
     RemotingConnectError,
     RemotingTimeoutError,
 )
-from rmq_cluster.proxy.calls import RECONNECT_POLL_S, idempotent_call
+from rmq_cluster.proxy.calls import RECONNECT_POLL_S, idempotent_call, once_more
 
 
 def _error(cls: type[MQRemotingError], cause: Exception) -> MQRemotingError:
@@ -88,3 +88,17 @@ async def test_a_peer_refusing_until_the_deadline_gets_the_first_error(
         await idempotent_call(call, 2.0, "ack")  # type: ignore[arg-type]
     assert trio.current_time() - start == pytest.approx(2.0)
     assert len(seen) <= 2 + 2.0 / RECONNECT_POLL_S
+
+
+async def test_the_wait_for_a_refusing_peer_ends_when_it_is_no_longer_wanted(
+    autojump_clock: trio.testing.MockClock
+) -> None:
+    """A master that refuses while the route names another (a failover): the first error at
+    once, for the caller to go to the new master."""
+    call, seen = scripted(refused, refused, "never")
+    wanted = iter([True, True, False])
+    start = trio.current_time()
+    with pytest.raises(MQRemotingError, match="reset"):
+        await once_more(call, start + 5.0, lost(), "ack",  # type: ignore[arg-type]
+                        lambda: next(wanted))
+    assert len(seen) == 2 and trio.current_time() - start == pytest.approx(RECONNECT_POLL_S * 2)
