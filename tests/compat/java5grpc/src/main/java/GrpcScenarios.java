@@ -59,8 +59,10 @@ public final class GrpcScenarios {
 
     public static void main(String[] args) throws Exception {
         // TLS on, the SDK's default: it accepts any server certificate (its channel trusts
-        // through an insecure trust manager), so the cluster's self-signed one needs no setup
+        // through an insecure trust manager), so the cluster's self-signed one needs no setup;
+        // -Dtls=false for a plain-text proxy
         config = ClientConfiguration.newBuilder().setEndpoints(args[0])
+            .enableSsl(Boolean.parseBoolean(System.getProperty("tls", "true")))
             .setRequestTimeout(Duration.ofSeconds(10)).build();
         prefix = args[1];
         // the scenarios use topics and groups of their own: they run at once, "stream" (a
