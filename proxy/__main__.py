@@ -50,9 +50,11 @@ def _parser() -> argparse.ArgumentParser:
                              "(default: the file's first admin account)")
     # tests: a shorter deadline for the TLS handshake and the HTTP/2 preface
     parser.add_argument("--handshake-timeout", type=float, default=None, help=argparse.SUPPRESS)
-    # tests: shorter idle and partial-frame timeouts, fewer connections (ProxyConfig's names)
+    # tests: shorter idle and partial-frame timeouts, fewer connections, another deadline for
+    # the calls to the cluster (ProxyConfig's names)
     for flag, kind in (("--idle-timeout", float), ("--partial-frame-timeout", float),
-                       ("--max-connections", int), ("--max-connections-per-address", int)):
+                       ("--max-connections", int), ("--max-connections-per-address", int),
+                       ("--call-timeout", float)):
         parser.add_argument(flag, type=kind, default=None, help=argparse.SUPPRESS)
     # rmq-cluster up --proxy: exit once no node of the cluster (pid files in DIR) is alive
     parser.add_argument("--until-down", metavar="DIR", help=argparse.SUPPRESS)
@@ -88,6 +90,7 @@ _OVERRIDES: Final = {
     "handshake_timeout": "handshake_timeout_s", "idle_timeout": "idle_timeout_s",
     "partial_frame_timeout": "partial_frame_timeout_s", "max_connections": "max_connections",
     "max_connections_per_address": "max_connections_per_address",
+    "call_timeout": "call_timeout_s",
 }
 
 

@@ -25,6 +25,7 @@ from ..cluster.protocol.pop import (
 )
 from ..cluster.remoting.codes import RequestCode, ResponseCode
 from . import convert
+from .calls import fetch_route
 from .config import ProxyConfig
 from .metadata import ProxyMetadata
 from .pb import definition_pb2 as pb
@@ -197,7 +198,7 @@ class PopBridge:
     async def _any_broker(self, topic: str) -> str:
         """A receive naming no broker: one of the topic's readable brokers, in turn (as
         Apache's proxy picks one)."""
-        names = convert.readable_brokers(await self.instance.fetch_route(topic))
+        names = convert.readable_brokers(await fetch_route(self.instance, topic))
         if not names:
             raise convert.ProxyError(pb.FORBIDDEN, f"no readable queue of topic {topic}")
         self._next_broker += 1
@@ -209,7 +210,10 @@ class PopBridge:
         real = topic if h.flag == "0" else pop_retry_topic(topic, group)
         ext = {"consumerGroup": group, "topic": real, "queueId": str(h.queue_id),
                "extraInfo": h.encode(), "offset": str(h.queue_offset), **extra}
-        addr, resp = await self.routes.invoke(topic, h.broker_name, request(code, ext))
+        # an ack or a change of invisible time may be made twice: once more on a new connection
+        # when the broker's connection went under it
+        addr, resp = await self.routes.invoke(topic, h.broker_name, request(code, ext),
+                                              idempotent=True)
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return h, resp

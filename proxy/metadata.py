@@ -3,6 +3,7 @@ service, and keeps for a while: a topic's 5.x message type (GET_TOPIC_CONFIG on 
 topic's route: QueryRoute's accepted types, and a send to a topic no broker has is refused) and
 a subscription group's policy (GET_ALL_SUBSCRIPTIONGROUP_CONFIG on a master of a topic the
 group consumes: whether it consumes in order, its retries).
+A read whose connection was lost under it is made once more on a new connection (calls.py).
 
 An answer is kept ``ttl_s`` (a topic or group no broker has, ``missing_ttl_s``: one created a
 moment later is seen soon), at most ``max_entries`` of each kind. A lookup the brokers could
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Final, Generic, TypeVar
 
 from ..client.errors import MQClientError, NoRouteError
@@ -21,6 +23,7 @@ from ..client.instance import ClientInstance
 from ..cluster.logging import get_logger
 from ..cluster.remoting.codes import RequestCode, ResponseCode
 from . import convert
+from .calls import fetch_route, idempotent_call
 
 log = get_logger(node="proxy", component="metadata")
 #: how long a topic's or group's config is trusted (Apache's proxy refreshes its caches
@@ -98,9 +101,9 @@ class ProxyMetadata:
             addrs = [broker_addr] if broker_addr else (await self._masters(topic))[:1]
             policy = None
             for addr in addrs:
-                resp = await self.instance.invoke_ok(
-                    addr, request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}),
-                    self.read_timeout_s)
+                cmd = request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {})
+                resp = await idempotent_call(partial(self.instance.invoke_ok, addr, cmd),
+                                             self.read_timeout_s, "group configs")
                 policy = convert.group_policy(bytes(resp.body or b""), group)
         except (MQClientError, ValueError) as exc:
             log.info("group config unknown", group=group, topic=topic, error=str(exc)[:200])
@@ -109,7 +112,7 @@ class ProxyMetadata:
         return policy
 
     async def _masters(self, topic: str) -> list[str]:
-        route = await self.instance.fetch_route(topic)
+        route = await fetch_route(self.instance, topic, self.read_timeout_s)
         return [addr for bd in sorted(route.broker_datas, key=lambda b: b.broker_name)
                 if (addr := bd.broker_addrs.get(convert.MASTER_ID))]
 
@@ -123,9 +126,9 @@ class ProxyMetadata:
             return None
         for addr in masters:
             try:
-                resp = await self.instance.invoke(
-                    addr, request(RequestCode.GET_TOPIC_CONFIG, {"topic": topic}),
-                    self.read_timeout_s)
+                cmd = request(RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
+                resp = await idempotent_call(partial(self.instance.invoke, addr, cmd),
+                                             self.read_timeout_s, "topic config")
                 if resp.code == ResponseCode.TOPIC_NOT_EXIST:
                     continue
                 if resp.code == ResponseCode.SUCCESS:

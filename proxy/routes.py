@@ -5,17 +5,23 @@ the proxy's client instance already knows for that group (the cache the send pat
 that fails for want of a master (no answer, or the broker saying it is not the master)
 makes the instance suspect the group: it re-reads the route at once and then every
 ``failover_route_poll_s`` until a new master shows up (client/suspects.py); the call is made
-once more when the route already names a new one."""
+once more when the route already names a new one. An idempotent call (an ack, a change of
+invisible time) whose connection was lost under it, while the route still names the same
+master, is made once more on a new connection to it, within its deadline (calls.py)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Final
+
+import trio
 
 from ..client.errors import MQRemotingError
 from ..client.instance import ClientInstance
 from ..cluster.remoting.codec import RemotingCommand
 from ..cluster.remoting.codes import ResponseCode
 from . import convert
+from .calls import lost_in_flight, once_more
 from .pb import definition_pb2 as pb
 
 #: broker answers that mean "not the master (any more)" (the producer's FAILOVER codes, and
@@ -43,15 +49,28 @@ class MasterRoutes:
         return addr
 
     async def invoke(self, topic: str, broker: str, cmd: RemotingCommand,
-                     timeout: float | None = None) -> tuple[str, RemotingCommand]:
+                     timeout: float | None = None, *, idempotent: bool = False
+                     ) -> tuple[str, RemotingCommand]:
         """``cmd`` to ``broker``'s master: the address called and its answer. After a failure
-        for want of a master, once more on the new master if the route already names one."""
+        for want of a master, once more on the new master if the route already names one;
+        ``idempotent``: when the connection was lost under the call and the route still names
+        the same master, once more to it on a new connection (calls.py), within the deadline."""
+        t = self.instance.config.call_timeout_s if timeout is None else timeout
+        deadline = trio.current_time() + t
         addr = await self.master(topic, broker)
         try:
-            resp = await self.instance.invoke(addr, cmd, timeout)
-        except MQRemotingError:
+            resp = await self.instance.invoke(addr, cmd, t)
+        except MQRemotingError as exc:
             if not await self.instance.refresh_after_failure(topic, broker):
-                raise
+                if not (idempotent and lost_in_flight(exc)):
+                    raise
+                try:  # the same master, on a new connection; unless another takes its place
+                    return addr, await once_more(
+                        partial(self.instance.invoke, addr, cmd), deadline, exc,
+                        f"code {cmd.code}", lambda: self.instance.master_addr(broker) == addr)
+                except MQRemotingError:
+                    if self.instance.master_addr(broker) in (addr, None):
+                        raise
         else:
             if resp.code not in NOT_MASTER_CODES:
                 return addr, resp

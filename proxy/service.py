@@ -16,6 +16,7 @@ from ..cluster.logging import get_logger
 from ..cluster.protocol.message import decode_offset_msg_id
 from ..cluster.protocol.names import validate_group, validate_topic
 from . import convert
+from .calls import fetch_route
 from .config import ProxyConfig
 from .consume import PopBridge
 from .grpc_wire import GrpcStatus, GrpcWireError
@@ -136,7 +137,7 @@ class MessagingService:
     async def query_route(self, req: spb.QueryRouteRequest, metadata: dict[str, str]
                           ) -> spb.QueryRouteResponse:
         try:
-            route = await self.instance.fetch_route(req.topic.name)
+            route = await fetch_route(self.instance, req.topic.name)
         except Exception as exc:
             return spb.QueryRouteResponse(status=convert.error_status(exc))
         endpoints = req.endpoints if req.endpoints.addresses else _authority(metadata)
@@ -164,7 +165,7 @@ class MessagingService:
             return spb.QueryAssignmentResponse(status=pb.Status(code=pb.BAD_REQUEST,
                                                                 message=problem))
         try:
-            route = await self.instance.fetch_route(req.topic.name)
+            route = await fetch_route(self.instance, req.topic.name)
         except Exception as exc:
             return spb.QueryAssignmentResponse(status=convert.error_status(exc))
         endpoints = req.endpoints if req.endpoints.addresses else _authority(metadata)

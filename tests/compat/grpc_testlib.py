@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 import trio
 
-from rmq_cluster.client import PullConsumer
+from rmq_cluster.client import Admin, PullConsumer
+from rmq_cluster.client.frames import request
 from rmq_cluster.client.model import PullStatus, ReceivedMessage
 from rmq_cluster.cluster.acl.signing import Credentials
+from rmq_cluster.cluster.remoting.codes import RequestCode
 from rmq_cluster.deploy.proxy_up import PID_FILE, start_proxy
-from rmq_cluster.deploy.testing import _in_thread, pid_running
+from rmq_cluster.deploy.testing import ROUTE_POLL_S, _in_thread, cli, pid_running
 
 from .conftest import COMPAT_CACHE
 
@@ -35,6 +37,10 @@ INSTALL_TIMEOUT_S = 600
 READ_WAIT_S = 30.0
 #: how long the broker holds a pull of an empty queue while reading back
 PULL_HOLD_S = 0.1
+#: the cluster name of every profile of ``rmq-cluster up``
+CLUSTER = "DefaultCluster"
+#: how long a topic made by ``create_fifo_topic`` may take to be routed
+ROUTE_WAIT_S = 30.0
 
 
 def python_sdk() -> Path:
@@ -147,3 +153,37 @@ def check_transactions(events: list[dict[str, Any]], topic: str) -> None:
         assert (e["message_id"], e["topic"]) == (sent[body], topic)
     [visible] = [e["bodies"] for e in events if e["event"] == "visible"]
     assert visible in (["check-commit", "commit"], "check-commit,commit"), events
+
+
+def orderly_group(namesrv: str, group: str, creds: Credentials | None = None) -> None:
+    """``group`` created on every master as consuming in order, as a user makes it:
+    ``rmq-cluster updateSubGroup -o true`` (5.x ``mqadmin updateSubGroup -o true``)."""
+    keys = ["--access-key", creds.access_key, "--secret-key", creds.secret_key] if creds else []
+    done = cli("updateSubGroup", "-n", namesrv, "-c", CLUSTER, "-g", group, "-o", "true", *keys)
+    assert done.returncode == 0, done.stderr
+
+
+def create_fifo_topic(namesrv: str, topic: str, queues: int) -> None:
+    """``topic`` of message type FIFO on every master (5.x ``mqadmin updateTopic -a
+    +message.type=FIFO``: the topic attribute in UPDATE_AND_CREATE_TOPIC), once routed on each."""
+
+    async def go() -> None:
+        async with Admin(namesrv_addr=namesrv) as admin:
+            masters = await admin.master_addrs()
+            ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
+                   "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
+                   "topicSysFlag": "0", "order": "false", "attributes": "+message.type=FIFO"}
+            for addr in masters:
+                await admin.instance.invoke_ok(
+                    addr, request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+            with trio.fail_after(ROUTE_WAIT_S):
+                while True:
+                    try:
+                        route = await admin.topic_route(topic)
+                    except Exception:  # not routed yet (TOPIC_NOT_EXIST)
+                        route = None
+                    if route is not None and len(route.queue_datas) >= len(masters):
+                        return
+                    await trio.sleep(ROUTE_POLL_S)  # polled until routed, within the deadline
+
+    _in_thread(go, timeout=ROUTE_WAIT_S + 10)

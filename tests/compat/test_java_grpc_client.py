@@ -9,11 +9,16 @@ one cluster and one JVM for the module (tests/compat/java5grpc/.../GrpcScenarios
   committed only;
 * SimpleConsumer: ack, changeInvisibleDuration (1 s) and a message left to its invisible time
   (3 s): both come back with delivery attempt 2;
-* three PushConsumers on a two-queue topic (QueryAssignment, then POP): every message consumed.
+* three PushConsumers on a two-queue topic (QueryAssignment, then POP): every message consumed;
+* FIFO order per message group (issue 34): a FIFO topic (``+message.type=FIFO``) of two queues,
+  an orderly subscription group (``updateSubGroup -o true``), two PushConsumers and six message
+  groups of 25 messages sent at once: each group's messages consumed once each, in send order,
+  one after the other (the next began once the one before it had ended), by either consumer.
 """
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 from collections import Counter
@@ -26,7 +31,13 @@ import pytest
 from rmq_cluster.deploy.testing import create_topics, rmq_cluster
 
 from .conftest import JAVA_DIR, JVM_OPTS, build_java_probes
-from .grpc_testlib import check_stored, check_transactions, running_proxy
+from .grpc_testlib import (
+    check_stored,
+    check_transactions,
+    create_fifo_topic,
+    orderly_group,
+    running_proxy,
+)
 from .test_java_client import Events, finish, of, parse
 
 pytestmark = pytest.mark.slow
@@ -38,7 +49,9 @@ VERSION = "5.0.7"
 PROFILE = JAVA_DIR / "compat-single.toml"
 PREFIX = "jg"
 JVM_TIMEOUT_S = 240
-SCENARIOS = ("produce", "transaction", "simple", "push")
+SCENARIOS = ("produce", "transaction", "simple", "push", "fifopush")
+#: the ``fifopush`` scenario: message groups, messages per group (GrpcScenarios' defaults)
+FIFO_GROUPS, FIFO_PER_GROUP = 6, 25
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +69,8 @@ def run(classpath: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
         ns = cluster.namesrv_addr
         create_topics(ns, [f"{PREFIX}{t}" for t in ("Normal", "Fifo", "Delay", "Tx", "Simple")])
         create_topics(ns, [f"{PREFIX}Push"], queues=2)
+        create_fifo_topic(ns, f"{PREFIX}FifoPush", queues=2)
+        orderly_group(ns, f"{PREFIX}FifoPushG")
         java = shutil.which("java")
         assert java, "java is needed (see conftest)"
         proc = subprocess.Popen(
@@ -116,3 +131,26 @@ def test_java_sdk_push_consumers_outnumbering_the_queues_consume_everything(
     run: tuple[Events, str]
 ) -> None:
     check_push(run[0]["push"])
+
+
+def check_fifo_push(evs: list[dict[str, Any]], groups: int = FIFO_GROUPS,
+                    per_group: int = FIFO_PER_GROUP) -> None:
+    """The ``fifopush`` scenario: every message of each message group consumed once, in send
+    order, each only after the one before it was done (its consumption ended), whichever of
+    the two consumers took it; never two of one group at once."""
+    consumed = sorted(of(evs, "consumed"), key=lambda e: e["start_us"])
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for e in consumed:
+        assert e["message_group"] == e["group"] and not e["overlap"], e
+        by_group.setdefault(e["group"], []).append(e)
+    assert sorted(by_group) == sorted(f"g{k}" for k in range(groups)), sorted(by_group)
+    for group, seen in by_group.items():
+        assert [e["seq"] for e in seen] == list(range(per_group)), (group, seen)
+        for before, after in itertools.pairwise(seen):
+            assert after["start_us"] >= before["end_us"], (group, before, after)
+
+
+def test_java_sdk_fifo_push_consumers_keep_each_message_groups_order(
+    run: tuple[Events, str]
+) -> None:
+    check_fifo_push(run[0]["fifopush"])

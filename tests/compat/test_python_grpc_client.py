@@ -65,6 +65,7 @@ from .conftest import JAVA_DIR
 from .grpc_testlib import (
     check_stored,
     check_transactions,
+    orderly_group,
     python_sdk,
     read_topic,
     running_proxy,
@@ -193,18 +194,6 @@ def test_python_sdk_push_consumers_outnumbering_the_queues_consume_everything(
 #: issue 34's FIFO push scenario: more consumers than queues, several message groups per queue
 FIFO_CONSUMERS, FIFO_QUEUES, FIFO_GROUPS, FIFO_PER_GROUP = 3, 2, 8, 50
 FIFO_DEADLINE_S = 60
-#: the cluster name of every profile of ``rmq-cluster up``
-CLUSTER = "DefaultCluster"
-
-
-def _orderly_group(namesrv: str, group: str, creds: Credentials | None = None) -> None:
-    """``group`` created on every master as consuming in order, as a user makes it:
-    ``rmq-cluster updateSubGroup -o true`` (5.x ``mqadmin updateSubGroup -o true``)."""
-    keys = ["--access-key", creds.access_key, "--secret-key", creds.secret_key] if creds else []
-    done = cli("updateSubGroup", "-n", namesrv, "-c", CLUSTER, "-g", group, "-o", "true", *keys)
-    assert done.returncode == 0, done.stderr
-
-
 def _check_fifo(events: list[dict[str, Any]], per_group: int) -> None:
     """Each group's messages consumed once each, in send order, one after the other (the next
     began only once the one before it had been consumed, and so acked)."""
@@ -234,7 +223,7 @@ def test_python_sdk_fifo_push_consumers_outnumbering_the_queues_keep_each_groups
 ) -> None:
     topic = _topics(proxied, "push_fifo", queues=FIFO_QUEUES)["push_fifo"]
     group = f"grpc_push_fifo_{os.getpid()}"
-    _orderly_group(proxied.namesrv_addr, group, ADMIN)
+    orderly_group(proxied.namesrv_addr, group, ADMIN)
     _push_fifo(proxied, python_client, topic, group)
 
 
@@ -251,7 +240,7 @@ def test_python_sdk_fifo_push_consumers_keep_each_groups_order_on_2m_2s_async(
         topic = f"grpc_push_fifo2_{os.getpid()}"
         create_topics(cluster.namesrv_addr, [topic], queues=FIFO_QUEUES // 2)
         group = f"grpc_push_fifo2_{os.getpid()}"
-        _orderly_group(cluster.namesrv_addr, group)
+        orderly_group(cluster.namesrv_addr, group)
         _push_fifo(proxied, python_client, topic, group, per_group=FIFO_PER_GROUP // 4)
 
 

@@ -136,9 +136,10 @@ class H2Client:
         return sid
 
     def call(self, method: str, payload: bytes, *, raw: bytes | None = None,
-             headers: tuple[tuple[str, str], ...] = ()) -> tuple[list[bytes], dict[str, str]]:
+             headers: tuple[tuple[str, str], ...] = (), timeout: float = IO_TIMEOUT_S
+             ) -> tuple[list[bytes], dict[str, str]]:
         """One call that sends one message: ``frame(payload)`` (or ``raw`` bytes as the body);
-        the response messages and the trailers."""
+        the response messages and the trailers, within ``timeout``."""
         sid = self.start_call(method, headers)
         data = frame(payload) if raw is None else raw
         step = self.conn.max_outbound_frame_size
@@ -146,12 +147,14 @@ class H2Client:
             self.conn.send_data(sid, data[at:at + step])
         self.conn.end_stream(sid)
         self.flush()
-        return self.responses(sid)
+        return self.responses(sid, timeout)
 
-    def responses(self, sid: int) -> tuple[list[bytes], dict[str, str]]:
+    def responses(self, sid: int, timeout: float = IO_TIMEOUT_S
+                  ) -> tuple[list[bytes], dict[str, str]]:
         body = b""
         trailers: dict[str, str] = {}
-        deadline = time.monotonic() + IO_TIMEOUT_S
+        self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             data = self.sock.recv(65536)
             if not data:

@@ -40,11 +40,16 @@ import org.apache.rocketmq.client.apis.producer.TransactionResolution;
  *   simple:      receive; ack one, change one's invisible duration, leave one to its invisible
  *                time: both come back with delivery attempt 2
  *   push:        three push consumers on a two-queue topic, every message consumed
+ *   fifopush:    two push consumers of an orderly group (the test made it so) on a FIFO topic;
+ *                fifo.groups message groups of fifo.per.group messages each ("g<k>:<seq>"),
+ *                sent at once (one thread per group): when each consumption began and ended,
+ *                and whether another was under way in the same message group meanwhile
  *   stream:      a producer sends numbered messages (one per stream.gap.ms) until the file
  *                stream.stop exists, while a SimpleConsumer and a PushConsumer (two groups) each
  *                receive and ack them: the test kills a master meanwhile. Then both go on until
  *                each has every acknowledged send, or stream.drain.ms passed ("drained")
- * Topics (the test creates them): PREFIX + Normal, Fifo, Delay, Tx, Simple, Push, Stream.
+ * Topics (the test creates them): PREFIX + Normal, Fifo, Delay, Tx, Simple, Push, FifoPush,
+ * Stream; the group PREFIX + FifoPushG orderly.
  */
 public final class GrpcScenarios {
     static final ClientServiceProvider PROVIDER = ClientServiceProvider.loadService();
@@ -54,8 +59,10 @@ public final class GrpcScenarios {
 
     public static void main(String[] args) throws Exception {
         // TLS on, the SDK's default: it accepts any server certificate (its channel trusts
-        // through an insecure trust manager), so the cluster's self-signed one needs no setup
+        // through an insecure trust manager), so the cluster's self-signed one needs no setup;
+        // -Dtls=false for a plain-text proxy
         config = ClientConfiguration.newBuilder().setEndpoints(args[0])
+            .enableSsl(Boolean.parseBoolean(System.getProperty("tls", "true")))
             .setRequestTimeout(Duration.ofSeconds(10)).build();
         prefix = args[1];
         // the scenarios use topics and groups of their own: they run at once, "stream" (a
@@ -88,6 +95,7 @@ public final class GrpcScenarios {
                 case "transaction": transaction(sc); break;
                 case "simple": simple(sc); break;
                 case "push": push(sc); break;
+                case "fifopush": fifoPush(sc); break;
                 case "stream": stream(sc); break;
                 default: throw new IllegalArgumentException("unknown scenario " + sc);
             }
@@ -223,6 +231,86 @@ public final class GrpcScenarios {
             for (PushConsumer c : consumers) {
                 c.close();
             }
+        }
+    }
+
+    static void fifoPush(String sc) throws Exception {
+        String topic = prefix + "FifoPush";
+        int groups = Integer.getInteger("fifo.groups", 6);
+        int perGroup = Integer.getInteger("fifo.per.group", 25);
+        Set<String> busy = new HashSet<>();  // message groups being consumed (under its lock)
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        List<PushConsumer> consumers = new ArrayList<>();
+        try {
+            for (int i = 0; i < 2; i++) {
+                String who = "c" + i;
+                consumers.add(PROVIDER.newPushConsumerBuilder().setClientConfiguration(config)
+                    .setConsumerGroup(prefix + "FifoPushG")
+                    .setSubscriptionExpressions(Map.of(topic, new FilterExpression("*", FilterExpressionType.TAG)))
+                    .setMessageListener(view -> {
+                        String body = body(view);
+                        String group = body.substring(0, body.indexOf(':'));
+                        boolean overlap;
+                        synchronized (busy) {
+                            overlap = !busy.add(group);
+                        }
+                        long start = System.nanoTime() / 1000;
+                        work();
+                        long end = System.nanoTime() / 1000;
+                        synchronized (busy) {
+                            busy.remove(group);
+                        }
+                        seen.add(body);
+                        emit(sc, "consumed", "who", who, "group", group,
+                            "seq", Integer.parseInt(body.substring(group.length() + 1)),
+                            "message_group", view.getMessageGroup().orElse(""),
+                            "attempt", view.getDeliveryAttempt(), "start_us", start, "end_us", end,
+                            "overlap", overlap);
+                        return ConsumeResult.SUCCESS;
+                    }).build());
+            }
+            try (Producer p = PROVIDER.newProducerBuilder().setClientConfiguration(config).setTopics(topic).build()) {
+                List<Thread> senders = new ArrayList<>();
+                AtomicInteger sendFailures = new AtomicInteger();
+                for (int k = 0; k < groups; k++) {
+                    String group = "g" + k;
+                    Thread t = new Thread(() -> {
+                        try {  // one message group's sends one after the other
+                            for (int seq = 0; seq < perGroup; seq++) {
+                                p.send(PROVIDER.newMessageBuilder().setTopic(topic).setTag("F")
+                                    .setMessageGroup(group)
+                                    .setBody((group + ":" + seq).getBytes(StandardCharsets.UTF_8)).build());
+                            }
+                        } catch (Exception e) {
+                            sendFailures.incrementAndGet();
+                            emit(sc, "send_failed", "group", group, "error", trim(e));
+                        }
+                    }, "send-" + group);
+                    t.start();
+                    senders.add(t);
+                }
+                for (Thread t : senders) {
+                    t.join();
+                }
+                if (sendFailures.get() > 0) {
+                    throw new IllegalStateException(sendFailures.get() + " message groups not sent");
+                }
+                emit(sc, "sent", "groups", groups, "per_group", perGroup);
+            }
+            await(() -> seen.size() >= groups * perGroup);
+        } finally {
+            for (PushConsumer c : consumers) {
+                c.close();
+            }
+        }
+    }
+
+    /** A listener's bit of work (3 ms): two consumptions of one message group at once overlap. */
+    static void work() {
+        try {
+            Thread.sleep(3);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 
