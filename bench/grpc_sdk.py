@@ -3,7 +3,7 @@ ours, and the proxy's added latency per send.
 
     python3 bench/grpc_sdk.py [--messages 2000] [--warmup 200] [--size 1024] [--threads 8]
                               [--repeats 1] [--clients python-sdk,java-sdk,...] [--quick-jvm]
-                              [--workdir EMPTY_DIR]
+                              [--workdir EMPTY_DIR] [--pcap]
 
 For each repeat, the two stacks run one after the other (the order alternates between repeats),
 each on free loopback ports in a temp dir, started and always stopped by tests/interop:
@@ -37,8 +37,10 @@ proxy minus the remoting client's straight to the broker (a different client lib
 side of the subtraction, the same for both stacks), with the proxy's CPU per send. The JVMs
 (nodes and clients) run oracle.JVM_BASE_OPTS (serial GC, 512 MiB heap, 2 CPUs) with the full
 JIT unless ``--quick-jvm``. Everything shares the machine's cores: the figures compare the two
-stacks under the same load (``load_avg_before``/``after`` say what it was). Prints one JSON
-object.
+stacks under the same load (``load_avg_before``/``after`` say what it was). ``--pcap`` (tcpdump,
+root) records each SDK's run on loopback and adds to its ``send_1`` row where a send's time
+goes: ``wire_proxy_in``, ``wire_broker``, ``wire_proxy_out`` and ``wire_client`` (the SDK's
+own share), p50/p90 (bench/grpc_sdk_wire.py). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -113,24 +115,36 @@ def _client_cmd(client: str, ends: Ends, args: argparse.Namespace, tools: Tools
 
 def _drive(client: str, ends: Ends, home: Path, args: argparse.Namespace, tools: Tools
            ) -> dict[str, Any]:
-    """Run one client side to its end; its parsed output line."""
+    """Run one client side to its end; its parsed output line (with ``--pcap``, an SDK's
+    under ``"wire"``: its sends' split, bench/grpc_sdk_wire.py)."""
     import grpc_sdk_figures as fig
+    import grpc_sdk_wire as wire
 
     home.mkdir(parents=True, exist_ok=True)  # the SDKs log under $HOME/logs
     cmd = _client_cmd(client, ends, args, tools)
     if client.startswith("java"):
         cmd.insert(1, f"-Duser.home={home}")
-    done = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=CLIENT_TIMEOUT_S, env={**os.environ, "HOME": str(home)},
-                          check=False)
+    pcap = home / "sends.pcap" if args.pcap and client.endswith("-sdk") else None
+    ports = (_port(ends.endpoint), _port(ends.broker))
+    with wire.capture(pcap, ports) if pcap else contextlib.nullcontext():
+        done = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=CLIENT_TIMEOUT_S, env={**os.environ, "HOME": str(home)},
+                              check=False)
     try:
         if done.returncode != 0:
             raise fig.FiguresError(f"exit {done.returncode}")
         out = fig.parse_client_output(done.stdout)
         fig.check_received(out, args.warmup + 2 * args.messages)
-        return out
     except fig.FiguresError as exc:
         raise RuntimeError(f"{client} failed ({exc}):\n{done.stderr[-3000:]}") from None
+    if pcap is not None:
+        out["wire"] = wire.split_of_capture(pcap, *ports, skip=args.warmup,
+                                            count=args.messages, min_request=args.size)
+    return out
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
 
 
 def _rss(pid: int) -> float:
@@ -141,10 +155,12 @@ def _rss(pid: int) -> float:
 
 @attrs.frozen
 class Ends:
-    """Where a stack's clients go: the proxy's gRPC endpoint, the NameServer; the two pids."""
+    """Where a stack's clients go: the proxy's gRPC endpoint, the NameServer; the broker's
+    address and the two pids."""
 
     endpoint: str
     namesrv: str
+    broker: str
     proxy_pid: int
     broker_pid: int
 
@@ -178,12 +194,14 @@ def run_stack(kind: str, root: Path, rep: int, args: argparse.Namespace, tools: 
             (root / "proxy").mkdir(parents=True)
             ours = stack.enter_context(live_proxy(root / "proxy", cluster.namesrv_addr))
             endpoint, proxy_pid = f"127.0.0.1:{ours.port}", ours.proc.pid
-        ends = Ends(endpoint, cluster.namesrv_addr, proxy_pid, cluster.broker.pid)
+        ends = Ends(endpoint, cluster.namesrv_addr, cluster.broker_addr, proxy_pid,
+                    cluster.broker.pid)
         clk_tck = os.sysconf("SC_CLK_TCK")
         order = args.clients if rep % 2 == 0 else args.clients[::-1]
         for client in order:
             out = _drive(client, ends, root / f"home-{client}", args, tools)
-            rows += fig.client_rows(out, kind, rep, clk_tck)
+            rows += [{**row, **out.get("wire", {})} if row["phase"] == "send_1" else row
+                     for row in fig.client_rows(out, kind, rep, clk_tck)]
         rows.append({"stack": kind, "repeat": rep, "client": "processes", "phase": "end",
                      "proxy_rss_anon_mb": _rss(proxy_pid),
                      "broker_rss_anon_mb": _rss(cluster.broker.pid)})
@@ -220,6 +238,9 @@ def _parse_args() -> argparse.Namespace:
                         help=f"a comma-separated subset of {','.join(CLIENTS)}")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--quick-jvm", action="store_true", help="C1 only (faster boot)")
+    parser.add_argument("--pcap", action="store_true",
+                        help="capture each SDK's run on lo (tcpdump, root) and split its "
+                             "one-in-flight sends into hops (wire_* keys of send_1)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the stacks' dirs (logs) in this empty dir "
                              "(default: a temp dir, removed)")
