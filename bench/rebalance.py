@@ -2,6 +2,7 @@
 
     python3 bench/rebalance.py [--seconds 15] [--consumers 3] [--queues 16] [--senders 4]
                                [--inflight 16] [--size 1024] [--repeats 1] [--kinds java,ours]
+    python3 bench/rebalance.py --queue-adds --queues 1024 [--seconds 20] [--kinds java,ours]
 
 What a 4.x push consumer asks its broker while queues move between the members of a group
 (RebalanceImpl): the group's member list (GET_CONSUMER_LIST_BY_GROUP), the committed offset of
@@ -15,6 +16,10 @@ oracle.py starts the NameServer and Broker on free loopback ports and always sto
 run rebalance rounds back to back, and one more member joins and leaves again and again so the
 notices flow; every call's latency is recorded. Request loops are bounded by ``--seconds``
 and stop by themselves.
+
+``--queue-adds`` replaces the rounds with what a 4.x Consumer does when it takes every queue of a
+new group (``_queue_adds``), the load sending to all ``--queues``; it adds ``queues_added``,
+``all_added_s`` (None unless every queue was added in the window) and the pull answers by code.
 
 Prints one JSON object: per kind and call, count, p50 / p99 / max in ms; the sends per second
 the load reached; and ``ratios`` (ours / Java, p50 and p99: below 1 means we answer faster).
@@ -83,6 +88,9 @@ class Recorder:
     def __init__(self) -> None:
         self.ms: dict[str, list[float]] = defaultdict(list)
         self.errors: dict[str, int] = defaultdict(int)
+        self.queues = 0
+        self.pulls: dict[int, int] = defaultdict(int)  # answers by code (--queue-adds)
+        self.remarks: dict[int, str] = {}
 
     async def call(self, client: Any, addr: str, name: str, req: RemotingCommand) -> Any:
         t0 = time.perf_counter()
@@ -110,12 +118,13 @@ class Recorder:
         return out
 
 
-async def _sender(addr: str, end: float, inflight: int, body: bytes, sent: list[int]) -> None:
+async def _sender(addr: str, end: float, inflight: int, body: bytes, sent: list[int],
+                  queues: int) -> None:
     async with open_remoting_client() as client, trio.open_nursery() as nursery:
         async def one(i: int) -> None:
             n = 0
             while trio.current_time() < end:
-                ext = send_v2(TOPIC, (i + n) % 4, 1000 + n)
+                ext = send_v2(TOPIC, (i + n) % queues, 1000 + n)
                 req = RemotingCommand.request(RC.SEND_MESSAGE_V2, ext, body)
                 with contextlib.suppress(Exception):  # a refused send is still load
                     await client.invoke(addr, req, CALL_TIMEOUT_S)
@@ -185,27 +194,90 @@ async def _churn(addr: str, end: float, rec: Recorder, notices: Notices) -> None
         await trio.sleep(0.2)  # a pause between rounds, bounded by ``end``
 
 
+PULL_SUSPEND_MS = 15000
+PULL_SYS_FLAG = 2 | 4  # suspend, subscription in the header (a Java consumer's first pull)
+
+
+async def _queue_adds(addr: str, end: float, rec: Recorder, added: list[float]) -> None:
+    """``--queue-adds``: what a 4.x push consumer does when a rebalance gives it every queue
+    (RebalancePushImpl.computePullFromWhere, CONSUME_FROM_LAST_OFFSET, a new group): per queue,
+    one after the other, QUERY_CONSUMER_OFFSET and, when no offset is committed,
+    GET_MAX_OFFSET; then that queue's pulls start (long-polled, in the background, as the
+    consumer's pull thread runs them). ``added`` gets each queue's add time (s from the start)."""
+    client_id = "127.0.0.1@bench-adds"
+    async with open_remoting_client() as client, trio.open_nursery() as nursery:
+        await rec.call(client, addr, "heartbeat",
+                       RemotingCommand.request(RC.HEART_BEAT, body=_heartbeat(client_id)))
+
+        async def pulls(q: int, offset: int) -> None:
+            while trio.current_time() < end:
+                ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q),
+                       "queueOffset": str(offset), "maxMsgNums": "32",
+                       "sysFlag": str(PULL_SYS_FLAG), "commitOffset": "0",
+                       "suspendTimeoutMillis": str(PULL_SUSPEND_MS), "subscription": "*",
+                       "subVersion": "0", "expressionType": "TAG"}
+                with trio.move_on_at(end):
+                    try:
+                        resp = await client.invoke(addr, RemotingCommand.request(
+                            RC.PULL_MESSAGE, ext), timeout=PULL_SUSPEND_MS / 1000 + 5)
+                    except Exception:
+                        rec.errors["pull"] += 1
+                        return
+                    rec.pulls[resp.code] += 1
+                    if resp.code not in (0, 19, 20, 21):  # FOUND, NOT_FOUND, RETRY, MOVED
+                        rec.remarks.setdefault(resp.code, str(resp.remark)[:200])
+                        return
+                    offset = int((resp.ext_fields or {}).get("nextBeginOffset", offset))
+
+        t0 = time.perf_counter()
+        q = 0
+        while q < rec.queues and trio.current_time() < end:
+            ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q)}
+            resp = await rec.call(client, addr, "query_offset",
+                                  RemotingCommand.request(RC.QUERY_CONSUMER_OFFSET, ext))
+            offset = 0
+            if resp is not None and resp.code == 0 and resp.ext_fields:
+                offset = int(resp.ext_fields.get("offset", 0))
+            else:
+                ext = {"topic": TOPIC, "queueId": str(q)}
+                resp = await rec.call(client, addr, "max_offset",
+                                      RemotingCommand.request(RC.GET_MAX_OFFSET, ext))
+                if resp is not None and resp.ext_fields:
+                    offset = int(resp.ext_fields.get("offset", 0))
+            added.append(time.perf_counter() - t0)
+            nursery.start_soon(pulls, q, offset)
+            q += 1
+
+
 async def _measure(addr: str, args: argparse.Namespace) -> dict[str, Any]:
     rec = Recorder()
     notices = Notices()
     async with open_remoting_client() as client:
-        ext = {"topic": TOPIC, "readQueueNums": str(args.queues),
+        ext = {"topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(args.queues),
                "writeQueueNums": str(args.queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
                "topicSysFlag": "0", "order": "false"}
-        await client.invoke(addr, RemotingCommand.request(RC.UPDATE_AND_CREATE_TOPIC, ext))
+        resp = await client.invoke(addr, RemotingCommand.request(RC.UPDATE_AND_CREATE_TOPIC, ext))
+        if resp.code != 0:
+            raise SystemExit(f"creating {TOPIC}: code {resp.code} {resp.remark}")
     # the load runs in a process of its own: its loop must not delay the measured calls
     load = await trio.lowlevel.open_process(
         [sys.executable, __file__, "--load", addr, "--seconds", str(args.seconds + 1),
          "--senders", str(args.senders), "--inflight", str(args.inflight),
-         "--size", str(args.size)], stdout=subprocess.PIPE,
+         "--size", str(args.size), "--queues", str(args.queues)]
+        + (["--queue-adds"] if args.queue_adds else []), stdout=subprocess.PIPE,
     )
     try:
         await trio.sleep(1.0)  # the load is on before the first round
         end = trio.current_time() + args.seconds
+        added: list[float] = []
+        rec.queues = args.queues
         async with trio.open_nursery() as nursery:
-            for idx in range(args.consumers):
+            if args.queue_adds:
+                nursery.start_soon(_queue_adds, addr, end, rec, added)
+            for idx in range(args.consumers if not args.queue_adds else 0):
                 nursery.start_soon(_member, addr, idx, args, end, rec, notices)
-            nursery.start_soon(_churn, addr, end, rec, notices)
+            if not args.queue_adds:
+                nursery.start_soon(_churn, addr, end, rec, notices)
         with trio.fail_after(CALL_TIMEOUT_S + 5):
             await load.wait()
         assert load.stdout is not None
@@ -214,7 +286,13 @@ async def _measure(addr: str, args: argparse.Namespace) -> dict[str, Any]:
         if load.returncode is None:
             load.kill()  # our own child, by its handle
             await load.wait()
-    return {"calls": rec.summary(), "sends_per_s": round(sent / (args.seconds + 1), 1)}
+    out = {"calls": rec.summary(), "sends_per_s": round(sent / (args.seconds + 1), 1)}
+    if args.queue_adds:
+        out["queues_added"] = len(added)
+        out["pull_answers_by_code"] = {str(k): v for k, v in sorted(rec.pulls.items())}
+        out["pull_refusals"] = {str(k): v for k, v in rec.remarks.items()}
+        out["all_added_s"] = round(added[-1], 2) if len(added) == args.queues else None
+    return out
 
 
 async def _load(addr: str, args: argparse.Namespace) -> None:
@@ -223,7 +301,8 @@ async def _load(addr: str, args: argparse.Namespace) -> None:
     end = trio.current_time() + args.seconds
     async with trio.open_nursery() as nursery:
         for _ in range(args.senders):
-            nursery.start_soon(_sender, addr, end, args.inflight, b"x" * args.size, sent)
+            nursery.start_soon(_sender, addr, end, args.inflight, b"x" * args.size, sent,
+                               args.queues if args.queue_adds else 4)
     print(sent[0], flush=True)
 
 
@@ -257,6 +336,10 @@ def main() -> None:
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--kinds", default="java,ours")
+    p.add_argument("--queue-adds", action="store_true",
+                   help="instead of the rounds: one consumer takes all --queues of a new group "
+                        "as a 4.x push consumer does (query, max offset, first pull per queue) "
+                        "while the load sends to every queue")
     p.add_argument("--load", metavar="ADDR", help=argparse.SUPPRESS)  # the load process
     args = p.parse_args()
     if args.load:

@@ -122,12 +122,16 @@ class ConsumeQueueTable:
             cq.close()
 
 
-#: ConsumeQueue segments one dispatch call may still create inline before it defers the rest to
-#: the shell's worker (``Dispatcher.on_file_wanted``): a topic of a few queues is readable (and
-#: its pulls, offsets and times answer) as soon as its first sends are dispatched, as before;
-#: a burst of new queues (a topic of 1024) stalls the loop for at most this many creations
-#: (no directory fsync: ~1-15 ms each on a busy disk) per worker pass.
-INLINE_NEW_SEGMENTS_PER_DISPATCH: Final = 8
+#: ConsumeQueue segments dispatch may still create inline, per ``INLINE_SEGMENTS_WINDOW_MS`` of
+#: the store's clock, before it defers the rest to the shell's worker
+#: (``Dispatcher.on_file_wanted``): a topic of a few queues is readable (and its pulls, offsets
+#: and times answer) as soon as its first sends are dispatched, as before; a burst of new
+#: queues (a topic of 1024) stalls the loop for at most this many creations (no directory
+#: fsync: ~1-15 ms each on a busy disk) per window. (Per dispatch call, as this was, every
+#: pull's and query's own dispatch call under a send load created 8 more: 243 creations, 3.2 s
+#: of loop, in 15 s of a 1024-queue priming.)
+INLINE_NEW_SEGMENTS_PER_WINDOW: Final = 8
+INLINE_SEGMENTS_WINDOW_MS: Final = 1000
 
 #: Buckets of ``Dispatcher.lag_histogram``: one per millisecond, the last holds everything from
 #: ``LAG_HISTOGRAM_BUCKETS - 1`` ms up.
@@ -177,7 +181,8 @@ class Dispatcher:
         #: dispatch stopped for segments the shell has not made yet: a dispatch call (a pull's
         #: own, say) returns at once instead of scanning up to the same record again
         self.files_pending = False
-        self.inline_left = 0  # creations the current dispatch call may still do inline
+        self.inline_left = 0  # creations dispatch may still do inline in the current window
+        self.inline_window_at = -INLINE_SEGMENTS_WINDOW_MS  # (store clock ms) that window's start
 
     @property
     def behind(self) -> int:
@@ -287,8 +292,13 @@ class Dispatcher:
         it. Index headers are written once per call."""
         if self.files_pending and self.on_file_wanted is not None:
             return 0
-        self.inline_left = INLINE_NEW_SEGMENTS_PER_DISPATCH
         cl = self.commitlog
+        if self.on_file_wanted is not None:
+            now = cl.clock_ms()
+            since = now - self.inline_window_at
+            if since >= INLINE_SEGMENTS_WINDOW_MS or since < 0:
+                self.inline_window_at = now
+                self.inline_left = INLINE_NEW_SEGMENTS_PER_WINDOW
         queue = cl.queue
         if self.reput_from < cl.min_offset:
             self.reput_from = cl.min_offset

@@ -126,10 +126,21 @@ async def warm_service(store: MessageStore) -> None:
 
 
 async def logics_flush_service(store: MessageStore) -> None:
-    interval_s = store.config.flush_interval_consume_queue_ms / 1000
+    """Flush the ConsumeQueues with ``flushConsumeQueueLeastPages`` new pages every
+    ``flushIntervalConsumeQueue``, and all of them (and the checkpoint's logics time) every
+    ``flushConsumeQueueThoroughInterval``, as RocketMQ does."""
+    cfg = store.config
+    interval_s = cfg.flush_interval_consume_queue_ms / 1000
+    thorough_s = cfg.flush_consume_queue_thorough_interval_ms / 1000
+    last_thorough = trio.current_time()
     while True:
         await trio.sleep(interval_s)
-        await store.flush_logics()
+        now = trio.current_time()
+        least_pages = cfg.flush_consume_queue_least_pages
+        if now - last_thorough >= thorough_s:
+            least_pages = 0
+            last_thorough = now
+        await store.flush_logics(least_pages)
 
 
 class Cleanable(Protocol):

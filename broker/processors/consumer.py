@@ -210,9 +210,10 @@ class ConsumerProcessors:
         offset = ctrl.offsets.query(h.consumer_group, h.topic, h.queue_id)
         if offset >= 0:
             return request.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        # answered from what is dispatched, as RocketMQ does: no dispatch round here (under a
+        # send load that was up to MAX_DISPATCH_BYTES_PER_ROUND of reput work per query, and a
+        # 4.x consumer asks once per queue it takes, one after the other)
         store = ctrl.store
-        if store.dispatch_behind_bytes > 0:
-            store.dispatch()
         min_offset = store.get_min_offset_in_queue(h.topic, h.queue_id)
         if min_offset <= 0 and not self._in_disk(h.topic, h.queue_id, 0):
             return request.response(ResponseCode.SUCCESS, None, {"offset": "0"})

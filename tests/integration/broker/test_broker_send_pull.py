@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from rmq_cluster.cluster.protocol.message import encode_batch, tags_code
@@ -163,6 +164,29 @@ async def test_query_consumer_offset_and_commit(cluster: Cluster) -> None:
     await cluster.pull("Off", 1, group="NewGroup", sys_flag=0x5, commit_offset=7)
     resp = ok(await cluster.call(RequestCode.QUERY_CONSUMER_OFFSET, q))
     assert resp.ext_fields["offset"] == "7"
+
+
+async def test_query_consumer_offset_answers_without_a_dispatch_round(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group with no offset committed: answered from what is dispatched, as RocketMQ does
+    (issue 39: a 4.x consumer asks once per queue it takes, one after the other, and each query
+    ran a dispatch round of its own whenever a send load kept the reput behind)."""
+    ok(await cluster.send("OffBehind", b"a"))
+    store = cluster.broker.store
+    rounds: list[int] = []
+    real_dispatch = store.dispatch
+
+    def counted(*args: int) -> int:
+        rounds.append(1)
+        return real_dispatch(*args)
+
+    monkeypatch.setattr(type(store), "dispatch_behind_bytes", property(lambda _s: 1))
+    monkeypatch.setattr(store, "dispatch", counted)
+    q = {"consumerGroup": "NoOffsetYet", "topic": "OffBehind", "queueId": "0"}
+    resp = ok(await cluster.call(RequestCode.QUERY_CONSUMER_OFFSET, q))
+    assert resp.ext_fields["offset"] == "0"
+    assert rounds == []
 
 
 async def test_search_and_earliest_time(cluster: Cluster) -> None:

@@ -198,3 +198,41 @@ def test_the_batch_end_callback_follows_each_batch_of_wakes_once() -> None:
             nursery.cancel_scope.cancel()
 
     _run(main)
+
+
+def test_a_thousand_woken_pulls_are_answered_in_bounded_steps() -> None:
+    """A dispatch round that wakes a parked pull on each of 1024 queues (a wide topic, one
+    message each): the service answers at most WAKES_PER_STEP per step of its task and yields
+    in between, so a request of another connection is not held behind all of them (issue 39:
+    a 4.x consumer's rebalance asks one offset per queue, one after the other)."""
+    from rmq_cluster.broker.long_polling import WAKES_PER_STEP
+
+    async def main() -> None:
+        hold = PullRequestHoldService()
+        log = _Log()
+        steps: list[int] = []
+        hold.on_batch_end(lambda: steps.append(len(log.woken)))
+        other_ran_at: list[int] = []
+
+        async def other() -> None:  # another task: runs between the service's steps
+            while len(log.woken) < 1024:
+                other_ran_at.append(len(log.woken))
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hold.run)
+            for q in range(1024):
+                hold.park("Wide", q, log.parked(f"q{q}", 0), 15.0)
+            for q in range(1024):
+                hold.notify_message_arriving("Wide", q, 1, 0)
+            nursery.start_soon(other)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(log.woken) == 1024 and hold.parked == 0
+            nursery.cancel_scope.cancel()
+        sizes = [b - a for a, b in zip([0, *steps], steps, strict=False)]
+        assert max(sizes) <= WAKES_PER_STEP, sizes
+        assert sum(sizes) == 1024
+        # interleaved, not after (trio may run the two in either order within a batch)
+        assert len(set(other_ran_at)) >= 1024 // WAKES_PER_STEP // 2, sorted(set(other_ran_at))
+
+    _run(main)

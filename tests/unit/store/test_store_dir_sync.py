@@ -158,7 +158,7 @@ async def test_consume_queue_segments_are_made_off_the_event_loop(
 
     monkeypatch.setattr(MappedFile, "__init__", watching_init)
     # (no inline creations allowed: what is checked is the worker path itself)
-    monkeypatch.setattr(dispatcher_mod, "INLINE_NEW_SEGMENTS_PER_DISPATCH", 0)
+    monkeypatch.setattr(dispatcher_mod, "INLINE_NEW_SEGMENTS_PER_WINDOW", 0)
     cfg = small_config(tmp_path)
     queues, rounds = 200, 3  # 64 units per segment: 200 new queues, then more segments
     store = MessageStore.open(cfg)
@@ -222,3 +222,46 @@ def test_a_failed_directory_sync_stays_pending(
     monkeypatch.setattr(mapped_file_mod, "fsync_dir", real)
     assert ledger.sync() == 2  # (a directory gone meanwhile needs nothing)
     assert ledger.pending == 0
+
+
+async def test_inline_segment_creations_are_bounded_per_window_not_per_dispatch_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a send load every pull (and, before, every offset query) calls dispatch when the
+    reput is behind: a per-call allowance let those calls create 8 segments each on the event
+    loop while a 1024-queue topic was primed (243 creations, ~13 ms each on a busy disk, in
+    15 s). The allowance is per INLINE_SEGMENTS_WINDOW_MS of the store clock: with the clock
+    standing still, 8 in all; the worker makes the rest."""
+    loop_thread = threading.get_ident()
+    created_on_loop: list[str] = []
+    real_init = MappedFile.__init__
+
+    def watching_init(self: MappedFile, path: str, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("create") and "consumequeue" in path and threading.get_ident() == (
+            loop_thread
+        ):
+            created_on_loop.append(path)
+        real_init(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(MappedFile, "__init__", watching_init)
+    queues = 256
+    store = MessageStore.open(small_config(tmp_path), clock_ms=lambda: 1_700_000_000_000)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(flush.run, store)
+            with trio.fail_after(60):
+                while store.dispatcher.on_file_wanted is None:  # noqa: ASYNC110 - the reput task is up
+                    await trio.sleep(0.001)
+                for q in range(queues):
+                    assert store.append_message(msg("W", q, 0)).ok
+                    store.dispatch()  # a pull's own call, as the pull processor makes it
+                    await trio.lowlevel.checkpoint()
+                while store.dispatch_behind_bytes:  # noqa: ASYNC110 - the reput task moves it
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        assert len(created_on_loop) <= dispatcher_mod.INLINE_NEW_SEGMENTS_PER_WINDOW, (
+            created_on_loop)
+        for q in (0, queues // 2, queues - 1):
+            assert store.get_max_offset_in_queue("W", q) == 1
+    finally:
+        store.close()
