@@ -13,8 +13,10 @@ SEND_BATCH_MESSAGE of ``--batch`` x ``--body`` bytes, 8 in flight (the load of
 bench/produce.py's batch case); ``--case single``, SEND_MESSAGE_V2 of ``--body`` bytes, 32 in
 flight (bench/ha.py's and dledger.py's single-message sends, pipelined). ``--in-flight``
 overrides either. ``--syscalls`` counts instead, in an untraced broker, the system calls of
-its every thread over the window (``strace -f`` attached after the warm-up; per message, by
-syscall and by thread name: a worker thread started per message shows there).
+its every thread over the window (per message, by syscall and by thread name: a worker thread
+started per message shows there): by default with ``perf stat`` on the kernel's syscall
+tracepoints (full speed), or ``--syscalls strace`` (``strace -f``: every syscall slowed, so
+the broker reads more requests per ``recv`` than at full speed).
 
 Unlike CPU time these counts do not move with the machine's load, so two trees compare on a
 busy machine (with bench/ab.py: ``--base X --new Y -- python3 /path/to/bench/send_counts.py
@@ -63,7 +65,7 @@ def _child(out: str, argv: list[str]) -> None:
 
     def tracer(frame: Any, event: str, _arg: Any) -> Any:
         code = frame.f_code
-        key = f"{code.co_filename}:{code.co_firstlineno}:{code.co_name}"
+        key = f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}"
         if event == "call":
             calls[key] = calls.get(key, 0) + 1
             frame.f_trace_opcodes = True
@@ -122,7 +124,7 @@ _TRIO_WORKER = re.compile(r"(?<=^Trio thread )\d+$")
 # ------------------------------------------------------------------ the client side
 
 
-def _wait_for(ready: Callable[[], bool], proc: subprocess.Popen[str], what: str) -> None:
+def _wait_for(ready: Callable[[], bool], proc: subprocess.Popen[Any], what: str) -> None:
     deadline = time.monotonic() + WAIT_S
     while not ready():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -244,14 +246,23 @@ def _count_strace(path: str, names: dict[str, str]) -> dict[str, dict[str, int]]
 
 def _window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: socket.socket,
             frames: list[bytes], out: str) -> dict[str, Any]:  # fmt: skip
-    """Count exactly ``args.requests`` requests: the tracer's counts, or strace's."""
-    if not args.syscalls:
-        proc.send_signal(signal.SIGUSR1)
-        _wait_file(out + ".on", proc)
-        _send(sock, frames, args.requests, args.in_flight)
-        proc.send_signal(signal.SIGUSR2)
-        _wait_file(out, proc)
-        return dict(json.loads(Path(out).read_text()))
+    """Count exactly ``args.requests`` requests: the tracer's counts, or the syscalls'."""
+    if args.syscalls == "perf":
+        return _perf_window(args, proc, sock, frames, out)
+    if args.syscalls == "strace":
+        return _strace_window(args, proc, sock, frames, out)
+    proc.send_signal(signal.SIGUSR1)
+    _wait_file(out + ".on", proc)
+    _send(sock, frames, args.requests, args.in_flight)
+    proc.send_signal(signal.SIGUSR2)
+    _wait_file(out, proc)
+    return dict(json.loads(Path(out).read_text()))
+
+
+def _strace_window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: socket.socket,
+                   frames: list[bytes], out: str) -> dict[str, Any]:  # fmt: skip
+    """Every syscall of every broker thread over the window, by ``strace -f`` (which slows
+    each syscall down: the broker reads more requests per ``recv`` than at full speed)."""
     strace = subprocess.Popen(
         ["strace", "-f", "-qq", "-s", "0", "-o", out, "-p", str(proc.pid)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -264,6 +275,77 @@ def _window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: socket.
         strace.send_signal(signal.SIGINT)  # (detaches; the broker runs on)
         strace.wait(timeout=WAIT_S)
     return _count_strace(out, names)
+
+
+def _perf_window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: socket.socket,
+                 frames: list[bytes], out: str) -> dict[str, Any]:  # fmt: skip
+    """Every syscall of every broker thread over the window, at full speed: ``perf stat``
+    on the kernel's ``syscalls:sys_enter_*`` tracepoints, per thread, started disabled and
+    switched on and off through its control FIFO (each switch acknowledged)."""
+    ctl, ack = out + ".ctl", out + ".ack"
+    os.mkfifo(ctl)
+    os.mkfifo(ack)
+    perf = subprocess.Popen(
+        ["perf", "stat", "-e", "syscalls:sys_enter_*", "-x,", "--per-thread", "-D", "-1",
+         "--control", f"fifo:{ctl},{ack}", "-o", out, "-p", str(proc.pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        ctl_fd = _open_fifo(ctl, os.O_WRONLY, perf)  # (ENXIO until perf reads it)
+        ack_fd = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
+        _perf_command(ctl_fd, ack_fd, b"enable", perf)
+        _send(sock, frames, args.requests, args.in_flight)
+        _perf_command(ctl_fd, ack_fd, b"disable", perf)
+        names = _thread_names(proc.pid)
+    finally:
+        perf.send_signal(signal.SIGINT)  # (writes its counts; the broker runs on)
+        perf.wait(timeout=WAIT_S)
+    return _count_perf(out, proc.pid, names)
+
+
+def _open_fifo(path: str, flags: int, perf: subprocess.Popen[bytes]) -> int:
+    fd = [-1]
+
+    def opened() -> bool:
+        try:
+            fd[0] = os.open(path, flags | os.O_NONBLOCK)
+        except OSError:
+            return False
+        return True
+
+    _wait_for(opened, perf, f"let perf open {path}")
+    return fd[0]
+
+
+def _perf_command(ctl_fd: int, ack_fd: int, command: bytes, perf: subprocess.Popen[bytes]) -> None:
+    os.write(ctl_fd, command + b"\n")
+    got = bytearray()
+
+    def acked() -> bool:
+        with contextlib.suppress(BlockingIOError):
+            got.extend(os.read(ack_fd, 64))
+        return b"ack" in got
+
+    _wait_for(acked, perf, f"acknowledge perf's {command.decode()}")
+
+
+def _count_perf(path: str, pid: int, names: dict[str, str]) -> dict[str, dict[str, int]]:
+    """``perf stat -x, --per-thread``'s lines ("<comm>-<tid>,<count>,,syscalls:sys_enter_<x>,
+    ..."): by syscall, and by thread name then syscall."""
+    by_call: dict[str, int] = {}
+    by_thread: dict[str, dict[str, int]] = {}
+    for line in Path(path).read_text(errors="replace").splitlines():
+        fields = line.split(",")
+        if len(fields) < 4 or not fields[1].isdigit() or int(fields[1]) == 0:
+            continue
+        tid = fields[0].rsplit("-", 1)[-1]
+        call = fields[3].removeprefix("syscalls:sys_enter_")
+        count = int(fields[1])
+        by_call[call] = by_call.get(call, 0) + count
+        name = names.get(tid, "(event loop)" if tid == str(pid) else "(exited thread)")
+        thread = by_thread.setdefault(name, {})
+        thread[call] = thread.get(call, 0) + count
+    return {"by_call": by_call, **{f"thread:{k}": v for k, v in by_thread.items()}}
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -321,13 +403,22 @@ def _report(counts: dict[str, dict[str, int]], args: argparse.Namespace) -> dict
         "opcodes_per_msg_by_task": {
             k: round(v, 2) for k, v in _per(counts["tasks"], messages, 0.05).items()
         },
-        "opcodes_per_request_by_function": {
-            _short(k): {
-                "opcodes": round(v / args.requests, 1),
-                "calls": round(calls.get(k, 0) / args.requests, 2),
-            }
-            for k, v in top
-        },
+        "opcodes_per_request_by_function": _by_function(top, calls, args.requests),
+    }
+
+
+def _by_function(top: list[tuple[str, int]], calls: dict[str, int],
+                 requests: int) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Opcodes and calls per request by "folder/file.py:qualified name" (functions that share
+    it, lambdas say, summed)."""
+    summed: dict[str, list[int]] = {}
+    for key, n in top:
+        row = summed.setdefault(_short(key), [0, 0])
+        row[0] += n
+        row[1] += calls.get(key, 0)
+    return {
+        name: {"opcodes": round(n / requests, 1), "calls": round(c / requests, 2)}
+        for name, (n, c) in summed.items()
     }
 
 
@@ -358,8 +449,9 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=32, help="messages per batch (32)")
     p.add_argument("--body", type=int, default=1024, help="bytes per message (1024)")
     p.add_argument("--top", type=int, default=25, help="functions listed (25)")
-    p.add_argument("--syscalls", action="store_true",
-                   help="count system calls (strace -f, untraced broker) instead")  # fmt: skip
+    p.add_argument("--syscalls", nargs="?", const="perf", choices=("perf", "strace"),
+                   help="count system calls instead (untraced broker; perf's tracepoints at "
+                        "full speed, the default, or strace -f)")  # fmt: skip
     p.add_argument("--tree", type=Path, default=ROOT,
                    help="the checkout whose broker runs (default: this one)")  # fmt: skip
     args = p.parse_args()
@@ -369,8 +461,8 @@ def main() -> int:
     if min(args.requests, args.batch, args.body, args.in_flight) < 1 or args.warm < 0:
         p.error("--requests, --batch, --body and --in-flight must be positive, --warm not "
                 "negative")  # fmt: skip
-    if args.syscalls and shutil.which("strace") is None:
-        p.error("--syscalls needs strace on PATH")
+    if args.syscalls and shutil.which(args.syscalls) is None:
+        p.error(f"--syscalls {args.syscalls} needs {args.syscalls} on PATH")
     print(json.dumps(measure(args), indent=2))
     return 0
 
