@@ -1,34 +1,50 @@
-"""Load-independent cost of batch sends: Python opcodes and calls per message in a real broker.
+"""Load-independent cost of sends: Python opcodes and calls per message in a real broker.
 
-    python3 bench/send_counts.py [--batches 1000] [--batch 32] [--body 1024] [--tree DIR]
+    python3 bench/send_counts.py [--requests 1000] [--batch 32] [--body 1024] [--tree DIR]
+    python3 bench/send_counts.py --case single [--requests 10000] [--in-flight 32] ...
+    python3 bench/send_counts.py [--case single] --syscalls      (strace: syscalls per message)
 
 Starts ``mqbroker`` (ASYNC_FLUSH, a temp store, no NameServer; the code of ``--tree``, default
 this checkout: run it with that tree's venv python) with a counter that ``SIGUSR1`` starts and
-``SIGUSR2`` stops, sends ``--warm`` SEND_BATCH_MESSAGE requests (``--batch`` x ``--body`` bytes,
-8 in flight, the load of bench/produce.py's batch case), then counts exactly ``--batches`` more:
-every opcode and call the broker's main thread (the event loop: every request's work) runs,
-by function and by the trio task that ran them. Unlike CPU time these counts do not move
-with the machine's load, so two trees compare on a busy machine (with bench/ab.py: ``--base X
---new Y -- python3 /path/to/bench/send_counts.py --tree .``). Work that runs by the clock (the
-samplers, the POP revive scan, the flush services) is counted too, and weighs more than at full
-speed (the tracer slows the broker ~20x): compare the tasks that do the sends' work, the
-connection's (``RemotingServer._handle_socket``) and the dispatch's (``reput_service``), in
+``SIGUSR2`` stops, sends ``--warm`` requests, then counts exactly ``--requests`` more: every
+opcode and call the broker's main thread (the event loop: every request's work) runs, by
+function and by the trio task that ran them. The requests: ``--case batch`` (the default),
+SEND_BATCH_MESSAGE of ``--batch`` x ``--body`` bytes, 8 in flight (the load of
+bench/produce.py's batch case); ``--case single``, SEND_MESSAGE_V2 of ``--body`` bytes, 32 in
+flight (bench/ha.py's and dledger.py's single-message sends, pipelined). ``--in-flight``
+overrides either. ``--syscalls`` counts instead, in an untraced broker, the system calls of
+its every thread over the window (per message, by syscall and by thread name: a worker thread
+started per message shows there): by default with ``perf stat`` on the kernel's syscall
+tracepoints (full speed), or ``--syscalls strace`` (``strace -f``: every syscall slowed, so
+the broker reads more requests per ``recv`` than at full speed).
+
+Unlike CPU time these counts do not move with the machine's load, so two trees compare on a
+busy machine (with bench/ab.py: ``--base X --new Y -- python3 /path/to/bench/send_counts.py
+--tree .``). Work that runs by the clock (the samplers, the POP revive scan, the flush
+services) is counted too, and weighs more than at full speed (the tracer slows the broker
+~20x): compare the tasks that do the sends' work, the connection's
+(``RemotingServer._handle_socket``) and the dispatch's (``reput_service``), in
 ``opcodes_per_msg_by_task``. Prints one JSON object: opcodes and calls per message, opcodes per
-message by task, and the functions whose opcodes per batch are largest.
+message by task, and the functions whose opcodes per request are largest (``--syscalls``:
+system calls per message, by call and by thread).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +65,7 @@ def _child(out: str, argv: list[str]) -> None:
 
     def tracer(frame: Any, event: str, _arg: Any) -> Any:
         code = frame.f_code
-        key = f"{code.co_filename}:{code.co_firstlineno}:{code.co_name}"
+        key = f"{code.co_filename}:{code.co_firstlineno}:{code.co_qualname}"
         if event == "call":
             calls[key] = calls.get(key, 0) + 1
             frame.f_trace_opcodes = True
@@ -89,34 +105,45 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import _launch  # noqa: E402  (bench/_launch.py: the broker process)
 import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
-import produce  # noqa: E402  (the batch case's request layout)
+import produce  # noqa: E402  (the request layouts of produce.py's cases)
 
 from rmq_cluster.cluster.protocol.message import encode_batch  # noqa: E402
 from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
 from rmq_cluster.cluster.remoting.codes import RequestCode  # noqa: E402
 
-IN_FLIGHT = 8
+#: requests in flight by case (produce.py's batch case; ha.py's and dledger.py's single sends)
+IN_FLIGHT = {"batch": 8, "single": 32}
+#: requests counted by case when --requests is not given (the single case's are cheaper)
+REQUESTS = {"batch": 1000, "single": 10000}
 WAIT_S = 120.0
+#: one line of ``strace -f -o``: "<tid> <syscall>(" (a "<... x resumed>" line is not a call)
+_STRACE_CALL = re.compile(r"^(\d+)\s+([a-z_0-9]+)\(")
+#: the number in an idle trio worker thread's name ("Trio thread 7": one row for them all)
+_TRIO_WORKER = re.compile(r"(?<=^Trio thread )\d+$")
 
 
 # ------------------------------------------------------------------ the client side
 
 
-def _wait_file(path: str, proc: subprocess.Popen[str]) -> None:
+def _wait_for(ready: Callable[[], bool], proc: subprocess.Popen[Any], what: str) -> None:
     deadline = time.monotonic() + WAIT_S
-    while not os.path.exists(path):
+    while not ready():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the broker did not write {path}")
+            raise RuntimeError(f"the broker did not {what}")
         time.sleep(0.02)
 
 
-def _send(sock: socket.socket, frames: list[bytes], n: int, opaque: list[int]) -> None:
-    """``n`` requests (cycling ``frames``' bodies, fresh opaques), IN_FLIGHT at a time; every
-    answer must be SUCCESS."""
+def _wait_file(path: str, proc: subprocess.Popen[str]) -> None:
+    _wait_for(lambda: os.path.exists(path), proc, f"write {path}")
+
+
+def _send(sock: socket.socket, frames: list[bytes], n: int, in_flight: int) -> None:
+    """``n`` requests (cycling ``frames``), ``in_flight`` at a time; every answer must be
+    SUCCESS."""
     buf = bytearray()
     sent = got = 0
     while got < n:
-        k = min(IN_FLIGHT - (sent - got), n - sent)
+        k = min(in_flight - (sent - got), n - sent)
         if k > 0:
             sock.sendall(b"".join(frames[(sent + j) % len(frames)] for j in range(k)))
             sent += k
@@ -128,14 +155,15 @@ def _send(sock: socket.socket, frames: list[bytes], n: int, opaque: list[int]) -
         del buf[:used]
         for header, *_ in answers:
             if header["code"] != 0:
-                raise RuntimeError(f"batch send failed: {header['code']} {header.get('remark')}")
+                raise RuntimeError(f"send failed: {header['code']} {header.get('remark')}")
         got += len(answers)
-    opaque[0] += n
 
 
 def _frames(args: argparse.Namespace) -> list[bytes]:
     rnd = random.Random(7)  # (the same bytes every run: CRCs and copies alike)
     body = rnd.randbytes(args.body)
+    if args.case == "single":
+        return produce._frames(RequestCode.SEND_MESSAGE_V2, produce.TOPIC, body)
     items = [(0, body, {"UNIQ_KEY": f"{i:032X}", "TAGS": "TagA"}) for i in range(args.batch)]
     batch_body = encode_batch(items)
     return [
@@ -151,6 +179,148 @@ def _frames(args: argparse.Namespace) -> list[bytes]:
     ]
 
 
+def _traced_threads(pid: int) -> bool:
+    """Whether every thread of ``pid`` has a tracer attached (strace's attach is done)."""
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+            if "\nTracerPid:\t0\n" in status:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _thread_names(pid: int) -> dict[str, str]:
+    """tid -> its name now (``comm``; trio's idle workers as one): the main thread is the
+    event loop."""
+    names: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            names[tid] = "(event loop)" if int(tid) == pid else _TRIO_WORKER.sub("*", comm)
+    return names
+
+
+def _count_strace(path: str, names: dict[str, str]) -> dict[str, dict[str, int]]:
+    """``strace -f -o path``'s calls: by syscall, and by thread name then syscall."""
+    by_call: dict[str, int] = {}
+    by_thread: dict[str, dict[str, int]] = {}
+    for line in Path(path).read_text(errors="replace").splitlines():
+        m = _STRACE_CALL.match(line)
+        if m is None:
+            continue
+        tid, call = m.groups()
+        by_call[call] = by_call.get(call, 0) + 1
+        thread = by_thread.setdefault(names.get(tid, "(exited thread)"), {})
+        thread[call] = thread.get(call, 0) + 1
+    return {"by_call": by_call, **{f"thread:{k}": v for k, v in by_thread.items()}}
+
+
+def _window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: socket.socket,
+            frames: list[bytes], out: str) -> dict[str, Any]:  # fmt: skip
+    """Count exactly ``args.requests`` requests: the tracer's counts, or the syscalls'."""
+    if args.syscalls == "perf":
+        return _perf_window(args, proc, sock, frames, out)
+    if args.syscalls == "strace":
+        return _strace_window(args, proc, sock, frames, out)
+    proc.send_signal(signal.SIGUSR1)
+    _wait_file(out + ".on", proc)
+    _send(sock, frames, args.requests, args.in_flight)
+    proc.send_signal(signal.SIGUSR2)
+    _wait_file(out, proc)
+    return dict(json.loads(Path(out).read_text()))
+
+
+def _strace_window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: socket.socket,
+                   frames: list[bytes], out: str) -> dict[str, Any]:  # fmt: skip
+    """Every syscall of every broker thread over the window, by ``strace -f`` (which slows
+    each syscall down: the broker reads more requests per ``recv`` than at full speed)."""
+    strace = subprocess.Popen(
+        ["strace", "-f", "-qq", "-s", "0", "-o", out, "-p", str(proc.pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: _traced_threads(proc.pid), proc, "get strace attached")
+        _send(sock, frames, args.requests, args.in_flight)
+        names = _thread_names(proc.pid)
+    finally:
+        strace.send_signal(signal.SIGINT)  # (detaches; the broker runs on)
+        strace.wait(timeout=WAIT_S)
+    return _count_strace(out, names)
+
+
+def _perf_window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: socket.socket,
+                 frames: list[bytes], out: str) -> dict[str, Any]:  # fmt: skip
+    """Every syscall of every broker thread over the window, at full speed: ``perf stat``
+    on the kernel's ``syscalls:sys_enter_*`` tracepoints, per thread, started disabled and
+    switched on and off through its control FIFO (each switch acknowledged)."""
+    ctl, ack = out + ".ctl", out + ".ack"
+    os.mkfifo(ctl)
+    os.mkfifo(ack)
+    perf = subprocess.Popen(
+        ["perf", "stat", "-e", "syscalls:sys_enter_*", "-x,", "--per-thread", "-D", "-1",
+         "--control", f"fifo:{ctl},{ack}", "-o", out, "-p", str(proc.pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        ctl_fd = _open_fifo(ctl, os.O_WRONLY, perf)  # (ENXIO until perf reads it)
+        ack_fd = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
+        _perf_command(ctl_fd, ack_fd, b"enable", perf)
+        _send(sock, frames, args.requests, args.in_flight)
+        _perf_command(ctl_fd, ack_fd, b"disable", perf)
+        names = _thread_names(proc.pid)
+    finally:
+        perf.send_signal(signal.SIGINT)  # (writes its counts; the broker runs on)
+        perf.wait(timeout=WAIT_S)
+    return _count_perf(out, proc.pid, names)
+
+
+def _open_fifo(path: str, flags: int, perf: subprocess.Popen[bytes]) -> int:
+    fd = [-1]
+
+    def opened() -> bool:
+        try:
+            fd[0] = os.open(path, flags | os.O_NONBLOCK)
+        except OSError:
+            return False
+        return True
+
+    _wait_for(opened, perf, f"let perf open {path}")
+    return fd[0]
+
+
+def _perf_command(ctl_fd: int, ack_fd: int, command: bytes, perf: subprocess.Popen[bytes]) -> None:
+    os.write(ctl_fd, command + b"\n")
+    got = bytearray()
+
+    def acked() -> bool:
+        with contextlib.suppress(BlockingIOError):
+            got.extend(os.read(ack_fd, 64))
+        return b"ack" in got
+
+    _wait_for(acked, perf, f"acknowledge perf's {command.decode()}")
+
+
+def _count_perf(path: str, pid: int, names: dict[str, str]) -> dict[str, dict[str, int]]:
+    """``perf stat -x, --per-thread``'s lines ("<comm>-<tid>,<count>,,syscalls:sys_enter_<x>,
+    ..."): by syscall, and by thread name then syscall."""
+    by_call: dict[str, int] = {}
+    by_thread: dict[str, dict[str, int]] = {}
+    for line in Path(path).read_text(errors="replace").splitlines():
+        fields = line.split(",")
+        if len(fields) < 4 or not fields[1].isdigit() or int(fields[1]) == 0:
+            continue
+        tid = fields[0].rsplit("-", 1)[-1]
+        call = fields[3].removeprefix("syscalls:sys_enter_")
+        count = int(fields[1])
+        by_call[call] = by_call.get(call, 0) + count
+        name = names.get(tid, "(event loop)" if tid == str(pid) else "(exited thread)")
+        thread = by_thread.setdefault(name, {})
+        thread[call] = thread.get(call, 0) + count
+    return {"by_call": by_call, **{f"thread:{k}": v for k, v in by_thread.items()}}
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     frames = _frames(args)
     with tempfile.TemporaryDirectory(prefix="send-counts-") as store:
@@ -161,17 +331,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         )
         try:
             with socket.create_connection(("127.0.0.1", port)) as sock:
-                opaque = [0]
-                _send(sock, frames, args.warm, opaque)
-                proc.send_signal(signal.SIGUSR1)
-                _wait_file(out + ".on", proc)
-                _send(sock, frames, args.batches, opaque)
-                proc.send_signal(signal.SIGUSR2)
-                _wait_file(out, proc)
-            counts = json.loads(Path(out).read_text())
+                _send(sock, frames, args.warm, args.in_flight)
+                counts = _window(args, proc, sock, frames, out)
         finally:
             _launch.stop(proc)
-    return _report(counts, args)
+    return _report_syscalls(counts, args) if args.syscalls else _report(counts, args)
 
 
 def _short(key: str) -> str:
@@ -181,44 +345,95 @@ def _short(key: str) -> str:
     return f"{tail}:{name}"
 
 
-def _report(counts: dict[str, dict[str, int]], args: argparse.Namespace) -> dict[str, Any]:
-    ops, calls = counts["ops"], counts["calls"]
-    messages = args.batches * args.batch
-    top = sorted(ops.items(), key=lambda kv: -kv[1])[: args.top]
+def _head(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "send_counts",
-        "batches": args.batches,
-        "messages_per_batch": args.batch,
+        "case": args.case,
+        "requests": args.requests,
+        "messages_per_request": args.batch if args.case == "batch" else 1,
+        "in_flight": args.in_flight,
         "body_bytes": args.body,
+    }
+
+
+def _per(counts: dict[str, int], n: int, floor: float) -> dict[str, float]:
+    """``counts`` / ``n``, largest first, those of at least ``floor``."""
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    return {k: round(v / n, 3) for k, v in ranked if v / n >= floor}
+
+
+def _report(counts: dict[str, dict[str, int]], args: argparse.Namespace) -> dict[str, Any]:
+    ops, calls = counts["ops"], counts["calls"]
+    head = _head(args)
+    messages = args.requests * head["messages_per_request"]
+    top = sorted(ops.items(), key=lambda kv: -kv[1])[: args.top]
+    return {
+        **head,
         "opcodes_per_msg": round(sum(ops.values()) / messages, 2),
         "calls_per_msg": round(sum(calls.values()) / messages, 3),
         "opcodes_per_msg_by_task": {
-            name: round(v / messages, 2)
-            for name, v in sorted(counts["tasks"].items(), key=lambda kv: -kv[1])
-            if v / messages >= 0.05
+            k: round(v, 2) for k, v in _per(counts["tasks"], messages, 0.05).items()
         },
-        "opcodes_per_batch_by_function": {
-            _short(k): {
-                "opcodes": round(v / args.batches, 1),
-                "calls": round(calls.get(k, 0) / args.batches, 2),
-            }
-            for k, v in top
+        "opcodes_per_request_by_function": _by_function(top, calls, args.requests),
+    }
+
+
+def _by_function(top: list[tuple[str, int]], calls: dict[str, int],
+                 requests: int) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Opcodes and calls per request by "folder/file.py:qualified name" (functions that share
+    it, lambdas say, summed)."""
+    summed: dict[str, list[int]] = {}
+    for key, n in top:
+        row = summed.setdefault(_short(key), [0, 0])
+        row[0] += n
+        row[1] += calls.get(key, 0)
+    return {
+        name: {"opcodes": round(n / requests, 1), "calls": round(c / requests, 2)}
+        for name, (n, c) in summed.items()
+    }
+
+
+def _report_syscalls(counts: dict[str, dict[str, int]], args: argparse.Namespace) -> dict[str, Any]:
+    head = _head(args)
+    messages = args.requests * head["messages_per_request"]
+    threads = {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("thread:")}
+    return {
+        **head,
+        "syscalls_per_msg": round(sum(counts["by_call"].values()) / messages, 3),
+        "syscalls_per_msg_by_call": _per(counts["by_call"], messages, 0.001),
+        "syscalls_per_msg_by_thread": {
+            name: {"all": round(sum(calls.values()) / messages, 3), **_per(calls, messages, 1e-3)}
+            for name, calls in sorted(threads.items(), key=lambda kv: -sum(kv[1].values()))
         },
     }
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--batches", type=int, default=1000, help="batches counted (1000)")
-    p.add_argument("--warm", type=int, default=200, help="batches sent first, uncounted (200)")
+    p.add_argument("--case", choices=sorted(IN_FLIGHT), default="batch",
+                   help="batch: SEND_BATCH_MESSAGE; single: SEND_MESSAGE_V2 (batch)")  # fmt: skip
+    p.add_argument("--requests", "--batches", type=int, default=None,
+                   help="requests counted (batch 1000, single 10000)")  # fmt: skip
+    p.add_argument("--warm", type=int, default=None,
+                   help="requests sent first, uncounted (a fifth of --requests)")  # fmt: skip
+    p.add_argument("--in-flight", type=int, default=None, help="(batch 8, single 32)")
     p.add_argument("--batch", type=int, default=32, help="messages per batch (32)")
     p.add_argument("--body", type=int, default=1024, help="bytes per message (1024)")
     p.add_argument("--top", type=int, default=25, help="functions listed (25)")
+    p.add_argument("--syscalls", nargs="?", const="perf", choices=("perf", "strace"),
+                   help="count system calls instead (untraced broker; perf's tracepoints at "
+                        "full speed, the default, or strace -f)")  # fmt: skip
     p.add_argument("--tree", type=Path, default=ROOT,
                    help="the checkout whose broker runs (default: this one)")  # fmt: skip
     args = p.parse_args()
-    if min(args.batches, args.batch, args.body) < 1 or args.warm < 0:
-        p.error("--batches, --batch and --body must be positive, --warm not negative")
+    args.requests = REQUESTS[args.case] if args.requests is None else args.requests
+    args.warm = args.requests // 5 if args.warm is None else args.warm
+    args.in_flight = IN_FLIGHT[args.case] if args.in_flight is None else args.in_flight
+    if min(args.requests, args.batch, args.body, args.in_flight) < 1 or args.warm < 0:
+        p.error("--requests, --batch, --body and --in-flight must be positive, --warm not "
+                "negative")  # fmt: skip
+    if args.syscalls and shutil.which(args.syscalls) is None:
+        p.error(f"--syscalls {args.syscalls} needs {args.syscalls} on PATH")
     print(json.dumps(measure(args), indent=2))
     return 0
 

@@ -92,9 +92,8 @@ class BackendHost(Protocol):
     @property
     def flush_watermark(self) -> RisingMark: ...
 
-    @property
-    def waits_for_replicas(self) -> bool:
-        """A put must wait for the slaves (SYNC_MASTER) after its append."""
+    #: a put must wait for the slaves (SYNC_MASTER) after its append
+    waits_for_replicas: bool
 
     def appended(self, at: int, *, reput: bool = True) -> None:
         """The CommitLog grew (``at``: the offset the warm-up service compares with where it

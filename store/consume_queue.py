@@ -45,6 +45,9 @@ class ConsumeQueue:
         self.file_size = file_size
         self.max_physic_offset = -1  # end (offset + size) of the last unit, -1 when empty
         self.min_logic_offset = 0  # byte offset of the first real unit
+        #: units below this index go into a segment that exists (``needs_file`` found it; a
+        #: truncation or destroy resets it): the dispatcher's per-record check without a call
+        self.units_ready = 0
 
     # ------------------------------------------------------------------ load / recover
 
@@ -77,6 +80,7 @@ class ConsumeQueue:
                 break
         self.queue.set_positions(end)
         self.queue.truncate_dirty(end)
+        self.units_ready = 0
         self.max_physic_offset = max_phys
         self._recompute_min()
 
@@ -157,6 +161,7 @@ class ConsumeQueue:
         if files:
             start = files[-1].file_end
             if cq_index * UNIT < start:
+                self.units_ready = start // UNIT
                 return None
         else:
             expected = cq_index * UNIT
@@ -283,6 +288,7 @@ class ConsumeQueue:
             if done:
                 break
         self.queue.truncate_dirty(cut)
+        self.units_ready = 0
         if not self.queue.files:
             # keep the numbering: the next unit for this queue goes at index cut // UNIT
             self.min_logic_offset = cut
@@ -316,5 +322,6 @@ class ConsumeQueue:
         """Delete every segment of this queue (its topic was deleted)."""
         self.queue.reset_empty(0)
         self.queue.close()
+        self.units_ready = 0
         self.max_physic_offset = -1
         self.min_logic_offset = 0

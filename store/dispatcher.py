@@ -392,13 +392,12 @@ class _Runs:
         end where a segment does). ``added``: how many records it took."""
         d = self.dispatcher
         wants_file = d.wants_file if d.on_file_wanted is not None else None
+        cq_table = d.cqs.queues
         per_file = d.units_per_file
         wait_at, prev_ts, run_stop = -1, self.last_ts, self.stop
-        end_run = self._end_run
+        end_run, arrival = self._end_run, d.on_arrival
         index_record = self._index_record if d.index is not None else None
-        lag_hist = d.lag_histogram
-        lag_top = LAG_HISTOGRAM_BUCKETS - 1
-        now_ms = self.now_ms
+        keyed_append = self.keyed.append
         run_max = 3 * CQ_RUN_MAX_UNITS
         run = self.run
         run_arrivals = self.arrivals
@@ -419,8 +418,7 @@ class _Runs:
                     and len(run) < run_max
                     and queue_offset != run_stop
                 ):
-                    # the next unit of the current run (a batch, or a queue's consecutive
-                    # records)
+                    # the next unit of the current run (a batch, a queue's consecutive ones)
                     run += (phys, total, code)
                     if code != run_code:
                         if run_arrivals is None:
@@ -430,28 +428,36 @@ class _Runs:
                     run_next += 1
                 else:
                     if run:
-                        end_run(run_topic, run_qid, run_first, run, run_arrivals, run_next,
-                                run_code, run_ts)  # fmt: skip
+                        cq = cq_table.get((run_topic, run_qid)) if len(run) == 3 else None
+                        if cq is not None:  # a one-record run (queues taking turns), no call
+                            cq.put(run_first, run[0], run[1], run[2])
+                            if arrival is not None:
+                                arrival(run_topic, run_qid, run_next, run_code, run_ts)
+                        else:
+                            end_run(run_topic, run_qid, run_first, run, run_arrivals, run_next,
+                                    run_code, run_ts)  # fmt: skip
                         run, run_next = [], -1
-                    if wants_file is not None and wants_file(topic, queue_id, queue_offset):
-                        wait_at, store_ts = phys, prev_ts
-                        break
+                    if wants_file is not None:
+                        cq = cq_table.get((topic, queue_id))  # (no call while its segment is)
+                        if (cq is None or queue_offset >= cq.units_ready) and wants_file(
+                            topic, queue_id, queue_offset
+                        ):
+                            wait_at, store_ts = phys, prev_ts
+                            break
                     run = [phys, total, code]
                     run_stop = (queue_offset // per_file + 1) * per_file
-                    run_arrivals = None
-                    run_topic = topic
-                    run_qid = queue_id
-                    run_first = queue_offset
-                    run_next = queue_offset + 1
-                    run_code = code
+                    run_arrivals, run_topic, run_qid, run_code = None, topic, queue_id, code
+                    run_first, run_next = queue_offset, queue_offset + 1
                 run_ts = store_ts
             if index_record is not None and txn != SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
-                index_record(topic, uniq, keys, phys, store_ts)
-            if lag_hist is not None:
-                lag = now_ms - store_ts
-                lag_hist[lag if 0 <= lag < lag_top else (lag_top if lag > 0 else 0)] += 1
+                if keys is None and topic is self.keyed_topic and uniq is not None:
+                    keyed_append((uniq, phys, store_ts))  # (the usual record, no call)
+                elif uniq is not None or keys is not None:
+                    index_record(topic, uniq, keys, phys, store_ts)
             prev_ts = store_ts
         self.added = len(scanned) if wait_at < 0 else _taken(scanned, wait_at)
+        if d.lag_histogram is not None:
+            self._count_lags(d.lag_histogram, scanned, self.added)
         self.stop, self.last_ts, self.run, self.arrivals, self.topic = (
             run_stop, store_ts, run, run_arrivals, run_topic
         )
@@ -459,6 +465,14 @@ class _Runs:
             run_qid, run_first, run_code, run_ts, run_next
         )
         return wait_at
+
+    def _count_lags(self, hist: list[int], scanned: list[Scanned], taken: int) -> None:
+        """The lag histogram's share of the first ``taken`` scanned records (a slave's)."""
+        top = LAG_HISTOGRAM_BUCKETS - 1
+        now_ms = self.now_ms
+        for rec in scanned[:taken]:
+            lag = now_ms - rec[6]  # (its store timestamp)
+            hist[lag if 0 <= lag < top else (top if lag > 0 else 0)] += 1
 
     def _index_record(
         self, topic: str, uniq: bytes | None, keys: bytes | None, phys: int, store_ts: int
@@ -472,13 +486,13 @@ class _Runs:
             if topic is not self.keyed_topic:
                 if self.keyed:
                     index.index_uniq_run(self.keyed_topic, self.keyed)
-                    self.keyed = []
+                    self.keyed.clear()
                 self.keyed_topic = topic
             self.keyed.append((uniq, phys, store_ts))
         elif uniq is not None or keys is not None:
             if self.keyed:
                 index.index_uniq_run(self.keyed_topic, self.keyed)
-                self.keyed = []
+                self.keyed.clear()
             index.index_raw_keys(topic, uniq, keys, phys, store_ts)
 
     def _end_run(
@@ -513,7 +527,7 @@ class _Runs:
             self.next = -1
         if self.keyed and d.index is not None:
             d.index.index_uniq_run(self.keyed_topic, self.keyed)
-            self.keyed = []
+            self.keyed.clear()  # (in place: ``add`` appends through its bound method)
 
 
 def _taken(scanned: list[Scanned], stop_phys: int) -> int:

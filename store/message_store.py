@@ -207,6 +207,9 @@ class MessageStore:
         #: SYNC_MASTER: the slaves' ack (``attach_replicas``); with SYNC_FLUSH as well, answers
         #: wait on ``both_watermark``, the lower of the flush and the ack
         self.replicas: ReplicaGate | None = None
+        #: a put must wait for the slaves (SYNC_MASTER) after its append: ``replicas`` is set
+        #: (a plain flag: every send asks)
+        self.waits_for_replicas = False
         self.both_watermark: Watermark | None = (
             Watermark(0, timeout_s=self.sync_flush_timeout_s)
             if self.sync_flush and config.broker_role is BrokerRole.SYNC_MASTER
@@ -354,10 +357,6 @@ class MessageStore:
         if self.warm_wake is not None and at >= self.warm_at:
             self._wake_warm()
 
-    @property
-    def waits_for_replicas(self) -> bool:
-        return self.replicas is not None
-
     def _notify_appended(self) -> None:
         event, self._appended = self._appended, None
         if event is not None:
@@ -433,6 +432,7 @@ class MessageStore:
         """SYNC_MASTER: waiting puts wait for ``gate``'s ack watermark from now on (and stay
         wired to it: with no slave left it answers SLAVE_NOT_AVAILABLE)."""
         self.replicas = gate
+        self.waits_for_replicas = True
         if self.sync_flush and self.both_watermark is None:  # (no sweeper: SYNC_MASTER's has)
             self.both_watermark = Watermark(0, timeout_s=self.sync_flush_timeout_s)
         self._wire_replicas(gate)

@@ -327,7 +327,8 @@ class SendProcessor:
         target = self._target(conn, request, header.topic, header)
         if isinstance(target, RemotingCommand):
             return target
-        return self._message(conn, request, header, *target)
+        queue_id, tc = target  # (no *target: a star call builds its arguments anew)
+        return self._message(conn, request, header, queue_id, tc)
 
     @staticmethod
     def _slow_header(request: RemotingCommand) -> SendHeader | RemotingCommand:
@@ -435,7 +436,20 @@ class SendProcessor:
         batch = bool(header.batch)
         if not batch and len(body) > max_size:
             return refuse(request, ResponseCode.MESSAGE_ILLEGAL, message_illegal_remark(max_size))
-        props, wait, wait_prop = self._properties(header, batch)
+        # the properties, whether the producer waits, and its WAIT property as sent (inline:
+        # every send passes here)
+        props = decode_properties(header.properties) if header.properties else {}
+        if batch:
+            # Java appends the batch header's properties (WAIT included) to every item, in
+            # its HashMap's order
+            wait, wait_prop = props.get(_WAIT, "true") != "false", None
+            props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
+            props = java_map_order(props)
+        else:
+            # a single message is stored without WAIT (Java drops it to save 9 bytes)
+            wait_prop = props.pop(_WAIT, None)
+            wait = wait_prop != "false"
+            props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
         if tc.attributes and not batch:  # a 5.x topic declaring message.type takes only that
             wrong = type_mismatch(topic_message_type(tc.attribute_map), message_type(props))
             if wrong is not None and not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -485,24 +499,6 @@ class SendProcessor:
             enabled=scfg.timer_wheel_enable, max_delay_sec=scfg.timer_max_delay_sec,
             precision_ms=scfg.timer_precision_ms,
         )
-
-    def _properties(
-        self, header: SendHeader, batch: bool
-    ) -> tuple[dict[str, str], bool, str | None]:
-        """The message's properties, whether its producer waits, and its WAIT property as sent
-        (a single message is stored without it)."""
-        props = decode_properties(header.properties) if header.properties else {}
-        cluster = self.ctrl.bcfg.broker_cluster_name
-        if batch:
-            # Java appends the batch header's properties (WAIT included) to every item, in
-            # its HashMap's order
-            wait = props.get(_WAIT, "true") != "false"
-            props[_CLUSTER] = cluster
-            return java_map_order(props), wait, None
-        # a single message is stored without WAIT (Java drops it to save 9 bytes)
-        wait_prop = props.pop(_WAIT, None)
-        props[_CLUSTER] = cluster
-        return props, wait_prop != "false", wait_prop
 
     def _retry_or_dlq(
         self, request: RemotingCommand, header: SendHeader, reconsume: int

@@ -277,9 +277,10 @@ class ConnectionState:
             encode_into(self.out, error_answer(
                 opaque, ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"), opaque)
             return
+        if not body:  # (most answers: a send's, an offset's)
+            return
         if len(body) < SCATTER_MIN_BODY_BYTES or type(body) is not bytes:  # (bytes: immutable)
-            if body:
-                self.out += body
+            self.out += body
             return
         head, self.out = self.out, bytearray()  # the body goes out from its own buffer
         self.parts += (head, body)

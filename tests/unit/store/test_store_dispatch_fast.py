@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -162,5 +163,46 @@ def test_dispatch_stops_at_a_corrupt_record(tmp_path: Path) -> None:
         assert store.dispatch_all() == 1
         assert store.dispatcher.stuck_at == len(rec)
         assert store.dispatcher.reput_from == len(rec)
+    finally:
+        store.close()
+
+
+def test_queues_taking_turns_cost_one_call_per_record(tmp_path: Path) -> None:
+    """Single sends spread over a topic's queues make every record a run of its own: the
+    dispatch loop then writes its unit, checks its segment (the shell's deferred creation on)
+    and gathers its UNIQ_KEY without a Python call of its own beyond the unit's ``put`` (main
+    after issue 32 made 5-6 a record: wants_file, needs_file, file_end, _end_run,
+    _index_record; ~25 % more reput work a message)."""
+    store = MessageStore.open(small_config(tmp_path, mapped_file_size_consume_queue=20 * 4096))
+    queues, rounds = 4, 100
+    try:
+        d = store.dispatcher
+        phys = 0
+        for i in range(rounds * queues):
+            qid = i % queues
+            rec = encode_record(
+                Message(topic="T", body=b"x" * 16, queue_id=qid, store_host=HOST,
+                        properties={"TAGS": "a", "UNIQ_KEY": f"{i:032X}"}),
+                queue_offset=i // queues, phys_offset=phys, store_timestamp=1_700_000_000_000,
+            )  # fmt: skip
+            store.append_raw(phys, rec)
+            phys += len(rec)
+            if i == queues - 1:  # every queue's first segment made: deferral on from here
+                assert store.dispatch_all() == queues
+                d.on_file_wanted = lambda: None
+        calls = [0]
+
+        def profile(_frame: object, event: str, _arg: object) -> None:
+            if event == "call":
+                calls[0] += 1
+
+        sys.setprofile(profile)
+        try:
+            dispatched = d.dispatch()
+        finally:
+            sys.setprofile(None)
+        assert dispatched == (rounds - 1) * queues
+        assert calls[0] / dispatched < 1.5, calls[0] / dispatched
+        assert [u[0] for u in read_cq_dir(str(tmp_path), "T", 3)][-1] == phys - len(rec)
     finally:
         store.close()
