@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import trio
@@ -149,6 +150,15 @@ async def test_pull_with_heartbeat_subscription(cluster: Cluster) -> None:
     assert "does not support consumer to filter message by SQL92" in (sql.remark or "")
 
 
+async def _dispatched(store: Any, topic: str, qid: int) -> None:
+    """Until the queue holds a message. A queue new here may be past the store's inline
+    allowance of new ConsumeQueue files a second: a worker makes the file and the dispatch
+    follows (polled under a deadline)."""
+    with trio.fail_after(WAIT_S):
+        while store.dispatch() or store.get_max_offset_in_queue(topic, qid) < 1:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
 async def test_retry_then_dlq_after_16(cluster: Cluster) -> None:
     store = cluster.broker.store
     ok(await cluster.send("RT", b"payload", tags="T1"))
@@ -166,10 +176,10 @@ async def test_retry_then_dlq_after_16(cluster: Cluster) -> None:
                 },
             )
         )
-        store.dispatch()
         # each retry is delayed: it sits in SCHEDULE_TOPIC_XXXX at level 3 + reconsumeTimes
         level = min(3 + i, 18)
         qid = level - 1
+        await _dispatched(store, "SCHEDULE_TOPIC_XXXX", qid)
         last = store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", qid) - 1
         offset = store.get_commitlog_offset_in_queue("SCHEDULE_TOPIC_XXXX", qid, last)
         rec = store.lookup_message_by_offset(offset)
@@ -182,6 +192,7 @@ async def test_retry_then_dlq_after_16(cluster: Cluster) -> None:
             {"offset": str(offset), "group": "RG", "delayLevel": "0", "maxReconsumeTimes": "16"},
         )
     )
+    await _dispatched(store, "%DLQ%RG", 0)
     dlq = ok(await cluster.pull("%DLQ%RG", group="RG"))
     (msg,) = messages(dlq)
     assert msg.body == b"payload" and msg.reconsume_times == 17
