@@ -43,11 +43,6 @@ DELAY_MS: Final = 2_000
 #: how long the scenario waits for a delayed message to become receivable
 DELAY_WAIT_S: Final = 30.0
 INVISIBLE_S: Final = 30
-#: the Java SDK's scenario prefix (tests/compat/java5grpc GrpcScenarios), its FIFO topic and
-#: orderly group
-SDK_PREFIX: Final = "jo"
-SDK_FIFO_TOPIC: Final = f"{SDK_PREFIX}FifoPush"
-SDK_FIFO_GROUP: Final = f"{SDK_PREFIX}FifoPushG"
 
 #: the broadcast topic Apache's proxy creates at boot when the NameServer routes none
 #: (``heartbeatSyncerTopicName``); made here first: its own creation checks the route three
@@ -66,14 +61,6 @@ SETUP: Final[tuple[Step, ...]] = (
          body=pop_scenario.group_body(GROUP, 16)),
     Step("create_orderly_group", "broker", RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
          body=orjson.dumps({**orjson.loads(pop_scenario.group_body(ORDERLY_GROUP, 3)),
-                            "consumeMessageOrderly": True})),
-    # the Java SDK's FIFO PushConsumers (GrpcScenarios ``fifopush``, prefix SDK_PREFIX): a FIFO
-    # topic of two queues and an orderly group
-    Step("create_sdk_fifo_topic", "broker", RC.UPDATE_AND_CREATE_TOPIC,
-         {**pop_scenario.create_topic(SDK_FIFO_TOPIC, "+message.type=FIFO"),
-          "readQueueNums": "2", "writeQueueNums": "2"}),
-    Step("create_sdk_orderly_group", "broker", RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-         body=orjson.dumps({**orjson.loads(pop_scenario.group_body(SDK_FIFO_GROUP, 16)),
                             "consumeMessageOrderly": True})),
     Step("create_syncer_topic", "broker", RC.UPDATE_AND_CREATE_TOPIC,
          pop_scenario.create_topic(HEARTBEAT_SYNCER_TOPIC)),

@@ -7,18 +7,12 @@ SendMessage normal / FIFO / delay, ReceiveMessage, AckMessage, ChangeInvisibleDu
 the refusals of a missing topic, a wrong message type, a bad group and a bad receipt handle)
 replayed to both at once; each answer must match field by field, except what differs by nature
 (``ALLOWED``: clocks, ports, receipt handles) and the listed ``PROXY_DEVIATIONS``.
-
-Then Apache's Java SDK (tests/compat/java5grpc GrpcScenarios ``fifopush``: two PushConsumers of
-an orderly group on a FIFO topic, six message groups sent at once) runs through each proxy, one
-JVM each: both keep every message group's order, and the same checks hold for both.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,9 +21,6 @@ from typing import Any, Final
 import attrs
 import pytest
 
-from tests.compat.conftest import JVM_OPTS, build_java_probes
-from tests.compat.test_java_client import Events, finish, of, parse
-from tests.compat.test_java_grpc_client import JAVA5GRPC_DIR, VERSION, check_fifo_push
 from tests.integration.proxy.proxy_testlib import live_proxy
 from tests.interop import oracle, proxy_oracle, proxy_scenario, scenario
 from tests.interop.deviations import PROXY_DEVIATIONS, PROXY_KINDS
@@ -47,20 +38,10 @@ ALLOWED: Final[tuple[tuple[str, str, str], ...]] = (
 )
 
 
-#: the Java SDK's run through one proxy
-JVM_TIMEOUT_S: Final = 180
-#: the ``fifopush`` scenario here: message groups, messages per group (fewer than the compat
-#: test's: two JVMs at once beside two JVM nodes)
-SDK_FIFO_GROUPS, SDK_FIFO_PER_GROUP = 4, 10
-
-
 @attrs.frozen
 class Both:
     java: dict[str, dict[str, Any]]
     ours: dict[str, dict[str, Any]]
-    #: each proxy's gRPC port (plain text)
-    java_port: int
-    ours_port: int
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +79,7 @@ def both(proxy_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
             java_port, ours_port = java_f.result(), ours_f.result()
             java_v = pool.submit(proxy_scenario.replay, java_port)
             ours_v = pool.submit(proxy_scenario.replay, ours_port)
-            yield Both(java_v.result(), ours_v.result(), java_port, ours_port)
+            yield Both(java_v.result(), ours_v.result())
 
 
 def _deviation(step: str, field: str) -> tuple[str, str, str, str] | None:
@@ -141,38 +122,3 @@ def test_every_proxy_deviation_still_occurs(both: Both) -> None:
     stale = [e for e in PROXY_DEVIATIONS if e not in seen and e[2] != "timing"]
     assert not stale, "deviations no longer observed:\n" + "\n".join(
         f"  {e[0]} / {e[1]}: {e[3]}" for e in stale)
-
-
-def _sdk_fifo_push(classpath: str, port: int, home: Path) -> Events:
-    """GrpcScenarios ``fifopush`` through the proxy on ``port`` (plain text); its events."""
-    java = shutil.which("java")
-    assert java, "java is needed"
-    proc = subprocess.Popen(
-        [java, *JVM_OPTS, f"-Duser.home={home}", "-Dtls=false",
-         f"-Dfifo.groups={SDK_FIFO_GROUPS}", f"-Dfifo.per.group={SDK_FIFO_PER_GROUP}",
-         "-cp", classpath,
-         "GrpcScenarios", f"127.0.0.1:{port}", proxy_scenario.SDK_PREFIX, "fifopush"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-    )
-    rc, stdout, stderr = finish(proc, JVM_TIMEOUT_S)
-    evs = parse(stdout)
-    if rc != 0 or of(evs["fifopush"], "done") == []:
-        pytest.fail(f"GrpcScenarios fifopush exited {rc} through port {port}:\n"
-                    f"{stderr[-3000:]}", pytrace=False)
-    return evs
-
-
-def test_java_sdk_fifo_push_consumers_keep_each_groups_order_through_both_proxies(
-    both: Both, tmp_path: Path
-) -> None:
-    classpath = build_java_probes(VERSION, JAVA5GRPC_DIR)
-    with ThreadPoolExecutor(2) as pool:
-        runs = {side: pool.submit(_sdk_fifo_push, classpath, port, tmp_path / side)
-                for side, port in (("apache", both.java_port), ("ours", both.ours_port))}
-        for side, run in runs.items():
-            evs = run.result()["fifopush"]
-            print(f"fifopush through {side}'s proxy: {of(evs, 'done')}")
-            try:
-                check_fifo_push(evs, SDK_FIFO_GROUPS, SDK_FIFO_PER_GROUP)
-            except AssertionError as exc:
-                raise AssertionError(f"through {side}'s proxy: {exc}") from exc
