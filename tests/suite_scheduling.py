@@ -29,12 +29,19 @@ ALONE_MODULES: frozenset[str] = frozenset({
     "tests/chaos/test_pop_failover.py",
     # 10 000 timers' p99 lateness (P99_BOUND_MS)
     "tests/integration/timer/test_timer_precision.py",
+    # Apache's 5.3.1 Proxy as the oracle (module-scoped fixtures only, so it leaves the interop
+    # session's unit): beside a -n 3 run's neighbours its proxy timed out reading group configs
+    # (answered the defaults) and its receipt handles outlived their 30 s invisible time
+    "tests/interop/test_proxy_differential.py",
 })
 
 
 def suite_scope(nodeid: str) -> str:
-    """The unit of work a test is handed out in: its module, or its shared-session directory."""
+    """The unit of work a test is handed out in: its module, or its shared-session directory
+    (an alone module always its own)."""
     module = nodeid.split("::", 1)[0]
+    if module in ALONE_MODULES:
+        return module  # (an alone module shares no session fixture with its directory)
     return next((g for prefix, g in SHARED_SESSION_DIRS.items() if module.startswith(prefix)),
                 module)
 

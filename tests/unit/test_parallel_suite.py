@@ -155,6 +155,9 @@ def test_work_goes_out_by_module_and_shared_session_directory() -> None:
     one = "tests/compat/test_java_client.py"
     assert suite_scope(f"{one}::test_a[4.9.8]") == suite_scope(f"{one}::test_b") == one
     assert suite_scope("tests/unit/test_cli.py::test_c") == "tests/unit/test_cli.py"
+    # an alone module in a shared-session directory is its own unit
+    alone = "tests/interop/test_proxy_differential.py"
+    assert alone in ALONE_MODULES and suite_scope(f"{alone}::test_x[y]") == alone
 
 
 #: A project run with -n 3 under our scheduler: ``test_alone.py`` is one of its alone modules.
