@@ -300,14 +300,22 @@ async def _create_topics(admin: Any, topics: Iterable[str], *, queues: int, orde
             await admin.update_topic(topic, broker_addr=addr, read_queue_nums=queues,
                                      write_queue_nums=queues, order=order)
     for topic in names:
-        while True:
-            try:
-                route = await admin.topic_route(topic)
-            except Exception:  # not routed yet (TOPIC_NOT_EXIST)
-                route = None
-            if route is not None and len(route.queue_datas) >= len(masters):
-                break
-            await trio.sleep(ROUTE_POLL_S)  # polled until routable, within the caller's deadline
+        await wait_routed(admin, topic, len(masters))
+
+
+async def wait_routed(admin: Any, topic: str, masters: int) -> None:
+    """Until the NameServers route ``topic`` on ``masters`` brokers (polled; bound it with
+    the caller's deadline)."""
+    import trio
+
+    while True:
+        try:
+            route = await admin.topic_route(topic)
+        except Exception:  # not routed yet (TOPIC_NOT_EXIST)
+            route = None
+        if route is not None and len(route.queue_datas) >= masters:
+            return
+        await trio.sleep(ROUTE_POLL_S)  # polled until routable, within the caller's deadline
 
 
 def create_topics(namesrv_addr: str, topics: Iterable[str], *,

@@ -26,7 +26,7 @@ from rmq_cluster.client.model import PullStatus, ReceivedMessage
 from rmq_cluster.cluster.acl.signing import Credentials
 from rmq_cluster.cluster.remoting.codes import RequestCode
 from rmq_cluster.deploy.proxy_up import PID_FILE, start_proxy
-from rmq_cluster.deploy.testing import ROUTE_POLL_S, _in_thread, cli, pid_running
+from rmq_cluster.deploy.testing import _in_thread, cli, pid_running, wait_routed
 
 from .conftest import COMPAT_CACHE
 
@@ -177,13 +177,6 @@ def create_fifo_topic(namesrv: str, topic: str, queues: int) -> None:
                 await admin.instance.invoke_ok(
                     addr, request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
             with trio.fail_after(ROUTE_WAIT_S):
-                while True:
-                    try:
-                        route = await admin.topic_route(topic)
-                    except Exception:  # not routed yet (TOPIC_NOT_EXIST)
-                        route = None
-                    if route is not None and len(route.queue_datas) >= len(masters):
-                        return
-                    await trio.sleep(ROUTE_POLL_S)  # polled until routed, within the deadline
+                await wait_routed(admin, topic, len(masters))
 
     _in_thread(go, timeout=ROUTE_WAIT_S + 10)

@@ -142,9 +142,8 @@ async def test_the_logics_checkpoint_waits_for_new_segments_names(
     assert checked > 0
 
 
-async def test_consume_queue_segments_are_made_off_the_event_loop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _watch_loop_creations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ConsumeQueue files created on this (the event loop's) thread from now on."""
     loop_thread = threading.get_ident()
     created_on_loop: list[str] = []
     real_init = MappedFile.__init__
@@ -157,6 +156,13 @@ async def test_consume_queue_segments_are_made_off_the_event_loop(
         real_init(self, path, *args, **kwargs)
 
     monkeypatch.setattr(MappedFile, "__init__", watching_init)
+    return created_on_loop
+
+
+async def test_consume_queue_segments_are_made_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created_on_loop = _watch_loop_creations(monkeypatch)
     # (no inline creations allowed: what is checked is the worker path itself)
     monkeypatch.setattr(dispatcher_mod, "INLINE_NEW_SEGMENTS_PER_WINDOW", 0)
     cfg = small_config(tmp_path)
@@ -232,18 +238,7 @@ async def test_inline_segment_creations_are_bounded_per_window_not_per_dispatch_
     loop while a 1024-queue topic was primed (243 creations, ~13 ms each on a busy disk, in
     15 s). The allowance is per INLINE_SEGMENTS_WINDOW_MS of the store clock: with the clock
     standing still, 8 in all; the worker makes the rest."""
-    loop_thread = threading.get_ident()
-    created_on_loop: list[str] = []
-    real_init = MappedFile.__init__
-
-    def watching_init(self: MappedFile, path: str, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("create") and "consumequeue" in path and threading.get_ident() == (
-            loop_thread
-        ):
-            created_on_loop.append(path)
-        real_init(self, path, *args, **kwargs)
-
-    monkeypatch.setattr(MappedFile, "__init__", watching_init)
+    created_on_loop = _watch_loop_creations(monkeypatch)
     queues = 256
     store = MessageStore.open(small_config(tmp_path), clock_ms=lambda: 1_700_000_000_000)
     try:
