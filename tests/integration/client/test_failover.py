@@ -28,7 +28,9 @@ from .conftest import WAIT_S, running_cluster
 
 async def test_send_retries_on_the_other_broker(tmp_path: Path) -> None:
     async with running_cluster(tmp_path, brokers=2) as cluster:
-        cc = cluster.client_config()
+        # Apache's route poll (30 s): the producer's route must still list broker-b when it
+        # stops, whatever the stop takes, so the first sends after it meet the dead broker
+        cc = cluster.client_config(poll_namesrv_interval_s=30.0)
         async with Admin(client_config=cc) as admin:
             await admin.update_topic("F1", cluster="TestCluster", read_queue_nums=2,
                                      write_queue_nums=2)
