@@ -247,7 +247,9 @@ async def _sync_scenario(pair: Pair) -> None:
 
         # 4. the slave back on its store: it reconnects from its own (non-zero) offset, gets
         # what it missed, and acks again
-        pair.restart_slave()
+        # (in a thread: its boot wait blocks for seconds, and the loop must go on reading, e.g.
+        # the old slave's connection closing, not find it all at once when the boot is done)
+        await trio.to_thread.run_sync(pair.restart_slave)
         await _wait_slave_streaming(client, pair)
         _assert_identical_prefix(pair, await _wait_caught_up(client, pair))
         resp = await _send(client, pair.master_addr, 1000)
