@@ -106,7 +106,9 @@ async def test_sequential_calls_read_their_own_responses(peer: tuple[str, Peer])
 async def test_a_peer_request_between_lone_calls_is_answered(peer: tuple[str, Peer]) -> None:
     addr, p = peer
     async with _lending_connection(addr, {NOTIFY: _notify}) as (_client, conn):
-        with trio.fail_after(2):  # nobody calls: the reader looks within LEND_IDLE_S
+        # nobody calls: the reader looks within LEND_IDLE_S (50 ms); the alternative is a hang,
+        # so the bound only needs room for a loaded machine
+        with trio.fail_after(5):
             answer = await p.conns[0].invoke(RemotingCommand.request(NOTIFY, {"g": "A"}))
         assert answer.remark == "notified A"
         await _echo(conn, 1)
@@ -203,7 +205,7 @@ async def test_the_peer_closing_an_idle_lending_connection_is_noticed(
     addr, p = peer
     async with _lending_connection(addr) as (_client, conn):
         await p.conns[0].aclose()
-        with trio.fail_after(2):
+        with trio.fail_after(5):  # within LEND_IDLE_S; else never (room for a loaded machine)
             await conn.closed.wait()
         assert conn.close_reason == "peer closed"
 
@@ -299,7 +301,9 @@ async def test_oneway_requests_do_not_keep_the_reader_parked(peer: tuple[str, Pe
         async with trio.open_nursery() as nursery:
             nursery.start_soon(oneways)
             await trio.sleep(0.1)
-            with trio.fail_after(1):  # ~LEND_IDLE_S; never while oneways counted as calls
+            # ~LEND_IDLE_S; never while oneways counted as calls (the stream runs >= 10 s, so
+            # 5 s tells the two apart with room for a loaded machine)
+            with trio.fail_after(5):
                 answer = await p.conns[0].invoke(RemotingCommand.request(NOTIFY, {"g": "O"}))
             assert answer.remark == "notified O"
             nursery.cancel_scope.cancel()

@@ -101,7 +101,9 @@ async def test_assign_after_the_master_died_retries_on_a_fresh_route(tmp_path: P
     async with running_cluster(tmp_path) as cluster:
         slave = await cluster.start_broker("broker-a", key="broker-a-s", brokerId="1",
                                            brokerRole="SLAVE")
-        cc = cluster.client_config()
+        # Apache's route poll (30 s): with the suite's 0.5 s one, the poll could re-read the
+        # route between the master's stop and ``assign``, and the stale route never met it
+        cc = cluster.client_config(poll_namesrv_interval_s=30.0)
         async with Producer("PG", client_config=cc) as p:
             r = await p.send(Message("S2", b"x"), queue=MessageQueue("S2", "broker-a", 0))
         async with PullConsumer("SG2", client_config=cc,
@@ -202,5 +204,8 @@ async def test_push_consumer_follows_a_new_master_without_waiting_for_the_route_
                     lambda s: "broker-a" not in s.routes.broker_addr_table)
             await cluster.start_broker("broker-a", key="broker-a")
             await p.send(Message("FC", b"after"))
-            with trio.fail_after(3.0 + 2.0):  # one pull back-off (3 s) and the route re-read
+            # one pull back-off (3 s), the route re-read, a pull and its dispatch: far below
+            # the 30 s route poll and 20 s rebalance it tells them from, with room for a
+            # loaded machine (2 s of slack was a few scheduling stalls away)
+            with trio.fail_after(3.0 + 7.0):
                 await after.wait()
