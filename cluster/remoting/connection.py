@@ -124,6 +124,7 @@ class Connection:
         self._nursery: trio.Nursery | None = None
         self._room: trio.Event | None = None  # the reader waits on it for a request to end
         self.closed = trio.Event()
+        self._released = False  # (``_abort`` let go of the socket and buffers)
 
     def __repr__(self) -> str:
         return f"<Connection {self.local}->{self.peer}>"
@@ -217,6 +218,9 @@ class Connection:
                 try:
                     await self._read_frames(nursery)
                 finally:
+                    # no call starts on it while the tasks below wind down: one written now
+                    # would fail "peer closed"; refused unsent, the pool sends it anew
+                    self._state.close(self.close_reason or "closed")
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
@@ -387,8 +391,10 @@ class Connection:
     # ---------------------------------------------------------------- closing
 
     async def _abort(self, reason: str) -> None:
-        if not self._state.close(reason):
+        self._state.close(reason)
+        if self._released:
             return
+        self._released = True
         self._writer.release()
         self._sock.close()
         self._sock.share.release(self._sock, self)

@@ -278,6 +278,27 @@ async def test_reconnect_on_next_call_after_drop(
         assert (await client.connection(addr)) is not first
 
 
+async def test_a_call_made_while_a_dropped_connection_winds_down_goes_on_a_new_one(
+    server: tuple[str, Harness, RemotingServer],
+) -> None:
+    """Between the reader seeing the peer's close and its tasks ending, the connection must
+    already refuse calls (unsent), so the pool sends them on a new connection instead of
+    writing them to a peer that is gone (they failed "peer closed": a CI flake's cause)."""
+    addr, _harness, srv = server
+    async with open_remoting_client() as client:
+        first = await client.connection(addr)
+        await client.invoke(addr, RemotingCommand.request(ECHO))
+        for conn in srv.connections:  # the server drops us
+            await conn.aclose()
+        with trio.fail_after(5):  # the reader saw the close (its tasks may still be ending)
+            while first.close_reason is None:
+                await trio.lowlevel.checkpoint()
+        assert first.is_closed
+        r = await client.invoke(addr, RemotingCommand.request(ECHO, {"again": 1}))
+        assert r.ext_fields == {"again": "1"}
+        assert (await client.connection(addr)) is not first
+
+
 async def test_pending_calls_fail_when_the_connection_drops(
     server: tuple[str, Harness, RemotingServer],
 ) -> None:
