@@ -389,8 +389,10 @@ async def test_idle_client_is_dropped_and_group_notified(tmp_path: Path) -> None
         notified.set()
 
     async with (
+        # the active client heart-beats every ~0.1 s: a 1 s expiry is ten of its beats away
+        # (at 300 ms, one loaded-machine stall of the shared loop could expire it too)
         running_cluster(
-            tmp_path, clientChannelExpiredTime="300", clientHousekeepingInterval="50"
+            tmp_path, clientChannelExpiredTime="1000", clientHousekeepingInterval="50"
         ) as c,
         open_remoting_client() as silent,
         open_remoting_client({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: on_notify}) as active,
