@@ -89,11 +89,14 @@ async def test_a_single_send_stays_within_its_call_budget(tmp_path: Path) -> Non
         process = SendProcessor(node).process
         conn = _Peer()
         for opaque in range(1, 4):  # (the first sends fill the caches: topic, peer, queue file)
-            assert process(conn, _request("BudgetT", opaque)).code == ResponseCode.SUCCESS
+            warm = process(conn, _request("BudgetT", opaque))
+            assert isinstance(warm, RemotingCommand) and warm.code == ResponseCode.SUCCESS
         store = node.store
-        with trio.fail_after(WAIT_S):  # the queue's file made and the reput caught up: the
-            while (cq := store.cqs.find("BudgetT", 1)) is None or cq.max_offset_in_queue < 3:
-                await trio.sleep(0.01)  # next dispatch round is the next send's record alone
+        # the queue's file made (a worker makes it) and the reput caught up: the next dispatch
+        # round is the next send's record alone
+        with trio.fail_after(WAIT_S):
+            while (cq := store.cqs.find("BudgetT", 1)) is None or cq.max_offset_in_queue < 3:  # noqa: ASYNC110 - the store's state itself
+                await trio.sleep(0.01)
         end = store.commitlog.max_offset
         answer, calls = _calls_of(process, conn, _request("BudgetT", 9))
         assert answer.code == ResponseCode.SUCCESS, answer.remark
