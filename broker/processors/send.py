@@ -35,8 +35,8 @@ from ...cluster.protocol.message import (
 )
 from ...cluster.protocol.route import PermName, TopicConfig
 from ...cluster.protocol.topic_attributes import (
+    declared_type,
     message_type,
-    topic_message_type,
     type_mismatch,
 )
 from ...cluster.remoting.address import parse_address
@@ -463,7 +463,8 @@ class SendProcessor:
             wait = wait_prop != "false"
             props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
         if tc.attributes and not batch:  # a 5.x topic declaring message.type takes only that
-            wrong = type_mismatch(topic_message_type(tc.attribute_map), message_type(props))
+            declared = declared_type(tc.attributes)
+            wrong = None if declared is None else type_mismatch(declared, message_type(props))
             if wrong is not None and not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return refuse(request, ResponseCode.MESSAGE_ILLEGAL, wrong)
         reconsume = header.reconsume_times or 0
