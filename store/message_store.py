@@ -44,6 +44,7 @@ from ..cluster.remoting.codec import RemotingCommand
 from .backend import BackendHost, CommitLogBackend, MarkedPut
 from .checkpoint import StoreCheckpoint
 from .commitlog import (
+    AppendMessageResult,
     CommitLog,
     PutMessageResult,
     PutMessageStatus,
@@ -1046,22 +1047,7 @@ class FileCommitLog:
             if appended is None:
                 store.put_failed_times += 1
             else:
-                dispatcher = self.dispatcher
-                inline = (
-                    store.services_running
-                    and store.inline_dispatch
-                    and dispatcher.reput_from == appended.wrote_offset
-                    and appended.wrote_bytes <= INLINE_DISPATCH_MAX_BYTES
-                )
-                if inline:
-                    # the reput was caught up: dispatch this record now instead of paying a
-                    # scheduler round to wake the reput task (long polling is notified at once)
-                    try:
-                        dispatcher.dispatch()
-                    except Exception:  # the put stands: leave the failure to the reput service
-                        log.exception("inline_dispatch_failed", offset=appended.wrote_offset)
-                        store.inline_dispatch = False
-                        inline = False
+                inline = store.inline_dispatch and self._dispatched_inline(appended)
                 store.appended(appended.wrote_offset, reput=not inline)
         if appended is None or not wait or not (store.sync_flush or store.waits_for_replicas):
             return result, None, 0
@@ -1070,6 +1056,25 @@ class FileCommitLog:
         if status is not _PUT_OK:
             result = PutMessageResult(status, appended, result.remark)
         return result, None if mark is None else mark.held, end
+
+    def _dispatched_inline(self, appended: AppendMessageResult) -> bool:
+        """Whether the record just appended was dispatched now (``INLINE_DISPATCH``): when the
+        reput was caught up, instead of paying a scheduler round to wake the reput task (long
+        polling is notified at once)."""
+        store = self.store
+        if not (
+            store.services_running
+            and self.dispatcher.reput_from == appended.wrote_offset
+            and appended.wrote_bytes <= INLINE_DISPATCH_MAX_BYTES
+        ):
+            return False
+        try:
+            self.dispatcher.dispatch()
+        except Exception:  # the put stands: leave the failure to the reput service
+            log.exception("inline_dispatch_failed", offset=appended.wrote_offset)
+            store.inline_dispatch = False
+            return False
+        return True
 
     async def put_message(self, msg: Message) -> PutMessageResult:
         result = self.append_message(msg)

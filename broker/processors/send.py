@@ -482,7 +482,7 @@ class SendProcessor:
                 return redirected
             if redirected is not None:
                 topic, queue_id = redirected
-        # (a timer property's name has _TIMER in it: one scan of the raw properties first)
+        # (the three timer properties' names start with _TIMER: one scan of the raw text first)
         if not batch and _TIMER in raw and (_T_SEC in props or _T_MS in props or _T_AT in props):
             timed = self._timer_put(props, topic, queue_id, sys_flag)
             if isinstance(timed, TimerRefusal):
