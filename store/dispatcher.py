@@ -382,7 +382,9 @@ class _Runs:
         self.next = -1
         self.keyed: list[tuple[bytes, int, int]] = []  # (UNIQ_KEY, phys, store ts) to index
         self.keyed_topic = ""
-        self.stop = -1  # the index a run must not reach: where its segment ends
+        #: the pending run's ConsumeQueue, as found when the run began (None: not there then;
+        #: the run's end looks it up again)
+        self.cq: ConsumeQueue | None = None
         self.added = 0  # records the last ``add`` took (all of them unless it stopped)
 
     def add(self, scanned: list[Scanned]) -> int:
@@ -394,7 +396,7 @@ class _Runs:
         wants_file = d.wants_file if d.on_file_wanted is not None else None
         cq_table = d.cqs.queues
         per_file = d.units_per_file
-        wait_at, prev_ts, run_stop = -1, self.last_ts, self.stop
+        wait_at, prev_ts, run_cq = -1, self.last_ts, self.cq
         end_run, arrival = self._end_run, d.on_arrival
         index_record = self._index_record if d.index is not None else None
         keyed_append = self.keyed.append
@@ -416,7 +418,7 @@ class _Runs:
                     and topic is run_topic
                     and queue_id == run_qid
                     and len(run) < run_max
-                    and queue_offset != run_stop
+                    and queue_offset % per_file  # (runs end where a segment does)
                 ):
                     # the next unit of the current run (a batch, a queue's consecutive ones)
                     run += (phys, total, code)
@@ -428,24 +430,23 @@ class _Runs:
                     run_next += 1
                 else:
                     if run:
-                        cq = cq_table.get((run_topic, run_qid)) if len(run) == 3 else None
-                        if cq is not None:  # a one-record run (queues taking turns), no call
-                            cq.put(run_first, run[0], run[1], run[2])
+                        if run_cq is not None and len(run) == 3:  # a one-record run (queues
+                            run_cq.put(run_first, run[0], run[1], run[2])  # taking turns)
                             if arrival is not None:
                                 arrival(run_topic, run_qid, run_next, run_code, run_ts)
                         else:
                             end_run(run_topic, run_qid, run_first, run, run_arrivals, run_next,
                                     run_code, run_ts)  # fmt: skip
                         run, run_next = [], -1
-                    if wants_file is not None:
-                        cq = cq_table.get((topic, queue_id))  # (no call while its segment is)
-                        if (cq is None or queue_offset >= cq.units_ready) and wants_file(
-                            topic, queue_id, queue_offset
-                        ):
-                            wait_at, store_ts = phys, prev_ts
-                            break
+                    run_cq = cq_table.get((topic, queue_id))  # (no call while its segment is)
+                    if (
+                        wants_file is not None
+                        and (run_cq is None or queue_offset >= run_cq.units_ready)
+                        and wants_file(topic, queue_id, queue_offset)
+                    ):
+                        wait_at, store_ts = phys, prev_ts
+                        break
                     run = [phys, total, code]
-                    run_stop = (queue_offset // per_file + 1) * per_file
                     run_arrivals, run_topic, run_qid, run_code = None, topic, queue_id, code
                     run_first, run_next = queue_offset, queue_offset + 1
                 run_ts = store_ts
@@ -458,8 +459,8 @@ class _Runs:
         self.added = len(scanned) if wait_at < 0 else _taken(scanned, wait_at)
         if d.lag_histogram is not None:
             self._count_lags(d.lag_histogram, scanned, self.added)
-        self.stop, self.last_ts, self.run, self.arrivals, self.topic = (
-            run_stop, store_ts, run, run_arrivals, run_topic
+        self.cq, self.last_ts, self.run, self.arrivals, self.topic = (
+            run_cq, store_ts, run, run_arrivals, run_topic
         )
         self.qid, self.first, self.code, self.ts, self.next = (
             run_qid, run_first, run_code, run_ts, run_next

@@ -44,6 +44,7 @@ from ..cluster.remoting.codec import RemotingCommand
 from .backend import BackendHost, CommitLogBackend, MarkedPut
 from .checkpoint import StoreCheckpoint
 from .commitlog import (
+    AppendMessageResult,
     CommitLog,
     PutMessageResult,
     PutMessageStatus,
@@ -178,6 +179,10 @@ class MessageStore:
         if backend is None:
             backend = FileCommitLog(config, clock_ms=clock_ms)
         self.backend = backend
+        #: the broker's send, ``append_marked(msg, batch, wait)``: append now, and the watermark
+        #: (its held answers) and key the answer must wait for (``store/backend.py``:
+        #: ``MarkedPut``). The backend's own bound method, bound once here: no delegation per send
+        self.append_marked: Callable[[Message, bool, bool], MarkedPut] = backend.append_marked
         #: the CommitLog as reads, dispatch and retention see it (the backend's)
         self.commitlog: CommitLog = backend.commitlog
         self.cqs = ConsumeQueueTable(config)
@@ -335,11 +340,6 @@ class MessageStore:
 
     def append_messages(self, batch: Message) -> PutMessageResult:
         return self.backend.append_messages(batch)
-
-    def append_marked(self, msg: Message, batch: bool, wait: bool) -> MarkedPut:
-        """The broker's send: append now, and the watermark (its held answers) and key the
-        answer must wait for (``store/backend.py``: ``MarkedPut``)."""
-        return self.backend.append_marked(msg, batch, wait)
 
     def put_message(self, msg: Message) -> Awaitable[PutMessageResult]:
         """Append, then wait until the message is stored (flush and replicas, or the commit)."""
@@ -1014,34 +1014,7 @@ class FileCommitLog:
 
     def append_message(self, msg: Message) -> PutMessageResult:
         """Append without waiting for flush or replication (the synchronous half of a put)."""
-        store = self.store
-        if store.shutdown or store.role is BrokerRole.SLAVE or store.retention.disk_full:
-            refused = self.refusal()
-            if refused is not None:
-                return refused
-        result = self.commitlog.append(msg)
-        appended = result.result
-        if appended is None:
-            store.put_failed_times += 1
-        else:
-            dispatcher = self.dispatcher
-            inline = (
-                store.services_running
-                and store.inline_dispatch
-                and dispatcher.reput_from == appended.wrote_offset
-                and appended.wrote_bytes <= INLINE_DISPATCH_MAX_BYTES
-            )
-            if inline:
-                # the reput was caught up: dispatch this record now instead of paying a
-                # scheduler round to wake the reput task (long polling is notified at once)
-                try:
-                    dispatcher.dispatch()
-                except Exception:  # the put stands: leave the failure to the reput service
-                    log.exception("inline_dispatch_failed", offset=appended.wrote_offset)
-                    store.inline_dispatch = False
-                    inline = False
-            store.appended(appended.wrote_offset, reput=not inline)
-        return result
+        return self.append_marked(msg, False, False)[0]
 
     def append_messages(self, batch: Message) -> PutMessageResult:
         store = self.store
@@ -1056,12 +1029,26 @@ class FileCommitLog:
         return result
 
     def append_marked(self, msg: Message, batch: bool, wait: bool) -> MarkedPut:
-        """Append; when the producer waits and the store makes it (SYNC_FLUSH, SYNC_MASTER):
+        """Append (a single message's append is written out here: a send's one call into the
+        backend); when the producer waits and the store makes it (SYNC_FLUSH, SYNC_MASTER):
         the watermark ``put_wait`` names, keyed by the record's end offset, and the status it
         decided (SLAVE_NOT_AVAILABLE still waits for the flush)."""
-        result = self.append_messages(msg) if batch else self.append_message(msg)
-        appended = result.result
         store = self.store
+        if batch:
+            result = self.append_messages(msg)
+            appended = result.result
+        else:
+            if store.shutdown or store.role is BrokerRole.SLAVE or store.retention.disk_full:
+                refused = self.refusal()
+                if refused is not None:
+                    return refused, None, 0
+            result = self.commitlog.append(msg)
+            appended = result.result
+            if appended is None:
+                store.put_failed_times += 1
+            else:
+                inline = store.inline_dispatch and self._dispatched_inline(appended)
+                store.appended(appended.wrote_offset, reput=not inline)
         if appended is None or not wait or not (store.sync_flush or store.waits_for_replicas):
             return result, None, 0
         end = appended.end_offset
@@ -1069,6 +1056,25 @@ class FileCommitLog:
         if status is not _PUT_OK:
             result = PutMessageResult(status, appended, result.remark)
         return result, None if mark is None else mark.held, end
+
+    def _dispatched_inline(self, appended: AppendMessageResult) -> bool:
+        """Whether the record just appended was dispatched now (``INLINE_DISPATCH``): when the
+        reput was caught up, instead of paying a scheduler round to wake the reput task (long
+        polling is notified at once)."""
+        store = self.store
+        if not (
+            store.services_running
+            and self.dispatcher.reput_from == appended.wrote_offset
+            and appended.wrote_bytes <= INLINE_DISPATCH_MAX_BYTES
+        ):
+            return False
+        try:
+            self.dispatcher.dispatch()
+        except Exception:  # the put stands: leave the failure to the reput service
+            log.exception("inline_dispatch_failed", offset=appended.wrote_offset)
+            store.inline_dispatch = False
+            return False
+        return True
 
     async def put_message(self, msg: Message) -> PutMessageResult:
         result = self.append_message(msg)

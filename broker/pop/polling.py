@@ -16,7 +16,9 @@ import trio
 class PopPolling:
     def __init__(self, max_parked: int) -> None:
         self.max_parked = max_parked
-        self._waiters: dict[str, set[trio.Event]] = {}
+        #: topic -> the events of the requests parked on it (a topic is a key only while one
+        #: is parked: the arrival of a message elsewhere asks no more than ``in``)
+        self.parked_by_topic: dict[str, set[trio.Event]] = {}
         self.parked = 0
         #: parked requests per (topic, group): POLLING_INFO answers it
         self._per_key: dict[tuple[str, str], int] = {}
@@ -28,14 +30,14 @@ class PopPolling:
         return self._per_key.get((topic, group), 0)
 
     def notify(self, topic: str) -> None:
-        for event in self._waiters.get(topic, ()):
+        for event in self.parked_by_topic.get(topic, ()):
             event.set()
 
     async def wait(self, topics: Sequence[str], key: tuple[str, str], timeout_s: float) -> None:
         """Wait until a message arrives in one of ``topics`` or ``timeout_s`` passes."""
         event = trio.Event()
         for topic in topics:
-            self._waiters.setdefault(topic, set()).add(event)
+            self.parked_by_topic.setdefault(topic, set()).add(event)
         self.parked += 1
         self._per_key[key] = self._per_key.get(key, 0) + 1
         try:
@@ -49,8 +51,8 @@ class PopPolling:
             else:
                 del self._per_key[key]
             for topic in topics:
-                waiting = self._waiters.get(topic)
+                waiting = self.parked_by_topic.get(topic)
                 if waiting is not None:
                     waiting.discard(event)
                     if not waiting:
-                        del self._waiters[topic]
+                        del self.parked_by_topic[topic]

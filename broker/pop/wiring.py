@@ -98,7 +98,8 @@ class BrokerPop:
         """The store dispatched a message of ``topic``: wake pops parked on it (a pop parks
         under its topic and its pop retry topic); wake the revive loop for a revive log
         record."""
-        self.polling.notify(topic)
+        if topic in self.polling.parked_by_topic:
+            self.polling.notify(topic)
         if topic == self._revive_topic:
             self._revive_wake.set()
 

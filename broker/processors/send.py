@@ -35,8 +35,8 @@ from ...cluster.protocol.message import (
 )
 from ...cluster.protocol.route import PermName, TopicConfig
 from ...cluster.protocol.topic_attributes import (
+    declared_type,
     message_type,
-    topic_message_type,
     type_mismatch,
 )
 from ...cluster.remoting.address import parse_address
@@ -91,11 +91,14 @@ _ILLEGAL: Final = frozenset(
 _CLUSTER: Final = MessageConst.PROPERTY_CLUSTER
 _PUT_OK: Final = PutMessageStatus.PUT_OK
 _TRAN: Final = MessageConst.PROPERTY_TRANSACTION_PREPARED
+_PERM_WRITE: Final = PermName.PERM_WRITE
 #: What every send answer carries, refusals too (Java's ``preSend`` adds them first).
 _SEND_EXT: Final = {"MSG_REGION": MSG_REGION_DEFAULT, "TRACE_ON": TRACE_ON_DEFAULT}
 _T_SEC: Final = TIMER_DELAY_SEC
 _T_MS: Final = TIMER_DELAY_MS
 _T_AT: Final = TIMER_DELIVER_MS
+#: what the names of the three timer properties start with
+_TIMER: Final = "TIMER_"
 #: Java's remark for a send without a topic (its msgCheck validates the blank topic).
 BLANK_TOPIC_REMARK: Final = "The specified topic is blank."
 
@@ -278,6 +281,7 @@ class SendProcessor:
         )
         #: topic names already validated (legal and not a system topic)
         self._valid_topics: set[str] = set()
+        self._select_topic = ctrl.topics.select  # (bound once: one send, one lookup)
         self._max_size = ctrl.settings.store.max_message_size
         ctrl.config_listeners.append(self.config_changed)
 
@@ -324,10 +328,17 @@ class SendProcessor:
             return header
         if not self._writable:
             return self._not_writable(request)
-        target = self._target(conn, request, header.topic, header)
-        if isinstance(target, RemotingCommand):
-            return target
-        queue_id, tc = target  # (no *target: a star call builds its arguments anew)
+        # the usual send, checked here: a topic already validated and known, a queue id in
+        # its write range, the topic writeable; anything else (a refusal, a topic to create,
+        # a queue to pick) is ``_target``'s
+        topic = header.topic
+        tc = self._select_topic(topic) if topic in self._valid_topics else None
+        queue_id = header.queue_id
+        if tc is None or not (0 <= queue_id < tc.write_queue_nums and tc.perm & _PERM_WRITE):
+            target = self._target(conn, request, topic, header)
+            if isinstance(target, RemotingCommand):
+                return target
+            queue_id, tc = target  # (no *target: a star call builds its arguments anew)
         return self._message(conn, request, header, queue_id, tc)
 
     @staticmethod
@@ -433,12 +444,13 @@ class SendProcessor:
         # the body is a batch whenever the header says so, whatever the request code (320 only
         # selects the V2 header): the C++ client sends its batches as SEND_MESSAGE (10) with
         # batch="1"
-        batch = bool(header.batch)
+        batch = header.batch
         if not batch and len(body) > max_size:
             return refuse(request, ResponseCode.MESSAGE_ILLEGAL, message_illegal_remark(max_size))
         # the properties, whether the producer waits, and its WAIT property as sent (inline:
         # every send passes here)
-        props = decode_properties(header.properties) if header.properties else {}
+        raw = header.properties or ""
+        props = decode_properties(raw) if raw else {}
         if batch:
             # Java appends the batch header's properties (WAIT included) to every item, in
             # its HashMap's order
@@ -451,7 +463,8 @@ class SendProcessor:
             wait = wait_prop != "false"
             props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
         if tc.attributes and not batch:  # a 5.x topic declaring message.type takes only that
-            wrong = type_mismatch(topic_message_type(tc.attribute_map), message_type(props))
+            declared = declared_type(tc.attributes)
+            wrong = None if declared is None else type_mismatch(declared, message_type(props))
             if wrong is not None and not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return refuse(request, ResponseCode.MESSAGE_ILLEGAL, wrong)
         reconsume = header.reconsume_times or 0
@@ -469,7 +482,8 @@ class SendProcessor:
                 return redirected
             if redirected is not None:
                 topic, queue_id = redirected
-        if not batch and (_T_SEC in props or _T_MS in props or _T_AT in props):
+        # (the three timer properties' names start with _TIMER: one scan of the raw text first)
+        if not batch and _TIMER in raw and (_T_SEC in props or _T_MS in props or _T_AT in props):
             timed = self._timer_put(props, topic, queue_id, sys_flag)
             if isinstance(timed, TimerRefusal):
                 return refuse(request, *timer_refusal_answer(timed, ctrl.settings.store))
@@ -478,7 +492,7 @@ class SendProcessor:
             topic, body, queue_id, header.flag, props, sys_flag, header.born_timestamp,
             peer_host(conn.peer), ctrl.store_host, reconsume,
         )
-        if not batch and props.get(_TRAN, "").lower() == "true":
+        if not batch and _TRAN in props and props[_TRAN].lower() == "true":
             if ctrl.bcfg.reject_transaction_message:
                 return refuse(
                     request,
@@ -535,7 +549,7 @@ class SendProcessor:
         TRACE_ON; a refusal code and remark when it was not stored). Counts the messages put."""
         status = result.status
         appended = result.result
-        if appended is None or not status.stored:
+        if appended is None or (status is not _PUT_OK and not status.stored):
             if status in _ILLEGAL:
                 return refuse(request, ResponseCode.MESSAGE_ILLEGAL,
                               message_illegal_remark(self._max_size))
@@ -553,7 +567,7 @@ class SendProcessor:
             # Java answers the producer's queue (its client builds SendResult.messageQueue
             # from it) and no transactionId (the client uses the UNIQ_KEY)
             ext["queueId"] = msg.properties.get(_REAL_QID) or ext["queueId"]
-        if status is PutMessageStatus.PUT_OK:
+        if status is _PUT_OK:
             return request.response(ResponseCode.SUCCESS, None, ext)
         code, remark = put_status_code(status)
         return request.response(code, remark, ext)

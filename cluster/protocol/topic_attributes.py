@@ -18,6 +18,7 @@ key                 values                                                      
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from typing import Final
 
@@ -27,6 +28,8 @@ MESSAGE_TYPE: Final = "message.type"
 #: Attributes a topic holds at most, and the longest modification string read.
 MAX_ATTRIBUTES: Final = 16
 MAX_MODIFICATION_CHARS: Final = 1024
+#: Distinct attribute sets whose declared message type is remembered (``declared_type``).
+DECLARED_TYPE_CACHE_SIZE: Final = 1024
 
 PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"
 PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
@@ -137,16 +140,26 @@ def topic_message_type(attributes: Mapping[str, str]) -> MessageType | None:
         return MessageType.UNSPECIFIED
 
 
+@functools.lru_cache(maxsize=DECLARED_TYPE_CACHE_SIZE)
+def declared_type(attributes: tuple[tuple[str, str], ...]) -> MessageType | None:
+    """``topic_message_type`` of a topic config's attributes as it holds them (``TopicConfig
+    .attributes``): remembered per attribute set, so a send to a typed topic looks it up."""
+    return topic_message_type(dict(attributes))
+
+
 def message_type(properties: Mapping[str, str]) -> MessageType:
-    """What a message is, from its properties (TopicMessageType.parseFromMessageProperty)."""
+    """What a message is, from its properties (TopicMessageType.parseFromMessageProperty; a
+    property is there when its value is not null: our values are strings)."""
     if properties.get(MessageConst.PROPERTY_TRANSACTION_PREPARED) == "true":
         return MessageType.TRANSACTION
-    if any(properties.get(k) is not None for k in (
-        MessageConst.PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS,
-        PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS,
-    )):
+    if (
+        MessageConst.PROPERTY_DELAY_TIME_LEVEL in properties
+        or PROPERTY_TIMER_DELIVER_MS in properties
+        or PROPERTY_TIMER_DELAY_SEC in properties
+        or PROPERTY_TIMER_DELAY_MS in properties
+    ):
         return MessageType.DELAY
-    if properties.get(PROPERTY_SHARDING_KEY) is not None:
+    if PROPERTY_SHARDING_KEY in properties:
         return MessageType.FIFO
     return MessageType.NORMAL
 

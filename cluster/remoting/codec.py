@@ -163,7 +163,10 @@ class RemotingCommand:
             ext = {}
         else:
             ext = dict(ext_fields)
-            if not (_all_str(ext) and _all_str(ext.values())):
+            try:  # (``_all_str`` of the keys and of the values, written out: every answer's)
+                "".join(ext)
+                "".join(ext.values())
+            except TypeError:
                 ext = _ext_fields_converter(ext_fields)
         return _wire_command(
             int(code), "JAVA", CURRENT_VERSION, self.opaque, FLAG_RESPONSE, remark, ext, body,

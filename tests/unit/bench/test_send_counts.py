@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.send_counts import _by_function, _count_perf, _count_strace
+from bench.send_counts import _by_function, _count_perf, _count_strace, _every_request
 
 
 def test_perf_lines_by_call_and_thread(tmp_path: Path) -> None:
@@ -52,3 +52,15 @@ def test_functions_of_one_short_name_are_summed() -> None:
     got = _by_function(top, calls, 10)
     assert got["store/message_store.py:MessageStore.append"] == {"opcodes": 4.0, "calls": 2.0}
     assert got["store/dispatcher.py:<lambda>"] == {"opcodes": 1.0, "calls": 0.5}
+
+
+def test_every_request_sums_the_functions_run_once_a_request_or_more() -> None:
+    ops = {
+        "/x/rmq_cluster/broker/processors/send.py:10:SendProcessor.process": 400,
+        "/x/rmq_cluster/store/consume_queue.py:5:ConsumeQueue.put": 190,  # 0.95 a request
+        "/x/rmq_cluster/store/flush.py:9:reput_service": 500,  # a round per 20 requests
+        "/x/rmq_cluster/cluster/remoting/codec.py:3:_all_str": 60,
+    }
+    calls = {k: n for k, n in zip(ops, (20, 19, 1, 40), strict=True)}
+    got = _every_request(ops, calls, requests=20, messages=20)
+    assert got == {"opcodes_per_msg": 32.5, "calls_per_msg": 3.95, "functions": 3}

@@ -109,3 +109,24 @@ def test_sync_master_holds_on_the_slaves_ack(tmp_path: Path, flush: FlushDiskTyp
         assert held is expected.held and key == result.result.end_offset
     finally:
         store.close()
+
+
+def test_inline_dispatch_when_the_reput_is_caught_up(tmp_path: Path) -> None:
+    """``INLINE_DISPATCH`` (off by default): a single put dispatched by the put itself when the
+    reput had caught up; not when it lags (the reput task's, as always)."""
+    store = _store(tmp_path, FlushDiskType.ASYNC_FLUSH, BrokerRole.ASYNC_MASTER)
+    try:
+        store.append_marked(_msg(0), False, True)  # (its queue's file made by the first dispatch)
+        store.dispatch()
+        store.services_running = True
+        store.inline_dispatch = True
+        result, _held, _key = store.append_marked(_msg(1), False, True)
+        assert result.status is PutMessageStatus.PUT_OK
+        cq = store.cqs.find("T", 0)
+        assert cq is not None and cq.max_offset_in_queue == 2
+        assert store.dispatcher.reput_from == store.commitlog.max_offset
+        store.services_running = False  # (a store whose services stopped: no inline dispatch)
+        store.append_marked(_msg(2), False, True)
+        assert cq.max_offset_in_queue == 2
+    finally:
+        store.close()
