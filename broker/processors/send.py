@@ -35,7 +35,7 @@ from ...cluster.protocol.message import (
 )
 from ...cluster.protocol.route import PermName, TopicConfig
 from ...cluster.protocol.topic_attributes import (
-    declared_type,
+    DeclaredTypes,
     message_type,
     type_mismatch,
 )
@@ -282,6 +282,8 @@ class SendProcessor:
         #: topic names already validated (legal and not a system topic)
         self._valid_topics: set[str] = set()
         self._select_topic = ctrl.topics.select  # (bound once: one send, one lookup)
+        #: the message type each 5.x topic's attributes declare, remembered
+        self._declared_types = DeclaredTypes()
         self._max_size = ctrl.settings.store.max_message_size
         ctrl.config_listeners.append(self.config_changed)
 
@@ -463,7 +465,7 @@ class SendProcessor:
             wait = wait_prop != "false"
             props[_CLUSTER] = ctrl.bcfg.broker_cluster_name
         if tc.attributes and not batch:  # a 5.x topic declaring message.type takes only that
-            declared = declared_type(tc.attributes)
+            declared = self._declared_types.of(tc.attributes)
             wrong = None if declared is None else type_mismatch(declared, message_type(props))
             if wrong is not None and not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return refuse(request, ResponseCode.MESSAGE_ILLEGAL, wrong)

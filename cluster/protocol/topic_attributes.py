@@ -18,7 +18,6 @@ key                 values                                                      
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Mapping
 from typing import Final
 
@@ -140,11 +139,23 @@ def topic_message_type(attributes: Mapping[str, str]) -> MessageType | None:
         return MessageType.UNSPECIFIED
 
 
-@functools.lru_cache(maxsize=DECLARED_TYPE_CACHE_SIZE)
-def declared_type(attributes: tuple[tuple[str, str], ...]) -> MessageType | None:
-    """``topic_message_type`` of a topic config's attributes as it holds them (``TopicConfig
-    .attributes``): remembered per attribute set, so a send to a typed topic looks it up."""
-    return topic_message_type(dict(attributes))
+class DeclaredTypes:
+    """``topic_message_type`` of topic configs' attributes as they hold them (``TopicConfig
+    .attributes``), remembered per attribute set (at most ``size``: past it, forgotten and
+    learnt anew), so a send to a typed topic looks its type up."""
+
+    def __init__(self, size: int = DECLARED_TYPE_CACHE_SIZE) -> None:
+        self._size = size
+        self._known: dict[tuple[tuple[str, str], ...], MessageType | None] = {}
+
+    def of(self, attributes: tuple[tuple[str, str], ...]) -> MessageType | None:
+        known = self._known
+        if attributes in known:
+            return known[attributes]
+        if len(known) >= self._size:
+            known.clear()
+        declared = known[attributes] = topic_message_type(dict(attributes))
+        return declared
 
 
 def message_type(properties: Mapping[str, str]) -> MessageType:
