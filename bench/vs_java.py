@@ -314,9 +314,10 @@ def _dledger_extra(ports: list[int], index: int) -> dict[str, object]:
 
 @contextlib.contextmanager
 def _peer(
-    kind: str, root: Path, cluster: oracle.Cluster, cp: str | None, extra: dict[str, object]
+    kind: str, root: Path, cluster: oracle.Cluster, cp: str | None, extra: dict[str, object],
+    port: int,
 ) -> Iterator[oracle.Node]:
-    conf = oracle.broker_conf(root, oracle.free_broker_port(), cluster.namesrv_addr, extra)
+    conf = oracle.broker_conf(root, port, cluster.namesrv_addr, extra)
     node = oracle.start_broker(kind, root, conf, cp, False)
     try:
         node.wait_boot()
@@ -345,13 +346,22 @@ def _start_nodes(
     if kind == "nats":
         node, url = stack.enter_context(vs_tools.running_nats(root))
         return {"broker": node}, url
-    port = oracle.free_broker_port()
+    # every port the run's brokers bind, picked at once: a peer's fast port (-2) or HA port
+    # (+1) must not land on a DLedger port picked before it, nor the other way round
+    taken: set[int] = set()
+    port = oracle.free_broker_port(taken)
+    peer_ports = [oracle.free_broker_port(taken) for _ in range(1, DLEDGER_PEERS)]
     # the master's HA port pinned on both kinds, so the slave's connection can be watched
     extra: dict[str, object] = {
         "brokerRole": MODES[mode] or "ASYNC_MASTER", "defaultTopicQueueNums": 8,
         "listenPort": port, "haListenPort": port + 1,
     }
-    dledger_ports = [oracle.free_port() for _ in range(DLEDGER_PEERS)]
+    dledger_ports = []
+    while len(dledger_ports) < DLEDGER_PEERS:
+        candidate = oracle.free_port()
+        if candidate not in taken:
+            taken.add(candidate)
+            dledger_ports.append(candidate)
     if mode == "dledger":
         extra.update(_dledger_extra(dledger_ports, 0))
     cluster = stack.enter_context(oracle.running_cluster(
@@ -362,7 +372,8 @@ def _start_nodes(
     if mode == "dledger":  # the leader is elected while the tool warms up
         for i in range(1, DLEDGER_PEERS):
             nodes[f"peer{i}"] = stack.enter_context(_peer(
-                kind, root / f"n{i}", cluster, cp, _dledger_extra(dledger_ports, i)))
+                kind, root / f"n{i}", cluster, cp, _dledger_extra(dledger_ports, i),
+                peer_ports[i - 1]))
     elif mode in ("sync", "async"):
         nodes["slave"] = stack.enter_context(_slave(kind, root / "slave", cluster, cp))
     return nodes, cluster.namesrv_addr

@@ -180,11 +180,18 @@ def free_port() -> int:
     raise OracleError("no free port found")
 
 
-def free_broker_port() -> int:
-    """A listenPort whose RocketMQ neighbours (fast port -2, HA port +1) are free too."""
+def free_broker_port(taken: set[int] | None = None) -> int:
+    """A listenPort whose RocketMQ neighbours (fast port -2, HA port +1) are free too; with
+    ``taken``, none of the three is in it, and they are added to it (ports picked now for
+    nodes that bind later, e.g. a DLedger group's peers)."""
     for _ in range(200):
         port = free_port()
-        if 1026 < port < 65534 and all(_port_free(p) for p in (port, port - 2, port + 1)):
+        triple = {port, port - 2, port + 1}
+        if taken is not None and triple & taken:
+            continue
+        if 1026 < port < 65534 and all(_port_free(p) for p in triple):
+            if taken is not None:
+                taken.update(triple)
             return port
     raise OracleError("no free broker port triple found")
 
