@@ -382,6 +382,9 @@ class _Runs:
         self.next = -1
         self.keyed: list[tuple[bytes, int, int]] = []  # (UNIQ_KEY, phys, store ts) to index
         self.keyed_topic = ""
+        #: the pending run's ConsumeQueue, as found when the run began (None: not there then;
+        #: the run's end looks it up again)
+        self.cq: ConsumeQueue | None = None
         self.added = 0  # records the last ``add`` took (all of them unless it stopped)
 
     def add(self, scanned: list[Scanned]) -> int:
@@ -393,10 +396,7 @@ class _Runs:
         wants_file = d.wants_file if d.on_file_wanted is not None else None
         cq_table = d.cqs.queues
         per_file = d.units_per_file
-        # run_cq: the run's ConsumeQueue as found when the run began in this call (None: not
-        # there then, or the run began in an earlier call: its end looks it up again, as a
-        # topic deleted meanwhile destroys it)
-        wait_at, prev_ts, run_cq = -1, self.last_ts, None
+        wait_at, prev_ts, run_cq = -1, self.last_ts, self.cq
         end_run, arrival = self._end_run, d.on_arrival
         index_record = self._index_record if d.index is not None else None
         keyed_append = self.keyed.append
@@ -459,8 +459,8 @@ class _Runs:
         self.added = len(scanned) if wait_at < 0 else _taken(scanned, wait_at)
         if d.lag_histogram is not None:
             self._count_lags(d.lag_histogram, scanned, self.added)
-        self.last_ts, self.run, self.arrivals, self.topic = (
-            store_ts, run, run_arrivals, run_topic
+        self.cq, self.last_ts, self.run, self.arrivals, self.topic = (
+            run_cq, store_ts, run, run_arrivals, run_topic
         )
         self.qid, self.first, self.code, self.ts, self.next = (
             run_qid, run_first, run_code, run_ts, run_next
