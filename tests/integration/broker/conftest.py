@@ -189,10 +189,10 @@ async def running_cluster(tmp_path: Path, **props: str) -> AsyncIterator[Cluster
             cluster = Cluster(
                 ns,
                 ns_addr,
-                None,
+                None,  # type: ignore[arg-type]  # the broker starts below
                 "",
                 client,
-                nursery,  # type: ignore[arg-type]
+                nursery,
                 trio.CancelScope(),
                 store_dir,
             )
