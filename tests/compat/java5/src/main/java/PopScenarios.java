@@ -41,6 +41,8 @@ import org.apache.rocketmq.remoting.protocol.header.PopMessageRequestHeader;
  *         queues; one message fails once (RECONSUME_LATER: changeInvisibleTime, redelivered)
  *   api:  the client's own pop / ack / changeInvisibleTime calls (MQClientAPIImpl): invisible
  *         time redelivery through the retry topic, change-invisible, orderly pop
+ *   dlq, fifo: retry -> DLQ, and FIFO order per message group under concurrency
+ *         (PopRetryOrderScenarios)
  */
 public final class PopScenarios {
     static String namesrv;
@@ -58,6 +60,10 @@ public final class PopScenarios {
                     push(sc);
                 } else if (sc.equals("api")) {
                     api(sc);
+                } else if (sc.equals("dlq")) {
+                    PopRetryOrderScenarios.dlq(sc);
+                } else if (sc.equals("fifo")) {
+                    PopRetryOrderScenarios.fifo(sc);
                 } else {
                     throw new IllegalArgumentException("unknown scenario " + sc);
                 }
@@ -80,9 +86,24 @@ public final class PopScenarios {
         for (int i = 0; i + 1 < kv.length; i += 2) {
             sb.append(',').append(q(String.valueOf(kv[i]))).append(':');
             Object v = kv[i + 1];
-            sb.append(v instanceof Number || v instanceof Boolean ? String.valueOf(v) : q(String.valueOf(v)));
+            boolean bare = v instanceof Number || v instanceof Boolean || v instanceof Json;
+            sb.append(bare ? String.valueOf(v) : q(String.valueOf(v)));
         }
         System.out.println(sb.append('}'));
+    }
+
+    /** A value emit writes as it is: already JSON. */
+    static final class Json {
+        final String text;
+
+        Json(String text) {
+            this.text = text;
+        }
+
+        @Override
+        public String toString() {
+            return text;
+        }
     }
 
     static String q(String s) {
