@@ -92,6 +92,8 @@ def python_client() -> Path:
 
 @attrs.frozen
 class OnProfile:
+    #: the profile of ``rmq-cluster up`` (the cluster's own is its variant with fast checks)
+    profile: str
     cluster: RunningCluster
     proxied: Proxied
     topics: dict[str, str]
@@ -137,7 +139,7 @@ def on_profile(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         ran = run_scenarios(proxied, python_client, _lanes(topics), SCENARIOS_TIMEOUT_S)
         print(f"{profile}: up + proxy {t_up - t0:.1f} s, scenarios "
               f"{time.monotonic() - t_probe:.1f} s")
-        yield OnProfile(cluster, proxied, topics, ran)
+        yield OnProfile(profile, cluster, proxied, topics, ran)
 
 
 @pytest.mark.parametrize("on_profile", PROFILES, indirect=True)
@@ -210,7 +212,7 @@ def test_a_master_killed_during_consumption_loses_no_acked_message(
     try:
         fo = kill_during_stream(cluster, probe, topic=topic, group=group, stop_file=stop_file,
                                 done=lambda ev: ev[-1:] == [{"event": "done"}],
-                                restart=cluster.profile in RESTART_PROFILES)
+                                restart=on_profile.profile in RESTART_PROFILES)
         assert probe.finish(30) == 0, probe.tail()
     finally:
         probe.stop()
@@ -222,5 +224,5 @@ def test_a_master_killed_during_consumption_loses_no_acked_message(
     # (a restarted master: see group_written_again)
     written = group_written_again(proxied.namesrv_addr, topic, group, fo, len(sent))
     assert pid_running(proxy_pid)
-    figures = {"profile": cluster.profile, **stream_figures(events, fo, written)}
+    figures = {"profile": on_profile.profile, **stream_figures(events, fo, written)}
     print("failover figures:", json.dumps(figures))
