@@ -120,6 +120,8 @@ def run_scenarios(proxied: Proxied, python: Path, lanes: Sequence[Lane], timeout
     scenarios one after the other. A scenario's failure fails only the checks of its events."""
     ran = probe(proxied, python, "many", json.dumps([[list(s) for s in lane] for lane in lanes]),
                 timeout=timeout)
+    with (proxied.home / "many.jsonl").open("w") as out:  # for a look after a failure
+        out.writelines(json.dumps(e) + "\n" for e in ran.events)
     by: defaultdict[str, list[Event]] = defaultdict(list)
     for e in ran.events:
         if "scenario" in e:
@@ -163,7 +165,8 @@ def check_fifo(events: list[Event], per_group: int = FIFO_PER_GROUP) -> None:
         assert e["message_group"] == e["group"] and not e["overlap"], e
         by_group.setdefault(e["group"], []).append(e)
     assert sorted(by_group) == sorted(f"g{k}" for k in range(FIFO_GROUPS)), sorted(by_group)
+    seqs = {group: [e["seq"] for e in seen] for group, seen in sorted(by_group.items())}
     for group, seen in by_group.items():
-        assert [e["seq"] for e in seen] == list(range(per_group)), (group, seen)
+        assert seqs[group] == list(range(per_group)), (group, seen[-3:], seqs)
         for before, after in itertools.pairwise(seen):
             assert after["start"] >= before["end"], (group, before, after)
