@@ -12,7 +12,8 @@ thread each):
   message, changes one's invisible duration to 1 s and leaves one to its 3 s: both come back
   (delivery attempt 2); three PushConsumers on a topic of one queue per master consume every
   message; three PushConsumers of an orderly group on a topic of one queue per master consume
-  eight message groups, each group's messages in send order, one after the other;
+  eight message groups of twelve messages, each group's in send order, one after the other
+  (the probe's events are kept in its home, ``many.jsonl``, for a look after a failure);
 * then a producer streams numbered messages while a SimpleConsumer receives and acks them, and
   broker-a's master (the controller's elected master, the DLedger leader) is ``kill -9``ed.
   Once a new master is routed (the controller's or DLedger's election; on ``2m-2s-sync``, which
