@@ -225,6 +225,21 @@ def first_write_on_new_master(namesrv: str, topic: str, group: str, fo: Failover
     return min(after)
 
 
+def group_written_again(namesrv: str, topic: str, group: str, fo: Failover, stored: int
+                        ) -> float:
+    """``first_write_on_new_master``, where the proxy must have written the group again. A
+    master that was restarted (``2m-2s-sync`` elects none) comes back at its old address, and
+    an SDK may keep its sends on the other broker for the rest of the window (seen once in a
+    CI rehearsal of the Java SDK's): there only the figures say when, if at all, the group was
+    written again (NaN: not within the stream)."""
+    if fo.new_addr != fo.old_addr:
+        return first_write_on_new_master(namesrv, topic, group, fo, stored)
+    try:
+        return first_write_on_new_master(namesrv, topic, group, fo, stored)
+    except AssertionError:
+        return float("nan")
+
+
 def stream_figures(events: list[Event], fo: Failover, first_write_after: float
                    ) -> dict[str, Any]:
     """The kill's cost as the client saw it: when the group was routed and written again, the

@@ -155,12 +155,52 @@ def check_transactions(events: list[dict[str, Any]], topic: str) -> None:
     assert visible in (["check-commit", "commit"], "check-commit,commit"), events
 
 
+def _of(events: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == event]
+
+
+def check_simple_consumer(events: list[dict[str, Any]]) -> None:
+    """The ``simple`` scenario (both SDKs): "keep" acked at once, "change" back 1 s after its
+    invisible duration was changed, "expire" back after its 3 s: both with delivery attempt 2,
+    the same message id."""
+    received = [(e["body"], e["attempt"]) for e in _of(events, "received")]
+    assert sorted(received) == [("change", 1), ("change", 2), ("expire", 1), ("expire", 2),
+                                ("keep", 1)], events
+    assert sorted((e["body"], e["attempt"]) for e in _of(events, "acked")) == [
+        ("change", 2), ("expire", 2), ("keep", 1)]
+    assert [e["body"] for e in _of(events, "changed")] == ["change"]
+    ids: dict[str, str] = {}
+    for e in _of(events, "received"):  # a redelivery is the same message
+        assert ids.setdefault(e["body"], e["message_id"]) == e["message_id"]
+
+
+def check_push(events: list[dict[str, Any]], count: int = 12) -> None:
+    """The ``push`` scenario (both SDKs): PushConsumers outnumbering the queues consumed each
+    of the ``count`` messages, each at its first delivery."""
+    consumed = _of(events, "consumed")
+    assert {e["body"] for e in consumed} == {f"push {i}" for i in range(count)}, events
+    assert all(e["attempt"] == 1 for e in consumed)
+
+
 def orderly_group(namesrv: str, group: str, creds: Credentials | None = None) -> None:
     """``group`` created on every master as consuming in order, as a user makes it:
     ``rmq-cluster updateSubGroup -o true`` (5.x ``mqadmin updateSubGroup -o true``)."""
     keys = ["--access-key", creds.access_key, "--secret-key", creds.secret_key] if creds else []
     done = cli("updateSubGroup", "-n", namesrv, "-c", CLUSTER, "-g", group, "-o", "true", *keys)
     assert done.returncode == 0, done.stderr
+
+
+#: the broker's transaction check within a second, as tests/compat/java/compat-single.toml
+FAST_CHECKS = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000}
+
+
+def fast_checks_profile(root: Path, base: str) -> Path:
+    """A profile file in ``root``: the profile ``base`` with the broker's transaction checks
+    within a second (``FAST_CHECKS``), for ``rmq_cluster(str(path))``."""
+    path = root / f"grpc-{base}.toml"
+    props = "\n".join(f"{k} = {v}" for k, v in FAST_CHECKS.items())
+    path.write_text(f'base = "{base}"\nname = "grpc-{base}"\n\n[broker_properties]\n{props}\n')
+    return path
 
 
 def create_fifo_topic(namesrv: str, topic: str, queues: int) -> None:

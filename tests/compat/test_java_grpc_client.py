@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import shutil
 import subprocess
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,8 @@ from rmq_cluster.deploy.testing import create_topics, rmq_cluster
 
 from .conftest import JAVA_DIR, JVM_OPTS, build_java_probes
 from .grpc_testlib import (
+    check_push,
+    check_simple_consumer,
     check_stored,
     check_transactions,
     create_fifo_topic,
@@ -97,28 +98,6 @@ def test_java_sdk_transactions_commit_rollback_and_checks_over_telemetry(
     run: tuple[Events, str]
 ) -> None:
     check_transactions(run[0]["transaction"], f"{PREFIX}Tx")
-
-
-def check_simple_consumer(evs: list[dict[str, Any]]) -> None:
-    """The ``simple`` scenario: "keep" acked at once, "change" back 1 s after its invisible
-    duration was changed, "expire" back after its 3 s: both with delivery attempt 2, the same
-    message id."""
-    received = [(e["body"], e["attempt"]) for e in of(evs, "received")]
-    assert sorted(received) == [("change", 1), ("change", 2), ("expire", 1), ("expire", 2),
-                                ("keep", 1)], evs
-    assert sorted((e["body"], e["attempt"]) for e in of(evs, "acked")) == [
-        ("change", 2), ("expire", 2), ("keep", 1)]
-    assert [e["body"] for e in of(evs, "changed")] == ["change"]
-    ids: dict[str, str] = {}
-    for e in of(evs, "received"):  # a redelivery is the same message
-        assert ids.setdefault(e["body"], e["message_id"]) == e["message_id"]
-
-
-def check_push(evs: list[dict[str, Any]]) -> None:
-    """The ``push`` scenario: three PushConsumers consumed each of the 12 messages."""
-    consumed = Counter(e["body"] for e in of(evs, "consumed"))
-    assert set(consumed) == {f"push {i}" for i in range(12)}, evs
-    assert all(e["attempt"] == 1 for e in of(evs, "consumed"))
 
 
 def test_java_sdk_simple_consumer_ack_change_invisible_and_redelivery(

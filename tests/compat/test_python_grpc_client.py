@@ -10,6 +10,9 @@ cluster's ``plain_acl.yml``; one cluster for the module:
   id, tag, keys and properties; each message group on one queue, in send order; the timer
   message not before its time. Then the SDK's SimpleConsumer receives the normal messages
   (ReceiveMessage on the broker's POP), changes one's invisible duration and acks each;
+* SimpleConsumer redelivery: of three messages received with 3 s of invisible time, one is
+  acked at once, one's invisible duration changed to 1 s and one left to its 3 s: both come
+  back (delivery attempt 2, the same message id) and are acked then;
 * transactions: commit, rollback, and two half messages left to the broker's check, which
   reaches the SDK's TransactionChecker over its Telemetry stream (EndTransaction from the check);
 * three PushConsumers on a two-queue topic (QueryAssignment, then POP): every message consumed;
@@ -25,24 +28,21 @@ cluster's ``plain_acl.yml``; one cluster for the module:
   SDK reports the proxy's UNAUTHORIZED, 40100); ``rmq-cluster status`` shows the proxy on TLS.
 
 The SDK is installed once into ``~/.cache/rmq-cluster-compat/pyclient-<version>`` (a venv of
-its own: its grpcio/protobuf never meet ours); the probe (``pyclient/probe.py``) runs there."""
+its own: its grpcio/protobuf never meet ours); the probe (``pyclient/probe.py``) runs there,
+and the checks of what it saw are shared with test_python_grpc_profiles.py (pysdk_testlib.py)
+and, for both SDKs, with the Java ones (grpc_testlib.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import itertools
 import json
 import os
-import subprocess
 import time
 import tomllib
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import attrs
 import pytest
 
 from rmq_cluster.client import Admin
@@ -63,22 +63,33 @@ from tests.integration.security.acl_cluster_testlib import ADMIN, acl_cluster
 
 from .conftest import JAVA_DIR
 from .grpc_testlib import (
+    check_push,
+    check_simple_consumer,
     check_stored,
-    check_transactions,
     orderly_group,
     python_sdk,
     read_topic,
     running_proxy,
 )
+from .pysdk_testlib import (
+    FIFO_PER_GROUP,
+    FIFO_QUEUES,
+    SDK_USER,
+    Proxied,
+    check_consumed,
+    check_fifo,
+    check_sdk_transactions,
+    fifo_args,
+    run_probe,
+    sdk_env,
+    sdk_log,
+)
 
 pytestmark = pytest.mark.slow
 
-PROBE = Path(__file__).parent / "pyclient" / "probe.py"
-PROBE_TIMEOUT_S = 90
 #: transaction checks within a second (transactionTimeOut, transactionCheckInterval)
 PROFILE = JAVA_DIR / "compat-single.toml"
-#: the SDK's account (may publish and subscribe), and one that may only subscribe
-SDK_USER = Credentials("grpcUser01", "grpcUserSecret01")
+#: an account that may only subscribe (SDK_USER may publish and subscribe)
 SDK_READER = Credentials("grpcReader1", "grpcReaderSecret1")
 ACCOUNTS = [
     {"accessKey": SDK_USER.access_key, "secretKey": SDK_USER.secret_key,
@@ -92,40 +103,6 @@ ACCOUNTS = [
 def python_client() -> Path:
     """The Python of a venv holding the pinned SDK (built once, reused while it imports)."""
     return python_sdk()
-
-
-def _sdk_env(cert: Path, who: Credentials) -> dict[str, str]:
-    """What a user sets: TLS on, the cluster's certificate trusted, the account's keys."""
-    return {"PROBE_TLS": "1", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(cert),
-            "PROBE_ACCESS_KEY": who.access_key, "PROBE_SECRET_KEY": who.secret_key}
-
-
-def _run_probe(proxied: Proxied, python: Path, *args: str, env: dict[str, str] | None = None
-               ) -> list[dict[str, Any]]:
-    home = proxied.home
-    home.mkdir(exist_ok=True)  # the SDK logs under $HOME/logs
-    done = subprocess.run(
-        [str(python), str(PROBE), proxied.endpoint, *args], capture_output=True, text=True,
-        timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
-        env={**os.environ, "HOME": str(home), **(env or _sdk_env(proxied.cert, SDK_USER))},
-    )
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    sdk_log = home / "logs" / "rocketmq_python" / "rocketmq_client.log"
-    tail = sdk_log.read_text()[-3000:] if sdk_log.exists() else ""
-    assert done.returncode == 0 and events[-1:] == [{"event": "done"}], (
-        f"probe failed (exit {done.returncode}):\n{done.stderr[-3000:]}\nSDK log:\n{tail}"
-    )
-    return events
-
-
-@attrs.frozen
-class Proxied:
-    namesrv_addr: str
-    dir: Path
-    endpoint: str
-    home: Path
-    #: the certificate the proxy serves (``up --proxy`` made it in the cluster's dir)
-    cert: Path
 
 
 @pytest.fixture(scope="module")
@@ -156,66 +133,37 @@ def test_python_sdk_produces_and_a_simple_consumer_receives_and_acks_through_the
     proxied: Proxied, python_client: Path
 ) -> None:
     topics = _topics(proxied, "normal", "fifo", "delay")
-    events = _run_probe(proxied, python_client, "produce",
-                        topics["normal"], topics["fifo"], topics["delay"])
+    events = run_probe(proxied, python_client, "produce",
+                       topics["normal"], topics["fifo"], topics["delay"])
     check_stored(proxied.namesrv_addr, topics, events, ADMIN)
     group = f"grpc_simple_{os.getpid()}"
-    consumed = _run_probe(proxied, python_client, "consume",
-                          topics["normal"], group, "3", "40")
-    acked = {e["message_id"]: e for e in consumed if e["event"] == "acked"}
-    assert set(acked) == {sent_id for (kind, _), sent_id in _ids(events).items()
-                          if kind == "normal"}, consumed
-    assert sorted(e["body"] for e in acked.values()) == [f"normal {i}" for i in range(3)]
-    assert all(e["tag"] == "N" for e in acked.values())
-    assert [e["event"] for e in consumed].count("changed") == 1
+    consumed = run_probe(proxied, python_client, "consume",
+                         topics["normal"], group, "3", "40")
+    check_consumed(events, consumed)
+
+
+def test_python_sdk_simple_consumer_changes_invisible_duration_and_gets_redeliveries(
+    proxied: Proxied, python_client: Path
+) -> None:
+    topic = _topics(proxied, "simple")["simple"]
+    check_simple_consumer(run_probe(proxied, python_client, "simple", topic,
+                                    f"grpc_simple_rd_{os.getpid()}", "45"))
 
 
 def test_python_sdk_transactions_commit_rollback_and_checks_over_telemetry(
     proxied: Proxied, python_client: Path
 ) -> None:
     topic = _topics(proxied, "tx")["tx"]
-    events = _run_probe(proxied, python_client, "transaction", topic, "40")
-    ids = [e["transaction_id"] for e in events if e["event"] == "sent"]
-    assert len(ids) == 4 and all(ids) and len(set(ids)) == 4, events
-    check_transactions(events, topic)
+    check_sdk_transactions(run_probe(proxied, python_client, "transaction", topic, "40"), topic)
 
 
 def test_python_sdk_push_consumers_outnumbering_the_queues_consume_everything(
     proxied: Proxied, python_client: Path
 ) -> None:
     topic = _topics(proxied, "push", queues=2)["push"]
-    events = _run_probe(proxied, python_client, "push", topic,
-                        f"grpc_push_{os.getpid()}", "3", "12", "40")
-    consumed = Counter(e["body"] for e in events if e["event"] == "consumed")
-    assert set(consumed) == {f"push {i}" for i in range(12)}, events
-    assert all(e["attempt"] == 1 for e in events if e["event"] == "consumed")
-
-
-#: issue 34's FIFO push scenario: more consumers than queues, several message groups per queue
-FIFO_CONSUMERS, FIFO_QUEUES, FIFO_GROUPS, FIFO_PER_GROUP = 3, 2, 8, 50
-FIFO_DEADLINE_S = 60
-def _check_fifo(events: list[dict[str, Any]], per_group: int) -> None:
-    """Each group's messages consumed once each, in send order, one after the other (the next
-    began only once the one before it had been consumed, and so acked)."""
-    [started] = [e for e in events if e["event"] == "started"]
-    assert started["fifo"] == [True] * FIFO_CONSUMERS, started  # the proxy said fifo
-    consumed = sorted((e for e in events if e["event"] == "consumed"), key=lambda e: e["start"])
-    by_group: dict[str, list[dict[str, Any]]] = {}
-    for e in consumed:
-        assert e["message_group"] == e["group"] and not e["overlap"], e
-        by_group.setdefault(e["group"], []).append(e)
-    assert sorted(by_group) == sorted(f"g{k}" for k in range(FIFO_GROUPS)), sorted(by_group)
-    for group, seen in by_group.items():
-        assert [e["seq"] for e in seen] == list(range(per_group)), (group, seen)
-        for before, after in itertools.pairwise(seen):
-            assert after["start"] >= before["end"], (group, before, after)
-
-
-def _push_fifo(proxied: Proxied, python: Path, topic: str, group: str,
-               per_group: int = FIFO_PER_GROUP) -> None:
-    events = _run_probe(proxied, python, "push_fifo", topic, group, str(FIFO_CONSUMERS),
-                        str(FIFO_GROUPS), str(per_group), str(FIFO_DEADLINE_S))
-    _check_fifo(events, per_group)
+    events = run_probe(proxied, python_client, "push", topic,
+                       f"grpc_push_{os.getpid()}", "3", "12", "40")
+    check_push(events)
 
 
 def test_python_sdk_fifo_push_consumers_outnumbering_the_queues_keep_each_groups_order(
@@ -224,7 +172,7 @@ def test_python_sdk_fifo_push_consumers_outnumbering_the_queues_keep_each_groups
     topic = _topics(proxied, "push_fifo", queues=FIFO_QUEUES)["push_fifo"]
     group = f"grpc_push_fifo_{os.getpid()}"
     orderly_group(proxied.namesrv_addr, group, ADMIN)
-    _push_fifo(proxied, python_client, topic, group)
+    check_fifo(run_probe(proxied, python_client, *fifo_args(topic, group)))
 
 
 def test_python_sdk_fifo_push_consumers_keep_each_groups_order_on_2m_2s_async(
@@ -241,7 +189,9 @@ def test_python_sdk_fifo_push_consumers_keep_each_groups_order_on_2m_2s_async(
         create_topics(cluster.namesrv_addr, [topic], queues=FIFO_QUEUES // 2)
         group = f"grpc_push_fifo2_{os.getpid()}"
         orderly_group(cluster.namesrv_addr, group)
-        _push_fifo(proxied, python_client, topic, group, per_group=FIFO_PER_GROUP // 4)
+        per_group = FIFO_PER_GROUP // 4
+        check_fifo(run_probe(proxied, python_client, *fifo_args(topic, group, per_group)),
+                   per_group)
 
 
 def _receive_one(client: H2Client, topic: str, group: str) -> pb.Message:
@@ -308,16 +258,16 @@ def test_wrong_credentials_and_missing_permissions_are_refused_and_status_shows_
     what it reports (its exception, or its log when the refusal came at startup: "failed to
     fetch topic route") carries the proxy's Code UNAUTHORIZED (40100) and remark."""
     topic = _topics(proxied, "refused")["refused"]
-    sdk_log = proxied.home / "logs" / "rocketmq_python" / "rocketmq_client.log"
-    before = sdk_log.stat().st_size if sdk_log.exists() else 0
+    log = sdk_log(proxied.home)
+    before = log.stat().st_size if log.exists() else 0
     refused = [Credentials(SDK_USER.access_key, "notTheSecret99"),
                Credentials("grpcNobody1", "grpcNobodySecret1"), SDK_READER]
-    env = {**_sdk_env(proxied.cert, SDK_USER),
+    env = {**sdk_env(proxied.cert, SDK_USER),
            "PROBE_ACCOUNTS": json.dumps([[c.access_key, c.secret_key] for c in refused])}
-    events = _run_probe(proxied, python_client, "try_send", topic, env=env)
+    events = run_probe(proxied, python_client, "try_send", topic, env=env)
     outcomes = [e for e in events if e["event"] in ("sent", "refused")]
     assert [e["event"] for e in outcomes] == ["refused"] * 3, events
-    said = sdk_log.read_bytes()[before:].decode(errors="replace")
+    said = log.read_bytes()[before:].decode(errors="replace")
     said += "".join(e["error"] for e in outcomes)
     for remark in (f"Check signature failed for accessKey={SDK_USER.access_key}",
                    "No acl config for grpcNobody1", f"No default permission for topic:{topic}"):
@@ -330,6 +280,3 @@ def test_wrong_credentials_and_missing_permissions_are_refused_and_status_shows_
     text = cli("status", "--dir", str(proxied.dir))
     assert text.returncode == 0 and proxied.endpoint in text.stdout and "TLS" in text.stdout
 
-
-def _ids(events: list[dict[str, Any]]) -> dict[tuple[str, int], str]:
-    return {(e["kind"], e["idx"]): e["message_id"] for e in events if e["event"] == "sent"}

@@ -3,11 +3,13 @@ against an endpoint, one JSON line per event on stdout.
 
     probe.py ENDPOINT produce TOPIC FIFO_TOPIC DELAY_TOPIC
     probe.py ENDPOINT consume TOPIC GROUP COUNT DEADLINE_S
+    probe.py ENDPOINT simple TOPIC GROUP DEADLINE_S
     probe.py ENDPOINT transaction TOPIC DEADLINE_S
     probe.py ENDPOINT push TOPIC GROUP CONSUMERS COUNT DEADLINE_S
     probe.py ENDPOINT push_fifo TOPIC GROUP CONSUMERS GROUPS PER_GROUP DEADLINE_S
     probe.py ENDPOINT try_send TOPIC          (one send per account of $PROBE_ACCOUNTS)
     probe.py ENDPOINT stream TOPIC GROUP STOP_FILE DEADLINE_S
+    probe.py ENDPOINT many LANES_JSON     (several of the above at once: see ``many``)
 
 Configured as a user would: $PROBE_ACCESS_KEY / $PROBE_SECRET_KEY are the credentials (none
 when unset); $PROBE_TLS=1 turns the SDK's TLS on (it then trusts the roots gRPC trusts:
@@ -20,6 +22,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 
 from rocketmq import (
     ClientConfiguration,
@@ -45,13 +48,25 @@ def _config(endpoint, access_key=None, secret_key=None):
     return ClientConfiguration(endpoint, credentials)
 
 
-def emit(**event):
-    line = json.dumps(event)
-    with _OUT:  # listeners run on the SDK's threads
-        print(line, flush=True)
+def printer(scenario=None):
+    """The ``emit`` a scenario is given: each event one JSON line on stdout, tagged with
+    SCENARIO when several run at once (``many``)."""
+
+    def emit(**event):
+        line = json.dumps(event if scenario is None else {"scenario": scenario, **event})
+        with _OUT:  # listeners run on the SDK's threads
+            print(line, flush=True)
+
+    return emit
 
 
-def produce(endpoint, topic, fifo_topic, delay_topic):
+def _simple_consumer(config, topic, group):
+    """A SimpleConsumer of GROUP on TOPIC (every tag), waiting 2 s at most for messages."""
+    return SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2,
+                          tls_enable=TLS)
+
+
+def produce(emit, endpoint, topic, fifo_topic, delay_topic):
     config = _config(endpoint)
     producer = Producer(config, (topic, fifo_topic, delay_topic), tls_enable=TLS)
     producer.startup()
@@ -90,12 +105,11 @@ def produce(endpoint, topic, fifo_topic, delay_topic):
     emit(event="done")
 
 
-def consume(endpoint, topic, group, count, deadline_s):
+def consume(emit, endpoint, topic, group, count, deadline_s):
     """Receive COUNT messages: the first one is given 1 s more invisible time (and a new
     receipt handle), every one is acked; then one more receive finds nothing."""
     config = _config(endpoint)
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2,
-                              tls_enable=TLS)
+    consumer = _simple_consumer(config, topic, group)
     consumer.startup()
     emit(event="started")
     seen = set()
@@ -122,6 +136,44 @@ def consume(endpoint, topic, group, count, deadline_s):
     emit(event="done")
 
 
+def simple(emit, endpoint, topic, group, deadline_s):
+    """Three messages sent ("keep", "change", "expire"), then received with 3 s of invisible
+    time: "keep" acked at once, "change" given 1 s instead, "expire" left to its 3 s; each of
+    the two comes back (delivery attempt 2) and is acked then."""
+    config = _config(endpoint)
+    producer = Producer(config, (topic,), tls_enable=TLS)
+    producer.startup()
+    try:
+        for body in ("keep", "change", "expire"):
+            producer.send(_message(topic, body, "S"))
+    finally:
+        producer.shutdown()
+    consumer = _simple_consumer(config, topic, group)
+    consumer.startup()
+    emit(event="started")
+    done = set()
+    deadline = time.monotonic() + float(deadline_s)
+    try:
+        while len(done) < 3 and time.monotonic() < deadline:
+            try:
+                msgs = consumer.receive(16, 3)
+            except Exception:  # MESSAGE_NOT_FOUND surfaces as an exception
+                continue
+            for m in msgs:
+                body, attempt = m.body.decode(), m.delivery_attempt
+                emit(event="received", body=body, attempt=attempt, message_id=m.message_id)
+                if attempt > 1 or body == "keep":
+                    consumer.ack(m)
+                    done.add(body)
+                    emit(event="acked", body=body, attempt=attempt)
+                elif body == "change":
+                    consumer.change_invisible_duration(m, 1)
+                    emit(event="changed", body=body)
+    finally:
+        consumer.shutdown()
+    emit(event="done")
+
+
 def _message(topic, body, tag):
     msg = Message()
     msg.topic = topic
@@ -135,13 +187,14 @@ class Checker(TransactionChecker):
     (the producer's own commit may still be on its way when a loaded broker checks), anything
     else rolls back. Every check is reported."""
 
-    def __init__(self):
+    def __init__(self, emit):
+        self.emit = emit
         self.checked = set()
         self.done = threading.Event()
 
     def check(self, message):
         body = message.body.decode()
-        emit(event="checked", body=body, message_id=message.message_id, topic=message.topic)
+        self.emit(event="checked", body=body, message_id=message.message_id, topic=message.topic)
         self.checked.add(body)
         if {"check-commit", "check-rollback"} <= self.checked:
             self.done.set()
@@ -150,10 +203,10 @@ class Checker(TransactionChecker):
         return TransactionResolution.ROLLBACK
 
 
-def transaction(endpoint, topic, deadline_s):
+def transaction(emit, endpoint, topic, deadline_s):
     """Four half messages: one committed, one rolled back, two left to the broker's check
     (answered commit and rollback); then a SimpleConsumer reads what the topic holds."""
-    checker = Checker()
+    checker = Checker(emit)
     config = _config(endpoint)
     producer = Producer(config, (topic,), checker, tls_enable=TLS)
     producer.startup()
@@ -182,8 +235,7 @@ def transaction(endpoint, topic, deadline_s):
 
 def _receive_all(config, topic, group, want, deadline_s):
     """Receive and ack until WANT messages came (or the deadline): their bodies, sorted."""
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2,
-                              tls_enable=TLS)
+    consumer = _simple_consumer(config, topic, group)
     consumer.startup()
     got = []
     deadline = time.monotonic() + deadline_s
@@ -202,18 +254,18 @@ def _receive_all(config, topic, group, want, deadline_s):
 
 
 class Recorder(MessageListener):
-    def __init__(self, who, seen, lock):
-        self.who, self.seen, self.lock = who, seen, lock
+    def __init__(self, emit, who, seen, lock):
+        self.emit, self.who, self.seen, self.lock = emit, who, seen, lock
 
     def consume(self, message):
         with self.lock:
             self.seen.append((self.who, message.body.decode()))
-        emit(event="consumed", who=self.who, body=message.body.decode(),
+        self.emit(event="consumed", who=self.who, body=message.body.decode(),
              attempt=message.delivery_attempt)
         return ConsumeResult.SUCCESS
 
 
-def push(endpoint, topic, group, consumers, count, deadline_s):
+def push(emit, endpoint, topic, group, consumers, count, deadline_s):
     """CONSUMERS push consumers of GROUP (QueryAssignment, then receive by POP), then COUNT
     messages sent: each consumed."""
     config = _config(endpoint)
@@ -221,7 +273,7 @@ def push(endpoint, topic, group, consumers, count, deadline_s):
     started = []
     try:
         for i in range(int(consumers)):
-            c = PushConsumer(config, group, Recorder(f"c{i}", seen, lock),
+            c = PushConsumer(config, group, Recorder(emit, f"c{i}", seen, lock),
                              {topic: FilterExpression("*")}, tls_enable=TLS)
             c.startup()
             started.append(c)
@@ -251,8 +303,8 @@ class FifoRecorder(MessageListener):
     message right after its listener returns, before the group's next one), and whether
     another consumer was in the same message group meanwhile."""
 
-    def __init__(self, who, state):
-        self.who, self.state = who, state
+    def __init__(self, emit, who, state):
+        self.emit, self.who, self.state = emit, who, state
 
     def consume(self, message):
         group, seq = message.body.decode().split(":")
@@ -265,13 +317,13 @@ class FifoRecorder(MessageListener):
         with self.state["lock"]:
             self.state["busy"].discard(group)
             self.state["seen"].add((group, int(seq)))
-        emit(event="consumed", who=self.who, group=group, seq=int(seq), start=start, end=end,
+        self.emit(event="consumed", who=self.who, group=group, seq=int(seq), start=start, end=end,
              overlap=overlap, message_group=message.message_group,
              attempt=message.delivery_attempt)
         return ConsumeResult.SUCCESS
 
 
-def push_fifo(endpoint, topic, group, consumers, groups, per_group, deadline_s):
+def push_fifo(emit, endpoint, topic, group, consumers, groups, per_group, deadline_s):
     """CONSUMERS push consumers of the orderly GROUP, then GROUPS message groups of PER_GROUP
     messages each (body "g<k>:<seq>"), the groups sent at once (a thread each): each message
     consumed, each group's in order."""
@@ -280,7 +332,7 @@ def push_fifo(endpoint, topic, group, consumers, groups, per_group, deadline_s):
     started = []
     try:
         for i in range(int(consumers)):
-            c = PushConsumer(config, group, FifoRecorder(f"c{i}", state),
+            c = PushConsumer(config, group, FifoRecorder(emit, f"c{i}", state),
                              {topic: FilterExpression("*")}, tls_enable=TLS)
             c.startup()
             started.append(c)
@@ -318,7 +370,7 @@ def push_fifo(endpoint, topic, group, consumers, groups, per_group, deadline_s):
     emit(event="done")
 
 
-def try_send(endpoint, topic):
+def try_send(emit, endpoint, topic):
     """One send per account of $PROBE_ACCOUNTS (a JSON list of [access key, secret key]):
     what the SDK says about each (sent, or its error), never a failed exit."""
     for access_key, secret_key in json.loads(os.environ["PROBE_ACCOUNTS"]):
@@ -335,7 +387,7 @@ def try_send(endpoint, topic):
     emit(event="done")
 
 
-def _stream_send(producer, topic, stop_file, sent, lock):
+def _stream_send(emit, producer, topic, stop_file, sent, lock):
     """Numbered sends, one every 50 ms, until STOP_FILE exists: each acked one ("sent", its
     body added to SENT) or failed ("send_failed"), with the wall time."""
     i = 0
@@ -352,7 +404,7 @@ def _stream_send(producer, topic, stop_file, sent, lock):
         time.sleep(0.05)
 
 
-def _stream_receive(consumer, stop, want):
+def _stream_receive(emit, consumer, stop, want):
     """Receive (5 s invisible) and ack until STOP is set and WANT() is empty."""
     got = set()
     while not (stop.is_set() and not want() - got):
@@ -372,14 +424,13 @@ def _stream_receive(consumer, stop, want):
                 emit(event="ack_failed", body=body, error=str(exc)[:200], t=time.time())
 
 
-def stream(endpoint, topic, group, stop_file, deadline_s):
+def stream(emit, endpoint, topic, group, stop_file, deadline_s):
     """A producer streaming numbered messages and a SimpleConsumer receiving and acking them
     at the same time (a master is killed meanwhile); once STOP_FILE exists, the consumer goes
     on until it received every acked message (or the deadline)."""
     config = _config(endpoint)
     producer = Producer(config, (topic,), tls_enable=TLS)
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2,
-                              tls_enable=TLS)
+    consumer = _simple_consumer(config, topic, group)
     producer.startup()
     consumer.startup()
     emit(event="started")
@@ -389,10 +440,11 @@ def stream(endpoint, topic, group, stop_file, deadline_s):
         with lock:
             return set(sent)
 
-    reader = threading.Thread(target=_stream_receive, args=(consumer, stop, want), daemon=True)
+    reader = threading.Thread(target=_stream_receive, args=(emit, consumer, stop, want),
+                              daemon=True)
     reader.start()
     try:
-        _stream_send(producer, topic, stop_file, sent, lock)
+        _stream_send(emit, producer, topic, stop_file, sent, lock)
         stop.set()
         reader.join(float(deadline_s))
     finally:
@@ -401,21 +453,47 @@ def stream(endpoint, topic, group, stop_file, deadline_s):
     emit(event="done")
 
 
+SCENARIOS = {
+    "produce": produce, "consume": consume, "simple": simple, "transaction": transaction,
+    "push": push, "push_fifo": push_fifo, "try_send": try_send, "stream": stream,
+}
+
+
+def many(endpoint, lanes_json):
+    """The scenarios of LANES_JSON (a list of lanes, a lane a list of [scenario, args...]) at
+    once, one thread per lane running its scenarios one after the other, each event tagged
+    with its scenario (a scenario at most once). A scenario that raises is reported
+    ("failed", with its traceback) and ends its lane; then the exit is 1, without "done"."""
+    lanes = json.loads(lanes_json)
+    names = [step[0] for lane in lanes for step in lane]
+    if len(set(names)) != len(names) or not set(names) <= set(SCENARIOS):
+        sys.exit(f"many: each scenario at most once, of {sorted(SCENARIOS)}: {names}")
+    failed = []
+
+    def run(lane):
+        for scenario, *args in lane:
+            try:
+                SCENARIOS[scenario](printer(scenario), endpoint, *args)
+            except Exception:
+                failed.append(scenario)
+                printer(scenario)(event="failed", error=traceback.format_exc()[-3000:])
+                return
+
+    threads = [threading.Thread(target=run, args=(lane,)) for lane in lanes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        sys.exit(f"many: {sorted(failed)} failed")
+    printer()(event="done")
+
+
 if __name__ == "__main__":
     endpoint, scenario, *rest = sys.argv[1:]
-    if scenario == "produce":
-        produce(endpoint, *rest)
-    elif scenario == "consume":
-        consume(endpoint, *rest)
-    elif scenario == "transaction":
-        transaction(endpoint, *rest)
-    elif scenario == "push":
-        push(endpoint, *rest)
-    elif scenario == "push_fifo":
-        push_fifo(endpoint, *rest)
-    elif scenario == "try_send":
-        try_send(endpoint, *rest)
-    elif scenario == "stream":
-        stream(endpoint, *rest)
+    if scenario == "many":
+        many(endpoint, *rest)
+    elif scenario in SCENARIOS:
+        SCENARIOS[scenario](printer(), endpoint, *rest)
     else:
         sys.exit(f"unknown scenario {scenario}")
