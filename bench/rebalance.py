@@ -91,6 +91,7 @@ class Recorder:
         self.ms: dict[str, list[float]] = defaultdict(list)
         self.errors: dict[str, int] = defaultdict(int)
         self.queues = 0
+        self.always_max_offset = False  # --max-offset
         self.pulls: dict[int, int] = defaultdict(int)  # answers by code (--queue-adds)
         self.remarks: dict[int, str] = {}
 
@@ -241,11 +242,13 @@ async def _persist(client: Any, addr: str, end: float, offsets: dict[int, int]) 
 
 async def _offset_of(client: Any, addr: str, rec: Recorder, q: int) -> int:
     """Where a new group starts in queue ``q``: its committed offset (the broker answers 0 for
-    a queue whose first message is in memory), else the queue's max offset."""
+    a queue whose first message is in memory), else the queue's max offset (``--max-offset``:
+    asked always, as for a queue whose first message is no longer in memory)."""
     ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q)}
     resp = await rec.call(client, addr, "query_offset",
                           RemotingCommand.request(RC.QUERY_CONSUMER_OFFSET, ext))
-    if resp is not None and resp.code == 0 and resp.ext_fields:
+    if (resp is not None and resp.code == 0 and resp.ext_fields
+            and not rec.always_max_offset):
         return int(resp.ext_fields.get("offset", 0))
     ext = {"topic": TOPIC, "queueId": str(q)}
     resp = await rec.call(client, addr, "max_offset",
@@ -299,6 +302,7 @@ async def _measure(addr: str, args: argparse.Namespace) -> dict[str, Any]:
         end = trio.current_time() + args.seconds
         added: list[float] = []
         rec.queues = args.queues
+        rec.always_max_offset = args.max_offset
         async with trio.open_nursery() as nursery:
             if args.queue_adds:
                 nursery.start_soon(_queue_adds, addr, end, rec, added)
@@ -366,8 +370,12 @@ def main() -> None:
     p.add_argument("--kinds", default="java,ours")
     p.add_argument("--queue-adds", action="store_true",
                    help="instead of the rounds: one consumer takes all --queues of a new group "
-                        "as a 4.x push consumer does (query, max offset, first pull per queue) "
-                        "while the load sends to every queue")
+                        "as a 4.9.7 push consumer does (a query per queue, offsets committed "
+                        "every 5 s, pulls once all are taken) while the load sends to every "
+                        "queue")
+    p.add_argument("--max-offset", action="store_true",
+                   help="--queue-adds: a GET_MAX_OFFSET after every query (the path of a new "
+                        "group whose queues' first messages are no longer in memory)")
     p.add_argument("--load", metavar="ADDR", help=argparse.SUPPRESS)  # the load process
     args = p.parse_args()
     if args.load:
