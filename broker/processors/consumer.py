@@ -233,11 +233,10 @@ class ConsumerProcessors:
     @header_errors
     def get_max_offset(self, conn: Any, request: RemotingCommand) -> RemotingCommand:
         h = TopicQueueRequestHeader.from_ext_fields(request.ext_fields)
-        # what is dispatched, as RocketMQ answers (getMaxOffsetInQueue): no dispatch round here
-        # (a 4.x consumer of a new group asks it after the offset query of each queue it takes
-        # whose first message is no longer in memory, one after the other; a round under a
-        # send load was a reput's work, and ConsumeQueue segments made on the loop, per query)
-        offset = self.ctrl.store.get_max_offset_in_queue(h.topic, h.queue_id)
+        store = self.ctrl.store
+        if store.dispatch_behind_bytes > 0:
+            store.dispatch()
+        offset = store.get_max_offset_in_queue(h.topic, h.queue_id)
         return request.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
 
     @header_errors

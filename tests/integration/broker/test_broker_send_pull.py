@@ -189,31 +189,6 @@ async def test_query_consumer_offset_answers_without_a_dispatch_round(
     assert rounds == []
 
 
-async def test_max_offset_answers_without_a_dispatch_round(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """GET_MAX_OFFSET answers from what is dispatched, as RocketMQ does (issue 39: a 4.x
-    consumer asks it for each queue it takes whose first message is no longer in memory, one
-    after the other, and each ran a dispatch round of its own while a send load kept the reput
-    behind)."""
-    ok(await cluster.send("MaxBehind", b"a"))
-    ok(await cluster.pull("MaxBehind"))  # dispatched
-    store = cluster.broker.store
-    rounds: list[int] = []
-    real_dispatch = store.dispatch
-
-    def counted(*args: int) -> int:
-        rounds.append(1)
-        return real_dispatch(*args)
-
-    monkeypatch.setattr(type(store), "dispatch_behind_bytes", property(lambda _s: 1))
-    monkeypatch.setattr(store, "dispatch", counted)
-    q = {"topic": "MaxBehind", "queueId": "0"}
-    resp = ok(await cluster.call(RequestCode.GET_MAX_OFFSET, q))
-    assert resp.ext_fields["offset"] == "1"
-    assert rounds == []
-
-
 async def test_search_and_earliest_time(cluster: Cluster) -> None:
     ok(await cluster.send("Times", b"a"))
     resp = ok(
