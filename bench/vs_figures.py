@@ -8,7 +8,7 @@
 * ``median_ratios``: ours over Apache's (or NATS's) per figure, each side the median of its runs;
 * the benchmark Producer's and Consumer's 10 s lines (rocketmq-example 4.7.0), and the consumer
   case's steady state: ``caught_up_line`` finds the first Consumer line that shows it keeping up
-  with the Producer (``CAUGHT_UP_S2C_MS``, ``CAUGHT_UP_TPS_FRACTION``), ``lines_between`` the
+  with the Producer (``CAUGHT_UP_S2C_MS``, ``CAUGHT_UP_TPS_FRACTION``), ``lines_mostly_in`` the
   lines a window holds; ``rebalance_adds`` reads the Java Consumer's own log of the queues it
   took at rebalance.
 """
@@ -323,6 +323,20 @@ def caught_up_line(
 def lines_between(lines: Sequence[Stamped], t0: float, t1: float) -> list[Mapping[str, float]]:
     """The figures of the lines read in (t0, t1]."""
     return [s.figures for s in lines if t0 < s.at <= t1]
+
+
+def lines_mostly_in(
+    lines: Sequence[Stamped], t0: float, t1: float, span: float = LINE_SPAN_S
+) -> list[Mapping[str, float]]:
+    """The figures of the lines whose ``span`` seconds lie mostly inside [t0, t1] (read in
+    (t0 + span/2, t1 + span/2]); a window shorter than that: the first line read after
+    t0 + span/2. A tool on its own 10 s phase, its lines matched to another's window."""
+    half = span / 2
+    inside = lines_between(lines, t0 + half, t1 + half)
+    if inside:
+        return inside
+    after = [s for s in lines if s.at > t0 + half]
+    return [after[0].figures] if after else []
 
 
 def window_getters(

@@ -201,6 +201,17 @@ def test_lines_between_is_half_open() -> None:
     assert vf.lines_between(lines, 30.0, 99.0) == []
 
 
+def test_lines_mostly_in_a_window_match_another_tools_phase() -> None:
+    lines = [_stamped(float(t), tps=t) for t in (17, 27, 37, 47)]
+    # the window [20, 40]: the 27 line spans (18, 27], the 37 one (28, 37]: both inside; the
+    # 47 one (38, 47] mostly after it, the 17 one (8, 17] before it
+    assert vf.lines_mostly_in(lines, 20.0, 40.0) == [{"tps": 27}, {"tps": 37}]
+    # [23, 30]: shorter than the lines' spacing; the 27 line's span is mostly before it, so
+    # the one with most of its span after the window's start
+    assert vf.lines_mostly_in(lines, 23.0, 30.0) == [{"tps": 37}]
+    assert vf.lines_mostly_in(lines, 50.0, 60.0) == []
+
+
 def test_window_getters_name_the_window_and_read_its_part() -> None:
     getters = {"tps": lambda r: r["steady"]["tps"]}
     runs = [
