@@ -17,9 +17,11 @@ run rebalance rounds back to back, and one more member joins and leaves again an
 notices flow; every call's latency is recorded. Request loops are bounded by ``--seconds``
 and stop by themselves.
 
-``--queue-adds`` replaces the rounds with what a 4.x Consumer does when it takes every queue of a
-new group (``_queue_adds``), the load sending to all ``--queues``; it adds ``queues_added``,
-``all_added_s`` (None unless every queue was added in the window) and the pull answers by code.
+``--queue-adds`` replaces the rounds with what a 4.9.7 Consumer does when it takes every queue of
+a new group (``_queue_adds``: a query per queue, one after the other, the offsets of the queues
+taken so far committed oneway every 5 s, the pulls started once all are taken), the load
+sending to all ``--queues``; it adds ``queues_added``, ``all_added_s`` (None unless every queue
+was added in the window) and the pull answers by code.
 
 Prints one JSON object: per kind and call, count, p50 / p99 / max in ms; the sends per second
 the load reached; and ``ratios`` (ours / Java, p50 and p99: below 1 means we answer faster).
@@ -89,6 +91,7 @@ class Recorder:
         self.ms: dict[str, list[float]] = defaultdict(list)
         self.errors: dict[str, int] = defaultdict(int)
         self.queues = 0
+        self.always_max_offset = False  # --max-offset
         self.pulls: dict[int, int] = defaultdict(int)  # answers by code (--queue-adds)
         self.remarks: dict[int, str] = {}
 
@@ -196,57 +199,85 @@ async def _churn(addr: str, end: float, rec: Recorder, notices: Notices) -> None
 
 PULL_SUSPEND_MS = 15000
 PULL_SYS_FLAG = 2 | 4  # suspend, subscription in the header (a Java consumer's first pull)
+#: A 4.x client commits the offsets of the queues it holds this often (oneway, one per queue:
+#: MQClientInstance.persistAllConsumerOffset, persistConsumerOffsetInterval).
+PERSIST_INTERVAL_S = 5.0
+
+
+async def _pulls(client: Any, addr: str, end: float, rec: Recorder, q: int, offset: int) -> None:
+    """One queue's pulls, long-polled, until ``end`` (a push consumer's pull of that queue)."""
+    while trio.current_time() < end:
+        ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q),
+               "queueOffset": str(offset), "maxMsgNums": "32",
+               "sysFlag": str(PULL_SYS_FLAG), "commitOffset": "0",
+               "suspendTimeoutMillis": str(PULL_SUSPEND_MS), "subscription": "*",
+               "subVersion": "0", "expressionType": "TAG"}
+        with trio.move_on_at(end):
+            try:
+                resp = await client.invoke(addr, RemotingCommand.request(
+                    RC.PULL_MESSAGE, ext), timeout=PULL_SUSPEND_MS / 1000 + 5)
+            except Exception:
+                rec.errors["pull"] += 1
+                return
+            rec.pulls[resp.code] += 1
+            if resp.code not in (0, 19, 20, 21):  # FOUND, NOT_FOUND, RETRY, MOVED
+                rec.remarks.setdefault(resp.code, str(resp.remark)[:200])
+                return
+            offset = int((resp.ext_fields or {}).get("nextBeginOffset", offset))
+
+
+async def _persist(client: Any, addr: str, end: float, offsets: dict[int, int]) -> None:
+    """Every PERSIST_INTERVAL_S until ``end``: a oneway UPDATE_CONSUMER_OFFSET per queue held."""
+    while True:
+        await trio.sleep_until(min(end, trio.current_time() + PERSIST_INTERVAL_S))
+        if trio.current_time() >= end:
+            return
+        for q, offset in list(offsets.items()):
+            ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q),
+                   "commitOffset": str(offset)}
+            with contextlib.suppress(Exception):  # a oneway's failure reaches no one
+                await client.invoke_oneway(
+                    addr, RemotingCommand.request(RC.UPDATE_CONSUMER_OFFSET, ext))
+
+
+async def _offset_of(client: Any, addr: str, rec: Recorder, q: int) -> int:
+    """Where a new group starts in queue ``q``: its committed offset (the broker answers 0 for
+    a queue whose first message is in memory), else the queue's max offset (``--max-offset``:
+    asked always, as for a queue whose first message is no longer in memory)."""
+    ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q)}
+    resp = await rec.call(client, addr, "query_offset",
+                          RemotingCommand.request(RC.QUERY_CONSUMER_OFFSET, ext))
+    if (resp is not None and resp.code == 0 and resp.ext_fields
+            and not rec.always_max_offset):
+        return int(resp.ext_fields.get("offset", 0))
+    ext = {"topic": TOPIC, "queueId": str(q)}
+    resp = await rec.call(client, addr, "max_offset",
+                          RemotingCommand.request(RC.GET_MAX_OFFSET, ext))
+    return int((resp.ext_fields or {}).get("offset", 0)) if resp is not None else 0
 
 
 async def _queue_adds(addr: str, end: float, rec: Recorder, added: list[float]) -> None:
-    """``--queue-adds``: what a 4.x push consumer does when a rebalance gives it every queue
-    (RebalancePushImpl.computePullFromWhere, CONSUME_FROM_LAST_OFFSET, a new group): per queue,
-    one after the other, QUERY_CONSUMER_OFFSET and, when no offset is committed,
-    GET_MAX_OFFSET; then that queue's pulls start (long-polled, in the background, as the
-    consumer's pull thread runs them). ``added`` gets each queue's add time (s from the start)."""
+    """``--queue-adds``: what a 4.9.7 push consumer does when a rebalance gives it every queue
+    of a new group (RebalanceImpl.updateProcessQueueTableInRebalance, RebalancePushImpl.
+    computePullFromWhereWithException, CONSUME_FROM_LAST_OFFSET): per queue, one after the
+    other, QUERY_CONSUMER_OFFSET and, when no offset is committed, GET_MAX_OFFSET; meanwhile,
+    every 5 s, the offsets of the queues taken so far committed oneway (persistAll); the
+    pulls start once every queue is taken (dispatchPullRequest after the loop), long-polled
+    in the background. ``added`` gets each queue's add time (s from the start)."""
     client_id = "127.0.0.1@bench-adds"
+    offsets: dict[int, int] = {}
     async with open_remoting_client() as client, trio.open_nursery() as nursery:
         await rec.call(client, addr, "heartbeat",
                        RemotingCommand.request(RC.HEART_BEAT, body=_heartbeat(client_id)))
-
-        async def pulls(q: int, offset: int) -> None:
-            while trio.current_time() < end:
-                ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q),
-                       "queueOffset": str(offset), "maxMsgNums": "32",
-                       "sysFlag": str(PULL_SYS_FLAG), "commitOffset": "0",
-                       "suspendTimeoutMillis": str(PULL_SUSPEND_MS), "subscription": "*",
-                       "subVersion": "0", "expressionType": "TAG"}
-                with trio.move_on_at(end):
-                    try:
-                        resp = await client.invoke(addr, RemotingCommand.request(
-                            RC.PULL_MESSAGE, ext), timeout=PULL_SUSPEND_MS / 1000 + 5)
-                    except Exception:
-                        rec.errors["pull"] += 1
-                        return
-                    rec.pulls[resp.code] += 1
-                    if resp.code not in (0, 19, 20, 21):  # FOUND, NOT_FOUND, RETRY, MOVED
-                        rec.remarks.setdefault(resp.code, str(resp.remark)[:200])
-                        return
-                    offset = int((resp.ext_fields or {}).get("nextBeginOffset", offset))
-
+        nursery.start_soon(_persist, client, addr, end, offsets)
         t0 = time.perf_counter()
         q = 0
         while q < rec.queues and trio.current_time() < end:
-            ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q)}
-            resp = await rec.call(client, addr, "query_offset",
-                                  RemotingCommand.request(RC.QUERY_CONSUMER_OFFSET, ext))
-            offset = 0
-            if resp is not None and resp.code == 0 and resp.ext_fields:
-                offset = int(resp.ext_fields.get("offset", 0))
-            else:
-                ext = {"topic": TOPIC, "queueId": str(q)}
-                resp = await rec.call(client, addr, "max_offset",
-                                      RemotingCommand.request(RC.GET_MAX_OFFSET, ext))
-                if resp is not None and resp.ext_fields:
-                    offset = int(resp.ext_fields.get("offset", 0))
+            offsets[q] = await _offset_of(client, addr, rec, q)
             added.append(time.perf_counter() - t0)
-            nursery.start_soon(pulls, q, offset)
             q += 1
+        for q, offset in offsets.items():
+            nursery.start_soon(_pulls, client, addr, end, rec, q, offset)
 
 
 async def _measure(addr: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -271,6 +302,7 @@ async def _measure(addr: str, args: argparse.Namespace) -> dict[str, Any]:
         end = trio.current_time() + args.seconds
         added: list[float] = []
         rec.queues = args.queues
+        rec.always_max_offset = args.max_offset
         async with trio.open_nursery() as nursery:
             if args.queue_adds:
                 nursery.start_soon(_queue_adds, addr, end, rec, added)
@@ -338,8 +370,12 @@ def main() -> None:
     p.add_argument("--kinds", default="java,ours")
     p.add_argument("--queue-adds", action="store_true",
                    help="instead of the rounds: one consumer takes all --queues of a new group "
-                        "as a 4.x push consumer does (query, max offset, first pull per queue) "
-                        "while the load sends to every queue")
+                        "as a 4.9.7 push consumer does (a query per queue, offsets committed "
+                        "every 5 s, pulls once all are taken) while the load sends to every "
+                        "queue")
+    p.add_argument("--max-offset", action="store_true",
+                   help="--queue-adds: a GET_MAX_OFFSET after every query (the path of a new "
+                        "group whose queues' first messages are no longer in memory)")
     p.add_argument("--load", metavar="ADDR", help=argparse.SUPPRESS)  # the load process
     args = p.parse_args()
     if args.load:

@@ -5,11 +5,19 @@
   avg / p99 / max RT of the sends that started inside a window; ``recovery`` the time from a
   kill to the first send answered SEND_OK after it;
 * the batch load (``rocketmq-batch``, ``nats-batch``): one ``BATCH ...`` line per 10 s;
-* ``median_ratios``: ours over Apache's (or NATS's) per figure, each side the median of its runs.
+* ``median_ratios``: ours over Apache's (or NATS's) per figure, each side the median of its runs;
+* the benchmark Producer's and Consumer's 10 s lines (rocketmq-example 4.7.0), and the consumer
+  case's steady state: ``caught_up_line`` finds the first Consumer line that shows it keeping up
+  with the Producer (``CAUGHT_UP_S2C_MS``, ``CAUGHT_UP_TPS_FRACTION``), ``lines_mostly_in`` the
+  lines a window holds; ``rebalance_adds`` reads the Java Consumer's own log of the queues it
+  took at rebalance.
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
+import itertools
 import math
 import re
 import statistics
@@ -172,3 +180,222 @@ def median_ratios(
             ours: a, base: b, "ratio": round(a / b, 3) if a is not None and b else None,
         }
     return out
+
+
+# --------------------------------------------------------------------------- Producer, Consumer
+
+#: "Send TPS: 1234 Max RT: 45 Average RT:   3.210 Send Failed: 0 Response Failed: 0"
+PRODUCER_LINE_RE: Final = re.compile(r"Send TPS:\s*\d+")
+_FIELD_RE: Final = re.compile(r"([A-Za-z][A-Za-z ]*?)\s*(?:\(ms\))?:\s*(-?\d+(?:\.\d+)?)")
+_FIELD_NAMES: Final = {
+    "Send TPS": "tps",
+    "Max RT": "max_rt_ms",
+    "Average RT": "avg_rt_ms",
+    "Send Failed": "send_failed",
+    "Response Failed": "response_failed",
+}
+#: "TPS: 1234 FAIL: 0 AVG(B2C) RT:   1.234 AVG(S2C) RT:   0.987 MAX(B2C) RT: 45 MAX(S2C) RT: 40"
+#: (the Consumer tool of rocketmq-example 4.7.0; a line of a 10 s without a message prints NaN
+#: averages and does not match); "Send TPS" lines are the Producer's.
+CONSUMER_LINE_RE: Final = re.compile(
+    r"(?<![A-Za-z] )\bTPS:\s*(\d+)\s+FAIL:\s*(\d+)\s+AVG\(B2C\) RT:\s*(-?[\d.]+)\s+"
+    r"AVG\(S2C\) RT:\s*(-?[\d.]+)\s+MAX\(B2C\) RT:\s*(-?\d+)\s+MAX\(S2C\) RT:\s*(-?\d+)"
+)
+#: The Consumer's lines left out of its early figures (the first one holds its start-up).
+CONSUMER_WARMUP_LINES: Final = 1
+#: Both tools print a line every 10 s; its rates cover the 9 s before it (the first and last of
+#: ten snapshots taken a second apart).
+LINE_PERIOD_S: Final = 10.0
+LINE_SPAN_S: Final = 9.0
+#: A Consumer line shows the Consumer caught up when its average store-to-consume RT is below
+#: this (a consumer working through a backlog is seconds behind; one keeping up, milliseconds)
+CAUGHT_UP_S2C_MS: Final = 1000.0
+#: ... and it consumed at least this fraction of what the Producer sent over the same 9 s.
+CAUGHT_UP_TPS_FRACTION: Final = 0.9
+
+
+def parse_producer_line(line: str) -> dict[str, float] | None:
+    """One of the Producer tool's ten-second lines as numbers; None for any other line."""
+    if PRODUCER_LINE_RE.search(line) is None:
+        return None
+    out: dict[str, float] = {}
+    for name, value in _FIELD_RE.findall(line):
+        key = _FIELD_NAMES.get(name.strip())
+        if key is not None:
+            out[key] = float(value) if "." in value else int(value)
+    return out if "tps" in out else None
+
+
+def parse_consumer_line(line: str) -> dict[str, float] | None:
+    """One of the Consumer tool's ten-second lines as numbers; None for any other line."""
+    m = CONSUMER_LINE_RE.search(line)
+    if m is None:
+        return None
+    tps, failed, avg_b2c, avg_s2c, max_b2c, max_s2c = m.groups()
+    try:
+        return {
+            "tps": int(tps), "consume_failed": int(failed),
+            "avg_b2c_rt_ms": float(avg_b2c), "avg_s2c_rt_ms": float(avg_s2c),
+            "max_b2c_rt_ms": int(max_b2c), "max_s2c_rt_ms": int(max_s2c),
+        }
+    except ValueError:  # "1.2.3": matched the pattern's digits and dots, not a number
+        return None
+
+
+def summarize_producer(lines: Sequence[Mapping[str, float]], warmup: int = 1) -> dict[str, Any]:
+    """The Producer's figures over its lines after ``warmup``: TPS and average RT the mean of
+    the lines; max RT and failures as its last line prints them (the tool's run so far)."""
+    steady = lines[warmup:]
+    if not steady:
+        return {}
+    return {
+        "lines": len(steady),
+        "tps": round(statistics.fmean(x["tps"] for x in steady)),
+        "avg_rt_ms": round(statistics.fmean(x.get("avg_rt_ms", 0.0) for x in steady), 3),
+        "max_rt_ms": steady[-1].get("max_rt_ms"),
+        "send_failed": steady[-1].get("send_failed"),
+        "response_failed": steady[-1].get("response_failed"),
+    }
+
+
+def summarize_consumer(
+    lines: Sequence[Mapping[str, float]], skip: int = CONSUMER_WARMUP_LINES
+) -> dict[str, Any]:
+    """The Consumer's figures over its lines after the first ``skip``: TPS and average RTs the
+    mean of the lines (each its own 10 s), max RT the largest it printed."""
+    steady = lines[skip:]
+    if not steady:
+        return {}
+    return {
+        "lines": len(steady),
+        "tps": round(statistics.fmean(x["tps"] for x in steady)),
+        "avg_b2c_rt_ms": round(statistics.fmean(x["avg_b2c_rt_ms"] for x in steady), 3),
+        "avg_s2c_rt_ms": round(statistics.fmean(x["avg_s2c_rt_ms"] for x in steady), 3),
+        "max_b2c_rt_ms": max(x["max_b2c_rt_ms"] for x in steady),
+        "max_s2c_rt_ms": max(x["max_s2c_rt_ms"] for x in steady),
+        "consume_failed": sum(x["consume_failed"] for x in steady),
+    }
+
+
+@attrs.frozen
+class Stamped:
+    """A tool's 10 s line (its figures) and when the bench read it (monotonic seconds)."""
+
+    at: float
+    figures: Mapping[str, float]
+
+
+def rate_over(
+    lines: Sequence[Stamped], t0: float, t1: float, key: str = "tps", span: float = LINE_SPAN_S
+) -> float | None:
+    """The rate ``key`` over [t0, t1]: the lines' values, each weighted by how much of the
+    ``span`` seconds before it overlaps the interval; None when no line overlaps it."""
+    total = weight = 0.0
+    for line in lines:
+        overlap = min(t1, line.at) - max(t0, line.at - span)
+        if overlap > 0:
+            total += overlap * line.figures[key]
+            weight += overlap
+    return total / weight if weight > 0 else None
+
+
+def caught_up_line(
+    consumer: Sequence[Stamped], producer: Sequence[Stamped], *,
+    skip: int = CONSUMER_WARMUP_LINES, max_s2c_ms: float = CAUGHT_UP_S2C_MS,
+    min_fraction: float = CAUGHT_UP_TPS_FRACTION, span: float = LINE_SPAN_S,
+) -> int | None:
+    """The index of the first Consumer line after the first ``skip`` that shows it keeping up:
+    its average S2C RT below ``max_s2c_ms`` and its TPS at least ``min_fraction`` of the
+    Producer's over the same ``span`` seconds. A line is judged only once the Producer has
+    printed a line at or after it (its span covered on both sides); None: none (yet)."""
+    last_sent = producer[-1].at if producer else None
+    for i, line in enumerate(consumer):
+        if last_sent is None or line.at > last_sent:
+            return None
+        if i < skip or line.figures["avg_s2c_rt_ms"] >= max_s2c_ms:
+            continue
+        sent = rate_over(producer, line.at - span, line.at, span=span)
+        if sent is not None and line.figures["tps"] >= min_fraction * sent:
+            return i
+    return None
+
+
+def lines_between(lines: Sequence[Stamped], t0: float, t1: float) -> list[Mapping[str, float]]:
+    """The figures of the lines read in (t0, t1]."""
+    return [s.figures for s in lines if t0 < s.at <= t1]
+
+
+def lines_mostly_in(
+    lines: Sequence[Stamped], t0: float, t1: float, span: float = LINE_SPAN_S
+) -> list[Mapping[str, float]]:
+    """The figures of the lines whose ``span`` seconds lie mostly inside [t0, t1] (read in
+    (t0 + span/2, t1 + span/2]); a window shorter than that: the first line read after
+    t0 + span/2. A tool on its own 10 s phase, its lines matched to another's window."""
+    half = span / 2
+    inside = lines_between(lines, t0 + half, t1 + half)
+    if inside:
+        return inside
+    after = [s for s in lines if s.at > t0 + half]
+    return [after[0].figures] if after else []
+
+
+def window_getters(
+    getters: Mapping[str, Callable[[Mapping[str, Any]], Any]], prefix: str, key: str | None
+) -> dict[str, Callable[[Mapping[str, Any]], Any]]:
+    """``getters`` named ``prefix + name``, each reading the run's ``key`` part (None: the run
+    itself): one table of figures for each window a run measured."""
+    if key is None:
+        return {prefix + name: get for name, get in getters.items()}
+    return {prefix + name: functools.partial(_in_part, key, get) for name, get in getters.items()}
+
+
+def _in_part(key: str, get: Callable[[Mapping[str, Any]], Any], run: Mapping[str, Any]) -> Any:
+    return get(run[key])
+
+
+# --------------------------------------------------------------------------- the Consumer's log
+
+#: "2026-11-30 08:01:02,345 INFO RocketmqClient - doRebalance, G, add a new mq, MessageQueue
+#: [topic=T, brokerName=broker-a, queueId=7]" (4.9.7 client log: RebalanceImpl, its layout)
+_ADD_MQ_RE: Final = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .{0,200}? - doRebalance, \S{1,300}, add a new mq, "
+    r"MessageQueue \[topic=(\S{1,300}), brokerName=\S{1,300}, queueId=(\d{1,9})\]"
+)
+_OFFSET_FAILED_RE: Final = re.compile(
+    r" - doRebalance, \S{1,300}, (?:compute offset failed|add new mq failed), "
+    r"MessageQueue \[topic=(\S{1,300}),"
+)
+_LOG_TIME_FORMAT: Final = "%Y-%m-%d %H:%M:%S,%f"
+
+
+def rebalance_adds(text: str, topic: str, start_epoch_s: float) -> dict[str, Any]:
+    """From a 4.x client's log: the queues of ``topic`` its rebalance took (each once), when the
+    first and the last was taken (seconds after ``start_epoch_s``; the log's local time), how
+    many additions failed (offset query failed or timed out: retried on the next rebalance,
+    20 s later), and the time from one addition to the next (p50 / p99 / max ms: one
+    synchronous QUERY_CONSUMER_OFFSET each, as the client saw it; the log's ms resolution)."""
+    added: dict[int, float] = {}
+    failed = 0
+    for line in text.splitlines():
+        m = _ADD_MQ_RE.match(line)
+        if m is not None:
+            if m[2] == topic:
+                at = datetime.datetime.strptime(m[1], _LOG_TIME_FORMAT).timestamp()
+                added.setdefault(int(m[3]), at)
+            continue
+        f = _OFFSET_FAILED_RE.search(line)
+        if f is not None and f[1] == topic:
+            failed += 1
+    times = sorted(added.values())
+    # one addition to the next: an offset query's round trip as the client saw it
+    gaps = [(b - a) * 1000 for a, b in itertools.pairwise(times)]
+    return {
+        "queues_added": len(added),
+        "first_add_s": round(times[0] - start_epoch_s, 2) if times else None,
+        "last_add_s": round(times[-1] - start_epoch_s, 2) if times else None,
+        "failed_adds": failed,
+        "add_gap_ms": {
+            "p50": round(percentile(gaps, 0.5), 1), "p99": round(percentile(gaps, 0.99), 1),
+            "max": round(max(gaps), 1),
+        } if gaps else None,
+    }

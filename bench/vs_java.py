@@ -4,6 +4,7 @@
                              [--repeats 1] [--modes single,sync,async,dledger,batch]
                              [--keep-logs DIR] [--no-consumer] [--busy N]
                              [--batch 32] [--batch-threads 8] [--no-kill-leader]
+                             [--catch-up-s 120]
 
 For each repeat and mode, the Java cluster (Apache RocketMQ 4.9.7's NameServer + Broker) and ours
 run one after the other (the order alternates between repeats), each from the same rendered
@@ -15,11 +16,34 @@ messages from ``--threads`` threads to topic BenchmarkTest (auto-created) until 
 (it prints one every 10 s). Both brokers give the auto-created topic the same 1024 queues (the
 routes show it). Beside it (unless ``--no-consumer``), ``org.apache.rocketmq.example.benchmark.
 Consumer`` (same jar, a push consumer with its default 20 consume threads, group
-``benchmark_consumer`` plus a fresh suffix, so it starts at the queues' ends) is started once the
-Producer printed its first line (the topic exists then) and consumes what the Producer sends;
-it too prints a line every 10 s: TPS, failures, average and max RT from the message's birth on
-the producer (B2C) and from its storing on the broker (S2C) to its consumption. Its first line
-(start-up, rebalance) is left out of its figures; the run waits for at least one more.
+``benchmark_consumer`` plus a fresh suffix, CONSUME_FROM_LAST_OFFSET) is started once the
+Producer printed its first line (the topic exists then) and consumes what the Producer sends.
+A new group has no committed offset and the queues' first messages are still in memory, so
+both brokers answer its offset queries with 0: it starts at the queues' beginnings, with the
+backlog the Producer made before it (and during its rebalance) to work through. It too prints a
+line every 10 s: TPS, failures, average and max RT from the message's birth on the producer
+(B2C) and from its storing on the broker (S2C) to its consumption. The case is measured in two
+windows:
+  * **early** (the run's top-level figures, as before): the Producer's lines right after its
+    warm-up ones, and the Consumer's lines read by then after its first (start-up, rebalance;
+    the run waits for at least one more). The Consumer may still be adding queues or working
+    through its backlog here;
+  * **caught up** (``caught_up_window``, the same figures): the run then waits, up to
+    ``--catch-up-s`` from the Consumer's start, for a Consumer line after its first whose
+    average S2C RT is below ``vs_figures.CAUGHT_UP_S2C_MS`` and whose TPS is at least
+    ``vs_figures.CAUGHT_UP_TPS_FRACTION`` of the Producer's over the same 9 s (each tool's
+    line is stamped as the bench reads it; a line is judged once the Producer printed one at
+    or after it), then measures the ``ceil(--seconds / 10)`` Producer lines after the next
+    one, and the Consumer's lines with most of their 9 s in that window (at least one; the
+    two tools print on their own phases): a broker with a consumer attached and keeping up.
+    ``caught_up`` says whether it came; ``consumer_catch_up_s`` is the Consumer's start to
+    the caught-up line being read (to 10 s: the line covers the 10 s before it; null when it
+    did not catch up, and the window is measured anyway).
+``consumer_rebalance`` reads the Consumer's client log (``-Drocketmq.client.logRoot``): the
+queues of BenchmarkTest its rebalance added (4.9.7 adds them one at a time, each after a
+synchronous QUERY_CONSUMER_OFFSET, and starts pulling only when all are added), the first and
+the last addition (s after its start), the additions that failed (retried 20 s later) and
+the time from one addition to the next (``add_gap_ms``: an offset query as the client saw it).
 
 The probe (bench/java/BenchClient.java ``probe``, on the same 4.9.7 client, its route polled
 every 100 ms) sends one 1 KiB message to BenchmarkTest every 10 ms beside the Producer in every
@@ -56,9 +80,12 @@ runnable but waited for a CPU, over the window, from /proc/<pid>/task/*/schedsta
 messages, and its VmRSS / RssAnon / VmHWM at the end (from /proc/<pid>/status).
 ``ours_vs_java`` has, per mode and figure, ours and Java's (each the median over the repeats)
 and ours/Java: TPS above 1 means we are faster, RT and CPU and RSS below 1 mean we are lighter.
-With the Consumer: its lines (``consumer_lines``) and figures (``consumer_steady``), and
-``consumer_tps`` and its average B2C / S2C RT among the ratios. The CPU and memory figures then
-cover both loads at once.
+With the Consumer: its lines (``consumer_lines``) and figures (``consumer_steady``) in each
+window, and ``consumer_tps`` and its average B2C / S2C RT among the ratios; every figure of the
+ratios then comes twice, named for its window (``early_tps``, ``caught_up_tps``,
+``caught_up_consumer_avg_s2c_rt_ms``, ...), beside ``consumer_catch_up_s`` and the rebalance's
+``consumer_rebalance_*`` (last addition, queues added, the p50 / p99 time from one addition to
+the next). The CPU and memory figures then cover both loads at once.
 
 The JVM (brokers and NameServer: oracle.JVM_BASE_OPTS without the tests' C1-only flags, so the
 full tiered C2 JIT runs): ``-server -Xms256m -Xmx512m -XX:+UseSerialGC
@@ -86,11 +113,10 @@ import json
 import os
 import re
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -116,27 +142,16 @@ CLIENT_JVM_OPTS: Final = (
     "-server", "-Xms256m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:ActiveProcessorCount=2",
 )
 #: The tool prints one line every 10 s; it starts after the client's first route lookup.
-LINE_PERIOD_S: Final = 10.0
+LINE_PERIOD_S: Final = vs_figures.LINE_PERIOD_S
 FIRST_LINE_TIMEOUT_S: Final = 60.0
 HA_CONNECT_TIMEOUT_S: Final = 60.0
-#: "Send TPS: 1234 Max RT(ms): 45 Average RT(ms):   3.210 Send Failed: 0 Response Failed: 0"
-TPS_LINE_RE: Final = re.compile(r"Send TPS:\s*\d+")
-_FIELD_RE: Final = re.compile(r"([A-Za-z][A-Za-z ]*?)\s*(?:\(ms\))?:\s*(-?\d+(?:\.\d+)?)")
-_FIELD_NAMES: Final = {
-    "Send TPS": "tps",
-    "Max RT": "max_rt_ms",
-    "Average RT": "avg_rt_ms",
-    "Send Failed": "send_failed",
-    "Response Failed": "response_failed",
-}
-#: "TPS: 1234 FAIL: 0 AVG(B2C) RT:   1.234 AVG(S2C) RT:   0.987 MAX(B2C) RT: 45 MAX(S2C) RT: 40"
-#: (the Consumer tool of rocketmq-example 4.7.0); "Send TPS" lines are the Producer's.
-CONSUMER_LINE_RE: Final = re.compile(
-    r"(?<![A-Za-z] )\bTPS:\s*(\d+)\s+FAIL:\s*(\d+)\s+AVG\(B2C\) RT:\s*(-?[\d.]+)\s+"
-    r"AVG\(S2C\) RT:\s*(-?[\d.]+)\s+MAX\(B2C\) RT:\s*(-?\d+)\s+MAX\(S2C\) RT:\s*(-?\d+)"
-)
-#: The Consumer's lines left out of its figures (the first one holds its start and rebalance).
-CONSUMER_WARMUP_LINES: Final = 1
+TPS_LINE_RE: Final = vs_figures.PRODUCER_LINE_RE
+CONSUMER_LINE_RE: Final = vs_figures.CONSUMER_LINE_RE
+#: How long the Consumer gets, from its start, to catch up before the caught-up window is taken
+#: anyway (``--catch-up-s``; the run then says ``caught_up: false``).
+CATCH_UP_TIMEOUT_S: Final = 120.0
+#: The Java Consumer's client log (its rebalance's queue additions) is read up to this size.
+CLIENT_LOG_MAX_BYTES: Final = 64 * 1024 * 1024
 MODES: Final = {
     "single": None,
     "sync": "SYNC_MASTER",
@@ -200,79 +215,39 @@ def _established_ports() -> set[int]:
     return ports
 
 
-# --------------------------------------------------------------------------- the tool's output
+# --------------------------------------------------------------------------- the tools' output
 
 
-def parse_line(line: str) -> dict[str, float] | None:
-    """One of the Producer tool's ten-second lines as numbers; None for any other line."""
-    if TPS_LINE_RE.search(line) is None:
-        return None
-    out: dict[str, float] = {}
-    for name, value in _FIELD_RE.findall(line):
-        key = _FIELD_NAMES.get(name.strip())
-        if key is not None:
-            out[key] = float(value) if "." in value else int(value)
-    return out if "tps" in out else None
+class LineClock:
+    """A tool's 10 s lines as its node's reader thread reads them, each stamped with the time it
+    was read (``time.monotonic()``): the two tools' lines are matched in time by these stamps.
+    One line per 10 s per tool: the run's length bounds the list."""
 
+    def __init__(self, parse: Callable[[str], dict[str, float] | None]) -> None:
+        self._parse = parse
+        self._lines: list[vs_figures.Stamped] = []
 
-def parse_consumer_line(line: str) -> dict[str, float] | None:
-    """One of the Consumer tool's ten-second lines as numbers; None for any other line."""
-    m = CONSUMER_LINE_RE.search(line)
-    if m is None:
-        return None
-    tps, failed, avg_b2c, avg_s2c, max_b2c, max_s2c = m.groups()
-    return {
-        "tps": int(tps), "consume_failed": int(failed),
-        "avg_b2c_rt_ms": float(avg_b2c), "avg_s2c_rt_ms": float(avg_s2c),
-        "max_b2c_rt_ms": int(max_b2c), "max_s2c_rt_ms": int(max_s2c),
-    }
+    def __call__(self, text: str) -> None:  # the reader thread: one append, atomic
+        figures = self._parse(text)
+        if figures is not None:
+            self._lines.append(vs_figures.Stamped(time.monotonic(), figures))
 
+    def stamped(self) -> list[vs_figures.Stamped]:
+        return list(self._lines)
 
-def tool_lines(node: oracle.Node, parse: Any = parse_line) -> list[dict[str, float]]:
-    try:
-        text = node.log.read_text(errors="replace")
-    except OSError:
-        return []
-    return [p for p in map(parse, text.splitlines()) if p is not None]
+    def lines(self) -> list[dict[str, float]]:
+        return [dict(s.figures) for s in self._lines]
 
-
-def summarize_consumer(lines: list[dict[str, float]]) -> dict[str, Any]:
-    """The Consumer's figures over its lines after the first: TPS and average RTs are each
-    line's own 10 s, max RT the largest it printed."""
-    steady = lines[CONSUMER_WARMUP_LINES:]
-    if not steady:
-        return {}
-    return {
-        "lines": len(steady),
-        "tps": round(statistics.fmean(x["tps"] for x in steady)),
-        "avg_b2c_rt_ms": round(statistics.fmean(x["avg_b2c_rt_ms"] for x in steady), 3),
-        "avg_s2c_rt_ms": round(statistics.fmean(x["avg_s2c_rt_ms"] for x in steady), 3),
-        "max_b2c_rt_ms": max(x["max_b2c_rt_ms"] for x in steady),
-        "max_s2c_rt_ms": max(x["max_s2c_rt_ms"] for x in steady),
-        "consume_failed": sum(x["consume_failed"] for x in steady),
-    }
-
-
-def summarize(lines: list[dict[str, float]], warmup: int = 1) -> dict[str, Any]:
-    steady = lines[warmup:]
-    if not steady:
-        return {}
-    return {
-        "lines": len(steady),
-        "tps": round(statistics.fmean(x["tps"] for x in steady)),
-        "avg_rt_ms": round(statistics.fmean(x.get("avg_rt_ms", 0.0) for x in steady), 3),
-        # the tool prints its run-so-far maximum RT and failure counts (warm-up included)
-        "max_rt_ms": steady[-1].get("max_rt_ms"),
-        "send_failed": steady[-1].get("send_failed"),
-        "response_failed": steady[-1].get("response_failed"),
-    }
+    def count(self) -> int:
+        return len(self._lines)
 
 
 # --------------------------------------------------------------------------- one run
 
 
-def _wait(what: str, cond: Any, timeout: float, watch: list[oracle.Node]) -> None:
-    """Wait for ``cond()`` with a deadline; fail early when a watched process exits."""
+def _wait_until(what: str, cond: Any, timeout: float, watch: list[oracle.Node]) -> bool:
+    """Wait for ``cond()`` with a deadline (False: it passed); fail at once when a watched
+    process exits."""
     deadline = time.monotonic() + timeout
     while not cond():
         for node in watch:
@@ -280,9 +255,16 @@ def _wait(what: str, cond: Any, timeout: float, watch: list[oracle.Node]) -> Non
                 raise oracle.OracleError(f"{node.name} exited while waiting for {what}:\n"
                                          f"{node.tail()}")
         if time.monotonic() >= deadline:
-            raise oracle.OracleError(f"no {what} within {timeout:g}s")
+            return False
         with contextlib.suppress(Exception):
             watch[0].proc.wait(0.2)  # a bounded tick that also notices an exit at once
+    return True
+
+
+def _wait(what: str, cond: Any, timeout: float, watch: list[oracle.Node]) -> None:
+    """Wait for ``cond()`` with a deadline; fail early when a watched process exits."""
+    if not _wait_until(what, cond, timeout, watch):
+        raise oracle.OracleError(f"no {what} within {timeout:g}s")
 
 
 @contextlib.contextmanager
@@ -334,8 +316,9 @@ class Classpaths:
     client: str
 
 
-def _java(root: Path, cp: str, main: str, *args: str) -> list[str]:
-    return [oracle._tool("java"), *CLIENT_JVM_OPTS, f"-Duser.home={root}", "-cp", cp, main, *args]
+def _java(root: Path, cp: str, main: str, *args: str, opts: tuple[str, ...] = ()) -> list[str]:
+    return [oracle._tool("java"), *CLIENT_JVM_OPTS, *opts, f"-Duser.home={root}", "-cp", cp, main,
+            *args]
 
 
 def _start_nodes(
@@ -381,18 +364,53 @@ def _start_nodes(
 
 def _start_load(
     kind: str, mode: str, root: Path, addr: str, cps: Classpaths, args: argparse.Namespace
-) -> tuple[oracle.Node, Any]:
-    """The load generator's process and the parser of its 10 s lines."""
+) -> tuple[oracle.Node, LineClock]:
+    """The load generator's process and its 10 s lines."""
     if mode == "batch":
         sub = "nats-batch" if kind == "nats" else "rocketmq-batch"
         cmd = _java(root, cps.client, "BenchClient", sub, addr, BATCH_TOPIC,
                     str(args.batch_threads), str(args.batch), str(args.size))
+        clock = LineClock(vs_figures.parse_batch_line)
         env = oracle._java_env(root / "tool")
-        return oracle.spawn("batch", cmd, root, BATCH_LINE_RE, env), vs_figures.parse_batch_line
+        return oracle.spawn("batch", cmd, root, BATCH_LINE_RE, env, clock), clock
     cmd = _java(root, cps.tools, PRODUCER_MAIN, "-n", addr, "-w", str(args.threads),
                 "-s", str(args.size), "-t", TOPIC)
-    return oracle.spawn("producer", cmd, root, TPS_LINE_RE, oracle._java_env(root / "tool")), \
-        parse_line
+    clock = LineClock(vs_figures.parse_producer_line)
+    env = oracle._java_env(root / "tool")
+    return oracle.spawn("producer", cmd, root, TPS_LINE_RE, env, clock), clock
+
+
+@attrs.frozen
+class ConsumerTool:
+    """The benchmark Consumer's process, its lines, when it started (monotonic and epoch s),
+    and where its client writes its log (``rocketmq.client.logRoot``)."""
+
+    node: oracle.Node
+    clock: LineClock
+    started: float
+    started_epoch: float
+    log_root: Path
+
+
+def _start_consumer(root: Path, addr: str, cps: Classpaths) -> ConsumerTool:
+    log_root = root / "consumer-client" / "logs"
+    clock = LineClock(vs_figures.parse_consumer_line)
+    cmd = _java(root, cps.tools, CONSUMER_MAIN, "-n", addr, "-t", TOPIC,
+                opts=(f"-Drocketmq.client.logRoot={log_root}",))
+    started, started_epoch = time.monotonic(), time.time()
+    node = oracle.spawn("consumer", cmd, root, CONSUMER_LINE_RE,
+                        oracle._java_env(root / "consumer-tool"), clock)
+    return ConsumerTool(node, clock, started, started_epoch, log_root)
+
+
+def _consumer_rebalance(consumer: ConsumerTool) -> dict[str, Any]:
+    """The queues of TOPIC the Consumer's rebalance took, and when (its client log)."""
+    try:
+        with open(consumer.log_root / "rocketmq_client.log", "rb") as f:
+            text = f.read(CLIENT_LOG_MAX_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return {}
+    return vs_figures.rebalance_adds(text, TOPIC, consumer.started_epoch)
 
 
 def _start_probe(root: Path, addr: str, cps: Classpaths) -> oracle.Node:
@@ -427,21 +445,24 @@ def _kill_leader(nodes: dict[str, oracle.Node], probe: oracle.Node) -> dict[str,
 
 
 def _measure(
-    tool: oracle.Node, parse: Any, nodes: dict[str, oracle.Node], watch: list[oracle.Node],
-    warmup: int, windows: int,
+    clock: LineClock, nodes: dict[str, oracle.Node], watch: list[oracle.Node], warmup: int,
+    windows: int,
 ) -> dict[str, Any]:
-    """Wait out the warm-up lines, then read CPU, wall and epoch times across the measured ones."""
-    _wait(f"{warmup} warm-up lines", lambda: len(tool_lines(tool, parse)) >= warmup,
-          (warmup + 2) * LINE_PERIOD_S + FIRST_LINE_TIMEOUT_S, [tool, *watch])
+    """Wait for the load's first ``warmup`` lines, then read CPU, wall and epoch times across
+    the lines up to ``windows``."""
+    _wait(f"{warmup} lines from the load", lambda: clock.count() >= warmup,
+          (max(0, warmup - clock.count()) + 2) * LINE_PERIOD_S + FIRST_LINE_TIMEOUT_S, watch)
     cpu0 = {k: cpu_seconds(n.pid) for k, n in nodes.items()}
     sched0 = {k: sched_seconds(n.pid) for k, n in nodes.items()}
     t0, epoch0 = time.monotonic(), time.time()
-    _wait(f"{windows} lines from the load", lambda: len(tool_lines(tool, parse)) >= windows,
-          (windows + 2) * LINE_PERIOD_S, [tool, *watch])
-    elapsed = time.monotonic() - t0
+    _wait(f"{windows} lines from the load", lambda: clock.count() >= windows,
+          (windows - warmup + 2) * LINE_PERIOD_S, watch)
+    t1 = time.monotonic()
+    elapsed = t1 - t0
     sched = {k: sched_seconds(n.pid) for k, n in nodes.items()}
     return {
         "elapsed": elapsed,
+        "mono": (t0, t1),
         # cores' worth of the window each node ran, and was runnable but waited for a CPU
         "sched_cores": {k: {"on_cpu": round((sched[k][0] - sched0[k][0]) / elapsed, 3),
                             "runnable_waiting": round((sched[k][1] - sched0[k][1]) / elapsed, 3)}
@@ -458,6 +479,48 @@ def _line_counts(args: argparse.Namespace) -> tuple[int, int]:
     return warmup, warmup + max(1, -(-int(args.seconds) // int(LINE_PERIOD_S)))
 
 
+def _early_consumer_lines(consumer: ConsumerTool, watch: list[oracle.Node]) -> list[Any]:
+    """The Consumer's lines once it printed one after its first (the Producer still on)."""
+    want = vs_figures.CONSUMER_WARMUP_LINES + 1
+    _wait(f"{want} lines from the Consumer tool", lambda: consumer.clock.count() >= want,
+          (want + 2) * LINE_PERIOD_S + FIRST_LINE_TIMEOUT_S, [consumer.node, *watch])
+    return consumer.clock.lines()
+
+
+def _caught_up_window(
+    consumer: ConsumerTool, producer: LineClock, nodes: dict[str, oracle.Node],
+    watch: list[oracle.Node], args: argparse.Namespace,
+) -> dict[str, Any]:
+    """Wait, up to ``--catch-up-s`` from the Consumer's start, for a Consumer line that shows it
+    caught up (vs_figures.caught_up_line); then measure the ``--seconds`` of Producer lines
+    after the next one (caught up or not: the result says which), and the Consumer's lines
+    with most of their 9 s in that window (at least one)."""
+    watch = [consumer.node, *watch]
+
+    def found() -> int | None:
+        return vs_figures.caught_up_line(consumer.clock.stamped(), producer.stamped())
+
+    left = consumer.started + args.catch_up_s - time.monotonic()
+    _wait_until("the Consumer to catch up", lambda: found() is not None, max(0.0, left), watch)
+    at = found()
+    warmup, windows = _line_counts(args)
+    start = producer.count() + 1  # a line boundary: the CPU readings cover whole lines
+    m = _measure(producer, nodes, watch, start, start + windows - warmup)
+    m["lines"] = producer.lines()[start:start + windows - warmup]
+    t0, t1 = m["mono"]
+    half = vs_figures.LINE_SPAN_S / 2  # its lines with most of their span in the window
+    _wait("the Consumer's lines of the caught-up window",
+          lambda: time.monotonic() >= t1 + half
+          and any(s.at > t0 + half for s in consumer.clock.stamped()), 2 * LINE_PERIOD_S, watch)
+    stamped = consumer.clock.stamped()
+    m["consumer_lines"] = vs_figures.lines_mostly_in(stamped, t0, t1)
+    return {
+        "caught_up": at is not None,
+        "consumer_catch_up_s": None if at is None else round(stamped[at].at - consumer.started, 1),
+        "caught_up_window": m,
+    }
+
+
 def _run_load(
     kind: str, mode: str, root: Path, cps: Classpaths, args: argparse.Namespace,
     stack: contextlib.ExitStack,
@@ -470,30 +533,56 @@ def _run_load(
         stack.callback(probe.stop)
         _wait("the probe's first SEND_OK", lambda: any(s.ok for s in _probe_log(probe).sends),
               FIRST_LINE_TIMEOUT_S + RECOVERY_TIMEOUT_S, [probe, *nodes.values()])
-    tool, parse = _start_load(kind, mode, root, addr, cps, args)
+    tool, clock = _start_load(kind, mode, root, addr, cps, args)
     stack.callback(tool.stop)
-    consumer: oracle.Node | None = None
+    consumer: ConsumerTool | None = None
     tool.wait_boot(FIRST_LINE_TIMEOUT_S + (warmup + 1) * LINE_PERIOD_S)
     if args.consumer and mode != "batch":  # the topic exists once the Producer printed a line
-        ccmd = _java(root, cps.tools, CONSUMER_MAIN, "-n", addr, "-t", TOPIC)
-        consumer = oracle.spawn("consumer", ccmd, root, CONSUMER_LINE_RE,
-                                oracle._java_env(root / "consumer-tool"))
-        stack.callback(consumer.stop)
-    m = _measure(tool, parse, nodes, list(nodes.values()), warmup, windows)
-    if consumer is not None:  # at least one line after its first, Producer still on
-        want = CONSUMER_WARMUP_LINES + 1
-        _wait(f"{want} lines from the Consumer tool",
-              lambda: len(tool_lines(consumer, parse_consumer_line)) >= want,
-              (want + 2) * LINE_PERIOD_S + FIRST_LINE_TIMEOUT_S,
-              [consumer, tool, *nodes.values()])
-    m["lines"] = tool_lines(tool, parse)[:windows]  # the kill below makes lines of its own
+        consumer = _start_consumer(root, addr, cps)
+        stack.callback(consumer.node.stop)
+    watch = [tool, *nodes.values()]
+    m = _measure(clock, nodes, watch, warmup, windows)
+    m["lines"] = clock.lines()[:windows]  # the warm-up lines too (the figures skip them)
+    if consumer is not None:
+        m["consumer_lines"] = _early_consumer_lines(consumer, watch)
+        m.update(_caught_up_window(consumer, clock, nodes, watch, args))
+        m["consumer_rebalance"] = _consumer_rebalance(consumer)
     if probe is not None:
-        m["probe"] = vs_figures.probe_rt(_probe_log(probe), *m["epoch_ms"])
+        for window in (m, m.get("caught_up_window") or {}):
+            if window:
+                window["probe"] = vs_figures.probe_rt(_probe_log(probe), *window["epoch_ms"])
         if mode == "dledger" and args.kill_leader:
             m["leader_kill"] = _kill_leader(nodes, probe)
-    m["consumer_lines"] = (None if consumer is None
-                           else tool_lines(consumer, parse_consumer_line))
     return m
+
+
+def _window_figures(
+    m: dict[str, Any], mode: str, warmup: int, consumer_skip: int
+) -> dict[str, Any]:
+    """One measured window's figures: the load's lines (the first ``warmup`` before the window)
+    and summary, the probe's RTs, each node's CPU (per 1000 messages too), scheduling and
+    memory; the Consumer's lines and summary (its first ``consumer_skip`` left out)."""
+    lines = m["lines"]
+    steady = (vs_figures.summarize_batch(lines, warmup) if mode == "batch"
+              else vs_figures.summarize_producer(lines, warmup))
+    msgs = max(1.0, steady.get("tps", 0) * m["elapsed"])
+    cpu = m["cpu"]
+    return {
+        "tool_lines": lines,
+        "steady": steady,
+        "probe": m.get("probe"),
+        "window_s": round(m["elapsed"], 1),
+        "cpu_s": cpu,
+        "sched_cores": m["sched_cores"],
+        "cpu_ms_per_1000_msgs": {k: round(v / msgs * 1e6, 1) for k, v in cpu.items()},
+        "all_brokers_cpu_ms_per_1000_msgs": round(
+            sum(v for k, v in cpu.items() if k != "namesrv") / msgs * 1e6, 1),
+        "memory_mb": m["mem"],
+        **({} if "consumer_lines" not in m else {
+            "consumer_lines": m["consumer_lines"],
+            "consumer_steady": vs_figures.summarize_consumer(m["consumer_lines"], consumer_skip),
+        }),
+    }
 
 
 def run_once(
@@ -508,30 +597,16 @@ def run_once(
         finally:
             if args.keep_logs is not None:
                 _keep_logs(root, args.keep_logs / f"{kind}-{mode}-{rep}")
-    lines = m["lines"]
-    steady = (vs_figures.summarize_batch(lines, warmup) if mode == "batch"
-              else summarize(lines, warmup))
-    msgs = max(1.0, steady.get("tps", 0) * m["elapsed"])
-    cpu = m["cpu"]
-    return {
-        "kind": kind,
-        "mode": mode,
-        "tool_lines": lines,
-        "steady": steady,
-        "probe": m.get("probe"),
-        "leader_kill": m.get("leader_kill"),
-        "window_s": round(m["elapsed"], 1),
-        "cpu_s": cpu,
-        "sched_cores": m["sched_cores"],
-        "cpu_ms_per_1000_msgs": {k: round(v / msgs * 1e6, 1) for k, v in cpu.items()},
-        "all_brokers_cpu_ms_per_1000_msgs": round(
-            sum(v for k, v in cpu.items() if k != "namesrv") / msgs * 1e6, 1),
-        "memory_mb": m["mem"],
-        **({} if m["consumer_lines"] is None else {
-            "consumer_lines": m["consumer_lines"],
-            "consumer_steady": summarize_consumer(m["consumer_lines"]),
-        }),
-    }
+    out = {"kind": kind, "mode": mode, "leader_kill": m.get("leader_kill"),
+           **_window_figures(m, mode, warmup, vs_figures.CONSUMER_WARMUP_LINES)}
+    if "caught_up_window" in m:
+        out.update({
+            "caught_up": m["caught_up"],
+            "consumer_catch_up_s": m["consumer_catch_up_s"],
+            "consumer_rebalance": m["consumer_rebalance"],
+            "caught_up_window": _window_figures(m["caught_up_window"], mode, 0, 0),
+        })
+    return out
 
 
 def _keep_logs(root: Path, dest: Path) -> None:
@@ -566,10 +641,33 @@ FIGURES: Final[dict[str, Any]] = {
 }
 
 
+#: With the Consumer, besides each window's FIGURES (``early_*``, ``caught_up_*``).
+CONSUMER_FIGURES: Final[dict[str, Any]] = {
+    "consumer_catch_up_s": lambda r: r["consumer_catch_up_s"],
+    "consumer_rebalance_last_add_s": lambda r: r["consumer_rebalance"]["last_add_s"],
+    "consumer_rebalance_queues_added": lambda r: r["consumer_rebalance"]["queues_added"],
+    "consumer_rebalance_add_gap_p50_ms": lambda r: r["consumer_rebalance"]["add_gap_ms"]["p50"],
+    "consumer_rebalance_add_gap_p99_ms": lambda r: r["consumer_rebalance"]["add_gap_ms"]["p99"],
+}
+
+
+def figures_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures a mode's runs are compared by: FIGURES; with the Consumer, FIGURES of each
+    window under a prefix that names it (``early_``: the window right after the warm-up;
+    ``caught_up_``: the one after the Consumer caught up) and CONSUMER_FIGURES."""
+    if not any("caught_up_window" in r for r in runs):
+        return FIGURES
+    return {
+        **vs_figures.window_getters(FIGURES, "early_", None),
+        **vs_figures.window_getters(FIGURES, "caught_up_", "caught_up_window"),
+        **CONSUMER_FIGURES,
+    }
+
+
 def comparison(runs: list[dict[str, Any]], mode: str, base: str = "java") -> dict[str, Any]:
     """Per figure the run has: ours, ``base``'s (each the median over its repeats), ours/base."""
     of_mode = [r for r in runs if r["mode"] == mode]
-    table = vs_figures.median_ratios(of_mode, FIGURES, base=base)
+    table = vs_figures.median_ratios(of_mode, figures_of(of_mode), base=base)
     return {k: v for k, v in table.items() if v["ours"] is not None or v[base] is not None}
 
 
@@ -601,6 +699,9 @@ def _parse_args() -> argparse.Namespace:
                         help="threads each sending a batch and waiting for it (batch mode)")
     parser.add_argument("--no-kill-leader", dest="kill_leader", action="store_false",
                         help="dledger: skip the leader kill -9 after the measured window")
+    parser.add_argument("--catch-up-s", type=float, default=CATCH_UP_TIMEOUT_S,
+                        help="with the Consumer: how long it gets from its start to catch up "
+                             "before the caught-up window is measured anyway")
     args = parser.parse_args()
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in args.mode_list if m not in MODES]
@@ -608,11 +709,11 @@ def _parse_args() -> argparse.Namespace:
         parser.error(f"unknown mode(s) {bad}; choose from {list(MODES)}")
     if not (1 <= args.threads <= 1024 and 1 <= args.size <= 4 * 1024 * 1024
             and 1 <= args.repeats <= 100 and 0 < args.seconds <= 3600 and 0 <= args.warmup <= 3600
-            and 0 <= args.busy <= 64 and 1 <= args.batch <= 1024
+            and 0 <= args.busy <= 64 and 1 <= args.batch <= 1024 and 0 <= args.catch_up_s <= 3600
             and 1 <= args.batch_threads <= 1024 and args.batch * args.size <= 4 * 1024 * 1024):
         parser.error("--threads 1..1024, --size 1..4194304, --repeats 1..100, --seconds 0..3600,"
                      " --busy 0..64, --batch 1..1024 (batch x size <= 4 MiB), --batch-threads"
-                     " 1..1024")
+                     " 1..1024, --catch-up-s 0..3600")
     return args
 
 
@@ -628,7 +729,8 @@ def _run_all(args: argparse.Namespace, cps: Classpaths) -> list[dict[str, Any]]:
                 runs.append({"repeat": rep, **result})
                 print(json.dumps({k: runs[-1].get(k) for k in (
                     "repeat", "kind", "mode", "steady", "probe", "leader_kill",
-                    "consumer_steady", "error")}), file=sys.stderr, flush=True)
+                    "consumer_steady", "caught_up", "consumer_catch_up_s", "consumer_rebalance",
+                    "error")}), file=sys.stderr, flush=True)
     return runs
 
 
@@ -660,6 +762,9 @@ def main() -> None:
         "warmup_seconds": args.warmup,
         "repeats": args.repeats,
         "busy_neighbours": args.busy,
+        "catch_up": ({"timeout_s": args.catch_up_s, "max_s2c_ms": vs_figures.CAUGHT_UP_S2C_MS,
+                      "min_tps_fraction": vs_figures.CAUGHT_UP_TPS_FRACTION}
+                     if args.consumer else None),
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "machine": machine,

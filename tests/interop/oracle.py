@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Final
 
@@ -209,6 +209,8 @@ class Node:
     boot_re: re.Pattern[str]
     seen: threading.Event = attrs.field(factory=threading.Event)
     match: re.Match[str] | None = None
+    #: called by the reader thread with each line it reads (decoded), as it reads it
+    on_line: Callable[[str], None] | None = None
     _reader: threading.Thread | None = None
 
     @property
@@ -220,8 +222,13 @@ class Node:
             for raw in iter(stream.readline, b""):
                 sink.write(raw)
                 sink.flush()
+                if self.on_line is None and self.seen.is_set():
+                    continue
+                text = raw.decode("utf-8", "replace")
+                if self.on_line is not None:
+                    self.on_line(text)
                 if not self.seen.is_set():
-                    m = self.boot_re.search(raw.decode("utf-8", "replace"))
+                    m = self.boot_re.search(text)
                     if m is not None:
                         self.match = m
                         self.seen.set()
@@ -293,7 +300,8 @@ class Node:
 
 
 def spawn(
-    name: str, cmd: list[str], cwd: Path, boot_re: re.Pattern[str], env: Mapping[str, str]
+    name: str, cmd: list[str], cwd: Path, boot_re: re.Pattern[str], env: Mapping[str, str],
+    on_line: Callable[[str], None] | None = None,
 ) -> Node:
     log = cwd / "logs" / f"{name}.out"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -301,7 +309,7 @@ def spawn(
         cmd, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True,
     )
-    node = Node(name=name, proc=proc, log=log, boot_re=boot_re)
+    node = Node(name=name, proc=proc, log=log, boot_re=boot_re, on_line=on_line)
     node.start_reader()
     return node
 
