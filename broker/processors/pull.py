@@ -144,46 +144,27 @@ class _PullAnswer(NamedTuple):
                                       len(self.body))
 
 
-class Park:
-    """A pull to hold: its queue, offset and filter, and its parsed header and subscription
-    (the wake's second read takes them as they were: neither can change)."""
-
-    __slots__ = ("header", "offset", "queue_id", "sub", "timeout_s", "topic")
-
-    def __init__(
-        self, topic: str, queue_id: int, offset: int, timeout_s: float, sub: SubscriptionData,
-        header: PullMessageRequestHeader,
-    ) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.offset = offset
-        self.timeout_s = timeout_s
-        self.sub = sub
-        self.header = header
-
-
-#: What ``PullProcessor.decide`` comes to: a refusal, an answer, or a pull to hold.
-Decision = RemotingCommand | _PullAnswer | Park
-
-
 class _ParkedPull(Parked):
-    """A parked pull: woken, it is decided again (no suspending) from its parsed header and
-    subscription, and its answer queued, encoded, on its connection (sent at the batch's end);
+    """A pull to hold (``decide``'s verdict when it finds nothing and may wait): its queue,
+    offset and tags filter, its connection and request, and its parsed header and subscription
+    (the wake decides again from them: neither can change). Woken, it is decided again (no
+    suspending) and its answer queued, encoded, on its connection (sent at the batch's end);
     nothing of it is a task."""
 
-    __slots__ = ("conn", "header", "processor", "request", "sub")
+    __slots__ = ("conn", "header", "processor", "request", "sub", "timeout_s")
 
     def __init__(
-        self, processor: PullProcessor, conn: Any, request: RemotingCommand, park: Park
+        self, processor: PullProcessor, conn: Any, request: RemotingCommand,
+        header: PullMessageRequestHeader, sub: SubscriptionData, timeout_s: float,
     ) -> None:
-        sub = park.sub
-        super().__init__(park.offset,
+        super().__init__(header.queue_offset,
                          None if sub.matches_all else sub.is_matched_by_tags_code)
         self.processor: PullProcessor | None = processor
         self.conn = conn
         self.request: RemotingCommand | None = request
-        self.header = park.header
+        self.header = header
         self.sub = sub
+        self.timeout_s = timeout_s
 
     def wake(self) -> None:
         processor, request, conn = self.processor, self.request, self.conn
@@ -204,6 +185,9 @@ class _ParkedPull(Parked):
             got = request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
         conn.queue_later(request, got)  # (a woken pull never parks again)
 
+
+#: What ``PullProcessor.decide`` comes to: a refusal, an answer, or a pull to hold.
+Decision = RemotingCommand | _PullAnswer | _ParkedPull
 
 #: Subscriptions a pull carries (FLAG_SUBSCRIPTION), built once per distinct text: the cache's
 #: bound (cleared when full; a consumer sends the same few over and over).
@@ -246,9 +230,8 @@ class PullProcessor:
         except HeaderError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
         got = self.decide(conn, request, h, None, allow_suspend=True)
-        if type(got) is Park:
-            parked = _ParkedPull(self, conn, request, got)
-            self.ctrl.hold.park(got.topic, got.queue_id, parked, got.timeout_s)
+        if type(got) is _ParkedPull:
+            self.ctrl.hold.park(h.topic, h.queue_id, got, got.timeout_s)
             return LATER
         if type(got) is _PullAnswer:
             return got.response(request)
@@ -258,7 +241,7 @@ class PullProcessor:
         self, conn: Any, request: RemotingCommand, h: PullMessageRequestHeader,
         sub: SubscriptionData | None, *, allow_suspend: bool,
     ) -> Decision:
-        """The pull's refusal, its answer, or (``allow_suspend``) the Park to hold it. ``sub``:
+        """The pull's refusal, its answer, or (``allow_suspend``) the pull to hold. ``sub``:
         a parked pull's own, built when it first came (its wake)."""
         ctrl = self.ctrl
         sgc = self._readable(conn, request, h)
@@ -276,12 +259,12 @@ class PullProcessor:
         timeout_ms = self._suspend_ms(h) if allow_suspend and sys_flag & FLAG_SUSPEND else 0
         if timeout_ms > 0 and self._caught_up(h):  # nothing to read: hold it, no read built
             self._commit(h)
-            return Park(h.topic, h.queue_id, h.queue_offset, timeout_ms / 1000.0, sub, h)
+            return _ParkedPull(self, conn, request, h, sub, timeout_ms / 1000.0)
         result, code, body, lag = self._read(h, sub, record_filter)
         if allow_suspend:
             self._commit(h)
         if code == ResponseCode.PULL_NOT_FOUND and timeout_ms > 0:
-            return Park(h.topic, h.queue_id, h.queue_offset, timeout_ms / 1000.0, sub, h)
+            return _ParkedPull(self, conn, request, h, sub, timeout_ms / 1000.0)
         suggest = suggest_broker_id(ctrl, sgc, lag)
         if code == ResponseCode.PULL_OFFSET_MOVED and ctrl.is_slave:
             # 4.x without offsetCheckInSlave: a slave never moves a consumer's offset (it may

@@ -354,7 +354,7 @@ class FixedAnswer:
     ) -> bytes | None:
         """The frame's length words and JSON header (its body follows), ``values`` in the
         sorted order of the keys; None: encode it the general way."""
-        template = self._template(remark)
+        template = self._templates.get(remark) or self._template(remark)
         if (
             template is None
             or len(values) != len(self._keys)
