@@ -463,10 +463,8 @@ def decode_header_json(data: bytes | bytearray | memoryview, body: bytes) -> Rem
         and type(version) is int
         and type(opaque) is int
         and type(flag) is int
-        and _INT32_MIN <= code <= _INT32_MAX
-        and _INT32_MIN <= version <= _INT32_MAX
-        and _INT32_MIN <= opaque <= _INT32_MAX
-        and _INT32_MIN <= flag <= _INT32_MAX
+        and min(code, version, opaque, flag) >= _INT32_MIN
+        and max(code, version, opaque, flag) <= _INT32_MAX
         and type(language) is str
         and language in _LANGUAGE_NAMES
         and (remark is None or type(remark) is str)

@@ -175,9 +175,13 @@ def _fast_lines(
             lines.append("            return careful(ext)")
             lines += [f"        x{i} = int(n{i})" for i, _w, _k in ints]
         lines += ["    except (TypeError, ValueError):", "        return careful(ext)"]
-    for i, _w, kind in ints:
-        lo, hi = _INT32 if kind == "int" else _INT64
-        lines += [f"    if not {lo} <= x{i} <= {hi}:", "        return careful(ext)"]
+    for kind, (lo, hi) in (("int", _INT32), ("long", _INT64)):  # (each kind's range at once)
+        xs = ", ".join(f"x{i}" for i, _w, k in ints if k == kind)
+        if "," in xs:
+            lines += [f"    if not ({lo} <= min({xs}) and max({xs}) <= {hi}):",
+                      "        return careful(ext)"]  # fmt: skip
+        elif xs:
+            lines += [f"    if not {lo} <= {xs} <= {hi}:", "        return careful(ext)"]
     lines += ["    get = ext.get", "    self = _new(cls)"]
     for i, ((_n, _w, kind, required, _d), wire) in fields:
         if i in bulk:
