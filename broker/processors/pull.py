@@ -400,7 +400,8 @@ class PullProcessor:
         record_filter: RecordFilter | None,
     ) -> tuple[_PullRead, int, bytes, int]:
         """Read the queue: what was read (offsets, status), the answer's code, its body and the
-        consumer's lag in CommitLog bytes."""
+        consumer's lag in CommitLog bytes (0 unless slaveReadEnable: only
+        ``suggest_broker_id`` reads it, and only then)."""
         ctrl = self.ctrl
         store = ctrl.store
         if store.dispatch_behind_bytes > 0:
@@ -422,7 +423,10 @@ class PullProcessor:
         read = _PullRead(result.next_begin_offset, result.min_offset, result.max_offset,
                          status.value)
         if status is _S.FOUND:
-            lag = store.max_phys_offset - _last_phys_offset(result.buffers)  # before the copy
+            lag = (  # (before the copy)
+                store.max_phys_offset - _last_phys_offset(result.buffers)
+                if ctrl.bcfg.slave_read_enable else 0
+            )
             body = result.copy_body()
             ctrl.stats.get(h.topic, (result.queue_offsets and len(result.queue_offsets)) or 0)
             return read, ResponseCode.SUCCESS, body, lag
