@@ -4,6 +4,7 @@
     python3 bench/send_counts.py --case single [--requests 10000] [--in-flight 32] ...
     python3 bench/send_counts.py --case pc [--requests 4096] [--queues 1024] ...
     python3 bench/send_counts.py [--case single] --syscalls      (strace: syscalls per message)
+    python3 bench/send_counts.py --case pc --cpu                 (timed: CPU µs per message)
 
 Starts ``mqbroker`` (ASYNC_FLUSH, a temp store, no NameServer; the code of ``--tree``, default
 this checkout: run it with that tree's venv python) with a counter that ``SIGUSR1`` starts and
@@ -23,6 +24,10 @@ system calls of its every thread over the window (per message, by syscall and by
 a worker thread started per message shows there): by default with ``perf stat`` on the
 kernel's syscall tracepoints (full speed), or ``--syscalls strace`` (``strace -f``: every
 syscall slowed, so the broker reads more requests per ``recv`` than at full speed).
+
+``--cpu`` times the same window instead, untraced: the broker's CPU per message (for an
+interleaved A/B of exactly the counted load; the pc case's cycle is then one pull per message
+whatever the broker's speed, where bench/produce.py's consumer lags more on a slower broker).
 
 Unlike CPU time these counts do not move with the machine's load, so two trees compare on a
 busy machine (with bench/ab.py: ``--base X --new Y -- python3 /path/to/bench/send_counts.py
@@ -116,6 +121,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import _launch  # noqa: E402  (bench/_launch.py: the broker process)
 import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
 import produce  # noqa: E402  (the request layouts of produce.py's cases)
+import remoting as remoting_bench  # noqa: E402  (bench/remoting.py: a process's CPU time)
 
 from rmq_cluster.cluster.protocol.message import encode_batch  # noqa: E402
 from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
@@ -242,7 +248,14 @@ Drive = Callable[[int], None]
 
 def _window(args: argparse.Namespace, proc: subprocess.Popen[str], drive: Drive,
             out: str) -> dict[str, Any]:  # fmt: skip
-    """Count exactly ``args.requests`` requests: the tracer's counts, or the syscalls'."""
+    """Count exactly ``args.requests`` requests: the tracer's counts, the syscalls', or (``--cpu``)
+    the untraced broker's CPU time."""
+    if args.cpu:
+        start = remoting_bench.cpu_seconds(proc.pid)
+        began = time.perf_counter()
+        drive(args.requests)
+        return {"cpu_s": remoting_bench.cpu_seconds(proc.pid) - start,
+                "wall_s": time.perf_counter() - began}  # fmt: skip
     if args.syscalls == "perf":
         return _perf_window(args, proc, drive, out)
     if args.syscalls == "strace":
@@ -475,8 +488,21 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         _send, sock, frames, in_flight=args.in_flight), out)
         finally:
             _launch.stop(proc)
-    report = _report_syscalls(counts, args) if args.syscalls else _report(counts, args)
+    if args.cpu:
+        report = {**_head(args), **_report_cpu(counts, args)}
+    elif args.syscalls:
+        report = _report_syscalls(counts, args)
+    else:
+        report = _report(counts, args)
     return {**report, **pc}
+
+
+def _report_cpu(counts: dict[str, float], args: argparse.Namespace) -> dict[str, float]:
+    messages = args.requests * (args.batch if args.case == "batch" else 1)
+    return {
+        "broker_cpu_us_per_msg": round(counts["cpu_s"] / messages * 1e6, 2),
+        "msgs_per_s": round(messages / counts["wall_s"]),
+    }
 
 
 def _short(key: str) -> str:
@@ -589,6 +615,9 @@ def main() -> int:
     p.add_argument("--syscalls", nargs="?", const="perf", choices=("perf", "strace"),
                    help="count system calls instead (untraced broker; perf's tracepoints at "
                         "full speed, the default, or strace -f)")  # fmt: skip
+    p.add_argument("--cpu", action="store_true",
+                   help="time instead: the untraced broker's CPU (utime + stime) per message "
+                        "over the window (for an A/B of exactly the counted load)")  # fmt: skip
     p.add_argument("--tree", type=Path, default=ROOT,
                    help="the checkout whose broker runs (default: this one)")  # fmt: skip
     args = p.parse_args()
@@ -599,6 +628,8 @@ def main() -> int:
     if min(args.requests, args.batch, args.body, args.in_flight, args.queues) < 1 or args.warm < 0:
         p.error("--requests, --batch, --body, --in-flight and --queues must be positive, --warm "
                 "not negative")  # fmt: skip
+    if args.cpu and args.syscalls:
+        p.error("--cpu and --syscalls measure different windows: one at a time")
     if args.syscalls and shutil.which(args.syscalls) is None:
         p.error(f"--syscalls {args.syscalls} needs {args.syscalls} on PATH")
     print(json.dumps(measure(args), indent=2))
