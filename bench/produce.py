@@ -517,21 +517,21 @@ def _consumer_child_at(port: int, queues: int, warmup: float, seconds: float, ou
     _consumer_child(port, queues, measure_from, stop_at, out)
 
 
-def _produce_consume_case(port: int, args: argparse.Namespace, broker_pid: int) -> dict[str, Any]:
-    """The java-like send (``--java-inflight`` senders, 1 KiB) to a ``--pc-queues`` topic while
-    a consumer process keeps up with long-polling pulls; the broker's CPU per message."""
-    import multiprocessing
-
-    queues = args.pc_queues
-    body = os.urandom(args.body)
+def pc_requests(queues: int, body: bytes) -> list[RemotingCommand]:
+    """The produce-consume case's sends: SEND_MESSAGE_V2 of ``body`` to each queue of the
+    ``queues``-queue topic (bench/send_counts.py's ``--case pc`` sends the same)."""
     requests = []
     for q in range(queues):
         ext = _send_ext(PC_TOPIC, q)
         ext["d"] = str(queues)
         requests.append(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body))
+    return requests
+
+
+def prime_pc_topic(port: int, requests: list[RemotingCommand]) -> None:
+    """Create the topic, then store one message per queue (every ConsumeQueue file exists
+    before a measured window)."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        # create the topic, then one message per queue (every ConsumeQueue file exists before
-        # the measured window)
         for batch in ([requests[0]], requests):
             sock.sendall(b"".join(encode(r, i + 1) for i, r in enumerate(batch)))
             buf = bytearray()
@@ -546,6 +546,16 @@ def _produce_consume_case(port: int, args: argparse.Namespace, broker_pid: int) 
                 if code != ResponseCode.SUCCESS:
                     raise RuntimeError(f"priming send failed: {code}")
                 del buf[: 4 + _U32.unpack_from(buf, 0)[0]]
+
+
+def _produce_consume_case(port: int, args: argparse.Namespace, broker_pid: int) -> dict[str, Any]:
+    """The java-like send (``--java-inflight`` senders, 1 KiB) to a ``--pc-queues`` topic while
+    a consumer process keeps up with long-polling pulls; the broker's CPU per message."""
+    import multiprocessing
+
+    queues = args.pc_queues
+    requests = pc_requests(queues, os.urandom(args.body))
+    prime_pc_topic(port, requests)
     warmup = args.pc_warmup
     ctx = multiprocessing.get_context("spawn")
     recv_end, send_end = ctx.Pipe(duplex=False)

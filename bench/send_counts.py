@@ -2,7 +2,9 @@
 
     python3 bench/send_counts.py [--requests 1000] [--batch 32] [--body 1024] [--tree DIR]
     python3 bench/send_counts.py --case single [--requests 10000] [--in-flight 32] ...
+    python3 bench/send_counts.py --case pc [--requests 4096] [--queues 1024] ...
     python3 bench/send_counts.py [--case single] --syscalls      (strace: syscalls per message)
+    python3 bench/send_counts.py --case pc --cpu                 (timed: CPU µs per message)
 
 Starts ``mqbroker`` (ASYNC_FLUSH, a temp store, no NameServer; the code of ``--tree``, default
 this checkout: run it with that tree's venv python) with a counter that ``SIGUSR1`` starts and
@@ -11,12 +13,21 @@ opcode and call the broker's main thread (the event loop: every request's work) 
 function and by the trio task that ran them. The requests: ``--case batch`` (the default),
 SEND_BATCH_MESSAGE of ``--batch`` x ``--body`` bytes, 8 in flight (the load of
 bench/produce.py's batch case); ``--case single``, SEND_MESSAGE_V2 of ``--body`` bytes, 32 in
-flight (bench/ha.py's and dledger.py's single-message sends, pipelined). ``--in-flight``
-overrides either. ``--syscalls`` counts instead, in an untraced broker, the system calls of
-its every thread over the window (per message, by syscall and by thread name: a worker thread
-started per message shows there): by default with ``perf stat`` on the kernel's syscall
-tracepoints (full speed), or ``--syscalls strace`` (``strace -f``: every syscall slowed, so
-the broker reads more requests per ``recv`` than at full speed).
+flight (bench/ha.py's and dledger.py's single-message sends, pipelined); ``--case pc``, the
+send and a consumer that keeps up (bench/produce.py --produce-consume's cycle: SEND_MESSAGE_V2
+of ``--body`` bytes, 32 in flight, to one queue after another of a ``--queues``-queue topic,
+while a consumer keeps one long-polling PULL_MESSAGE in flight per queue; each message parks
+its queue's pull again, wakes it and is read by it): the window ends once its sends are
+answered and their messages consumed, and the report adds the consumer's pulls per message.
+``--in-flight`` overrides each. ``--syscalls`` counts instead, in an untraced broker, the
+system calls of its every thread over the window (per message, by syscall and by thread name:
+a worker thread started per message shows there): by default with ``perf stat`` on the
+kernel's syscall tracepoints (full speed), or ``--syscalls strace`` (``strace -f``: every
+syscall slowed, so the broker reads more requests per ``recv`` than at full speed).
+
+``--cpu`` times the same window instead, untraced: the broker's CPU per message (for an
+interleaved A/B of exactly the counted load; the pc case's cycle is then one pull per message
+whatever the broker's speed, where bench/produce.py's consumer lags more on a slower broker).
 
 Unlike CPU time these counts do not move with the machine's load, so two trees compare on a
 busy machine (with bench/ab.py: ``--base X --new Y -- python3 /path/to/bench/send_counts.py
@@ -35,10 +46,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import random
 import re
+import selectors
 import shutil
 import signal
 import socket
@@ -108,15 +121,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 import _launch  # noqa: E402  (bench/_launch.py: the broker process)
 import checkout  # noqa: E402, F401  (bench/checkout.py: this tree's rmq_cluster first)
 import produce  # noqa: E402  (the request layouts of produce.py's cases)
+import remoting as remoting_bench  # noqa: E402  (bench/remoting.py: a process's CPU time)
 
 from rmq_cluster.cluster.protocol.message import encode_batch  # noqa: E402
 from rmq_cluster.cluster.remoting.codec import RemotingCommand, encode  # noqa: E402
-from rmq_cluster.cluster.remoting.codes import RequestCode  # noqa: E402
+from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 
-#: requests in flight by case (produce.py's batch case; ha.py's and dledger.py's single sends)
-IN_FLIGHT = {"batch": 8, "single": 32}
-#: requests counted by case when --requests is not given (the single case's are cheaper)
-REQUESTS = {"batch": 1000, "single": 10000}
+#: requests in flight by case (produce.py's batch case; ha.py's and dledger.py's single sends;
+#: the pc case's: produce.py --produce-consume's 32 senders)
+IN_FLIGHT = {"batch": 8, "single": 32, "pc": 32}
+#: requests counted by case when --requests is not given (the single case's are cheaper; the pc
+#: case's: four of each of its queues' send-and-pull cycles)
+REQUESTS = {"batch": 1000, "single": 10000, "pc": 4096}
+#: the pc case's queues (produce.py --produce-consume's, and the Java benchmark's topic)
+PC_QUEUES = 1024
 WAIT_S = 120.0
 #: one line of ``strace -f -o``: "<tid> <syscall>(" (a "<... x resumed>" line is not a call)
 _STRACE_CALL = re.compile(r"^(\d+)\s+([a-z_0-9]+)\(")
@@ -161,9 +179,13 @@ def _send(sock: socket.socket, frames: list[bytes], n: int, in_flight: int) -> N
         got += len(answers)
 
 
+def _body(args: argparse.Namespace) -> bytes:
+    """A message body of ``--body`` bytes, the same every run (CRCs and copies alike)."""
+    return random.Random(7).randbytes(args.body)
+
+
 def _frames(args: argparse.Namespace) -> list[bytes]:
-    rnd = random.Random(7)  # (the same bytes every run: CRCs and copies alike)
-    body = rnd.randbytes(args.body)
+    body = _body(args)
     if args.case == "single":
         return produce._frames(RequestCode.SEND_MESSAGE_V2, produce.TOPIC, body)
     items = [(0, body, {"UNIQ_KEY": f"{i:032X}", "TAGS": "TagA"}) for i in range(args.batch)]
@@ -219,23 +241,35 @@ def _count_strace(path: str, names: dict[str, str]) -> dict[str, dict[str, int]]
     return {"by_call": by_call, **{f"thread:{k}": v for k, v in by_thread.items()}}
 
 
-def _window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: socket.socket,
-            frames: list[bytes], out: str) -> dict[str, Any]:  # fmt: skip
-    """Count exactly ``args.requests`` requests: the tracer's counts, or the syscalls'."""
+#: The load of a case: ``drive(n)`` makes ``n`` requests and returns once they are answered
+#: (the pc case: and their messages consumed).
+Drive = Callable[[int], None]
+
+
+def _window(args: argparse.Namespace, proc: subprocess.Popen[str], drive: Drive,
+            out: str) -> dict[str, Any]:  # fmt: skip
+    """Count exactly ``args.requests`` requests: the tracer's counts, the syscalls', or (``--cpu``)
+    the untraced broker's CPU time."""
+    if args.cpu:
+        start = remoting_bench.cpu_seconds(proc.pid)
+        began = time.perf_counter()
+        drive(args.requests)
+        return {"cpu_s": remoting_bench.cpu_seconds(proc.pid) - start,
+                "wall_s": time.perf_counter() - began}  # fmt: skip
     if args.syscalls == "perf":
-        return _perf_window(args, proc, sock, frames, out)
+        return _perf_window(args, proc, drive, out)
     if args.syscalls == "strace":
-        return _strace_window(args, proc, sock, frames, out)
+        return _strace_window(args, proc, drive, out)
     proc.send_signal(signal.SIGUSR1)
     _wait_file(out + ".on", proc)
-    _send(sock, frames, args.requests, args.in_flight)
+    drive(args.requests)
     proc.send_signal(signal.SIGUSR2)
     _wait_file(out, proc)
     return dict(json.loads(Path(out).read_text()))
 
 
-def _strace_window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: socket.socket,
-                   frames: list[bytes], out: str) -> dict[str, Any]:  # fmt: skip
+def _strace_window(args: argparse.Namespace, proc: subprocess.Popen[str], drive: Drive,
+                   out: str) -> dict[str, Any]:  # fmt: skip
     """Every syscall of every broker thread over the window, by ``strace -f`` (which slows
     each syscall down: the broker reads more requests per ``recv`` than at full speed)."""
     strace = subprocess.Popen(
@@ -244,7 +278,7 @@ def _strace_window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: 
     )  # fmt: skip
     try:
         _wait_for(lambda: _traced_threads(proc.pid), proc, "get strace attached")
-        _send(sock, frames, args.requests, args.in_flight)
+        drive(args.requests)
         names = _thread_names(proc.pid)
     finally:
         strace.send_signal(signal.SIGINT)  # (detaches; the broker runs on)
@@ -252,8 +286,8 @@ def _strace_window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: 
     return _count_strace(out, names)
 
 
-def _perf_window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: socket.socket,
-                 frames: list[bytes], out: str) -> dict[str, Any]:  # fmt: skip
+def _perf_window(args: argparse.Namespace, proc: subprocess.Popen[str], drive: Drive,
+                 out: str) -> dict[str, Any]:  # fmt: skip
     """Every syscall of every broker thread over the window, at full speed: ``perf stat``
     on the kernel's ``syscalls:sys_enter_*`` tracepoints, per thread, started disabled and
     switched on and off through its control FIFO (each switch acknowledged)."""
@@ -269,7 +303,7 @@ def _perf_window(args: argparse.Namespace, proc: subprocess.Popen[str], sock: so
         ctl_fd = _open_fifo(ctl, os.O_WRONLY, perf)  # (ENXIO until perf reads it)
         ack_fd = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
         _perf_command(ctl_fd, ack_fd, b"enable", perf)
-        _send(sock, frames, args.requests, args.in_flight)
+        drive(args.requests)
         _perf_command(ctl_fd, ack_fd, b"disable", perf)
         names = _thread_names(proc.pid)
     finally:
@@ -323,21 +357,152 @@ def _count_perf(path: str, pid: int, names: dict[str, str]) -> dict[str, dict[st
     return {"by_call": by_call, **{f"thread:{k}": v for k, v in by_thread.items()}}
 
 
+class _ProduceConsume:
+    """The pc case's load (bench/produce.py --produce-consume's, single-threaded): sends, ``in
+    flight`` at a time, to one queue after another of a ``queues``-queue topic on one
+    connection, while a consumer on another keeps one long-polling PULL_MESSAGE in flight per
+    queue, re-pulling at once from each answer's nextBeginOffset. The consumer keeps up, so
+    nearly every pull parks and is woken by its queue's next message."""
+
+    def __init__(self, port: int, queues: int, body: bytes, in_flight: int) -> None:
+        requests = produce.pc_requests(queues, body)
+        produce.prime_pc_topic(port, requests)  # (one message per queue: ``stored``)
+        self.frames = [encode(r, 1 + q) for q, r in enumerate(requests)]
+        self.queues, self.in_flight = queues, in_flight
+        self.sender = socket.create_connection(("127.0.0.1", port))
+        self.consumer = socket.create_connection(("127.0.0.1", port))
+        self._bufs = {self.sender: bytearray(), self.consumer: bytearray()}
+        self._sel = selectors.DefaultSelector()
+        for sock in self._bufs:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sel.register(sock, selectors.EVENT_READ)
+        self.next_send = 0
+        self.stored, self.consumed, self.pulls, self.found = queues, 0, 0, 0
+        for q in range(queues):
+            self.consumer.sendall(produce._pull_frame(q, 0, q + 1))
+
+    def close(self) -> None:
+        self._sel.close()
+        for sock in self._bufs:
+            sock.close()
+
+    def figures(self) -> tuple[int, int, int]:
+        """(messages consumed, pulls answered, pulls answered with messages) so far."""
+        return self.consumed, self.pulls, self.found
+
+    def drive(self, n: int) -> None:
+        """``n`` sends answered SUCCESS, and every message stored so far consumed."""
+        sent = got = 0
+        while got < n or self.consumed < self.stored:
+            k = min(self.in_flight - (sent - got), n - sent)
+            if k > 0:
+                first = self.next_send
+                self.sender.sendall(b"".join(
+                    self.frames[(first + j) % self.queues] for j in range(k)))
+                self.next_send, sent = first + k, sent + k
+            events = self._sel.select(WAIT_S)
+            if not events:
+                raise RuntimeError(f"nothing from the broker in {WAIT_S:g}s")
+            for key, _ in events:
+                if key.fileobj is self.sender:
+                    got += self._send_answers()
+                else:
+                    self._pull_answers()
+
+    def _frames_read(self, sock: socket.socket) -> tuple[bytearray, list[tuple[Any, int, int]]]:
+        data = sock.recv(1 << 18)
+        if not data:
+            raise RuntimeError("the broker closed the connection")
+        buf = self._bufs[sock]
+        buf += data
+        return buf, produce._split_frames(buf)  # type: ignore[return-value]
+
+    def _send_answers(self) -> int:
+        buf, (answers, used) = self._frames_read(self.sender)
+        for header, *_ in answers:
+            if header["code"] != 0:
+                raise RuntimeError(f"send failed: {header['code']} {header.get('remark')}")
+        del buf[:used]
+        self.stored += len(answers)
+        return len(answers)
+
+    def _pull_answers(self) -> None:
+        buf, (answers, used) = self._frames_read(self.consumer)
+        again = []
+        for header, start, end in answers:
+            q = (header["opaque"] - 1) % self.queues
+            code = header["code"]
+            if code == 0:
+                self.consumed += produce._count_records(memoryview(buf)[start:end])
+                self.found += 1
+            elif code not in PULL_AGAIN_CODES:
+                raise RuntimeError(f"pull failed: {code} {header.get('remark')}")
+            self.pulls += 1
+            offset = int((header.get("extFields") or {}).get("nextBeginOffset", 0))
+            again.append(produce._pull_frame(q, offset, q + 1 + self.queues * (self.pulls % 1000)))
+        del buf[:used]
+        for frame in again:  # (one send each, as the Java consumer's Netty writes them)
+            self.consumer.sendall(frame)
+
+
+#: Pull answers the pc case's consumer pulls again after (no messages, not a failure).
+PULL_AGAIN_CODES = (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+                    ResponseCode.PULL_OFFSET_MOVED)
+
+
+def _pc_window(args: argparse.Namespace, proc: subprocess.Popen[str], port: int,
+               out: str) -> tuple[dict[str, Any], dict[str, float]]:  # fmt: skip
+    """The pc case: its counts, and the consumer's figures per message sent in the window."""
+    load = _ProduceConsume(port, args.queues, _body(args), args.in_flight)
+    try:
+        load.drive(args.warm)
+        before = load.figures()
+        counts = _window(args, proc, load.drive, out)
+        consumed, pulls, found = (b - a for a, b in zip(before, load.figures(), strict=True))
+    finally:
+        load.close()
+    return counts, {
+        "consumed_per_msg": round(consumed / args.requests, 3),
+        "pulls_per_msg": round(pulls / args.requests, 3),
+        "msgs_per_found_pull": round(consumed / max(1, found), 3),
+    }
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    frames = _frames(args)
+    pc: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="send-counts-") as store:
         out = str(Path(store) / "counts.json")
         proc, port = _launch.start_broker(
-            store, root=args.tree.resolve(), queues=produce.QUEUES,
+            store, root=args.tree.resolve(),
+            queues=args.queues if args.case == "pc" else produce.QUEUES,
             command=(str(Path(__file__).resolve()), "--child", out), timeout=WAIT_S,
         )
         try:
-            with socket.create_connection(("127.0.0.1", port)) as sock:
-                _send(sock, frames, args.warm, args.in_flight)
-                counts = _window(args, proc, sock, frames, out)
+            if args.case == "pc":
+                counts, pc = _pc_window(args, proc, port, out)
+            else:
+                frames = _frames(args)
+                with socket.create_connection(("127.0.0.1", port)) as sock:
+                    _send(sock, frames, args.warm, args.in_flight)
+                    counts = _window(args, proc, functools.partial(
+                        _send, sock, frames, in_flight=args.in_flight), out)
         finally:
             _launch.stop(proc)
-    return _report_syscalls(counts, args) if args.syscalls else _report(counts, args)
+    if args.cpu:
+        report = {**_head(args), **_report_cpu(counts, args)}
+    elif args.syscalls:
+        report = _report_syscalls(counts, args)
+    else:
+        report = _report(counts, args)
+    return {**report, **pc}
+
+
+def _report_cpu(counts: dict[str, float], args: argparse.Namespace) -> dict[str, float]:
+    messages = args.requests * (args.batch if args.case == "batch" else 1)
+    return {
+        "broker_cpu_us_per_msg": round(counts["cpu_s"] / messages * 1e6, 2),
+        "msgs_per_s": round(messages / counts["wall_s"]),
+    }
 
 
 def _short(key: str) -> str:
@@ -355,6 +520,7 @@ def _head(args: argparse.Namespace) -> dict[str, Any]:
         "messages_per_request": args.batch if args.case == "batch" else 1,
         "in_flight": args.in_flight,
         "body_bytes": args.body,
+        **({"queues": args.queues} if args.case == "pc" else {}),
     }
 
 
@@ -433,11 +599,15 @@ def _report_syscalls(counts: dict[str, dict[str, int]], args: argparse.Namespace
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--case", choices=sorted(IN_FLIGHT), default="batch",
-                   help="batch: SEND_BATCH_MESSAGE; single: SEND_MESSAGE_V2 (batch)")  # fmt: skip
+                   help="batch: SEND_BATCH_MESSAGE; single: SEND_MESSAGE_V2; pc: "
+                        "SEND_MESSAGE_V2 with a consumer that keeps up (batch)")  # fmt: skip
     p.add_argument("--requests", "--batches", type=int, default=None,
-                   help="requests counted (batch 1000, single 10000)")  # fmt: skip
+                   help="requests counted (batch 1000, single 10000, pc 4096)")  # fmt: skip
     p.add_argument("--warm", type=int, default=None,
-                   help="requests sent first, uncounted (a fifth of --requests)")  # fmt: skip
+                   help="requests sent first, uncounted (a fifth of --requests; pc: at least "
+                        "--queues)")  # fmt: skip
+    p.add_argument("--queues", type=int, default=PC_QUEUES,
+                   help=f"the pc case's queues ({PC_QUEUES})")  # fmt: skip
     p.add_argument("--in-flight", type=int, default=None, help="(batch 8, single 32)")
     p.add_argument("--batch", type=int, default=32, help="messages per batch (32)")
     p.add_argument("--body", type=int, default=1024, help="bytes per message (1024)")
@@ -445,15 +615,21 @@ def main() -> int:
     p.add_argument("--syscalls", nargs="?", const="perf", choices=("perf", "strace"),
                    help="count system calls instead (untraced broker; perf's tracepoints at "
                         "full speed, the default, or strace -f)")  # fmt: skip
+    p.add_argument("--cpu", action="store_true",
+                   help="time instead: the untraced broker's CPU (utime + stime) per message "
+                        "over the window (for an A/B of exactly the counted load)")  # fmt: skip
     p.add_argument("--tree", type=Path, default=ROOT,
                    help="the checkout whose broker runs (default: this one)")  # fmt: skip
     args = p.parse_args()
     args.requests = REQUESTS[args.case] if args.requests is None else args.requests
-    args.warm = args.requests // 5 if args.warm is None else args.warm
+    if args.warm is None:
+        args.warm = max(args.requests // 5, args.queues if args.case == "pc" else 0)
     args.in_flight = IN_FLIGHT[args.case] if args.in_flight is None else args.in_flight
-    if min(args.requests, args.batch, args.body, args.in_flight) < 1 or args.warm < 0:
-        p.error("--requests, --batch, --body and --in-flight must be positive, --warm not "
-                "negative")  # fmt: skip
+    if min(args.requests, args.batch, args.body, args.in_flight, args.queues) < 1 or args.warm < 0:
+        p.error("--requests, --batch, --body, --in-flight and --queues must be positive, --warm "
+                "not negative")  # fmt: skip
+    if args.cpu and args.syscalls:
+        p.error("--cpu and --syscalls measure different windows: one at a time")
     if args.syscalls and shutil.which(args.syscalls) is None:
         p.error(f"--syscalls {args.syscalls} needs {args.syscalls} on PATH")
     print(json.dumps(measure(args), indent=2))

@@ -225,7 +225,9 @@ class BrokerNode:
         self._persist_now = trio.Event()
         self._schedule_wake = trio.Event()
         self._timer_wake = trio.Event()
-        self._changed = trio.Event()
+        #: set by ``state_changed`` for ``wait_until``; made only while someone waits (a pull
+        #: parks once a message when a consumer keeps up: no Event each time)
+        self._changed: trio.Event | None = None
 
     # ------------------------------------------------------------------ accessors
 
@@ -1093,11 +1095,14 @@ class BrokerNode:
 
     def state_changed(self) -> None:
         """Client tables or parked pulls changed: wake ``wait_until`` callers."""
-        event, self._changed = self._changed, trio.Event()
-        event.set()
+        event, self._changed = self._changed, None
+        if event is not None:
+            event.set()
 
     async def wait_until(self, predicate: Callable[[BrokerNode], bool]) -> None:
         """Return once ``predicate(self)`` holds, re-checked whenever clients join or leave or
         a pull parks. Bound it with ``trio.fail_after``."""
         while not predicate(self):
+            if self._changed is None:
+                self._changed = trio.Event()
             await self._changed.wait()

@@ -758,6 +758,20 @@ class MessageStore:
             self.get_miss_times += 1
         return result
 
+    def at_queue_end(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether ``get_message`` from ``offset`` would answer OFFSET_OVERFLOW_ONE (the queue
+        holds messages and ``offset`` is one past its last): a miss, counted as that read
+        counts it, found without building a read. A long-polling pull that caught up with its
+        queue parks on this."""
+        cq = self.cqs.find(topic, queue_id)
+        if cq is None:
+            return False
+        max_off = cq.max_offset_in_queue
+        if offset != max_off or max_off == 0 or offset < cq.min_offset_in_queue:
+            return False
+        self.get_miss_times += 1
+        return True
+
     def _offset_status(
         self, offset: int, min_off: int, max_off: int
     ) -> tuple[GetMessageStatus, int]:

@@ -29,8 +29,8 @@ from ...cluster.protocol.message import (
     record_properties,
 )
 from ...cluster.protocol.route import PermName, TopicConfig
-from ...cluster.remoting.codec import RemotingCommand
-from ...cluster.remoting.codes import ResponseCode
+from ...cluster.remoting.codec import FixedAnswer, RemotingCommand
+from ...cluster.remoting.codes import SERIALIZE_JSON, ResponseCode
 from ...cluster.remoting.errors import exception_remark
 from ...cluster.remoting.headers import HeaderError, PullMessageRequestHeader
 from ...cluster.remoting.processors import LATER, Later
@@ -109,56 +109,85 @@ class _PullRead(NamedTuple):
     status_value: str
 
 
-class Park:
-    """A pull to hold: its queue, offset and filter, and its parsed header and subscription
-    (the wake's second read takes them as they were: neither can change)."""
+#: A pull's answer header: its extFields, always these four (RocketMQ's
+#: PullMessageResponseHeader), filled from a template per status (``_PullAnswer``).
+PULL_ANSWER: Final = FixedAnswer(
+    ("maxOffset", "minOffset", "nextBeginOffset", "suggestWhichBrokerId"))
 
-    __slots__ = ("header", "offset", "queue_id", "sub", "timeout_s", "topic")
 
-    def __init__(
-        self, topic: str, queue_id: int, offset: int, timeout_s: float, sub: SubscriptionData,
-        header: PullMessageRequestHeader | None = None,
-    ) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.offset = offset
-        self.timeout_s = timeout_s
-        self.sub = sub
-        self.header = header
+class _PullAnswer(NamedTuple):
+    """A pull's answer (not a refusal): its code, status and the four offsets of its header."""
+
+    code: int
+    read: _PullRead
+    suggest: int
+    body: bytes
+
+    def response(self, request: RemotingCommand) -> RemotingCommand:
+        read = self.read
+        ext = {
+            "suggestWhichBrokerId": str(self.suggest),
+            "nextBeginOffset": str(read.next_begin_offset),
+            "minOffset": str(read.min_offset),
+            "maxOffset": str(read.max_offset),
+        }
+        return request.response(self.code, read.status_value, ext, self.body)
+
+    def frame_head(self, request: RemotingCommand) -> bytes | None:
+        """The answer's frame but its body, from ``PULL_ANSWER`` (None: encode it as any
+        other: a binary-header request, or what the template cannot say)."""
+        if request.serialize_type != SERIALIZE_JSON:
+            return None
+        read = self.read
+        values = (read.max_offset, read.min_offset, read.next_begin_offset, self.suggest)
+        return PULL_ANSWER.frame_head(self.code, request.opaque, read.status_value, values,
+                                      len(self.body))
 
 
 class _ParkedPull(Parked):
-    """A parked pull: woken, it is decided again (no suspending) and its answer queued on its
-    connection (sent at the batch's end); nothing of it is a task."""
+    """A pull to hold (``decide``'s verdict when it finds nothing and may wait): its queue,
+    offset and tags filter, its connection and request, and its parsed header and subscription
+    (the wake decides again from them: neither can change). Woken, it is decided again (no
+    suspending) and its answer queued, encoded, on its connection (sent at the batch's end);
+    nothing of it is a task."""
 
-    __slots__ = ("conn", "header", "processor", "request", "sub")
+    __slots__ = ("conn", "header", "processor", "request", "sub", "timeout_s")
 
     def __init__(
-        self, processor: PullProcessor, conn: Any, request: RemotingCommand, park: Park
+        self, processor: PullProcessor, conn: Any, request: RemotingCommand,
+        header: PullMessageRequestHeader, sub: SubscriptionData, timeout_s: float,
     ) -> None:
-        sub = park.sub
-        super().__init__(park.offset,
+        super().__init__(header.queue_offset,
                          None if sub.matches_all else sub.is_matched_by_tags_code)
         self.processor: PullProcessor | None = processor
         self.conn = conn
         self.request: RemotingCommand | None = request
-        self.header = park.header
-        self.sub: SubscriptionData | None = sub
+        self.header = header
+        self.sub = sub
+        self.timeout_s = timeout_s
 
     def wake(self) -> None:
         processor, request, conn = self.processor, self.request, self.conn
         if processor is None or request is None:
             return
         self.processor = self.request = self.conn = None  # a woken pull holds nothing
+        processor.unsent[id(conn)] = conn
         try:
-            response, _ = processor.decide(conn, request, allow_suspend=False,
-                                           header=self.header, sub=self.sub)
+            got = processor.decide(conn, request, self.header, self.sub, allow_suspend=False)
+            if type(got) is _PullAnswer:
+                head = got.frame_head(request)
+                if head is not None:
+                    conn.queue_later_frame(request, head, got.body)  # (sent: ``send_woken``)
+                    return
+                got = got.response(request)
         except Exception as exc:
             log.warning("parked pull failed", error=repr(exc), exc_info=True)
-            response = request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
-        conn.queue_later(request, response)  # sent at the batch's end (``send_woken``)
-        processor.unsent[id(conn)] = conn
+            got = request.response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))
+        conn.queue_later(request, got)  # (a woken pull never parks again)
 
+
+#: What ``PullProcessor.decide`` comes to: a refusal, an answer, or a pull to hold.
+Decision = RemotingCommand | _PullAnswer | _ParkedPull
 
 #: Subscriptions a pull carries (FLAG_SUBSCRIPTION), built once per distinct text: the cache's
 #: bound (cleared when full; a consumer sends the same few over and over).
@@ -196,54 +225,46 @@ class PullProcessor:
         """A plain processor (answered inline when it need not wait); a pull to hold is
         parked and answered later through its connection (``LATER``: no task per parked
         pull)."""
-        response, park = self.decide(conn, request, allow_suspend=True)
-        if park is None:
-            return cast(RemotingCommand, response)  # (decide answers when it does not park)
-        parked = _ParkedPull(self, conn, request, park)
-        self.ctrl.hold.park(park.topic, park.queue_id, parked, park.timeout_s)
-        return LATER
+        try:
+            h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+        except HeaderError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
+        got = self.decide(conn, request, h, None, allow_suspend=True)
+        if type(got) is _ParkedPull:
+            self.ctrl.hold.park(h.topic, h.queue_id, got, got.timeout_s)
+            return LATER
+        if type(got) is _PullAnswer:
+            return got.response(request)
+        return cast(RemotingCommand, got)
 
     def decide(
-        self, conn: Any, request: RemotingCommand, *, allow_suspend: bool,
-        header: PullMessageRequestHeader | None = None, sub: SubscriptionData | None = None,
-    ) -> tuple[RemotingCommand | None, Park | None]:
-        """The answer to the pull, or (None, Park) when it is to be held. ``header`` and
-        ``sub``: the parked pull's own, parsed and built when it first came (its wake)."""
+        self, conn: Any, request: RemotingCommand, h: PullMessageRequestHeader,
+        sub: SubscriptionData | None, *, allow_suspend: bool,
+    ) -> Decision:
+        """The pull's refusal, its answer, or (``allow_suspend``) the pull to hold. ``sub``:
+        a parked pull's own, built when it first came (its wake)."""
         ctrl = self.ctrl
-        if header is None:
-            try:
-                h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
-            except HeaderError as exc:
-                return request.response(
-                    ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}"), None
-        else:
-            h = header
         sgc = self._readable(conn, request, h)
         if isinstance(sgc, RemotingCommand):
-            return sgc, None
+            return sgc
         if sub is None or not h.sys_flag & FLAG_SUBSCRIPTION:  # (a group's is looked up again)
             found = self._pull_subscription(request, h, sgc)
             if isinstance(found, RemotingCommand):
-                return found, None
+                return found
             sub = found
         record_filter = self._record_filter(request, sub)
         if isinstance(record_filter, RemotingCommand):
-            return record_filter, None
-        result, code, body, lag = self._read(h, sub, record_filter)
+            return record_filter
         sys_flag = h.sys_flag
-        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not ctrl.is_slave:
-            ctrl.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND:
-            bcfg = ctrl.bcfg
-            timeout_ms = (
-                min(h.suspend_timeout_millis, MAX_SUSPEND_TIMEOUT_MS)
-                if bcfg.long_polling_enable
-                else bcfg.short_polling_time_mills
-            )
-            if timeout_ms > 0:
-                return None, Park(
-                    h.topic, h.queue_id, h.queue_offset, timeout_ms / 1000.0, sub, h
-                )
+        timeout_ms = self._suspend_ms(h) if allow_suspend and sys_flag & FLAG_SUSPEND else 0
+        if timeout_ms > 0 and self._caught_up(h):  # nothing to read: hold it, no read built
+            self._commit(h)
+            return _ParkedPull(self, conn, request, h, sub, timeout_ms / 1000.0)
+        result, code, body, lag = self._read(h, sub, record_filter)
+        if allow_suspend:
+            self._commit(h)
+        if code == ResponseCode.PULL_NOT_FOUND and timeout_ms > 0:
+            return _ParkedPull(self, conn, request, h, sub, timeout_ms / 1000.0)
         suggest = suggest_broker_id(ctrl, sgc, lag)
         if code == ResponseCode.PULL_OFFSET_MOVED and ctrl.is_slave:
             # 4.x without offsetCheckInSlave: a slave never moves a consumer's offset (it may
@@ -253,13 +274,28 @@ class PullProcessor:
         elif code == ResponseCode.PULL_OFFSET_MOVED:
             self._offset_moved(h.consumer_group, h.topic, h.queue_id, h.queue_offset,
                                result.next_begin_offset)
-        ext = {
-            "suggestWhichBrokerId": str(suggest),
-            "nextBeginOffset": str(result.next_begin_offset),
-            "minOffset": str(result.min_offset),
-            "maxOffset": str(result.max_offset),
-        }
-        return request.response(code, result.status_value, ext, body), None
+        return _PullAnswer(code, result, suggest, body)
+
+    def _suspend_ms(self, h: PullMessageRequestHeader) -> int:
+        """How long a pull that finds nothing may be held (0: answered at once)."""
+        bcfg = self.ctrl.bcfg
+        if bcfg.long_polling_enable:
+            return min(h.suspend_timeout_millis, MAX_SUSPEND_TIMEOUT_MS)
+        return bcfg.short_polling_time_mills
+
+    def _caught_up(self, h: PullMessageRequestHeader) -> bool:
+        """Whether the pull's offset is its queue's end (after dispatching what was sent): the
+        read would answer OFFSET_OVERFLOW_ONE, PULL_NOT_FOUND, so the pull is held."""
+        store = self.ctrl.store
+        if store.dispatch_behind_bytes > 0:
+            store.dispatch()  # a pull right after a send sees it
+        return store.at_queue_end(h.topic, h.queue_id, h.queue_offset)
+
+    def _commit(self, h: PullMessageRequestHeader) -> None:
+        """The offset a pull commits (FLAG_COMMIT_OFFSET; a master's only)."""
+        ctrl = self.ctrl
+        if h.sys_flag & FLAG_COMMIT_OFFSET and not ctrl.is_slave:
+            ctrl.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
 
     def _readable(
         self, conn: Any, request: RemotingCommand, h: PullMessageRequestHeader
@@ -364,7 +400,8 @@ class PullProcessor:
         record_filter: RecordFilter | None,
     ) -> tuple[_PullRead, int, bytes, int]:
         """Read the queue: what was read (offsets, status), the answer's code, its body and the
-        consumer's lag in CommitLog bytes."""
+        consumer's lag in CommitLog bytes (0 unless slaveReadEnable: only
+        ``suggest_broker_id`` reads it, and only then)."""
         ctrl = self.ctrl
         store = ctrl.store
         if store.dispatch_behind_bytes > 0:
@@ -386,7 +423,10 @@ class PullProcessor:
         read = _PullRead(result.next_begin_offset, result.min_offset, result.max_offset,
                          status.value)
         if status is _S.FOUND:
-            lag = store.max_phys_offset - _last_phys_offset(result.buffers)  # before the copy
+            lag = (  # (before the copy)
+                store.max_phys_offset - _last_phys_offset(result.buffers)
+                if ctrl.bcfg.slave_read_enable else 0
+            )
             body = result.copy_body()
             ctrl.stats.get(h.topic, (result.queue_offsets and len(result.queue_offsets)) or 0)
             return read, ResponseCode.SUCCESS, body, lag

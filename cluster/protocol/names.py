@@ -520,6 +520,15 @@ class NameCache:
         return bad
 
 
+#: The codes whose names are all in header fields -> (field, the Kind's ``_value_``) of each:
+#: ``check_request`` looks them up in the cache's sets at once (a send's and a pull's).
+_HEADER_NAMES: Final[Mapping[int, tuple[tuple[str, str], ...]]] = {
+    code: tuple((spec.field, spec.kind._value_) for spec in specs if isinstance(spec, H))
+    for code, specs in NAME_TABLE.items()
+    if all(isinstance(spec, H) for spec in specs)
+}
+
+
 def check_request(request: RemotingCommand, cache: NameCache | None = None) -> str | None:
     """None if every name ``request`` carries is valid, else a remark naming the first bad one
     (answered with SYSTEM_ERROR, as RocketMQ answers a bad topic in ``msgCheck``)."""
@@ -529,6 +538,18 @@ def check_request(request: RemotingCommand, cache: NameCache | None = None) -> s
     if cache is None:
         cache = NameCache()
     ext = request.ext_fields
+    fields = _HEADER_NAMES.get(request.code)
+    if fields is not None:  # every name known valid already: done (else the careful loop)
+        known = cache._by_value
+        try:
+            for field, kind in fields:
+                value = ext.get(field)
+                if value is not None and value not in known[kind]:
+                    break
+            else:
+                return None
+        except TypeError:  # unhashable: the loop below names it
+            pass
     check = cache.check
     for spec in specs:
         if isinstance(spec, H):

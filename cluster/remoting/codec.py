@@ -305,6 +305,69 @@ def encode_head_into(
     return body
 
 
+#: What a ``FixedAnswer`` writes into its template without escaping: a remark or an extFields
+#: key of ASCII letters, digits and ``_`` (anything else goes through the encoder).
+_PLAIN_JSON_CHARS: Final = frozenset(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+#: Remarks one ``FixedAnswer`` keeps a template for (a pull's are its dozen statuses).
+MAX_FIXED_ANSWER_REMARKS: Final = 64
+
+
+def _plain(text: str) -> bool:
+    return bool(text) and text.isascii() and not set(text.encode()) - _PLAIN_JSON_CHARS
+
+
+class FixedAnswer:
+    """The JSON header of answers whose extFields hold the same keys every time, each an
+    integer written as a string (a pull's: ``suggestWhichBrokerId``, ``nextBeginOffset``, ...),
+    with a remark from a small vocabulary: the header's fixed part encoded once per remark, the
+    code, opaque and values (``int``) filled in by one ``%``. ``frame_head`` is byte for byte
+    the frame ``encode_head_into`` writes for ``request.response(code, remark, ext, body)``
+    with a JSON header (tests/unit/remoting/test_fixed_answer.py checks it); None where it
+    cannot say so (a remark to escape, a code or opaque out of int32, a frame over the limit):
+    then encode the answer as any other."""
+
+    __slots__ = ("_keys", "_templates")
+
+    def __init__(self, ext_keys: Iterable[str]) -> None:
+        keys = tuple(sorted(ext_keys))
+        if not keys or not all(map(_plain, keys)):
+            raise ValueError(f"extFields keys must be plain names: {keys!r}")
+        self._keys = keys
+        self._templates: dict[str, bytes] = {}
+
+    def _template(self, remark: str) -> bytes | None:
+        template = self._templates.get(remark)
+        if template is None:
+            if not _plain(remark) or len(self._templates) >= MAX_FIXED_ANSWER_REMARKS:
+                return None
+            ext = ",".join(f'"{k}":"%d"' for k in self._keys)
+            template = self._templates[remark] = (
+                '{"code":%d,"extFields":{' + ext + '},"flag":' + str(FLAG_RESPONSE)
+                + ',"language":"JAVA","opaque":%d,"remark":"' + remark
+                + '","serializeTypeCurrentRPC":"JSON","version":' + str(CURRENT_VERSION) + "}"
+            ).encode()
+        return template
+
+    def frame_head(
+        self, code: int, opaque: int, remark: str, values: tuple[int, ...], body_len: int
+    ) -> bytes | None:
+        """The frame's length words and JSON header (its body follows), ``values`` in the
+        sorted order of the keys; None: encode it the general way."""
+        template = self._templates.get(remark) or self._template(remark)
+        if (
+            template is None
+            or len(values) != len(self._keys)
+            or not (_INT32_MIN <= code <= _INT32_MAX and _INT32_MIN <= opaque <= _INT32_MAX)
+        ):
+            return None
+        header = template % (code, *values, opaque)
+        length = 4 + len(header) + body_len
+        if length + 4 > MAX_FRAME_BYTES:
+            return None
+        return _FRAME_PREFIX.pack(length, (SERIALIZE_JSON << 24) | len(header)) + header
+
+
 # --------------------------------------------------------------------------- decoding
 
 _new_command = object.__new__
@@ -400,10 +463,8 @@ def decode_header_json(data: bytes | bytearray | memoryview, body: bytes) -> Rem
         and type(version) is int
         and type(opaque) is int
         and type(flag) is int
-        and _INT32_MIN <= code <= _INT32_MAX
-        and _INT32_MIN <= version <= _INT32_MAX
-        and _INT32_MIN <= opaque <= _INT32_MAX
-        and _INT32_MIN <= flag <= _INT32_MAX
+        and min(code, version, opaque, flag) >= _INT32_MIN
+        and max(code, version, opaque, flag) <= _INT32_MAX
         and type(language) is str
         and language in _LANGUAGE_NAMES
         and (remark is None or type(remark) is str)

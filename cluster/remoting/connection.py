@@ -369,6 +369,15 @@ class Connection:
             self._room = None
             room.set()
 
+    def queue_later_frame(self, request: RemotingCommand, head: bytes, body: bytes) -> None:
+        """``queue_later`` of an answer encoded already (``ConnectionState.answer_later_frame``):
+        a parked pull's, through ``codec.FixedAnswer``."""
+        self._state.answer_later_frame(request, head, body)
+        room = self._room
+        if room is not None:
+            self._room = None
+            room.set()
+
     def send_later(self) -> None:
         """Send what ``queue_later`` queued (from any task of this Trio run)."""
         with contextlib.suppress(RuntimeError):  # shutting down: nothing more goes out

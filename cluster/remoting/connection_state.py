@@ -277,8 +277,12 @@ class ConnectionState:
             encode_into(self.out, error_answer(
                 opaque, ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"), opaque)
             return
-        if not body:  # (most answers: a send's, an offset's)
-            return
+        if body:  # (most answers have none: a send's, an offset's)
+            self._queue_body(body)
+
+    def _queue_body(self, body: bytes | bytearray | memoryview) -> None:
+        """Queue the body of the frame whose head ``out`` ends with: copied behind it, or (a
+        long ``bytes``) as a buffer of its own."""
         if len(body) < SCATTER_MIN_BODY_BYTES or type(body) is not bytes:  # (bytes: immutable)
             self.out += body
             return
@@ -310,6 +314,17 @@ class ConnectionState:
             return False
         self.later_flush = True
         return True
+
+    def answer_later_frame(self, request: RemotingCommand, head: bytes, body: bytes) -> None:
+        """The answer, encoded already, of a request that replied ``LATER``: ``head``, its
+        frame's length words and header (``codec.FixedAnswer``), then ``body``. It ends its
+        request and is queued (sent with the next send: the shell's caller sends)."""
+        self.running -= 1
+        if request.flag & FLAG_ONEWAY or self.closed:
+            return
+        self.out += head
+        if body:
+            self._queue_body(body)
 
     def held_released(self, frames: bytearray, n: int) -> bool:
         """``HeldAnswers`` released ``n`` answers (``frames``, encoded): they end their requests

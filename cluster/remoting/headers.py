@@ -91,13 +91,46 @@ def _field_setter(cls: type, name: str) -> Any:
     return lambda self, value: object.__setattr__(self, name, value)
 
 
+def _field_lines(i: int, wire: str, kind: str, required: bool) -> list[str]:
+    """The careful parser's lines for field ``i`` (its value in ``v``, set through ``_s{i}``)."""
+    absent = "v is None" if kind == "str" else "v is None or v == ''"
+    lines = [f"    if {absent}:"]
+    if required:
+        lines.append(f"        raise _missing(cls.__name__, {wire!r}, 'is required')")
+    else:
+        lines.append(f"        _s{i}(self, _d{i})")
+    lines.append("    else:")
+    if kind == "str":
+        slow = f"_slow(cls.__name__, {wire!r}, 'str', v)"
+        lines.append(f"        _s{i}(self, v if type(v) is str else {slow})")
+    elif kind == "bool":
+        lines.append("        b = _BOOLS.get(v) if type(v) is str else None")
+        slow = f"_slow(cls.__name__, {wire!r}, 'bool', v)"
+        lines.append(f"        _s{i}(self, b if b is not None else {slow})")
+    else:
+        lo, hi = _INT32 if kind == "int" else _INT64
+        lines.append("        try:")
+        lines.append("            x = int(v) if type(v) is str and v.isascii() else None")
+        lines.append("        except ValueError:")
+        lines.append("            x = None")
+        lines.append(f"        if x is None or not {lo} <= x <= {hi}:")
+        lines.append(f"            x = _slow(cls.__name__, {wire!r}, {kind!r}, v)")
+        lines.append(f"        _s{i}(self, x)")
+    return lines
+
+
 def _compile_parser(cls: type, wires: tuple[str, ...] | None = None) -> Any:
     """Generate ``parse(ext) -> cls`` for one header class (what attrs does for ``__init__``):
     one straight-line function per class instead of a loop over field specs. ``wires`` reads the
-    same fields under other wire names (SEND_MESSAGE_V2's letters into the long-name class)."""
+    same fields under other wire names (SEND_MESSAGE_V2's letters into the long-name class).
+
+    Two functions: the careful one checks and sets field after field and names the bad one;
+    the one returned reads the required strings and integers in bulk (their presence with one
+    ``try``, their types with one ``str.join`` each, the integers' ASCII with one
+    ``isascii``) and hands anything unusual to the careful one, so both give the same header
+    or the same error (tests/unit/remoting/test_header_parse_fastpath.py)."""
     spec = _spec(cls)
     names = wires or tuple(wire for _n, wire, _k, _r, _d in spec)
-    lines = ["def parse(ext):", "    get = ext.get", "    self = _new(cls)"]
     env: dict[str, Any] = {
         "_new": object.__new__,
         "cls": cls,
@@ -105,38 +138,59 @@ def _compile_parser(cls: type, wires: tuple[str, ...] | None = None) -> Any:
         "_missing": HeaderError,
         "_BOOLS": _BOOLS,
     }
+    careful = ["def careful(ext):", "    get = ext.get", "    self = _new(cls)"]
     for i, ((name, _wire, kind, required, default), wire) in enumerate(
         zip(spec, names, strict=True)
     ):
         env[f"_d{i}"] = default
         env[f"_s{i}"] = _field_setter(cls, name)
-        lines.append(f"    v = get({wire!r})")
-        absent = "v is None" if kind == "str" else "v is None or v == ''"
-        lines.append(f"    if {absent}:")
-        if required:
-            lines.append(f"        raise _missing(cls.__name__, {wire!r}, 'is required')")
-        else:
-            lines.append(f"        _s{i}(self, _d{i})")
-        lines.append("    else:")
-        if kind == "str":
-            slow = f"_slow(cls.__name__, {wire!r}, 'str', v)"
-            lines.append(f"        _s{i}(self, v if type(v) is str else {slow})")
-        elif kind == "bool":
-            lines.append("        b = _BOOLS.get(v) if type(v) is str else None")
-            slow = f"_slow(cls.__name__, {wire!r}, 'bool', v)"
-            lines.append(f"        _s{i}(self, b if b is not None else {slow})")
-        else:
-            lo, hi = _INT32 if kind == "int" else _INT64
-            lines.append("        try:")
-            lines.append("            x = int(v) if type(v) is str and v.isascii() else None")
-            lines.append("        except ValueError:")
-            lines.append("            x = None")
-            lines.append(f"        if x is None or not {lo} <= x <= {hi}:")
-            lines.append(f"            x = _slow(cls.__name__, {wire!r}, {kind!r}, v)")
-            lines.append(f"        _s{i}(self, x)")
-    lines.append("    return self")
-    exec("\n".join(lines), env)  # code generated from the class's own field specs
+        careful.append(f"    v = get({wire!r})")
+        careful += _field_lines(i, wire, kind, required)
+    careful.append("    return self")
+    exec("\n".join(careful), env)  # code generated from the class's own field specs
+    exec("\n".join(_fast_lines(spec, names)), env)  # (the same: falls back to ``careful``)
     return env["parse"]
+
+
+def _fast_lines(
+    spec: tuple[tuple[str, str, str, bool, Any], ...], names: tuple[str, ...]
+) -> list[str]:
+    """``parse``'s lines: required strings (``r{i}``) and integers (``n{i}``) read in bulk, any
+    other field as the careful parser reads it; whatever is unusual goes to ``careful``."""
+    fields = list(enumerate(zip(spec, names, strict=True)))
+    strs = [(i, w) for i, ((_n, _w, k, r, _d), w) in fields if r and k == "str"]
+    ints = [(i, w, k) for i, ((_n, _w, k, r, _d), w) in fields if r and k in ("int", "long")]
+    bulk = {i for i, _w in strs} | {i for i, _w, _k in ints}
+    lines = ["def parse(ext):"]
+    if strs or ints:
+        lines.append("    try:")
+        lines += [f"        r{i} = ext[{w!r}]" for i, w in strs]
+        lines += [f"        n{i} = ext[{w!r}]" for i, w, _k in ints]
+        lines += ["    except KeyError:", "        return careful(ext)", "    try:"]
+        if strs:
+            lines.append("        ''.join((" + "".join(f"r{i}, " for i, _w in strs) + "))")
+        if ints:
+            lines.append("        if not ''.join((" + "".join(f"n{i}, " for i, _w, _k in ints)
+                         + ")).isascii():")
+            lines.append("            return careful(ext)")
+            lines += [f"        x{i} = int(n{i})" for i, _w, _k in ints]
+        lines += ["    except (TypeError, ValueError):", "        return careful(ext)"]
+    for kind, (lo, hi) in (("int", _INT32), ("long", _INT64)):  # (each kind's range at once)
+        xs = ", ".join(f"x{i}" for i, _w, k in ints if k == kind)
+        if "," in xs:
+            lines += [f"    if not ({lo} <= min({xs}) and max({xs}) <= {hi}):",
+                      "        return careful(ext)"]  # fmt: skip
+        elif xs:
+            lines += [f"    if not {lo} <= {xs} <= {hi}:", "        return careful(ext)"]
+    lines += ["    get = ext.get", "    self = _new(cls)"]
+    for i, ((_n, _w, kind, required, _d), wire) in fields:
+        if i in bulk:
+            lines.append(f"    _s{i}(self, {'r' if kind == 'str' else 'x'}{i})")
+            continue
+        lines.append(f"    v = get({wire!r})")
+        lines += _field_lines(i, wire, kind, required)
+    lines.append("    return self")
+    return lines
 
 
 def _compile_dumper(cls: type) -> Any:

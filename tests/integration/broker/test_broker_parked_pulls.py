@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 import trio
 
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
@@ -113,3 +114,43 @@ async def test_pulls_of_a_closed_connection_come_due_harmlessly(cluster: Cluster
     # the broker serves on
     resp = await cluster.pull(topic, 1, queue_id=0)
     assert resp.code == ResponseCode.SUCCESS and [m.body for m in messages(resp)] == [b"m1"]
+
+
+async def test_a_caught_up_pull_parks_without_a_read_and_its_wake_reads_once(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pull at its queue's end parks on ``store.at_queue_end`` (its miss counted, no read
+    built); the message that wakes it is read once, and the woken answer (encoded from the pull
+    answer's template) carries what a direct pull of the same offset answers."""
+    topic = "ParkNoRead"
+    ok(await cluster.send(topic, b"m0", queue_id=0))
+    store = cluster.broker.store
+    reads: list[int] = []
+    real_get = store.get_message
+
+    def counting_get(*args: object, **kwargs: object) -> object:
+        reads.append(1)
+        return real_get(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "get_message", counting_get)
+    misses = store.get_miss_times
+    answer: list[RemotingCommand] = []
+    async with trio.open_nursery() as nursery:
+
+        async def pull() -> None:
+            answer.append(await cluster.call(RequestCode.PULL_MESSAGE,
+                                             _pull_ext(topic, 0, 1, 10_000), timeout=15))
+
+        nursery.start_soon(pull)
+        with trio.fail_after(WAIT_S):
+            await cluster.broker.wait_until(lambda b: b.hold.parked == 1)
+        assert (reads, store.get_miss_times) == ([], misses + 1)
+        ok(await cluster.send(topic, b"m1", queue_id=0))
+    assert len(reads) == 1
+    (woken,) = answer
+    direct = ok(await cluster.call(RequestCode.PULL_MESSAGE, _pull_ext(topic, 0, 1, 0)))
+    ok(woken)
+    assert [m.body for m in messages(woken)] == [b"m1"]
+    assert (woken.remark, woken.ext_fields, bytes(woken.body)) == (
+        direct.remark, direct.ext_fields, bytes(direct.body))
+    assert woken.ext_fields["nextBeginOffset"] == "2"

@@ -236,3 +236,25 @@ def test_config_from_properties() -> None:
     assert (d.file_reserved_time_hours, d.delete_when) == (72, "04")
     assert d.disk_max_used_space_ratio == 75
     assert (d.max_hash_slot_num, d.max_index_num) == (5_000_000, 20_000_000)
+
+
+def test_at_queue_end_is_a_read_that_would_answer_overflow_one(tmp_path: Path) -> None:
+    """``at_queue_end`` (a caught-up long-polling pull parks on it without a read) says yes
+    exactly where ``get_message`` answers OFFSET_OVERFLOW_ONE, and counts the miss as it does."""
+    store = MessageStore.open(small_config(tmp_path))
+    try:
+        for i in range(6):
+            put(store, i, qid=i % 2)
+        while store.dispatch():
+            pass
+        for topic, qid, offset in itertools.product(("T", "none"), range(4), range(-1, 6)):
+            misses = store.get_miss_times
+            quick = store.at_queue_end(topic, qid, offset)
+            assert store.get_miss_times == misses + quick
+            result = store.get_message(topic, qid, offset, 32)
+            result.release()
+            assert quick == (result.status is GetMessageStatus.OFFSET_OVERFLOW_ONE), (
+                topic, qid, offset, result.status)
+            assert quick == (topic == "T" and qid < 2 and offset == 3)
+    finally:
+        store.close()
