@@ -482,15 +482,13 @@ class IndexService:
         ``(uniq, phys, store_ts)`` of ``run``, in order (the dispatcher's batched path:
         records with a UNIQ_KEY and no KEYS). The same entries, slot heads and file rollovers
         as one call per record: the replay check and ``put_hash`` are inlined over local copies
-        of the file's counters, written back before a rollover and at the end."""
+        of the file's counters, written back before a rollover and at the end (a plain run:
+        ``_plain_run``, which checks none of it per record)."""
         ph = self._prefix_hashes.get(topic)
         if ph is None:
             ph = self._prefix_hash(topic)
+        f = self.files[-1] if self.files else self._writable()
         files = self.files
-        f = files[-1] if files else None
-        if f is None:
-            f = self._writable()
-            files = self.files
         if _plain_run(f, ph, run):
             return
         mm, slots, ebase, cap = f.mm, f.slots, f.entries_base, f.entries
