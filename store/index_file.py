@@ -489,7 +489,7 @@ class IndexService:
             ph = self._prefix_hash(topic)
         f = self.files[-1] if self.files else self._writable()
         files = self.files
-        if _plain_run(f, ph, run):
+        if len(run) > 1 and _plain_run(f, ph, run):  # (one record: the loop below, no call)
             return
         mm, slots, ebase, cap = f.mm, f.slots, f.entries_base, f.entries
         n, slot_count, begin_ts, begin_phy, end_phy, end_ts = f.counters()
