@@ -231,31 +231,49 @@ BatchKeys = tuple[int, list[bytes | None]]
 def batch_keys(body: bytes, plan: BatchPlan, extra: bytes, topic: str) -> BatchKeys | None:
     """What dispatch reads of each record a batch's ``plan`` writes (``RecordScanner``: its
     tagsCode, UNIQ_KEY and KEYS), taken from the batch body before the records are read back;
-    None when the records may differ in TAGS or carry KEYS (``TAGS`` / ``KEYS`` entry names
-    anywhere in ``body``, a UNIQ_KEY or KEYS in the header's properties ``extra``) or the topic
+    None when the records may differ in TAGS or carry KEYS (a ``TAGS`` / ``KEYS`` entry name in
+    an item's properties, a UNIQ_KEY or KEYS in the header's properties ``extra``) or the topic
     is the schedule topic (tagsCode: a delivery time): the reput then reads the records.
 
     A record's properties are the item's own text, a 0x02 unless that is empty or ends with
     one, and ``extra`` (``join_properties``). No entry name holds a 0x02, so none spans that
-    seam: every UNIQ_KEY entry lies in the item's own text (``find_property`` over its span
-    reads the value the scanner reads), and a TAGS entry of ``extra`` comes after every
-    entry of the item's (the last one wins, as in the scanner and the full decode)."""
-    if (
-        topic == SCHEDULE_TOPIC
-        or PROP_UNIQ_KEY in extra
-        or PROP_KEYS in extra
-        or PROP_KEYS in body
-    ):
+    seam: every UNIQ_KEY entry lies in the item's own text, and a TAGS entry of ``extra`` comes
+    after every entry of the item's (the last one wins, as in the scanner and the full
+    decode). The items' texts are cut out and searched at once, iterated in C (a NUL between
+    two: no entry name holds one either)."""
+    if topic == SCHEDULE_TOPIC or PROP_UNIQ_KEY in extra or PROP_KEYS in extra:
         return None
-    tags = find_property(extra, PROP_TAGS, 0, len(extra))
-    if tags is None and PROP_TAGS in body:
-        return None
-    code = 0 if tags is None else tags_code(tags.decode("utf-8", "replace"))
-    # find_property(body, UNIQ_KEY, p0, p0 + props_len) per item, iterated in C
     starts = list(map(_PROPS_START, plan))
     ends = map(operator.add, starts, map(_PROPS_LEN, plan))
-    repeat = itertools.repeat
-    return code, list(map(find_property, repeat(body), repeat(PROP_UNIQ_KEY), starts, ends))
+    props = list(map(body.__getitem__, map(slice, starts, ends)))
+    texts = b"\0".join(props)
+    if PROP_KEYS in texts:
+        return None
+    tags = find_property(extra, PROP_TAGS, 0, len(extra))
+    if tags is None and PROP_TAGS in texts:
+        return None
+    code = 0 if tags is None else tags_code(tags.decode("utf-8", "replace"))
+    return code, _uniq_values(props)
+
+
+def _uniq_values(props: list[bytes]) -> list[bytes | None]:
+    """``find_property(p, UNIQ_KEY, 0, len(p))`` of each item's properties ``p``. When every
+    text is the first's but for its UNIQ_KEY value, of the same length and without a 0x02 (a
+    client's batch), the values are cut at the first's place, no search each: the scanner's
+    template rule (``RecordScanner``), the entries being where the first's are."""
+    first = props[0]
+    size = len(first)
+    _value, v0, v1 = _entry_value(first, PROP_UNIQ_KEY, size)
+    if v0 >= 0 and set(map(len, props)) == {size}:
+        head, tail = first[:v0], first[v1:]
+        repeat = itertools.repeat
+        if all(map(bytes.startswith, props, repeat(head))) and all(
+            map(bytes.endswith, props, repeat(tail))
+        ):
+            values = list(map(operator.itemgetter(slice(v0, v1)), props))
+            if b"\x02" not in b"".join(values):
+                return list(values)
+    return [find_property(p, PROP_UNIQ_KEY, 0, len(p)) for p in props]
 
 
 # --------------------------------------------------------------------------- scan
