@@ -57,8 +57,11 @@ from .config import (
 from .mapped_file import DirSyncLedger, MappedFile, MappedFileQueue
 from .paths import is_valid_component
 from .record import (
+    BatchKeys,
+    batch_keys,
     parse_delay_levels,
     plan_batch,
+    plan_size,
     put_properties,
     record_tags_code,
 )
@@ -129,6 +132,8 @@ class AppendMessageResult(NamedTuple):
     msg_num: int
     store_host_bytes: bytes
     offsets: tuple[int, ...] = ()  # every record's physical offset, batches only
+    #: a batch's records as dispatch reads them (``record.batch_keys``), when asked for
+    keys: BatchKeys | None = None
 
     @property
     def end_offset(self) -> int:
@@ -367,10 +372,12 @@ class CommitLog:
         self._host_cache[host] = raw
         return raw
 
-    def append_batch(self, batch: Message) -> PutMessageResult:
+    def append_batch(self, batch: Message, *, keys: bool = False) -> PutMessageResult:
         """``batch.body`` is a SEND_BATCH_MESSAGE body (§5.5); header fields apply to all items
         and ``batch.properties`` are appended to each item's properties. One pass over the item
-        headers sizes the batch, a second writes every record straight into the mmap."""
+        headers sizes the batch, a second writes every record straight into the mmap.
+        ``keys``: the result also holds what dispatch reads of the records
+        (``AppendMessageResult.keys``, ``record.batch_keys``), for a dispatch from the put."""
         topic_b = self._topic_bytes(batch.topic)
         if topic_b is None:
             return _illegal(_BAD_TOPIC)
@@ -393,7 +400,7 @@ class CommitLog:
             born_host = encode_host(batch.born_host)
         except (OSError, TypeError, struct.error) as exc:
             return _illegal(f"only IPv4 host:port is supported: {exc}")
-        batch_size = sum(it[5] for it in items)
+        batch_size = plan_size(items)
         if batch_size > self.file_size - END_FILE_MIN_BLANK_LENGTH:
             return _illegal(f"batch of {batch_size} bytes does not fit in one CommitLog file")
         refused = self._room_refused(batch_size)
@@ -411,10 +418,13 @@ class CommitLog:
         mf.wrote = wpos
         self.topic_queue_table[key] = first_qo + len(items)
         self.last_store_timestamp = now
+        body = batch.body
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             AppendMessageResult(
-                first_phys, batch_size, now, first_qo, len(items), store_host, tuple(offsets)
+                first_phys, batch_size, now, first_qo, len(items), store_host, tuple(offsets),
+                batch_keys(body, items, extra, batch.topic)
+                if keys and isinstance(body, bytes) else None,
             ),
         )
 

@@ -6,7 +6,9 @@ frame), follows blanks to the next file, and calls ``on_arrival(topic, queue_id,
 tags_code, store_timestamp)`` for long polling: once per run of consecutive records of one
 queue with one tagsCode, with the run's last offset (what a parked pull needs to know). The
 Trio shell (``store/flush.py``) calls it whenever new bytes arrive; ``MessageStore.append_message``
-calls it inline for a single put when the reput is caught up.
+calls it inline for a single put when the reput is caught up (``INLINE_DISPATCH``). A batch put
+while the reput is caught up is dispatched by the put itself, from what it knows of its records
+(``dispatch_batch``: no record is read back).
 
 Only what dispatch needs is read from a record (``store/record.py``'s ``RecordScanner``: fixed
 offsets via one struct, TAGS / KEYS / UNIQ_KEY by a bytes search of the properties), and
@@ -18,10 +20,12 @@ recovery re-dispatches from the checkpoint anyway.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import shutil
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
 import structlog
 
@@ -30,7 +34,7 @@ from ..cluster.protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
 )
-from .commitlog import CommitLog, DispatchRequest
+from .commitlog import AppendMessageResult, CommitLog, DispatchRequest
 from .config import MAX_DISPATCH_BYTES_PER_ROUND, MessageStoreConfig
 from .consume_queue import CQ_RUN_MAX_UNITS, UNIT, ConsumeQueue
 from .index_file import IndexService
@@ -260,6 +264,68 @@ class Dispatcher:
         if self.index is not None:
             self.index.build_index(req)
         self.last_store_timestamp = req.store_timestamp
+
+    def dispatch_batch(self, topic: str, queue_id: int, appended: AppendMessageResult) -> bool:
+        """Dispatch a batch the put just appended, from what the put knows of its records
+        (``appended``: their offsets, first queue offset, store time, and ``keys``, the
+        tagsCode and UNIQ_KEYs ``record.batch_keys`` read from the batch body) instead of
+        reading them back: its ConsumeQueue units in runs of consecutive offsets, one arrival
+        notice, its index entries in one ``index_uniq_run``; the bytes a reput round writes.
+        Only when the reput has dispatched everything before the batch and the batch needs no
+        new ConsumeQueue segment while the shell makes them (``on_file_wanted``); False (nothing
+        written) otherwise, and the reput reads the records as usual."""
+        keys = appended.keys
+        first_phys = appended.wrote_offset
+        if keys is None or self.reput_from != first_phys or self.lag_histogram is not None:
+            return False
+        cq = self._batch_queue(topic, queue_id, appended.logics_offset + appended.msg_num - 1)
+        if cq is None:
+            return False
+        code, uniqs = keys
+        offsets = appended.offsets
+        end = appended.end_offset
+        store_ts = appended.store_timestamp
+        sizes = map(operator.sub, itertools.chain(offsets[1:], (end,)), offsets)
+        units = list(itertools.chain.from_iterable(zip(offsets, sizes, itertools.repeat(code))))
+        first = appended.logics_offset
+        step = 3 * CQ_RUN_MAX_UNITS
+        for i in range(0, len(units), step):
+            cq.put_run(first + i // 3, units[i : i + step])
+        if self.on_arrival is not None:
+            self.on_arrival(topic, queue_id, first + appended.msg_num, code, store_ts)
+        index = self.index
+        if index is not None:
+            keyed = (
+                list(zip(cast("list[bytes]", uniqs), offsets, itertools.repeat(store_ts)))
+                if None not in uniqs  # (the usual batch: every record has one; no step each)
+                else [(u, at, store_ts) for u, at in zip(uniqs, offsets, strict=True) if u]
+            )
+            if keyed:
+                index.index_uniq_run(topic, keyed)
+                index.write_headers()
+        self.reput_from = end
+        self.last_store_timestamp = store_ts
+        return True
+
+    def _batch_queue(self, topic: str, queue_id: int, last_unit: int) -> ConsumeQueue | None:
+        """The ConsumeQueue a batch's units up to ``last_unit`` go to, if they can go there now:
+        None when the path guard refuses it (the reput skips and counts the records) or, while
+        the shell makes segments (``on_file_wanted``), when the segment of ``last_unit`` is not
+        made yet (the reput asks for it and any before it)."""
+        cq = self.cqs.queues.get((topic, queue_id))
+        deferred = self.on_file_wanted is not None
+        if cq is None:
+            if deferred:
+                return None
+            try:
+                cq = self.cqs.find_or_create(topic, queue_id)
+            except StorePathError:
+                return None
+        if deferred:
+            files = cq.queue.files
+            if not files or last_unit * UNIT >= files[-1].file_end:
+                return None
+        return cq
 
     def _flush_run(
         self,

@@ -244,6 +244,65 @@ class IndexFile:
         return self.mf.destroy()
 
 
+_FIRST: Final = operator.itemgetter(0)
+
+
+def _plain_run(f: IndexFile, ph: int, run: list[tuple[bytes, int, int]]) -> bool:
+    """``IndexService.index_uniq_run`` of a plain run into ``f`` in one tight pass, or False
+    (nothing written) when the run is not plain. Plain: ASCII keys of one length above 12
+    bytes and at most ``_HASH_UNITS`` (client UNIQ_KEYs) under an ASCII topic (``ph`` >= 0),
+    the first offset past the file's end (no replay: offsets rise along a run), room in
+    ``f`` for every entry, and ``f``'s first entry written (its begin time set). Then what
+    the general loop checks per record holds for the whole run, and this pass checks none of
+    it: the same hashes (a key's head of all but two bytes hashed once per change), entries,
+    slot heads and counters; the time difference is computed once per store time."""
+    n, slot_count, begin_ts, begin_phy, end_phy, _end_ts = f.counters()
+    if not run or ph < 0 or n <= 1 or n + len(run) > f.entries or run[0][1] <= end_phy:
+        return False
+    keys = list(map(_FIRST, run))
+    ulen = len(keys[0])
+    if (
+        not _TAIL + 4 < ulen <= _HASH_UNITS
+        or set(map(len, keys)) != {ulen}
+        or not b"".join(keys).isascii()
+    ):
+        return False
+    mm, slots = f.mm, f.slots
+    pair, heads, unpack_slot, pack_slot, pack_entry = (
+        _PAIR, _head2_hashes, _SLOT_UNPACK, _SLOT_PACK, _ENTRY_PACK
+    )
+    prefix_part = ph * _POW31[ulen]  # hash(topic#) * 31**len(key)
+    last_head = b"\xff"  # (no ASCII key starts with it)
+    base = 0  # hash(topic#) * 31**len(key) + hash(head) * 31**2
+    last_ts, diff = None, 0
+    at = f.entries_base + n * ENTRY_SIZE
+    for uniq, phys, store_ts in run:
+        if not uniq.startswith(last_head):
+            last_head = uniq[:-2]
+            hh = heads.get(last_head)
+            base = prefix_part + (_head2_hash(last_head) if hh is None else hh) * _POW31_2
+        h = (base + pair[(uniq[-2] << 8) | uniq[-1]]) & _MASK32
+        if h & 0x80000000:  # abs of the signed hashCode; MIN_VALUE -> 0
+            h = 0x100000000 - h
+            if h == 0x80000000:
+                h = 0
+        slot_pos = HEADER_SIZE + (h % slots) * SLOT_SIZE
+        (prev,) = unpack_slot(mm, slot_pos)
+        if prev <= INVALID_INDEX or prev > n:
+            prev = INVALID_INDEX
+            slot_count += 1
+        if store_ts != last_ts:
+            last_ts = store_ts
+            diff = 0 if begin_ts <= 0 else min(max((store_ts - begin_ts) // 1000, 0), INT_MAX)
+        pack_entry(mm, at, h, phys, diff, prev)
+        pack_slot(mm, slot_pos, n)
+        at += ENTRY_SIZE
+        n += 1
+    _key, end_phy, end_ts = run[-1]
+    f.set_counters(n, slot_count, begin_ts, begin_phy, end_phy, end_ts)
+    return True
+
+
 class IndexService:
     def __init__(
         self, directory: str, slots: int, entries: int, *, clock_ms: Callable[[], int]
@@ -423,15 +482,15 @@ class IndexService:
         ``(uniq, phys, store_ts)`` of ``run``, in order (the dispatcher's batched path:
         records with a UNIQ_KEY and no KEYS). The same entries, slot heads and file rollovers
         as one call per record: the replay check and ``put_hash`` are inlined over local copies
-        of the file's counters, written back before a rollover and at the end."""
+        of the file's counters, written back before a rollover and at the end (a plain run:
+        ``_plain_run``, which checks none of it per record)."""
         ph = self._prefix_hashes.get(topic)
         if ph is None:
             ph = self._prefix_hash(topic)
+        f = self.files[-1] if self.files else self._writable()
         files = self.files
-        f = files[-1] if files else None
-        if f is None:
-            f = self._writable()
-            files = self.files
+        if len(run) > 1 and _plain_run(f, ph, run):  # (one record: the loop below, no call)
+            return
         mm, slots, ebase, cap = f.mm, f.slots, f.entries_base, f.entries
         n, slot_count, begin_ts, begin_phy, end_phy, end_ts = f.counters()
         pair = _PAIR

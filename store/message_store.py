@@ -1035,12 +1035,25 @@ class FileCommitLog:
         refused = self.refusal()
         if refused is not None:
             return refused
-        result = self.commitlog.append_batch(batch)
-        if result.result is None:
+        # the reput has dispatched everything so far: the batch is dispatched from the put
+        caught_up = self.dispatcher.reput_from == self.commitlog.max_offset
+        result = self.commitlog.append_batch(batch, keys=caught_up)
+        appended = result.result
+        if appended is None:
             store.put_failed_times += 1
         else:
-            store.appended(result.result.end_offset)
+            inline = caught_up and self._batch_dispatched(batch, appended)
+            store.appended(appended.end_offset, reput=not inline)
         return result
+
+    def _batch_dispatched(self, batch: Message, appended: AppendMessageResult) -> bool:
+        """Whether the batch just appended was dispatched now (``Dispatcher.dispatch_batch``);
+        a failure leaves it to the reput service (which rewrites nothing already written)."""
+        try:
+            return self.dispatcher.dispatch_batch(batch.topic, batch.queue_id, appended)
+        except Exception:  # the put stands: leave the failure to the reput service
+            log.exception("batch_dispatch_failed", offset=appended.wrote_offset)
+            return False
 
     def append_marked(self, msg: Message, batch: bool, wait: bool) -> MarkedPut:
         """Append (a single message's append is written out here: a send's one call into the

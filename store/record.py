@@ -12,7 +12,8 @@ of them, here:
   written again in Java ``HashMap`` order as RocketMQ does), used by the file CommitLog and the
   DLedger CommitLog alike;
 * **batch**: ``plan_batch`` sizes every record of a batch body (header properties appended to
-  each item's) for ``write_batch_records`` to write;
+  each item's) for ``write_batch_records`` to write; ``batch_keys`` reads from the body what
+  dispatch reads of those records (tagsCode, UNIQ_KEYs), for a put that dispatches its batch;
 * **the DELAY rule**: ``delay_level`` reads a DELAY property (a positive number, clamped to the
   configured levels, ``messageDelayLevel``) for the put's schedule queue and for the tagsCode;
 * **the tagsCode rule**: ``tags_code`` of TAGS, or for a record of the schedule topic with a
@@ -28,6 +29,8 @@ Every integer is big-endian (store-and-replication.md §1.3).
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -171,27 +174,106 @@ def is_dispatchable(sys_flag: int) -> bool:
 BatchPlan = list[tuple[int, int, int, int, int, int]]
 
 
+# columns of a ``BatchPlan`` item
+_BODY_LEN: Final = operator.itemgetter(2)
+_PROPS_START: Final = operator.itemgetter(3)
+_PROPS_LEN: Final = operator.itemgetter(4)
+_RECORD_SIZE: Final = operator.itemgetter(5)
+
+
 def plan_batch(
     body: memoryview, topic_part_len: int, extra_len: int, max_body: int
 ) -> tuple[BatchPlan, str, bool]:
     """The record of every item of a batch body whose records get ``extra_len`` bytes of header
     properties appended to their own, sized and checked (``batch_spans``: (flag, body start,
     body length, properties start, properties length, record size) per item).
-    -> (plan, "", False), or ([], remark, properties too long)."""
+    -> (plan, "", False), or ([], remark, properties too long). The limits are checked over
+    the whole plan at once (``max`` over its columns, no Python step per item); only a batch
+    that breaks one is walked item by item, to name the first item that does."""
     fixed = RECORD_FIXED_SIZE - 1 + topic_part_len
     try:
         plan = batch_spans(body, fixed, extra_len)
     except RecordError as exc:
         return [], f"bad batch body: {exc}", False
+    if not plan:
+        return [], "empty batch", False
+    # a record's joined properties are its size less ``fixed`` and its body
+    if (
+        max(map(_BODY_LEN, plan)) > max_body
+        or max(map(operator.sub, map(_RECORD_SIZE, plan), map(_BODY_LEN, plan)))
+        > MAX_PROPERTIES_LENGTH_BYTES + fixed
+    ):
+        return _first_over_limit(plan, fixed, max_body)
+    return plan, "", False
+
+
+def _first_over_limit(plan: BatchPlan, fixed: int, max_body: int) -> tuple[BatchPlan, str, bool]:
+    """``plan_batch``'s answer for a plan that breaks a limit: the refusal naming the first
+    item that does."""
     for _flag, _b0, body_len, _p0, _props_len, size in plan:
         if body_len > max_body:
             return [], f"message body {body_len} > maxMessageSize {max_body}", False
         joined = size - fixed - body_len
         if joined > MAX_PROPERTIES_LENGTH_BYTES:
             return [], f"properties {joined} > {MAX_PROPERTIES_LENGTH_BYTES}", True
-    if not plan:
-        return [], "empty batch", False
     return plan, "", False
+
+
+def plan_size(plan: BatchPlan) -> int:
+    """The bytes of all the records of a plan."""
+    return sum(map(_RECORD_SIZE, plan))
+
+
+#: (tagsCode of every record, UNIQ_KEY value of each record or None) of a batch's records
+BatchKeys = tuple[int, list[bytes | None]]
+
+
+def batch_keys(body: bytes, plan: BatchPlan, extra: bytes, topic: str) -> BatchKeys | None:
+    """What dispatch reads of each record a batch's ``plan`` writes (``RecordScanner``: its
+    tagsCode, UNIQ_KEY and KEYS), taken from the batch body before the records are read back;
+    None when the records may differ in TAGS or carry KEYS (a ``TAGS`` / ``KEYS`` entry name in
+    an item's properties, a UNIQ_KEY or KEYS in the header's properties ``extra``) or the topic
+    is the schedule topic (tagsCode: a delivery time): the reput then reads the records.
+
+    A record's properties are the item's own text, a 0x02 unless that is empty or ends with
+    one, and ``extra`` (``join_properties``). No entry name holds a 0x02, so none spans that
+    seam: every UNIQ_KEY entry lies in the item's own text, and a TAGS entry of ``extra`` comes
+    after every entry of the item's (the last one wins, as in the scanner and the full
+    decode). The items' texts are cut out and searched at once, iterated in C (a NUL between
+    two: no entry name holds one either)."""
+    if topic == SCHEDULE_TOPIC or PROP_UNIQ_KEY in extra or PROP_KEYS in extra:
+        return None
+    starts = list(map(_PROPS_START, plan))
+    ends = map(operator.add, starts, map(_PROPS_LEN, plan))
+    props = list(map(body.__getitem__, map(slice, starts, ends)))
+    texts = b"\0".join(props)
+    if PROP_KEYS in texts:
+        return None
+    tags = find_property(extra, PROP_TAGS, 0, len(extra))
+    if tags is None and PROP_TAGS in texts:
+        return None
+    code = 0 if tags is None else tags_code(tags.decode("utf-8", "replace"))
+    return code, _uniq_values(props)
+
+
+def _uniq_values(props: list[bytes]) -> list[bytes | None]:
+    """``find_property(p, UNIQ_KEY, 0, len(p))`` of each item's properties ``p``. When every
+    text is the first's but for its UNIQ_KEY value, of the same length and without a 0x02 (a
+    client's batch), the values are cut at the first's place, no search each: the scanner's
+    template rule (``RecordScanner``), the entries being where the first's are."""
+    first = props[0]
+    size = len(first)
+    _value, v0, v1 = _entry_value(first, PROP_UNIQ_KEY, size)
+    if v0 >= 0 and set(map(len, props)) == {size}:
+        head, tail = first[:v0], first[v1:]
+        repeat = itertools.repeat
+        if all(map(bytes.startswith, props, repeat(head))) and all(
+            map(bytes.endswith, props, repeat(tail))
+        ):
+            values = list(map(operator.itemgetter(slice(v0, v1)), props))
+            if b"\x02" not in b"".join(values):
+                return list(values)
+    return [find_property(p, PROP_UNIQ_KEY, 0, len(p)) for p in props]
 
 
 # --------------------------------------------------------------------------- scan

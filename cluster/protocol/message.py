@@ -18,12 +18,13 @@ Every integer is big-endian.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import socket
 import struct
 import sys
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -453,6 +454,7 @@ I16: Final = struct.Struct(">h")
 I64: Final = struct.Struct(">q")
 _PROPS_LEN: Final = tuple(I16.pack(n) for n in range(256))  # short properties: no pack call
 _crc32: Final = zlib.crc32
+_ITEM_RECORD_SIZE: Final = operator.itemgetter(5)  # of a ``batch_spans`` item
 
 
 def record_size(body_len: int, topic_len: int, props_len: int) -> int:
@@ -533,7 +535,7 @@ def write_batch_records(
     buf: bytearray | memoryview | Any,
     pos: int,
     base: int,
-    items: Iterable[tuple[int, int, int, int, int, int]],
+    items: Sequence[tuple[int, int, int, int, int, int]],
     src: memoryview,
     extra: bytes,
     topic_part: bytes,
@@ -551,19 +553,17 @@ def write_batch_records(
     unrolled (the batch put's cost). ``items`` are (flag, body start, body length, properties
     start, properties length, record size) of the items in ``src``; ``extra`` (the request's
     own properties) is appended to each item's, after a 0x02 unless the item's text is empty or
-    ends with one (``join_properties``); the record sizes count it. -> (end, record offsets)."""
-    offsets: list[int] = []
-    add_offset = offsets.append
+    ends with one (``join_properties``); the record sizes count it. -> (end, record offsets:
+    the running sum of the sizes, in C)."""
+    first = base + pos
     pack_into = RECORD_HEADER.pack_into
     tlen = len(topic_part)
     len_extra = len(extra)
     for flag, b0, body_len, p0, props_len, total in items:
         body = src[b0 : b0 + body_len]
-        phys = base + pos
-        add_offset(phys)
         pack_into(
             buf, pos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
-            phys, sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+            base + pos, sys_flag, born_timestamp, born_host, store_timestamp, store_host,
             reconsume_times, 0, body_len,
         )
         p = pos + RECORD_HEADER_SIZE + body_len
@@ -585,7 +585,8 @@ def write_batch_records(
             buf[p + tlen : end] = src[p0 - 2 : p0 + props_len]
         pos = end
         queue_offset += 1
-    return pos, offsets
+    sizes = map(_ITEM_RECORD_SIZE, items)
+    return pos, list(itertools.accumulate(sizes, initial=first))[:-1]
 
 
 def _pack_tail(topic_part: bytes, props: bytes | memoryview) -> bytes:

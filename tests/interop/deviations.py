@@ -21,7 +21,7 @@ DEVIATIONS: Final[tuple[tuple[str, str, str, str], ...]] = (
     ("runtime_info", r"body\.table\.(ha\w+|remoting\w+|brokerActive|scheduleMessageOffset)",
      "deliberate", "GET_BROKER_RUNTIME_INFO: our extra keys (HA, remoting limits, liveness)"),
     # ---------------------------------------------------------------- clocks
-    (r"query_by_(uniq_)?key", r"ext\.indexLastUpdateTimestamp", "deliberate",
+    (r"query_by_(uniq_)?key(_batch_plain)?", r"ext\.indexLastUpdateTimestamp", "deliberate",
      "not a behaviour difference: both answer the last indexed message's store time, which is "
      "each broker's own clock (the physical offsets agree)"),
 )
