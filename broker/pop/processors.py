@@ -317,8 +317,10 @@ class PopProcessors:
         now = self.ctrl.now_ms()
         if handle.is_order:
             key = (h.topic, h.consumer_group, h.queue_id)
-            self.service.order.change_invisible(key, h.offset, handle.pop_time, now,
-                                                h.invisible_time)
+            if self.service.order.change_invisible(key, h.offset, handle.pop_time, now,
+                                                   h.invisible_time):
+                # the queue may turn visible sooner: parked pops re-read its deadline
+                self._notify_topic(h.topic, h.consumer_group)
             return self._changed(request, now, h.invisible_time, wire.ORDER_REVIVE_QID)
         ck = wire.Checkpoint(
             topic=h.topic, cid=h.consumer_group, queue_id=h.queue_id, start_offset=h.offset,
