@@ -39,8 +39,8 @@ from .routes import MasterRoutes
 log = get_logger(node="proxy", component="consume")
 
 Send = Callable[[bytes], Awaitable[None]]
-#: a pop's answer (the broker's address and its answer) or why there is none
-Popped = tuple[tuple[str, RemotingCommand] | None, Exception | None]
+#: a pop's answer (the broker's address and its answer), or why there is none
+Popped = tuple[str, RemotingCommand] | Exception
 #: messages one receive may ask for (Apache's proxy caps batch_size at 32)
 MAX_BATCH: Final = 32
 #: the longest long poll a receive may ask for
@@ -243,10 +243,9 @@ class PopBridge:
         tx, rx = trio.open_memory_channel[Popped](1)
         self.nursery.start_soon(self._pop_task, topic, broker, cmd, timeout, group, tx)
         async with rx:
-            answer, error = await rx.receive()
-        if error is not None:
-            raise error
-        assert answer is not None  # (the task sends one or the other)
+            answer = await rx.receive()
+        if isinstance(answer, Exception):
+            raise answer
         return answer
 
     async def _pop_task(self, topic: str, broker: str, cmd: RemotingCommand, timeout: float,
@@ -255,12 +254,18 @@ class PopBridge:
             try:
                 answer = await self.routes.invoke(topic, broker, cmd, timeout)
             except Exception as exc:
-                _hand_over(tx, (None, exc))
+                _hand_over(tx, exc)
                 return
-            if not _hand_over(tx, (answer, None)) and answer[1].code == ResponseCode.SUCCESS:
-                await self._give_back(group, topic, [
-                    m.system_properties.receipt_handle
-                    for m in _popped(answer[1], topic, broker)])
+            if _hand_over(tx, answer) or answer[1].code != ResponseCode.SUCCESS:
+                return
+            try:
+                popped = _popped(answer[1], topic, broker)
+            except Exception as exc:  # (a malformed answer: the receive would have failed too)
+                log.info("popped messages not given back", group=group, topic=topic,
+                         error=repr(exc)[:200])
+                return
+            await self._give_back(group, topic,
+                                  [m.system_properties.receipt_handle for m in popped])
 
     async def _give_back(self, group: str, topic: str, handles: Sequence[str]) -> None:
         """Messages popped for a receive that went away, visible again in a second."""
