@@ -27,6 +27,7 @@ from .pop_testlib import (
     change_invisible,
     handle_of,
     pop,
+    pop_fields,
     pop_until,
     popped,
     set_group,
@@ -168,6 +169,21 @@ async def test_orderly_change_invisible_wakes_the_pops_parked_on_the_queue(
                 ok(await change_invisible(cluster, m, "OrdWakeG", 1000))
         [resp] = answers
         assert [x.body for x in popped(resp)] == [b"w0"]
+
+
+async def test_a_pop_is_parked_until_its_born_time_plus_poll_time(tmp_path: Path) -> None:
+    """As Apache's broker: a pop that took 6 s to get here (bornTime 6 s ago) with an 8 s
+    pollTime is answered POLLING_TIMEOUT 2 s after it came, not 8 s (its client gives up
+    around bornTime + pollTime: an answer after that pops for no one)."""
+    async with running_cluster(tmp_path, **POP_PROPS) as cluster:
+        await _topic(cluster, "BornT", 1)
+        ext = pop_fields("BornT", "BornG", poll_ms=8000,
+                         born_ms=cluster.broker.now_ms() - 6000)
+        start = trio.current_time()
+        with trio.fail_after(5):
+            resp = await cluster.call(RequestCode.POP_MESSAGE, ext, timeout=15)
+        assert resp.code == POLLING_TIMEOUT
+        assert trio.current_time() - start >= 1.5  # it did wait for the 2 s left
 
 
 async def test_restart_keeps_acked_state(tmp_path: Path) -> None:
