@@ -6,12 +6,15 @@ handle a client gets is the broker's own ``extraInfo`` (cluster/protocol/pop.py)
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
+
+import trio
 
 from ..client.errors import MQBrokerError
 from ..client.frames import request, send_back
 from ..client.instance import ClientInstance
+from ..cluster.logging import get_logger
 from ..cluster.protocol.message import MessageConst as MC
 from ..cluster.protocol.message import StoredMessage, iter_records
 from ..cluster.protocol.names import validate_group, validate_topic
@@ -23,6 +26,7 @@ from ..cluster.protocol.pop import (
     pop_retry_topic,
     retry_flag,
 )
+from ..cluster.remoting.codec import RemotingCommand
 from ..cluster.remoting.codes import RequestCode, ResponseCode
 from . import convert
 from .calls import fetch_route
@@ -32,12 +36,19 @@ from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
 from .routes import MasterRoutes
 
+log = get_logger(node="proxy", component="consume")
+
 Send = Callable[[bytes], Awaitable[None]]
+#: a pop's answer (the broker's address and its answer), or why there is none
+Popped = tuple[str, RemotingCommand] | Exception
 #: messages one receive may ask for (Apache's proxy caps batch_size at 32)
 MAX_BATCH: Final = 32
 #: the longest long poll a receive may ask for
 MAX_POLL_MS: Final = 30_000
 DEFAULT_INVISIBLE_MS: Final = 30_000
+#: the invisible time a message popped for a receive whose client went away is given back
+#: with (Apache's proxy nacks the messages it could not write so: ``NACK_INVISIBLE_TIME``)
+GIVE_BACK_INVISIBLE_MS: Final = 1_000
 #: the longest attempt id passed on to the broker (the SDKs send a UUID); a longer one is
 #: dropped (the receive is then a first attempt)
 MAX_ATTEMPT_ID_CHARS: Final = 128
@@ -128,12 +139,35 @@ def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int) -> pb.Me
     return out
 
 
+def _popped(resp: RemotingCommand, topic: str, broker: str) -> list[pb.Message]:
+    """A pop's messages as the client gets them, each with its receipt handle."""
+    rext = {k: str(v) for k, v in resp.ext_fields.items()}
+    out = []
+    for m in iter_records(bytes(resp.body or b"")):
+        shown = topic if m.topic == topic or m.topic.startswith("%RETRY%") else m.topic
+        out.append(to_pb(m, shown, _handle(m, rext, broker), int(rext["invisibleTime"])))
+    return out
+
+
+def _hand_over(tx: trio.MemorySendChannel[Popped], item: Popped) -> bool:
+    """``item`` to the receive waiting for it; False when that receive went away."""
+    try:
+        tx.send_nowait(item)
+    except trio.BrokenResourceError:
+        return False
+    return True
+
+
 class PopBridge:
+    """``nursery``: the proxy's own, where pops run and popped messages are given back (a
+    receive's task is cancelled when its client goes away)."""
+
     def __init__(self, config: ProxyConfig, instance: ClientInstance,
-                 routes: MasterRoutes | None = None, metadata: ProxyMetadata | None = None
-                 ) -> None:
+                 routes: MasterRoutes | None = None, metadata: ProxyMetadata | None = None,
+                 *, nursery: trio.Nursery) -> None:
         self.config = config
         self.instance = instance
+        self.nursery = nursery
         self.routes = routes or MasterRoutes(instance)
         self.metadata = metadata or ProxyMetadata(instance)
         self._next_broker = 0
@@ -174,26 +208,79 @@ class PopBridge:
         if expr and expr != "*":
             ext["exp"], ext["expType"] = expr, "TAG"
         timeout = poll_ms / 1000 + self.config.call_timeout_s
-        addr, resp = await self.routes.invoke(topic, broker,
-                                              request(RequestCode.POP_MESSAGE, ext), timeout)
+        addr, resp = await self._pop(topic, broker, request(RequestCode.POP_MESSAGE, ext),
+                                     timeout, group)
         if resp.code in (ResponseCode.PULL_NOT_FOUND, POLLING_TIMEOUT):
             await send(spb.ReceiveMessageResponse(status=pb.Status(
                 code=pb.MESSAGE_NOT_FOUND, message="no new message")).SerializeToString())
             return
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
-        msgs = list(iter_records(bytes(resp.body or b"")))
-        await send(spb.ReceiveMessageResponse(status=convert.ok_status()).SerializeToString())
-        rext = {k: str(v) for k, v in resp.ext_fields.items()}
-        for m in msgs:
-            shown = topic if m.topic == topic or m.topic.startswith("%RETRY%") else m.topic
-            out = to_pb(m, shown, _handle(m, rext, broker), int(rext["invisibleTime"]))
-            await send(spb.ReceiveMessageResponse(message=out).SerializeToString())
-        # the stream's last entry: when the messages were handed over (the SDKs' PushConsumer
-        # measures its delivery latency from it, and fails without it)
-        done = spb.ReceiveMessageResponse()
-        done.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
-        await send(done.SerializeToString())
+        popped = _popped(resp, topic, broker)
+        handed = False
+        try:
+            await send(spb.ReceiveMessageResponse(status=convert.ok_status()).SerializeToString())
+            for out in popped:
+                await send(spb.ReceiveMessageResponse(message=out).SerializeToString())
+            # the stream's last entry: when the messages were handed over (the SDKs'
+            # PushConsumer measures its delivery latency from it, and fails without it)
+            done = spb.ReceiveMessageResponse()
+            done.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
+            await send(done.SerializeToString())
+            handed = True
+        finally:
+            if not handed:  # the SDKs drop a receive whose stream broke: give them all back
+                self.nursery.start_soon(
+                    self._give_back, group, topic,
+                    [m.system_properties.receipt_handle for m in popped])
+
+    async def _pop(self, topic: str, broker: str, cmd: RemotingCommand, timeout: float,
+                   group: str) -> tuple[str, RemotingCommand]:
+        """The broker's answer to a pop, asked in a task of the proxy's own: a receive
+        cancelled while its pop waits at the broker (the client gave up, or reset the stream)
+        does not abandon it. What the broker pops for it then is given back at once, not left
+        invisible for its whole invisible time (an orderly queue blocked meanwhile)."""
+        tx, rx = trio.open_memory_channel[Popped](1)
+        self.nursery.start_soon(self._pop_task, topic, broker, cmd, timeout, group, tx)
+        async with rx:
+            answer = await rx.receive()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def _pop_task(self, topic: str, broker: str, cmd: RemotingCommand, timeout: float,
+                        group: str, tx: trio.MemorySendChannel[Popped]) -> None:
+        async with tx:
+            try:
+                answer = await self.routes.invoke(topic, broker, cmd, timeout)
+            except Exception as exc:
+                _hand_over(tx, exc)
+                return
+            if _hand_over(tx, answer) or answer[1].code != ResponseCode.SUCCESS:
+                return
+            try:
+                popped = _popped(answer[1], topic, broker)
+            except Exception as exc:  # (a malformed answer: the receive would have failed too)
+                log.info("popped messages not given back", group=group, topic=topic,
+                         error=repr(exc)[:200])
+                return
+            await self._give_back(group, topic,
+                                  [m.system_properties.receipt_handle for m in popped])
+
+    async def _give_back(self, group: str, topic: str, handles: Sequence[str]) -> None:
+        """Messages popped for a receive that went away, visible again in a second."""
+        kept = 0
+        for handle in handles:
+            try:
+                await self._call_handle(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, group, topic,
+                                        handle, {"invisibleTime": str(GIVE_BACK_INVISIBLE_MS)})
+            except Exception as exc:  # it turns visible at its invisible time instead
+                kept += 1
+                log.info("popped message not given back", group=group, topic=topic,
+                         error=str(exc)[:200])
+        if handles:
+            log.info("gave back messages popped for a receive that went away", group=group,
+                     topic=topic, messages=len(handles), kept=kept)
 
     async def _any_broker(self, topic: str) -> str:
         """A receive naming no broker: one of the topic's readable brokers, in turn (as

@@ -49,14 +49,15 @@ def _decode(cls: type[PbMessage], payload: bytes) -> Any:
 
 
 class MessagingService:
-    def __init__(self, config: ProxyConfig, instance: ClientInstance, producer: Producer
-                 ) -> None:
+    def __init__(self, config: ProxyConfig, instance: ClientInstance, producer: Producer, *,
+                 nursery: trio.Nursery) -> None:
+        """``nursery``: the proxy's own, for work that outlives a call (``PopBridge``)."""
         self.config = config
         self.instance = instance
         self.producer = producer
         routes = MasterRoutes(instance)
         self.metadata = ProxyMetadata(instance)
-        self.pop = PopBridge(config, instance, routes, self.metadata)
+        self.pop = PopBridge(config, instance, routes, self.metadata, nursery=nursery)
         self.transactions = TransactionBridge(config, instance, routes)
         self._unary: dict[str, Callable[[Any, dict[str, str]], Awaitable[Any]]] = {
             "QueryRoute": self.query_route,

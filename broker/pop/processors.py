@@ -2,8 +2,9 @@
 NOTIFICATION, POLLING_INFO, QUERY_ASSIGNMENT and SET_MESSAGE_REQUEST_MODE.
 
 Checks and answers follow Apache's processors (codes and remarks); the work is
-``PopService``'s. A pop that finds nothing waits for an arrival (``PopPolling``) at most its
-pollTime (capped by ``MAX_POLL_TIME_MS``) in a task of its own, then tries once more.
+``PopService``'s. A pop that finds nothing waits for an arrival (``PopPolling``) until its
+bornTime + pollTime at most (as Apache's; capped by ``MAX_POLL_TIME_MS``) in a task of its own,
+then tries once more.
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ POLL_TIMEOUT_SLACK_MS: Final = 500
 MAX_INVISIBLE_TIME_MS: Final = 24 * 3600 * 1000
 #: (topic) -> [(brokerName, readQueueNums, perm)] of every broker serving it (the route).
 RouteQueues = Callable[[str], Awaitable[list[tuple[str, int, int]]]]
+
+
+def _park_s(born_time: int, poll_time: int, now: int) -> float:
+    """How long a pop (or notification) that found nothing is parked: until its bornTime +
+    pollTime, as Apache's broker expires it (PopLongPollingService), so the time it took to
+    get here counts against its poll and its answer is not later than its client expects;
+    never longer than pollTime (a client clock ahead of ours), nor ``MAX_POLL_TIME_MS``."""
+    left = born_time + poll_time - now if born_time > 0 else poll_time
+    return max(0, min(left, poll_time, MAX_POLL_TIME_MS)) / 1000.0
 
 
 def _topic_missing(request: RemotingCommand, topic: str) -> RemotingCommand:
@@ -108,7 +118,7 @@ class PopProcessors:
             return response or self._not_found(request, req, 0)
         if self.polling.full():
             return self._not_found(request, req, 0, wire.POLLING_FULL)
-        wait_s = min(h.poll_time, MAX_POLL_TIME_MS) / 1000.0
+        wait_s = _park_s(h.born_time, h.poll_time, now)
         return Later(self._pop_later(request, req, tc.read_queue_nums, wait_s))
 
     async def _pop_later(self, request: RemotingCommand, req: PopRequest, queues: int,
@@ -317,8 +327,10 @@ class PopProcessors:
         now = self.ctrl.now_ms()
         if handle.is_order:
             key = (h.topic, h.consumer_group, h.queue_id)
-            self.service.order.change_invisible(key, h.offset, handle.pop_time, now,
-                                                h.invisible_time)
+            if self.service.order.change_invisible(key, h.offset, handle.pop_time, now,
+                                                   h.invisible_time):
+                # the queue may turn visible sooner: parked pops re-read its deadline
+                self._notify_topic(h.topic, h.consumer_group)
             return self._changed(request, now, h.invisible_time, wire.ORDER_REVIVE_QID)
         ck = wire.Checkpoint(
             topic=h.topic, cid=h.consumer_group, queue_id=h.queue_id, start_offset=h.offset,
@@ -370,7 +382,7 @@ class PopProcessors:
             return request.response(ResponseCode.SUCCESS, None, {"hasMsg": "true"})
         if h.poll_time <= 0 or self.polling.full():
             return request.response(ResponseCode.SUCCESS, None, {"hasMsg": "false"})
-        wait_s = min(h.poll_time, MAX_POLL_TIME_MS) / 1000.0
+        wait_s = _park_s(h.born_time, h.poll_time, self.ctrl.now_ms())
         return Later(self._notify_later(request, h, tc.read_queue_nums, wait_s))
 
     async def _notify_later(self, request: RemotingCommand, h: wire.NotificationRequestHeader,

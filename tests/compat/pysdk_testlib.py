@@ -159,6 +159,9 @@ def check_fifo(events: list[Event], per_group: int = FIFO_PER_GROUP) -> None:
     other (the next began only once the one before it had been consumed, and so acked)."""
     [started] = [e for e in events if e["event"] == "started"]
     assert started["fifo"] == [True] * FIFO_CONSUMERS, started  # the proxy said fifo
+    # a send the SDK gave up on stops its group there (the probe waits for the rest only)
+    unsent = [e for e in events if e["event"] == "send_failed"]
+    assert not unsent, f"the SDK gave up on sends: {unsent}"
     consumed = sorted((e for e in events if e["event"] == "consumed"), key=lambda e: e["start"])
     by_group: dict[str, list[Event]] = {}
     for e in consumed:

@@ -328,7 +328,7 @@ def push_fifo(emit, endpoint, topic, group, consumers, groups, per_group, deadli
     messages each (body "g<k>:<seq>"), the groups sent at once (a thread each): each message
     consumed, each group's in order."""
     config = _config(endpoint)
-    state = {"lock": threading.Lock(), "busy": set(), "seen": set()}
+    state = {"lock": threading.Lock(), "busy": set(), "seen": set(), "unsent": {}}
     started = []
     try:
         for i in range(int(consumers)):
@@ -345,7 +345,15 @@ def push_fifo(emit, endpoint, topic, group, consumers, groups, per_group, deadli
             for seq in range(int(per_group)):
                 msg = _message(topic, f"g{k}:{seq}", "F")
                 msg.message_group = f"g{k}"
-                producer.send(msg)
+                t = time.monotonic()
+                try:
+                    producer.send(msg)
+                except Exception as e:  # the group's later messages would follow a gap: stop
+                    emit(event="send_failed", group=f"g{k}", seq=seq, start=t,
+                         end=time.monotonic(), error=f"{type(e).__name__}: {e}")
+                    with state["lock"]:
+                        state["unsent"][f"g{k}"] = int(per_group) - seq
+                    return
 
         senders = [threading.Thread(target=send_group, args=(k,)) for k in range(int(groups))]
         try:
@@ -355,8 +363,9 @@ def push_fifo(emit, endpoint, topic, group, consumers, groups, per_group, deadli
                 t.join()
         finally:
             producer.shutdown()
-        emit(event="sent", t=time.monotonic())
-        want = int(groups) * int(per_group)
+        emit(event="sent", t=time.monotonic(), failed=len(state["unsent"]))
+        # a group whose send failed stopped there: its later messages were never sent
+        want = int(groups) * int(per_group) - sum(state["unsent"].values())
         deadline = time.monotonic() + float(deadline_s)
         while time.monotonic() < deadline:
             with state["lock"]:

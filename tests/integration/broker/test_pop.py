@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol.pop import (
@@ -16,6 +17,7 @@ from rmq_cluster.cluster.protocol.pop import (
     ReceiptHandle,
     encode_bits,
 )
+from rmq_cluster.cluster.remoting.codec import RemotingCommand
 from rmq_cluster.cluster.remoting.codes import RequestCode, ResponseCode
 
 from .conftest import Cluster, messages, ok, running_cluster
@@ -25,6 +27,7 @@ from .pop_testlib import (
     change_invisible,
     handle_of,
     pop,
+    pop_fields,
     pop_until,
     popped,
     set_group,
@@ -139,6 +142,48 @@ async def test_orderly_pop_one_batch_in_flight(tmp_path: Path) -> None:
         # Apache's form: each message handed out before, then the queue's least count
         assert third.ext_fields["orderCountInfo"].split(";") == [
             "0 qo0%2 2", "0 qo0%3 2", "0 0 2"]
+
+
+async def test_orderly_change_invisible_wakes_the_pops_parked_on_the_queue(
+        tmp_path: Path) -> None:
+    """A batch made visible sooner (change-invisible, as the proxy gives back a batch its
+    client did not take) frees its queue then: a pop parked until the batch's old deadline
+    takes it within a second, not at the end of its long poll."""
+    async with running_cluster(tmp_path, **POP_PROPS) as cluster:
+        await _topic(cluster, "OrdWakeT", 1)
+        ok(await cluster.send("OrdWakeT", b"w0"))
+        [m] = popped(await pop(cluster, "OrdWakeT", "OrdWakeG", queue_id=0, order=True,
+                               invisible_ms=30_000))
+        polling = cluster.broker.pop.polling
+        answers: list[RemotingCommand] = []
+
+        async def parked() -> None:
+            answers.append(await pop(cluster, "OrdWakeT", "OrdWakeG", queue_id=0, order=True,
+                                     poll_ms=20_000, invisible_ms=30_000, timeout=30))
+
+        with trio.fail_after(8):  # woken at once: a second past the change, not at 20 s
+            async with trio.open_nursery() as n:
+                n.start_soon(parked)
+                while polling.parked < 1:
+                    await trio.testing.wait_all_tasks_blocked(0.01)
+                ok(await change_invisible(cluster, m, "OrdWakeG", 1000))
+        [resp] = answers
+        assert [x.body for x in popped(resp)] == [b"w0"]
+
+
+async def test_a_pop_is_parked_until_its_born_time_plus_poll_time(tmp_path: Path) -> None:
+    """As Apache's broker: a pop that took 6 s to get here (bornTime 6 s ago) with an 8 s
+    pollTime is answered POLLING_TIMEOUT 2 s after it came, not 8 s (its client gives up
+    around bornTime + pollTime: an answer after that pops for no one)."""
+    async with running_cluster(tmp_path, **POP_PROPS) as cluster:
+        await _topic(cluster, "BornT", 1)
+        ext = pop_fields("BornT", "BornG", poll_ms=8000,
+                         born_ms=cluster.broker.now_ms() - 6000)
+        start = trio.current_time()
+        with trio.fail_after(5):
+            resp = await cluster.call(RequestCode.POP_MESSAGE, ext, timeout=15)
+        assert resp.code == POLLING_TIMEOUT
+        assert trio.current_time() - start >= 1.5  # it did wait for the 2 s left
 
 
 async def test_restart_keeps_acked_state(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ A NameServer and a broker in this test's Trio loop, the proxy's service in it to
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ import attrs
 import orjson
 import pytest
 import trio
+import trio.testing
 
 from rmq_cluster.client.config import ClientConfig
 from rmq_cluster.client.errors import NoRouteError
@@ -54,8 +56,11 @@ async def _proxied(tmp_path: Path) -> AsyncIterator[Proxied]:
         config = ProxyConfig(namesrv_addr=cluster.ns_addr)
         client_config = attrs.evolve(ClientConfig(), namesrv_addr=cluster.ns_addr)
         async with ClientInstance(client_config) as instance, \
-                Producer("PROXY_PRODUCER", instance=instance) as producer:
-            yield Proxied(cluster, MessagingService(config, instance, producer))
+                Producer("PROXY_PRODUCER", instance=instance) as producer, \
+                trio.open_nursery() as nursery:
+            yield Proxied(cluster, MessagingService(config, instance, producer,
+                                                    nursery=nursery))
+            nursery.cancel_scope.cancel()  # pops still waiting at the broker
 
 
 async def _settings(service: MessagingService, group: str, topic: str) -> pb.Settings:
@@ -210,3 +215,34 @@ async def test_an_orderly_group_pops_one_batch_per_queue_until_it_is_acked(
                                       poll_ms=2000)
         assert code == pb.OK and [m.body for m in second] == [b"m1"]
         assert second[0].system_properties.message_group == "g1"
+
+
+#: how soon a batch popped for a receive whose client went away is popped again: the proxy
+#: gives it back with 1 s of invisible time; left alone it stays in flight for the receive's
+#: 30 s, the orderly queue blocked meanwhile
+GIVEN_BACK_S = 10
+
+
+async def test_an_orderly_batch_popped_for_a_receive_that_went_away_is_given_back(
+        tmp_path: Path) -> None:
+    """A receive cancelled while its pop waits at the broker (an SDK's deadline passed, its
+    stream was reset): the broker still pops for it when a message comes. The proxy lets that
+    pop finish and gives the batch back, so the queue's next receive gets it within a second
+    or two, as Apache's proxy nacks what it could not write."""
+    async with _proxied(tmp_path) as p:
+        polling = p.cluster.broker.pop.polling
+        async with trio.open_nursery() as n:
+            n.start_soon(functools.partial(_receive, p.service, ORDERLY, FIFO_TOPIC,
+                                           attempt="gone", poll_ms=20_000))
+            with trio.fail_after(5):  # parked at the broker
+                while polling.parked < 1:
+                    await trio.testing.wait_all_tasks_blocked(0.01)
+            n.cancel_scope.cancel()  # the client went away
+        assert await _send(p.service, _message(FIFO_TOPIC, 0, group="g1")) == pb.OK
+        msgs: list[pb.Message] = []
+        with trio.fail_after(GIVEN_BACK_S):
+            while not msgs:
+                _code, msgs = await _receive(p.service, ORDERLY, FIFO_TOPIC,
+                                             attempt=f"next{len(msgs)}", poll_ms=1000)
+        assert [m.body for m in msgs] == [b"m0"]
+        await _ack(p.service, ORDERLY, FIFO_TOPIC, msgs[0])

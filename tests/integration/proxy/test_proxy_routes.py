@@ -76,7 +76,8 @@ async def test_consumption_uses_cached_routes_and_follows_a_new_master(tmp_path:
         client_config = attrs.evolve(ClientConfig(), namesrv_addr=cluster.ns_addr,
                                      failover_route_poll_s=0.1)
         async with ClientInstance(client_config) as instance, \
-                Producer("PROXY_PRODUCER", instance=instance) as producer:
+                Producer("PROXY_PRODUCER", instance=instance) as producer, \
+                trio.open_nursery() as nursery:
             fetched: list[str] = []
             fetch = instance.fetch_route
 
@@ -85,7 +86,7 @@ async def test_consumption_uses_cached_routes_and_follows_a_new_master(tmp_path:
                 return await fetch(topic)
 
             instance.fetch_route = counted  # type: ignore[method-assign]
-            service = MessagingService(config, instance, producer)
+            service = MessagingService(config, instance, producer, nursery=nursery)
             first = await _receive_one(service)
             assert await _ack(service, first) == pb.OK
             second = await _receive_one(service)
