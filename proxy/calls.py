@@ -4,8 +4,9 @@ when making it twice does no harm: an ack, a change of invisible time, a route o
 Sends, pops and ends of transactions never are (the first may have been carried out: a second
 would store or pop again). The second attempt is bounded by the first one's deadline: while the
 peer refuses connections (a broker restarting at its address), connecting is tried again every
-``RECONNECT_POLL_S`` until that deadline, and the request goes out again once, on the first
-connection that opens."""
+``RECONNECT_POLL_S`` until that deadline, and the request goes out again on the first connection
+that opens, and again on the next if that one too is lost under it (a killed broker's listening
+socket can complete a connect just before it closes, then reset it)."""
 
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ async def idempotent_call(call: Callable[[float], Awaitable[T]], timeout_s: floa
 async def once_more(call: Callable[[float], Awaitable[T]], deadline: float,
                     first: MQRemotingError, what: str,
                     still_wanted: Callable[[], bool] = lambda: True) -> T:
-    """The second attempt of a call lost in flight (``first``): sent once on the first new
-    connection that opens before ``deadline``; ``first`` is raised when none does, or when
-    ``still_wanted()`` turns false while the peer refuses (another master took its place)."""
+    """The second attempt of a call lost in flight (``first``): sent on the first new
+    connection that opens before ``deadline`` (and on the next, if that one is lost under it
+    too); ``first`` is raised when none does, or when ``still_wanted()`` turns false while
+    the peer refuses (another master took its place)."""
     log.info("connection lost under a call: once more on a new connection", call=what,
              error=str(first)[:200])
     while True:
@@ -69,9 +71,11 @@ async def once_more(call: Callable[[float], Awaitable[T]], deadline: float,
                 return await call(left)
             raise first
         except MQRemotingError as exc:
-            if not _refused(exc):
+            if not (_refused(exc) or lost_in_flight(exc)):
                 raise
-        # the peer is not accepting yet (restarting): nothing was sent; again shortly
+        # the peer is not accepting yet (restarting): nothing was sent; or the new connection
+        # was reset under the call too (a dying peer's listener still completed the connect
+        # before it closed): again shortly
         await trio.sleep(min(RECONNECT_POLL_S, max(0.0, deadline - trio.current_time())))
 
 

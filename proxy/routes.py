@@ -67,7 +67,10 @@ class MasterRoutes:
                 try:  # the same master, on a new connection; unless another takes its place
                     return addr, await once_more(
                         partial(self.instance.invoke, addr, cmd), deadline, exc,
-                        f"code {cmd.code}", lambda: self.instance.master_addr(broker) == addr)
+                        f"code {cmd.code}",
+                        # another master took its place; none named (the NameServer dropped
+                        # the dead one until it registers again) is no reason to give up
+                        lambda: self.instance.master_addr(broker) in (addr, None))
                 except MQRemotingError:
                     if self.instance.master_addr(broker) in (addr, None):
                         raise
