@@ -75,6 +75,10 @@ G: Final = "broker-a"
 START_TIMEOUT_S: Final = 60.0
 IO_TIMEOUT_S: Final = 3.0
 LOAD_INTERVAL_S: Final = 0.05
+#: the sends the load must have had acknowledged before it stops (a fuzz that ends sooner than
+#: this on a fast machine leaves the load running until then): what the read-back checks
+MIN_ACKED: Final = 21
+ACKED_WAIT_S: Final = 60.0
 MAX_CAPTURED: Final = 64
 CODES: Final = [
     *(int(c) for c in ControllerRequestCode), *(int(c) for c in DLedgerRequestCode),
@@ -106,11 +110,12 @@ class LiveGroup(LoopThread):
         self.auth: RemotingClient | None = None
         self._loading = True
         self._idle: trio.Event | None = None
+        self._enough: trio.Event | None = None  # set once MIN_ACKED sends were acknowledged
 
     # ------------------------------------------------------------------ the Trio side
 
     async def serve(self) -> None:
-        self._idle = trio.Event()
+        self._idle, self._enough = trio.Event(), trio.Event()
         async with controller_group(
             self.tmp, secret=SECRET, heartbeat_timeout_ms=3000,
             raft_heartbeat_ms=300, raft_election_timeout_ms=3000,
@@ -171,6 +176,9 @@ class LiveGroup(LoopThread):
             with trio.move_on_after(IO_TIMEOUT_S):
                 self.acked += await send_some(self.caller, m.addr, 1, self.sent, "load")
             self.sent += 1
+            if len(self.acked) >= MIN_ACKED:
+                assert self._enough is not None
+                self._enough.set()
 
     async def snapshot(self) -> State:
         """The controllers' state as an authenticated client reads it, and the Raft terms."""
@@ -213,7 +221,9 @@ class LiveGroup(LoopThread):
                 await self.auth.invoke(leader.addr, request, IO_TIMEOUT_S)
 
     async def read_back(self) -> tuple[list[bytes], list[bytes]]:
-        assert self.caller is not None
+        assert self.caller is not None and self._enough is not None
+        with trio.fail_after(ACKED_WAIT_S):  # the fuzz may end before the load had its sends
+            await self._enough.wait()
         self._loading = False
         assert self._idle is not None
         await self._idle.wait()  # the send in flight ended (answered or timed out)
@@ -418,7 +428,7 @@ def test_fuzz_controller_ports(live_group: LiveGroup) -> None:
         suppress_health_check=list(HealthCheck),
     ))
     acked, got = live_group.run(live_group.read_back)
-    assert len(acked) > 20, len(acked)
+    assert len(acked) >= MIN_ACKED, len(acked)
     missing = set(acked) - set(got)
     assert not missing, (len(missing), sorted(missing)[:5])
     assert not live_group.run_sync(live_group.exited)
