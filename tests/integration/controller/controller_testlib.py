@@ -287,6 +287,24 @@ async def send_some(caller: Cluster, addr: str, n: int, start: int,
     return acked
 
 
+async def send_every(caller: Cluster, addr: str, n: int, start: int, prefix: str = "msg",
+                     timeout: float = WAIT_S) -> list[bytes]:
+    """Send ``n`` messages, each again until it is acked (a master briefly fenced on a loaded
+    machine refuses a send; that is not what the callers test), within one deadline."""
+    caller.addr = addr
+    bodies = []
+    with trio.fail_after(timeout):
+        for i in range(start, start + n):
+            body = f"{prefix}-{i}".encode()
+            while True:
+                r = await caller.send(TOPIC, body, queue_id=i % 4)
+                if r.code == ResponseCode.SUCCESS:
+                    break
+                await trio.sleep(0.05)  # a refused send; try it again
+            bodies.append(body)
+    return bodies
+
+
 async def read_all(caller: Cluster, addr: str) -> list[bytes]:
     caller.addr = addr
     out: list[bytes] = []
