@@ -34,6 +34,7 @@ from .config import ProxyConfig
 from .metadata import ProxyMetadata
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
+from .polling import PollingLimits, ReceiveCall, polling_ms, refusal_code
 from .routes import MasterRoutes
 
 log = get_logger(node="proxy", component="consume")
@@ -43,9 +44,9 @@ Send = Callable[[bytes], Awaitable[None]]
 Popped = tuple[str, RemotingCommand] | Exception
 #: messages one receive may ask for (Apache's proxy caps batch_size at 32)
 MAX_BATCH: Final = 32
-#: the longest long poll a receive may ask for
-MAX_POLL_MS: Final = 30_000
 DEFAULT_INVISIBLE_MS: Final = 30_000
+#: a receive whose call says nothing of its deadline, version or client
+NO_DEADLINE: Final = ReceiveCall()
 #: the invisible time a message popped for a receive whose client went away is given back
 #: with (Apache's proxy nacks the messages it could not write so: ``NACK_INVISIBLE_TIME``)
 GIVE_BACK_INVISIBLE_MS: Final = 1_000
@@ -170,16 +171,33 @@ class PopBridge:
         self.nursery = nursery
         self.routes = routes or MasterRoutes(instance)
         self.metadata = metadata or ProxyMetadata(instance)
+        self.limits = PollingLimits(config.grpc_client_consumer_min_long_polling_timeout_ms,
+                                    config.grpc_client_consumer_max_long_polling_timeout_ms)
         self._next_broker = 0
 
-    async def receive(self, req: spb.ReceiveMessageRequest, send: Send) -> None:
+    async def receive(self, req: spb.ReceiveMessageRequest, send: Send,
+                      call: ReceiveCall = NO_DEADLINE) -> None:
         try:
-            await self._receive(req, send)
+            await self._receive(req, send, call)
         except Exception as exc:
             await send(spb.ReceiveMessageResponse(
                 status=convert.error_status(exc)).SerializeToString())
 
-    async def _receive(self, req: spb.ReceiveMessageRequest, send: Send) -> None:
+    def _poll_ms(self, req: spb.ReceiveMessageRequest, call: ReceiveCall) -> int:
+        """The pop's long poll, from the request and the time its client has left
+        (proxy/polling.py); ProxyError when that is too short for the shortest."""
+        requested = (_millis(req.long_polling_timeout) if req.HasField("long_polling_timeout")
+                     else None)
+        poll = polling_ms(self.limits, requested_ms=requested, time_left_ms=call.time_left_ms,
+                          request_timeout_ms=call.request_timeout_ms)
+        if poll is None:
+            raise convert.ProxyError(refusal_code(call.client_version),
+                                     "The deadline time remaining is not enough for polling")
+        return poll
+
+    async def _receive(self, req: spb.ReceiveMessageRequest, send: Send,
+                       call: ReceiveCall) -> None:
+        poll_ms = self._poll_ms(req, call)  # before anything else, as Apache's proxy checks it
         group, topic = req.group.name, req.message_queue.topic.name
         if not group or not topic:
             raise convert.ProxyError(pb.BAD_REQUEST, "group and topic are required")
@@ -192,11 +210,10 @@ class PopBridge:
         policy = await self.metadata.group(group, topic, await self.routes.master(topic, broker))
         invisible_ms = (_millis(req.invisible_duration) if req.HasField("invisible_duration")
                         else DEFAULT_INVISIBLE_MS)
-        poll_ms = min(MAX_POLL_MS, _millis(req.long_polling_timeout))
         ext: dict[str, Any] = {
             "consumerGroup": group, "topic": topic, "queueId": "-1",
             "maxMsgNums": str(max(1, min(MAX_BATCH, req.batch_size or MAX_BATCH))),
-            "invisibleTime": str(max(1000, invisible_ms)), "pollTime": str(max(0, poll_ms)),
+            "invisibleTime": str(max(1000, invisible_ms)), "pollTime": str(poll_ms),
             "bornTime": str(int(time.time() * 1000)), "initMode": "0",
             "order": "true" if policy is not None and policy.orderly else "false",
         }
@@ -207,6 +224,8 @@ class PopBridge:
         expr = req.filter_expression.expression
         if expr and expr != "*":
             ext["exp"], ext["expType"] = expr, "TAG"
+        # (the pop's answer is waited for past the client's deadline: what it pops for a
+        # receive gone by then is given back, see _pop)
         timeout = poll_ms / 1000 + self.config.call_timeout_s
         addr, resp = await self._pop(topic, broker, request(RequestCode.POP_MESSAGE, ext),
                                      timeout, group)
