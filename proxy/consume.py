@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
+import attrs
 import trio
 
 from ..client.errors import MQBrokerError
@@ -150,6 +151,26 @@ def _popped(resp: RemotingCommand, topic: str, broker: str) -> list[pb.Message]:
     return out
 
 
+#: a pop under way for an attempt: (broker, group, topic, attempt id)
+AttemptKey = tuple[str, str, str, str]
+
+
+@attrs.define(eq=False)
+class _Waiter:
+    """Whom a pop's answer goes to: the receive that asked, or the retry of its attempt that
+    took its place once it went away."""
+
+    tx: trio.MemorySendChannel[Popped]
+
+    def gone(self) -> bool:
+        """The receive waiting went away (its end of the channel is closed)."""
+        return self.tx.statistics().open_receive_channels == 0
+
+    def take_over(self, tx: trio.MemorySendChannel[Popped]) -> None:
+        self.tx.close()
+        self.tx = tx
+
+
 def _hand_over(tx: trio.MemorySendChannel[Popped], item: Popped) -> bool:
     """``item`` to the receive waiting for it; False when that receive went away."""
     try:
@@ -174,6 +195,8 @@ class PopBridge:
         self.limits = PollingLimits(config.grpc_client_consumer_min_long_polling_timeout_ms,
                                     config.grpc_client_consumer_max_long_polling_timeout_ms)
         self._next_broker = 0
+        #: the pops under way that carry an attempt id (one per receive in flight at most)
+        self._attempts: dict[AttemptKey, _Waiter] = {}
 
     async def receive(self, req: spb.ReceiveMessageRequest, send: Send,
                       call: ReceiveCall = NO_DEADLINE) -> None:
@@ -258,9 +281,27 @@ class PopBridge:
         """The broker's answer to a pop, asked in a task of the proxy's own: a receive
         cancelled while its pop waits at the broker (the client gave up, or reset the stream)
         does not abandon it. What the broker pops for it then is given back at once, not left
-        invisible for its whole invisible time (an orderly queue blocked meanwhile)."""
+        invisible for its whole invisible time (an orderly queue blocked meanwhile).
+
+        A receive retried with the attempt id of one that went away while its pop is still
+        under way (the SDKs retry a receive whose deadline passed with the same attempt id)
+        takes that pop's answer instead of popping again: two pops of one attempt would both
+        pop the batch (the broker does not block an attempt's own retry), and whichever came
+        second would replace the queue's orderly block under the other's receipt handles."""
         tx, rx = trio.open_memory_channel[Popped](1)
-        self.nursery.start_soon(self._pop_task, topic, broker, cmd, timeout, group, tx)
+        attempt = str(cmd.ext_fields.get("attemptId", ""))
+        key = (broker, group, topic, attempt) if attempt else None
+        waiter = self._attempts.get(key) if key is not None else None
+        if waiter is not None and waiter.gone():
+            waiter.take_over(tx)
+            log.info("a retried receive takes over its attempt's pop under way", group=group,
+                     topic=topic, broker=broker)
+        else:
+            waiter = _Waiter(tx)
+            if key is not None and key not in self._attempts:
+                self._attempts[key] = waiter
+            self.nursery.start_soon(self._pop_task, topic, broker, cmd, timeout, group, waiter,
+                                    key)
         async with rx:
             answer = await rx.receive()
         if isinstance(answer, Exception):
@@ -268,23 +309,28 @@ class PopBridge:
         return answer
 
     async def _pop_task(self, topic: str, broker: str, cmd: RemotingCommand, timeout: float,
-                        group: str, tx: trio.MemorySendChannel[Popped]) -> None:
-        async with tx:
+                        group: str, waiter: _Waiter, key: AttemptKey | None) -> None:
+        try:
             try:
-                answer = await self.routes.invoke(topic, broker, cmd, timeout)
+                answer: Popped = await self.routes.invoke(topic, broker, cmd, timeout)
             except Exception as exc:
-                _hand_over(tx, exc)
+                answer = exc
+            if key is not None and self._attempts.get(key) is waiter:
+                del self._attempts[key]  # (no await from here to the hand-over: none joins)
+            if _hand_over(waiter.tx, answer) or isinstance(answer, Exception) \
+                    or answer[1].code != ResponseCode.SUCCESS:
                 return
-            if _hand_over(tx, answer) or answer[1].code != ResponseCode.SUCCESS:
-                return
-            try:
-                popped = _popped(answer[1], topic, broker)
-            except Exception as exc:  # (a malformed answer: the receive would have failed too)
-                log.info("popped messages not given back", group=group, topic=topic,
-                         error=repr(exc)[:200])
-                return
-            await self._give_back(group, topic,
-                                  [m.system_properties.receipt_handle for m in popped])
+        finally:
+            if key is not None and self._attempts.get(key) is waiter:
+                del self._attempts[key]
+            waiter.tx.close()
+        try:
+            popped = _popped(answer[1], topic, broker)
+        except Exception as exc:  # (a malformed answer: the receive would have failed too)
+            log.info("popped messages not given back", group=group, topic=topic,
+                     error=repr(exc)[:200])
+            return
+        await self._give_back(group, topic, [m.system_properties.receipt_handle for m in popped])
 
     async def _give_back(self, group: str, topic: str, handles: Sequence[str]) -> None:
         """Messages popped for a receive that went away, visible again in a second."""
