@@ -32,6 +32,8 @@ from rmq_cluster.proxy.pb import service_pb2 as spb
 
 from .proxy_testlib import LiveProxy, live_proxy
 
+pytestmark = pytest.mark.slow  # real processes; a 20 s long poll waited out: ~40 s
+
 TOPIC, FIFO_TOPIC = "RecvDeadlineT", "RecvLookupT"
 GROUP, ORDERLY = "RecvDeadlineG", "RecvLookupOrderlyG"
 BROKER = "broker-a"
