@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     # the calls to the cluster (ProxyConfig's names)
     for flag, kind in (("--idle-timeout", float), ("--partial-frame-timeout", float),
                        ("--max-connections", int), ("--max-connections-per-address", int),
-                       ("--call-timeout", float)):
+                       ("--call-timeout", float), ("--min-long-polling-ms", int),
+                       ("--max-long-polling-ms", int)):
         parser.add_argument(flag, type=kind, default=None, help=argparse.SUPPRESS)
     # rmq-cluster up --proxy: exit once no node of the cluster (pid files in DIR) is alive
     parser.add_argument("--until-down", metavar="DIR", help=argparse.SUPPRESS)
@@ -91,6 +92,8 @@ _OVERRIDES: Final = {
     "partial_frame_timeout": "partial_frame_timeout_s", "max_connections": "max_connections",
     "max_connections_per_address": "max_connections_per_address",
     "call_timeout": "call_timeout_s",
+    "min_long_polling_ms": "grpc_client_consumer_min_long_polling_timeout_ms",
+    "max_long_polling_ms": "grpc_client_consumer_max_long_polling_timeout_ms",
 }
 
 

@@ -16,6 +16,10 @@ DEFAULT_IDLE_TIMEOUT_S: Final = 120.0
 DEFAULT_PARTIAL_FRAME_TIMEOUT_S: Final = 30.0
 #: a signature older or newer than this is refused (both SDKs sign the time of the call)
 DEFAULT_MAX_SIGNATURE_SKEW_S: Final = 15 * 60.0
+#: a receive's long poll, at least and at most (Apache's proxy's
+#: ``grpcClientConsumerMinLongPollingTimeoutMillis`` and ``...MaxLongPollingTimeoutMillis``)
+DEFAULT_MIN_LONG_POLLING_MS: Final = 5_000
+DEFAULT_MAX_LONG_POLLING_MS: Final = 20_000
 
 
 @attrs.frozen
@@ -71,6 +75,12 @@ class ProxyConfig:
     acl_account: str | None = None
     #: how far a signed request's ``x-mq-date-time`` may lie from the proxy's clock
     max_signature_skew_s: float = DEFAULT_MAX_SIGNATURE_SKEW_S
+    #: a receive long-polls at least this long (``grpcClientConsumerMinLongPollingTimeoutMillis``):
+    #: one whose client's deadline leaves less is refused (ILLEGAL_POLLING_TIME)
+    grpc_client_consumer_min_long_polling_timeout_ms: int = DEFAULT_MIN_LONG_POLLING_MS
+    #: and at most this long (``grpcClientConsumerMaxLongPollingTimeoutMillis``), also the long
+    #: poll a consumer's Settings answer names
+    grpc_client_consumer_max_long_polling_timeout_ms: int = DEFAULT_MAX_LONG_POLLING_MS
 
     @property
     def tls(self) -> bool:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
+import attrs
 import trio
 
 from ..client.errors import MQBrokerError
@@ -34,6 +35,7 @@ from .config import ProxyConfig
 from .metadata import ProxyMetadata
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
+from .polling import PollingLimits, ReceiveCall, polling_ms, refusal_code
 from .routes import MasterRoutes
 
 log = get_logger(node="proxy", component="consume")
@@ -43,9 +45,9 @@ Send = Callable[[bytes], Awaitable[None]]
 Popped = tuple[str, RemotingCommand] | Exception
 #: messages one receive may ask for (Apache's proxy caps batch_size at 32)
 MAX_BATCH: Final = 32
-#: the longest long poll a receive may ask for
-MAX_POLL_MS: Final = 30_000
 DEFAULT_INVISIBLE_MS: Final = 30_000
+#: a receive whose call says nothing of its deadline, version or client
+NO_DEADLINE: Final = ReceiveCall()
 #: the invisible time a message popped for a receive whose client went away is given back
 #: with (Apache's proxy nacks the messages it could not write so: ``NACK_INVISIBLE_TIME``)
 GIVE_BACK_INVISIBLE_MS: Final = 1_000
@@ -149,6 +151,26 @@ def _popped(resp: RemotingCommand, topic: str, broker: str) -> list[pb.Message]:
     return out
 
 
+#: a pop under way for an attempt: (broker, group, topic, attempt id)
+AttemptKey = tuple[str, str, str, str]
+
+
+@attrs.define(eq=False)
+class _Waiter:
+    """Whom a pop's answer goes to: the receive that asked, or the retry of its attempt that
+    took its place once it went away."""
+
+    tx: trio.MemorySendChannel[Popped]
+
+    def gone(self) -> bool:
+        """The receive waiting went away (its end of the channel is closed)."""
+        return self.tx.statistics().open_receive_channels == 0
+
+    def take_over(self, tx: trio.MemorySendChannel[Popped]) -> None:
+        self.tx.close()
+        self.tx = tx
+
+
 def _hand_over(tx: trio.MemorySendChannel[Popped], item: Popped) -> bool:
     """``item`` to the receive waiting for it; False when that receive went away."""
     try:
@@ -170,16 +192,35 @@ class PopBridge:
         self.nursery = nursery
         self.routes = routes or MasterRoutes(instance)
         self.metadata = metadata or ProxyMetadata(instance)
+        self.limits = PollingLimits(config.grpc_client_consumer_min_long_polling_timeout_ms,
+                                    config.grpc_client_consumer_max_long_polling_timeout_ms)
         self._next_broker = 0
+        #: the pops under way that carry an attempt id (one per receive in flight at most)
+        self._attempts: dict[AttemptKey, _Waiter] = {}
 
-    async def receive(self, req: spb.ReceiveMessageRequest, send: Send) -> None:
+    async def receive(self, req: spb.ReceiveMessageRequest, send: Send,
+                      call: ReceiveCall = NO_DEADLINE) -> None:
         try:
-            await self._receive(req, send)
+            await self._receive(req, send, call)
         except Exception as exc:
             await send(spb.ReceiveMessageResponse(
                 status=convert.error_status(exc)).SerializeToString())
 
-    async def _receive(self, req: spb.ReceiveMessageRequest, send: Send) -> None:
+    def _poll_ms(self, req: spb.ReceiveMessageRequest, call: ReceiveCall) -> int:
+        """The pop's long poll, from the request and the time its client has left
+        (proxy/polling.py); ProxyError when that is too short for the shortest."""
+        requested = (_millis(req.long_polling_timeout) if req.HasField("long_polling_timeout")
+                     else None)
+        poll = polling_ms(self.limits, requested_ms=requested, time_left_ms=call.time_left_ms,
+                          request_timeout_ms=call.request_timeout_ms)
+        if poll is None:
+            raise convert.ProxyError(refusal_code(call.client_version),
+                                     "The deadline time remaining is not enough for polling")
+        return poll
+
+    async def _receive(self, req: spb.ReceiveMessageRequest, send: Send,
+                       call: ReceiveCall) -> None:
+        poll_ms = self._poll_ms(req, call)  # before anything else, as Apache's proxy checks it
         group, topic = req.group.name, req.message_queue.topic.name
         if not group or not topic:
             raise convert.ProxyError(pb.BAD_REQUEST, "group and topic are required")
@@ -192,11 +233,10 @@ class PopBridge:
         policy = await self.metadata.group(group, topic, await self.routes.master(topic, broker))
         invisible_ms = (_millis(req.invisible_duration) if req.HasField("invisible_duration")
                         else DEFAULT_INVISIBLE_MS)
-        poll_ms = min(MAX_POLL_MS, _millis(req.long_polling_timeout))
         ext: dict[str, Any] = {
             "consumerGroup": group, "topic": topic, "queueId": "-1",
             "maxMsgNums": str(max(1, min(MAX_BATCH, req.batch_size or MAX_BATCH))),
-            "invisibleTime": str(max(1000, invisible_ms)), "pollTime": str(max(0, poll_ms)),
+            "invisibleTime": str(max(1000, invisible_ms)), "pollTime": str(poll_ms),
             "bornTime": str(int(time.time() * 1000)), "initMode": "0",
             "order": "true" if policy is not None and policy.orderly else "false",
         }
@@ -207,6 +247,8 @@ class PopBridge:
         expr = req.filter_expression.expression
         if expr and expr != "*":
             ext["exp"], ext["expType"] = expr, "TAG"
+        # (the pop's answer is waited for past the client's deadline: what it pops for a
+        # receive gone by then is given back, see _pop)
         timeout = poll_ms / 1000 + self.config.call_timeout_s
         addr, resp = await self._pop(topic, broker, request(RequestCode.POP_MESSAGE, ext),
                                      timeout, group)
@@ -239,9 +281,27 @@ class PopBridge:
         """The broker's answer to a pop, asked in a task of the proxy's own: a receive
         cancelled while its pop waits at the broker (the client gave up, or reset the stream)
         does not abandon it. What the broker pops for it then is given back at once, not left
-        invisible for its whole invisible time (an orderly queue blocked meanwhile)."""
+        invisible for its whole invisible time (an orderly queue blocked meanwhile).
+
+        A receive retried with the attempt id of one that went away while its pop is still
+        under way (the SDKs retry a receive whose deadline passed with the same attempt id)
+        takes that pop's answer instead of popping again: two pops of one attempt would both
+        pop the batch (the broker does not block an attempt's own retry), and whichever came
+        second would replace the queue's orderly block under the other's receipt handles."""
         tx, rx = trio.open_memory_channel[Popped](1)
-        self.nursery.start_soon(self._pop_task, topic, broker, cmd, timeout, group, tx)
+        attempt = str(cmd.ext_fields.get("attemptId", ""))
+        key = (broker, group, topic, attempt) if attempt else None
+        waiter = self._attempts.get(key) if key is not None else None
+        if waiter is not None and waiter.gone():
+            waiter.take_over(tx)
+            log.info("a retried receive takes over its attempt's pop under way", group=group,
+                     topic=topic, broker=broker)
+        else:
+            waiter = _Waiter(tx)
+            if key is not None and key not in self._attempts:
+                self._attempts[key] = waiter
+            self.nursery.start_soon(self._pop_task, topic, broker, cmd, timeout, group, waiter,
+                                    key)
         async with rx:
             answer = await rx.receive()
         if isinstance(answer, Exception):
@@ -249,23 +309,28 @@ class PopBridge:
         return answer
 
     async def _pop_task(self, topic: str, broker: str, cmd: RemotingCommand, timeout: float,
-                        group: str, tx: trio.MemorySendChannel[Popped]) -> None:
-        async with tx:
+                        group: str, waiter: _Waiter, key: AttemptKey | None) -> None:
+        try:
             try:
-                answer = await self.routes.invoke(topic, broker, cmd, timeout)
+                answer: Popped = await self.routes.invoke(topic, broker, cmd, timeout)
             except Exception as exc:
-                _hand_over(tx, exc)
+                answer = exc
+            if key is not None and self._attempts.get(key) is waiter:
+                del self._attempts[key]  # (no await from here to the hand-over: none joins)
+            if _hand_over(waiter.tx, answer) or isinstance(answer, Exception) \
+                    or answer[1].code != ResponseCode.SUCCESS:
                 return
-            if _hand_over(tx, answer) or answer[1].code != ResponseCode.SUCCESS:
-                return
-            try:
-                popped = _popped(answer[1], topic, broker)
-            except Exception as exc:  # (a malformed answer: the receive would have failed too)
-                log.info("popped messages not given back", group=group, topic=topic,
-                         error=repr(exc)[:200])
-                return
-            await self._give_back(group, topic,
-                                  [m.system_properties.receipt_handle for m in popped])
+        finally:
+            if key is not None and self._attempts.get(key) is waiter:
+                del self._attempts[key]
+            waiter.tx.close()
+        try:
+            popped = _popped(answer[1], topic, broker)
+        except Exception as exc:  # (a malformed answer: the receive would have failed too)
+            log.info("popped messages not given back", group=group, topic=topic,
+                     error=repr(exc)[:200])
+            return
+        await self._give_back(group, topic, [m.system_properties.receipt_handle for m in popped])
 
     async def _give_back(self, group: str, topic: str, handles: Sequence[str]) -> None:
         """Messages popped for a receive that went away, visible again in a second."""

@@ -55,10 +55,11 @@ _RESERVED_KEYS: Final = frozenset({
 })
 #: what a producer is told in Settings: retries with exponential backoff
 PRODUCER_MAX_ATTEMPTS: Final = 3
-#: what a consumer is told in Settings (Apache's proxy defaults): its receive batch and its
-#: longest long poll (``grpcClientConsumerLongPollingBatchSize``, ``...MaxLongPollingTimeout``)
+#: what a consumer is told in Settings (Apache's proxy defaults): its receive batch
+#: (``grpcClientConsumerLongPollingBatchSize``; its longest long poll is the proxy's
+#: ``grpc_client_consumer_max_long_polling_timeout_ms``)
 CONSUMER_RECEIVE_BATCH: Final = 32
-CONSUMER_MAX_LONG_POLL_S: Final = 20
+CONSUMER_MAX_LONG_POLL_MS: Final = 20_000
 #: a subscription group's retries when it names none (RocketMQ's ``retryMaxTimes`` default)
 DEFAULT_RETRY_MAX_TIMES: Final = 16
 #: the largest ``retryMaxTimes`` taken from a broker (a consumer's attempts are an int32)
@@ -332,7 +333,8 @@ def body_digest(body: bytes) -> pb.Digest:
 
 
 def settings_reply(client: pb.Settings, max_body_bytes: int,
-                   group: GroupPolicy | None = None) -> pb.Settings:
+                   group: GroupPolicy | None = None, *,
+                   max_long_poll_ms: int = CONSUMER_MAX_LONG_POLL_MS) -> pb.Settings:
     """What the proxy answers to a client's Settings on Telemetry, as Apache's proxy does: a
     producer's own with the body limit, the type check and the producer's backoff; a
     consumer's own over the consumer defaults, and over both its subscription group's receive
@@ -352,17 +354,17 @@ def settings_reply(client: pb.Settings, max_body_bytes: int,
     if not client.HasField("subscription"):
         out.CopyFrom(client)
         return out
-    _apply_group(out, GroupPolicy())  # the defaults, under what the client set itself
+    _apply_group(out, GroupPolicy(), max_long_poll_ms)  # the defaults, under the client's own
     out.MergeFrom(client)
     if group is not None:
-        _apply_group(out, group)
+        _apply_group(out, group, max_long_poll_ms)
     return out
 
 
-def _apply_group(out: pb.Settings, group: GroupPolicy) -> None:
+def _apply_group(out: pb.Settings, group: GroupPolicy, max_long_poll_ms: int) -> None:
     sub = out.subscription
     sub.receive_batch_size = CONSUMER_RECEIVE_BATCH
-    sub.long_polling_timeout.CopyFrom(duration_pb2.Duration(seconds=CONSUMER_MAX_LONG_POLL_S))
+    sub.long_polling_timeout.FromMilliseconds(max_long_poll_ms)
     sub.fifo = group.orderly
     out.backoff_policy.max_attempts = group.retry_max_times + 1
     nexts = []

@@ -79,6 +79,23 @@ def method_of(path: str) -> str | None:
     return name if name.isidentifier() else None
 
 
+#: the header a client's deadline rides in: ``grpc-timeout: <1 to 8 digits><unit>``
+TIMEOUT_HEADER: Final = "grpc-timeout"
+#: gRPC's timeout units, in seconds (hours down to nanoseconds)
+_TIMEOUT_UNITS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_TIMEOUT_MAX_DIGITS: Final = 8
+
+
+def parse_timeout(value: str) -> float:
+    """A ``grpc-timeout`` header's value in seconds (``"4S"`` → 4.0, ``"2500m"`` → 2.5);
+    GrpcWireError for anything gRPC's grammar does not allow (at most 8 digits, one unit)."""
+    digits, unit = value[:-1], value[-1:]
+    if not (0 < len(digits) <= _TIMEOUT_MAX_DIGITS and digits.isascii() and digits.isdigit()
+            and unit in _TIMEOUT_UNITS):
+        raise GrpcWireError(GrpcStatus.INVALID_ARGUMENT, f"bad grpc-timeout {value[:32]!r}")
+    return int(digits) * _TIMEOUT_UNITS[unit]
+
+
 def is_grpc_request(headers: dict[str, str]) -> bool:
     content_type = headers.get("content-type", "")
     return headers.get(":method") == "POST" and content_type.startswith("application/grpc")

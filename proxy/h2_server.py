@@ -35,6 +35,7 @@ from ..cluster.remoting.admission import ConnectionAdmission, Refused
 from .config import ProxyConfig
 from .grpc_wire import (
     RESPONSE_HEADERS,
+    TIMEOUT_HEADER,
     FrameLengthGuard,
     GrpcStatus,
     GrpcWireError,
@@ -42,6 +43,7 @@ from .grpc_wire import (
     frame,
     is_grpc_request,
     method_of,
+    parse_timeout,
     trailers,
 )
 from .tls import ALPN_H2
@@ -53,6 +55,18 @@ REFUSED_LOG_INTERVAL_S: Final = 10.0
 #: the metadata key the connection's peer address rides under: a pseudo-header name, which h2
 #: refuses from a client, so no request can forge it
 PEER_KEY = ":peer"
+#: the metadata key a call's deadline rides under (from its ``grpc-timeout``, counted from
+#: when its headers came in; Trio's clock, as text): a pseudo-header name, like ``PEER_KEY``
+DEADLINE_KEY = ":deadline"
+
+
+def time_left_ms(metadata: dict[str, str]) -> int | None:
+    """Milliseconds left before the call's deadline (0 once past it; None: the client set
+    none), whole ones as gRPC-Java's ``Deadline.timeRemaining`` gives them to Apache's proxy."""
+    deadline = metadata.get(DEADLINE_KEY)
+    if deadline is None:
+        return None
+    return max(0, math.floor((float(deadline) - trio.current_time()) * 1000))
 
 Send = Callable[[bytes], Awaitable[None]]
 
@@ -351,6 +365,13 @@ class _Connection:
         if not is_grpc_request(headers) or method is None or kind is None:
             self.fail(sid, GrpcStatus.UNIMPLEMENTED, f"unknown method {headers.get(':path')!r}")
             return
+        if TIMEOUT_HEADER in headers:
+            try:
+                timeout_s = parse_timeout(headers[TIMEOUT_HEADER])
+            except GrpcWireError as exc:
+                self.fail(sid, exc.status, exc.message)
+                return
+            headers[DEADLINE_KEY] = repr(trio.current_time() + timeout_s)
         st = _Stream(method, kind, headers, MessageReader(self.config.max_grpc_message_bytes))
         self.streams[sid] = st
         self.calls_changed()

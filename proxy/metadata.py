@@ -7,8 +7,10 @@ A read whose connection was lost under it is made once more on a new connection 
 
 An answer is kept ``ttl_s`` (a topic or group no broker has, ``missing_ttl_s``: one created a
 moment later is seen soon), at most ``max_entries`` of each kind. A lookup the brokers could
-not answer (no master, a timeout) is kept for no time and reads as "unknown": the caller goes
-on as it did before it knew (the broker still checks a send's type)."""
+not answer (no master, a timeout, a refusal) is kept for no time: the last known answer
+stands; with none, a topic reads as "unknown" (the caller goes on as it did before it knew:
+the broker still checks a send's type) and a group's lookup fails (the receive that asked
+is refused: a FIFO group's receive never pops unordered for want of its config)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from ..cluster.logging import get_logger
 from ..cluster.remoting.codes import RequestCode, ResponseCode
 from . import convert
 from .calls import fetch_route, idempotent_call
+from .pb import definition_pb2 as pb
 
 log = get_logger(node="proxy", component="metadata")
 #: how long a topic's or group's config is trusted (Apache's proxy refreshes its caches
@@ -49,11 +52,11 @@ class _Cache(Generic[T]):
         self.clock = clock
         self._entries: dict[str, tuple[float, T]] = {}
 
-    def get(self, key: str) -> tuple[bool, T | None]:
-        """(fresh, the value known, fresh or not; None when none is)."""
+    def get(self, key: str) -> tuple[bool, T] | None:
+        """(fresh, the value known, fresh or not); None when none is."""
         hit = self._entries.get(key)
         if hit is None:
-            return False, None
+            return None
         return hit[0] > self.clock(), hit[1]
 
     def put(self, key: str, value: T, ttl_s: float) -> None:
@@ -79,12 +82,12 @@ class ProxyMetadata:
     async def topic(self, topic: str) -> convert.TopicInfo | None:
         """``topic``'s info (``convert.MISSING_TOPIC`` when no broker has it); when the brokers
         cannot say, the last known (None: none)."""
-        fresh, known = self._topics.get(topic)
-        if fresh:
-            return known
+        hit = self._topics.get(topic)
+        if hit is not None and hit[0]:
+            return hit[1]
         info = await self._load_topic(topic)
         if info is None:
-            return known
+            return None if hit is None else hit[1]
         self._topics.put(topic, info, self.ttl_s if info.exists else self.missing_ttl_s)
         return info
 
@@ -93,10 +96,11 @@ class ProxyMetadata:
         """The policy of ``group`` (consuming ``topic``), asked of ``broker_addr`` (else of a
         master of ``topic``'s route); None when the broker has no such group. When the broker
         cannot say, the last known (a failing master does not turn an orderly group's receive
-        into a disorderly one)."""
-        fresh, known = self._groups.get(group)
-        if fresh:
-            return known
+        into a disorderly one); with none known, the lookup's error (MQClientError, or
+        ProxyError for an answer that does not parse): "no such group" is never guessed."""
+        hit = self._groups.get(group)
+        if hit is not None and hit[0]:
+            return hit[1]
         try:
             addrs = [broker_addr] if broker_addr else (await self._masters(topic))[:1]
             policy = None
@@ -106,8 +110,14 @@ class ProxyMetadata:
                                              self.read_timeout_s, "group configs")
                 policy = convert.group_policy(bytes(resp.body or b""), group)
         except (MQClientError, ValueError) as exc:
-            log.info("group config unknown", group=group, topic=topic, error=str(exc)[:200])
-            return known
+            log.info("group config unknown", group=group, topic=topic, error=str(exc)[:200],
+                     last_known=hit is not None)
+            if hit is not None:
+                return hit[1]
+            if isinstance(exc, ValueError):
+                raise convert.ProxyError(pb.INTERNAL_SERVER_ERROR,
+                                         f"group {group}'s config unreadable: {exc}") from exc
+            raise
         self._groups.put(group, policy, self.ttl_s if policy is not None else self.missing_ttl_s)
         return policy
 

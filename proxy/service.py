@@ -10,6 +10,7 @@ import trio
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as PbMessage
 
+from ..client.errors import MQClientError
 from ..client.instance import ClientInstance
 from ..client.producer import Producer
 from ..cluster.logging import get_logger
@@ -20,9 +21,11 @@ from .calls import fetch_route
 from .config import ProxyConfig
 from .consume import PopBridge
 from .grpc_wire import GrpcStatus, GrpcWireError
+from .h2_server import time_left_ms
 from .metadata import ProxyMetadata
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
+from .polling import DEFAULT_CLIENT_REQUEST_TIMEOUT_MS, ReceiveCall
 from .routes import MasterRoutes
 from .transaction import TelemetrySession, TransactionBridge, TransactionRef
 
@@ -37,6 +40,8 @@ NOT_YET: Final = frozenset({
 })
 #: the header the SDKs name themselves with on every call
 CLIENT_ID_HEADER: Final = "x-mq-client-id"
+#: and their version (Apache's proxy answers some refusals by it)
+CLIENT_VERSION_HEADER: Final = "x-mq-client-version"
 
 
 def _decode(cls: type[PbMessage], payload: bytes) -> Any:
@@ -59,6 +64,9 @@ class MessagingService:
         self.metadata = ProxyMetadata(instance)
         self.pop = PopBridge(config, instance, routes, self.metadata, nursery=nursery)
         self.transactions = TransactionBridge(config, instance, routes)
+        #: each client's request timeout (ms) from the Settings on its open Telemetry stream
+        #: (one entry per open stream at most: dropped when the stream ends)
+        self._request_timeouts: dict[str, tuple[TelemetrySession, int]] = {}
         self._unary: dict[str, Callable[[Any, dict[str, str]], Awaitable[Any]]] = {
             "QueryRoute": self.query_route,
             "Heartbeat": self.heartbeat,
@@ -92,7 +100,11 @@ class MessagingService:
 
     async def stream(self, method: str, request: bytes, metadata: dict[str, str],
                      send: Send) -> None:
-        await self.pop.receive(_decode(spb.ReceiveMessageRequest, request), send)
+        client_id = metadata.get(CLIENT_ID_HEADER, "")
+        known = self._request_timeouts.get(client_id)
+        call = ReceiveCall(time_left_ms(metadata), metadata.get(CLIENT_VERSION_HEADER, ""),
+                           known[1] if known else DEFAULT_CLIENT_REQUEST_TIMEOUT_MS)
+        await self.pop.receive(_decode(spb.ReceiveMessageRequest, request), send, call)
 
     async def bidi(self, method: str, inbound: trio.MemoryReceiveChannel[bytes],
                    metadata: dict[str, str], send: Send) -> None:
@@ -107,8 +119,15 @@ class MessagingService:
                     await self._settings(session, cmd.settings)
         finally:
             self.transactions.unregister(session.client_id, session)
+            known = self._request_timeouts.get(session.client_id)
+            if known is not None and known[0] is session:
+                del self._request_timeouts[session.client_id]
 
     async def _settings(self, session: TelemetrySession, settings: pb.Settings) -> None:
+        if session.client_id and settings.HasField("request_timeout"):
+            ms = settings.request_timeout.ToMilliseconds()
+            if ms > 0:
+                self._request_timeouts[session.client_id] = (session, ms)
         if settings.HasField("publishing") and session.client_id:
             try:
                 self.transactions.register(
@@ -117,13 +136,16 @@ class MessagingService:
                 raise GrpcWireError(GrpcStatus.INVALID_ARGUMENT, exc.message) from exc
         reply = spb.TelemetryCommand(
             status=convert.ok_status(),
-            settings=convert.settings_reply(settings, self.config.max_body_bytes,
-                                            await self._group_policy(settings)),
+            settings=convert.settings_reply(
+                settings, self.config.max_body_bytes, await self._group_policy(settings),
+                max_long_poll_ms=self.config.grpc_client_consumer_max_long_polling_timeout_ms),
         )
         await session.send(reply, self.config.call_timeout_s)
 
     async def _group_policy(self, settings: pb.Settings) -> convert.GroupPolicy | None:
-        """A consumer's subscription group's policy, asked of a broker of its first topic."""
+        """A consumer's subscription group's policy, asked of a broker of its first topic;
+        None (the defaults, as Apache's proxy answers) when the brokers cannot say (its
+        receives are refused until they can: consume.py)."""
         if not settings.HasField("subscription") or settings.HasField("publishing"):
             return None
         group = settings.subscription.group.name
@@ -131,7 +153,10 @@ class MessagingService:
                   if validate_topic(e.topic.name) is None]
         if validate_group(group) is not None or not topics:
             return None
-        return await self.metadata.group(group, topics[0])
+        try:
+            return await self.metadata.group(group, topics[0])
+        except (MQClientError, convert.ProxyError):
+            return None
 
     # ------------------------------------------------------------------ RPCs
 
@@ -170,7 +195,10 @@ class MessagingService:
         except Exception as exc:
             return spb.QueryAssignmentResponse(status=convert.error_status(exc))
         endpoints = req.endpoints if req.endpoints.addresses else _authority(metadata)
-        policy = await self.metadata.group(req.group.name, req.topic.name)
+        try:
+            policy = await self.metadata.group(req.group.name, req.topic.name)
+        except (MQClientError, convert.ProxyError):  # unknown: the whole broker (-1), as
+            policy = None  # Apache's proxy answers; the receives are refused until known
         found = convert.assignments(req.topic.name, route, endpoints,
                                     orderly=policy is not None and policy.orderly)
         if not found:

@@ -200,10 +200,11 @@ def unary(client: H2Client, method: str, req: PbMessage) -> dict[str, Any]:
 
 
 def receive(client: H2Client, req: spb.ReceiveMessageRequest,
-            ctx: Ctx | None = None, key: str = "") -> dict[str, Any]:
+            ctx: Ctx | None = None, key: str = "",
+            headers: tuple[tuple[str, str], ...] = (("grpc-timeout", "9S"),)) -> dict[str, Any]:
     """A ReceiveMessage stream's answers, as ``answer[i].…``; the messages' receipt handles
-    are kept in ``ctx[key]``."""
-    sid = client.start_call("ReceiveMessage", (("grpc-timeout", "9S"),))
+    are kept in ``ctx[key]``. ``headers``: the call's deadline, and any more."""
+    sid = client.start_call("ReceiveMessage", headers)
     client.conn.send_data(sid, frame(req.SerializeToString()))
     client.conn.end_stream(sid)
     client.flush()
@@ -303,6 +304,16 @@ def _receive(c: Clients, topic: str, key: str = "", *, group: str = GROUP,
     return receive(c.consumer, req, c.ctx, key)
 
 
+def _receive_short_deadline(c: Clients, version: str) -> dict[str, Any]:
+    """A receive whose deadline (4 s) leaves less than the shortest long poll (5 s), from a
+    client of ``version`` (a second ``x-mq-client-version``, after the connection's 5.0.0: the
+    last one counts, on grpc-java's side as on ours; "": the connection's)."""
+    headers = (("grpc-timeout", "4S"),)
+    if version:
+        headers += (("x-mq-client-version", version),)
+    return receive(c.consumer, receive_request(TOPIC, c.ctx["broker"]), headers=headers)
+
+
 CallStep = Callable[[Clients], dict[str, Any]]
 
 #: (name, call, what it shows), in order: later steps use what earlier ones received.
@@ -341,6 +352,10 @@ STEPS: Final[tuple[tuple[str, CallStep, str], ...]] = (
     ("receive_missing_topic", lambda c: _receive(c, UNKNOWN_TOPIC), ""),
     ("receive_no_broker", lambda c: _receive(c, TOPIC, broker=""),
      "a receive that names no broker (the SDKs always name one)"),
+    ("receive_short_deadline", lambda c: _receive_short_deadline(c, "5.1.2"),
+     "a deadline too short for the shortest long poll: ILLEGAL_POLLING_TIME"),
+    ("receive_short_deadline_old_client", lambda c: _receive_short_deadline(c, ""),
+     "the same from a client older than 5.0.3: BAD_REQUEST"),
     ("receive_delay", lambda c: _receive_until(c, DELAY_TOPIC, "delay", DELAY_WAIT_S),
      "the delayed message once due"),
     ("ack_delay", lambda c: _ack(c, "delay", topic=DELAY_TOPIC), ""),

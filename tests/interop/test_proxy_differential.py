@@ -4,7 +4,8 @@ Apache's proxy (built from the release's sources, ``proxy_oracle.py``) in cluste
 of Apache's 5.3.1 broker and our NameServer, beside ``mqproxy`` in front of our NameServer and
 broker; the same gRPC calls (``proxy_scenario.STEPS``: QueryRoute, Heartbeat, QueryAssignment,
 SendMessage normal / FIFO / delay, ReceiveMessage, AckMessage, ChangeInvisibleDuration, and
-the refusals of a missing topic, a wrong message type, a bad group and a bad receipt handle)
+the refusals of a missing topic, a wrong message type, a bad group, a bad receipt handle and a
+receive whose deadline is too short for its long poll)
 replayed to both at once; each answer must match field by field, except what differs by nature
 (``ALLOWED``: clocks, ports, receipt handles) and the listed ``PROXY_DEVIATIONS``.
 """

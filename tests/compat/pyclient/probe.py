@@ -61,8 +61,11 @@ def printer(scenario=None):
 
 
 def _simple_consumer(config, topic, group):
-    """A SimpleConsumer of GROUP on TOPIC (every tag), waiting 2 s at most for messages."""
-    return SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2,
+    """A SimpleConsumer of GROUP on TOPIC (every tag), waiting 5 s at most for messages: the
+    shortest long poll a proxy grants (``grpcClientConsumerMinLongPollingTimeoutMillis``); with
+    the SDK's 3 s request timeout on top, its deadline leaves the proxy that (``await_duration``
+    2, a 5 s deadline, is refused ILLEGAL_POLLING_TIME, by Apache's proxy as by ours)."""
+    return SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=5,
                           tls_enable=TLS)
 
 

@@ -246,3 +246,50 @@ async def test_an_orderly_batch_popped_for_a_receive_that_went_away_is_given_bac
                                              attempt=f"next{len(msgs)}", poll_ms=1000)
         assert [m.body for m in msgs] == [b"m0"]
         await _ack(p.service, ORDERLY, FIFO_TOPIC, msgs[0])
+
+
+#: quiet spells (every task blocked 10 ms) the test lets pass for a retried receive to reach
+#: its wait: its lookups are cached, a pop of its own would be a loopback round trip
+RETRY_SETTLE_WINDOWS = 20
+
+
+async def test_a_receive_retried_with_its_attempt_id_takes_over_the_pop_under_way(
+        tmp_path: Path) -> None:
+    """The SDKs retry a receive whose deadline passed with the same attempt id. Its first pop,
+    still parked at the broker, answers the retry: one pop per attempt, so the batch is popped
+    once, under the receipt handles the retry hands out. (Two pops of one attempt both popped
+    it, the broker blocking no attempt's own retry; the second replaced the queue's orderly
+    block under the first one's handles, and the first's, given back, could make the batch
+    visible again in a second while the retry's consumer held it.)"""
+    async with _proxied(tmp_path) as p:
+        polling = p.cluster.broker.pop.polling
+        async with trio.open_nursery() as n:
+            n.start_soon(functools.partial(_receive, p.service, ORDERLY, FIFO_TOPIC,
+                                           attempt="same", poll_ms=20_000))
+            with trio.fail_after(5):  # parked at the broker
+                while polling.parked < 1:
+                    await trio.testing.wait_all_tasks_blocked(0.01)
+            n.cancel_scope.cancel()  # the client's deadline passed
+        got: list[tuple[int, list[pb.Message]]] = []
+
+        async def retry() -> None:
+            got.append(await _receive(p.service, ORDERLY, FIFO_TOPIC, attempt="same",
+                                      poll_ms=20_000))
+
+        async with trio.open_nursery() as n:
+            n.start_soon(retry)
+            with trio.fail_after(5):  # the retry reached its wait (a second pop: its park)
+                for _ in range(RETRY_SETTLE_WINDOWS):
+                    await trio.testing.wait_all_tasks_blocked(0.01)
+            assert polling.parked == 1  # the first pop, not a second one beside it
+            for k in range(2):
+                assert await _send(p.service, _message(FIFO_TOPIC, k, group="g1")) == pb.OK
+        [(code, first)] = got
+        assert code == pb.OK and [m.body for m in first] == [b"m0"]
+        # the batch is in flight for the retry, under its handle: nothing for anyone else
+        code, none = await _receive(p.service, ORDERLY, FIFO_TOPIC, attempt="other")
+        assert (code, none) == (pb.MESSAGE_NOT_FOUND, [])
+        await _ack(p.service, ORDERLY, FIFO_TOPIC, first[0])
+        code, second = await _receive(p.service, ORDERLY, FIFO_TOPIC, attempt="next",
+                                      poll_ms=2000)
+        assert [m.body for m in second] == [b"m1"]

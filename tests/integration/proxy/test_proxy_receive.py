@@ -1,0 +1,211 @@
+"""ReceiveMessage over real gRPC (a ``mqproxy`` process in front of ``rmq-cluster up single``, a
+plain HTTP/2 client), as Apache's proxy (5.3.1) serves it:
+
+* the long poll comes from the call's deadline (``grpc-timeout``) and the request's
+  ``long_polling_timeout``: at least 5 s and at most 20 s
+  (``grpcClientConsumer{Min,Max}LongPollingTimeoutMillis``), never past the deadline; a deadline
+  leaving less than 5 s is refused at once with ILLEGAL_POLLING_TIME (BAD_REQUEST for a client
+  older than 5.0.3). The proxy ignored the deadline and long-polled up to 30 s.
+* an orderly group's receive whose first lookup of the group's config fails (here the broker is
+  frozen while the proxy asks: the read times out) pops nothing: it is refused, and the next
+  receive, once the broker answers, pops orderly. The proxy took the failed lookup for "no such
+  group" and popped unordered: the next orderly pop then handed out the second message while
+  the first was still in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import zlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import attrs
+import pytest
+
+from rmq_cluster.deploy.testing import RunningCluster, cli, create_topics, rmq_cluster
+from rmq_cluster.proxy.pb import definition_pb2 as pb
+from rmq_cluster.proxy.pb import service_pb2 as spb
+
+from .proxy_testlib import LiveProxy, live_proxy
+
+pytestmark = pytest.mark.slow  # real processes; a 20 s long poll waited out: ~40 s
+
+TOPIC, FIFO_TOPIC = "RecvDeadlineT", "RecvLookupT"
+GROUP, ORDERLY = "RecvDeadlineG", "RecvLookupOrderlyG"
+BROKER = "broker-a"
+#: the version the Python SDK 5.1.2 sends (``x-mq-client-version``)
+SDK_VERSION = "5.1.2"
+#: how long a test waits for an answer the proxy owes (its longest long poll is 20 s)
+ANSWER_WAIT_S = 40.0
+#: how long the frozen broker's group lookup may take to fail (its read timeout is 3 s)
+LOOKUP_FAIL_WAIT_S = 20.0
+POLL_S = 0.05
+
+
+@attrs.frozen
+class Stack:
+    cluster: RunningCluster
+    proxy: LiveProxy
+    proxy_log: Path
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("proxy-receive")
+    with rmq_cluster("single", directory=root / "cluster") as cluster, \
+            live_proxy(root, cluster.namesrv_addr, extra=["--log-level", "info"]) as proxy:
+        create_topics(cluster.namesrv_addr, [TOPIC, FIFO_TOPIC], queues=1)
+        done = cli("updateSubGroup", "-n", cluster.namesrv_addr, "-c", "DefaultCluster",
+                   "-g", ORDERLY, "-o", "true")
+        assert done.returncode == 0, done.stderr
+        yield Stack(cluster, proxy, root / "proxy.err")
+
+
+@attrs.frozen
+class Received:
+    code: int
+    messages: list[pb.Message]
+    elapsed_s: float
+
+
+def _receive(proxy: LiveProxy, *, group: str = GROUP, topic: str = TOPIC,
+             long_poll_ms: int | None, timeout: str, version: str = SDK_VERSION,
+             batch: int = 32, attempt: str = "") -> Received:
+    """One ReceiveMessage call with ``grpc-timeout: timeout``, as an SDK makes it."""
+    metadata = [("x-mq-client-id", f"recv-test-{attempt or 'any'}")]
+    if version:
+        metadata.append(("x-mq-client-version", version))
+    client = proxy.client(metadata)
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), batch_size=batch, auto_renew=False,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1,
+                                      broker=pb.Broker(name=BROKER)),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req.invisible_duration.FromSeconds(30)
+    if long_poll_ms is not None:
+        req.long_polling_timeout.FromMilliseconds(long_poll_ms)
+    if attempt:
+        req.attempt_id = attempt
+    t0 = time.monotonic()
+    try:
+        answers, trailers = client.call("ReceiveMessage", req.SerializeToString(),
+                                        headers=(("grpc-timeout", timeout),),
+                                        timeout=ANSWER_WAIT_S)
+    finally:
+        client.close()
+    elapsed = time.monotonic() - t0
+    assert trailers.get("grpc-status") == "0", trailers
+    replies = [spb.ReceiveMessageResponse.FromString(a) for a in answers]
+    [status] = [r.status for r in replies if r.HasField("status")]
+    return Received(status.code, [r.message for r in replies if r.HasField("message")], elapsed)
+
+
+def _send(proxy: LiveProxy, topic: str, body: bytes, group: str = "") -> None:
+    msg = pb.Message(topic=pb.Resource(name=topic), body=body)
+    msg.system_properties.message_id = f"0102FC{zlib.crc32(body):026X}"  # one per body
+    msg.system_properties.message_type = pb.NORMAL
+    if group:
+        msg.system_properties.message_group = group
+        msg.system_properties.message_type = pb.FIFO
+    client = proxy.client()
+    try:
+        [answer], _ = client.call("SendMessage",
+                                  spb.SendMessageRequest(messages=[msg]).SerializeToString())
+    finally:
+        client.close()
+    status = spb.SendMessageResponse.FromString(answer).status
+    assert status.code == pb.OK, status
+
+
+def _ack(proxy: LiveProxy, group: str, topic: str, m: pb.Message) -> None:
+    client = proxy.client()
+    try:
+        req = spb.AckMessageRequest(
+            group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+            entries=[spb.AckMessageEntry(message_id=m.system_properties.message_id,
+                                         receipt_handle=m.system_properties.receipt_handle)])
+        [answer], _ = client.call("AckMessage", req.SerializeToString())
+    finally:
+        client.close()
+    assert spb.AckMessageResponse.FromString(answer).status.code == pb.OK
+
+
+def test_a_deadline_too_short_for_the_shortest_long_poll_is_refused_at_once(
+        stack: Stack) -> None:
+    """The Python SDK's SimpleConsumer with ``await_duration=2`` (3 s request timeout: a 5 s
+    deadline): Apache's proxy refuses it, as the 5 s long poll would outlive the deadline."""
+    got = _receive(stack.proxy, long_poll_ms=2_000, timeout="4900m")
+    assert (got.code, got.messages) == (pb.ILLEGAL_POLLING_TIME, [])
+    assert got.elapsed_s < 1.5, got  # refused, not long-polled
+    # a client older than 5.0.3 (or naming no version) knows no ILLEGAL_POLLING_TIME
+    for version in ("5.0.0", ""):
+        old = _receive(stack.proxy, long_poll_ms=2_000, timeout="4S", version=version)
+        assert old.code == pb.BAD_REQUEST, (version, old)
+
+
+def test_the_long_poll_is_bounded_by_the_limits_and_the_deadline(stack: Stack) -> None:
+    """Three empty receives at once: 30 s asked with a 60 s deadline polls 20 s (the longest);
+    1 s asked polls 5 s (the shortest); 30 s asked with an 8 s deadline ends by the deadline."""
+    with ThreadPoolExecutor(3) as pool:
+        capped = pool.submit(_receive, stack.proxy, long_poll_ms=30_000, timeout="60S")
+        raised = pool.submit(_receive, stack.proxy, long_poll_ms=1_000, timeout="30S")
+        cut = pool.submit(_receive, stack.proxy, long_poll_ms=30_000, timeout="8S")
+        capped_r, raised_r, cut_r = capped.result(), raised.result(), cut.result()
+    for got in (capped_r, raised_r, cut_r):
+        assert (got.code, got.messages) == (pb.MESSAGE_NOT_FOUND, []), got
+    assert 19.0 <= capped_r.elapsed_s < 25.0, capped_r
+    assert 4.5 <= raised_r.elapsed_s < 10.0, raised_r
+    assert 6.0 <= cut_r.elapsed_s < 9.5, cut_r
+
+
+def test_an_sdks_usual_receive_gets_a_message_sent_while_it_polls(stack: Stack) -> None:
+    """A PushConsumer's receive (20 s long poll, 23 s deadline) is served as before."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_receive, stack.proxy, long_poll_ms=20_000, timeout="23S",
+                              attempt="usual")
+        _send(stack.proxy, TOPIC, b"usual 1")
+        got = pending.result()
+    assert got.code == pb.OK and [m.body for m in got.messages] == [b"usual 1"], got
+    assert got.elapsed_s < 10.0, got
+    _ack(stack.proxy, GROUP, TOPIC, got.messages[0])
+
+
+def _wait_for_log(path: Path, *needles: str) -> None:
+    deadline = time.monotonic() + LOOKUP_FAIL_WAIT_S
+    while not all(n in path.read_text() for n in needles):
+        assert time.monotonic() < deadline, f"no {needles} in the proxy's log"
+        time.sleep(POLL_S)  # polled until the line is there, within the deadline
+
+
+def test_an_orderly_receive_whose_group_lookup_fails_pops_nothing(stack: Stack) -> None:
+    proxy = stack.proxy
+    for n in range(2):
+        _send(proxy, FIFO_TOPIC, f"fifo {n}".encode(), group="g1")
+    pid = stack.cluster.pids()[BROKER]
+    os.kill(pid, signal.SIGSTOP)  # the proxy's first lookup of ORDERLY's config times out
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(_receive, proxy, group=ORDERLY, topic=FIFO_TOPIC,
+                                long_poll_ms=5_000, timeout="30S", batch=1, attempt="first")
+            _wait_for_log(stack.proxy_log, "group config unknown", ORDERLY)
+            os.kill(pid, signal.SIGCONT)  # what the proxy sends next, the broker answers
+            refused = first.result()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert refused.code != pb.OK and not refused.messages, refused
+    assert refused.code == pb.PROXY_TIMEOUT, refused
+    # the broker answers the lookup now: orderly, one batch of the queue in flight at a time
+    got = _receive(proxy, group=ORDERLY, topic=FIFO_TOPIC, long_poll_ms=5_000, timeout="30S",
+                   batch=1, attempt="second")
+    assert [m.body for m in got.messages] == [b"fifo 0"], got
+    blocked = _receive(proxy, group=ORDERLY, topic=FIFO_TOPIC, long_poll_ms=5_000,
+                       timeout="30S", batch=1, attempt="third")
+    assert (blocked.code, blocked.messages) == (pb.MESSAGE_NOT_FOUND, []), blocked
+    _ack(proxy, ORDERLY, FIFO_TOPIC, got.messages[0])
+    after = _receive(proxy, group=ORDERLY, topic=FIFO_TOPIC, long_poll_ms=5_000,
+                     timeout="30S", batch=1, attempt="fourth")
+    assert [m.body for m in after.messages] == [b"fifo 1"], after
