@@ -15,7 +15,8 @@ Two windows, in seconds after the Consumer's start: ``--early`` (vs_java's early
 Consumer's rebalance and backlog) and ``--caught-up``. For each: sends, pulls and records per
 pull per second, requests per second by code, inline µs per second and per request by code,
 the broker's cores and CPU µs per message sent, the loop's busy fraction and batches, read
-steps by size, the query probe's p50 / p90 / p99 / max, and the tools' lines read in it.
+steps by size, the query probe's p50 / p90 / p99 / max, and the tools' lines read in it (with
+``consumer``, the Consumer's lines summed up: its TPS and average store-to-consume RT, S2C).
 ``--pyspy DIR`` also records the broker with ``py-spy record --gil --nonblocking -r 200 -f
 raw`` over each window (DIR/<window>.txt; py-spy beside this Python). The Java Consumer's
 rebalance (``rebalance``, from its client log) and the query probe over its first 4 s too.
@@ -202,6 +203,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             w = out[name] = window_figures(snaps, t0, t1)
             w["query_probe"] = query.stats(t0, t1)
             w["consumer_lines"] = vs_figures.lines_mostly_in(consumer.clock.stamped(), t0, t1)
+            w["consumer"] = vs_figures.summarize_consumer(w["consumer_lines"], 0)
             w["producer_lines"] = [s.figures for s in clock.stamped()
                                    if t0 < s.at - vs_figures.LINE_SPAN_S / 2 < t1]
         out["rebalance"] = vs_java._consumer_rebalance(consumer)
