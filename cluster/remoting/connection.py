@@ -61,6 +61,12 @@ from .writer import Writer
 DEFAULT_CALL_TIMEOUT_S: Final = 3.0
 #: Encoded frames waiting for the socket; past this, writers wait for the peer to read.
 MAX_OUTBOUND_BUFFER_BYTES: Final = 32 * 1024 * 1024
+#: Frames of one read served in one step of the event loop; a read holding more is served in
+#: steps of this many, the loop serving the other connections (and tasks) between them, so a
+#: connection with many frames queued (a producer's 32 sends in flight, a consumer's pulls)
+#: does not hold the loop while another's request waits (RocketMQ's Netty also serves a
+#: channel in bounded reads: its ``maxMessagesPerRead``, 16).
+MAX_FRAMES_PER_READ_STEP: Final = 16
 
 
 class _Pending:
@@ -101,8 +107,11 @@ class Connection:
     def __init__(
         self, sock: socket.socket, table: ProcessorTable, *, node: str,
         max_in_flight: int = MAX_IN_FLIGHT_REQUESTS, lend_reading: bool = False,
-        input_share: InputShare | None = None,
+        input_share: InputShare | None = None, frames_per_step: int = MAX_FRAMES_PER_READ_STEP,
     ) -> None:
+        if frames_per_step < 1:
+            raise ValueError(f"frames_per_step must be at least 1, got {frames_per_step}")
+        self._frames_per_step = frames_per_step
         self._sock = Socket(sock, input_share)
         try:
             peer = sock.getpeername()
@@ -272,7 +281,12 @@ class Connection:
             if commands is None:
                 return
             drained = len(data) < READ_CHUNK_BYTES
-            spawned, answered, _ = await self._take(commands, nursery)
+            if len(commands) > self._frames_per_step:
+                spawned, answered = await self._take_in_steps(commands, nursery)
+                if st.closed:
+                    return
+            else:
+                spawned, answered, _ = await self._take(commands, nursery)
             if answered and self._lends and st.may_lend(answered, drained):
                 blocked = await self._lending.lend(nursery)  # lone calls read their responses
                 if st.closed:
@@ -306,6 +320,24 @@ class Connection:
         if self._state.queued_bytes > writer.limit:
             await writer.backpressure()  # stop reading until the peer reads its answers
         return spawns is not None, answered, None
+
+    async def _take_in_steps(
+        self, commands: list[RemotingCommand], nursery: trio.Nursery
+    ) -> tuple[bool, bool]:
+        """``_take`` of one read's frames ``frames_per_step`` at a time, yielding to the loop
+        between steps (``MAX_FRAMES_PER_READ_STEP``); each step's inline answers go out at its
+        end. Stops once the connection closed (what is left is neither run nor answered).
+        Whether it spawned, whether it answered a call."""
+        step = self._frames_per_step
+        spawned = answered = False
+        for start in range(0, len(commands), step):
+            if start:
+                await trio.lowlevel.checkpoint()
+                if self._state.closed:
+                    break
+            s, a, _ = await self._take(commands[start : start + step], nursery)
+            spawned, answered = spawned or s, answered or a
+        return spawned, answered
 
     async def _unblock(self, blocked: Blocked, nursery: trio.Nursery) -> None:
         while self._state.running > blocked.limit:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 import struct
 from collections.abc import AsyncIterator
 
@@ -13,7 +14,7 @@ from rmq_cluster.cluster.remoting.address import format_address
 from rmq_cluster.cluster.remoting.client_pool import open_remoting_client
 from rmq_cluster.cluster.remoting.codec import FrameDecoder, RemotingCommand, encode
 from rmq_cluster.cluster.remoting.codes import ResponseCode
-from rmq_cluster.cluster.remoting.connection import Connection
+from rmq_cluster.cluster.remoting.connection import MAX_FRAMES_PER_READ_STEP, Connection
 from rmq_cluster.cluster.remoting.errors import (
     RemotingClosedError,
     RemotingConnectError,
@@ -631,3 +632,57 @@ async def test_a_plain_processor_may_answer_later_through_its_connection(
         with trio.fail_after(10):
             await c.closed.wait()
     c.answer_later(req, req.response(0, remark="after the peer left"))  # must not raise
+
+
+async def _read_answers(sock: socket.socket, n: int) -> list[RemotingCommand]:
+    """``n`` frames from a non-blocking stdlib socket (10 s at most)."""
+    decoder, got = FrameDecoder(), []
+    with trio.fail_after(10):
+        while len(got) < n:
+            await trio.lowlevel.wait_readable(sock)
+            data = sock.recv(65536)
+            assert data, "the server closed the connection"
+            got += decoder.feed(data)
+    return got
+
+
+async def test_a_connection_flooding_frames_does_not_hold_the_loop(nursery: trio.Nursery) -> None:
+    """One read holding many frames is served MAX_FRAMES_PER_READ_STEP at a time: a request of
+    another connection that arrives while it is served waits for at most two steps of it, not
+    for the whole read (a producer's sends in flight against a consumer's offset query)."""
+    FLOOD, QUICK, flood_frames = 1, 2, 12 * MAX_FRAMES_PER_READ_STEP
+    served: list[str] = []
+    quick_sock: list[socket.socket] = []
+
+    def flood(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        if served == ["warm", "warm"]:  # the flood's first frame: the other request comes now
+            quick_sock[0].send(encode(RemotingCommand.request(QUICK), 2))
+        served.append("flood")
+        return req.response(0)
+
+    def quick(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        served.append("quick" if len(served) > 1 else "warm")
+        return req.response(0)
+
+    srv = RemotingServer(ProcessorTable({FLOOD: flood, QUICK: quick}), node="test-server")
+    host, port = await nursery.start(srv.serve, "127.0.0.1", 0)
+    a, b = (socket.create_connection((host, port)) for _ in range(2))
+    try:
+        quick_sock.append(b)
+        for sock in (a, b):  # both connections accepted, their readers parked
+            sock.setblocking(False)
+            sock.send(encode(RemotingCommand.request(QUICK), 1))
+            await _read_answers(sock, 1)
+        served[:] = ["warm", "warm"]
+        burst = b"".join(encode(RemotingCommand.request(FLOOD), i) for i in range(flood_frames))
+        assert len(burst) < 64 * 1024 and a.send(burst) == len(burst)  # one read holds them all
+        answers = await _read_answers(a, flood_frames)
+        assert [r.opaque for r in answers] == list(range(flood_frames))
+        assert [r.opaque for r in await _read_answers(b, 1)] == [2]
+    finally:
+        a.close()
+        b.close()
+    floods_before_quick = served.index("quick") - 2
+    assert served.count("flood") == flood_frames
+    # its reader woke after the flood's first step; the next batch runs both in either order
+    assert floods_before_quick <= 2 * MAX_FRAMES_PER_READ_STEP, served
