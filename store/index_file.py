@@ -448,8 +448,8 @@ class IndexService:
             files = self.files
             f = files[-1] if files else None
             if f is None or f.index_count >= f.entries:
-                f = self._writable()
-            elif phys <= f.end_phy and (f.index_count > 1 or len(files) > 1):
+                f = self._writable()  # (a new file's end is the full one's: checked below)
+            if phys <= f.end_phy and (f.index_count > 1 or len(files) > 1):
                 return  # already indexed (replayed dispatch)
             h = (ph * _POW31[len(uniq_key)] + _ascii_hash(uniq_key)) & _MASK32
             if h & 0x80000000:  # abs of the signed hashCode; MIN_VALUE -> 0
@@ -497,11 +497,11 @@ class IndexService:
     def index_uniq_run(self, topic: str, run: list[tuple[bytes, int, int]]) -> None:
         """``index_raw_keys(topic, uniq, None, phys, store_ts)`` for each
         ``(uniq, phys, store_ts)`` of ``run``, in order (the dispatcher's batched path:
-        records with a UNIQ_KEY and no KEYS). The same entries, slot heads and file rollovers
-        as one call per record: each stretch of plain keys (``_plain_stretches``) goes into
-        the newest file through ``_index_stretch``, as much of it at once as the file has room
-        for; a key that is not plain, a file's first entry and a replayed record go through
-        ``index_raw_keys``."""
+        records with a UNIQ_KEY and no KEYS, their offsets rising). The same entries, slot
+        heads and file rollovers as one call per record: each stretch of plain keys
+        (``_plain_stretches``) goes into the newest file through ``_index_stretch``, as much
+        of it at once as the file has room for; a key that is not plain, a file's first entry
+        and a replayed record go through ``index_raw_keys``."""
         ph = self._prefix_hashes.get(topic)
         if ph is None:
             ph = self._prefix_hash(topic)
