@@ -191,22 +191,6 @@ class IndexFile:
     def write_header(self) -> None:
         self._write_header()
 
-    def counters(self) -> tuple[int, int, int, int, int, int]:
-        """(index_count, slot_count, begin_ts, begin_phy, end_phy, end_ts)"""
-        return (
-            self.index_count, self.slot_count, self.begin_ts, self.begin_phy, self.end_phy,
-            self.end_ts,
-        )
-
-    def set_counters(
-        self, index_count: int, slot_count: int, begin_ts: int, begin_phy: int, end_phy: int,
-        end_ts: int,
-    ) -> None:
-        self.index_count, self.slot_count = index_count, slot_count
-        self.begin_ts, self.begin_phy, self.end_phy, self.end_ts = (
-            begin_ts, begin_phy, end_phy, end_ts
-        )
-
     def time_matched(self, begin: int, end: int) -> bool:
         return (begin < self.begin_ts and end > self.end_ts) or (
             self.begin_ts <= begin <= self.end_ts
@@ -284,7 +268,7 @@ def _index_stretch(f: IndexFile, ph: int, run: list[tuple[bytes, int, int]]) -> 
     (offsets rise along a run, so none is a replay). The hashes are ``_key_hash``'s of
     ``topic#key`` (a key's head of all but two bytes hashed once per change); entries, slot
     heads and counters ``put_hash``'s; the time difference is computed once per store time."""
-    n, slot_count, begin_ts, begin_phy, _end_phy, _end_ts = f.counters()
+    n, slot_count, begin_ts = f.index_count, f.slot_count, f.begin_ts
     mm, slots = f.mm, f.slots
     pair, heads, unpack_slot, pack_slot, pack_entry = (
         _PAIR, _head2_hashes, _SLOT_UNPACK, _SLOT_PACK, _ENTRY_PACK
@@ -316,8 +300,8 @@ def _index_stretch(f: IndexFile, ph: int, run: list[tuple[bytes, int, int]]) -> 
         pack_slot(mm, slot_pos, n)
         at += ENTRY_SIZE
         n += 1
-    _key, end_phy, end_ts = run[-1]
-    f.set_counters(n, slot_count, begin_ts, begin_phy, end_phy, end_ts)
+    f.index_count, f.slot_count = n, slot_count
+    _key, f.end_phy, f.end_ts = run[-1]
 
 
 class IndexService:
