@@ -377,6 +377,19 @@ class IndexService:
         self.files.append(f)
         return f
 
+    def _file_for(self, phys: int) -> IndexFile | None:
+        """The file the entries of the record at ``phys`` go into: the newest, or a new one
+        when it is full (whose end is the full one's); None when the record is indexed
+        already (a replayed dispatch). ``index_raw_keys``' usual record and
+        ``index_uniq_run`` decide the same inline."""
+        files = self.files
+        f = files[-1] if files else None
+        if f is None or f.index_count >= f.entries:
+            f = self._writable()
+        if (f.index_count > 1 or len(files) > 1) and phys <= f.end_phy:
+            return None
+        return f
+
     def build_index(self, req: DispatchRequest) -> None:
         if (req.sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
             return
@@ -390,11 +403,8 @@ class IndexService:
         (the caller skips rollback records and calls ``write_headers`` after a round)."""
         if not uniq_key and not keys:
             return
-        files = self.files
-        f = files[-1] if files else None
-        if f is None or f.index_count >= f.entries:
-            f = self._writable()
-        if (f.index_count > 1 or len(files) > 1) and phys <= f.end_phy:
+        f = self._file_for(phys)
+        if f is None:
             return  # already indexed (replayed dispatch)
         ph = self._prefix_hashes.get(topic)
         if ph is None:
@@ -456,11 +466,8 @@ class IndexService:
                 store_ts,
             )
             return
-        files = self.files
-        f = files[-1] if files else None
-        if f is None or f.index_count >= f.entries:
-            f = self._writable()
-        if (f.index_count > 1 or len(files) > 1) and phys <= f.end_phy:
+        f = self._file_for(phys)
+        if f is None:
             return  # already indexed (replayed dispatch)
         hashes: list[int] = []
         if uniq_key:
