@@ -4,9 +4,11 @@
         --field 'send_256_in_flight.broker_cpu_us_per_msg' -- python3 bench/produce.py --seconds 2
 
 Each revision is checked out in a temporary ``git worktree`` (detached) with a venv of its own
-(``python3 -m venv --system-site-packages``, then ``pip install --no-deps -e .``), so the
-command, run from that worktree with the venv's ``bin`` first on ``PATH`` (a leading
-``python``/``python3`` is the venv's interpreter), imports and spawns that revision's code.
+(``python3 -m venv --system-site-packages``, then ``pip install -e .``: the machine's packages
+satisfy what they can, a dependency the revision adds and the machine lacks is installed into
+that venv alone), so the command, run from that worktree with the venv's ``bin`` first on
+``PATH`` (a leading ``python``/``python3`` is the venv's interpreter), imports and spawns that
+revision's code.
 The command then runs ``--rounds`` times on each, alternating base/new and new/base round by
 round (ABBA: a drift of the machine's load falls on both alike). Every run must print a JSON
 object on stdout (the whole stdout, or its last line that is one).
@@ -163,7 +165,7 @@ def prepare_tree(repo: Path, commit: str, parent: Path) -> Path:
     log(f"venv and install in {tree}")
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(tree / ".venv")],
                    check=True)  # fmt: skip
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(tree)],
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(tree)],
                    check=True, cwd=tree, stdout=sys.stderr)  # fmt: skip
     done.write_text(commit + "\n")
     return tree

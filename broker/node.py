@@ -20,7 +20,6 @@ import contextlib
 import functools
 import os
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -36,6 +35,7 @@ from ..cluster.metrics import Histogram
 from ..cluster.metrics_server import run_steps, serve_metrics
 from ..cluster.node_main import NodeSupervisor
 from ..cluster.protocol.controller import ControllerRequestCode, EpochEntryCache
+from ..cluster.protocol.crc import crc32
 from ..cluster.protocol.route import (
     ClusterInfo,
     PermName,
@@ -720,7 +720,7 @@ class BrokerNode:
             ha_server_addr=format_address(ha_ip, ha_port),
             broker_id=self.broker_id,
             compressed=False,
-            body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
+            body_crc32=crc32(body) & 0x7FFFFFFF,
         )
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), body)
 

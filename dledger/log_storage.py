@@ -45,7 +45,6 @@ import mmap
 import os
 import shutil
 import struct
-import zlib
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +52,7 @@ from typing import Protocol
 
 import attrs
 
+from ..cluster.protocol.crc import crc32
 from ..store.config import DISK_SPACE_WARNING_LEVEL_RATIO
 from .messages import Entry, make_entry
 
@@ -507,8 +507,8 @@ def encode_entry(
     index: int, term: int, pos: int, body: bytes, prev_chain: int
 ) -> tuple[bytes, int]:
     """One entry's bytes and its chain CRC."""
-    body_crc = zlib.crc32(body)
-    chain = zlib.crc32(CHAIN_STRUCT.pack(index, term, pos, 0, body_crc), prev_chain)
+    body_crc = crc32(body)
+    chain = crc32(CHAIN_STRUCT.pack(index, term, pos, 0, body_crc), prev_chain)
     head = ENTRY_HEADER.pack(
         ENTRY_MAGIC, BODY_OFFSET + len(body), index, term, pos, 0, chain, body_crc, len(body)
     )
@@ -628,9 +628,9 @@ class FileLogStorage:
                     break
             else:
                 body = m[off + BODY_OFFSET : off + size]
-                if zlib.crc32(body) != bcrc:
+                if crc32(body) != bcrc:
                     break
-                if check_chain and zlib.crc32(
+                if check_chain and crc32(
                     CHAIN_STRUCT.pack(idx, term, pos, _ch, bcrc), prev_chain
                 ) != chain:
                     break
@@ -806,7 +806,6 @@ class FileLogStorage:
         data.reserve(start, off + total + BLANK_MIN_BYTES)
         self.index.reserve(istart, ioff + len(entries) * INDEX_UNIT_BYTES)
         prev_chain = (self._chains[-1] & 0xFFFFFFFF) if self._chains else 0
-        crc32 = zlib.crc32
         chain_pack = CHAIN_STRUCT.pack
         head_into = ENTRY_HEADER.pack_into
         index_into = INDEX_RECORD.pack_into
@@ -872,8 +871,8 @@ class FileLogStorage:
         if ipos - istart + INDEX_UNIT_BYTES > index_files.limits.get(istart, 0):
             index_files.reserve(istart, ipos - istart + INDEX_UNIT_BYTES)
         chains = self._chains
-        body_crc = zlib.crc32(body)
-        chain = zlib.crc32(
+        body_crc = crc32(body)
+        chain = crc32(
             CHAIN_STRUCT.pack(index, term, pos, 0, body_crc),
             (chains[-1] & 0xFFFFFFFF) if chains else 0,
         )

@@ -11,7 +11,6 @@ REQUEST_CODE_NOT_SUPPORTED.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from typing import Final
 
@@ -25,6 +24,7 @@ from ..cluster.config import (
     load_config,
     parse_properties,
 )
+from ..cluster.protocol.crc import crc32
 from ..cluster.protocol.names import check_request, validate_queue_nums
 from ..cluster.protocol.route import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
@@ -187,7 +187,7 @@ def _get_kv_list(state: NamesrvState, request: RemotingCommand, ctx: RequestCont
 def _register_broker(state: NamesrvState, request: RemotingCommand, ctx: RequestContext) -> Reply:
     h = RegisterBrokerRequestHeader.from_ext_fields(request.ext_fields)
     body = bytes(request.body)
-    if h.body_crc32 != 0 and (zlib.crc32(body) & 0x7FFFFFFF) != h.body_crc32:
+    if h.body_crc32 != 0 and (crc32(body) & 0x7FFFFFFF) != h.body_crc32:
         return Reply(request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match"))
     filters: tuple[str, ...] | None
     try:

@@ -21,12 +21,12 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Final
 
 import attrs
 
+from ..cluster.protocol.crc import crc32
 from ..cluster.protocol.message import (
     ANY_RECORD_SIZE,
     BLANK_MAGIC,
@@ -46,7 +46,7 @@ from ..cluster.protocol.message import (
 )
 
 # DLedger entry layout (dledger/log_storage.py; a test checks they agree).  Copied, not imported:
-# the workers then need only the stdlib, attrs and cluster/protocol/message.py (no orjson).
+# the workers then need only the stdlib, attrs and cluster/protocol/{message,crc}.py (no orjson).
 DL_ENTRY_MAGIC: Final = 1
 DL_BLANK_MAGIC: Final = -1
 DL_BODY_OFFSET: Final = 48
@@ -143,7 +143,7 @@ def _anomaly(phy: int, size: int, kind: str, detail: str, term: int | None = Non
 def crc_of(buf: Buffer, lo: int, hi: int) -> int:
     """crc32 of ``buf[lo:hi]`` without copying (C speed over a memory view)."""
     with memoryview(buf) as mv:
-        return zlib.crc32(mv[lo:hi])
+        return crc32(mv[lo:hi])
 
 
 def _blank(buf: Buffer, seg_start: int, pos: int) -> Row:
@@ -182,7 +182,7 @@ def decode_record_at(
     b0 = off + RECORD_HEADER_SIZE
     anomaly = detail = None
     if verify_crc:
-        real = zlib.crc32(buf[b0:tp]) & 0x7FFFFFFF
+        real = crc32(buf[b0:tp]) & 0x7FFFFFFF
         if real != crc:
             anomaly, detail = A_BAD_CRC, f"stored body crc {crc} != computed {real}"
             crc = real

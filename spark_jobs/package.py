@@ -2,11 +2,12 @@
 workers import that a plain Spark installation lacks, in one zip.
 
 The workers import ``rmq_cluster.spark_jobs`` (decoders, planning), the record layout module
-``rmq_cluster.cluster.protocol.message``, the remoting codec (``cluster.remoting.codec``, its JSON
-through the standard library there; the driver also ``rmq_cluster.cluster.home``) and
-``attrs`` (its ``attr`` half too): the stdlib and
-these, no compiled wheel (no orjson).  ``rmq_cluster`` is a namespace package, so the zip carries
-explicit directory entries: zipimport finds a namespace portion only through them.
+``rmq_cluster.cluster.protocol.message`` with its ``crc`` (zlib-ng's crc32 where the worker has
+it installed, else, imported from the zip, the standard library's), the remoting codec
+(``cluster.remoting.codec``, its JSON through the standard library there; the driver also
+``rmq_cluster.cluster.home``) and ``attrs`` (its ``attr`` half too): the stdlib and these, no
+compiled wheel (no orjson, no zlib-ng).  ``rmq_cluster`` is a namespace package, so the zip
+carries explicit directory entries: zipimport finds a namespace portion only through them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Final
 CONTENTS: Final = (
     ("rmq_cluster.spark_jobs", None),
     ("rmq_cluster.cluster",
-     ("__init__.py", "home.py", "protocol/__init__.py", "protocol/message.py",
+     ("__init__.py", "home.py", "protocol/__init__.py", "protocol/crc.py", "protocol/message.py",
       "remoting/__init__.py", "remoting/codec.py", "remoting/codes.py",
       "acl/signing.py")),  # acl/ without its __init__: the signing rule only
     ("attrs", None),

@@ -18,6 +18,7 @@ from typing import Final, NamedTuple
 import structlog
 
 from ..cluster.clock import now_ms
+from ..cluster.protocol.crc import crc32
 from ..cluster.protocol.message import (
     BLANK,
     BLANK_MAGIC,
@@ -68,7 +69,6 @@ from .record import (
 
 log = structlog.get_logger(component="commitlog")
 
-_crc32: Final = __import__("zlib").crc32
 _NO_ADVANCE_TXN: Final = (SYSFLAG_TRANSACTION_PREPARED_TYPE, SYSFLAG_TRANSACTION_ROLLBACK_TYPE)
 _HOST_V6_FLAGS: Final = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 HOST_CACHE_MAX_ENTRIES: Final = 65536
@@ -513,7 +513,7 @@ class CommitLog:
         if strict and (phys != base + pos or b"\0" in topic_raw or b"\0" in props_raw):
             return REC_CORRUPT, None
         body_at = pos + RECORD_HEADER_SIZE
-        if check_crc and (_crc32(buf[body_at:tp]) & 0x7FFFFFFF) != crc:
+        if check_crc and (crc32(buf[body_at:tp]) & 0x7FFFFFFF) != crc:
             return REC_CORRUPT, None
         try:
             topic = topic_raw.decode()

@@ -25,11 +25,11 @@ guessed at.
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 from ..cluster.protocol.controller import MAX_EPOCH_ENTRIES, EpochEntry
+from ..cluster.protocol.crc import crc32
 
 if TYPE_CHECKING:
     from .commitlog import CommitLog
@@ -111,7 +111,7 @@ class EpochFile:
             entries = [EpochEntry(int(a), int(b)) for a, b in (ln.split() for ln in lines)]
         except (ValueError, UnicodeDecodeError) as exc:
             raise EpochFileError(f"{self.path}: unreadable ({exc})") from None
-        if zlib.crc32(rest) != crc or count != len(entries):
+        if crc32(rest) != crc or count != len(entries):
             raise EpochFileError(f"{self.path}: CRC or count mismatch (torn or corrupt)")
         _check(entries)
         return entries
@@ -119,7 +119,7 @@ class EpochFile:
     def _save(self) -> None:
         _check(self.entries)
         rest = "".join(f"{e.epoch} {e.start_offset}\n" for e in self.entries).encode("ascii")
-        data = f"epochs {len(self.entries)} {zlib.crc32(rest)}\n".encode("ascii") + rest
+        data = f"epochs {len(self.entries)} {crc32(rest)}\n".encode("ascii") + rest
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -217,7 +217,7 @@ class AckedMark:
             offset, crc = int(parts[1]), int(parts[2])
         except ValueError:
             raise EpochFileError(f"{self.path}: unreadable") from None
-        if offset < 0 or zlib.crc32(parts[1]) != crc:
+        if offset < 0 or crc32(parts[1]) != crc:
             raise EpochFileError(f"{self.path}: CRC mismatch (torn or corrupt)")
         return offset
 
@@ -239,7 +239,7 @@ class AckedMark:
         text = str(offset).encode("ascii")
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
-            f.write(b"acked " + text + b" " + str(zlib.crc32(text)).encode("ascii") + b"\n")
+            f.write(b"acked " + text + b" " + str(crc32(text)).encode("ascii") + b"\n")
             if self.fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, self.path)

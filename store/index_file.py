@@ -191,22 +191,6 @@ class IndexFile:
     def write_header(self) -> None:
         self._write_header()
 
-    def counters(self) -> tuple[int, int, int, int, int, int]:
-        """(index_count, slot_count, begin_ts, begin_phy, end_phy, end_ts)"""
-        return (
-            self.index_count, self.slot_count, self.begin_ts, self.begin_phy, self.end_phy,
-            self.end_ts,
-        )
-
-    def set_counters(
-        self, index_count: int, slot_count: int, begin_ts: int, begin_phy: int, end_phy: int,
-        end_ts: int,
-    ) -> None:
-        self.index_count, self.slot_count = index_count, slot_count
-        self.begin_ts, self.begin_phy, self.end_phy, self.end_ts = (
-            begin_ts, begin_phy, end_phy, end_ts
-        )
-
     def time_matched(self, begin: int, end: int) -> bool:
         return (begin < self.begin_ts and end > self.end_ts) or (
             self.begin_ts <= begin <= self.end_ts
@@ -247,31 +231,49 @@ class IndexFile:
 _FIRST: Final = operator.itemgetter(0)
 
 
-def _plain_run(f: IndexFile, ph: int, run: list[tuple[bytes, int, int]]) -> bool:
-    """``IndexService.index_uniq_run`` of a plain run into ``f`` in one tight pass, or False
-    (nothing written) when the run is not plain. Plain: ASCII keys of one length above 12
-    bytes and at most ``_HASH_UNITS`` (client UNIQ_KEYs) under an ASCII topic (``ph`` >= 0),
-    the first offset past the file's end (no replay: offsets rise along a run), room in
-    ``f`` for every entry, and ``f``'s first entry written (its begin time set). Then what
-    the general loop checks per record holds for the whole run, and this pass checks none of
-    it: the same hashes (a key's head of all but two bytes hashed once per change), entries,
-    slot heads and counters; the time difference is computed once per store time."""
-    n, slot_count, begin_ts, begin_phy, end_phy, _end_ts = f.counters()
-    if not run or ph < 0 or n <= 1 or n + len(run) > f.entries or run[0][1] <= end_phy:
-        return False
+def _plain_stretches(ph: int, run: list[tuple[bytes, int, int]]) -> list[tuple[int, int]]:
+    """(start, end) of each stretch of ``run`` whose keys ``_index_stretch`` hashes: ASCII
+    keys of one length above 12 bytes and at most ``_HASH_UNITS`` (client UNIQ_KEYs) under an
+    ASCII topic (``ph`` >= 0). The usual run (one client's keys) is checked at C speed; a
+    mixed one key by key, once."""
+    if ph < 0 or not run:
+        return []
     keys = list(map(_FIRST, run))
     ulen = len(keys[0])
     if (
-        not _TAIL + 4 < ulen <= _HASH_UNITS
-        or set(map(len, keys)) != {ulen}
-        or not b"".join(keys).isascii()
+        _TAIL + 4 < ulen <= _HASH_UNITS
+        and set(map(len, keys)) == {ulen}
+        and b"".join(keys).isascii()
     ):
-        return False
+        return [(0, len(run))]
+    out = []
+    start, last = -1, -1
+    for i, key in enumerate(keys):
+        n = len(key)
+        plain = _TAIL + 4 < n <= _HASH_UNITS and key.isascii()
+        if start >= 0 and (not plain or n != last):
+            out.append((start, i))
+            start = -1
+        if plain and start < 0:
+            start, last = i, n
+    if start >= 0:
+        out.append((start, len(keys)))
+    return out
+
+
+def _index_stretch(f: IndexFile, ph: int, run: list[tuple[bytes, int, int]]) -> None:
+    """The entries of a stretch of plain keys (``_plain_stretches``) into ``f``, in one tight
+    pass that checks nothing per record: the caller saw to room in ``f`` for every entry,
+    ``f``'s first entry written (its begin time set) and the first offset past ``f``'s end
+    (offsets rise along a run, so none is a replay). The hashes are ``_key_hash``'s of
+    ``topic#key`` (a key's head of all but two bytes hashed once per change); entries, slot
+    heads and counters ``put_hash``'s; the time difference is computed once per store time."""
+    n, slot_count, begin_ts = f.index_count, f.slot_count, f.begin_ts
     mm, slots = f.mm, f.slots
     pair, heads, unpack_slot, pack_slot, pack_entry = (
         _PAIR, _head2_hashes, _SLOT_UNPACK, _SLOT_PACK, _ENTRY_PACK
     )
-    prefix_part = ph * _POW31[ulen]  # hash(topic#) * 31**len(key)
+    prefix_part = ph * _POW31[len(run[0][0])]  # hash(topic#) * 31**len(key)
     last_head = b"\xff"  # (no ASCII key starts with it)
     base = 0  # hash(topic#) * 31**len(key) + hash(head) * 31**2
     last_ts, diff = None, 0
@@ -298,9 +300,8 @@ def _plain_run(f: IndexFile, ph: int, run: list[tuple[bytes, int, int]]) -> bool
         pack_slot(mm, slot_pos, n)
         at += ENTRY_SIZE
         n += 1
-    _key, end_phy, end_ts = run[-1]
-    f.set_counters(n, slot_count, begin_ts, begin_phy, end_phy, end_ts)
-    return True
+    f.index_count, f.slot_count = n, slot_count
+    _key, f.end_phy, f.end_ts = run[-1]
 
 
 class IndexService:
@@ -376,6 +377,19 @@ class IndexService:
         self.files.append(f)
         return f
 
+    def _file_for(self, phys: int) -> IndexFile | None:
+        """The file the entries of the record at ``phys`` go into: the newest, or a new one
+        when it is full (whose end is the full one's); None when the record is indexed
+        already (a replayed dispatch). ``index_raw_keys``' usual record and
+        ``index_uniq_run`` decide the same inline."""
+        files = self.files
+        f = files[-1] if files else None
+        if f is None or f.index_count >= f.entries:
+            f = self._writable()
+        if (f.index_count > 1 or len(files) > 1) and phys <= f.end_phy:
+            return None
+        return f
+
     def build_index(self, req: DispatchRequest) -> None:
         if (req.sys_flag & SYSFLAG_TRANSACTION_MASK) == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
             return
@@ -389,11 +403,8 @@ class IndexService:
         (the caller skips rollback records and calls ``write_headers`` after a round)."""
         if not uniq_key and not keys:
             return
-        files = self.files
-        f = files[-1] if files else None
-        if f is None or f.index_count >= f.entries:
-            f = self._writable()
-        if (f.index_count > 1 or len(files) > 1) and phys <= f.end_phy:
+        f = self._file_for(phys)
+        if f is None:
             return  # already indexed (replayed dispatch)
         ph = self._prefix_hashes.get(topic)
         if ph is None:
@@ -431,8 +442,8 @@ class IndexService:
             files = self.files
             f = files[-1] if files else None
             if f is None or f.index_count >= f.entries:
-                f = self._writable()
-            elif phys <= f.end_phy and (f.index_count > 1 or len(files) > 1):
+                f = self._writable()  # (a new file's end is the full one's: checked below)
+            if phys <= f.end_phy and (f.index_count > 1 or len(files) > 1):
                 return  # already indexed (replayed dispatch)
             h = (ph * _POW31[len(uniq_key)] + _ascii_hash(uniq_key)) & _MASK32
             if h & 0x80000000:  # abs of the signed hashCode; MIN_VALUE -> 0
@@ -455,11 +466,8 @@ class IndexService:
                 store_ts,
             )
             return
-        files = self.files
-        f = files[-1] if files else None
-        if f is None or f.index_count >= f.entries:
-            f = self._writable()
-        if (f.index_count > 1 or len(files) > 1) and phys <= f.end_phy:
+        f = self._file_for(phys)
+        if f is None:
             return  # already indexed (replayed dispatch)
         hashes: list[int] = []
         if uniq_key:
@@ -480,83 +488,34 @@ class IndexService:
     def index_uniq_run(self, topic: str, run: list[tuple[bytes, int, int]]) -> None:
         """``index_raw_keys(topic, uniq, None, phys, store_ts)`` for each
         ``(uniq, phys, store_ts)`` of ``run``, in order (the dispatcher's batched path:
-        records with a UNIQ_KEY and no KEYS). The same entries, slot heads and file rollovers
-        as one call per record: the replay check and ``put_hash`` are inlined over local copies
-        of the file's counters, written back before a rollover and at the end (a plain run:
-        ``_plain_run``, which checks none of it per record)."""
+        records with a UNIQ_KEY and no KEYS, their offsets rising). The same entries, slot
+        heads and file rollovers as one call per record: each stretch of plain keys
+        (``_plain_stretches``) goes into the newest file through ``_index_stretch``, as much
+        of it at once as the file has room for; a key that is not plain, a file's first entry
+        and a replayed record go through ``index_raw_keys``."""
         ph = self._prefix_hashes.get(topic)
         if ph is None:
             ph = self._prefix_hash(topic)
-        f = self.files[-1] if self.files else self._writable()
-        files = self.files
-        if len(run) > 1 and _plain_run(f, ph, run):  # (one record: the loop below, no call)
-            return
-        mm, slots, ebase, cap = f.mm, f.slots, f.entries_base, f.entries
-        n, slot_count, begin_ts, begin_phy, end_phy, end_ts = f.counters()
-        pair = _PAIR
-        heads = _head2_hashes
-        pow_n = _POW31
-        last_len = -1  # length of the previous key, and its
-        last_head = b""  # all but last two bytes,
-        hh = prefix_part = 0  # their hash, hash(topic#) * 31**len(key)
-        for uniq, phys, store_ts in run:
-            ulen = len(uniq)
-            if ph < 0 or ulen > _HASH_UNITS or ulen <= _TAIL + 4 or not uniq.isascii():
-                # not the usual key: the general per-record path, on a written-back file
-                f.set_counters(n, slot_count, begin_ts, begin_phy, end_phy, end_ts)
+        done = 0
+        for i, j in _plain_stretches(ph, run):
+            for uniq, phys, store_ts in run[done:i]:
                 self.index_raw_keys(topic, uniq, None, phys, store_ts)
-                files = self.files
-                f = files[-1]
-                mm, slots, ebase, cap = f.mm, f.slots, f.entries_base, f.entries
-                n, slot_count, begin_ts, begin_phy, end_phy, end_ts = f.counters()
-                continue
-            if n >= cap:
-                f.set_counters(n, slot_count, begin_ts, begin_phy, end_phy, end_ts)
-                f = self._writable()
-                files = self.files
-                mm, slots, ebase, cap = f.mm, f.slots, f.entries_base, f.entries
-                n, slot_count, begin_ts, begin_phy, end_phy, end_ts = f.counters()
-            elif phys <= end_phy and (n > 1 or len(files) > 1):
-                continue  # already indexed (replayed dispatch)
-            # _ascii_hash, inlined: keys of a run usually share all but their last two bytes
-            # with the previous key (a startswith instead of a slice and a dict look-up);
-            # hash(topic#key) = hash(topic#) * 31**len(key) + hash(key) mod 2**32
-            if ulen != last_len:
-                last_len = ulen
-                prefix_part = ph * pow_n[ulen]
-                last_head = b""
-            if not last_head or not uniq.startswith(last_head):
-                last_head = uniq[:-2]
-                cached = heads.get(last_head)
-                hh = _head2_hash(last_head) if cached is None else cached
-            h = (prefix_part + hh * _POW31_2 + pair[(uniq[-2] << 8) | uniq[-1]]) & _MASK32
-            if h & 0x80000000:  # abs of the signed hashCode; MIN_VALUE -> 0
-                h = 0x100000000 - h
-                if h == 0x80000000:
-                    h = 0
-            # IndexFile.put_hash, inlined (the file is not full: checked above)
-            slot_pos = HEADER_SIZE + (h % slots) * SLOT_SIZE
-            (prev,) = _SLOT_UNPACK(mm, slot_pos)
-            if prev <= INVALID_INDEX or prev > n:
-                prev = INVALID_INDEX
-                slot_count += 1
-            if begin_ts <= 0:
-                diff = 0
-            else:
-                diff = (store_ts - begin_ts) // 1000
-                if diff > INT_MAX:
-                    diff = INT_MAX
-                elif diff < 0:
-                    diff = 0
-            _ENTRY_PACK(mm, ebase + n * ENTRY_SIZE, h, phys, diff, prev)
-            _SLOT_PACK(mm, slot_pos, n)
-            if n <= 1:
-                begin_phy = phys
-                begin_ts = store_ts
-            n += 1
-            end_phy = phys
-            end_ts = store_ts
-        f.set_counters(n, slot_count, begin_ts, begin_phy, end_phy, end_ts)
+            while i < j:
+                f = self.files[-1] if self.files else None
+                if f is None or f.index_count >= f.entries:
+                    f = self._writable()
+                n = f.index_count
+                if n <= 1 or run[i][1] <= f.end_phy:
+                    uniq, phys, store_ts = run[i]
+                    self.index_raw_keys(topic, uniq, None, phys, store_ts)
+                    i += 1
+                else:
+                    k = min(j, i + f.entries - n)
+                    _index_stretch(f, ph, run[i:k])
+                    i = k
+            done = j
+        for uniq, phys, store_ts in run[done:]:
+            self.index_raw_keys(topic, uniq, None, phys, store_ts)
 
     def _prefix_hash(self, topic: str) -> int:
         """hashCode of ``topic#`` mod 2**32 (-1 when not ASCII)."""

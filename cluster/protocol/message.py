@@ -29,6 +29,8 @@ from typing import Any, Final
 
 import attrs
 
+from .crc import crc32
+
 # --------------------------------------------------------------------------- constants
 
 MAGIC_V1: Final = 0xDAA320A7  # -626843481 as a Java int
@@ -301,7 +303,7 @@ def index_key_hash(key: str) -> int:
 
 
 def body_crc(body: bytes | memoryview) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 class BodyInflateError(ValueError):
@@ -453,7 +455,6 @@ I32: Final = struct.Struct(">i")
 I16: Final = struct.Struct(">h")
 I64: Final = struct.Struct(">q")
 _PROPS_LEN: Final = tuple(I16.pack(n) for n in range(256))  # short properties: no pack call
-_crc32: Final = zlib.crc32
 _ITEM_RECORD_SIZE: Final = operator.itemgetter(5)  # of a ``batch_spans`` item
 
 
@@ -488,7 +489,7 @@ def write_record(
     only other writers of the layout, all here."""
     body_len = len(body)
     RECORD_HEADER.pack_into(
-        buf, pos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+        buf, pos, total, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
         phys_offset, sys_flag, born_timestamp, born_host, store_timestamp, store_host,
         reconsume_times, prepared_offset, body_len,
     )
@@ -522,7 +523,7 @@ def pack_record(
     same header struct and tail, one join instead of a zeroed buffer and a copy."""
     return b"".join((
         RECORD_HEADER.pack(
-            total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+            total, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
             phys_offset, sys_flag, born_timestamp, born_host, store_timestamp, store_host,
             reconsume_times, prepared_offset, len(body),
         ),
@@ -562,7 +563,7 @@ def write_batch_records(
     for flag, b0, body_len, p0, props_len, total in items:
         body = src[b0 : b0 + body_len]
         pack_into(
-            buf, pos, total, MAGIC_V1, _crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+            buf, pos, total, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
             base + pos, sys_flag, born_timestamp, born_host, store_timestamp, store_host,
             reconsume_times, 0, body_len,
         )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import enum
 import re
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
@@ -30,6 +29,7 @@ from ..remoting.codec import RemotingCommand
 from ..remoting.codes import RequestCode, Version
 from ..remoting.headers import SEND_V2_LETTER
 from . import fastjson
+from .crc import crc32
 from .route import (
     RegisterBrokerBody,
     RouteDecodeError,
@@ -347,7 +347,7 @@ def _register_broker(request: RemotingCommand) -> Iterator[Name]:
         crc = int(str(ext.get("bodyCrc32", "0")).strip())
     except ValueError:
         return
-    if crc != 0 and (zlib.crc32(body) & 0x7FFFFFFF) != crc:
+    if crc != 0 and (crc32(body) & 0x7FFFFFFF) != crc:
         return
     compressed = str(ext.get("compressed", "false")).strip().lower() == "true"
     try:

@@ -707,7 +707,11 @@ class FrameDecoder:
                     f"header length {header_len} exceeds the frame ({length - 4} bytes)"
                 )
             header = buf[pos + 8 : body_start]
-            body = bytes(buf[body_start:frame_end]) if body_start < frame_end else b""
+            if body_start < frame_end:  # one copy (``bytes(buf[a:b])`` makes two)
+                with memoryview(buf) as view:
+                    body = view[body_start:frame_end].tobytes()
+            else:
+                body = b""
             stype = word >> 24
             if stype == SERIALIZE_JSON:
                 out.append(decode_header_json(header, body))
