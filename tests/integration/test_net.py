@@ -650,7 +650,7 @@ async def test_a_connection_flooding_frames_does_not_hold_the_loop(nursery: trio
     """One read holding many frames is served MAX_FRAMES_PER_READ_STEP at a time: a request of
     another connection that arrives while it is served waits for at most two steps of it, not
     for the whole read (a producer's sends in flight against a consumer's offset query)."""
-    FLOOD, QUICK, flood_frames = 1, 2, 12 * MAX_FRAMES_PER_READ_STEP
+    FLOOD, QUICK, flood_frames = 1, 2, 4 * MAX_FRAMES_PER_READ_STEP
     served: list[str] = []
     quick_sock: list[socket.socket] = []
 
