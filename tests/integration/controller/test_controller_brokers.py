@@ -21,7 +21,6 @@ from tests.integration.controller.controller_testlib import (
     group_of_two,
     read_all,
     send_every,
-    send_some,
     start,
     stop,
     until,
@@ -30,6 +29,8 @@ from tests.integration.controller.controller_testlib import (
 from tests.integration.ha.ha_testlib import append_many
 
 GROUP = "broker-a"
+#: 40 SYNC sends, each retried while a briefly fenced master refuses it (a loaded machine)
+SENDS_WAIT_S = 30.0
 
 
 @pytest.mark.slow
@@ -43,8 +44,10 @@ async def test_master_loss_election_and_old_master_rejoins_with_identical_prefix
         await wait_for(lambda: slave.serving_as(False), 15)
         # SYNC: sends are acked once the slave replicates (and joins the SyncStateSet)
         await wait_for(lambda: master.manager.sync_state_set.broker_ids == {1, 2}, 15)
-        acked = await send_some(caller, master.addr, 40, 0)
-        assert len(acked) >= 30, len(acked)
+        # each send until it is acked: the 500 ms-lease master of a loaded machine fences itself
+        # a moment and refuses some (CI saw 24 of 40 in the same group); what this test proves
+        # is that every acked one survives the failover, and now all 40 are
+        acked = await send_every(caller, master.addr, 40, 0, timeout=SENDS_WAIT_S)
         old_epoch = master.manager.epoch
         # the master goes away
         t0 = trio.current_time()
