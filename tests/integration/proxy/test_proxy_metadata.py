@@ -223,6 +223,19 @@ async def test_an_orderly_group_pops_one_batch_per_queue_until_it_is_acked(
 GIVEN_BACK_S = 10
 
 
+async def _abandoned_receive(p: Proxied, attempt: str) -> None:
+    """An orderly receive with ``attempt`` parked at the broker (a 20 s long poll), then
+    cancelled: its client gave up."""
+    polling = p.cluster.broker.pop.polling
+    async with trio.open_nursery() as n:
+        n.start_soon(functools.partial(_receive, p.service, ORDERLY, FIFO_TOPIC,
+                                       attempt=attempt, poll_ms=20_000))
+        with trio.fail_after(5):  # parked at the broker
+            while polling.parked < 1:
+                await trio.testing.wait_all_tasks_blocked(0.01)
+        n.cancel_scope.cancel()
+
+
 async def test_an_orderly_batch_popped_for_a_receive_that_went_away_is_given_back(
         tmp_path: Path) -> None:
     """A receive cancelled while its pop waits at the broker (an SDK's deadline passed, its
@@ -230,14 +243,7 @@ async def test_an_orderly_batch_popped_for_a_receive_that_went_away_is_given_bac
     pop finish and gives the batch back, so the queue's next receive gets it within a second
     or two, as Apache's proxy nacks what it could not write."""
     async with _proxied(tmp_path) as p:
-        polling = p.cluster.broker.pop.polling
-        async with trio.open_nursery() as n:
-            n.start_soon(functools.partial(_receive, p.service, ORDERLY, FIFO_TOPIC,
-                                           attempt="gone", poll_ms=20_000))
-            with trio.fail_after(5):  # parked at the broker
-                while polling.parked < 1:
-                    await trio.testing.wait_all_tasks_blocked(0.01)
-            n.cancel_scope.cancel()  # the client went away
+        await _abandoned_receive(p, "gone")  # the client went away
         assert await _send(p.service, _message(FIFO_TOPIC, 0, group="g1")) == pb.OK
         msgs: list[pb.Message] = []
         with trio.fail_after(GIVEN_BACK_S):
@@ -263,13 +269,7 @@ async def test_a_receive_retried_with_its_attempt_id_takes_over_the_pop_under_wa
     visible again in a second while the retry's consumer held it.)"""
     async with _proxied(tmp_path) as p:
         polling = p.cluster.broker.pop.polling
-        async with trio.open_nursery() as n:
-            n.start_soon(functools.partial(_receive, p.service, ORDERLY, FIFO_TOPIC,
-                                           attempt="same", poll_ms=20_000))
-            with trio.fail_after(5):  # parked at the broker
-                while polling.parked < 1:
-                    await trio.testing.wait_all_tasks_blocked(0.01)
-            n.cancel_scope.cancel()  # the client's deadline passed
+        await _abandoned_receive(p, "same")  # the client's deadline passed
         got: list[tuple[int, list[pb.Message]]] = []
 
         async def retry() -> None:
