@@ -162,6 +162,9 @@ MODES: Final = {
 DLEDGER_PEERS: Final = 3
 #: The batch case's topic (auto-created) and NATS subject; BenchClient's 10 s line.
 BATCH_TOPIC: Final = "BatchBenchmarkTest"
+#: The load tool's key among the measured processes: its CPU per 1000 messages is what each
+#: broker costs the client (the two share this machine's cores)
+LOAD_TOOL: Final = "load_tool"
 BATCH_LINE_RE: Final = re.compile(r"BATCH msgs/s:")
 #: The probe: one send every PROBE_PERIOD_MS beside the load (its RTs give p99 and max).
 PROBE_PERIOD_MS: Final = 10
@@ -541,11 +544,12 @@ def _run_load(
         consumer = _start_consumer(root, addr, cps)
         stack.callback(consumer.node.stop)
     watch = [tool, *nodes.values()]
-    m = _measure(clock, nodes, watch, warmup, windows)
+    measured = {**nodes, LOAD_TOOL: tool}  # the load tool's CPU too: what a broker costs a client
+    m = _measure(clock, measured, watch, warmup, windows)
     m["lines"] = clock.lines()[:windows]  # the warm-up lines too (the figures skip them)
     if consumer is not None:
         m["consumer_lines"] = _early_consumer_lines(consumer, watch)
-        m.update(_caught_up_window(consumer, clock, nodes, watch, args))
+        m.update(_caught_up_window(consumer, clock, measured, watch, args))
         m["consumer_rebalance"] = _consumer_rebalance(consumer)
     if probe is not None:
         for window in (m, m.get("caught_up_window") or {}):
@@ -576,7 +580,7 @@ def _window_figures(
         "sched_cores": m["sched_cores"],
         "cpu_ms_per_1000_msgs": {k: round(v / msgs * 1e6, 1) for k, v in cpu.items()},
         "all_brokers_cpu_ms_per_1000_msgs": round(
-            sum(v for k, v in cpu.items() if k != "namesrv") / msgs * 1e6, 1),
+            sum(v for k, v in cpu.items() if k not in ("namesrv", LOAD_TOOL)) / msgs * 1e6, 1),
         "memory_mb": m["mem"],
         **({} if "consumer_lines" not in m else {
             "consumer_lines": m["consumer_lines"],
@@ -633,6 +637,7 @@ FIGURES: Final[dict[str, Any]] = {
     "broker_on_cpu_cores": lambda r: r["sched_cores"]["broker"]["on_cpu"],
     "broker_runnable_waiting_cores": lambda r: r["sched_cores"]["broker"]["runnable_waiting"],
     "all_brokers_cpu_ms_per_1000_msgs": lambda r: r["all_brokers_cpu_ms_per_1000_msgs"],
+    "load_tool_cpu_ms_per_1000_msgs": lambda r: r["cpu_ms_per_1000_msgs"][LOAD_TOOL],
     "broker_rss_anon_mb": lambda r: r["memory_mb"]["broker"]["RssAnon"],
     "broker_vm_rss_mb": lambda r: r["memory_mb"]["broker"]["VmRSS"],
     "consumer_tps": lambda r: r["consumer_steady"]["tps"],
