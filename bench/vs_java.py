@@ -194,6 +194,22 @@ def sched_seconds(pid: int) -> tuple[float, float]:
     return run / 1e9, wait / 1e9
 
 
+def thread_run_seconds(pid: int) -> dict[str, float]:
+    """Seconds each of ``pid``'s threads spent on a CPU, by thread id (schedstat's run time)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError), open(task / "schedstat") as f:
+            out[task.name] = int(f.read().split()[0]) / 1e9
+    return out
+
+
+def busiest_thread_cores(before: dict[str, float], after: dict[str, float], elapsed: float
+                         ) -> float:
+    """The largest share of the window one thread ran (1.0: a whole core): an event loop at
+    1.0 is the process's limit, however idle the machine's other core is."""
+    return round(max((after[t] - before.get(t, 0.0) for t in after), default=0.0) / elapsed, 3)
+
+
 def memory_mb(pid: int) -> dict[str, float]:
     """VmRSS, RssAnon and VmHWM of ``pid`` in MiB."""
     out: dict[str, float] = {}
@@ -457,18 +473,22 @@ def _measure(
           (max(0, warmup - clock.count()) + 2) * LINE_PERIOD_S + FIRST_LINE_TIMEOUT_S, watch)
     cpu0 = {k: cpu_seconds(n.pid) for k, n in nodes.items()}
     sched0 = {k: sched_seconds(n.pid) for k, n in nodes.items()}
+    threads0 = {k: thread_run_seconds(n.pid) for k, n in nodes.items()}
     t0, epoch0 = time.monotonic(), time.time()
     _wait(f"{windows} lines from the load", lambda: clock.count() >= windows,
           (windows - warmup + 2) * LINE_PERIOD_S, watch)
     t1 = time.monotonic()
     elapsed = t1 - t0
     sched = {k: sched_seconds(n.pid) for k, n in nodes.items()}
+    threads = {k: thread_run_seconds(n.pid) for k, n in nodes.items()}
     return {
         "elapsed": elapsed,
         "mono": (t0, t1),
         # cores' worth of the window each node ran, and was runnable but waited for a CPU
         "sched_cores": {k: {"on_cpu": round((sched[k][0] - sched0[k][0]) / elapsed, 3),
-                            "runnable_waiting": round((sched[k][1] - sched0[k][1]) / elapsed, 3)}
+                            "runnable_waiting": round((sched[k][1] - sched0[k][1]) / elapsed, 3),
+                            "busiest_thread": busiest_thread_cores(threads0[k], threads[k],
+                                                                   elapsed)}
                         for k in nodes},
         "epoch_ms": (epoch0 * 1000, time.time() * 1000),
         "cpu": {k: round(cpu_seconds(n.pid) - cpu0[k], 2) for k, n in nodes.items()},
@@ -636,6 +656,7 @@ FIGURES: Final[dict[str, Any]] = {
     "broker_cpu_ms_per_1000_msgs": lambda r: r["cpu_ms_per_1000_msgs"]["broker"],
     "broker_on_cpu_cores": lambda r: r["sched_cores"]["broker"]["on_cpu"],
     "broker_runnable_waiting_cores": lambda r: r["sched_cores"]["broker"]["runnable_waiting"],
+    "broker_busiest_thread_cores": lambda r: r["sched_cores"]["broker"]["busiest_thread"],
     "all_brokers_cpu_ms_per_1000_msgs": lambda r: r["all_brokers_cpu_ms_per_1000_msgs"],
     "load_tool_cpu_ms_per_1000_msgs": lambda r: r["cpu_ms_per_1000_msgs"][LOAD_TOOL],
     "broker_rss_anon_mb": lambda r: r["memory_mb"]["broker"]["RssAnon"],
