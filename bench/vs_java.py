@@ -176,11 +176,13 @@ RECOVERY_TIMEOUT_S: Final = 90.0
 # --------------------------------------------------------------------------- /proc readings
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of ``pid`` (all its threads), in seconds."""
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(utime, stime) of ``pid`` (all its threads), in seconds: user code, and the kernel's
+    work for it (page faults, system calls, writeback of what it flushes)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def sched_seconds(pid: int) -> tuple[float, float]:
@@ -471,7 +473,7 @@ def _measure(
     the lines up to ``windows``."""
     _wait(f"{warmup} lines from the load", lambda: clock.count() >= warmup,
           (max(0, warmup - clock.count()) + 2) * LINE_PERIOD_S + FIRST_LINE_TIMEOUT_S, watch)
-    cpu0 = {k: cpu_seconds(n.pid) for k, n in nodes.items()}
+    cpu0 = {k: cpu_split(n.pid) for k, n in nodes.items()}
     sched0 = {k: sched_seconds(n.pid) for k, n in nodes.items()}
     threads0 = {k: thread_run_seconds(n.pid) for k, n in nodes.items()}
     t0, epoch0 = time.monotonic(), time.time()
@@ -481,6 +483,7 @@ def _measure(
     elapsed = t1 - t0
     sched = {k: sched_seconds(n.pid) for k, n in nodes.items()}
     threads = {k: thread_run_seconds(n.pid) for k, n in nodes.items()}
+    cpu1 = {k: cpu_split(n.pid) for k, n in nodes.items()}
     return {
         "elapsed": elapsed,
         "mono": (t0, t1),
@@ -491,7 +494,8 @@ def _measure(
                                                                    elapsed)}
                         for k in nodes},
         "epoch_ms": (epoch0 * 1000, time.time() * 1000),
-        "cpu": {k: round(cpu_seconds(n.pid) - cpu0[k], 2) for k, n in nodes.items()},
+        "cpu": {k: round(sum(cpu1[k]) - sum(cpu0[k]), 2) for k in nodes},
+        "sys_cpu": {k: round(cpu1[k][1] - cpu0[k][1], 2) for k in nodes},
         "mem": {k: memory_mb(n.pid) for k, n in nodes.items()},
     }
 
@@ -599,6 +603,8 @@ def _window_figures(
         "cpu_s": cpu,
         "sched_cores": m["sched_cores"],
         "cpu_ms_per_1000_msgs": {k: round(v / msgs * 1e6, 1) for k, v in cpu.items()},
+        "sys_cpu_ms_per_1000_msgs": {k: round(v / msgs * 1e6, 1)
+                                     for k, v in m.get("sys_cpu", {}).items()},
         "all_brokers_cpu_ms_per_1000_msgs": round(
             sum(v for k, v in cpu.items() if k not in ("namesrv", LOAD_TOOL)) / msgs * 1e6, 1),
         "memory_mb": m["mem"],
@@ -654,6 +660,7 @@ FIGURES: Final[dict[str, Any]] = {
     "probe_max_rt_ms": lambda r: r["probe"]["max_rt_ms"],
     "leader_kill_first_send_ok_ms": lambda r: r["leader_kill"]["first_send_ok_after_kill_ms"],
     "broker_cpu_ms_per_1000_msgs": lambda r: r["cpu_ms_per_1000_msgs"]["broker"],
+    "broker_sys_cpu_ms_per_1000_msgs": lambda r: r["sys_cpu_ms_per_1000_msgs"]["broker"],
     "broker_on_cpu_cores": lambda r: r["sched_cores"]["broker"]["on_cpu"],
     "broker_runnable_waiting_cores": lambda r: r["sched_cores"]["broker"]["runnable_waiting"],
     "broker_busiest_thread_cores": lambda r: r["sched_cores"]["broker"]["busiest_thread"],
