@@ -73,11 +73,13 @@ and ours, runs beside the same N.
 
 Reported per run: every line the tool printed (TPS, max and average RT in ms, failures as it
 prints them), the "steady" figures over the lines after the warm-up ones (those hold the JIT's
-compiling and the topic's creation), each node's CPU seconds over the steady window (from
-/proc/<pid>/stat), ``sched_cores`` (per node, in cores: the time its threads ran, and were
-runnable but waited for a CPU, over the window, from /proc/<pid>/task/*/schedstat: a broker that
-"idles" under load shows here whether it slept or waited for a core), CPU ms per 1000
-messages, and its VmRSS / RssAnon / VmHWM at the end (from /proc/<pid>/status).
+compiling and the topic's creation), each node's and the load tool's (``load_tool``) CPU
+seconds over the steady window and the kernel's part of them (``sys_cpu``; from
+/proc/<pid>/stat), ``sched_cores`` (per process, in cores: the time its threads ran, and were
+runnable but waited for a CPU, over the window, from /proc/<pid>/task/*/schedstat: a broker
+that "idles" under load shows here whether it slept or waited for a core; ``busiest_thread``:
+the one thread that ran most, our event loop), CPU ms per 1000 messages (all, and the
+kernel's), and its VmRSS / RssAnon / VmHWM at the end (from /proc/<pid>/status).
 ``ours_vs_java`` has, per mode and figure, ours and Java's (each the median over the repeats)
 and ours/Java: TPS above 1 means we are faster, RT and CPU and RSS below 1 mean we are lighter.
 With the Consumer: its lines (``consumer_lines``) and figures (``consumer_steady``) in each
