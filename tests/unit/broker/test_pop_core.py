@@ -85,6 +85,35 @@ def test_order_blocks_one_batch_in_flight() -> None:
     assert blocks.ack(key, 1, 160) == 2 and not blocks.blocked(key, 170)
 
 
+def test_order_blocks_a_retried_attempt_keeps_its_counts() -> None:
+    """As Apache's ``OrderInfo.mergeOffsetConsumedCount`` (5.3.1): a pop retrying the attempt
+    of the batch in flight (its client never got it) gets that batch again with its counts as
+    they were, even once it turned visible; another attempt, or none, counts each message of
+    the batch once more (a new message 0); the attempt id outlives a reload of the file."""
+    blocks = OrderBlocks()
+    key = ("T", "G", 0)
+    assert blocks.popped(key, [0, 1], 100, 50, attempt_id="A") == {0: 0, 1: 0}
+    assert not blocks.blocked(key, 120, "A")
+    assert blocks.blocked(key, 120, "B") and blocks.blocked(key, 120)
+    assert blocks.popped(key, [0, 1], 120, 50, attempt_id="A") == {0: 0, 1: 0}  # the retry
+    assert blocks.ack(key, 0, 100) is None  # the lost pop's handles went with it
+    assert blocks.blocked(key, 169, "B") and not blocks.blocked(key, 170, "B")
+    assert blocks.popped(key, [0, 1, 2], 170, 50, attempt_id="B") == {0: 1, 1: 1, 2: 0}
+    # B's retry after its batch turned visible, one more message in it: still B's counts
+    assert blocks.popped(key, [0, 1, 2, 3], 230, 50, attempt_id="B") == {
+        0: 1, 1: 1, 2: 0, 3: 0}
+    assert blocks.popped(key, [0, 1], 290, 50) == {0: 2, 1: 2}  # no attempt id: counted
+    assert blocks.popped(key, [0, 1], 350, 50) == {0: 3, 1: 3}  # none is no attempt
+    assert blocks.popped(key, [0, 1], 410, 50, attempt_id="C") == {0: 4, 1: 4}
+    reloaded = OrderBlocks()
+    assert reloaded.load(blocks.encode()) == 0
+    assert reloaded.popped(key, [0, 1], 420, 50, attempt_id="C") == {0: 4, 1: 4}
+    assert reloaded.popped(key, [0, 1], 480, 50, attempt_id="D") == {0: 5, 1: 5}
+    # acked, the block is gone: a later pop of the same attempt starts afresh
+    assert reloaded.ack(key, 0, 480) == 1 and reloaded.ack(key, 1, 480) == 2
+    assert reloaded.popped(key, [2], 500, 50, attempt_id="D") == {2: 0}
+
+
 def test_allocation_for_pop_and_pull() -> None:
     queues = [("T", "a", q) for q in range(4)] + [("T", "b", q) for q in range(4)]
     cids = ["c0", "c1", "c2"]
