@@ -37,6 +37,20 @@ MAX_HANDLES_PER_BLOCK: Final = 64
 ORDER_INFO_FILE: Final = "consumerOrderInfo.json"
 #: Blocks the order info file may hold (one per topic, group and queue popped orderly).
 MAX_ORDER_BLOCKS: Final = 1_000_000
+#: Longest attempt id an orderly pop's block keeps (the 5.x SDKs send a UUID: 36 characters;
+#: the proxy passes on at most as many as this).
+MAX_ATTEMPT_ID_CHARS: Final = 128
+
+
+def attempt_or_none(value: object) -> str | None:
+    """An orderly pop's attempt id (client text: from a request, or from the order info file)
+    as the blocks take it: printable ASCII of 1 to ``MAX_ATTEMPT_ID_CHARS`` characters, else
+    None: no attempt, whose pops are counted and blocked as new ones (an empty id retrying
+    itself would pass every block)."""
+    if isinstance(value, str) and 0 < len(value) <= MAX_ATTEMPT_ID_CHARS \
+            and value.isascii() and value.isprintable():
+        return value
+    return None
 
 
 def ck_key(ck: Checkpoint) -> CkKey:
@@ -189,7 +203,6 @@ class OrderBlock:
         bits = _int(field("cm", "commitOffsetBit") or 0)
         moved = _int_map(field("ot", "offsetNextVisibleTime"))
         counted = _int_map(field("oc", "offsetConsumedCount"))
-        attempt = field("a", "attemptId")
         return cls(
             offsets=offsets, pop_time=pop_time,
             deadlines={o: moved.get(o, pop_time + invisible) for o in offsets},
@@ -197,7 +210,7 @@ class OrderBlock:
             # a message of the batch without a count was handed out once (count 0), as
             # Apache's file leaves it: its next pop counts 1
             counts={o: counted.get(o, 0) for o in offsets},
-            attempt_id=attempt if isinstance(attempt, str) else None,
+            attempt_id=attempt_or_none(field("a", "attemptId")),
             handles={pop_time}, invisible_ms=invisible,
         )
 

@@ -179,6 +179,23 @@ async def test_orderly_pop_retried_with_its_attempt_id_keeps_the_counts(
         assert (await pop_as("attempt-A")).code == POLLING_TIMEOUT  # A is no longer the batch's
 
 
+async def test_orderly_pop_attempt_ids_out_of_bounds_are_no_attempt(tmp_path: Path) -> None:
+    """An attempt id is client text: an empty one, one past 128 characters or one not
+    printable ASCII is no attempt, so sending it again is not a retry that gets the batch in
+    flight (an empty one sent by every pop would otherwise pass every block)."""
+    async with running_cluster(tmp_path, **POP_PROPS) as cluster:
+        for n, attempt in enumerate(["", "x" * 129, "tab\there"]):
+            topic = f"OrdBadAttT{n}"
+            await _topic(cluster, topic, 1)
+            ok(await cluster.send(topic, b"m"))
+            first = await pop(cluster, topic, "OrdBadAttG", queue_id=0, order=True,
+                              attempt_id=attempt)
+            assert [m.body for m in popped(first)] == [b"m"]
+            again = await pop(cluster, topic, "OrdBadAttG", queue_id=0, order=True,
+                              attempt_id=attempt)
+            assert again.code == POLLING_TIMEOUT, (attempt, again.code)
+
+
 async def test_orderly_change_invisible_wakes_the_pops_parked_on_the_queue(
         tmp_path: Path) -> None:
     """A batch made visible sooner (change-invisible, as the proxy gives back a batch its

@@ -10,7 +10,13 @@ import pytest
 
 from rmq_cluster.broker.pop.modes import RequestModeTable, allocate_averagely, allocate_for_pop
 from rmq_cluster.broker.pop.service import _order_count_info
-from rmq_cluster.broker.pop.state import OrderBlocks, ReviveLedger
+from rmq_cluster.broker.pop.state import (
+    MAX_ATTEMPT_ID_CHARS,
+    OrderBlock,
+    OrderBlocks,
+    ReviveLedger,
+    attempt_or_none,
+)
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol import pop as wire
 from rmq_cluster.cluster.protocol import topic_attributes as ta
@@ -112,6 +118,28 @@ def test_order_blocks_a_retried_attempt_keeps_its_counts() -> None:
     # acked, the block is gone: a later pop of the same attempt starts afresh
     assert reloaded.ack(key, 0, 480) == 1 and reloaded.ack(key, 1, 480) == 2
     assert reloaded.popped(key, [2], 500, 50, attempt_id="D") == {2: 0}
+
+
+@pytest.mark.parametrize("text", [
+    "", "x" * (MAX_ATTEMPT_ID_CHARS + 1), "tab\there", "new\nline", "caf\u00e9", None, 7])
+def test_an_attempt_id_out_of_bounds_is_no_attempt(text: object) -> None:
+    """Client text, from a request or the order info file: printable ASCII of 1 to 128
+    characters, else no attempt (counted and blocked as any new pop)."""
+    assert attempt_or_none(text) is None
+    block = OrderBlock.from_json_obj({"popTime": 1, "i": 10, "o": [0], "a": text})
+    assert block.attempt_id is None
+    blocks = OrderBlocks()
+    blocks.load(fastjson.dumps({"table": {"T@G": {0: {"popTime": 1, "i": 10, "o": [0],
+                                                      "a": text}}}}))
+    assert blocks.blocked(("T", "G", 0), 5, attempt_or_none(text))
+
+
+def test_an_attempt_id_in_bounds_is_kept() -> None:
+    uuid = "0f6c5d0e-94a1-4c5e-9a3b-2c1d7e8f9a0b"  # what the 5.x SDKs send
+    for text in (uuid, "x" * MAX_ATTEMPT_ID_CHARS, "a b~!"):
+        assert attempt_or_none(text) == text
+        block = OrderBlock.from_json_obj({"popTime": 1, "i": 10, "o": [0], "a": text})
+        assert block.attempt_id == text
 
 
 def test_allocation_for_pop_and_pull() -> None:
