@@ -30,6 +30,7 @@ from .modes import (
 )
 from .polling import PopPolling
 from .service import PopBatch, PopRequest, PopService, is_retry_topic
+from .state import attempt_or_none
 
 if TYPE_CHECKING:
     from ..context import BrokerContext
@@ -110,7 +111,7 @@ class PopProcessors:
         req = PopRequest(
             group=h.consumer_group, topic=h.topic, queue_id=h.queue_id,
             max_nums=h.max_msg_nums, invisible_ms=h.invisible_time, init_mode=h.init_mode,
-            order=h.order, attempt_id=h.attempt_id,
+            order=h.order, attempt_id=attempt_or_none(h.attempt_id),
             message_filter=None if sub.matches_all else sub.is_matched_by_tags_code,
         )
         response = self._try_pop(request, req, tc.read_queue_nums)

@@ -9,10 +9,12 @@ of its oldest unfinished checkpoint.
 
 ``OrderBlocks`` is the orderly pop's rule: one batch in flight per (topic, group, queue) until
 every message of it is acked; a batch whose invisible time ran out is popped again from its
-first unacked message, each message counting how often it was handed out. The blocks are kept
-in ``config/consumerOrderInfo.json`` in the layout of Apache's ``ConsumerOrderInfoManager``
-(persisted with the consumer offsets, as Apache persists its own periodically), so a batch in
-flight stays in flight, and its counts stay, across a restart or a kill -9.
+first unacked message, each message counting how often it was handed out (a pop retrying the
+attempt id of the batch in flight gets that batch again, its counts unchanged: ``next_counts``).
+The blocks are kept in ``config/consumerOrderInfo.json`` in the layout of Apache's
+``ConsumerOrderInfoManager`` (persisted with the consumer offsets, as Apache persists its own
+periodically), so a batch in flight stays in flight, and its counts and attempt id stay, across
+a restart or a kill -9.
 """
 
 from __future__ import annotations
@@ -35,6 +37,20 @@ MAX_HANDLES_PER_BLOCK: Final = 64
 ORDER_INFO_FILE: Final = "consumerOrderInfo.json"
 #: Blocks the order info file may hold (one per topic, group and queue popped orderly).
 MAX_ORDER_BLOCKS: Final = 1_000_000
+#: Longest attempt id an orderly pop's block keeps (the 5.x SDKs send a UUID: 36 characters;
+#: the proxy passes on at most as many as this).
+MAX_ATTEMPT_ID_CHARS: Final = 128
+
+
+def attempt_or_none(value: object) -> str | None:
+    """An orderly pop's attempt id (client text: from a request, or from the order info file)
+    as the blocks take it: printable ASCII of 1 to ``MAX_ATTEMPT_ID_CHARS`` characters, else
+    None: no attempt, whose pops are counted and blocked as new ones (an empty id retrying
+    itself would pass every block)."""
+    if isinstance(value, str) and 0 < len(value) <= MAX_ATTEMPT_ID_CHARS \
+            and value.isascii() and value.isprintable():
+        return value
+    return None
 
 
 def ck_key(ck: Checkpoint) -> CkKey:
@@ -187,7 +203,6 @@ class OrderBlock:
         bits = _int(field("cm", "commitOffsetBit") or 0)
         moved = _int_map(field("ot", "offsetNextVisibleTime"))
         counted = _int_map(field("oc", "offsetConsumedCount"))
-        attempt = field("a", "attemptId")
         return cls(
             offsets=offsets, pop_time=pop_time,
             deadlines={o: moved.get(o, pop_time + invisible) for o in offsets},
@@ -195,9 +210,28 @@ class OrderBlock:
             # a message of the batch without a count was handed out once (count 0), as
             # Apache's file leaves it: its next pop counts 1
             counts={o: counted.get(o, 0) for o in offsets},
-            attempt_id=attempt if isinstance(attempt, str) else None,
+            attempt_id=attempt_or_none(field("a", "attemptId")),
             handles={pop_time}, invisible_ms=invisible,
         )
+
+
+def next_counts(
+    old: OrderBlock | None, offsets: list[int], attempt_id: str | None
+) -> dict[int, int]:
+    """How often each message of a batch about to be handed out was handed out before, given
+    the queue's block (None: no batch of it in flight or unacked).
+
+    A message of the block's batch counts once more; any other counts 0. But a pop that
+    retries the attempt of the block (the same attempt id, not None) keeps the block's counts:
+    its client never got that batch (its receive was lost, or its deadline passed), so the
+    messages were not delivered again. Apache's ``OrderInfo.mergeOffsetConsumedCount`` does
+    the same (5.3.1: its previous attempt id equal to the new one, not null, keeps the
+    previous counts as they are), whether or not the batch turned visible meanwhile."""
+    if old is None:
+        return {o: 0 for o in offsets}
+    if attempt_id is not None and attempt_id == old.attempt_id:
+        return {o: old.counts.get(o, 0) for o in offsets}
+    return {o: old.counts[o] + 1 if o in old.counts else 0 for o in offsets}
 
 
 def _int(value: Any) -> int:
@@ -271,12 +305,8 @@ class OrderBlocks:
         self, key: OrderKey, offsets: list[int], pop_time: int, invisible_ms: int,
         attempt_id: str | None = None,
     ) -> dict[int, int]:
-        """Record a batch handed out; -> each message's count (0 the first time)."""
-        old = self._blocks.get(key)
-        counts: dict[int, int] = {}
-        for o in offsets:
-            before = old.counts.get(o, -1) if old is not None else -1
-            counts[o] = before + 1
+        """Record a batch handed out; -> each message's count (``next_counts``)."""
+        counts = next_counts(self._blocks.get(key), offsets, attempt_id)
         self._blocks[key] = OrderBlock(
             offsets=list(offsets), pop_time=pop_time,
             deadlines={o: pop_time + invisible_ms for o in offsets},

@@ -16,6 +16,9 @@ What it walks through, on one queue each so the offsets are deterministic:
   ``retryMaxTimes=1`` (retry again, or ``%DLQ%``);
 * orderly pop of a FIFO topic: a batch, the queue blocked while it is in flight, its acks, the
   next batch (``orderCountInfo``);
+* an orderly pop retried with its attempt id (a receive whose answer was lost): the same batch,
+  the same counts; another attempt blocked meanwhile, then, once the batch turned visible,
+  counting each message once more, and its own retry keeping that;
 * a timer message (``TIMER_DELAY_SEC``) popped once it is due (its properties).
 
 Wall-clock values (popTime, first pop time, timer times) differ by nature: ``ALLOWED``.
@@ -37,9 +40,11 @@ from .scenario import Ctx, Step, send_v2
 GROUP: Final = "PopOracleG"
 ORDER_GROUP: Final = "PopOracleOrderG"
 TIMER_GROUP: Final = "PopOracleTimerG"
+ATTEMPT_GROUP: Final = "PopOracleAttemptG"
 TOPIC: Final = "PopOracleT"
 FIFO_TOPIC: Final = "PopOracleFifo"
 TIMER_TOPIC: Final = "PopOracleTimer"
+ATTEMPT_TOPIC: Final = "PopOracleFifoAttempt"
 BROKER_NAME: Final = "broker-a"  # oracle.broker_conf
 #: The invisible time of a pop that is acked in the scenario (never runs out during it).
 LONG_INVISIBLE_MS: Final = 60_000
@@ -83,14 +88,17 @@ def group_body(group: str, retry_max_times: int) -> bytes:
 
 
 def pop(group: str, topic: str, nums: int, invisible_ms: int, *, order: bool = False,
-        poll_ms: int = 0) -> Callable[[Ctx], dict[str, str]]:
+        poll_ms: int = 0, attempt_id: str | None = None) -> Callable[[Ctx], dict[str, str]]:
     def ext(_ctx: Ctx) -> dict[str, str]:
-        return {
+        fields = {
             "consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": str(nums),
             "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms),
             "bornTime": str(_now_ms()), "initMode": "0", "expType": "TAG", "exp": "*",
             "order": "true" if order else "false",
         }
+        if attempt_id is not None:
+            fields["attemptId"] = attempt_id
+        return fields
     return ext
 
 
@@ -167,6 +175,10 @@ SETUP: Final[tuple[Step, ...]] = (
          body=group_body(ORDER_GROUP, 16)),
     Step("create_timer_group", "broker", RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
          body=group_body(TIMER_GROUP, 16)),
+    Step("create_attempt_topic", "broker", RC.UPDATE_AND_CREATE_TOPIC,
+         create_topic(ATTEMPT_TOPIC, "+message.type=FIFO")),
+    Step("create_attempt_group", "broker", RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+         body=group_body(ATTEMPT_GROUP, 16)),
 )
 
 POP_STEPS: Final[tuple[Step, ...]] = (
@@ -224,6 +236,34 @@ ORDER_STEPS: Final[tuple[Step, ...]] = (
          body_kind="records", until=_records, doc="the next batch once all were acked"),
 )
 
+
+
+def _attempt_pop(attempt: str, invisible_ms: int = LONG_INVISIBLE_MS
+                 ) -> Callable[[Ctx], dict[str, str]]:
+    return pop(ATTEMPT_GROUP, ATTEMPT_TOPIC, 2, invisible_ms, order=True, attempt_id=attempt)
+
+
+ATTEMPT_STEPS: Final[tuple[Step, ...]] = (
+    *_sends(ATTEMPT_TOPIC, 400, 2, {"__SHARDINGKEY": "g1"}),
+    Step("wait_attempt_dispatched", "broker", RC.GET_MAX_OFFSET,
+         {"topic": ATTEMPT_TOPIC, "queueId": "0"}, until=_offset_is(2)),
+    Step("pop_attempt_a", "broker", RC.POP_MESSAGE, _attempt_pop("attempt-A"),
+         body_kind="records", doc="orderly, attempt A: a batch of two, counts 0"),
+    Step("pop_attempt_b_blocked", "broker", RC.POP_MESSAGE, _attempt_pop("attempt-B"),
+         body_kind="records", doc="another attempt: blocked while A's batch is in flight"),
+    Step("pop_attempt_a_retried", "broker", RC.POP_MESSAGE,
+         _attempt_pop("attempt-A", SHORT_INVISIBLE_MS), body_kind="records",
+         doc="A's answer was lost: A again gets the batch, its counts unchanged (orderCountInfo);"
+             " invisible for 1 s from now"),
+    Step("pop_attempt_b", "broker", RC.POP_MESSAGE, _attempt_pop("attempt-B"),
+         body_kind="records", until=_records, eventual_s=REVIVE_WAIT_S, retry_s=0.25,
+         doc="B once that batch turned visible: handed out again, each counted once more"),
+    Step("pop_attempt_b_retried", "broker", RC.POP_MESSAGE, _attempt_pop("attempt-B"),
+         body_kind="records", doc="B's answer was lost: B again, its counts unchanged"),
+    Step("pop_attempt_a_stale", "broker", RC.POP_MESSAGE, _attempt_pop("attempt-A"),
+         body_kind="records", doc="A is no longer the batch's attempt: blocked"),
+)
+
 TIMER_STEPS: Final[tuple[Step, ...]] = (
     Step("send_timer", "broker", RC.SEND_MESSAGE_V2,
          send_v2(TIMER_TOPIC, 0, 300, extra={"TIMER_DELAY_SEC": "2"}), b"timer message",
@@ -234,7 +274,8 @@ TIMER_STEPS: Final[tuple[Step, ...]] = (
          doc="delivered once due: its properties and queue offset"),
 )
 
-POP_SCENARIO: Final[tuple[Step, ...]] = (*SETUP, *POP_STEPS, *ORDER_STEPS, *TIMER_STEPS)
+POP_SCENARIO: Final[tuple[Step, ...]] = (
+    *SETUP, *POP_STEPS, *ORDER_STEPS, *ATTEMPT_STEPS, *TIMER_STEPS)
 
 #: Fields that differ by nature (the brokers' clocks), as (step regex, field regex, why).
 ALLOWED: Final[tuple[tuple[str, str, str], ...]] = (

@@ -33,9 +33,10 @@ POP_PROPS = {"reviveInterval": "100"}
 def pop_fields(
     topic: str, group: str, *, queue_id: int = -1, max_nums: int = 32,
     invisible_ms: int = 60_000, poll_ms: int = 0, order: bool = False, init_mode: int = 0,
-    exp: str | None = None, born_ms: int | None = None,
+    exp: str | None = None, born_ms: int | None = None, attempt_id: str | None = None,
 ) -> dict[str, str]:
-    """POP_MESSAGE's extFields (``born_ms``: default, this machine's clock now)."""
+    """POP_MESSAGE's extFields (``born_ms``: default, this machine's clock now; ``attempt_id``:
+    the 5.x SDKs' attempt of an orderly receive, through the proxy)."""
     ext = {
         "consumerGroup": group, "topic": topic, "queueId": str(queue_id),
         "maxMsgNums": str(max_nums), "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms),
@@ -44,17 +45,20 @@ def pop_fields(
     }
     if exp is not None:
         ext["exp"], ext["expType"] = exp, "TAG"
+    if attempt_id is not None:
+        ext["attemptId"] = attempt_id
     return ext
 
 
 async def pop(
     cluster: Cluster, topic: str, group: str, *, queue_id: int = -1, max_nums: int = 32,
     invisible_ms: int = 60_000, poll_ms: int = 0, order: bool = False, init_mode: int = 0,
-    exp: str | None = None, timeout: float = 10.0,
+    exp: str | None = None, timeout: float = 10.0, attempt_id: str | None = None,
 ) -> RemotingCommand:
     ext = pop_fields(topic, group, queue_id=queue_id, max_nums=max_nums,
                      invisible_ms=invisible_ms, poll_ms=poll_ms, order=order,
-                     init_mode=init_mode, exp=exp, born_ms=cluster.broker.now_ms())
+                     init_mode=init_mode, exp=exp, born_ms=cluster.broker.now_ms(),
+                     attempt_id=attempt_id)
     return await cluster.call(RequestCode.POP_MESSAGE, ext, timeout=timeout)
 
 

@@ -144,6 +144,58 @@ async def test_orderly_pop_one_batch_in_flight(tmp_path: Path) -> None:
             "0 qo0%2 2", "0 qo0%3 2", "0 0 2"]
 
 
+async def test_orderly_pop_retried_with_its_attempt_id_keeps_the_counts(
+        tmp_path: Path) -> None:
+    """A receive whose answer was lost is retried with the same attempt id (as the 5.x SDKs
+    retry one, through the proxy): it gets the same batch with the same delivery counts
+    (``orderCountInfo``, which clients turn into each message's reconsume times), as Apache's
+    broker answers it. Another attempt waits while the batch is in flight and, once it turned
+    visible, counts each message once more; that attempt's own retry keeps those counts."""
+    async with running_cluster(tmp_path, **POP_PROPS) as cluster:
+        await _topic(cluster, "OrdAttT", 1)
+        for i in range(2):
+            ok(await cluster.send("OrdAttT", f"a{i}".encode()))
+
+        async def pop_as(attempt: str | None, invisible_ms: int = 60_000,
+                         poll_ms: int = 0) -> RemotingCommand:
+            return await pop(cluster, "OrdAttT", "OrdAttG", queue_id=0, max_nums=2,
+                             order=True, attempt_id=attempt, invisible_ms=invisible_ms,
+                             poll_ms=poll_ms, timeout=poll_ms / 1000 + 10)
+
+        def seen(resp: RemotingCommand) -> tuple[list[bytes], list[str]]:
+            return ([m.body for m in popped(resp)],
+                    resp.ext_fields["orderCountInfo"].split(";"))
+
+        fresh = ([b"a0", b"a1"], ["0 0 0"])
+        once = ([b"a0", b"a1"], ["0 qo0%0 1", "0 qo0%1 1", "0 0 1"])
+        assert seen(await pop_as("attempt-A")) == fresh
+        assert (await pop_as("attempt-B")).code == POLLING_TIMEOUT  # in flight: blocked
+        assert (await pop_as(None)).code == POLLING_TIMEOUT
+        # A's answer was lost: A again gets the batch, not counted (now invisible for 1 s)
+        assert seen(await pop_as("attempt-A", invisible_ms=1000)) == fresh
+        # B, parked until that batch turns visible: handed out again, counted once more
+        assert seen(await pop_as("attempt-B", poll_ms=8000)) == once
+        assert seen(await pop_as("attempt-B")) == once  # B's answer lost: B keeps its counts
+        assert (await pop_as("attempt-A")).code == POLLING_TIMEOUT  # A is no longer the batch's
+
+
+async def test_orderly_pop_attempt_ids_out_of_bounds_are_no_attempt(tmp_path: Path) -> None:
+    """An attempt id is client text: an empty one, one past 128 characters or one not
+    printable ASCII is no attempt, so sending it again is not a retry that gets the batch in
+    flight (an empty one sent by every pop would otherwise pass every block)."""
+    async with running_cluster(tmp_path, **POP_PROPS) as cluster:
+        for n, attempt in enumerate(["", "x" * 129, "tab\there"]):
+            topic = f"OrdBadAttT{n}"
+            await _topic(cluster, topic, 1)
+            ok(await cluster.send(topic, b"m"))
+            first = await pop(cluster, topic, "OrdBadAttG", queue_id=0, order=True,
+                              attempt_id=attempt)
+            assert [m.body for m in popped(first)] == [b"m"]
+            again = await pop(cluster, topic, "OrdBadAttG", queue_id=0, order=True,
+                              attempt_id=attempt)
+            assert again.code == POLLING_TIMEOUT, (attempt, again.code)
+
+
 async def test_orderly_change_invisible_wakes_the_pops_parked_on_the_queue(
         tmp_path: Path) -> None:
     """A batch made visible sooner (change-invisible, as the proxy gives back a batch its

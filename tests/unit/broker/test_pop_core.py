@@ -10,7 +10,13 @@ import pytest
 
 from rmq_cluster.broker.pop.modes import RequestModeTable, allocate_averagely, allocate_for_pop
 from rmq_cluster.broker.pop.service import _order_count_info
-from rmq_cluster.broker.pop.state import OrderBlocks, ReviveLedger
+from rmq_cluster.broker.pop.state import (
+    MAX_ATTEMPT_ID_CHARS,
+    OrderBlock,
+    OrderBlocks,
+    ReviveLedger,
+    attempt_or_none,
+)
 from rmq_cluster.cluster.protocol import fastjson
 from rmq_cluster.cluster.protocol import pop as wire
 from rmq_cluster.cluster.protocol import topic_attributes as ta
@@ -83,6 +89,57 @@ def test_order_blocks_one_batch_in_flight() -> None:
     assert blocks.ack(key, 0, 100) == 1 and blocks.blocked(key, 120)
     assert blocks.popped(key, [1], 160, 50) == {1: 1}  # popped again: counted
     assert blocks.ack(key, 1, 160) == 2 and not blocks.blocked(key, 170)
+
+
+def test_order_blocks_a_retried_attempt_keeps_its_counts() -> None:
+    """As Apache's ``OrderInfo.mergeOffsetConsumedCount`` (5.3.1): a pop retrying the attempt
+    of the batch in flight (its client never got it) gets that batch again with its counts as
+    they were, even once it turned visible; another attempt, or none, counts each message of
+    the batch once more (a new message 0); the attempt id outlives a reload of the file."""
+    blocks = OrderBlocks()
+    key = ("T", "G", 0)
+    assert blocks.popped(key, [0, 1], 100, 50, attempt_id="A") == {0: 0, 1: 0}
+    assert not blocks.blocked(key, 120, "A")
+    assert blocks.blocked(key, 120, "B") and blocks.blocked(key, 120)
+    assert blocks.popped(key, [0, 1], 120, 50, attempt_id="A") == {0: 0, 1: 0}  # the retry
+    assert blocks.ack(key, 0, 100) is None  # the lost pop's handles went with it
+    assert blocks.blocked(key, 169, "B") and not blocks.blocked(key, 170, "B")
+    assert blocks.popped(key, [0, 1, 2], 170, 50, attempt_id="B") == {0: 1, 1: 1, 2: 0}
+    # B's retry after its batch turned visible, one more message in it: still B's counts
+    assert blocks.popped(key, [0, 1, 2, 3], 230, 50, attempt_id="B") == {
+        0: 1, 1: 1, 2: 0, 3: 0}
+    assert blocks.popped(key, [0, 1], 290, 50) == {0: 2, 1: 2}  # no attempt id: counted
+    assert blocks.popped(key, [0, 1], 350, 50) == {0: 3, 1: 3}  # none is no attempt
+    assert blocks.popped(key, [0, 1], 410, 50, attempt_id="C") == {0: 4, 1: 4}
+    reloaded = OrderBlocks()
+    assert reloaded.load(blocks.encode()) == 0
+    assert reloaded.popped(key, [0, 1], 420, 50, attempt_id="C") == {0: 4, 1: 4}
+    assert reloaded.popped(key, [0, 1], 480, 50, attempt_id="D") == {0: 5, 1: 5}
+    # acked, the block is gone: a later pop of the same attempt starts afresh
+    assert reloaded.ack(key, 0, 480) == 1 and reloaded.ack(key, 1, 480) == 2
+    assert reloaded.popped(key, [2], 500, 50, attempt_id="D") == {2: 0}
+
+
+@pytest.mark.parametrize("text", [
+    "", "x" * (MAX_ATTEMPT_ID_CHARS + 1), "tab\there", "new\nline", "caf\u00e9", None, 7])
+def test_an_attempt_id_out_of_bounds_is_no_attempt(text: object) -> None:
+    """Client text, from a request or the order info file: printable ASCII of 1 to 128
+    characters, else no attempt (counted and blocked as any new pop)."""
+    assert attempt_or_none(text) is None
+    block = OrderBlock.from_json_obj({"popTime": 1, "i": 10, "o": [0], "a": text})
+    assert block.attempt_id is None
+    blocks = OrderBlocks()
+    blocks.load(fastjson.dumps({"table": {"T@G": {0: {"popTime": 1, "i": 10, "o": [0],
+                                                      "a": text}}}}))
+    assert blocks.blocked(("T", "G", 0), 5, attempt_or_none(text))
+
+
+def test_an_attempt_id_in_bounds_is_kept() -> None:
+    uuid = "0f6c5d0e-94a1-4c5e-9a3b-2c1d7e8f9a0b"  # what the 5.x SDKs send
+    for text in (uuid, "x" * MAX_ATTEMPT_ID_CHARS, "a b~!"):
+        assert attempt_or_none(text) == text
+        block = OrderBlock.from_json_obj({"popTime": 1, "i": 10, "o": [0], "a": text})
+        assert block.attempt_id == text
 
 
 def test_allocation_for_pop_and_pull() -> None:
