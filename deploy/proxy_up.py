@@ -1,4 +1,5 @@
-"""``up --proxy [PORT] [--proxy-plaintext]``: once the cluster is ready, start ``mqproxy``
+"""``up --proxy [PORT] [--proxy-plaintext] [--proxy-min-invisible-time-ms-for-recv MS ...]``:
+once the cluster is ready, start ``mqproxy``
 (RocketMQ 5's gRPC endpoint, rmq_cluster.proxy) for it in the background: pid in
 run/proxy.pid, log in logs/proxy.log, on 127.0.0.1. It serves TLS with the cluster's
 self-signed certificate (``conf/proxy-tls/proxy.crt``, its key ``proxy.key`` owner-only; made
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..cluster.acl.local import acl_path
-from ..proxy.config import DEFAULT_GRPC_PORT
+from ..proxy.config import DEFAULT_GRPC_PORT, INVISIBLE_FLAGS
 from ..proxy.tls import CertFiles, ensure_certificate
 
 PID_FILE: Final = "run/proxy.pid"
@@ -43,6 +44,9 @@ def add_up_flag(up: argparse.ArgumentParser) -> None:
                                          f"the cluster's self-signed certificate)")
     up.add_argument("--proxy-plaintext", action="store_true",
                     help="serve the proxy's gRPC port in plain text (no TLS)")
+    for flag, (_setting, _default, text) in INVISIBLE_FLAGS.items():
+        up.add_argument(f"--proxy-{flag[2:]}", type=int, default=None, metavar="MS",
+                        help=f"mqproxy's {flag}: {text}")
     inner = up.get_default("func")
 
     def run(args: argparse.Namespace) -> int:
@@ -65,6 +69,10 @@ def _command(args: argparse.Namespace, directory: Path, namesrv: str,
         cmd += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
     if acl_path(directory).is_file():
         cmd += ["--acl", str(acl_path(directory))]
+    for flag in INVISIBLE_FLAGS:  # (a Namespace made by hand may lack them)
+        value = getattr(args, f"proxy_{flag[2:].replace('-', '_')}", None)
+        if value is not None:
+            cmd += [flag, str(value)]
     return cmd
 
 

@@ -1,9 +1,12 @@
 """``mqproxy -n 127.0.0.1:9876 [--grpc-port 8081] [--tls-cert PEM --tls-key PEM]
-[--acl plain_acl.yml [--acl-account KEY]]``: run RocketMQ 5's gRPC endpoint in front of a
-cluster (Apache's ``mqproxy`` in cluster mode). TLS when given a certificate (else plain-text
-HTTP/2); under ``--acl`` every call must be signed by an account of that file (5.x
-credentials) and the proxy signs its own remoting calls with ``--acl-account`` (default: the
-file's first admin account). Secrets are read from the file, never from the command line.
+[--acl plain_acl.yml [--acl-account KEY]] [--min-invisible-time-ms-for-recv MS]
+[--max-invisible-time-ms MS] [--default-invisible-time-ms MS]``: run RocketMQ 5's gRPC
+endpoint in front of a cluster (Apache's ``mqproxy`` in cluster mode). TLS when given a
+certificate (else plain-text HTTP/2); under ``--acl`` every call must be signed by an account
+of that file (5.x credentials) and the proxy signs its own remoting calls with
+``--acl-account`` (default: the file's first admin account). Secrets are read from the file,
+never from the command line. The invisible-time flags set the limits of a receive's invisible
+time (proxy/invisible.py).
 
 Prints ``The Proxy boot success. grpcPort=PORT`` once listening; stops cleanly on SIGTERM or
 SIGINT (exit 0); bad arguments exit 2."""
@@ -24,7 +27,7 @@ import trio
 from ..cluster.acl.rules import AclConfigError
 from ..cluster.logging import configure_logging
 from ..cluster.node_main import NodeSupervisor, serve_until_signal
-from .config import DEFAULT_GRPC_PORT, ProxyConfig
+from .config import DEFAULT_GRPC_PORT, INVISIBLE_FLAGS, ProxyConfig
 from .node import run_proxy
 
 BOOT_LINE = "The Proxy boot success. grpcPort="
@@ -48,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--acl-account", metavar="ACCESS_KEY",
                         help="the account the proxy signs its calls to the cluster with "
                              "(default: the file's first admin account)")
+    for flag, (_setting, default, text) in INVISIBLE_FLAGS.items():
+        parser.add_argument(flag, type=int, default=None, metavar="MS",
+                            help=f"{text} (default {default})")
     # tests: a shorter deadline for the TLS handshake and the HTTP/2 preface
     parser.add_argument("--handshake-timeout", type=float, default=None, help=argparse.SUPPRESS)
     # tests: shorter idle and partial-frame timeouts, fewer connections, another deadline for
@@ -104,6 +110,19 @@ def _overrides(config: ProxyConfig, args: argparse.Namespace) -> ProxyConfig:
     return attrs.evolve(config, **values)
 
 
+def _invisible_settings(config: ProxyConfig, args: argparse.Namespace) -> ProxyConfig:
+    """``config`` with the invisible-time flags given; ValueError naming a flag out of range."""
+    values = {}
+    for flag, (setting, _default, _text) in INVISIBLE_FLAGS.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is None:
+            continue
+        if value < 0 or (value == 0 and setting == "default_invisible_time_ms"):
+            raise ValueError(f"bad {flag} {value}")
+        values[setting] = value
+    return attrs.evolve(config, **values)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -122,6 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                          tls_key_file=args.tls_key, acl_file=args.acl,
                          acl_account=args.acl_account)
     config = _overrides(config, args)
+    try:
+        config = _invisible_settings(config, args)
+    except ValueError as exc:
+        print(f"mqproxy: {exc}", file=sys.stderr)
+        return 2
     port: list[int] = []
 
     async def start(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

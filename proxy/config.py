@@ -20,6 +20,29 @@ DEFAULT_MAX_SIGNATURE_SKEW_S: Final = 15 * 60.0
 #: ``grpcClientConsumerMinLongPollingTimeoutMillis`` and ``...MaxLongPollingTimeoutMillis``)
 DEFAULT_MIN_LONG_POLLING_MS: Final = 5_000
 DEFAULT_MAX_LONG_POLLING_MS: Final = 20_000
+#: a received message's invisible time (Apache's proxy's ``defaultInvisibleTimeMills``,
+#: ``minInvisibleTimeMillsForRecv`` and ``maxInvisibleTimeMills``): what a receive asking
+#: ``auto_renew`` gets, the least a receive may ask for and the most any request may
+DEFAULT_INVISIBLE_TIME_MS: Final = 60_000
+DEFAULT_MIN_INVISIBLE_TIME_MS_FOR_RECV: Final = 10_000
+DEFAULT_MAX_INVISIBLE_TIME_MS: Final = 12 * 3600 * 1000
+
+#: the command-line flags of the invisible-time settings (``mqproxy``'s; ``rmq-cluster up``
+#: takes each with ``--proxy-`` before it): flag -> (setting, its default, help naming Apache's
+#: setting). A negative value is refused, as is a default invisible time of 0.
+INVISIBLE_FLAGS: Final = {
+    "--min-invisible-time-ms-for-recv": (
+        "min_invisible_time_ms_for_recv", DEFAULT_MIN_INVISIBLE_TIME_MS_FOR_RECV,
+        "the least invisible time a receive may ask for (minInvisibleTimeMillsForRecv)"),
+    "--max-invisible-time-ms": (
+        "max_invisible_time_ms", DEFAULT_MAX_INVISIBLE_TIME_MS,
+        "the most a receive or a change of invisible time may ask for, 0: no bound "
+        "(maxInvisibleTimeMills)"),
+    "--default-invisible-time-ms": (
+        "default_invisible_time_ms", DEFAULT_INVISIBLE_TIME_MS,
+        "the invisible time of a receive asking auto_renew, as PushConsumers do "
+        "(defaultInvisibleTimeMills)"),
+}
 
 
 @attrs.frozen
@@ -81,6 +104,15 @@ class ProxyConfig:
     #: and at most this long (``grpcClientConsumerMaxLongPollingTimeoutMillis``), also the long
     #: poll a consumer's Settings answer names
     grpc_client_consumer_max_long_polling_timeout_ms: int = DEFAULT_MAX_LONG_POLLING_MS
+    #: the invisible time of what a receive asking ``auto_renew`` pops, whatever it asked
+    #: (``defaultInvisibleTimeMills``; the SDKs' PushConsumers ask auto_renew)
+    default_invisible_time_ms: int = DEFAULT_INVISIBLE_TIME_MS
+    #: a receive not asking ``auto_renew`` must ask at least this invisible time
+    #: (``minInvisibleTimeMillsForRecv``), else it is refused (ILLEGAL_INVISIBLE_TIME)
+    min_invisible_time_ms_for_recv: int = DEFAULT_MIN_INVISIBLE_TIME_MS_FOR_RECV
+    #: and at most this (``maxInvisibleTimeMills``), as must a ChangeInvisibleDuration (whose
+    #: least is 0); 0 or less: no bound
+    max_invisible_time_ms: int = DEFAULT_MAX_INVISIBLE_TIME_MS
 
     @property
     def tls(self) -> bool:

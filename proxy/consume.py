@@ -32,6 +32,7 @@ from ..cluster.remoting.codes import RequestCode, ResponseCode
 from . import convert
 from .calls import fetch_route
 from .config import ProxyConfig
+from .invisible import InvisibleLimits, change_invisible_ms, receive_invisible_ms
 from .metadata import ProxyMetadata
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
@@ -45,7 +46,6 @@ Send = Callable[[bytes], Awaitable[None]]
 Popped = tuple[str, RemotingCommand] | Exception
 #: messages one receive may ask for (Apache's proxy caps batch_size at 32)
 MAX_BATCH: Final = 32
-DEFAULT_INVISIBLE_MS: Final = 30_000
 #: a receive whose call says nothing of its deadline, version or client
 NO_DEADLINE: Final = ReceiveCall()
 #: the invisible time a message popped for a receive whose client went away is given back
@@ -74,10 +74,6 @@ def _info(text: str | None) -> dict[str, list[int]]:
         if len(parts) == 3 and parts[2]:
             out[f"{parts[0]}@{parts[1]}"] = [int(v) for v in parts[2].split(",")]
     return out
-
-
-def _millis(ts: Any) -> int:
-    return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
 
 
 def _handle(m: StoredMessage, ext: dict[str, str], broker: str) -> str:
@@ -151,6 +147,15 @@ def _popped(resp: RemotingCommand, topic: str, broker: str) -> list[pb.Message]:
     return out
 
 
+def _check_names(topic: str, group: str) -> None:
+    """ProxyError ILLEGAL_TOPIC or ILLEGAL_CONSUMER_GROUP (the topic checked first, as Apache's
+    proxy's ``validateTopicAndConsumerGroup`` does) for a name the broker would refuse."""
+    for code, problem in ((pb.ILLEGAL_TOPIC, validate_topic(topic)),
+                          (pb.ILLEGAL_CONSUMER_GROUP, validate_group(group))):
+        if problem is not None:
+            raise convert.ProxyError(code, problem)
+
+
 #: a pop under way for an attempt: (broker, group, topic, attempt id)
 AttemptKey = tuple[str, str, str, str]
 
@@ -194,6 +199,9 @@ class PopBridge:
         self.metadata = metadata or ProxyMetadata(instance)
         self.limits = PollingLimits(config.grpc_client_consumer_min_long_polling_timeout_ms,
                                     config.grpc_client_consumer_max_long_polling_timeout_ms)
+        self.invisible = InvisibleLimits(config.default_invisible_time_ms,
+                                         config.min_invisible_time_ms_for_recv,
+                                         config.max_invisible_time_ms)
         self._next_broker = 0
         #: the pops under way that carry an attempt id (one per receive in flight at most)
         self._attempts: dict[AttemptKey, _Waiter] = {}
@@ -209,8 +217,12 @@ class PopBridge:
     def _poll_ms(self, req: spb.ReceiveMessageRequest, call: ReceiveCall) -> int:
         """The pop's long poll, from the request and the time its client has left
         (proxy/polling.py); ProxyError when that is too short for the shortest."""
-        requested = (_millis(req.long_polling_timeout) if req.HasField("long_polling_timeout")
-                     else None)
+        requested = None
+        if req.HasField("long_polling_timeout"):
+            requested = convert.duration_ms(req.long_polling_timeout)
+            if requested is None:
+                raise convert.ProxyError(refusal_code(call.client_version),
+                                         "long_polling_timeout is not a valid duration")
         poll = polling_ms(self.limits, requested_ms=requested, time_left_ms=call.time_left_ms,
                           request_timeout_ms=call.request_timeout_ms)
         if poll is None:
@@ -220,23 +232,21 @@ class PopBridge:
 
     async def _receive(self, req: spb.ReceiveMessageRequest, send: Send,
                        call: ReceiveCall) -> None:
-        poll_ms = self._poll_ms(req, call)  # before anything else, as Apache's proxy checks it
+        # refused in Apache's proxy's order: the long poll, the names, the invisible time
+        poll_ms = self._poll_ms(req, call)
         group, topic = req.group.name, req.message_queue.topic.name
         if not group or not topic:
             raise convert.ProxyError(pb.BAD_REQUEST, "group and topic are required")
-        for code, problem in ((pb.ILLEGAL_CONSUMER_GROUP, validate_group(group)),
-                              (pb.ILLEGAL_TOPIC, validate_topic(topic))):
-            if problem is not None:  # refused here, as Apache's proxy does
-                raise convert.ProxyError(code, problem)
+        _check_names(topic, group)
+        invisible_ms = receive_invisible_ms(self.invisible, req.invisible_duration,
+                                            auto_renew=req.auto_renew)
         broker = req.message_queue.broker.name or await self._any_broker(topic)
         # the group's orderliness, asked of the master the pop goes to
         policy = await self.metadata.group(group, topic, await self.routes.master(topic, broker))
-        invisible_ms = (_millis(req.invisible_duration) if req.HasField("invisible_duration")
-                        else DEFAULT_INVISIBLE_MS)
         ext: dict[str, Any] = {
             "consumerGroup": group, "topic": topic, "queueId": "-1",
             "maxMsgNums": str(max(1, min(MAX_BATCH, req.batch_size or MAX_BATCH))),
-            "invisibleTime": str(max(1000, invisible_ms)), "pollTime": str(poll_ms),
+            "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms),
             "bornTime": str(int(time.time() * 1000)), "initMode": "0",
             "order": "true" if policy is not None and policy.orderly else "false",
         }
@@ -387,7 +397,8 @@ class PopBridge:
     async def change_invisible(self, req: spb.ChangeInvisibleDurationRequest
                                ) -> spb.ChangeInvisibleDurationResponse:
         try:
-            ms = max(1000, _millis(req.invisible_duration))
+            _check_names(req.topic.name, req.group.name)  # first, as Apache's proxy checks
+            ms = change_invisible_ms(self.invisible, req.invisible_duration)
             h, resp = await self._call_handle(
                 RequestCode.CHANGE_MESSAGE_INVISIBLETIME, req.group.name, req.topic.name,
                 req.receipt_handle, {"invisibleTime": str(ms)})

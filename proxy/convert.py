@@ -72,6 +72,24 @@ CONSUMER_RETRY_NEXT_MS: Final = (
 )
 
 
+#: protobuf's Duration range (google/protobuf/duration.proto: about 10 000 years either way)
+MAX_DURATION_SECONDS: Final = 315_576_000_000
+MAX_DURATION_NANOS: Final = 999_999_999
+
+
+def duration_ms(d: duration_pb2.Duration) -> int | None:
+    """A request's Duration in whole milliseconds, truncated toward zero, as protobuf-java's
+    ``Durations.toMillis`` (which Apache's proxy reads every duration with) gives it; None for
+    what is no valid Duration and ``toMillis`` refuses: seconds or nanos out of protobuf's
+    range, or of opposite signs. An unset field reads as 0."""
+    seconds, nanos = int(d.seconds), int(d.nanos)
+    if abs(seconds) > MAX_DURATION_SECONDS or abs(nanos) > MAX_DURATION_NANOS \
+            or seconds < 0 < nanos or nanos < 0 < seconds:
+        return None
+    whole_ms = abs(nanos) // 1_000_000
+    return seconds * 1000 + (whole_ms if nanos >= 0 else -whole_ms)
+
+
 class ProxyError(Exception):
     """A request refused with a v2 ``Code``."""
 

@@ -41,6 +41,14 @@ PULL_HOLD_S = 0.1
 CLUSTER = "DefaultCluster"
 #: how long a topic made by ``create_fifo_topic`` may take to be routed
 ROUTE_WAIT_S = 30.0
+#: the proxy's least invisible time for a receive (``minInvisibleTimeMillsForRecv``, 10 s by
+#: default), lowered as Apache's own gRPC integration tests lower it: the SDKs' SimpleConsumers
+#: here receive with 3 s and 5 s, so that what they leave comes back while the test waits
+MIN_INVISIBLE_MS_FOR_RECV = 1_000
+#: the invisible time of the PushConsumers' receives (``defaultInvisibleTimeMills``, 60 s by
+#: default): 30 s, what the proxy gave them when these tests were tuned. A message a consumer
+#: popped from a killed master comes back after it, and the failover tests drain for 60 s.
+PUSH_INVISIBLE_MS = 30_000
 
 
 def python_sdk() -> Path:
@@ -66,12 +74,15 @@ def python_sdk() -> Path:
 @contextlib.contextmanager
 def running_proxy(cluster_dir: Path, out_dir: Path, *, plaintext: bool = False
                   ) -> Iterator[str]:
-    """``mqproxy`` for the cluster in ``cluster_dir``, started by the code ``up --proxy`` runs;
-    yields its endpoint (host:port); killed afterwards. Its certificate is
+    """``mqproxy`` for the cluster in ``cluster_dir``, started by the code ``up --proxy`` runs
+    (its invisible times: MIN_INVISIBLE_MS_FOR_RECV, PUSH_INVISIBLE_MS); yields its endpoint
+    (host:port); killed afterwards. Its certificate is
     ``rmq_cluster.proxy.tls.cert_files(cluster_dir).cert``."""
     out = out_dir / "up-proxy.json"
     args = argparse.Namespace(dir=str(cluster_dir), name=None, proxy=0, json=True,
-                              proxy_plaintext=plaintext)
+                              proxy_plaintext=plaintext,
+                              proxy_min_invisible_time_ms_for_recv=MIN_INVISIBLE_MS_FOR_RECV,
+                              proxy_default_invisible_time_ms=PUSH_INVISIBLE_MS)
     try:
         with open(out, "w") as f:  # `up --proxy` prints its line on stdout
             saved, sys.stdout = sys.stdout, f

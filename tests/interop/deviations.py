@@ -97,6 +97,10 @@ PROXY_DEVIATIONS: Final[tuple[tuple[str, str, str, str], ...]] = (
     ("receive_fifo", r"answer\[\d+\]\.message\.user_properties\.__SHARDINGKEY", "deliberate",
      "Apache also shows the message group's stored key as a user property; ours shows it only "
      "as message_group (a user may not set that key)"),
+    ("receive_invisible_not_a_duration", r"answer\[0\]\.status\.code", "deliberate",
+     "an invisible_duration that is no valid Duration (here seconds and nanos of opposite "
+     "signs): Apache answers INTERNAL_SERVER_ERROR (protobuf's Durations.toMillis throws), ours "
+     "ILLEGAL_INVISIBLE_TIME"),
     ("ack_bad_receipt_handle", r"(entries\[\d+\]\.)?status\.code", "deliberate",
      "an unparsable receipt handle: Apache answers INTERNAL_SERVER_ERROR, ours "
      "INVALID_RECEIPT_HANDLE (the v2 code for it)"),

@@ -43,6 +43,10 @@ DELAY_MS: Final = 2_000
 #: how long the scenario waits for a delayed message to become receivable
 DELAY_WAIT_S: Final = 30.0
 INVISIBLE_S: Final = 30
+#: past the proxies' longest invisible time (``maxInvisibleTimeMills``, 12 h)
+TOO_LONG_INVISIBLE_S: Final = 13 * 3600
+#: below a receive's shortest (``minInvisibleTimeMillsForRecv``, 10 s)
+TOO_SHORT_INVISIBLE_S: Final = 5
 
 #: the broadcast topic Apache's proxy creates at boot when the NameServer routes none
 #: (``heartbeatSyncerTopicName``); made here first: its own creation checks the route three
@@ -314,6 +318,26 @@ def _receive_short_deadline(c: Clients, version: str) -> dict[str, Any]:
     return receive(c.consumer, receive_request(TOPIC, c.ctx["broker"]), headers=headers)
 
 
+def _receive_invisible(c: Clients, invisible: duration_pb2.Duration | None, *,
+                       auto_renew: bool = False) -> dict[str, Any]:
+    """A receive of TOPIC (empty by then) asking ``invisible`` (None: no invisible time)."""
+    req = receive_request(TOPIC, c.ctx["broker"])
+    req.ClearField("invisible_duration")
+    if invisible is not None:
+        req.invisible_duration.CopyFrom(invisible)
+    req.auto_renew = auto_renew
+    return receive(c.consumer, req)
+
+
+def _change_invisible_to(c: Clients, invisible: duration_pb2.Duration) -> dict[str, Any]:
+    """A ChangeInvisibleDuration to ``invisible`` with a handle no broker made: the invisible
+    time is checked before the handle is read."""
+    return unary(c.consumer, "ChangeInvisibleDuration", spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name=GROUP), topic=pb.Resource(name=TOPIC),
+        receipt_handle="not-a-handle", invisible_duration=invisible,
+        message_id="01A0B0C0D0E0F0"))
+
+
 CallStep = Callable[[Clients], dict[str, Any]]
 
 #: (name, call, what it shows), in order: later steps use what earlier ones received.
@@ -356,6 +380,23 @@ STEPS: Final[tuple[tuple[str, CallStep, str], ...]] = (
      "a deadline too short for the shortest long poll: ILLEGAL_POLLING_TIME"),
     ("receive_short_deadline_old_client", lambda c: _receive_short_deadline(c, ""),
      "the same from a client older than 5.0.3: BAD_REQUEST"),
+    ("receive_invisible_too_short",
+     lambda c: _receive_invisible(c, _duration(TOO_SHORT_INVISIBLE_S)),
+     "an invisible time below minInvisibleTimeMillsForRecv: ILLEGAL_INVISIBLE_TIME"),
+    ("receive_invisible_too_long", lambda c: _receive_invisible(c, _duration(TOO_LONG_INVISIBLE_S)),
+     "an invisible time past maxInvisibleTimeMills: ILLEGAL_INVISIBLE_TIME"),
+    ("receive_no_invisible_time", lambda c: _receive_invisible(c, None),
+     "no invisible time (read as 0): ILLEGAL_INVISIBLE_TIME"),
+    ("receive_invisible_not_a_duration",
+     lambda c: _receive_invisible(c, duration_pb2.Duration(seconds=1, nanos=-1)),
+     "seconds and nanos of opposite signs: no valid Duration"),
+    ("receive_auto_renew", lambda c: _receive_invisible(c, None, auto_renew=True),
+     "auto_renew (a PushConsumer's receive) asks no invisible time: not refused"),
+    ("change_invisible_too_long",
+     lambda c: _change_invisible_to(c, _duration(TOO_LONG_INVISIBLE_S)),
+     "a change past maxInvisibleTimeMills: ILLEGAL_INVISIBLE_TIME, before the handle is read"),
+    ("change_invisible_negative", lambda c: _change_invisible_to(c, _duration(-1)),
+     "a change below 0: ILLEGAL_INVISIBLE_TIME"),
     ("receive_delay", lambda c: _receive_until(c, DELAY_TOPIC, "delay", DELAY_WAIT_S),
      "the delayed message once due"),
     ("ack_delay", lambda c: _ack(c, "delay", topic=DELAY_TOPIC), ""),

@@ -6,6 +6,13 @@ plain HTTP/2 client), as Apache's proxy (5.3.1) serves it:
   (``grpcClientConsumer{Min,Max}LongPollingTimeoutMillis``), never past the deadline; a deadline
   leaving less than 5 s is refused at once with ILLEGAL_POLLING_TIME (BAD_REQUEST for a client
   older than 5.0.3). The proxy ignored the deadline and long-polled up to 30 s.
+* a receive asking an invisible time below 10 s or past 12 h, or none, is refused with
+  ILLEGAL_INVISIBLE_TIME (``minInvisibleTimeMillsForRecv``, ``maxInvisibleTimeMills``), after the
+  long poll's and the names' checks and before anything is popped, unless it asks auto_renew
+  (a PushConsumer's): that one pops with 60 s (``defaultInvisibleTimeMills``). A
+  ChangeInvisibleDuration is refused below 0 or past 12 h, before its receipt handle is read.
+  The proxy took any invisible time, raised to 1 s at least, and gave 30 s to a receive naming
+  none.
 * an orderly group's receive whose first lookup of the group's config fails (here the broker is
   frozen while the proxy asks: the read times out) pops nothing: it is refused, and the next
   receive, once the broker answers, pops orderly. The proxy took the failed lookup for "no such
@@ -25,6 +32,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from rmq_cluster.deploy.testing import RunningCluster, cli, create_topics, rmq_cluster
 from rmq_cluster.proxy.pb import definition_pb2 as pb
@@ -44,6 +52,8 @@ ANSWER_WAIT_S = 40.0
 #: how long the frozen broker's group lookup may take to fail (its read timeout is 3 s)
 LOOKUP_FAIL_WAIT_S = 20.0
 POLL_S = 0.05
+#: the invisible time a receive asks unless told otherwise
+USUAL_INVISIBLE = Duration(seconds=30)
 
 
 @attrs.frozen
@@ -74,20 +84,26 @@ class Received:
 
 def _receive(proxy: LiveProxy, *, group: str = GROUP, topic: str = TOPIC,
              long_poll_ms: int | None, timeout: str, version: str = SDK_VERSION,
-             batch: int = 32, attempt: str = "") -> Received:
-    """One ReceiveMessage call with ``grpc-timeout: timeout``, as an SDK makes it."""
+             batch: int = 32, attempt: str = "", invisible: Duration | None = USUAL_INVISIBLE,
+             auto_renew: bool = False, long_poll: Duration | None = None) -> Received:
+    """One ReceiveMessage call with ``grpc-timeout: timeout``, as an SDK makes it
+    (``invisible``: its invisible_duration, None: unset; ``long_poll``: its
+    long_polling_timeout, in place of ``long_poll_ms``)."""
     metadata = [("x-mq-client-id", f"recv-test-{attempt or 'any'}")]
     if version:
         metadata.append(("x-mq-client-version", version))
     client = proxy.client(metadata)
     req = spb.ReceiveMessageRequest(
-        group=pb.Resource(name=group), batch_size=batch, auto_renew=False,
+        group=pb.Resource(name=group), batch_size=batch, auto_renew=auto_renew,
         message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1,
                                       broker=pb.Broker(name=BROKER)),
         filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
-    req.invisible_duration.FromSeconds(30)
+    if invisible is not None:
+        req.invisible_duration.CopyFrom(invisible)
     if long_poll_ms is not None:
         req.long_polling_timeout.FromMilliseconds(long_poll_ms)
+    if long_poll is not None:
+        req.long_polling_timeout.CopyFrom(long_poll)
     if attempt:
         req.attempt_id = attempt
     t0 = time.monotonic()
@@ -172,6 +188,75 @@ def test_an_sdks_usual_receive_gets_a_message_sent_while_it_polls(stack: Stack) 
     assert got.code == pb.OK and [m.body for m in got.messages] == [b"usual 1"], got
     assert got.elapsed_s < 10.0, got
     _ack(stack.proxy, GROUP, TOPIC, got.messages[0])
+
+
+def _change_invisible(proxy: LiveProxy, handle: str, invisible: Duration, *,
+                      topic: str = TOPIC) -> spb.ChangeInvisibleDurationResponse:
+    client = proxy.client()
+    try:
+        req = spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name=GROUP), topic=pb.Resource(name=topic), receipt_handle=handle,
+            invisible_duration=invisible, message_id="01")
+        [answer], _ = client.call("ChangeInvisibleDuration", req.SerializeToString())
+    finally:
+        client.close()
+    return spb.ChangeInvisibleDurationResponse.FromString(answer)
+
+
+def _refused(got: Received) -> int:
+    """The code of a receive refused at once: no message, no long poll."""
+    assert not got.messages and got.elapsed_s < 1.5, got
+    return got.code
+
+
+#: Apache's proxy's maxInvisibleTimeMills (12 h) and minInvisibleTimeMillsForRecv (10 s)
+MAX_INVISIBLE = Duration(seconds=12 * 3600)
+MIN_INVISIBLE = Duration(seconds=10)
+
+
+def test_a_receive_out_of_the_invisible_time_limits_is_refused_before_it_pops(
+        stack: Stack) -> None:
+    proxy = stack.proxy
+    _send(proxy, TOPIC, b"invisible 1")
+    just_under = Duration(seconds=9, nanos=999_000_000)
+    just_over = Duration(seconds=12 * 3600, nanos=1_000_000)
+    for asked in (just_under, just_over, None, Duration(seconds=3),
+                  Duration(seconds=1, nanos=-1), Duration(seconds=10**12)):
+        got = _receive(proxy, long_poll_ms=5_000, timeout="30S", invisible=asked)
+        assert _refused(got) == pb.ILLEGAL_INVISIBLE_TIME, (asked, got)
+    # checked after the long poll and the names, as Apache's proxy does
+    assert _refused(_receive(proxy, long_poll_ms=2_000, timeout="4S",
+                             invisible=just_under)) == pb.ILLEGAL_POLLING_TIME
+    assert _refused(_receive(proxy, group="bad group!", long_poll_ms=5_000, timeout="30S",
+                             invisible=just_under)) == pb.ILLEGAL_CONSUMER_GROUP
+    assert _refused(_receive(proxy, long_poll_ms=None, timeout="30S",
+                             long_poll=Duration(seconds=1, nanos=-1))) == pb.ILLEGAL_POLLING_TIME
+    # nothing was popped: the least invisible time gets the message, and says so
+    got = _receive(proxy, long_poll_ms=5_000, timeout="30S", invisible=MIN_INVISIBLE)
+    assert got.code == pb.OK and [m.body for m in got.messages] == [b"invisible 1"], got
+    assert got.messages[0].system_properties.invisible_duration == MIN_INVISIBLE
+    handle = got.messages[0].system_properties.receipt_handle
+    # a change past 12 h or below 0 is refused, whatever its handle; 12 h and 0 are not
+    for asked in (just_over, Duration(nanos=-1_000_000)):
+        for h in (handle, "not-a-handle"):
+            code = _change_invisible(proxy, h, asked).status.code
+            assert code == pb.ILLEGAL_INVISIBLE_TIME, (asked, h, code)
+    assert _change_invisible(proxy, "x", just_over, topic="bad topic!").status.code == \
+        pb.ILLEGAL_TOPIC  # the names first
+    changed = _change_invisible(proxy, handle, MAX_INVISIBLE)
+    assert changed.status.code == pb.OK, changed
+    visible = _change_invisible(proxy, changed.receipt_handle, Duration())
+    assert visible.status.code == pb.OK, visible
+    # visible again at once (once the broker's revive puts it back); a PushConsumer's receive
+    # (auto_renew, no invisible time) pops it with the default 60 s
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    again = _receive(proxy, long_poll_ms=20_000, timeout="30S", invisible=None, auto_renew=True)
+    while not again.messages and time.monotonic() < deadline:
+        again = _receive(proxy, long_poll_ms=5_000, timeout="10S", invisible=None,
+                         auto_renew=True)
+    assert [m.body for m in again.messages] == [b"invisible 1"], again
+    assert again.messages[0].system_properties.invisible_duration == Duration(seconds=60)
+    _ack(proxy, GROUP, TOPIC, again.messages[0])
 
 
 def _wait_for_log(path: Path, *needles: str) -> None:
