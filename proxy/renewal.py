@@ -27,6 +27,9 @@ import attrs
 
 #: Apache's ``RenewStrategyPolicy``: the invisible time of a handle's first, second, ...
 #: renewal (the last one for every renewal after)
+#: the longest client id and message id a kept handle may carry (the SDKs' are under 100
+#: characters; a longer one is not renewed, so that ``max_handles`` bounds the memory kept)
+MAX_ID_CHARS: Final = 256
 RENEW_POLICY_MS: Final = (60_000, 180_000, 300_000, 600_000, 1_800_000, 3_600_000)
 #: Apache's ``CustomizedRetryPolicy`` (a group's retry policy when it sets none, as ours never
 #: do): a message renewed for ``renewMaxTimeMillis`` turns visible after
@@ -151,7 +154,10 @@ class RenewalBook:
 
     def add(self, held: Held, now_ms: int) -> bool:
         """Keep ``held`` (in place of one of the same key); False when ``max_handles`` are
-        kept already (it is not renewed)."""
+        kept already, or its client or message id is longer than ``MAX_ID_CHARS`` (it is not
+        renewed)."""
+        if len(held.client) > MAX_ID_CHARS or len(held.key.msg_id) > MAX_ID_CHARS:
+            return False
         gk, hk = held.where
         group = self._held.get(gk)
         old = group.get(hk) if group is not None else None

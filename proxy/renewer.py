@@ -61,8 +61,8 @@ class HandleRenewer:
         now = self._clock_ms()
         for h in held:
             if not self.book.add(h, now):
-                log.warning("too many receipt handles kept: not renewed", group=h.group,
-                            topic=h.topic, kept=len(self.book))
+                log.warning("receipt handle not renewed: too many kept, or its ids too long",
+                            group=h.group, topic=h.topic, kept=len(self.book))
 
     def drop(self, client: str, group: str, handles: Iterable[tuple[HandleKey, str]]) -> None:
         """Renew these no more (a receive that could not hand them out gives them back)."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 
 import attrs
 import pytest

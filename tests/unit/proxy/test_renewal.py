@@ -7,10 +7,12 @@ away (said so, or silent for ``channelExpiredTimeout``). The proxy renewed nothi
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from rmq_cluster.proxy.config import ProxyConfig
 from rmq_cluster.proxy.renewal import (
+    MAX_ID_CHARS,
     RENEW_POLICY_MS,
     Busy,
     GiveBack,
@@ -139,3 +141,9 @@ def test_the_handles_kept_and_the_renewals_under_way_are_bounded(cap: int) -> No
     assert book.add(_held(0), T0)  # the same message again replaces it
     assert len(book) == cap
     assert len(book.due(T0 + 55_000)) == 1 and book.in_flight == 1
+    # a hostile client's long ids are not kept (the count bounds the memory)
+    roomy = RenewalBook(S)
+    assert not roomy.add(_held(client="c" * (MAX_ID_CHARS + 1)), T0)
+    long_id = attrs.evolve(_held(), key=HandleKey("i" * (MAX_ID_CHARS + 1), "broker-a", 0, 1))
+    assert not roomy.add(long_id, T0)
+    assert len(roomy) == 0
