@@ -1,6 +1,7 @@
 """``mqproxy -n 127.0.0.1:9876 [--grpc-port 8081] [--tls-cert PEM --tls-key PEM]
 [--acl plain_acl.yml [--acl-account KEY]] [--min-invisible-time-ms-for-recv MS]
-[--max-invisible-time-ms MS] [--default-invisible-time-ms MS]``: run RocketMQ 5's gRPC
+[--max-invisible-time-ms MS] [--default-invisible-time-ms MS]
+[--enable-proxy-auto-renew true|false]``: run RocketMQ 5's gRPC
 endpoint in front of a cluster (Apache's ``mqproxy`` in cluster mode). TLS when given a
 certificate (else plain-text HTTP/2); under ``--acl`` every call must be signed by an account
 of that file (5.x credentials) and the proxy signs its own remoting calls with
@@ -61,11 +62,26 @@ def _parser() -> argparse.ArgumentParser:
     for flag, kind in (("--idle-timeout", float), ("--partial-frame-timeout", float),
                        ("--max-connections", int), ("--max-connections-per-address", int),
                        ("--call-timeout", float), ("--min-long-polling-ms", int),
-                       ("--max-long-polling-ms", int)):
+                       ("--max-long-polling-ms", int), ("--renew-ahead-time-ms", int),
+                       ("--renew-schedule-period-ms", int), ("--renew-max-time-ms", int),
+                       ("--channel-expired-timeout-ms", int)):
         parser.add_argument(flag, type=kind, default=None, help=argparse.SUPPRESS)
+    # tests: the renewals' invisible times (ms, comma-separated) in place of Apache's
+    parser.add_argument("--renew-policy-ms", type=_ms_list, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--enable-proxy-auto-renew", choices=("true", "false"), default=None,
+                        help="renew the invisible time of what a receive asking auto_renew "
+                             "(a PushConsumer's) pops until it is acked (enableProxyAutoRenew, "
+                             "default true)")
     # rmq-cluster up --proxy: exit once no node of the cluster (pid files in DIR) is alive
     parser.add_argument("--until-down", metavar="DIR", help=argparse.SUPPRESS)
     return parser
+
+
+def _ms_list(text: str) -> tuple[int, ...]:
+    values = tuple(int(v) for v in text.split(","))
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"bad milliseconds {text!r}")
+    return values
 
 
 #: pid files in a cluster's run/ folder that are not its nodes
@@ -100,14 +116,25 @@ _OVERRIDES: Final = {
     "call_timeout": "call_timeout_s",
     "min_long_polling_ms": "grpc_client_consumer_min_long_polling_timeout_ms",
     "max_long_polling_ms": "grpc_client_consumer_max_long_polling_timeout_ms",
+    "renew_ahead_time_ms": "renew_ahead_time_ms",
+    "renew_schedule_period_ms": "renew_schedule_period_ms",
+    "renew_max_time_ms": "renew_max_time_ms",
+    "channel_expired_timeout_ms": "channel_expired_timeout_ms",
 }
 
 
 def _overrides(config: ProxyConfig, args: argparse.Namespace) -> ProxyConfig:
-    """``config`` with the positive values of the hidden test flags given."""
+    """``config`` with the positive values of the hidden test flags given, and the auto-renew
+    flags."""
     values = {setting: getattr(args, dest) for dest, setting in _OVERRIDES.items()
               if getattr(args, dest) is not None and getattr(args, dest) > 0}
-    return attrs.evolve(config, **values)
+    config = attrs.evolve(config, **values)
+    if args.renew_policy_ms is not None:
+        config = attrs.evolve(config, renew_policy_ms=args.renew_policy_ms)
+    if args.enable_proxy_auto_renew is not None:
+        config = attrs.evolve(config,
+                              enable_proxy_auto_renew=args.enable_proxy_auto_renew == "true")
+    return config
 
 
 def _invisible_settings(config: ProxyConfig, args: argparse.Namespace) -> ProxyConfig:

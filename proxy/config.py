@@ -6,6 +6,8 @@ from typing import Final
 
 import attrs
 
+from .renewal import RENEW_POLICY_MS
+
 #: Apache's Proxy listens for gRPC on 8081 (``grpcServerPort``).
 DEFAULT_GRPC_PORT: Final = 8081
 #: the largest message body a client may send (RocketMQ's ``maxMessageSize``, 4 MiB); told to
@@ -113,6 +115,37 @@ class ProxyConfig:
     #: and at most this (``maxInvisibleTimeMills``), as must a ChangeInvisibleDuration (whose
     #: least is 0); 0 or less: no bound
     max_invisible_time_ms: int = DEFAULT_MAX_INVISIBLE_TIME_MS
+
+    #: a receive asking ``auto_renew`` has its messages' invisible time renewed by the proxy
+    #: until they are acked (``enableProxyAutoRenew``; proxy/renewal.py); off: such a receive
+    #: must ask an invisible time within the limits, as any other
+    enable_proxy_auto_renew: bool = True
+    #: a kept handle is renewed once its invisible time ends within this long
+    #: (``renewAheadTimeMillis``), on a scan every ``renew_schedule_period_ms``
+    #: (``renewSchedulePeriodMillis``), until this long after its pop (``renewMaxTimeMillis``:
+    #: then given back with the group's retry delay)
+    renew_ahead_time_ms: int = 10_000
+    renew_schedule_period_ms: int = 5_000
+    renew_max_time_ms: int = 3 * 3600 * 1000
+    #: a renewal that fails is tried again at the next scans up to this often in a row
+    #: (``maxRenewRetryTimes``)
+    max_renew_retry_times: int = 3
+    #: the invisible time the kept handles of a client gone are given back with
+    #: (``invisibleTimeMillisWhenClear``)
+    invisible_time_millis_when_clear: int = 1_000
+    #: a client that neither heartbeats nor receives for this long is gone
+    #: (``channelExpiredTimeout``): its kept handles are given back
+    channel_expired_timeout_ms: int = 120_000
+    #: the invisible time of a handle's first, second, ... renewal (Apache's fixed
+    #: ``RenewStrategyPolicy``: 1 m, 3 m, 5 m, 10 m, 30 m, then 1 h)
+    renew_policy_ms: tuple[int, ...] = RENEW_POLICY_MS
+    #: receipt handles kept for renewal at most (one per message handed out to an auto_renew
+    #: receive and not yet acked); past it a message is not renewed (its 60 s hold)
+    max_renewed_handles: int = 100_000
+    #: renewals under way at most (``renewThreadPoolQueueCapacity``), of which this many
+    #: call the broker at once (``renewMaxThreadPoolNums``)
+    max_renewals_in_flight: int = 300
+    renew_concurrency: int = 4
 
     @property
     def tls(self) -> bool:

@@ -37,6 +37,8 @@ from .metadata import ProxyMetadata
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
 from .polling import PollingLimits, ReceiveCall, polling_ms, refusal_code
+from .renewal import HandleKey, Held, RenewSettings
+from .renewer import HandleRenewer
 from .routes import MasterRoutes
 
 log = get_logger(node="proxy", component="consume")
@@ -147,6 +149,47 @@ def _popped(resp: RemotingCommand, topic: str, broker: str) -> list[pb.Message]:
     return out
 
 
+def _handle_key(msg_id: str, handle: str) -> HandleKey | None:
+    """Which message a client's receipt handle names, as renewals key it (None: no handle)."""
+    try:
+        h, _offset = parse_handle(handle)
+    except convert.ProxyError:
+        return None
+    return HandleKey(msg_id, h.broker_name, h.queue_id, h.queue_offset)
+
+
+def _to_hold(client: str, group: str, topic: str, m: pb.Message) -> Held:
+    """A message an auto_renew receive hands out, as the renewals keep it."""
+    sp = m.system_properties
+    h, _offset = parse_handle(sp.receipt_handle)
+    return Held(client, group, topic, HandleKey(sp.message_id, h.broker_name, h.queue_id,
+                                                h.queue_offset),
+                sp.receipt_handle, sp.receipt_handle, visible_at_ms=h.pop_time + h.invisible_time,
+                first_pop_ms=h.pop_time, reconsume_times=max(0, sp.delivery_attempt - 1))
+
+
+def _changed_handle(h: ReceiptHandle, resp: RemotingCommand, old: str) -> tuple[str, int]:
+    """The receipt handle a change of ``old``'s (``h``'s) invisible time gives, from the
+    broker's answer ``resp``, and when it turns visible (epoch ms)."""
+    ext = resp.ext_fields
+    pop_time, invisible = int(ext["popTime"]), int(ext["invisibleTime"])
+    new = ReceiptHandle(h.queue_offset, pop_time, invisible, int(ext["reviveQid"]), h.flag,
+                        h.broker_name, h.queue_id, h.queue_offset)
+    _h, offset = parse_handle(old)
+    text = new.encode() if offset is None else f"{new.encode()} {offset}"
+    return text, pop_time + invisible
+
+
+def _renew_settings(config: ProxyConfig) -> RenewSettings:
+    return RenewSettings(
+        ahead_ms=config.renew_ahead_time_ms, max_time_ms=config.renew_max_time_ms,
+        max_retry_times=config.max_renew_retry_times,
+        clear_invisible_ms=config.invisible_time_millis_when_clear,
+        channel_expired_ms=config.channel_expired_timeout_ms,
+        max_handles=config.max_renewed_handles, max_in_flight=config.max_renewals_in_flight,
+        policy_ms=config.renew_policy_ms or RenewSettings().policy_ms)
+
+
 def _check_names(topic: str, group: str) -> None:
     """ProxyError ILLEGAL_TOPIC or ILLEGAL_CONSUMER_GROUP (the topic checked first, as Apache's
     proxy's ``validateTopicAndConsumerGroup`` does) for a name the broker would refuse."""
@@ -203,6 +246,11 @@ class PopBridge:
                                          config.min_invisible_time_ms_for_recv,
                                          config.max_invisible_time_ms)
         self._next_broker = 0
+        #: the handles of auto_renew receives, renewed until acked (its loop: ``run``)
+        self.renewer = HandleRenewer(
+            _renew_settings(config), self._renew_change,
+            period_s=max(1, config.renew_schedule_period_ms) / 1000,
+            call_timeout_s=config.call_timeout_s, concurrency=config.renew_concurrency)
         #: the pops under way that carry an attempt id (one per receive in flight at most)
         self._attempts: dict[AttemptKey, _Waiter] = {}
 
@@ -238,8 +286,9 @@ class PopBridge:
         if not group or not topic:
             raise convert.ProxyError(pb.BAD_REQUEST, "group and topic are required")
         _check_names(topic, group)
+        auto_renew = req.auto_renew and self.config.enable_proxy_auto_renew
         invisible_ms = receive_invisible_ms(self.invisible, req.invisible_duration,
-                                            auto_renew=req.auto_renew)
+                                            auto_renew=auto_renew)
         broker = req.message_queue.broker.name or await self._any_broker(topic)
         # the group's orderliness, asked of the master the pop goes to
         policy = await self.metadata.group(group, topic, await self.routes.master(topic, broker))
@@ -269,6 +318,10 @@ class PopBridge:
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
         popped = _popped(resp, topic, broker)
+        held = [_to_hold(call.client_id, group, topic, m) for m in popped] \
+            if auto_renew and call.client_id else []
+        self.renewer.seen(call.client_id, group)
+        self.renewer.hold(held)  # before they are handed out: an ack may follow at once
         handed = False
         try:
             await send(spb.ReceiveMessageResponse(status=convert.ok_status()).SerializeToString())
@@ -282,6 +335,7 @@ class PopBridge:
             handed = True
         finally:
             if not handed:  # the SDKs drop a receive whose stream broke: give them all back
+                self.renewer.drop(call.client_id, group, ((h.key, h.original) for h in held))
                 self.nursery.start_soon(
                     self._give_back, group, topic,
                     [m.system_properties.receipt_handle for m in popped])
@@ -380,12 +434,28 @@ class PopBridge:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return h, resp
 
-    async def ack(self, req: spb.AckMessageRequest) -> spb.AckMessageResponse:
+    async def _renew_change(self, group: str, topic: str, handle: str, invisible_ms: int
+                            ) -> tuple[str, int]:
+        """A renewal (or give-back) of a kept handle: its new handle and visible time."""
+        h, resp = await self._call_handle(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, group, topic,
+                                          handle, {"invisibleTime": str(invisible_ms)})
+        return _changed_handle(h, resp, handle)
+
+    async def _newest(self, client: str, group: str, msg_id: str, handle: str) -> str:
+        """The handle to act on for a client's ``handle``: the newest one the renewals kept for
+        its message (then renewed no more), else ``handle`` itself (Apache's proxy answers an
+        ack or change so, with the client's handle taken out of its ``ReceiptHandleGroup``)."""
+        return await self.renewer.take(client, group, _handle_key(msg_id, handle), handle)
+
+    async def ack(self, req: spb.AckMessageRequest, client: str = ""
+                  ) -> spb.AckMessageResponse:
         entries = []
         for e in req.entries:
             try:
+                handle = await self._newest(client, req.group.name, e.message_id,
+                                            e.receipt_handle)
                 await self._call_handle(RequestCode.ACK_MESSAGE, req.group.name,
-                                        req.topic.name, e.receipt_handle, {})
+                                        req.topic.name, handle, {})
                 status = convert.ok_status()
             except Exception as exc:
                 status = convert.error_status(exc)
@@ -394,41 +464,40 @@ class PopBridge:
         failed = next((x.status for x in entries if x.status.code != pb.OK), None)
         return spb.AckMessageResponse(status=failed or convert.ok_status(), entries=entries)
 
-    async def change_invisible(self, req: spb.ChangeInvisibleDurationRequest
+    async def change_invisible(self, req: spb.ChangeInvisibleDurationRequest, client: str = ""
                                ) -> spb.ChangeInvisibleDurationResponse:
         try:
             _check_names(req.topic.name, req.group.name)  # first, as Apache's proxy checks
             ms = change_invisible_ms(self.invisible, req.invisible_duration)
+            handle = await self._newest(client, req.group.name, req.message_id,
+                                        req.receipt_handle)
             h, resp = await self._call_handle(
                 RequestCode.CHANGE_MESSAGE_INVISIBLETIME, req.group.name, req.topic.name,
-                req.receipt_handle, {"invisibleTime": str(ms)})
+                handle, {"invisibleTime": str(ms)})
+            text, _visible_at = _changed_handle(h, resp, handle)
         except Exception as exc:
             return spb.ChangeInvisibleDurationResponse(status=convert.error_status(exc))
-        ext = resp.ext_fields
-        new = ReceiptHandle(h.queue_offset, int(ext["popTime"]), int(ext["invisibleTime"]),
-                            int(ext["reviveQid"]), h.flag, h.broker_name, h.queue_id,
-                            h.queue_offset)
-        _h, offset = parse_handle(req.receipt_handle)
-        text = new.encode() if offset is None else f"{new.encode()} {offset}"
         return spb.ChangeInvisibleDurationResponse(status=convert.ok_status(),
                                                    receipt_handle=text)
 
-    async def forward_to_dlq(self, req: spb.ForwardMessageToDeadLetterQueueRequest
-                             ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+    async def forward_to_dlq(self, req: spb.ForwardMessageToDeadLetterQueueRequest,
+                             client: str = "") -> spb.ForwardMessageToDeadLetterQueueResponse:
         """The message goes to ``%DLQ%<group>`` at once (a send-back with delay level -1 and no
         retries left), then its receipt handle is acked."""
         try:
-            await self._forward(req)
+            await self._forward(req, client)
         except Exception as exc:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=convert.error_status(exc))
         return spb.ForwardMessageToDeadLetterQueueResponse(status=convert.ok_status())
 
-    async def _forward(self, req: spb.ForwardMessageToDeadLetterQueueRequest) -> None:
+    async def _forward(self, req: spb.ForwardMessageToDeadLetterQueueRequest,
+                       client: str) -> None:
         group, topic = req.group.name, req.topic.name
         problem = validate_group(group) or validate_topic(topic)
         if problem is not None:
             raise convert.ProxyError(pb.BAD_REQUEST, problem)
-        h, offset = parse_handle(req.receipt_handle)
+        handle = await self._newest(client, group, req.message_id, req.receipt_handle)
+        h, offset = parse_handle(handle)
         if offset is None:
             raise convert.ProxyError(pb.INVALID_RECEIPT_HANDLE, "no CommitLog offset in it")
         real = topic if h.flag == "0" else pop_retry_topic(topic, group)
@@ -437,4 +506,4 @@ class PopBridge:
         addr, resp = await self.routes.invoke(topic, h.broker_name, cmd)
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
-        await self._call_handle(RequestCode.ACK_MESSAGE, group, topic, req.receipt_handle, {})
+        await self._call_handle(RequestCode.ACK_MESSAGE, group, topic, handle, {})

@@ -60,7 +60,10 @@ async def run_proxy(config: ProxyConfig, *,
     async with ClientInstance(client_config) as instance, \
             Producer(PROXY_PRODUCER_GROUP, instance=instance) as producer, \
             trio.open_nursery() as nursery:
-        service: GrpcService = MessagingService(config, instance, producer, nursery=nursery)
+        messaging = MessagingService(config, instance, producer, nursery=nursery)
+        if config.enable_proxy_auto_renew:
+            await nursery.start(messaging.pop.renewer.run)
+        service: GrpcService = messaging
         if guard is not None:
             await nursery.start(guard.run)
             service = AuthGate(service, guard, config.max_signature_skew_s)

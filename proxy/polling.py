@@ -21,12 +21,13 @@ DEFAULT_CLIENT_REQUEST_TIMEOUT_MS: Final = 3_000
 @attrs.frozen
 class ReceiveCall:
     """What a ReceiveMessage call says besides its request: the milliseconds left before its
-    deadline (None: it set none), the client's version (``x-mq-client-version``) and the request
-    timeout its Settings named."""
+    deadline (None: it set none), the client's version (``x-mq-client-version``), the request
+    timeout its Settings named and the client's id (``x-mq-client-id``, "" when it sent none)."""
 
     time_left_ms: int | None = None
     client_version: str = ""
     request_timeout_ms: int = DEFAULT_CLIENT_REQUEST_TIMEOUT_MS
+    client_id: str = ""
 
 
 @attrs.frozen

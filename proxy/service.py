@@ -72,11 +72,12 @@ class MessagingService:
             "Heartbeat": self.heartbeat,
             "SendMessage": self.send_message,
             "NotifyClientTermination": self.notify_client_termination,
-            "AckMessage": lambda req, _md: self.pop.ack(req),
-            "ChangeInvisibleDuration": lambda req, _md: self.pop.change_invisible(req),
+            "AckMessage": lambda req, md: self.pop.ack(req, _client(md)),
+            "ChangeInvisibleDuration": lambda req, md: self.pop.change_invisible(req, _client(md)),
             "EndTransaction": lambda req, _md: self.transactions.end_transaction(req),
             "QueryAssignment": self.query_assignment,
-            "ForwardMessageToDeadLetterQueue": lambda req, _md: self.pop.forward_to_dlq(req),
+            "ForwardMessageToDeadLetterQueue":
+                lambda req, md: self.pop.forward_to_dlq(req, _client(md)),
         }
 
     def kind(self, method: str) -> str | None:
@@ -103,7 +104,7 @@ class MessagingService:
         client_id = metadata.get(CLIENT_ID_HEADER, "")
         known = self._request_timeouts.get(client_id)
         call = ReceiveCall(time_left_ms(metadata), metadata.get(CLIENT_VERSION_HEADER, ""),
-                           known[1] if known else DEFAULT_CLIENT_REQUEST_TIMEOUT_MS)
+                           known[1] if known else DEFAULT_CLIENT_REQUEST_TIMEOUT_MS, client_id)
         await self.pop.receive(_decode(spb.ReceiveMessageRequest, request), send, call)
 
     async def bidi(self, method: str, inbound: trio.MemoryReceiveChannel[bytes],
@@ -124,6 +125,8 @@ class MessagingService:
                 del self._request_timeouts[session.client_id]
 
     async def _settings(self, session: TelemetrySession, settings: pb.Settings) -> None:
+        if settings.HasField("subscription"):  # a consumer's sign of life, as a heartbeat
+            self.pop.renewer.seen(session.client_id, settings.subscription.group.name)
         if session.client_id and settings.HasField("request_timeout"):
             ms = settings.request_timeout.ToMilliseconds()
             if ms > 0:
@@ -177,11 +180,16 @@ class MessagingService:
 
     async def heartbeat(self, req: spb.HeartbeatRequest, metadata: dict[str, str]
                         ) -> spb.HeartbeatResponse:
+        """A consumer's heartbeat keeps the handles its receives renew (a client silent for
+        ``channel_expired_timeout_ms`` is gone)."""
+        self.pop.renewer.seen(_client(metadata), req.group.name)
         return spb.HeartbeatResponse(status=convert.ok_status())
 
     async def notify_client_termination(self, req: Any, metadata: dict[str, str]) -> Any:
-        """The client is going: its producer groups are no longer announced for it."""
-        self.transactions.unregister(metadata.get(CLIENT_ID_HEADER, ""))
+        """The client is going: its producer groups are no longer announced for it, and the
+        messages its receives' renewals hold are given back (in a second)."""
+        self.transactions.unregister(_client(metadata))
+        self.pop.renewer.gone(_client(metadata))
         return spb.NotifyClientTerminationResponse(status=convert.ok_status())
 
     async def query_assignment(self, req: spb.QueryAssignmentRequest, metadata: dict[str, str]
@@ -248,6 +256,11 @@ class MessagingService:
         if info is not None and not info.exists:
             raise convert.ProxyError(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                                      f"topic {topic} does not exist, it has no message type")
+
+
+def _client(metadata: dict[str, str]) -> str:
+    """The client's id, as it names itself on every call ("" when it does not)."""
+    return metadata.get(CLIENT_ID_HEADER, "")
 
 
 def _authority(metadata: dict[str, str]) -> pb.Endpoints:

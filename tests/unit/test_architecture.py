@@ -206,7 +206,7 @@ PURE_CORES = (
     "cluster/acl/permission.py", "cluster/acl/signing.py", "cluster/config.py",
     "cluster/clock.py", "cluster/cli_args.py", "cluster/home.py",
     "proxy/grpc_wire.py", "proxy/convert.py", "proxy/auth.py", "proxy/polling.py",
-    "proxy/invisible.py",
+    "proxy/invisible.py", "proxy/renewal.py",
     "namesrv/route_info.py", "namesrv/processor.py",
     "store/mapped_file.py", "store/commitlog.py", "store/consume_queue.py", "store/index_file.py",
     "store/checkpoint.py", "store/recovery.py", "store/dispatcher.py", "store/record.py",

@@ -56,3 +56,20 @@ def test_up_passes_its_proxy_flags_on_to_mqproxy(tmp_path: Path) -> None:
     assert not any("invisible" in part for part in plain)
     # the flags given are ones mqproxy takes
     _parser().parse_args(cmd[cmd.index("-n"):])
+
+
+def test_mqproxy_flags_set_the_auto_renew_settings() -> None:
+    from rmq_cluster.proxy.__main__ import _overrides
+
+    def config(*argv: str) -> ProxyConfig:
+        return _overrides(ProxyConfig(), _parser().parse_args(list(argv)))
+
+    assert config() == ProxyConfig()
+    got = config("--enable-proxy-auto-renew", "false", "--renew-policy-ms", "2000,4000",
+                 "--renew-ahead-time-ms", "1500", "--renew-schedule-period-ms", "200",
+                 "--renew-max-time-ms", "60000", "--channel-expired-timeout-ms", "6000")
+    assert (got.enable_proxy_auto_renew, got.renew_policy_ms, got.renew_ahead_time_ms,
+            got.renew_schedule_period_ms, got.renew_max_time_ms,
+            got.channel_expired_timeout_ms) == (False, (2000, 4000), 1500, 200, 60000, 6000)
+    with pytest.raises(SystemExit):  # argparse refuses it (mqproxy exits 2)
+        config("--renew-policy-ms", "2000,0")
