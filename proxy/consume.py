@@ -6,7 +6,7 @@ handle a client gets is the broker's own ``extraInfo`` (cluster/protocol/pop.py)
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -28,7 +28,7 @@ from ..cluster.protocol.pop import (
     ReceiptHandle,
     parse_start_offset_info,
     pop_retry_topic,
-    queue_count_key,
+    queue_info_key,
     retry_flag,
 )
 from ..cluster.remoting.codec import RemotingCommand
@@ -73,13 +73,14 @@ _SYSTEM_KEYS: Final = frozenset({
 })
 
 
-def _handle(m: StoredMessage, ext: dict[str, str], broker: str) -> str:
+def _handle(m: StoredMessage, ext: dict[str, str], starts: Mapping[str, int],
+            broker: str) -> str:
     """The receipt handle a client gets: the broker's extraInfo and, after it, the message's
-    CommitLog offset (ForwardMessageToDeadLetterQueue sends that message back)."""
+    CommitLog offset (ForwardMessageToDeadLetterQueue sends that message back); ``starts``:
+    the pop's ``startOffsetInfo``."""
     if PROPERTY_POP_CK in m.properties:
         return f"{m.properties[PROPERTY_POP_CK]} {m.commitlog_offset}"
-    start = parse_start_offset_info(ext.get("startOffsetInfo")).get(
-        queue_count_key(m.topic, m.queue_id), m.queue_offset)
+    start = starts.get(queue_info_key(m.topic, m.queue_id), m.queue_offset)
     info = ReceiptHandle(start, int(ext["popTime"]), int(ext["invisibleTime"]),
                          int(ext["reviveQid"]), retry_flag(m.topic), broker, m.queue_id,
                          m.queue_offset).encode()
@@ -155,6 +156,7 @@ def _popped(resp: RemotingCommand, topic: str, broker: str, *,
     receipt handle of its own (``POP_CK``: one of the pop retry topic) keeps its record's."""
     rext = {k: str(v) for k, v in resp.ext_fields.items()}
     counts = _order_counts(rext, broker) if orderly else OrderCounts()
+    starts = parse_start_offset_info(rext.get("startOffsetInfo"))
     out = []
     for m in iter_records(bytes(resp.body or b"")):
         shown = topic if m.topic == topic or m.topic.startswith("%RETRY%") else m.topic
@@ -162,7 +164,7 @@ def _popped(resp: RemotingCommand, topic: str, broker: str, *,
         if counts.counts and PROPERTY_POP_CK not in m.properties:
             times = counts.reconsume_times(m.topic, m.queue_id, m.queue_offset,
                                            m.reconsume_times)
-        out.append(to_pb(m, shown, _handle(m, rext, broker), int(rext["invisibleTime"]),
+        out.append(to_pb(m, shown, _handle(m, rext, starts, broker), int(rext["invisibleTime"]),
                          reconsume_times=times))
     return out
 

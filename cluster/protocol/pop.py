@@ -209,8 +209,9 @@ def parse_start_offset_info(text: str | None) -> dict[str, int]:
     return {k: _java_int(v, "startOffsetInfo's offset", 64) for k, v in items.items()}
 
 
-def queue_count_key(topic: str, queue_id: int) -> str:
-    """The key of a queue's item in ``orderCountInfo`` (Apache's getStartOffsetInfoMapKey)."""
+def queue_info_key(topic: str, queue_id: int) -> str:
+    """The key of a queue's item in ``startOffsetInfo``, ``msgOffsetInfo`` and
+    ``orderCountInfo`` (Apache's getStartOffsetInfoMapKey)."""
     return f"{retry_flag(topic)}@{queue_id}"
 
 
@@ -239,7 +240,7 @@ class OrderCounts:
         record's own) otherwise."""
         count = self.counts.get(message_count_key(topic, queue_id, queue_offset))
         if count is None:
-            count = self.counts.get(queue_count_key(topic, queue_id))
+            count = self.counts.get(queue_info_key(topic, queue_id))
         return count if count is not None and count > 0 else stored
 
 
