@@ -6,7 +6,7 @@ handle a client gets is the broker's own ``extraInfo`` (cluster/protocol/pop.py)
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -23,8 +23,12 @@ from ..cluster.protocol.pop import (
     POLLING_TIMEOUT,
     PROPERTY_POP_CK,
     PROPERTY_SHARDING_KEY,
+    OrderCounts,
+    PopFormatError,
     ReceiptHandle,
+    parse_start_offset_info,
     pop_retry_topic,
+    queue_info_key,
     retry_flag,
 )
 from ..cluster.remoting.codec import RemotingCommand
@@ -69,22 +73,14 @@ _SYSTEM_KEYS: Final = frozenset({
 })
 
 
-def _info(text: str | None) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for item in filter(None, (text or "").split(";")):
-        parts = item.split(" ")
-        if len(parts) == 3 and parts[2]:
-            out[f"{parts[0]}@{parts[1]}"] = [int(v) for v in parts[2].split(",")]
-    return out
-
-
-def _handle(m: StoredMessage, ext: dict[str, str], broker: str) -> str:
+def _handle(m: StoredMessage, ext: dict[str, str], starts: Mapping[str, int],
+            broker: str) -> str:
     """The receipt handle a client gets: the broker's extraInfo and, after it, the message's
-    CommitLog offset (ForwardMessageToDeadLetterQueue sends that message back)."""
+    CommitLog offset (ForwardMessageToDeadLetterQueue sends that message back); ``starts``:
+    the pop's ``startOffsetInfo``."""
     if PROPERTY_POP_CK in m.properties:
         return f"{m.properties[PROPERTY_POP_CK]} {m.commitlog_offset}"
-    key = f"{retry_flag(m.topic)}@{m.queue_id}"
-    start = _info(ext.get("startOffsetInfo")).get(key, [m.queue_offset])[0]
+    start = starts.get(queue_info_key(m.topic, m.queue_id), m.queue_offset)
     info = ReceiptHandle(start, int(ext["popTime"]), int(ext["invisibleTime"]),
                          int(ext["reviveQid"]), retry_flag(m.topic), broker, m.queue_id,
                          m.queue_offset).encode()
@@ -106,7 +102,10 @@ def parse_handle(text: str) -> tuple[ReceiptHandle, int | None]:
         raise convert.ProxyError(pb.INVALID_RECEIPT_HANDLE, str(exc)) from exc
 
 
-def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int) -> pb.Message:
+def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int, *,
+          reconsume_times: int | None = None) -> pb.Message:
+    """``m`` as a client gets it; ``reconsume_times``: its count when not the record's own (an
+    orderly pop's, from ``orderCountInfo``)."""
     props = m.properties
     out = pb.Message(topic=pb.Resource(name=topic), body=m.body)
     out.user_properties.update({k: v for k, v in props.items() if k not in _SYSTEM_KEYS})
@@ -126,7 +125,7 @@ def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int) -> pb.Me
         sp.invisible_duration.FromMilliseconds(invisible_ms)
     sp.queue_id = m.queue_id
     sp.queue_offset = m.queue_offset
-    sp.delivery_attempt = m.reconsume_times + 1
+    sp.delivery_attempt = (m.reconsume_times if reconsume_times is None else reconsume_times) + 1
     group = props.get(PROPERTY_SHARDING_KEY)
     if group:
         sp.message_group = group
@@ -139,13 +138,34 @@ def to_pb(m: StoredMessage, topic: str, handle: str, invisible_ms: int) -> pb.Me
     return out
 
 
-def _popped(resp: RemotingCommand, topic: str, broker: str) -> list[pb.Message]:
-    """A pop's messages as the client gets them, each with its receipt handle."""
+def _order_counts(rext: dict[str, str], broker: str) -> OrderCounts:
+    """An orderly pop's ``orderCountInfo``; none for a malformed one (its messages then show
+    their records' own reconsume times, where Apache's client would fail the whole pop)."""
+    try:
+        return OrderCounts.parse(rext.get("orderCountInfo"))
+    except PopFormatError as exc:
+        log.info("orderCountInfo ignored", broker=broker, error=str(exc)[:200])
+        return OrderCounts()
+
+
+def _popped(resp: RemotingCommand, topic: str, broker: str, *,
+            orderly: bool = False) -> list[pb.Message]:
+    """A pop's messages as the client gets them, each with its receipt handle; an orderly
+    pop's (``orderly``) with their delivery attempts from ``orderCountInfo``, as Apache's
+    proxy reads them (``MQClientAPIImpl.processPopResponse``): a message the broker gave a
+    receipt handle of its own (``POP_CK``: one of the pop retry topic) keeps its record's."""
     rext = {k: str(v) for k, v in resp.ext_fields.items()}
+    counts = _order_counts(rext, broker) if orderly else OrderCounts()
+    starts = parse_start_offset_info(rext.get("startOffsetInfo"))
     out = []
     for m in iter_records(bytes(resp.body or b"")):
         shown = topic if m.topic == topic or m.topic.startswith("%RETRY%") else m.topic
-        out.append(to_pb(m, shown, _handle(m, rext, broker), int(rext["invisibleTime"])))
+        times = None
+        if counts.counts and PROPERTY_POP_CK not in m.properties:
+            times = counts.reconsume_times(m.topic, m.queue_id, m.queue_offset,
+                                           m.reconsume_times)
+        out.append(to_pb(m, shown, _handle(m, rext, starts, broker), int(rext["invisibleTime"]),
+                         reconsume_times=times))
     return out
 
 
@@ -317,7 +337,7 @@ class PopBridge:
             return
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
-        popped = _popped(resp, topic, broker)
+        popped = _popped(resp, topic, broker, orderly=ext["order"] == "true")
         held = [_to_hold(call.client_id, group, topic, m) for m in popped] \
             if auto_renew and call.client_id else []
         self.renewer.seen(call.client_id, group)

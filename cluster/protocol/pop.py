@@ -19,6 +19,7 @@ Everything parsed here comes from a peer: every parser raises ``PopFormatError``
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -154,6 +155,93 @@ def offset_info_item(topic: str, queue_id: int, values: Iterable[int]) -> str:
 def order_count_item(topic: str, queue_id: int, offset: int, count: int) -> str:
     """One ``orderCountInfo`` item: how often the message at ``offset`` was handed out."""
     return f"{retry_flag(topic)}{KEY_SEPARATOR}qo{queue_id}%{offset}{KEY_SEPARATOR}{count}"
+
+
+#: items one ``startOffsetInfo``/``msgOffsetInfo``/``orderCountInfo`` may hold: a pop hands out
+#: at most MAX_POP_MSG_NUMS messages, and orderCountInfo has one item per message and one per
+#: queue at most
+MAX_INFO_ITEMS: Final = 2 * MAX_POP_MSG_NUMS
+#: an ASCII integer as Java's ``Integer.valueOf``/``Long.valueOf`` reads one (optional sign)
+_JAVA_INT = re.compile(r"[+-]?[0-9]{1,19}")
+
+
+def _java_split(text: str, sep: str) -> list[str]:
+    """``text.split(sep)`` as Java splits: trailing empty pieces dropped (all of them, unless
+    the text itself is empty)."""
+    parts = text.split(sep)
+    while len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    return [] if parts == [""] and text else parts
+
+
+def _java_int(text: str, what: str, bits: int) -> int:
+    if not _JAVA_INT.fullmatch(text):
+        raise PopFormatError(f"{what} is not an integer: {text[:32]!r}")
+    value = int(text)
+    if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+        raise PopFormatError(f"{what} out of range: {text[:32]!r}")
+    return value
+
+
+def _info_items(text: str, what: str) -> dict[str, str]:
+    """The items of an offset or count info as ``<retryFlag>@<key>`` → their value text, read
+    as Apache's ``ExtraInfoUtil`` reads them: each ``;``-separated item has exactly three
+    space-separated fields, no key twice (PopFormatError otherwise)."""
+    items = _java_split(text, ";")
+    if len(items) > MAX_INFO_ITEMS:
+        raise PopFormatError(f"{what} has more than {MAX_INFO_ITEMS} items")
+    out: dict[str, str] = {}
+    for item in items:
+        fields = _java_split(item, KEY_SEPARATOR)
+        if len(fields) != 3:
+            raise PopFormatError(f"{what} has an item of {len(fields)} fields, not 3")
+        key = f"{fields[0]}@{fields[1]}"
+        if key in out:
+            raise PopFormatError(f"{what} names {key[:40]!r} twice")
+        out[key] = fields[2]
+    return out
+
+
+def parse_start_offset_info(text: str | None) -> dict[str, int]:
+    """``startOffsetInfo``: ``<retryFlag>@<queueId>`` → the queue's first popped offset
+    (empty for none); PopFormatError for a malformed one."""
+    items = _info_items(text or "", "startOffsetInfo") if text else {}
+    return {k: _java_int(v, "startOffsetInfo's offset", 64) for k, v in items.items()}
+
+
+def queue_info_key(topic: str, queue_id: int) -> str:
+    """The key of a queue's item in ``startOffsetInfo``, ``msgOffsetInfo`` and
+    ``orderCountInfo`` (Apache's getStartOffsetInfoMapKey)."""
+    return f"{retry_flag(topic)}@{queue_id}"
+
+
+def message_count_key(topic: str, queue_id: int, queue_offset: int) -> str:
+    """The key of one message's item in ``orderCountInfo`` (Apache's getQueueOffsetMapKey)."""
+    return f"{retry_flag(topic)}@qo{queue_id}%{queue_offset}"
+
+
+@attrs.frozen
+class OrderCounts:
+    """An orderly pop's ``orderCountInfo``: how often each message was handed out before."""
+
+    counts: dict[str, int] = attrs.field(factory=dict)
+
+    @classmethod
+    def parse(cls, text: str | None) -> OrderCounts:
+        """Apache's ``parseOrderCountInfo``; none or empty: no counts; PopFormatError for a
+        malformed one (an item not of three fields, a key twice, a count not a Java int)."""
+        items = _info_items(text or "", "orderCountInfo") if text else {}
+        return cls({k: _java_int(v, "orderCountInfo's count", 32) for k, v in items.items()})
+
+    def reconsume_times(self, topic: str, queue_id: int, queue_offset: int,
+                        stored: int) -> int:
+        """A popped message's reconsume times as Apache's client sets them: the count of its
+        own item, else of its queue's item, when that count is above 0; ``stored`` (the
+        record's own) otherwise."""
+        count = self.counts.get(message_count_key(topic, queue_id, queue_offset))
+        if count is None:
+            count = self.counts.get(queue_info_key(topic, queue_id))
+        return count if count is not None and count > 0 else stored
 
 
 # =========================================================================== headers

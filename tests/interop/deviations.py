@@ -90,11 +90,12 @@ PROXY_DEVIATIONS: Final[tuple[tuple[str, str, str, str], ...]] = (
      "top status only; ours also each entry's own status (the same code; the SDKs read the top "
      "one)"),
     # ---------------------------------------------------------------- receive and ack
-    (r"receive_(normal|fifo|delay)", r"answer\[\d+\]\.message\.system_properties\."
-     r"invisible_duration", "deliberate",
+    (r"receive_(normal|fifo|delay|orderly|orderly_again)",
+     r"answer\[\d+\]\.message\.system_properties\.invisible_duration", "deliberate",
      "ours names the invisible time the receive asked for in each message; Apache leaves it "
      "unset"),
-    ("receive_fifo", r"answer\[\d+\]\.message\.user_properties\.__SHARDINGKEY", "deliberate",
+    (r"receive_(fifo|orderly|orderly_again)",
+     r"answer\[\d+\]\.message\.user_properties\.__SHARDINGKEY", "deliberate",
      "Apache also shows the message group's stored key as a user property; ours shows it only "
      "as message_group (a user may not set that key)"),
     ("receive_invisible_not_a_duration", r"answer\[0\]\.status\.code", "deliberate",

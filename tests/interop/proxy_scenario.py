@@ -47,6 +47,10 @@ INVISIBLE_S: Final = 30
 TOO_LONG_INVISIBLE_S: Final = 13 * 3600
 #: below a receive's shortest (``minInvisibleTimeMillsForRecv``, 10 s)
 TOO_SHORT_INVISIBLE_S: Final = 5
+#: the orderly receives' invisible time (the shortest a receive may ask): the redelivery's wait
+ORDERLY_INVISIBLE_S: Final = 10
+#: how long the scenario waits for an orderly message left unacked to be handed out again
+REDELIVERY_WAIT_S: Final = 40.0
 
 #: the broadcast topic Apache's proxy creates at boot when the NameServer routes none
 #: (``heartbeatSyncerTopicName``); made here first: its own creation checks the route three
@@ -79,11 +83,14 @@ class Clients:
 
     producer: H2Client
     consumer: H2Client
+    #: a SimpleConsumer of ORDERLY_GROUP (its receives pop in order)
+    orderly: H2Client
     ctx: Ctx = attrs.field(factory=dict)
 
     def close(self) -> None:
         self.producer.close()
         self.consumer.close()
+        self.orderly.close()
 
 
 def _metadata(client_id: str) -> list[tuple[str, str]]:
@@ -153,6 +160,7 @@ def connect(port: int) -> tuple[Clients, dict[str, Any], dict[str, Any]]:
     """Both clients connected and announced (their Telemetry answers, flattened)."""
     producer = H2Client(port, metadata=_metadata("proxy-oracle-producer"))
     consumer = H2Client(port, metadata=_metadata("proxy-oracle-consumer"))
+    orderly = H2Client(port, metadata=_metadata("proxy-oracle-orderly-consumer"))
     endpoints = pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=port)])
     pub = pb.Settings(
         client_type=pb.PRODUCER, access_point=endpoints, request_timeout=_duration(3),
@@ -166,7 +174,15 @@ def connect(port: int) -> tuple[Clients, dict[str, Any], dict[str, Any]]:
                 topic=pb.Resource(name=t),
                 expression=pb.FilterExpression(type=pb.TAG, expression="*"))
                 for t in (TOPIC, FIFO_TOPIC, DELAY_TOPIC)]))
-    return Clients(producer, consumer), _open_telemetry(producer, pub), \
+    fifo_sub = pb.Settings(
+        client_type=pb.SIMPLE_CONSUMER, access_point=endpoints, request_timeout=_duration(3),
+        subscription=pb.Subscription(
+            group=pb.Resource(name=ORDERLY_GROUP), long_polling_timeout=_duration(5),
+            subscriptions=[pb.SubscriptionEntry(
+                topic=pb.Resource(name=FIFO_TOPIC),
+                expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
+    _open_telemetry(orderly, fifo_sub)  # (the same answer as telemetry_orderly's)
+    return Clients(producer, consumer, orderly), _open_telemetry(producer, pub), \
         _open_telemetry(consumer, sub)
 
 
@@ -272,6 +288,27 @@ def _ack_handle(c: Clients, msg_id: str, handle: str, topic: str = TOPIC) -> dic
     return unary(c.consumer, "AckMessage", req)
 
 
+def _receive_orderly(c: Clients, key: str, wait_s: float) -> dict[str, Any]:
+    """ORDERLY_GROUP's receive of FIFO_TOPIC (the FIFO message sent before, from offset 0
+    for the new group), retried until it hands a message out or ``wait_s`` passed: the queue's
+    batch in flight turns visible again only after its invisible time."""
+    req = receive_request(FIFO_TOPIC, c.ctx["broker"], ORDERLY_GROUP)
+    req.invisible_duration.CopyFrom(_duration(ORDERLY_INVISIBLE_S))
+    deadline = time.monotonic() + wait_s
+    while True:
+        view = receive(c.orderly, req, c.ctx, key)
+        if c.ctx[key] or time.monotonic() > deadline:
+            return view
+
+
+def _ack_orderly(c: Clients, key: str) -> dict[str, Any]:
+    [(msg_id, handle)] = c.ctx[key]
+    req = spb.AckMessageRequest(
+        group=pb.Resource(name=ORDERLY_GROUP), topic=pb.Resource(name=FIFO_TOPIC),
+        entries=[spb.AckMessageEntry(message_id=msg_id, receipt_handle=handle)])
+    return unary(c.orderly, "AckMessage", req)
+
+
 def _change_invisible(c: Clients, key: str, topic: str) -> dict[str, Any]:
     msg_id, handle = c.ctx[key][0]
     req = spb.ChangeInvisibleDurationRequest(
@@ -370,6 +407,12 @@ STEPS: Final[tuple[tuple[str, CallStep, str], ...]] = (
     ("receive_fifo", lambda c: _receive(c, FIFO_TOPIC, "fifo"), ""),
     ("change_invisible_fifo", lambda c: _change_invisible(c, "fifo", FIFO_TOPIC), ""),
     ("ack_fifo", lambda c: _ack(c, "fifo", topic=FIFO_TOPIC), "acked by the new handle"),
+    ("receive_orderly", lambda c: _receive_orderly(c, "orderly", 0.0),
+     "an orderly group's receive: delivery attempt 1"),
+    ("receive_orderly_again", lambda c: _receive_orderly(c, "orderly", REDELIVERY_WAIT_S),
+     "left unacked, the message again once its invisible time passed: delivery attempt 2 "
+     "(the broker's orderCountInfo)"),
+    ("ack_orderly", lambda c: _ack_orderly(c, "orderly"), ""),
     ("ack_bad_receipt_handle", lambda c: _ack_handle(c, "01A0B0C0D0E0F0", "not-a-handle"), ""),
     ("receive_bad_group", lambda c: _receive(c, TOPIC, group="bad group!"),
      "an invalid group name"),

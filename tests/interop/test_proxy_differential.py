@@ -3,7 +3,8 @@
 Apache's proxy (built from the release's sources, ``proxy_oracle.py``) in cluster mode in front
 of Apache's 5.3.1 broker and our NameServer, beside ``mqproxy`` in front of our NameServer and
 broker; the same gRPC calls (``proxy_scenario.STEPS``: QueryRoute, Heartbeat, QueryAssignment,
-SendMessage normal / FIFO / delay, ReceiveMessage, AckMessage, ChangeInvisibleDuration, and
+SendMessage normal / FIFO / delay, ReceiveMessage (an orderly group's too, and its redelivery
+with delivery attempt 2), AckMessage, ChangeInvisibleDuration, and
 the refusals of a missing topic, a wrong message type, a bad group, a bad receipt handle and a
 receive whose deadline is too short for its long poll)
 replayed to both at once; each answer must match field by field, except what differs by nature
@@ -109,7 +110,8 @@ def test_proxy_step_matches_apache5(both: Both, step: str) -> None:
 
 def test_scenario_reached_the_messages(both: Both) -> None:
     """The comparison is worth something only if Apache's side received what was sent."""
-    for step in ("receive_normal", "receive_fifo", "receive_delay"):
+    for step in ("receive_normal", "receive_fifo", "receive_delay", "receive_orderly",
+                 "receive_orderly_again"):
         assert any(k.endswith("message.body") for k in both.java[step]), both.java[step]
 
 

@@ -18,6 +18,10 @@ plain HTTP/2 client), as Apache's proxy (5.3.1) serves it:
   receive, once the broker answers, pops orderly. The proxy took the failed lookup for "no such
   group" and popped unordered: the next orderly pop then handed out the second message while
   the first was still in flight.
+* an orderly message received and left unacked is handed out again once its invisible time
+  passes, its delivery attempt counting up (1, 2, 3: the broker's ``orderCountInfo``, as
+  Apache's proxy reads it). The proxy showed the record's reconsume times + 1, always 1 for an
+  orderly message: a FIFO consumer never counted a redelivery.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ from .proxy_testlib import LiveProxy, live_proxy
 
 pytestmark = pytest.mark.slow  # real processes; a 20 s long poll waited out: ~40 s
 
-TOPIC, FIFO_TOPIC = "RecvDeadlineT", "RecvLookupT"
-GROUP, ORDERLY = "RecvDeadlineG", "RecvLookupOrderlyG"
+TOPIC, FIFO_TOPIC, REDELIVER_TOPIC = "RecvDeadlineT", "RecvLookupT", "RecvRedeliverT"
+GROUP, ORDERLY, REDELIVER = "RecvDeadlineG", "RecvLookupOrderlyG", "RecvRedeliverOrderlyG"
 BROKER = "broker-a"
 #: the version the Python SDK 5.1.2 sends (``x-mq-client-version``)
 SDK_VERSION = "5.1.2"
@@ -68,10 +72,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("proxy-receive")
     with rmq_cluster("single", directory=root / "cluster") as cluster, \
             live_proxy(root, cluster.namesrv_addr, extra=["--log-level", "info"]) as proxy:
-        create_topics(cluster.namesrv_addr, [TOPIC, FIFO_TOPIC], queues=1)
-        done = cli("updateSubGroup", "-n", cluster.namesrv_addr, "-c", "DefaultCluster",
-                   "-g", ORDERLY, "-o", "true")
-        assert done.returncode == 0, done.stderr
+        create_topics(cluster.namesrv_addr, [TOPIC, FIFO_TOPIC, REDELIVER_TOPIC], queues=1)
+        for orderly in (ORDERLY, REDELIVER):
+            done = cli("updateSubGroup", "-n", cluster.namesrv_addr, "-c", "DefaultCluster",
+                       "-g", orderly, "-o", "true")
+            assert done.returncode == 0, done.stderr
         yield Stack(cluster, proxy, root / "proxy.err")
 
 
@@ -294,3 +299,36 @@ def test_an_orderly_receive_whose_group_lookup_fails_pops_nothing(stack: Stack) 
     after = _receive(proxy, group=ORDERLY, topic=FIFO_TOPIC, long_poll_ms=5_000,
                      timeout="30S", batch=1, attempt="fourth")
     assert [m.body for m in after.messages] == [b"fifo 1"], after
+
+
+#: the invisible time of the redelivery test's receives, and its proxy's least one
+SHORT_INVISIBLE_MS = 1_000
+SHORT_INVISIBLE = Duration(seconds=SHORT_INVISIBLE_MS // 1_000)
+
+
+def _receive_when_visible(proxy: LiveProxy, name: str) -> pb.Message:
+    """The one message of REDELIVER_TOPIC, received once the queue's batch in flight turned
+    visible again (each receive a new attempt), within ANSWER_WAIT_S."""
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    for n in range(1_000):
+        got = _receive(proxy, group=REDELIVER, topic=REDELIVER_TOPIC, long_poll_ms=5_000,
+                       timeout="30S", batch=1, attempt=f"{name}-{n}",
+                       invisible=SHORT_INVISIBLE)
+        if got.messages:
+            [message] = got.messages
+            return message
+        assert got.code == pb.MESSAGE_NOT_FOUND, got
+        assert time.monotonic() < deadline, f"{name}: no message within {ANSWER_WAIT_S} s"
+    raise AssertionError(f"{name}: no message")
+
+
+def test_an_orderly_messages_redeliveries_count_in_its_delivery_attempt(
+        stack: Stack, tmp_path: Path) -> None:
+    with live_proxy(tmp_path, stack.cluster.namesrv_addr,
+                    extra=["--min-invisible-time-ms-for-recv", str(SHORT_INVISIBLE_MS)]) as proxy:
+        _send(proxy, REDELIVER_TOPIC, b"again", group="g1")
+        seen = [_receive_when_visible(proxy, f"delivery-{n}") for n in range(3)]
+        assert [m.body for m in seen] == [b"again"] * 3
+        assert {m.system_properties.message_type for m in seen} == {pb.FIFO}
+        assert [m.system_properties.delivery_attempt for m in seen] == [1, 2, 3]
+        _ack(proxy, REDELIVER, REDELIVER_TOPIC, seen[-1])
