@@ -341,7 +341,7 @@ class PopBridge:
         held = [_to_hold(call.client_id, group, topic, m) for m in popped] \
             if auto_renew and call.client_id else []
         self.renewer.seen(call.client_id, group)
-        self.renewer.hold(held)  # before they are handed out: an ack may follow at once
+        self.renewer.keep(held)  # before they are handed out: an ack may follow at once
         handed = False
         try:
             await send(spb.ReceiveMessageResponse(status=convert.ok_status()).SerializeToString())

@@ -56,7 +56,7 @@ class HandleRenewer:
 
     # ------------------------------------------------------------------ the RPCs' hooks
 
-    def hold(self, held: Iterable[Held]) -> None:
+    def keep(self, held: Iterable[Held]) -> None:
         """Renew these handles a receive hands out (before it hands them out)."""
         now = self._clock_ms()
         for h in held:
