@@ -59,8 +59,10 @@ def _oks(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 #: Each producer has one synchronous send in flight: a send to a stopped broker holds it for
 #: up to the send timeout (3 s) before it moves on to the other master, so a fault may stop
-#: every producer for about that long (plus scheduling slack on 2 busy cores).
-SEND_STUCK_S = 4.0
+#: every producer for about that long, plus scheduling slack on 2 busy cores: 2 s (a
+#: clean-clone run on a loaded machine saw 4.8 s in the suspend test). Still well under the
+#: 6 s fault window: a cluster stopped for the whole fault fails it.
+SEND_STUCK_S = 5.0
 
 
 def _other_group_kept_working(result: dict[str, Any]) -> None:
